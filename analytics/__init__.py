@@ -1,0 +1,1 @@
+"""Analytics: formulas (pure functions), run summaries, tables and charts."""

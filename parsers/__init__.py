@@ -1,0 +1,1 @@
+"""Parsers: raw log bytes -> typed frames (runs, iterations, timers)."""

@@ -1,0 +1,82 @@
+"""What every log family module provides, and the builder the families write into.
+
+A family module (``parsers/<family>.py``) is registered once in ``parsers/registry.py`` and
+exposes a module-level ``FAMILY: Family``. The reader streams a run's lines (prefixes of
+launchers already stripped, several ranks' records split apart) and gives each line that
+contains one of the family's ``markers`` to ``family.parse_line``. The family never raises on a
+bad line: it records nothing, or a warning, and goes on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class Family:
+    """A log family: how to recognise its lines and how to read them."""
+
+    name: str
+    """Registry name, e.g. ``megatron``; also the value of the ``family`` column."""
+    markers: tuple[str, ...]
+    """Fixed substrings; a line is given to ``parse_line`` only if it contains one of them."""
+    parse_line: Callable[[str, int, RunBuilder], None]
+    """Read one line (``text``, 1-based ``lineno``) into the builder; never raises."""
+    evidence: Callable[[RunBuilder], int] = lambda run: 0
+    """How strongly the run's collected records say "this family" (0 = not at all)."""
+    description: str = ""
+    """One line for ``--family`` help and error messages."""
+
+
+@dataclass
+class RunBuilder:
+    """Facts, iterations, timers and failures of one run as its lines are read."""
+
+    path: str
+    facts: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, str] = field(default_factory=dict)
+    iterations: dict[int, dict[str, Any]] = field(default_factory=dict)
+    timers: list[dict[str, Any]] = field(default_factory=list)
+    families_seen: dict[str, int] = field(default_factory=dict)
+    failure: tuple[str, str, int] | None = None  # (status, reason, line)
+    state: dict[str, Any] = field(default_factory=dict)  # per-family scratch (multi-line blocks)
+    last_iteration: int | None = None
+
+    def saw(self, family: str) -> None:
+        """Count one record of ``family`` (family detection uses these counts)."""
+        self.families_seen[family] = self.families_seen.get(family, 0) + 1
+
+    def set_fact(self, name: str, value: Any, family: str, lineno: int, *, override: bool = False) -> None:
+        """Record a run fact; the first source wins unless ``override`` (e.g. the manifest)."""
+        if value is None or (name in self.facts and not override):
+            return
+        self.facts[name] = value
+        self.provenance[name] = f"{family}:{lineno}"
+
+    def add_iteration(self, step: int, family: str, lineno: int, **metrics: Any) -> None:
+        """Record metrics of training step ``step``; repeated steps (many ranks) merge, first value wins."""
+        row = self.iterations.get(step)
+        if row is None:
+            row = self.iterations[step] = {"iteration": step, "family": family, "line": lineno}
+        for key, value in metrics.items():
+            if value is not None and row.get(key) is None:
+                row[key] = value
+        self.last_iteration = step
+
+    def add_timers(self, timers: dict[str, float], family: str, lineno: int) -> None:
+        """Record a timer breakdown for the last step seen (Megatron prints it after the step line)."""
+        step = self.last_iteration
+        for name, ms in timers.items():
+            self.timers.append({"iteration": step, "timer": name, "ms": ms, "family": family, "line": lineno})
+
+    def fail(self, status: str, reason: str, lineno: int) -> None:
+        """Record what ended the run; a later failure of higher severity replaces an earlier one."""
+        severity = {"incomplete": 0, "failed": 1, "cancelled": 2}
+        if self.failure is None or severity.get(status, 1) > severity.get(self.failure[0], 1):
+            self.failure = (status, reason.strip()[:300], lineno)
+
+    def provenance_json(self) -> str:
+        return json.dumps(self.provenance, sort_keys=True)

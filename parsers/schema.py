@@ -1,0 +1,97 @@
+"""The frames that are the contract between the layers, each schema declared once.
+
+``runs``: one row per run (a Slurm job: its ``.out`` and ``.err`` read together, or one log file).
+``iterations``: one row per logged training step. ``timers``: the per-step timer breakdown,
+long format (one row per timer name). Facts come from the log (or the run's manifest), never
+guessed: unknown is null. Units are in the column names.
+"""
+
+import polars as pl
+
+RUNS_SCHEMA: dict[str, pl.DataType] = {
+    "path": pl.String,  # the run's main log file
+    "paths": pl.List(pl.String),  # every file read for this run (.out + .err of one job)
+    "family": pl.String,  # primary log family: megatron, megatron-deepspeed, deepspeed, hf-trainer, mingpt, unknown
+    "families": pl.List(pl.String),  # every family seen in the run's lines
+    "job_id": pl.String,
+    "status": pl.String,  # ok | failed | cancelled | incomplete | empty | unreadable
+    "reason": pl.String,  # the evidence line (quoted) or why nothing was read
+    "reason_line": pl.Int64,  # line number of the evidence
+    "gpus": pl.Int64,  # world size
+    "gpus_per_node": pl.Int64,
+    "nodes": pl.Int64,
+    "tp": pl.Int64,
+    "pp": pl.Int64,
+    "dp": pl.Int64,
+    "micro_batch_size": pl.Int64,
+    "global_batch_size": pl.Int64,
+    "gas": pl.Int64,  # gradient accumulation steps (= PP chunks with pipeline parallelism)
+    "seq_len": pl.Int64,
+    "hidden_size": pl.Int64,
+    "ffn_hidden_size": pl.Int64,
+    "num_layers": pl.Int64,
+    "num_heads": pl.Int64,
+    "vocab_size": pl.Int64,
+    "padded_vocab_size": pl.Int64,
+    "zero_stage": pl.Int64,
+    "offload_optimizer": pl.Boolean,
+    "offload_param": pl.Boolean,
+    "activation_checkpointing": pl.Boolean,
+    "precision": pl.String,  # fp16 | bf16 | fp32
+    "gpu_model": pl.String,  # normalised, e.g. "V100-SXM2-32GB", "A100-SXM4-80GB", "H100-SXM"
+    "logged_model_size": pl.Float64,  # the log's own "Model size" number, as printed (billions in its unit)
+    "final_train_runtime_s": pl.Float64,  # HF Trainer's train_runtime
+    "final_samples_per_sec": pl.Float64,  # HF Trainer's train_samples_per_second
+    "final_steps": pl.Int64,  # HF Trainer's global_step / max_steps reached
+    "avg_epoch_time_s": pl.Float64,  # minGPT/Lightning benchmark
+    "peak_memory_mib": pl.Float64,  # minGPT/Lightning benchmark
+    "provenance": pl.String,  # JSON object: fact name -> "family:line" (or "manifest")
+}
+
+ITERATIONS_SCHEMA: dict[str, pl.DataType] = {
+    "path": pl.String,  # run key (the run's main log file)
+    "iteration": pl.Int64,
+    "elapsed_ms": pl.Float64,  # time of this step (Megatron: elapsed time per iteration)
+    "samples_per_sec": pl.Float64,
+    "tokens_per_sec": pl.Float64,
+    "loss": pl.Float64,
+    "lr": pl.Float64,
+    "loss_scale": pl.Float64,
+    "grad_norm": pl.Float64,
+    "skipped": pl.Int64,
+    "nan": pl.Int64,
+    "mem_allocated_mb": pl.Float64,
+    "mem_max_allocated_mb": pl.Float64,
+    "logged_tflops_per_gpu": pl.Float64,  # Megatron's own "throughput per GPU (TFLOP/s/GPU)"
+    "family": pl.String,  # provenance of this row
+    "line": pl.Int64,  # provenance of this row (line number in `path`, or in the file of `source_path`)
+}
+
+TIMERS_SCHEMA: dict[str, pl.DataType] = {
+    "path": pl.String,
+    "iteration": pl.Int64,  # the step whose timers these are (last step logged before the line)
+    "timer": pl.String,  # e.g. forward-compute, backward-compute, optimizer
+    "ms": pl.Float64,
+    "family": pl.String,
+    "line": pl.Int64,
+}
+
+#: columns the analytics layer adds to ``runs`` (logstat.analytics.summary).
+SUMMARY_SCHEMA: dict[str, pl.DataType] = {
+    "iterations": pl.Int64,  # distinct logged training steps
+    "warmup_skipped": pl.Int64,  # how many leading steps the steady-state statistic skipped
+    "sec_per_iter": pl.Float64,  # steady state: median of logged steps after warm-up
+    "sec_per_iter_source": pl.String,  # which log values it was computed from
+    "samples_per_sec": pl.Float64,
+    "tokens_per_sec": pl.Float64,
+    "model_size_b": pl.Float64,  # computed from the shape, units of 1e9
+    "model_size_note": pl.String,  # disagreement with the log's own line, if any
+    "tflops_per_gpu": pl.Float64,  # seed formula (factor 4 with activation checkpointing, 3 without)
+    "tflops_per_gpu_megatron": pl.Float64,  # Narayanan et al. 2021 eq. 3
+    "mfu": pl.Float64,  # fraction of the GPU model's dense peak; null when the GPU is unknown
+}
+
+
+def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """An empty frame with the given schema."""
+    return pl.DataFrame(schema=schema)

@@ -1,0 +1,1 @@
+"""Runners: experiment specs -> validated, rendered, launched training jobs."""
