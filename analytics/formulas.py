@@ -6,11 +6,13 @@ Units are in the names: ``_b`` is billions (1e9, never 2**30), ``_s`` seconds, `
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 def gpt2_params(*, hidden: int, layers: int, vocab: int, seq_len: int) -> int:
     """Parameter count of a GPT-2 style model: ``l*(12h^2 + 13h) + v*h + s*h + 2h``.
 
-    Source: seeds/001_gpt2_experiments_tables.md ("Model sizes"); per layer 12h^2 weights of
+    Source: seeds/001_gpt2_experiments_tables.md ("Maintenance", the corrected size one-liner); per layer 12h^2 weights of
     attention (4h^2) and MLP (8h^2) plus 13h biases and layer-norm gains; the token (v*h) and
     position (s*h) embeddings, and the final layer norm (2h).
     """
@@ -89,3 +91,74 @@ def global_batch(*, micro_batch: int, gas: int, dp: int) -> int:
 def data_parallel_size(*, world: int, tp: int, pp: int) -> int:
     """``DP = world / (TP * PP)``. Source: seeds/002_deepspeed_notes.md; Megatron's initialize."""
     return world // (tp * pp)
+
+
+def tokens_per_sec(*, global_batch: int, seq_len: int, sec_per_iter: float) -> float:
+    """Training throughput in tokens/s: ``global_batch * seq_len / sec_per_iter``.
+
+    Source: shared DESIGN.md "Throughput in the seed tables" (seconds per iteration = one global batch).
+    """
+    return global_batch * seq_len / sec_per_iter
+
+
+def gpu_days(*, days: float, gpus: int) -> float:
+    """GPU-days ("compute-days"): wall-clock days times the number of GPUs.
+
+    Source: seeds/000_deepspeed_jean_zay_bloom7b_notes.md, the figure "Number of compute-days to
+    train on 100b tokens as a function of the number of GPUs".
+    """
+    return days * gpus
+
+
+def megatron_training_days(*, tokens: float, params: float, gpus: int, tflops_per_gpu: float) -> float:
+    """End-to-end training time in days: ``8*T*P / (n*X)``, Narayanan et al. 2021, eq. 4.
+
+    ``T`` tokens, ``P`` parameters, ``n`` GPUs, ``X`` achieved TFLOP/s per GPU. The factor 8 is
+    the paper's (and the seed's ``4*2``) count with activation recomputation; the paper's
+    example: GPT-3 175B on 300B tokens, 1024 A100 at 140 TFLOP/s -> about 34 days.
+    """
+    return 8 * tokens * params / (gpus * tflops_per_gpu * 1e12) / 86400
+
+
+#: Bytes per parameter of the model states with mixed-precision Adam (Rajbhandari et al. 2020,
+#: "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", section 3.1, K = 12).
+FP16_PARAM_BYTES = 2
+FP16_GRAD_BYTES = 2
+ADAM_FP32_STATE_BYTES = 12  # fp32 master weights, momentum and variance
+
+
+@dataclass(frozen=True, kw_only=True)
+class ZeroMemory:
+    """Model-state memory of one GPU (and what offload keeps on the host instead)."""
+
+    gpu_bytes: float
+    """fp16 parameters, fp16 gradients and Adam states held on the GPU."""
+    cpu_bytes: float
+    """The part moved to CPU memory by optimizer/parameter offload."""
+
+
+def zero_model_state_memory(
+    *, params: float, dp: int, stage: int, offload_optimizer: bool = False, offload_param: bool = False
+) -> ZeroMemory:
+    """Model-state bytes per GPU under ZeRO with mixed-precision Adam (16 bytes/parameter).
+
+    ``params`` is Ψ held by this GPU's model-parallel rank (the model's count / (TP*PP)), ``dp``
+    is N, the data-parallel degree ZeRO partitions over. Stage 0: 16Ψ; stage 1 (optimizer states
+    partitioned): 4Ψ + 12Ψ/N; stage 2 (+ gradients): 2Ψ + 14Ψ/N; stage 3 (+ parameters): 16Ψ/N.
+    Optimizer offload moves the 12-bytes optimizer part to CPU (ZeRO-Offload, stages 1-3);
+    parameter offload moves the fp16 parameter partition too (ZeRO-Infinity, stage 3 only).
+    Activations and buffers are not counted. Source: Rajbhandari et al. 2020, figure 1;
+    shared DESIGN.md "ZeRO model-state memory"; seeds/002_deepspeed_notes.md (16 bytes/param).
+    """
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero stage={stage} must be 0, 1, 2 or 3")
+    if offload_optimizer and stage == 0:
+        raise ValueError("offload_optimizer needs zero stage >= 1 (DeepSpeed's ZeRO-Offload)")
+    if offload_param and stage != 3:
+        raise ValueError(f"offload_param needs zero stage 3, not {stage} (DeepSpeed's ZeRO-Infinity)")
+    n = dp
+    param_b = FP16_PARAM_BYTES * params / (n if stage >= 3 else 1)
+    grad_b = FP16_GRAD_BYTES * params / (n if stage >= 2 else 1)
+    optim_b = ADAM_FP32_STATE_BYTES * params / (n if stage >= 1 else 1)
+    on_cpu = (optim_b if offload_optimizer else 0.0) + (param_b if offload_param else 0.0)
+    return ZeroMemory(gpu_bytes=param_b + grad_b + optim_b - on_cpu, cpu_bytes=on_cpu)
