@@ -1,0 +1,180 @@
+"""Each formula against a hand computation written here, with the numbers of the seeds and papers."""
+
+import pytest
+from logstat.analytics import formulas as f
+from logstat.analytics.gpus import peak_tflops
+
+
+def test_gpt2_params_of_the_52b_preset():
+    # h=8192, l=64, s=1024, v=50257, expanded by hand:
+    per_layer = 12 * 8192 * 8192 + 13 * 8192  # 805_306_368 + 106_496
+    assert per_layer == 805_412_864
+    expected = 64 * 805_412_864 + 50257 * 8192 + 1024 * 8192 + 2 * 8192
+    assert expected == 51_966_533_632
+    assert f.gpt2_params(hidden=8192, layers=64, vocab=50257, seq_len=1024) == 51_966_533_632
+
+
+def test_gpt2_params_of_the_seed_maintenance_example():
+    # The seed's one-liner: h=4096, l=36, s=512, v=50257 prints "Model size: 7B".
+    count = f.gpt2_params(hidden=4096, layers=36, vocab=50257, seq_len=512)
+    assert count == 36 * (12 * 4096**2 + 13 * 4096) + 50257 * 4096 + 512 * 4096 + 2 * 4096
+    assert f"{count / 10**9:.0f}B" == "7B"
+
+
+def test_seed_tflops_52b_64_gpus_gbs_1024_129s_is_52_8():
+    # 52 * 4 * 2 * 1024 * 1024 / (129 * 64 * 1e3) = 436207616 / 8256000
+    value = f.seed_tflops_per_gpu(
+        size_b=52, seq_len=1024, global_batch=1024, sec_per_iter=129, gpus=64, checkpointing=True
+    )
+    assert value == pytest.approx(436207616 / 8256000)
+    assert f"{value:.1f}" == "52.8"
+
+
+def test_seed_tflops_factor_3_without_checkpointing():
+    value = f.seed_tflops_per_gpu(
+        size_b=52, seq_len=1024, global_batch=1024, sec_per_iter=129, gpus=64, checkpointing=False
+    )
+    assert value == pytest.approx(52 * 3 * 2 * 1024 * 1024 / (129 * 64 * 1e3))
+    assert f"{value:.2f}" == "39.63"
+
+
+def test_seed_bash_example_of_the_megatron_section():
+    # THROUGHPUT=122 NNODES=16 MSIZE=52 MICRO_BATCH_SIZE=4 DP_SIZE=1 PP_CHUNKS=256 -> 55.86675409836065573770
+    gbs = f.global_batch(micro_batch=4, gas=256, dp=1)
+    value = f.seed_tflops_per_gpu(
+        size_b=52, seq_len=1024, global_batch=gbs, sec_per_iter=122, gpus=16 * 4, checkpointing=True
+    )
+    assert value == pytest.approx(55.86675409836065573770, rel=1e-12)
+
+
+def test_megatron_flops_with_recomputation_is_the_seed_count_plus_attention_and_logits():
+    b, s, layers, h, v = 1024, 1024, 64, 8192, 50257
+    flops = f.megatron_flops_per_iteration(
+        global_batch=b, seq_len=s, layers=layers, hidden=h, vocab=v, checkpointing=True
+    )
+    # 96*B*s*l*h^2 is 8 FLOPs per token per transformer-layer weight (12*l*h^2 of them): the seed's 4*2.
+    weights_only = 8 * (12 * layers * h * h) * b * s
+    assert flops == pytest.approx(weights_only * (1 + 1024 / 49152 + 50257 / (16 * 64 * 8192)))
+    assert flops / weights_only == pytest.approx(1 + 0.0208333 + 0.0059911, rel=1e-6)
+    tflops = f.tflops_per_gpu(flops_per_iteration=flops, sec_per_iter=129, gpus=64)
+    assert tflops == pytest.approx(flops / (129 * 64 * 1e12))
+    # 8 * 51.54e9 weights * 1048576 tokens / (129 s * 64 GPUs * 1e12) = 52.35, times 1.02682 = 53.75
+    assert f"{tflops:.1f}" == "53.8"
+
+
+def test_megatron_flops_without_recomputation():
+    b, s, layers, h, v = 8, 2048, 24, 2048, 51200
+    flops = f.megatron_flops_per_iteration(
+        global_batch=b, seq_len=s, layers=layers, hidden=h, vocab=v, checkpointing=False
+    )
+    # 3 passes (forward + 2x backward) of 24*B*s*l*h^2*(1 + s/6h) plus 3 * 2*B*s*h*V for the logits.
+    assert flops == pytest.approx(3 * 24 * b * s * layers * h * h * (1 + s / (6 * h)) + 3 * 2 * b * s * h * v)
+
+
+@pytest.mark.parametrize(
+    ("params", "tokens", "gpus", "tflops", "days"),
+    [
+        (175e9, 300e9, 1024, 140, 34),  # GPT-3 on 1024 A100: "about 34 days" (Narayanan et al. 2021, 5.1)
+        (1008e9, 450e9, 3072, 163, 84),  # the 1T model on 3072 A100: "around 84 days"
+    ],
+)
+def test_megatron_training_days_of_the_paper(params, tokens, gpus, tflops, days):
+    value = f.megatron_training_days(tokens=tokens, params=params, gpus=gpus, tflops_per_gpu=tflops)
+    assert value == pytest.approx(8 * tokens * params / (gpus * tflops * 1e12) / 86400)
+    assert round(value) == days
+
+
+def test_mfu_of_52_8_tflops_on_v100():
+    assert f.mfu(tflops_per_gpu=52.8, peak_tflops=peak_tflops("V100-SXM2-32GB")) == pytest.approx(52.8 / 125)
+
+
+def test_gpu_peaks():
+    assert peak_tflops("V100-SXM2-32GB", "fp16") == 125
+    assert peak_tflops("V100-SXM2-32GB", "bf16") is None  # Volta has no bf16 tensor cores
+    assert peak_tflops("A100-SXM4-80GB", "bf16") == 312
+    assert peak_tflops("H100-SXM", "bf16") == 989
+    assert peak_tflops("TPU-v4", "bf16") is None
+    assert peak_tflops(None) is None
+
+
+def test_sec_per_iter_from_hf_samples_per_second():
+    # seed: "total throughput in the table is glob_bs/samples_per_second"; 512 / 3.67 samples/s
+    assert f.sec_per_iter_from_samples(global_batch=512, samples_per_sec=3.67) == pytest.approx(
+        139.509, abs=1e-3
+    )
+
+
+def test_days_and_gpu_days_for_100b_tokens_of_the_52b_benchmark():
+    tokens_per_s = f.tokens_per_sec(global_batch=1024, seq_len=1024, sec_per_iter=129)
+    assert tokens_per_s == pytest.approx(1048576 / 129)  # 8128.5 tokens/s
+    days = f.days_to_train(tokens=100e9, tokens_per_sec=tokens_per_s)
+    assert days == pytest.approx(100e9 * 129 / 1048576 / 86400)
+    assert round(days, 1) == 142.4
+    assert round(f.gpu_days(days=days, gpus=64)) == 9113
+
+
+def test_gpu_days_of_seed_000():
+    # "Deepspeed stage 1+ gradacc 256 ... 32xA100: 29 jours" and "48xA100: 19 jours pour 100b tokens":
+    # nearly the same compute, 928 and 912 GPU-days (the figure's flat line means linear scaling).
+    assert f.gpu_days(days=29, gpus=32) == 928
+    assert f.gpu_days(days=19, gpus=48) == 912
+    # days_to_train inverts tokens/s: 100B tokens in 29 days is 100e9 / (29 * 86400) tokens/s.
+    assert f.days_to_train(tokens=100e9, tokens_per_sec=100e9 / (29 * 86400)) == pytest.approx(29)
+
+
+def test_pipeline_efficiency_seed_002():
+    # "if you set gas=8*PP you should get 90% pipeline efficiency"; "16*PP increases efficiency to 94%"
+    assert f.pipeline_efficiency(gas=8 * 16, pp=16) == pytest.approx(128 / 143)
+    assert round(f.pipeline_efficiency(gas=8 * 16, pp=16), 2) == 0.90
+    assert round(f.pipeline_efficiency(gas=16 * 16, pp=16), 2) == 0.94
+    assert f.pipeline_efficiency(gas=4, pp=1) == 1.0
+
+
+def test_batch_arithmetic_of_the_seed_tables():
+    assert f.data_parallel_size(world=64, tp=4, pp=16) == 1
+    assert f.global_batch(micro_batch=4, gas=256, dp=1) == 1024
+    # ZeRO table: 64 GPUs, TP 4, no PP -> DP 16, mbs 48 -> 768
+    assert f.data_parallel_size(world=64, tp=4, pp=1) == 16
+    assert f.global_batch(micro_batch=48, gas=1, dp=16) == 768
+
+
+@pytest.mark.parametrize(
+    ("stage", "gb"),
+    # ZeRO paper figure 1: Ψ = 7.5B, N_d = 64, K = 12: 120 GB, 31.4 GB, 16.6 GB, 1.88 GB
+    [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)],
+)
+def test_zero_memory_of_the_zero_paper_example(stage, gb):
+    memory = f.zero_model_state_memory(params=7.5e9, dp=64, stage=stage)
+    assert round(memory.gpu_bytes / 1e9, 1) == gb
+    assert memory.cpu_bytes == 0
+
+
+def test_zero_memory_formulas_by_hand():
+    psi, n = 1e9, 8
+    assert f.zero_model_state_memory(params=psi, dp=n, stage=0).gpu_bytes == 16 * psi
+    assert f.zero_model_state_memory(params=psi, dp=n, stage=1).gpu_bytes == pytest.approx(
+        4 * psi + 12 * psi / n
+    )
+    assert f.zero_model_state_memory(params=psi, dp=n, stage=2).gpu_bytes == pytest.approx(
+        2 * psi + 14 * psi / n
+    )
+    assert f.zero_model_state_memory(params=psi, dp=n, stage=3).gpu_bytes == pytest.approx(16 * psi / n)
+
+
+def test_zero_offload_moves_the_optimizer_and_parameters_to_cpu():
+    psi, n = 1e9, 8
+    s2 = f.zero_model_state_memory(params=psi, dp=n, stage=2, offload_optimizer=True)
+    assert s2.gpu_bytes == pytest.approx(2 * psi + 2 * psi / n)
+    assert s2.cpu_bytes == pytest.approx(12 * psi / n)
+    s3 = f.zero_model_state_memory(params=psi, dp=n, stage=3, offload_optimizer=True, offload_param=True)
+    assert s3.gpu_bytes == pytest.approx(2 * psi / n)  # only the fp16 gradient partition stays
+    assert s3.cpu_bytes == pytest.approx(14 * psi / n)
+
+
+def test_zero_memory_rejects_impossible_settings():
+    with pytest.raises(ValueError, match="stage=4"):
+        f.zero_model_state_memory(params=1e9, dp=8, stage=4)
+    with pytest.raises(ValueError, match="offload_param needs zero stage 3"):
+        f.zero_model_state_memory(params=1e9, dp=8, stage=2, offload_param=True)
+    with pytest.raises(ValueError, match="offload_optimizer"):
+        f.zero_model_state_memory(params=1e9, dp=8, stage=0, offload_optimizer=True)
