@@ -29,12 +29,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.distributed as dist
+from logstat.runners.entrypoints.data import RandomTokens
+from logstat.runners.entrypoints.model import GPT2Shape, build_gpt2, parameter_count
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
-
-from logstat.runners.entrypoints.data import RandomTokens
-from logstat.runners.entrypoints.model import GPT2Shape, build_gpt2, parameter_count
 
 CLIP_GRAD = 1.0  # Megatron's default --clip-grad; the logged grad norm is the norm before clipping.
 OPTIMIZERS = ("adafactor", "adamw")
