@@ -1,0 +1,225 @@
+"""The seed's markdown tables (seeds/001_gpt2_experiments_tables.md), regenerated from the runs frame.
+
+One table per stack, rows sorted by GPU count, the seed's columns (choosable), and under each
+table a line saying which statistic and which formula its numbers use. Failed runs are kept:
+a run without a measured time shows ``fail`` in Throughput, as the seed's perl one-liner printed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+
+def _fixed(expr: pl.Expr, decimals: int) -> pl.Expr:
+    """A non-negative number as text with exactly ``decimals`` decimals (polars has no printf)."""
+    scale = 10**decimals
+    scaled = (expr * scale).round(0).cast(pl.Int64)
+    if decimals == 0:
+        return scaled.cast(pl.String)
+    fraction = (scaled % scale).cast(pl.String).str.zfill(decimals)
+    return pl.format("{}.{}", scaled // scale, fraction)
+
+
+def _integer(name: str) -> pl.Expr:
+    return pl.col(name).cast(pl.String)
+
+
+def _yes_no(name: str) -> pl.Expr:
+    return pl.when(pl.col(name)).then(pl.lit("Y")).when(pl.col(name).not_()).then(pl.lit("N"))
+
+
+def _size() -> pl.Expr:
+    """``52B`` like the seed; one decimal below 10B (``7.5B``), and ``350M`` below 1B."""
+    size_b = pl.col("model_size_b")
+    return (
+        pl.when(size_b < 1)
+        .then(pl.format("{}M", _fixed(size_b * 1000, 0)))
+        .when(size_b < 10)
+        .then(pl.format("{}B", _fixed(size_b, 1)))
+        .otherwise(pl.format("{}B", _fixed(size_b, 0)))
+    )
+
+
+def _throughput() -> pl.Expr:
+    """Seconds per iteration like the seed's cells (``129s``, ``90.5s``, ``0.661s``); ``fail`` if unmeasured."""
+    sec = pl.col("sec_per_iter")
+    return (
+        pl.when(sec.is_null())
+        .then(pl.lit("fail"))
+        .when(sec >= 100)
+        .then(pl.format("{}s", _fixed(sec, 0)))
+        .when(sec >= 10)
+        .then(pl.format("{}s", _fixed(sec, 1)))
+        .otherwise(pl.format("{}s", _fixed(sec, 3)))
+    )
+
+
+def _days_100b(gpu_days: bool) -> pl.Expr:
+    """Days (or GPU-days) to train 100B tokens at the run's tokens/s (seed 000's "jours pour 100b tokens")."""
+    days = 100e9 / pl.col("tokens_per_sec") / 86400
+    return _fixed(days * pl.col("gpus") if gpu_days else days, 0)
+
+
+def _notes() -> pl.Expr:
+    """The log's file name (so a reader can check the row), and the status of a run that did not end ok."""
+    name = pl.col("path").str.extract(r"([^/\\]+)$")
+    status = pl.col("status")
+    return (
+        pl.when(status.is_null() | (status == "ok")).then(name).otherwise(pl.format("{} ({})", name, status))
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Column:
+    """One column a table can show."""
+
+    header: str
+    """The header cell, as the seed writes it."""
+    cell: Callable[[], pl.Expr]
+    """The cell text of every row (null shows as an empty cell)."""
+    right: bool = True
+    """Right-aligned (``---:``) like the seed's numbers; False for text."""
+
+
+COLUMNS: dict[str, Column] = {
+    c.header.lower(): c
+    for c in (
+        Column(header="GPUs", cell=lambda: _integer("gpus")),
+        Column(header="Size", cell=_size),
+        Column(header="TP", cell=lambda: _integer("tp")),
+        Column(header="DP", cell=lambda: _integer("dp")),
+        Column(header="PP", cell=lambda: _integer("pp")),
+        Column(header="PP Chunks", cell=lambda: _integer("gas")),
+        Column(header="Zero", cell=lambda: _integer("zero_stage")),
+        Column(header="Opt Offl", cell=lambda: _yes_no("offload_optimizer"), right=False),
+        Column(header="Par Offl", cell=lambda: _yes_no("offload_param"), right=False),
+        Column(header="Mic-BS", cell=lambda: _integer("micro_batch_size")),
+        Column(header="Glob-BS", cell=lambda: _integer("global_batch_size")),
+        Column(header="Seq", cell=lambda: _integer("seq_len")),
+        Column(header="Throughput", cell=_throughput),
+        Column(header="TFlops", cell=lambda: _fixed(pl.col("tflops_per_gpu"), 1)),
+        Column(header="TFlops Megatron", cell=lambda: _fixed(pl.col("tflops_per_gpu_megatron"), 1)),
+        Column(header="MFU", cell=lambda: pl.format("{}%", _fixed(pl.col("mfu") * 100, 1))),
+        Column(header="Days 100B", cell=lambda: _days_100b(gpu_days=False)),
+        Column(header="GPU-days 100B", cell=lambda: _days_100b(gpu_days=True)),
+        Column(header="GPU", cell=lambda: pl.col("gpu_model"), right=False),
+        Column(header="Notes", cell=_notes, right=False),
+    )
+}
+
+_MEGATRON = ("GPUs", "Size", "DP", "PP", "PP Chunks", "Mic-BS", "Glob-BS", "Throughput", "TFlops", "Notes")
+_ZERO = ("GPUs", "Size", "TP", "DP", "Mic-BS", "Glob-BS", "Throughput", "TFlops", "Notes")
+_HF = ("GPUs", "Size", "Zero", "Opt Offl", "Par Offl", "Mic-BS", "Glob-BS", "Throughput", "TFlops", "Notes")
+_OTHER = ("GPUs", "Size", "TP", "DP", "PP", "Mic-BS", "Glob-BS", "Throughput", "TFlops", "Notes")
+
+#: stack title -> the seed's columns for it, in the order the seed's sections come.
+STACKS: dict[str, tuple[str, ...]] = {
+    "Megatron": _MEGATRON,
+    "Megatron + DeepSpeed 3D": _MEGATRON,
+    "Megatron + DeepSpeed ZeRO": _ZERO,
+    "HF Trainer + DeepSpeed": _HF,
+    "DeepSpeed": _ZERO,
+    "minGPT": _OTHER,
+}
+
+
+def stack_title() -> pl.Expr:
+    """The seed section a run belongs to, from its log family and parallelism."""
+    family = pl.col("family")
+    return (
+        pl.when(family == "megatron")
+        .then(pl.lit("Megatron"))
+        .when((family == "megatron-deepspeed") & (pl.col("pp").fill_null(1) > 1))
+        .then(pl.lit("Megatron + DeepSpeed 3D"))
+        .when(family == "megatron-deepspeed")
+        .then(pl.lit("Megatron + DeepSpeed ZeRO"))
+        .when(family == "hf-trainer")
+        .then(pl.lit("HF Trainer + DeepSpeed"))
+        .when(family == "deepspeed")
+        .then(pl.lit("DeepSpeed"))
+        .when(family == "mingpt")
+        .then(pl.lit("minGPT"))
+        .otherwise(pl.format("Other ({})", family.fill_null("unknown")))
+    )
+
+
+def parse_columns(spec: str | None) -> tuple[str, ...] | None:
+    """``"GPUs,Size,TFlops"`` -> the column headers; ValueError naming the unknown ones and the valid ones."""
+    if spec is None:
+        return None
+    names = [name.strip() for name in spec.split(",") if name.strip()]
+    unknown = [name for name in names if name.lower() not in COLUMNS]
+    if unknown or not names:
+        valid = ", ".join(c.header for c in COLUMNS.values())
+        raise ValueError(
+            f"--columns: unknown column(s) {', '.join(unknown) or '(none given)'}; choose from {valid}"
+        )
+    return tuple(COLUMNS[name.lower()].header for name in names)
+
+
+def _markdown(headers: Sequence[str], rows: list[tuple[str | None, ...]]) -> list[str]:
+    """A GitHub table, padded so that it reads as a table in plain text too."""
+    cells = [[(v or "").replace("|", "\\|") for v in row] for row in rows]
+    widths = [max([len(h), 3, *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    right = [COLUMNS[h.lower()].right for h in headers]
+
+    def line(values: Sequence[str]) -> str:
+        padded = (v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right, strict=True))
+        return "| " + " | ".join(padded) + " |"
+
+    delimiter = (
+        "| "
+        + " | ".join(("-" * (w - 1) + ":") if r else "-" * w for w, r in zip(widths, right, strict=True))
+        + " |"
+    )
+    return [line(headers), delimiter, *(line(r) for r in cells)]
+
+
+def _legend(group: pl.DataFrame, headers: Sequence[str]) -> str:
+    """The line under a table: which statistic and which formula its numbers use."""
+    parts = []
+    if "Throughput" in headers:
+        sources = sorted(s for s in group["sec_per_iter_source"].unique().to_list() if s)
+        warmup = sorted(w for w in group["warmup_skipped"].unique().to_list() if w is not None)
+        skipped = "/".join(str(w) for w in warmup if w)
+        statistic = f"skipping the first {skipped} (warm-up)" if skipped else "all of them"
+        parts.append(
+            f"Throughput = seconds per iteration (one global batch), median of the logged iterations, "
+            f"{statistic}, from {', '.join(sources) or 'no timed iterations'}; "
+            "`fail` = no timed iteration"
+        )
+    if "TFlops" in headers:
+        parts.append(
+            "TFlops = per GPU, seed formula `Size * f * 2 * seq * Glob-BS / (Throughput * GPUs * 1e3)`, "
+            "f = 4 with activation checkpointing, 3 without"
+        )
+    if "TFlops Megatron" in headers:
+        parts.append("TFlops Megatron = Narayanan et al. 2021 eq. 3 (attention and logits counted)")
+    if "MFU" in headers:
+        parts.append("MFU = TFlops / the GPU's dense fp16/bf16 peak")
+    if "Size" in headers:
+        parts.append("Size = parameters from the shape, units of 1e9")
+    return "_" + "; ".join(parts) + "._" if parts else ""
+
+
+def render_tables(runs: pl.DataFrame, *, columns: Sequence[str] | None = None) -> str:
+    """Markdown: a ``### stack`` heading, a table and its legend line for each stack in ``runs``.
+
+    ``runs`` has the columns of RUNS_SCHEMA and SUMMARY_SCHEMA (logstat.parsers.schema).
+    ``columns`` (headers of :data:`COLUMNS`) replaces every stack's default columns.
+    """
+    if runs.is_empty():
+        return ""
+    titled = runs.with_columns(stack_title().alias("_stack"))
+    order = {title: i for i, title in enumerate(STACKS)}
+    titles = sorted(titled["_stack"].unique().to_list(), key=lambda t: (order.get(t, len(order)), t))
+    out: list[str] = []
+    for title in titles:
+        headers = tuple(columns) if columns else STACKS.get(title, _OTHER)
+        group = titled.filter(pl.col("_stack") == title).sort(["gpus", "path"], nulls_last=True)
+        cells = group.select(COLUMNS[h.lower()].cell().alias(h) for h in headers)
+        out += [f"### {title}", "", *_markdown(headers, cells.rows()), "", _legend(group, headers), ""]
+    return "\n".join(out)
