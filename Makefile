@@ -43,3 +43,10 @@ format: install
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
+
+# A single-node Slurm cluster on this machine (tests/slurm_cluster.py; README "Slurm"). Standard library only.
+slurm-up:
+	$(PYTHON) tests/slurm_cluster.py up
+
+slurm-down:
+	$(PYTHON) tests/slurm_cluster.py down
