@@ -1,0 +1,39 @@
+"""`logstat estimate` through the real console entry point."""
+
+import subprocess
+import sys
+
+SEED_52B = ["--model", "52B", "--gpus", "64", "--tp", "4", "--pp", "16", "--zero", "1", "--micro-batch", "4"]
+
+
+def logstat(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "from logstat.cli import main; main()", *args], capture_output=True, text=True
+    )
+
+
+def test_estimate_of_the_seed_52b_benchmark():
+    r = logstat("estimate", *SEED_52B, "--gas", "256", "--sec-per-iter", "129")
+    assert r.returncode == 0, r.stderr
+    assert "Parameters: 51.97B" in r.stdout
+    assert "Pipeline efficiency: 94.5%" in r.stdout
+    assert "TFLOPs per GPU: 52.8" in r.stdout
+    assert "Days for 100B tokens: 142.4" in r.stdout
+    assert r.stderr == ""
+
+
+def test_bad_input_is_one_line_on_stderr_and_exit_1():
+    r = logstat("estimate", "--model", "53B", "--gpus", "64")
+    assert r.returncode == 1
+    assert r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        "Error: logstat estimate: --model 53B: no GPT-2 preset of size 53B; "
+        "presets: 7, 14, 18, 25, 30, 39, 52, 65, 81, 97, 116, 136, 158, 181, 206"
+    ]
+    r = logstat("estimate", "--hidden", "4096", "--gpus", "8")
+    assert r.returncode == 1 and "give --model (e.g. 52B) or both --hidden and --layers" in r.stderr
+
+
+def test_help_has_an_example():
+    r = logstat("estimate", "--help")
+    assert r.returncode == 0 and "Example:" in r.stdout and "logstat estimate --model 52B" in r.stdout

@@ -1,0 +1,77 @@
+"""`logstat estimate` numbers against hand computations (the seed's 52B benchmark)."""
+
+import pytest
+from logstat.analytics.estimate import Plan, estimate_text, preset_shape, validate
+
+
+def seed_52b(**overrides) -> Plan:
+    label, shape = preset_shape("52B")
+    fields = dict(gpus=64, tp=4, pp=16, zero_stage=1, micro_batch=4, gas=256, sec_per_iter=129.0)
+    fields.update(overrides)
+    return Plan(label=label, **shape, **fields)
+
+
+def test_preset_shape_comes_from_the_runners_presets():
+    assert preset_shape("52B") == (
+        "GPT-2 52B preset",
+        {"hidden": 8192, "layers": 64, "seq_len": 1024, "vocab": 50257},
+    )
+    assert preset_shape("7")[1]["hidden"] == 4096
+    with pytest.raises(ValueError, match="no GPT-2 preset of size 53B; presets: 7, 14"):
+        preset_shape("53B")
+    with pytest.raises(ValueError, match="not a preset size like 52B"):
+        preset_shape("big")
+
+
+def test_the_52b_benchmark_estimate():
+    text = estimate_text(seed_52b(gpu_model="V100-SXM2-32GB"))
+    assert "Parameters: 51.97B (51,966,533,632)" in text
+    assert "Parallelism: 64 GPUs = TP 4 x PP 16 x DP 1" in text
+    assert "Global batch: 1024 = micro batch 4 x gas 256 x DP 1" in text
+    assert "Pipeline efficiency: 94.5% = gas/(gas+PP-1) = 256/271" in text  # 256/271 = 0.9446
+    # Ψ per rank = 51966533632 / 64 = 811.98M; ZeRO 1 with N = 1 keeps all 16 bytes: 12.99 GB
+    assert "Ψ = 0.812B per TP x PP rank, partitioned over N = DP = 1" in text
+    assert "| 1 (this run) | 13.0 | 3.2 | - | 9.7 |" in text  # offloaded: 4Ψ = 3.25 GB stay, 12Ψ = 9.74 GB go
+    assert "This run (ZeRO 1): 13.0 GB per GPU" in text
+    # 1024 * 1024 / 129 = 8128.5 tokens/s
+    assert "129 s/iteration = 8,128 tokens/s" in text
+    # seed formula with the computed size: 51.9665 * 8 * 1024 * 1024 / (129 * 64e3) = 52.80
+    assert "TFLOPs per GPU: 52.8 (seed formula, factor 4); 53.8 (Megatron eq. 3)" in text
+    # 53.75 / 125
+    assert "MFU: 43.0% of the V100-SXM2-32GB fp16 dense peak 125 TFLOPs" in text
+    # 100e9 / 8128.5 / 86400 = 142.39 days; * 64 = 9113 GPU-days
+    assert text.endswith("Days for 100B tokens: 142.4 (9,113 GPU-days)\n")
+
+
+def test_zero_memory_with_data_parallelism():
+    # 8 GPUs, DP 8, the 7B preset (h 4096, l 36): Ψ = 36*(12*4096^2+13*4096) + 50257*4096 + 1024*4096 + 2*4096
+    psi = 36 * (12 * 4096**2 + 13 * 4096) + 50257 * 4096 + 1024 * 4096 + 2 * 4096
+    label, shape = preset_shape("7B")
+    text = estimate_text(
+        Plan(label=label, **shape, gpus=8, zero_stage=3, offload_optimizer=True, offload_param=True)
+    )
+    stage3 = (
+        f"| 3 (this run) | {16 * psi / 8 / 1e9:.1f} | {4 * psi / 8 / 1e9:.1f} | {2 * psi / 8 / 1e9:.1f} | "
+    )
+    assert stage3 + f"{14 * psi / 8 / 1e9:.1f} |" in text
+    assert f"| 2 | {(2 * psi + 14 * psi / 8) / 1e9:.1f} |" in text
+    assert "TFLOPs and days: give --sec-per-iter" in text
+
+
+def test_layers_not_divisible_by_pp_is_noted():
+    assert "layers=64 is not divisible by pp=3" in estimate_text(seed_52b(gpus=12, pp=3, tp=4))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"gpus": 63}, "gpus=63 must be a multiple of tp\\*pp=4\\*16=64"),
+        ({"gas": 0}, "gas=0 must be at least 1"),
+        ({"sec_per_iter": 0.0}, "sec_per_iter=0.0 must be positive"),
+        ({"gpu_model": "V99"}, "gpu_model='V99' is unknown"),
+        ({"zero_stage": 2, "offload_param": True}, "offload_param needs zero stage 3"),
+    ],
+)
+def test_impossible_plans_name_the_field(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        validate(seed_52b(**overrides))
