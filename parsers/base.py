@@ -29,6 +29,8 @@ class Family:
     """How strongly the run's collected records say "this family" (0 = not at all)."""
     description: str = ""
     """One line for ``--family`` help and error messages."""
+    context: bool = False
+    """True for launcher/cluster context (Slurm): such a family is never a run's primary family."""
 
 
 @dataclass
@@ -44,15 +46,26 @@ class RunBuilder:
     failure: tuple[str, str, int] | None = None  # (status, reason, line)
     state: dict[str, Any] = field(default_factory=dict)  # per-family scratch (multi-line blocks)
     last_iteration: int | None = None
+    current_file: str = ""  # the file being read (a run may be a job's .out and .err)
+    failure_path: str | None = None  # the file holding the failure evidence line
+    completion: tuple[str, int, str] | None = None  # (evidence, line, file): the run reached its end
+    capturing: set[str] = field(default_factory=set)  # families that asked for every line (open blocks)
 
     def saw(self, family: str) -> None:
         """Count one record of ``family`` (family detection uses these counts)."""
         self.families_seen[family] = self.families_seen.get(family, 0) + 1
 
     def set_fact(self, name: str, value: Any, family: str, lineno: int, *, override: bool = False) -> None:
-        """Record a run fact; the first source wins unless ``override`` (e.g. the manifest)."""
-        if value is None or (name in self.facts and not override):
+        """Record a run fact. The first family to state a fact wins over other families (DeepSpeed's
+        ``world_size`` of a Megatron run is its DP size, not the GPU count); a family's later statement
+        replaces its own earlier one, so a job that relaunched its training reports the final attempt.
+        ``override`` (the run's manifest) always wins."""
+        if value is None:
             return
+        if name in self.facts and not override:
+            owner = self.provenance.get(name, "").split(":", 1)[0]
+            if owner != family or owner == "manifest":
+                return
         self.facts[name] = value
         self.provenance[name] = f"{family}:{lineno}"
 
@@ -72,11 +85,31 @@ class RunBuilder:
         for name, ms in timers.items():
             self.timers.append({"iteration": step, "timer": name, "ms": ms, "family": family, "line": lineno})
 
+    def raise_metric(self, step: int, name: str, value: float, family: str, lineno: int) -> None:
+        """Keep the largest ``value`` of a per-rank metric of ``step`` (memory: the peak rank matters)."""
+        row = self.iterations.get(step)
+        if row is None:
+            row = self.iterations[step] = {"iteration": step, "family": family, "line": lineno}
+        if row.get(name) is None or value > row[name]:
+            row[name] = value
+
     def fail(self, status: str, reason: str, lineno: int) -> None:
         """Record what ended the run; a later failure of higher severity replaces an earlier one."""
         severity = {"incomplete": 0, "failed": 1, "cancelled": 2}
         if self.failure is None or severity.get(status, 1) > severity.get(self.failure[0], 1):
             self.failure = (status, reason.strip()[:300], lineno)
+            self.failure_path = self.current_file
+
+    def complete(self, evidence: str, lineno: int) -> None:
+        """Record that the run reached its end (final metrics, "after training is done")."""
+        self.completion = (evidence.strip()[:300], lineno, self.current_file)
+
+    def capture(self, family: str, on: bool = True) -> None:
+        """Ask for every line (not only lines with a marker) while a multi-line block is open."""
+        if on:
+            self.capturing.add(family)
+        else:
+            self.capturing.discard(family)
 
     def provenance_json(self) -> str:
         return json.dumps(self.provenance, sort_keys=True)

@@ -17,6 +17,7 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     "status": pl.String,  # ok | failed | cancelled | incomplete | empty | unreadable
     "reason": pl.String,  # the evidence line (quoted) or why nothing was read
     "reason_line": pl.Int64,  # line number of the evidence
+    "reason_path": pl.String,  # the file holding the evidence line (a job's .err, say)
     "gpus": pl.Int64,  # world size
     "gpus_per_node": pl.Int64,
     "nodes": pl.Int64,
@@ -39,6 +40,7 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     "activation_checkpointing": pl.Boolean,
     "precision": pl.String,  # fp16 | bf16 | fp32
     "gpu_model": pl.String,  # normalised, e.g. "V100-SXM2-32GB", "A100-SXM4-80GB", "H100-SXM"
+    "train_iters": pl.Int64,  # planned training steps (Megatron's train_iters, HF's max_steps)
     "logged_model_size": pl.Float64,  # the log's own "Model size" number, as printed (billions in its unit)
     "final_train_runtime_s": pl.Float64,  # HF Trainer's train_runtime
     "final_samples_per_sec": pl.Float64,  # HF Trainer's train_samples_per_second

@@ -1,0 +1,86 @@
+"""Shared pyparsing pieces of the log families, module-level and named so each is testable alone.
+
+- ``number``: integer / float / scientific literal, also ``nan`` and ``inf``.
+- ``dotted_record``: ``  name ........ value`` lines of Megatron's arguments dump and DeepSpeed's
+  config printer (old Megatron pads long names with spaces only: ``  long_name  value``).
+- ``pipe_record``: ``key: value | key: value |`` records (Megatron iteration, timer and memory lines).
+- ``eq_record``: ``key=value, key=value`` records (DeepSpeed ``step=``/throughput lines).
+
+Parse actions only convert types; turning parse results into facts is the families' job.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pyparsing as pp
+from pyparsing import pyparsing_common as ppc
+
+nan_inf = pp.Regex(r"[-+]?(?:nan|inf(?:inity)?)\b", flags=re.IGNORECASE).set_name("nan_inf")
+nan_inf.set_parse_action(lambda t: float(t[0]))
+number = (ppc.sci_real | ppc.real | ppc.signed_integer | nan_inf).set_name("number")
+
+field_name = pp.Regex(r"[A-Za-z][^:|=\n]*?(?=\s*:)").set_name("field_name")
+pipe_field = pp.Group(field_name("name") + pp.Suppress(":") + number("value")).set_name("pipe_field")
+# A field whose value is not a number (e.g. "learning rate: N/A") is skipped, not fatal.
+pipe_other = pp.Suppress(pp.Regex(r"[^|]+")).set_name("pipe_other")
+pipe_record = pp.ZeroOrMore(pp.Suppress("|") | pipe_field | pipe_other).set_name("pipe_record")
+
+arg_name = pp.Word(pp.alphas + "_", pp.alphanums + "_").set_name("arg_name")
+# Whitespace is part of the filler (two spaces separate a long name from its value): do not skip it.
+arg_filler = pp.Regex(r"\s*\.{2,}\s*|\s{2,}").leave_whitespace().set_name("arg_filler")
+dotted_record = (
+    arg_name("name") + pp.Suppress(arg_filler) + pp.Regex(r".*")("value") + pp.StringEnd()
+).set_name("dotted_record")
+
+eq_name = pp.Word(pp.alphas + "_", pp.alphanums + "_").set_name("eq_name")
+eq_list = pp.Suppress("[") + pp.Optional(pp.DelimitedList(number)) + pp.Suppress("]")
+eq_value = (number + pp.Optional(pp.Word(pp.alphas)("unit")).suppress()) | pp.Group(eq_list)
+eq_field = pp.Group(eq_name + pp.Suppress("=") + eq_value).set_name("eq_field")
+eq_record = pp.DelimitedList(eq_field, delim=pp.one_of(", /")).set_name("eq_record")
+
+
+def pipe_fields(text: str) -> dict[str, float]:
+    """``key: value |`` fields of ``text`` as a dict (names stripped, lower case); never raises."""
+    try:
+        parsed = pipe_record.parse_string(text)
+    except pp.ParseBaseException:
+        return {}
+    return {group["name"].strip().lower(): group["value"] for group in parsed}
+
+
+def dotted(text: str) -> tuple[str, str] | None:
+    """``(name, value)`` of a ``name ..... value`` record, or None; the value is the raw text."""
+    try:
+        parsed = dotted_record.parse_string(text)
+    except pp.ParseBaseException:
+        return None
+    return parsed["name"], parsed["value"].strip()
+
+
+def eq_fields(text: str) -> dict[str, Any]:
+    """``key=value`` fields of ``text`` (lists stay lists, units such as ``GB`` dropped); never raises."""
+    out: dict[str, Any] = {}
+    for tokens, _, _ in eq_field.scan_string(text):
+        name, value = tokens[0][0], tokens[0][1]
+        out[name] = value.as_list() if isinstance(value, pp.ParseResults) else value
+    return out
+
+
+def literal(text: str) -> Any:
+    """A dumped value as Python: None/True/False, int, float, else the stripped string."""
+    value = text.strip()
+    lowered = value.lower()
+    if lowered in ("none", "null", ""):
+        return None
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        return float(value)
+    except ValueError:
+        return value

@@ -1,0 +1,84 @@
+"""Run facts from the ``manifest.json`` the runners write beside a run's log.
+
+The manifest holds what was launched (the resolved spec), so its facts override what the parsers
+read or could not read from the log; provenance says ``manifest``. A log without a manifest, or
+with one that cannot be read, is parsed from its lines alone (a broken manifest is noted in the
+run's state, never fatal).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from logstat.parsers.base import RunBuilder
+
+MANIFEST_NAME = "manifest.json"
+
+#: fact name -> (spec section, key) in the manifest's ``spec``.
+SPEC_FACTS: dict[str, tuple[str, str]] = {
+    "tp": ("parallel", "tp"),
+    "pp": ("parallel", "pp"),
+    "micro_batch_size": ("batch", "micro"),
+    "gas": ("batch", "gas"),
+    "global_batch_size": ("batch", "global_batch"),
+    "seq_len": ("model", "seq_len"),
+    "hidden_size": ("model", "hidden_size"),
+    "num_layers": ("model", "num_layers"),
+    "num_heads": ("model", "num_heads"),
+    "vocab_size": ("model", "vocab_size"),
+    "zero_stage": ("train", "zero_stage"),
+    "offload_optimizer": ("train", "offload_optimizer"),
+    "offload_param": ("train", "offload_param"),
+    "activation_checkpointing": ("train", "activation_checkpointing"),
+    "precision": ("train", "precision"),
+    "nodes": ("cluster", "nodes"),
+    "gpus_per_node": ("cluster", "gpus_per_node"),
+    "gpu_model": ("cluster", "gpu_model"),
+    "train_iters": ("", "steps"),
+}
+
+#: fact name -> top-level manifest key.
+TOP_FACTS: dict[str, str] = {"gpus": "world_size", "dp": "dp", "job_id": "slurm_job_id"}
+
+
+def find(log_path: Path) -> Path | None:
+    """The manifest beside ``log_path`` (same directory), if there is one."""
+    candidate = log_path.parent / MANIFEST_NAME
+    return candidate if candidate.is_file() else None
+
+
+def facts(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The run facts a manifest states (absent keys are left out, never guessed)."""
+    spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
+    out: dict[str, Any] = {}
+    for fact, (section, key) in SPEC_FACTS.items():
+        holder = spec if not section else spec.get(section)
+        if isinstance(holder, dict) and holder.get(key) is not None:
+            out[fact] = holder[key]
+    for fact, key in TOP_FACTS.items():
+        if manifest.get(key) is not None:
+            out[fact] = manifest[key]
+    cluster = spec.get("cluster") if isinstance(spec.get("cluster"), dict) else {}
+    if cluster.get("use_gpus") is False:
+        out.pop("gpu_model", None)  # a CPU run has no GPU model, whatever the spec's cluster says
+    if "job_id" in out:
+        out["job_id"] = str(out["job_id"])
+    return out
+
+
+def apply(run: RunBuilder, log_path: Path) -> None:
+    """Override ``run``'s facts with those of the manifest beside ``log_path`` (if any)."""
+    path = find(log_path)
+    if path is None:
+        return
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        run.state.setdefault("parse_errors", []).append(f"manifest {path}: {exc}")
+        return
+    if not isinstance(manifest, dict):
+        return
+    for name, value in facts(manifest).items():
+        run.set_fact(name, value, "manifest", 0, override=True)

@@ -1,0 +1,264 @@
+"""Megatron-LM and Megatron-DeepSpeed logs.
+
+Lines read (real examples in fixtures/megatron/):
+- `` iteration  2/ 1000 | consumed samples: 2048 | elapsed time per iteration (ms): 129028.8 | ...``
+  (old versions lack consumed samples; ``lm loss`` or ``lm-loss``; newer ones add
+  ``throughput per GPU (TFLOP/s/GPU)``; a timestamp may precede it);
+- ``time (ms) | forward-compute: 32054.16 | ...`` (timers of the step logged just before);
+- ``[Rank 0] (after 1 iterations) memory (MB) | allocated: ... | max allocated: ...`` and the old
+  ``after 1 iterations memory (MB) | ...``;
+- the arguments dump between ``---- arguments ----`` and ``---- end of arguments ----``;
+- ``using world size: 64, data-parallel-size: 1, tensor-model-parallel size: 4, pipeline-model-parallel
+  size: 16`` (old: ``using world size: 64 and model-parallel size: 4``), ``using torch.float16 for
+  parameters``, ``padded vocab (size: 50257) with 431 dummy tokens (new size: 50688)``, ``setting number
+  of micro-batches to constant 256``, ``Effective Tera Flops per GPU: 41.94 and total parameters 52.005 B``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pyparsing as pp
+from logstat.parsers.base import Family, RunBuilder
+from logstat.parsers.grammar import dotted, literal, pipe_fields
+from pyparsing import pyparsing_common as ppc
+
+NAME = "megatron"
+
+step = ppc.integer("step").set_name("step")
+train_iters = ppc.integer("train_iters").set_name("train_iters")
+iteration_header = (pp.Keyword("iteration") + step + pp.Suppress("/") + train_iters).set_name(
+    "iteration_header"
+)
+
+_WORLD = re.compile(
+    r"using world size: (?P<world>\d+), data-parallel-size: (?P<dp>\d+), "
+    r"tensor-model-parallel size: (?P<tp>\d+), pipeline-model-parallel size: (?P<pp>\d+)"
+)
+_WORLD_OLD = re.compile(r"using world size: (?P<world>\d+) and model-parallel size: (?P<tp>\d+)")
+_DTYPE = re.compile(r"using torch\.(?P<dtype>\w+) for parameters")
+_PADDED_VOCAB = re.compile(
+    r"padded vocab \(size: (?P<vocab>\d+)\) with \d+ dummy tokens \(new size: (?P<padded>\d+)\)"
+)
+_MICRO_BATCHES = re.compile(r"setting number of micro-batches to constant (?P<gas>\d+)")
+_EFFECTIVE_TFLOPS = re.compile(
+    r"Effective Tera Flops per GPU: (?P<tflops>[\d.]+) and total parameters (?P<params>[\d.]+) B"
+)
+_MEMORY = re.compile(r"after (?P<step>\d+) iterations\)? memory \(MB\)")
+_DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32"}
+
+#: iteration-line field (lower case) -> ITERATIONS_SCHEMA column.
+ITERATION_FIELDS: dict[str, str] = {
+    "elapsed time per iteration (ms)": "elapsed_ms",
+    "learning rate": "lr",
+    "lm loss": "loss",
+    "lm-loss": "loss",
+    "loss": "loss",
+    "loss scale": "loss_scale",
+    "grad norm": "grad_norm",
+    "number of skipped iterations": "skipped",
+    "number of nan iterations": "nan",
+    "throughput per gpu (tflop/s/gpu)": "logged_tflops_per_gpu",
+    "tflops": "logged_tflops_per_gpu",
+    "samples per second": "samples_per_sec",
+}
+_INT_METRICS = {"skipped", "nan"}
+
+#: arguments-dump name (matched whole) -> RUNS_SCHEMA fact. ``ffn_hidden_size`` is not ``hidden_size``
+#: and ``checkpoint_num_layers`` is not ``num_layers``: only exact names map.
+ARG_FACTS: dict[str, str] = {
+    "world_size": "gpus",
+    "tensor_model_parallel_size": "tp",
+    "model_parallel_size": "tp",  # old Megatron: model parallelism was tensor parallelism only
+    "pipeline_model_parallel_size": "pp",
+    "data_parallel_size": "dp",
+    "micro_batch_size": "micro_batch_size",
+    "batch_size": "micro_batch_size",  # old Megatron's name of the per-GPU batch
+    "global_batch_size": "global_batch_size",
+    "seq_length": "seq_len",
+    "hidden_size": "hidden_size",
+    "ffn_hidden_size": "ffn_hidden_size",
+    "num_layers": "num_layers",
+    "num_attention_heads": "num_heads",
+    "padded_vocab_size": "padded_vocab_size",
+    "vocab_size": "vocab_size",
+    "zero_stage": "zero_stage",
+    "train_iters": "train_iters",
+}
+
+
+def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
+    """Read one Megatron line into ``run``; lines it does not know are ignored."""
+    state = run.state.setdefault(NAME, {})
+    if state.get("in_args"):
+        if "end of arguments" in text:
+            _end_arguments(state, lineno, run)
+        else:
+            record = dotted(text)
+            if record is not None:
+                state["args"][record[0]] = (literal(record[1]), lineno)
+        return
+    if " arguments --" in text and "end of arguments" not in text:
+        state.update(in_args=True, args={})
+        run.capture(NAME)
+        run.saw(NAME)
+        return
+    if "elapsed time per iteration" in text:
+        _iterations(text, lineno, run)
+    elif "time (ms)" in text:
+        _timers(text, lineno, run)
+    elif "memory (MB)" in text:
+        _memory(text, lineno, run)
+    elif "using world size" in text:
+        _world(text, lineno, run)
+    elif "Effective Tera Flops" in text:
+        _effective_tflops(text, lineno, run)
+    elif "after training is done" in text or "exiting program at iteration" in text:
+        run.complete(text.strip(), lineno)
+    else:
+        _misc(text, lineno, run)
+
+
+def _iterations(text: str, lineno: int, run: RunBuilder) -> None:
+    """One or several (glued) iteration records."""
+    headers = list(iteration_header.scan_string(text))
+    for index, (tokens, start, end) in enumerate(headers):
+        stop = headers[index + 1][1] if index + 1 < len(headers) else len(text)
+        fields = pipe_fields(text[end:stop])
+        metrics: dict[str, Any] = {}
+        for name, value in fields.items():
+            column = ITERATION_FIELDS.get(name)
+            if column is not None and metrics.get(column) is None:
+                metrics[column] = int(value) if column in _INT_METRICS else float(value)
+        run.saw(NAME)
+        run.set_fact("train_iters", tokens["train_iters"], NAME, lineno)
+        if "global batch size" in fields:
+            run.set_fact("global_batch_size", int(fields["global batch size"]), NAME, lineno)
+        run.add_iteration(tokens["step"], NAME, lineno, **metrics)
+
+
+def _timers(text: str, lineno: int, run: RunBuilder) -> None:
+    timers = {name: float(value) for name, value in pipe_fields(text.split("time (ms)", 1)[1]).items()}
+    if timers:
+        run.add_timers(timers, NAME, lineno)
+
+
+def _memory(text: str, lineno: int, run: RunBuilder) -> None:
+    """Memory of each rank after step N: the run keeps the largest rank's numbers."""
+    matches = list(_MEMORY.finditer(text))
+    for index, match in enumerate(matches):
+        stop = matches[index + 1].start() if index + 1 < len(matches) else len(text)
+        fields = pipe_fields(text[match.end() : stop])
+        step_number = int(match["step"])
+        for name, column in (("allocated", "mem_allocated_mb"), ("max allocated", "mem_max_allocated_mb")):
+            if name in fields:
+                run.raise_metric(step_number, column, float(fields[name]), NAME, lineno)
+
+
+def _world(text: str, lineno: int, run: RunBuilder) -> None:
+    match = _WORLD.search(text)
+    if match:
+        run.saw(NAME)
+        for fact, group in (("gpus", "world"), ("dp", "dp"), ("tp", "tp"), ("pp", "pp")):
+            run.set_fact(fact, int(match[group]), NAME, lineno)
+        return
+    match = _WORLD_OLD.search(text)
+    if match:
+        run.saw(NAME)
+        world, tp = int(match["world"]), int(match["tp"])
+        run.set_fact("gpus", world, NAME, lineno)
+        run.set_fact("tp", tp, NAME, lineno)
+        # This Megatron has no pipeline parallelism (it says "model-parallel size", not tensor/pipeline):
+        # PP is 1 by construction and the rest of the world is data parallel.
+        run.set_fact("pp", 1, NAME, lineno)
+        if world % tp == 0:
+            run.set_fact("dp", world // tp, NAME, lineno)
+
+
+def _effective_tflops(text: str, lineno: int, run: RunBuilder) -> None:
+    match = _EFFECTIVE_TFLOPS.search(text)
+    if match is None:
+        return
+    run.set_fact("logged_model_size", float(match["params"]), NAME, lineno)
+    if run.last_iteration is not None:
+        run.add_iteration(run.last_iteration, NAME, lineno, logged_tflops_per_gpu=float(match["tflops"]))
+
+
+def _misc(text: str, lineno: int, run: RunBuilder) -> None:
+    match = _DTYPE.search(text)
+    if match and match["dtype"] in _DTYPES:
+        run.set_fact("precision", _DTYPES[match["dtype"]], NAME, lineno)
+        return
+    match = _PADDED_VOCAB.search(text)
+    if match:
+        run.set_fact("vocab_size", int(match["vocab"]), NAME, lineno)
+        run.set_fact("padded_vocab_size", int(match["padded"]), NAME, lineno)
+        return
+    match = _MICRO_BATCHES.search(text)
+    if match:
+        run.set_fact("gas", int(match["gas"]), NAME, lineno)
+
+
+def _end_arguments(state: dict, lineno: int, run: RunBuilder) -> None:
+    """The dump is complete: turn its arguments into run facts."""
+    state["in_args"] = False
+    run.capture(NAME, False)
+    args: dict[str, tuple[Any, int]] = state.get("args", {})
+    for name, fact in ARG_FACTS.items():
+        if name in args and isinstance(args[name][0], int) and not isinstance(args[name][0], bool):
+            run.set_fact(fact, args[name][0], NAME, args[name][1])
+    precision = _precision(args)
+    if precision is not None:
+        run.set_fact("precision", precision[0], NAME, precision[1])
+    checkpointing = _checkpointing(args)
+    if checkpointing is not None:
+        run.set_fact("activation_checkpointing", checkpointing[0], NAME, checkpointing[1])
+
+
+def _precision(args: dict[str, tuple[Any, int]]) -> tuple[str, int] | None:
+    for name, precision in (("bf16", "bf16"), ("fp16", "fp16")):
+        if args.get(name, (None,))[0] is True:
+            return precision, args[name][1]
+    if "fp16" in args and "bf16" in args:
+        return "fp32", args["fp16"][1]
+    return None
+
+
+def _checkpointing(args: dict[str, tuple[Any, int]]) -> tuple[bool, int] | None:
+    """Full activation recomputation (the seed formula's factor 4): ``checkpoint_activations`` in
+    older Megatron, ``recompute_granularity full`` in newer; selective recomputation is not full."""
+    if args.get("checkpoint_activations", (None,))[0] is True:
+        return True, args["checkpoint_activations"][1]
+    if args.get("recompute_granularity", (None,))[0] == "full":
+        return True, args["recompute_granularity"][1]
+    for name in ("checkpoint_activations", "recompute_granularity"):
+        if name in args:
+            return False, args[name][1]
+    return None
+
+
+def evidence(run: RunBuilder) -> int:
+    return run.families_seen.get(NAME, 0)
+
+
+FAMILY = Family(
+    name=NAME,
+    markers=(
+        "elapsed time per iteration",
+        "time (ms)",
+        "memory (MB)",
+        " arguments --",
+        "end of arguments",
+        "using world size",
+        "using torch.",
+        "padded vocab",
+        "number of micro-batches",
+        "Effective Tera Flops",
+        "after training is done",
+        "exiting program at iteration",
+    ),
+    parse_line=parse_line,
+    evidence=evidence,
+    description="Megatron-LM / Megatron-DeepSpeed: iteration lines, timers, memory, arguments dump",
+)

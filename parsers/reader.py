@@ -1,0 +1,229 @@
+"""Files -> runs -> frames: group a job's files, stream their lines through the families, build rows.
+
+One Slurm job is one run: ``%x-%j.out`` and ``%x-%j.err`` of the same job (same name stem in the
+same directory) are read together, ``.out`` first, so the iterations of the one and the failure
+in the other end up in one row. Every other log file is a run of its own.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+from logstat.parsers import manifest, registry
+from logstat.parsers.base import Family, RunBuilder
+from logstat.parsers.schema import ITERATIONS_SCHEMA, RUNS_SCHEMA, TIMERS_SCHEMA
+from logstat.parsers.source import SourceReport, marked_lines, marker_pattern, records
+
+LOG_SUFFIXES = (".out", ".err", ".log", ".txt")
+_JOB_ID_IN_NAME = re.compile(r"[-_.](\d{2,})$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFiles:
+    """The files of one run."""
+
+    key: str
+    """The run's main log file (its ``.out`` when a job has both): the ``path`` column."""
+    files: tuple[Path, ...]
+    """Every file read for the run, main file first."""
+
+
+@dataclass
+class RunResult:
+    """A run after reading: its builder plus what reading its files found out."""
+
+    run: RunBuilder
+    files: RunFiles
+    reports: list[SourceReport] = field(default_factory=list)
+    family: str = "unknown"
+    families: list[str] = field(default_factory=list)
+
+
+def _base(path: Path) -> tuple[str, str]:
+    """``(stem, suffix)`` with ``.gz`` looked through: ``job-12.out.gz`` -> ``("job-12", ".out")``."""
+    name = path.name[:-3] if path.name.endswith(".gz") else path.name
+    stem, dot, suffix = name.rpartition(".")
+    return (stem, "." + suffix) if dot else (name, "")
+
+
+def is_log_file(path: Path) -> bool:
+    """Whether a file found while walking a directory looks like a log (by its name)."""
+    return _base(path)[1] in LOG_SUFFIXES
+
+
+def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
+    """Group files into runs: a job's ``.out`` and ``.err`` (same stem, same directory) are one."""
+    groups: dict[tuple[Path, str], list[Path]] = {}
+    singles: list[RunFiles] = []
+    for path in paths:
+        stem, suffix = _base(path)
+        if suffix in (".out", ".err"):
+            groups.setdefault((path.parent, stem), []).append(path)
+        else:
+            singles.append(RunFiles(key=str(path), files=(path,)))
+    runs = list(singles)
+    for files in groups.values():
+        ordered = sorted(files, key=lambda p: (_base(p)[1] != ".out", p.name))
+        runs.append(RunFiles(key=str(ordered[0]), files=tuple(ordered)))
+    return sorted(runs, key=lambda r: r.key)
+
+
+def job_id_from_name(path: Path) -> str | None:
+    """The job id Slurm's ``%j`` put in a file name (``name-123456.out``), if any."""
+    match = _JOB_ID_IN_NAME.search(_base(path)[0])
+    return match.group(1) if match else None
+
+
+def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None) -> RunResult:
+    """Stream every file of a run through the ``active`` families (only lines with their markers);
+    ``forced`` names the primary family instead of the evidence."""
+    run = RunBuilder(path=files.key)
+    result = RunResult(run=run, files=files)
+    pattern = marker_pattern([m for family in active for m in family.markers])
+    by_marker = [(family, tuple(family.markers)) for family in active]
+    for path in files.files:
+        run.current_file = str(path)
+        report = SourceReport(path=str(path))
+        result.reports.append(report)
+        try:
+            for lineno, text in marked_lines(path, pattern, lambda: bool(run.capturing), report):
+                for record in records(text):
+                    for family, markers in by_marker:
+                        if family.name in run.capturing or any(m in record for m in markers):
+                            _safe_parse(family, record, lineno, run)
+        except OSError as exc:
+            report.problem = f"cannot read: {exc.strerror or exc}"
+        run.capturing.clear()
+    job_id = job_id_from_name(Path(files.key))
+    if job_id:
+        run.set_fact("job_id", job_id, "filename", 0)
+    manifest.apply(run, Path(files.key))
+    scores = {family.name: family.evidence(run) or run.families_seen.get(family.name, 0) for family in active}
+    result.families = sorted(name for name, score in scores.items() if score > 0)
+    result.family = registry.get(forced).name if forced else registry.primary(scores)
+    return result
+
+
+def _safe_parse(family: Family, record: str, lineno: int, run: RunBuilder) -> None:
+    """A family must never raise; if one does anyway, the line is noted, not fatal."""
+    try:
+        family.parse_line(record, lineno, run)
+    except Exception as exc:  # a bug in one family must not lose the other families' data
+        run.state.setdefault("parse_errors", []).append(
+            f"{family.name}:{lineno}: {type(exc).__name__}: {exc}"
+        )
+
+
+def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
+    """``(status, reason, reason_line, reason_path)`` of a run, from the evidence its lines gave."""
+    run = result.run
+    problems = [r for r in result.reports if r.problem]
+    total_bytes = sum(r.bytes_read for r in result.reports)
+    if total_bytes == 0 and not problems:
+        return "empty", "empty file: no lines to read", None, None
+    anything = bool(run.iterations or run.facts.keys() - {"job_id"} or run.failure)
+    if problems and not anything:
+        first = problems[0]
+        return "unreadable", first.problem, None, first.path
+    completion = run.completion or _completion_from_facts(run)
+    if run.failure is not None:
+        status, reason, line = run.failure
+        superseded = completion is not None and completion[2] == run.failure_path and completion[1] > line
+        if not superseded:
+            return status, reason, line, run.failure_path
+        return (
+            "ok",
+            f"{completion[0]} (after an earlier failure at line {line}: {reason})",
+            completion[1],
+            completion[2],
+        )
+    if completion is not None:
+        return "ok", completion[0], completion[1], completion[2]
+    if problems:
+        first = problems[0]
+        return "incomplete", f"{first.problem}; read up to line {first.lines}", None, first.path
+    if not anything:
+        return "incomplete", "no record of any known log family", None, None
+    if run.last_iteration is not None:
+        planned = run.facts.get("train_iters")
+        of = f" of {planned}" if planned else ""
+        row = run.iterations.get(run.last_iteration, {})
+        return (
+            "incomplete",
+            f"log stops after iteration {run.last_iteration}{of}, with no failure or end message",
+            row.get("line"),
+            files_main(result),
+        )
+    return "incomplete", "log stops before any training step, with no failure or end message", None, None
+
+
+def files_main(result: RunResult) -> str:
+    return str(result.files.files[0])
+
+
+def _completion_from_facts(run: RunBuilder) -> tuple[str, int, str] | None:
+    """Completion evidence the families recorded as facts: final train metrics, or the last step
+    reaching the planned number of steps."""
+    for name in ("final_train_runtime_s", "final_samples_per_sec"):
+        source = run.provenance.get(name)
+        if source and name in run.facts:
+            line = int(source.rsplit(":", 1)[1])
+            return f"final train metrics logged ({name}={run.facts[name]})", line, run.current_file
+    planned = run.facts.get("train_iters")
+    if planned and run.last_iteration is not None and run.last_iteration >= planned:
+        row = run.iterations.get(run.last_iteration, {})
+        return (
+            f"reached the planned {planned} iterations",
+            row.get("line") or 0,
+            str(run.current_file),
+        )
+    return None
+
+
+def runs_row(result: RunResult) -> dict:
+    """One row of the ``runs`` frame."""
+    run = result.run
+    status, reason, line, reason_path = status_of(result)
+    row = {name: run.facts.get(name) for name in RUNS_SCHEMA}
+    row.update(
+        path=result.files.key,
+        paths=[str(p) for p in result.files.files],
+        family=result.family,
+        families=result.families,
+        status=status,
+        reason=reason,
+        reason_line=line,
+        reason_path=reason_path,
+        provenance=run.provenance_json(),
+    )
+    return row
+
+
+def frames(results: list[RunResult]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """``(runs, iterations, timers)`` frames of the read runs, each with its declared schema."""
+    runs = pl.DataFrame([runs_row(r) for r in results], schema=RUNS_SCHEMA, strict=False)
+    iteration_rows = [
+        {name: row.get(name) for name in ITERATIONS_SCHEMA} | {"path": r.files.key}
+        for r in results
+        for _, row in sorted(r.run.iterations.items())
+    ]
+    timer_rows = [
+        {name: row.get(name) for name in TIMERS_SCHEMA} | {"path": r.files.key}
+        for r in results
+        for row in r.run.timers
+    ]
+    iterations = pl.DataFrame(iteration_rows, schema=ITERATIONS_SCHEMA, strict=False)
+    timers = pl.DataFrame(timer_rows, schema=TIMERS_SCHEMA, strict=False)
+    return runs, iterations, timers
+
+
+def active_families(family: str | None) -> list[Family]:
+    """All registered families, or the forced one plus the context families (Slurm)."""
+    if family is None:
+        return list(registry.families())
+    forced = registry.get(family)
+    return [forced] + [f for f in registry.families() if f.context and f is not forced]

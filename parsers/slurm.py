@@ -1,0 +1,185 @@
+"""Slurm and launcher context: job id, node/GPU counts, GPU model, and what ended a run.
+
+Facts: ``SLURM_JOB_ID=...`` (the file name's ``%j`` is read by the reader), ``set -x`` echoes such as
+``+ NNODES=16`` and ``+ GPUS_PER_NODE=4``, the GPU model from nvidia-smi tables or ``GPU 0: NVIDIA
+A100-SXM4-80GB`` lines, and a launch script's ``Model size: 52B`` echo (seed 001).
+
+Failures, each quoted as the run's ``reason``: CUDA out of memory; NCCL timeouts and watchdog
+aborts; ``CANCELLED AT ... DUE TO TIME LIMIT`` (failed: time limit); ``CANCELLED AT ...`` otherwise
+(cancelled); node failures and ``srun: error``; a Python traceback (its last exception line); a
+killed process (OOM killer, ``Killed``, signal 9, the launcher killing its workers).
+"""
+
+from __future__ import annotations
+
+import re
+
+from logstat.parsers.base import Family, RunBuilder
+
+NAME = "slurm"
+TRACEBACK_MAX_LINES = 400
+
+_SET_X = re.compile(r"^\+\s*(?:export\s+)?(?P<name>[A-Z_]+)=(?P<value>\S+)")
+_ENV = re.compile(r"\b(?P<name>SLURM_JOB_?ID|SLURM_NNODES|SLURM_GPUS_ON_NODE)=(?P<value>\d+)")
+_SET_X_FACTS = {
+    "NNODES": "nodes",
+    "GPUS_PER_NODE": "gpus_per_node",
+    "SLURM_NNODES": "nodes",
+    "N_NODES": "nodes",
+}
+_ENV_FACTS = {
+    "SLURM_JOB_ID": "job_id",
+    "SLURM_JOBID": "job_id",
+    "SLURM_NNODES": "nodes",
+    "SLURM_GPUS_ON_NODE": "gpus_per_node",
+}
+_MODEL_SIZE = re.compile(r"Model size: (?P<size>[\d.]+)\s*B\b")
+
+_V100 = re.compile(r"V100[- ]?(?P<form>SXM2|PCIE)(?:[- ](?P<mem>16|32)GB)?", re.IGNORECASE)
+_A100 = re.compile(
+    r"A100[- ](?:(?P<form>SXM4|PCIE)[- ](?P<mem>40|80)GB|(?P<mem2>40|80)GB (?P<form2>PCIe|SXM4))",
+    re.IGNORECASE,
+)
+_H100 = re.compile(r"H100(?P<rest>[- ]\w+)?", re.IGNORECASE)
+_SMI_MEMORY = re.compile(r"(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
+
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)\b(?::|$)")
+_KILLED = re.compile(r"\bKilled\b|oom[-_]kill|signal 9\b|SIGKILL|Killing subprocess")
+
+
+def gpu_model(text: str) -> str | None:
+    """Normalised GPU model (the names of logstat.analytics.gpus) named in ``text``, or None."""
+    match = _A100.search(text)
+    if match:
+        form = (match["form"] or match["form2"]).upper()
+        return f"A100-{form}-{match['mem'] or match['mem2']}GB"
+    match = _V100.search(text)
+    if match:
+        form = match["form"].upper()
+        return f"V100-{form}-{match['mem']}GB" if match["mem"] else f"V100-{form}"
+    match = _H100.search(text)
+    if match:
+        return "H100-PCIE" if "pcie" in (match["rest"] or "").lower() or "PCIe" in text else "H100-SXM"
+    return None
+
+
+def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
+    """Read one launcher/cluster line into ``run``; never raises."""
+    state = run.state.setdefault(NAME, {})
+    if state.get("in_traceback") and _traceback_line(text, lineno, run, state):
+        return
+    if "CUDA out of memory" in text or "OutOfMemoryError" in text:
+        _fail(run, state, "failed", f"CUDA out of memory: {text.strip()}", lineno)
+    elif "CANCELLED AT" in text:
+        if "TIME LIMIT" in text:
+            _fail(run, state, "failed", f"time limit: {text.strip()}", lineno)
+        elif "NODE FAIL" in text:
+            _fail(run, state, "failed", f"node failure: {text.strip()}", lineno)
+        else:
+            _fail(run, state, "cancelled", text.strip(), lineno)
+    elif "Watchdog caught" in text or (
+        "NCCL" in text and re.search(r"[Tt]ime(d )?out|timeout|[Ee]rror", text)
+    ):
+        _fail(run, state, "failed", f"NCCL timeout/error: {text.strip()}", lineno)
+    elif "srun: error" in text or "NODE_FAIL" in text:
+        _fail(run, state, "failed", text.strip(), lineno)
+    elif _KILLED.search(text):
+        _fail(run, state, "failed", f"killed: {text.strip()}", lineno)
+    elif "Traceback (most recent call last)" in text:
+        state.update(in_traceback=True, traceback_start=lineno)
+        run.capture(NAME)
+    else:
+        _context(text, lineno, run, state)
+
+
+def _fail(run: RunBuilder, state: dict, status: str, reason: str, lineno: int) -> None:
+    run.saw(NAME)
+    run.fail(status, reason, lineno)
+
+
+def _traceback_line(text: str, lineno: int, run: RunBuilder, state: dict) -> bool:
+    """Inside a traceback: wait for its exception line. True when the line was consumed."""
+    stripped = text.strip()
+    if lineno - state.get("traceback_start", lineno) > TRACEBACK_MAX_LINES:
+        _end_traceback(run, state)
+        return False
+    if not _EXCEPTION.match(stripped):
+        return "CUDA out of memory" not in text and "OutOfMemoryError" not in text
+    _end_traceback(run, state)
+    run.saw(NAME)
+    # A chained traceback ends with the exception that ended the run: the last one replaces the
+    # earlier ones as long as the failure on record came from a traceback.
+    if run.failure is None or state.get("failure_from_traceback"):
+        run.failure = None
+        run.fail("failed", stripped, lineno)
+        state["failure_from_traceback"] = True
+    return True
+
+
+def _end_traceback(run: RunBuilder, state: dict) -> None:
+    state["in_traceback"] = False
+    run.capture(NAME, False)
+
+
+def _context(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
+    match = _SET_X.match(text.strip())
+    if match and match["name"] in _SET_X_FACTS and match["value"].isdigit():
+        run.set_fact(_SET_X_FACTS[match["name"]], int(match["value"]), NAME, lineno)
+        return
+    for match in _ENV.finditer(text):
+        fact = _ENV_FACTS.get(match["name"])
+        if fact == "job_id":
+            run.set_fact(fact, match["value"], NAME, lineno)
+        elif fact is not None:
+            run.set_fact(fact, int(match["value"]), NAME, lineno)
+    match = _MODEL_SIZE.search(text)
+    if match:
+        run.set_fact("logged_model_size", float(match["size"]), NAME, lineno)
+        return
+    memory = _SMI_MEMORY.search(text)
+    if memory and state.get("gpu_form"):
+        total_gb = int(memory["total"]) / 1024
+        size = next((s for s in (16, 32, 40, 80, 94) if total_gb <= s), None)
+        if size:
+            run.set_fact("gpu_model", f"{state.pop('gpu_form')}-{size}GB", NAME, lineno)
+        return
+    model = gpu_model(text)
+    if model is None:
+        return
+    if model.count("-") == 1 and model.startswith("V100"):
+        state["gpu_form"] = model  # nvidia-smi cut the name: the memory column of the next row tells
+        return
+    run.set_fact("gpu_model", model, NAME, lineno)
+
+
+FAMILY = Family(
+    name=NAME,
+    markers=(
+        "CUDA out of memory",
+        "OutOfMemoryError",
+        "CANCELLED AT",
+        "Watchdog caught",
+        "NCCL",
+        "srun: error",
+        "NODE_FAIL",
+        "Killed",
+        "oom-kill",
+        "oom_kill",
+        "signal 9",
+        "SIGKILL",
+        "Killing subprocess",
+        "Traceback (most recent call last)",
+        "NNODES=",
+        "GPUS_PER_NODE=",
+        "SLURM_JOB",
+        "SLURM_GPUS_ON_NODE=",
+        "Model size:",
+        "V100",
+        "A100",
+        "H100",
+        "MiB /",
+    ),
+    parse_line=parse_line,
+    description="Slurm / launcher context: job id, nodes, GPU model, and failures (OOM, NCCL, time limit, ...)",
+    context=True,
+)

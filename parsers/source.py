@@ -1,0 +1,150 @@
+"""Raw log bytes -> numbered lines, streamed: plain or gzip files, launcher prefixes stripped.
+
+The hot path never decodes a line that carries no marker: each chunk of bytes is searched with
+one compiled regex (the alternation of every family's markers), and only the lines around a match
+are cut out, decoded and handed on. A family that has a multi-line block open (an arguments dump,
+a traceback) asks for every line for a while; then the chunk is walked line by line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CHUNK_BYTES = 1 << 20
+GZIP_MAGIC = b"\x1f\x8b"
+
+# Prefixes launchers put before each line of a rank: `srun --label` ("12: "), torchrun/ accelerate
+# tags ("[default3]:"), pdsh/DeepSpeed's multi-node runner ("10.0.0.2: ", "localhost: ", "node12: ")
+# and torchrun's local-rank filter ("[rank7]:"). Several may be stacked.
+_BRACKET_TAG = r"\[(?:default|rank)\d+\]:"
+_LEADING_PREFIX = re.compile(
+    r"^(?:\s*(?:"
+    + _BRACKET_TAG
+    + r"|\d{1,5}: |(?:\d{1,3}\.){3}\d{1,3}: |localhost: |[a-z][a-z0-9-]*\d[a-z0-9-]*(?:\.[a-z0-9.-]+)?: ))+"
+)
+# Bracketed tags are unambiguous, so a line holding several of them is several ranks' records glued.
+_GLUED_TAG = re.compile(r"(?<=\S)(?=" + _BRACKET_TAG + ")")
+
+
+@dataclass
+class SourceReport:
+    """What reading a file found out about the file itself (not about the training run)."""
+
+    path: str
+    bytes_read: int = 0
+    lines: int = 0
+    problem: str | None = None
+    """Why (part of) the file could not be read: binary content, a truncated gzip stream, ..."""
+    compressed: bool = False
+    first_chunk: bytes = field(default=b"", repr=False)
+
+
+def strip_prefixes(text: str) -> str:
+    """Drop the launcher prefixes at the start of ``text``."""
+    match = _LEADING_PREFIX.match(text)
+    return text[match.end() :] if match else text
+
+
+def records(text: str) -> list[str]:
+    """Split one physical line into the records of the ranks glued in it, prefixes stripped.
+
+    Carriage returns (progress bars) separate records too.
+    """
+    out: list[str] = []
+    for piece in text.split("\r"):
+        for record in _GLUED_TAG.split(piece) if "]:" in piece else (piece,):
+            record = strip_prefixes(record).rstrip("\n")
+            if record.strip():
+                out.append(record)
+    return out
+
+
+def open_log(path: Path):
+    """Open ``path`` for binary reading; gzip is recognised by its magic bytes, not its name."""
+    with open(path, "rb") as probe:
+        magic = probe.read(2)
+    if magic == GZIP_MAGIC:
+        return gzip.open(path, "rb"), True
+    return open(path, "rb"), False
+
+
+def _chunks(stream, report: SourceReport) -> Iterator[bytes]:
+    """Chunks that end at a line boundary (the last one may not), counting bytes; never raises."""
+    carry = b""
+    while True:
+        try:
+            block = stream.read(CHUNK_BYTES)
+        except (EOFError, OSError, zlib.error) as exc:
+            report.problem = f"gzip stream truncated or corrupt ({exc})"
+            block = b""
+        if not block:
+            if carry:
+                yield carry
+            return
+        if not report.bytes_read:
+            report.first_chunk = block[:4096]
+        report.bytes_read += len(block)
+        block = carry + block
+        cut = block.rfind(b"\n") + 1
+        if cut == 0:
+            carry = block
+            continue
+        carry = block[cut:]
+        yield block[:cut]
+
+
+def is_binary(head: bytes) -> bool:
+    """A text log holds no NUL bytes; a binary file (checkpoint, image, archive) almost always does."""
+    return b"\x00" in head
+
+
+def marked_lines(
+    path: Path,
+    pattern: re.Pattern[bytes] | None,
+    wants_all: Callable[[], bool],
+    report: SourceReport,
+) -> Iterator[tuple[int, str]]:
+    """Yield ``(lineno, text)`` of the lines of ``path`` that match ``pattern`` (all lines if it is
+    None, or while ``wants_all()`` is true). Line numbers are 1-based physical lines of the
+    (decompressed) file. Binary files yield nothing and say so in ``report.problem``."""
+    stream, report.compressed = open_log(path)
+    with stream:
+        lineno = 0  # number of newlines before the current chunk
+        first = True
+        for chunk in _chunks(stream, report):
+            if first and is_binary(chunk[:CHUNK_BYTES]):
+                report.problem = "binary content (NUL bytes): not a text log"
+                return
+            first = False
+            pos = 0
+            size = len(chunk)
+            while pos < size:
+                if pattern is None or wants_all():
+                    start = pos
+                else:
+                    match = pattern.search(chunk, pos)
+                    if match is None:
+                        break
+                    start = chunk.rfind(b"\n", pos, match.start()) + 1 or pos
+                    lineno += chunk.count(b"\n", pos, start)
+                end = chunk.find(b"\n", start)
+                end = size if end < 0 else end
+                lineno += 1
+                yield lineno, chunk[start:end].decode("utf-8", errors="replace")
+                pos = end + 1
+            lineno += chunk.count(b"\n", pos, size) if pos < size else 0
+            report.lines = lineno
+        report.lines = lineno
+
+
+def marker_pattern(markers: list[str]) -> re.Pattern[bytes] | None:
+    """One compiled alternation of fixed ``markers`` (longest first); None when there are none."""
+    unique = sorted(set(markers), key=len, reverse=True)
+    if not unique:
+        return None
+    return re.compile(b"|".join(re.escape(m.encode()) for m in unique))

@@ -1,0 +1,91 @@
+"""The public library API that ties parsers and analytics together (the CLI is a thin layer over it).
+
+from logstat.api import load_runs
+result = load_runs(["logs/"], warmup=1)
+result.runs         # one row per run: facts + summary (sec_per_iter, tflops_per_gpu, mfu, ...)
+result.iterations   # one row per logged step, with provenance (family, line)
+result.timers       # Megatron's per-step timer breakdown, long format
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from logstat.errors import LogstatError
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParseResult:
+    """The frames of a parse (schemas in ``logstat.parsers.schema``)."""
+
+    runs: pl.DataFrame
+    """One row per run: RUNS_SCHEMA columns then SUMMARY_SCHEMA columns."""
+    iterations: pl.DataFrame
+    """One row per logged training step (ITERATIONS_SCHEMA)."""
+    timers: pl.DataFrame
+    """Timer breakdown per step, one row per timer (TIMERS_SCHEMA)."""
+    warmup: int
+    """How many leading logged steps the steady-state statistics skipped."""
+
+
+def find_logs(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """The log files named by ``paths``: files as given, directories walked recursively for
+    ``*.out``, ``*.err``, ``*.log``, ``*.txt`` (and ``.gz`` of those). A path that does not exist
+    is an error naming it."""
+    from logstat.parsers.reader import is_log_file
+
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found.extend(
+                sorted(p for p in path.rglob("*") if p.is_file() and is_log_file(p) and not _hidden(p, path))
+            )
+        elif path.is_file():
+            found.append(path)
+        elif path.exists():
+            raise LogstatError(f"{path}: not a regular file or directory")
+        else:
+            raise LogstatError(f"{path}: no such file or directory")
+    unique = list(dict.fromkeys(found))
+    return unique
+
+
+def _hidden(path: Path, root: Path) -> bool:
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def load_runs(
+    paths: Iterable[str | os.PathLike],
+    *,
+    family: str | None = None,
+    warmup: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+) -> ParseResult:
+    """Parse the logs under ``paths`` into frames; ``family`` forces one log family (by name),
+    ``warmup`` is how many leading steps the steady-state statistics skip. ``progress(done, total)``
+    is called after each run. Raises LogstatError for a path that does not exist or a wrong family."""
+    from logstat.analytics.summary import summarize
+    from logstat.parsers import reader
+
+    if warmup < 0:
+        raise LogstatError(f"--warmup={warmup} must be 0 or more")
+    active = reader.active_families(family)
+    groups = reader.group_runs(find_logs(paths))
+    results = []
+    for done, files in enumerate(groups, start=1):
+        results.append(reader.read_run(files, active, forced=family))
+        if progress is not None:
+            progress(done, len(groups))
+    runs, iterations, timers = reader.frames(results)
+    return ParseResult(
+        runs=summarize(runs, iterations, warmup=warmup),
+        iterations=iterations,
+        timers=timers,
+        warmup=warmup,
+    )
