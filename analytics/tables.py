@@ -7,6 +7,7 @@ a run without a measured time shows ``fail`` in Throughput, as the seed's perl o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -182,14 +183,13 @@ def _legend(group: pl.DataFrame, headers: Sequence[str]) -> str:
     """The line under a table: which statistic and which formula its numbers use."""
     parts = []
     if "Throughput" in headers:
-        sources = sorted(s for s in group["sec_per_iter_source"].unique().to_list() if s)
-        warmup = sorted(w for w in group["warmup_skipped"].unique().to_list() if w is not None)
-        skipped = "/".join(str(w) for w in warmup if w)
-        statistic = f"skipping the first {skipped} (warm-up)" if skipped else "all of them"
+        # Each run's source names its own step count; the legend names the kinds of statistic.
+        kinds = sorted(
+            {re.sub(r"\bof \d+ ", "of the ", s) for s in group["sec_per_iter_source"].drop_nulls()}
+        )
         parts.append(
-            f"Throughput = seconds per iteration (one global batch), median of the logged iterations, "
-            f"{statistic}, from {', '.join(sources) or 'no timed iterations'}; "
-            "`fail` = no timed iteration"
+            f"Throughput = seconds per iteration (one global batch): {'; '.join(kinds) or 'no timed iterations'}"
+            "; `fail` = no timed iteration"
         )
     if "TFlops" in headers:
         parts.append(
@@ -200,6 +200,8 @@ def _legend(group: pl.DataFrame, headers: Sequence[str]) -> str:
         parts.append("TFlops Megatron = Narayanan et al. 2021 eq. 3 (attention and logits counted)")
     if "MFU" in headers:
         parts.append("MFU = TFlops / the GPU's dense fp16/bf16 peak")
+    if "Days 100B" in headers or "GPU-days 100B" in headers:
+        parts.append("Days 100B = 100e9 / tokens per second / 86400 (seed 000), GPU-days = days * GPUs")
     if "Size" in headers:
         parts.append("Size = parameters from the shape, units of 1e9")
     return "_" + "; ".join(parts) + "._" if parts else ""

@@ -1,4 +1,6 @@
-"""`logstat table` (being built: see the issue that owns it)."""
+"""`logstat table`: the seed's markdown tables from logs, or `--update` of an existing document."""
+
+from pathlib import Path
 
 import click
 
@@ -6,6 +8,88 @@ from logstat.errors import LogstatError
 
 
 @click.command()
-def table() -> None:
-    """Not built yet."""
-    raise LogstatError("logstat table is not built yet")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--update",
+    "update_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Recompute the TFlops column of every table of this markdown file in place (no PATHS).",
+)
+@click.option("--columns", help="Comma-separated columns, e.g. 'GPUs,Size,Throughput,TFlops,MFU,Notes'.")
+@click.option("--family", help="Read every log as this family instead of detecting it.")
+@click.option(
+    "--warmup", type=int, default=1, show_default=True, help="Leading iterations left out of the median."
+)
+@click.option("--dry-run", is_flag=True, help="With --update: report the changes, write nothing.")
+@click.option(
+    "--checkpointing/--no-checkpointing",
+    default=True,
+    show_default=True,
+    help="With --update: the seed formula's factor 4 (activation checkpointing) or 3.",
+)
+def table(
+    paths: tuple[Path, ...],
+    update_file: Path | None,
+    columns: str | None,
+    family: str | None,
+    warmup: int,
+    dry_run: bool,
+    checkpointing: bool,
+) -> None:
+    """Print the markdown tables of the seed's gpt2.md regenerated from the logs under PATHS
+    (default: ./runs): one table per stack, sorted by GPU count, a line under each saying which
+    statistic and formula the numbers use. Failed runs show `fail`, they are never dropped.
+
+    With --update FILE.md, recompute instead the TFlops cells of every table of FILE.md that has
+    GPUs, Size, Glob-BS, Throughput and TFlops columns, from each row's own cells (the seed's
+    "secret formula"), keeping every other byte; the file is replaced atomically. Changed rows are
+    listed on stdout with their line number, rows that cannot be read (e.g. OOM) on stderr.
+
+    \b
+    Example:
+      logstat table logs/ > gpt2.md
+      logstat table logs/ --columns GPUs,Size,Throughput,TFlops,MFU,Notes
+      logstat table --update gpt2.md
+    """
+    if update_file is not None:
+        if paths:
+            raise LogstatError("logstat table: give either log PATHS or --update FILE.md, not both")
+        _update(update_file, dry_run=dry_run, checkpointing=checkpointing)
+        return
+    if dry_run:
+        raise LogstatError("logstat table: --dry-run goes with --update FILE.md")
+    from logstat.analytics.tables import parse_columns, render_tables
+    from logstat.api import load_runs
+
+    try:
+        chosen = parse_columns(columns)
+    except ValueError as exc:
+        raise LogstatError(f"logstat table: {exc}") from None
+    if not paths:
+        if not Path("runs").is_dir():
+            raise LogstatError("logstat table: give the log files or directories to read (no ./runs here)")
+        paths = (Path("runs"),)
+    result = load_runs(paths, family=family, warmup=warmup)
+    if result.runs.is_empty():
+        raise LogstatError(f"logstat table: no log files under {', '.join(map(str, paths))}")
+    click.echo(render_tables(result.runs, columns=chosen), nl=False)
+
+
+def _update(path: Path, *, dry_run: bool, checkpointing: bool) -> None:
+    from logstat.analytics.update import format_report, format_skipped, update_tflops_file
+
+    if not path.is_file():
+        raise LogstatError(f"logstat table --update: {path}: no such file")
+    result = update_tflops_file(path, checkpointing=checkpointing, dry_run=dry_run)
+    for line in format_skipped(result, name=str(path)):
+        click.echo(line, err=True)
+    for line in format_report(result, name=str(path)):
+        click.echo(line)
+    verb = "would change" if dry_run else "changed"
+    click.echo(
+        f"{path}: {result.tables} TFlops tables, {result.rows} rows read, {verb} {len(result.changed)}, "
+        f"left alone {len(result.skipped)} unreadable",
+        err=True,
+    )
+    if result.tables == 0:
+        raise LogstatError(f"{path}: no table with GPUs, Size, Glob-BS, Throughput and TFlops columns")

@@ -1,0 +1,118 @@
+"""`logstat table` and `logstat table --update` through the real console entry point."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import SHARED
+
+SEED_DOC = SHARED / "seeds" / "001_gpt2_experiments_tables.md"
+
+
+def logstat(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "from logstat.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+    )
+
+
+def test_table_of_the_real_logs_shows_52_8_for_the_megatron_run(shared_logs):
+    r = logstat("table", str(shared_logs))
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("|")]
+    meg = [line for line in rows if "meg_gpt2_perf_n16.out" in line]
+    assert len(meg) == 1
+    cells = [c.strip() for c in meg[0].strip("|").split("|")]
+    # The seed's row: | 64 | 52B | 1 | 16 | 256 | 4 | 1024 | 129s | 52.8 | 05-25 |
+    assert cells[:9] == ["64", "52B", "1", "16", "256", "4", "1024", "129s", "52.8"]
+    assert re.search(r"\|\s*52\.8\s*\|", meg[0])
+    # every run of the folder is in a table, failed or not (never dropped)
+    for name in (
+        "hf_ds_gpt2_perf_n16_bs4-mbs8",
+        "meg_ds_3d_gpt2_perf_n16-ds-on",
+        "meg_ds_zero_gpt2_perf_n16_nbs48_ms48",
+    ):
+        assert sum(name in line for line in rows) == 1, name
+    # valid GitHub markdown: every table line of a table has the header's number of cells
+    for block in re.split(r"\n\s*\n", r.stdout):
+        table = [line for line in block.splitlines() if line.startswith("|")]
+        if table:
+            assert re.fullmatch(r"\|( -+:? \|)+", table[1])
+            assert len({len(re.split(r"(?<!\\)\|", line)) for line in table}) == 1
+    # table never imports altair (only plot does)
+    probe = "import sys; from logstat.cli import main\ntry: main()\nexcept SystemExit: pass\nprint('altair' in sys.modules, file=sys.stderr)"
+    r2 = subprocess.run(
+        [sys.executable, "-c", probe, "table", str(shared_logs)], capture_output=True, text=True
+    )
+    assert r2.stderr.strip().endswith("False")
+
+
+def test_update_on_the_pristine_seed_changes_no_byte(tmp_path):
+    if not SEED_DOC.is_file():
+        pytest.skip("seed document absent")
+    doc = tmp_path / "gpt2.md"
+    doc.write_bytes(SEED_DOC.read_bytes())
+    r = logstat("table", "--update", str(doc))
+    assert r.returncode == 0, r.stderr
+    assert doc.read_bytes() == SEED_DOC.read_bytes()
+    assert r.stdout == ""
+    assert f"{doc}:279: left alone: Throughput 'OOM' is not a time in seconds like 129s" in r.stderr
+    assert "11 TFlops tables, 64 rows read, changed 0, left alone 3 unreadable" in r.stderr
+
+
+def test_update_restores_altered_cells_and_lists_exactly_those_rows(tmp_path):
+    if not SEED_DOC.is_file():
+        pytest.skip("seed document absent")
+    seed = SEED_DOC.read_text(encoding="utf-8")
+    lines = seed.split("\n")
+    # 1-based lines 73 (| 0.661s | 23.2 |), 108 (| 82s | 62.3 |), 315 (| 183s | 27.9 |)
+    altered = list(lines)
+    altered[72] = altered[72].replace("|   23.2 |", "|   32.2 |")
+    altered[107] = altered[107].replace("|   62.3 |", "|    0.0 |")
+    altered[314] = altered[314].replace("|   27.9 |", "|   27.8 |")
+    doc = tmp_path / "gpt2.md"
+    doc.write_text("\n".join(altered), encoding="utf-8")
+    r = logstat("table", "--update", str(doc))
+    assert r.returncode == 0, r.stderr
+    assert doc.read_text(encoding="utf-8") == seed
+    assert [line.split(": TFlops ")[0] for line in r.stdout.splitlines()] == [
+        f"{doc}:{n}" for n in (73, 108, 315)
+    ]
+    assert f"{doc}:73: TFlops 32.2 -> 23.2 (-9.0)" in r.stdout
+    assert f"{doc}:108: TFlops 0.0 -> 62.3 (+62.3)" in r.stdout
+    assert f"{doc}:315: TFlops 27.8 -> 27.9 (+0.1)" in r.stdout
+
+
+def test_update_errors(tmp_path):
+    r = logstat("table", "--update", str(tmp_path / "missing.md"))
+    assert (r.returncode, r.stderr.strip()) == (
+        1,
+        f"Error: logstat table --update: {tmp_path / 'missing.md'}: no such file",
+    )
+    plain = tmp_path / "plain.md"
+    plain.write_text("# no tables\n")
+    r = logstat("table", "--update", str(plain))
+    assert (
+        r.returncode == 1 and "no table with GPUs, Size, Glob-BS, Throughput and TFlops columns" in r.stderr
+    )
+    assert plain.read_text() == "# no tables\n"
+    r = logstat("table", "x", "--update", str(plain))
+    assert r.returncode == 1 and "not both" in r.stderr
+
+
+def test_table_errors(tmp_path):
+    r = logstat("table", cwd=tmp_path)
+    assert r.returncode == 1 and "give the log files or directories to read" in r.stderr
+    r = logstat("table", str(tmp_path / "nope"))
+    assert r.returncode == 1 and "nope" in r.stderr and "Traceback" not in r.stderr
+    r = logstat("table", str(tmp_path), "--columns", "GPUs,Speed")
+    assert r.returncode == 1 and "unknown column(s) Speed" in r.stderr
+
+
+def test_help_has_an_example():
+    r = logstat("table", "--help")
+    assert r.returncode == 0 and "Example:" in r.stdout and "logstat table --update gpt2.md" in r.stdout
