@@ -96,7 +96,7 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         / 1e9
     )
     out = base.with_columns(
-        warmup_skipped=pl.min_horizontal(pl.col("logged_steps"), pl.lit(warmup)),
+        warmup_skipped=pl.min_horizontal(pl.col("logged_steps").fill_null(0), pl.lit(warmup)),
         sec_per_iter=sec_per_iter,
         sec_per_iter_source=source,
         model_size_b=size_b,

@@ -32,10 +32,19 @@ iteration_header = (pp.Keyword("iteration") + step + pp.Suppress("/") + train_it
     "iteration_header"
 )
 
-_WORLD = re.compile(
-    r"using world size: (?P<world>\d+), data-parallel-size: (?P<dp>\d+), "
-    r"tensor-model-parallel size: (?P<tp>\d+), pipeline-model-parallel size: (?P<pp>\d+)"
+# "using world size: 64, data-parallel-size: 1, tensor-model-parallel size: 4, pipeline-model-parallel
+# size: 16"; newer versions insert context-parallel and encoder sizes, so the pairs are read one by one.
+_WORLD_PAIR = re.compile(
+    r"(?<![\w-])(?P<key>world size|data-parallel[- ]size|tensor-model-parallel size|pipeline-model-parallel size)"
+    r": (?P<value>\d+)"
 )
+_WORLD_KEYS = {
+    "world size": "gpus",
+    "data-parallel-size": "dp",
+    "data-parallel size": "dp",
+    "tensor-model-parallel size": "tp",
+    "pipeline-model-parallel size": "pp",
+}
 _WORLD_OLD = re.compile(r"using world size: (?P<world>\d+) and model-parallel size: (?P<tp>\d+)")
 _DTYPE = re.compile(r"using torch\.(?P<dtype>\w+) for parameters")
 _PADDED_VOCAB = re.compile(
@@ -123,7 +132,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
 def _iterations(text: str, lineno: int, run: RunBuilder) -> None:
     """One or several (glued) iteration records."""
     headers = list(iteration_header.scan_string(text))
-    for index, (tokens, start, end) in enumerate(headers):
+    for index, (tokens, _start, end) in enumerate(headers):
         stop = headers[index + 1][1] if index + 1 < len(headers) else len(text)
         fields = pipe_fields(text[end:stop])
         metrics: dict[str, Any] = {}
@@ -157,11 +166,11 @@ def _memory(text: str, lineno: int, run: RunBuilder) -> None:
 
 
 def _world(text: str, lineno: int, run: RunBuilder) -> None:
-    match = _WORLD.search(text)
-    if match:
+    pairs = {_WORLD_KEYS[m["key"]]: int(m["value"]) for m in _WORLD_PAIR.finditer(text)}
+    if len(pairs) > 1:
         run.saw(NAME)
-        for fact, group in (("gpus", "world"), ("dp", "dp"), ("tp", "tp"), ("pp", "pp")):
-            run.set_fact(fact, int(match[group]), NAME, lineno)
+        for fact, value in pairs.items():
+            run.set_fact(fact, value, NAME, lineno)
         return
     match = _WORLD_OLD.search(text)
     if match:

@@ -66,9 +66,12 @@ def gpu_model(text: str) -> str | None:
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Read one launcher/cluster line into ``run``; never raises."""
     state = run.state.setdefault(NAME, {})
-    if state.get("in_traceback") and _traceback_line(text, lineno, run, state):
+    oom = "CUDA out of memory" in text or "OutOfMemoryError" in text
+    if state.get("in_traceback") and not oom and _traceback_line(text, lineno, run, state):
         return
-    if "CUDA out of memory" in text or "OutOfMemoryError" in text:
+    if oom:
+        if state.get("in_traceback"):
+            _end_traceback(run, state)
         _fail(run, state, "failed", f"CUDA out of memory: {text.strip()}", lineno)
     elif "CANCELLED AT" in text:
         if "TIME LIMIT" in text:
@@ -104,7 +107,7 @@ def _traceback_line(text: str, lineno: int, run: RunBuilder, state: dict) -> boo
         _end_traceback(run, state)
         return False
     if not _EXCEPTION.match(stripped):
-        return "CUDA out of memory" not in text and "OutOfMemoryError" not in text
+        return True
     _end_traceback(run, state)
     run.saw(NAME)
     # A chained traceback ends with the exception that ended the run: the last one replaces the

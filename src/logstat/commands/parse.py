@@ -1,11 +1,89 @@
-"""`logstat parse` (being built: see the issue that owns it)."""
+"""`logstat parse`: one row per run (or per iteration) from any mix of training logs."""
+
+from __future__ import annotations
+
+import sys
 
 import click
 
 from logstat.errors import LogstatError
 
+PROGRESS_MIN_RUNS = 20
+FORMATS = ("table", "json", "csv", "parquet", "markdown")
+
 
 @click.command()
-def parse() -> None:
-    """Not built yet."""
-    raise LogstatError("logstat parse is not built yet")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--tflops", is_flag=True, help="Add model size, samples/s, tokens/s, TFLOPs per GPU and MFU.")
+@click.option("--iterations", is_flag=True, help="One row per logged iteration (with its family and line).")
+@click.option(
+    "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format."
+)
+@click.option("--family", default=None, help="Force one log family instead of detecting it per file.")
+@click.option(
+    "--warmup",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Leading logged steps left out of the steady-state statistics.",
+)
+@click.option(
+    "--output", "-o", default=None, help="Write to this new file (never overwrites) instead of stdout."
+)
+def parse(
+    paths: tuple[str, ...],
+    tflops: bool,
+    iterations: bool,
+    fmt: str,
+    family: str | None,
+    warmup: int,
+    output: str | None,
+) -> None:
+    """Parse training logs (files or directories, plain or .gz) into one row per run.
+
+    A job's .out and .err are one run. Family (Megatron, Megatron-DeepSpeed, DeepSpeed, HF Trainer,
+    minGPT) is detected per file. s/iter is the median of the logged steps after the first
+    --warmup ones.
+
+    \b
+    Example:
+      logstat parse logs/ --tflops
+      logstat parse a.out b.out.gz --format json
+      logstat parse logs/ --iterations --format csv -o iterations.csv
+    """
+    from logstat import formats
+    from logstat.api import find_logs, load_runs
+
+    if output is None and fmt == "parquet" and sys.stdout.isatty():
+        raise LogstatError("--format parquet is binary: give --output FILE (not written to a terminal)")
+    if not find_logs(paths):
+        raise LogstatError(
+            f"no log files (*.out, *.err, *.log, *.txt, .gz of those) under {', '.join(paths)}"
+        )
+    result = load_runs(paths, family=family, warmup=warmup, progress=_progress())
+    if iterations:
+        frame = result.iterations
+        formats.write(frame, fmt, lambda markdown: formats.iterations_text(frame, markdown=markdown), output)
+        return
+    runs = formats.run_records(result.runs, tflops=tflops)
+    formats.write(
+        runs,
+        fmt,
+        lambda markdown: formats.runs_text(result.runs, tflops=tflops, markdown=markdown, warmup=warmup),
+        output,
+    )
+
+
+def _progress():
+    """A progress line on stderr, only for a terminal and many runs."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        if total >= PROGRESS_MIN_RUNS:
+            end = "\n" if done == total else ""
+            click.echo(f"\rparsed {done}/{total} runs", err=True, nl=False)
+            if end:
+                click.echo("", err=True)
+
+    return show

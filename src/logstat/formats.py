@@ -1,0 +1,175 @@
+"""Frames -> text or files: a readable table, markdown, JSON, CSV, parquet.
+
+Data goes to stdout (or ``--output``), never mixed with messages; an existing output file is never
+overwritten; binary parquet is never written to a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import polars as pl
+
+from logstat.errors import LogstatError
+
+FORMATS = ("table", "json", "csv", "parquet", "markdown")
+
+#: (column, heading, decimals) of the readable run table; None decimals = as is.
+RUN_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
+    ("name", "run", None),
+    ("family", "family", None),
+    ("status", "status", None),
+    ("gpus", "GPUs", None),
+    ("tp", "TP", None),
+    ("pp", "PP", None),
+    ("dp", "DP", None),
+    ("micro_batch_size", "MBS", None),
+    ("global_batch_size", "GBS", None),
+    ("seq_len", "seq", None),
+    ("hidden_size", "hidden", None),
+    ("num_layers", "layers", None),
+    ("activation_checkpointing", "ckpt", None),
+    ("iterations", "iters", None),
+    ("sec_per_iter", "s/iter", 2),
+)
+TFLOPS_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
+    ("model_size_b", "size B", 2),
+    ("samples_per_sec", "samples/s", 2),
+    ("tokens_per_sec", "tokens/s", 0),
+    ("tflops_per_gpu", "TFLOPs/GPU", 1),
+    ("mfu", "MFU", 3),
+)
+TFLOPS_ONLY = ("tflops_per_gpu", "tflops_per_gpu_megatron", "mfu")
+
+
+def run_records(runs: pl.DataFrame, *, tflops: bool) -> pl.DataFrame:
+    """The run frame as scripts get it: every column, TFLOPs/MFU only with ``--tflops``."""
+    return runs if tflops else runs.drop(TFLOPS_ONLY)
+
+
+def _cell(value, decimals: int | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and decimals is not None:
+        return f"{value:,.{decimals}f}" if decimals == 0 else f"{value:.{decimals}f}"
+    return str(value)
+
+
+def _rows(frame: pl.DataFrame, columns) -> list[list[str]]:
+    return [
+        [_cell(row.get(name), decimals) for name, _, decimals in columns]
+        for row in frame.iter_rows(named=True)
+    ]
+
+
+def text_table(frame: pl.DataFrame, columns, *, markdown: bool) -> str:
+    """Fixed-width columns (numbers right-aligned), or a GitHub markdown table."""
+    headings = [heading for _, heading, _ in columns]
+    rows = _rows(frame, columns)
+    numeric = [frame.schema.get(name, pl.String).is_numeric() for name, _, _ in columns]
+    if markdown:
+        align = ["---:" if num else "---" for num in numeric]
+        lines = ["| " + " | ".join(headings) + " |", "|" + "|".join(align) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        return "\n".join(lines)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headings)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric, strict=True)
+        )
+
+    return "\n".join([line(headings), line(["-" * w for w in widths]), *(line(r) for r in rows)]).rstrip()
+
+
+def runs_text(runs: pl.DataFrame, *, tflops: bool, markdown: bool, warmup: int) -> str:
+    """The readable run table, then the reasons of runs that did not end well, then what the
+    statistics are."""
+    columns = RUN_COLUMNS + (TFLOPS_COLUMNS if tflops else ())
+    frame = runs.with_columns(
+        name=pl.col("path").map_elements(lambda p: Path(p).name, return_dtype=pl.String)
+    )
+    parts = [text_table(frame, columns, markdown=markdown), ""]
+    for row in frame.filter(pl.col("status") != "ok").iter_rows(named=True):
+        where = f" ({Path(row['reason_path']).name}:{row['reason_line']})" if row["reason_line"] else ""
+        parts.append(f"{row['name']}: {row['status']}{where}: {row['reason']}")
+    for row in frame.filter(pl.col("model_size_note").is_not_null()).iter_rows(named=True):
+        parts.append(f"{row['name']}: model size: {row['model_size_note']}")
+    parts.append(
+        f"s/iter: median of the logged steps after the first {warmup} (--warmup), or global batch / samples/s "
+        "where a log has no step times (column sec_per_iter_source of --format json says which)."
+    )
+    if tflops:
+        parts.append(
+            "TFLOPs/GPU: seed formula size_B*f*2*seq*GBS/(s_per_iter*GPUs*1e3), f=4 with activation "
+            "checkpointing, 3 without; size from the shape in units of 1e9; MFU = TFLOPs/GPU / the GPU "
+            "model's dense peak ('-' when the GPU model is unknown)."
+        )
+    return "\n".join(parts) + "\n"
+
+
+def iterations_text(iterations: pl.DataFrame, *, markdown: bool) -> str:
+    columns = [(name, name, None) for name in iterations.columns]
+    frame = iterations.with_columns(
+        pl.col("path").map_elements(lambda p: Path(p).name, return_dtype=pl.String)
+    )
+    return text_table(frame, columns, markdown=markdown) + "\n"
+
+
+def _flat(frame: pl.DataFrame) -> pl.DataFrame:
+    """CSV has no lists: join list columns with ';'."""
+    return frame.with_columns(
+        pl.col(name).list.join(";") for name, dtype in frame.schema.items() if isinstance(dtype, pl.List)
+    )
+
+
+def json_text(frame: pl.DataFrame) -> str:
+    """A JSON array of objects (NaN/inf become null: JSON has neither)."""
+    rows = frame.to_dicts()
+    clean = [
+        {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+        for r in rows
+    ]
+    return json.dumps(clean, indent=2) + "\n"
+
+
+def write(frame: pl.DataFrame, fmt: str, text_for_table, output: str | None) -> None:
+    """Write ``frame`` in ``fmt`` to ``output`` (never overwriting) or stdout."""
+    if fmt == "parquet":
+        if output is None:
+            if sys.stdout.isatty():
+                raise LogstatError(
+                    "--format parquet is binary: give --output FILE (not written to a terminal)"
+                )
+            frame.write_parquet(sys.stdout.buffer)
+            return
+        with _new_file(output, binary=True) as handle:
+            frame.write_parquet(handle)
+        return
+    if fmt == "json":
+        text = json_text(frame)
+    elif fmt == "csv":
+        text = _flat(frame).write_csv()
+    else:
+        text = text_for_table(markdown=fmt == "markdown")
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    with _new_file(output, binary=False) as handle:
+        handle.write(text)
+
+
+def _new_file(output: str, *, binary: bool):
+    """Open ``output`` for writing only if it does not exist yet (exclusive create)."""
+    try:
+        return open(output, "xb" if binary else "x", **({} if binary else {"encoding": "utf-8"}))
+    except FileExistsError:
+        raise LogstatError(
+            f"--output {output}: file exists; logstat never overwrites a file (choose a new name)"
+        ) from None
