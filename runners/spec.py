@@ -262,7 +262,10 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
         raise SpecError(f"--set {key}: unknown field {name!r} (fields: {valid})")
     value = _parse_text(text.strip(), hints[name], key)
     target = raw.setdefault(section, {}) if section else raw
-    target[name] = value
+    if value is None:  # TOML has no null: an absent key is the field's default (None)
+        target.pop(name, None)
+    else:
+        target[name] = value
 
 
 def spec_from_dict(raw: Mapping[str, Any], *, source: str = "spec") -> Spec:

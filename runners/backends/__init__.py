@@ -96,3 +96,47 @@ def preflight(name: str, run: RenderedRun) -> None:
 def stderr_echo(line: str) -> None:
     """The default ``echo``: one line on stderr."""
     print(line, file=sys.stderr, flush=True)
+
+
+def launch_spec(
+    spec_ref: str | Path,
+    *,
+    backend: str = "dry-run",
+    overrides: tuple[str, ...] | list[str] = (),
+    wait: bool = False,
+    runs_root: Path | None = None,
+    python: str | None = None,
+    echo: Callable[[str], None] = stderr_echo,
+) -> LaunchResult:
+    """Load, validate, render and launch a spec: the library function behind ``logstat run``.
+
+    Nothing is created before the spec is valid and the backend's preflight accepts it; the run
+    directory is then created (never reused) with the spec, script, DeepSpeed JSON and manifest.
+    """
+    from logstat.runners.manifest import build_manifest
+    from logstat.runners.render import render
+    from logstat.runners.rundir import RUNS_ROOT, create_run_dir, run_dir_path
+    from logstat.runners.spec import load_spec
+    from logstat.runners.stacks import get_stack
+    from logstat.runners.validate import validate
+
+    launch = get_backend(backend)
+    spec = load_spec(spec_ref, overrides)
+    warnings = validate(spec)
+    for warning in warnings:
+        echo(f"warning: {warning}")
+    run = render(spec, run_dir_path(runs_root or RUNS_ROOT, spec.name), python=python, warnings=warnings)
+    preflight(backend, run)
+    if backend != "dry-run":
+        get_stack(spec.stack).launch_check(spec)
+    if backend != "dry-run":
+        create_run_dir(run, build_manifest(run, backend=backend, command=planned_command(backend, run)))
+        echo(f"run directory: {run.run_dir}")
+    return launch(run, wait=wait, echo=echo)
+
+
+def planned_command(backend: str, run: RenderedRun) -> list[str]:
+    """The command a backend will run, as first recorded in the manifest (backends refine it)."""
+    if backend == "slurm":
+        return ["sbatch", "--parsable", str(run.script_path)]
+    return run.launcher_argv(node_rank=0, master_addr="127.0.0.1")

@@ -1,1 +1,86 @@
-"""Stacks."""
+"""Stacks: how a spec becomes a training command line and a DeepSpeed JSON, one module per stack.
+
+Each module exposes ``STACK: Stack`` and is registered once in ``STACKS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from logstat.runners.spec import Spec
+
+from logstat.errors import LogstatError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stack:
+    """One training stack."""
+
+    name: str
+    """Registry name, the value of a spec's ``stack``."""
+    description: str
+    """One line for help and error messages."""
+    program: Callable[..., list[str]]
+    """``program(spec, *, run_dir, ds_config_path)``: what torch.distributed.run starts on each node."""
+    deepspeed_config: Callable[[Spec], dict[str, Any] | None]
+    """The DeepSpeed JSON with explicit batch values, or None for a stack without DeepSpeed."""
+    environment: Callable[[Spec], Mapping[str, str]]
+    """Environment variables the stack needs."""
+    optimizers: tuple[str, ...]
+    """Values of train.optimizer this stack implements."""
+    zero_stages: tuple[int, ...]
+    """Values of train.zero_stage this stack implements."""
+    model_parallel: bool
+    """Whether TP/PP > 1 is implemented."""
+    launch_check: Callable[[Spec], None] = lambda spec: None
+    """Raises LogstatError when the spec cannot be launched from here (e.g. no checkout); dry runs skip it."""
+
+
+#: name -> module path: the one place a stack is registered.
+STACKS: dict[str, str] = {
+    "megatron-deepspeed": "logstat.runners.stacks.megatron_deepspeed",
+    "hf-zero3": "logstat.runners.stacks.hf_zero3",
+    "ddp-powersgd": "logstat.runners.stacks.ddp_powersgd",
+}
+
+
+def get_stack(name: str) -> Stack:
+    """The stack registered as ``name``; a LogstatError listing the valid names if unknown."""
+    module = STACKS.get(name)
+    if module is None:
+        raise LogstatError(f"stack={name!r} is unknown (stacks: {', '.join(STACKS)})")
+    return importlib.import_module(module).STACK
+
+
+def precision_flags(spec: Spec) -> dict[str, Any]:
+    """DeepSpeed's fp16/bf16 sections from train.precision (fp32: both disabled)."""
+    precision = spec.train.precision
+    return {
+        "fp16": {"enabled": precision == "fp16", "loss_scale": 0, "initial_scale_power": 16}
+        if precision == "fp16"
+        else {"enabled": False},
+        "bf16": {"enabled": precision == "bf16"},
+    }
+
+
+def zero_section(spec: Spec) -> dict[str, Any]:
+    """DeepSpeed's zero_optimization section from train.zero_stage and the offload switches."""
+    train = spec.train
+    section: dict[str, Any] = {"stage": train.zero_stage}
+    if train.offload_optimizer:
+        section["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if train.offload_param:
+        section["offload_param"] = {"device": "cpu", "pin_memory": True}
+    return section
+
+
+def batch_section(spec: Spec) -> dict[str, int]:
+    """Explicit batch values; DeepSpeed asserts train_batch = micro * gas * DP, as validation did."""
+    return {
+        "train_batch_size": spec.batch.global_batch or 0,
+        "train_micro_batch_size_per_gpu": spec.batch.micro,
+        "gradient_accumulation_steps": spec.batch.gas,
+    }

@@ -1,0 +1,53 @@
+"""PyTorch DDP + PowerSGD gradient compression: our entry point logstat.runners.entrypoints.ddp_powersgd.
+
+Seed 000's cheapest recipe: DDP + gradient checkpointing + Adafactor + PowerSGD + gradient
+accumulation (256 on 16-32 A100s). No DeepSpeed: no JSON.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from logstat.runners.spec import Spec
+from logstat.runners.stacks import Stack
+
+ENTRY_POINT = "logstat.runners.entrypoints.ddp_powersgd"
+
+
+def program(spec: Spec, *, run_dir: Path, ds_config_path: Path) -> list[str]:
+    model, batch, train = spec.model, spec.batch, spec.train
+    args = [
+        "-m", ENTRY_POINT,
+        "--hidden-size", str(model.hidden_size),
+        "--num-layers", str(model.num_layers),
+        "--num-heads", str(model.num_heads),
+        "--seq-length", str(model.seq_len),
+        "--vocab-size", str(model.vocab_size),
+        "--micro-batch-size", str(batch.micro),
+        "--gradient-accumulation-steps", str(batch.gas),
+        "--train-iters", str(spec.steps),
+        "--lr", repr(train.lr),
+        "--optimizer", train.optimizer,
+        "--precision", train.precision,
+    ]  # fmt: skip
+    if train.activation_checkpointing:
+        args.append("--activation-checkpointing")
+    args += [
+        "--powersgd-rank", str(spec.ddp.powersgd_rank),
+        "--powersgd-start-iter", str(spec.ddp.powersgd_start_iter),
+        "--seed", str(train.seed),
+        "--log-interval", str(train.log_interval),
+    ]  # fmt: skip
+    return args
+
+
+STACK = Stack(
+    name="ddp-powersgd",
+    description="torch DistributedDataParallel + PowerSGD hook, Adafactor, gradient checkpointing and accumulation",
+    program=program,
+    deepspeed_config=lambda spec: None,
+    environment=lambda spec: {},
+    optimizers=("adafactor", "adamw"),
+    zero_stages=(0,),
+    model_parallel=False,
+)

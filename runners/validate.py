@@ -1,0 +1,318 @@
+"""Check a spec before anything runs: refusals name the field, its value and the rule.
+
+:func:`check` collects every problem at once (a user fixes them in one go); :func:`validate`
+raises them as one :class:`SpecError` and returns the warnings. :func:`estimate` gives the
+numbers printed with a plan: parameters, model-state memory per GPU, pipeline efficiency and,
+given an assumed TFLOPs/GPU, days to train the spec's token budget.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from logstat.analytics import formulas
+from logstat.analytics.gpus import GPUS
+from logstat.runners.spec import Spec, SpecError
+
+from logstat.errors import LogstatError
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+#: Seed 002: "if you set gas=8*PP you should get 90% pipeline efficiency".
+GAS_PER_PP_STAGE = 8
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_SLURM_TIME = re.compile(r"\d+(-\d+)?(:\d+){0,2}")
+#: Fields rendered into #SBATCH lines, which sbatch reads line by line.
+_SBATCH_FIELDS = ("job_name", "partition", "constraint", "account", "time_limit")
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One refusal: ``field``, its ``value`` and the ``rule`` it breaks."""
+
+    field: str
+    value: object
+    rule: str
+
+    def __str__(self) -> str:
+        return f"{self.field}={self.value!r} {self.rule}"
+
+
+@dataclass
+class Report:
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def refuse(self, field_name: str, value: object, rule: str) -> None:
+        self.problems.append(Problem(field_name, value, rule))
+
+
+def validate(spec: Spec) -> list[str]:
+    """Raise SpecError listing every problem of ``spec``; return its warnings."""
+    report = check(spec)
+    if report.problems:
+        raise SpecError(f"spec {spec.name!r} refused: " + "; ".join(str(p) for p in report.problems))
+    return report.warnings
+
+
+def check(spec: Spec) -> Report:
+    """Every problem and warning of ``spec``."""
+    report = Report()
+    _check_names(spec, report)
+    _check_positive(spec, report)
+    # The arithmetic checks divide by these: skip them (only) when one is not a positive count.
+    if not any(p.field.startswith(("parallel.", "cluster.", "model.")) for p in report.problems):
+        _check_parallel(spec, report)
+        if not any(p.field.startswith("batch.") for p in report.problems):
+            _check_batch(spec, report)
+    _check_training(spec, report)
+    _check_stack(spec, report)
+    if not report.problems:
+        _warn(spec, report)
+    return report
+
+
+def _check_names(spec: Spec, report: Report) -> None:
+    if not _PLAIN_NAME.fullmatch(spec.name):
+        report.refuse(
+            "name", spec.name, "must be a plain name (letters, digits, '.', '_', '-'): it names runs/<name>/"
+        )
+    cluster = spec.cluster
+    for name in _SBATCH_FIELDS:
+        value = getattr(cluster, name)
+        if value is not None and any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+            report.refuse(
+                f"cluster.{name}",
+                value,
+                "contains a control character (newline, tab...): #SBATCH lines cannot hold one",
+            )
+    if not _SLURM_TIME.fullmatch(cluster.time_limit):
+        report.refuse(
+            "cluster.time_limit", cluster.time_limit, "is not a Slurm time ([D-]HH:MM:SS or minutes)"
+        )
+    if not 0 < cluster.master_port < 65536:
+        report.refuse("cluster.master_port", cluster.master_port, "is not a TCP port (1-65535)")
+
+
+def _check_positive(spec: Spec, report: Report) -> None:
+    if spec.batch.micro < 1:
+        report.refuse(
+            "batch.micro",
+            spec.batch.micro,
+            "must be >= 1 (Megatron would stop later with 'Micro batch size per gpu: 0')",
+        )
+    counts = {
+        "steps": spec.steps,
+        "batch.gas": spec.batch.gas,
+        "parallel.tp": spec.parallel.tp,
+        "parallel.pp": spec.parallel.pp,
+        "cluster.nodes": spec.cluster.nodes,
+        "cluster.gpus_per_node": spec.cluster.gpus_per_node,
+        "model.hidden_size": spec.model.hidden_size,
+        "model.num_layers": spec.model.num_layers,
+        "model.num_heads": spec.model.num_heads,
+        "model.seq_len": spec.model.seq_len,
+        "model.vocab_size": spec.model.vocab_size,
+        "train.log_interval": spec.train.log_interval,
+    }
+    for name, value in counts.items():
+        if value is None or value < 1:
+            report.refuse(name, value, "must be >= 1")
+    batch_counts_ok = spec.batch.micro >= 1 and spec.batch.gas >= 1  # else a derived global is 0 too
+    if batch_counts_ok and spec.batch.global_batch is not None and spec.batch.global_batch < 1:
+        report.refuse("batch.global_batch", spec.batch.global_batch, "must be >= 1")
+    if not spec.train.lr > 0:
+        report.refuse("train.lr", spec.train.lr, "must be > 0")
+
+
+def _check_parallel(spec: Spec, report: Report) -> None:
+    tp, pp, model, cluster = spec.parallel.tp, spec.parallel.pp, spec.model, spec.cluster
+    if spec.world_size % (tp * pp):
+        report.refuse(
+            "parallel.tp*parallel.pp",
+            tp * pp,
+            f"(tp={tp} * pp={pp}) does not divide the world size cluster.nodes*cluster.gpus_per_node="
+            f"{cluster.nodes}*{cluster.gpus_per_node}={spec.world_size}",
+        )
+    if model.num_layers % pp:
+        report.refuse("parallel.pp", pp, f"does not divide model.num_layers={model.num_layers}")
+    if model.num_heads % tp:
+        report.refuse("parallel.tp", tp, f"does not divide model.num_heads={model.num_heads}")
+    if model.hidden_size % model.num_heads:
+        report.refuse(
+            "model.num_heads", model.num_heads, f"does not divide model.hidden_size={model.hidden_size}"
+        )
+
+
+def _check_batch(spec: Spec, report: Report) -> None:
+    batch, dp = spec.batch, spec.dp
+    if dp is None or batch.global_batch is None:
+        return
+    expected = formulas.global_batch(micro_batch=batch.micro, gas=batch.gas, dp=dp)
+    if batch.global_batch != expected:
+        report.refuse(
+            "batch.global_batch",
+            batch.global_batch,
+            f"!= batch.micro*batch.gas*DP = {batch.micro}*{batch.gas}*{dp} = {expected} "
+            "(global = micro * gas * DP, DP = world / (TP*PP))",
+        )
+
+
+def _check_training(spec: Spec, report: Report) -> None:
+    train, pp = spec.train, spec.parallel.pp
+    if train.precision not in PRECISIONS:
+        report.refuse("train.precision", train.precision, f"must be one of {', '.join(PRECISIONS)}")
+    if train.zero_stage not in (0, 1, 2, 3):
+        report.refuse("train.zero_stage", train.zero_stage, "must be 0, 1, 2 or 3")
+    elif train.zero_stage >= 2 and pp > 1:
+        report.refuse(
+            "train.zero_stage",
+            train.zero_stage,
+            f"with parallel.pp={pp}: ZeRO stages 2 and 3 do not work with pipeline parallelism "
+            "(seed 002: use stage 0 or 1 with PP)",
+        )
+    if train.offload_optimizer and train.zero_stage == 0:
+        report.refuse("train.offload_optimizer", True, "needs train.zero_stage >= 1 (ZeRO-Offload)")
+    if train.offload_param and train.zero_stage != 3:
+        report.refuse(
+            "train.offload_param", True, f"needs train.zero_stage=3, not {train.zero_stage} (ZeRO-Infinity)"
+        )
+
+
+def _check_stack(spec: Spec, report: Report) -> None:
+    from logstat.runners.stacks import STACKS, get_stack
+
+    if spec.stack not in STACKS:
+        report.refuse("stack", spec.stack, f"is unknown (stacks: {', '.join(STACKS)})")
+        return
+    stack = get_stack(spec.stack)
+    train = spec.train
+    if train.optimizer not in stack.optimizers:
+        report.refuse(
+            "train.optimizer",
+            train.optimizer,
+            f"is not one of stack {stack.name}'s: {', '.join(stack.optimizers)}",
+        )
+    if train.zero_stage in (0, 1, 2, 3) and train.zero_stage not in stack.zero_stages:
+        stages = ", ".join(map(str, stack.zero_stages))
+        report.refuse(
+            "train.zero_stage",
+            train.zero_stage,
+            f"is not implemented by stack {stack.name} (stages: {stages})",
+        )
+    if not stack.model_parallel:
+        for name in ("tp", "pp"):
+            value = getattr(spec.parallel, name)
+            if value != 1:
+                report.refuse(
+                    f"parallel.{name}", value, f"must be 1: stack {stack.name} is data parallel only"
+                )
+    if spec.stack == "ddp-powersgd":
+        if spec.ddp.powersgd_rank < 1:
+            report.refuse("ddp.powersgd_rank", spec.ddp.powersgd_rank, "must be >= 1")
+        if spec.ddp.powersgd_start_iter < 2:
+            report.refuse(
+                "ddp.powersgd_start_iter",
+                spec.ddp.powersgd_start_iter,
+                "must be >= 2 (PowerSGD's error feedback and warm start need plain all-reduce first)",
+            )
+
+
+def _warn(spec: Spec, report: Report) -> None:
+    pp, gas = spec.parallel.pp, spec.batch.gas
+    if pp > 1 and gas < GAS_PER_PP_STAGE * pp:
+        efficiency = formulas.pipeline_efficiency(gas=gas, pp=pp)
+        report.warnings.append(
+            f"batch.gas={gas} < 8*parallel.pp={GAS_PER_PP_STAGE * pp}: pipeline efficiency "
+            f"gas/(gas+PP-1) = {efficiency:.1%}, under 90% (seed 002)"
+        )
+    gpu_model = spec.cluster.gpu_model
+    if gpu_model is None or not spec.cluster.use_gpus:
+        return
+    gpu = GPUS.get(gpu_model)
+    if gpu is None:
+        report.warnings.append(
+            f"cluster.gpu_model={gpu_model!r} is not in logstat.analytics.gpus ({', '.join(GPUS)}): memory not checked"
+        )
+        return
+    memory_gib = model_state_gib_per_gpu(spec)
+    if memory_gib > gpu.memory_gib:
+        report.warnings.append(
+            f"ZeRO model-state memory estimate {memory_gib:.1f} GiB per GPU (train.zero_stage={spec.train.zero_stage}, "
+            f"DP={spec.dp}, TP*PP={spec.parallel.tp * spec.parallel.pp}) exceeds the {gpu.name}'s "
+            f"{gpu.memory_gib:g} GiB, before activations"
+        )
+
+
+def parameter_count(spec: Spec) -> int:
+    """Parameters of the spec's GPT-2 shape (formulas.gpt2_params)."""
+    model = spec.model
+    return formulas.gpt2_params(
+        hidden=model.hidden_size, layers=model.num_layers, vocab=model.vocab_size, seq_len=model.seq_len
+    )
+
+
+def model_state_gib_per_gpu(spec: Spec) -> float:
+    """GPU model-state memory (GiB) of one rank: its TP*PP share of the parameters under ZeRO over DP."""
+    memory = formulas.zero_model_state_memory(
+        params=parameter_count(spec) / (spec.parallel.tp * spec.parallel.pp),
+        dp=spec.dp or 1,
+        stage=spec.train.zero_stage,
+        offload_optimizer=spec.train.offload_optimizer,
+        offload_param=spec.train.offload_param,
+    )
+    return memory.gpu_bytes / GIB
+
+
+@dataclass(frozen=True, kw_only=True)
+class Estimate:
+    """The numbers printed with a plan."""
+
+    params: int
+    """Parameters of the model (formulas.gpt2_params)."""
+    model_state_gib_per_gpu: float
+    """ZeRO model-state memory per GPU, GiB (activations not counted)."""
+    pipeline_efficiency: float
+    """gas / (gas + PP - 1), a fraction."""
+    tflops_per_gpu: float | None
+    """Assumed achieved TFLOPs/GPU (estimate.tflops_per_gpu), None when not given."""
+    sec_per_iter: float | None
+    """Seconds per iteration implied by the assumed TFLOPs (seed formula solved for time)."""
+    days: float | None
+    """Days to train estimate.tokens tokens at that speed."""
+    tokens: float
+    """The token budget of ``days``."""
+
+
+def estimate(spec: Spec) -> Estimate:
+    """The plan's estimate; the days need an assumed TFLOPs/GPU (the seed's measured ones for its specs)."""
+    if spec.dp is None or spec.batch.global_batch is None:
+        raise LogstatError(f"spec {spec.name!r}: no estimate for a spec whose DP does not divide")
+    params = parameter_count(spec)
+    assumed = spec.estimate.tflops_per_gpu
+    sec_per_iter = days = None
+    if assumed:
+        # The seed's TFLOPs formula at 1 s/iteration, divided by the assumed TFLOPs, is the s/iteration.
+        tflops_at_one_second = formulas.seed_tflops_per_gpu(
+            size_b=params / 1e9,
+            seq_len=spec.model.seq_len,
+            global_batch=spec.batch.global_batch,
+            sec_per_iter=1.0,
+            gpus=spec.world_size,
+            checkpointing=spec.train.activation_checkpointing,
+        )
+        sec_per_iter = tflops_at_one_second / assumed
+        tokens_per_sec = formulas.tokens_per_sec(
+            global_batch=spec.batch.global_batch, seq_len=spec.model.seq_len, sec_per_iter=sec_per_iter
+        )
+        days = formulas.days_to_train(tokens=spec.estimate.tokens, tokens_per_sec=tokens_per_sec)
+    return Estimate(
+        params=params,
+        model_state_gib_per_gpu=model_state_gib_per_gpu(spec),
+        pipeline_efficiency=formulas.pipeline_efficiency(gas=spec.batch.gas, pp=spec.parallel.pp),
+        tflops_per_gpu=assumed,
+        sec_per_iter=sec_per_iter,
+        days=days,
+        tokens=spec.estimate.tokens,
+    )
