@@ -323,7 +323,7 @@ def find_run_dirs(root: Path) -> list[Path]:
 def run_status(run_dir: Path) -> RunStatus:
     """The state of the run in ``run_dir``: live from Slurm, else as recorded when it ended."""
     run_dir = Path(run_dir)
-    manifest = read_manifest(run_dir)
+    manifest = _manifest_of(run_dir)
     job_id = manifest.get("slurm_job_id")
     if not job_id:
         return RunStatus(run_dir=run_dir, job_id=None, state="NOT_SUBMITTED", source="manifest")
@@ -359,7 +359,7 @@ def run_status(run_dir: Path) -> RunStatus:
 def cancel_run(run_dir: Path) -> str:
     """``scancel`` the job of ``run_dir`` (the id in its manifest); the job id."""
     run_dir = Path(run_dir)
-    job_id = read_manifest(run_dir).get("slurm_job_id")
+    job_id = _manifest_of(run_dir).get("slurm_job_id")
     if not job_id:
         raise LogstatError(f"{run_dir}: manifest.json has no slurm_job_id (was it run with --backend slurm?)")
     if shutil.which("scancel") is None:
@@ -372,6 +372,12 @@ def cancel_run(run_dir: Path) -> str:
 
 
 # --- helpers ---------------------------------------------------------------------------------
+
+
+def _manifest_of(run_dir: Path) -> dict[str, Any]:
+    if not (run_dir / "manifest.json").is_file():
+        raise LogstatError(f"{run_dir}: no manifest.json here (not a run directory made by logstat run)")
+    return read_manifest(run_dir)
 
 
 class _Progress:
