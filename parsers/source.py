@@ -12,7 +12,7 @@ import gzip
 import re
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 CHUNK_BYTES = 1 << 20
@@ -41,7 +41,6 @@ class SourceReport:
     problem: str | None = None
     """Why (part of) the file could not be read: binary content, a truncated gzip stream, ..."""
     compressed: bool = False
-    first_chunk: bytes = field(default=b"", repr=False)
 
 
 def strip_prefixes(text: str) -> str:
@@ -73,21 +72,33 @@ def open_log(path: Path):
     return open(path, "rb"), False
 
 
+def _read_block(stream, report: SourceReport) -> bytes:
+    """About CHUNK_BYTES of (decompressed) bytes; b"" at the end. ``read1`` hands out what was
+    decompressed so far, so a truncated gzip stream still yields everything before the cut."""
+    parts: list[bytes] = []
+    size = 0
+    while size < CHUNK_BYTES:
+        try:
+            part = stream.read1(CHUNK_BYTES - size)
+        except (EOFError, OSError, zlib.error) as exc:
+            report.problem = f"gzip stream truncated or corrupt ({exc})"
+            break
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return b"".join(parts)
+
+
 def _chunks(stream, report: SourceReport) -> Iterator[bytes]:
     """Chunks that end at a line boundary (the last one may not), counting bytes; never raises."""
     carry = b""
     while True:
-        try:
-            block = stream.read(CHUNK_BYTES)
-        except (EOFError, OSError, zlib.error) as exc:
-            report.problem = f"gzip stream truncated or corrupt ({exc})"
-            block = b""
+        block = b"" if report.problem else _read_block(stream, report)
         if not block:
             if carry:
                 yield carry
             return
-        if not report.bytes_read:
-            report.first_chunk = block[:4096]
         report.bytes_read += len(block)
         block = carry + block
         cut = block.rfind(b"\n") + 1

@@ -1,0 +1,61 @@
+"""The shared grammar pieces, each alone, on real lines."""
+
+import math
+
+from logstat.parsers.grammar import dotted, eq_fields, literal, pipe_fields
+
+# shared/logs/bigscience/meg_ds_zero_gpt2_perf_n16_nbs48_ms48.out, first iteration line
+OLD_ITERATION = (
+    " iteration        1/    1000 | elapsed time per iteration (ms): 121899.8 | learning rate: 1.875E-05 |"
+    " lm loss: 1.252221E+01 | loss scale: 1024.0 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+)
+
+
+def test_pipe_record_reads_names_and_numbers():
+    fields = pipe_fields(OLD_ITERATION)
+    assert fields["elapsed time per iteration (ms)"] == 121899.8
+    assert fields["learning rate"] == 1.875e-05
+    assert fields["lm loss"] == 12.52221
+    assert fields["number of skipped iterations"] == 0
+
+
+def test_pipe_record_skips_non_numbers_and_reads_nan_inf():
+    fields = pipe_fields(" | learning rate: N/A | grad norm: nan | loss scale: inf | x: -2 |")
+    assert "learning rate" not in fields
+    assert math.isnan(fields["grad norm"]) and fields["loss scale"] == math.inf and fields["x"] == -2
+
+
+def test_dotted_record_with_dots_and_with_spaces_only():
+    assert dotted("  hidden_size ..................................... 8192") == ("hidden_size", "8192")
+    assert dotted("  ffn_hidden_size ................................. 32768") == ("ffn_hidden_size", "32768")
+    # old Megatron pads long names with two spaces, no dots (meg_ds_zero...out)
+    assert dotted("  apply_residual_connection_post_layernorm  False") == (
+        "apply_residual_connection_post_layernorm",
+        "False",
+    )
+    assert dotted("  tensorboard_output_path ...... ") == ("tensorboard_output_path", "")
+    assert dotted("building GPT model ...") is None
+    assert dotted("a b") is None
+
+
+def test_eq_record_of_deepspeed_lines():
+    assert eq_fields("[Rank 0] step=10, skipped=0, lr=[0.0, 0.0], mom=[(0.9, 0.999)]") == {
+        "step": 10,
+        "skipped": 0,
+        "lr": [0.0, 0.0],
+    }
+    got = eq_fields(
+        "epoch=0/micro_step=2000/global_step=2000, RunningAvgSamplesPerSec=12.5, MemAllocated=4.2GB"
+    )
+    assert got == {
+        "epoch": 0,
+        "micro_step": 2000,
+        "global_step": 2000,
+        "RunningAvgSamplesPerSec": 12.5,
+        "MemAllocated": 4.2,
+    }
+
+
+def test_literal_values():
+    assert literal("None") is None and literal("True") is True and literal("False") is False
+    assert literal("8192") == 8192 and literal("1e-08") == 1e-08 and literal("cosine") == "cosine"

@@ -1,0 +1,151 @@
+"""The Megatron family on real lines (shared/logs/bigscience, fixtures/megatron)."""
+
+import pytest
+from logstat.parsers import megatron
+from logstat.parsers.base import RunBuilder
+
+# meg_gpt2_perf_n16.out line 341 and 342
+ITERATION_1 = (
+    " iteration        1/    1000 | consumed samples:         1024 | elapsed time per iteration (ms): 155483.8 |"
+    " learning rate: 0.000E+00 | global batch size:  1024 | loss scale: 4294967296.0 |"
+    " number of skipped iterations:   1 | number of nan iterations:   0 |"
+)
+TIMERS_1 = (
+    "time (ms) | forward-compute: 32054.16 | forward-recv: 19581.85 | backward-compute: 87380.53 | backward-send: 2.90"
+    " | backward-send-forward-recv: 11878.08 | backward-params-all-reduce: 26.06 | backward-embedding-all-reduce: 4181.82"
+    " | optimizer-copy-to-main-grad: 8.18 | optimizer-unscale-and-check-inf: 333.72 | optimizer: 342.01 | batch-generator: 182.63"
+)
+# meg_ds_3d_gpt2_perf_n16-ds-on.out line 901 (lm-loss, grad norm, num zeros)
+DS_ITERATION = (
+    " iteration        1/    1000 | consumed samples:         1024 | elapsed time per iteration (ms): 159778.9 |"
+    " learning rate: 1.875E-05 | global batch size:  1024 | lm-loss: 1.244238E+01 | loss scale: -1.0 |"
+    " grad norm: 0.000 | num zeros: 0.0 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+)
+
+
+def feed(*lines):
+    run = RunBuilder(path="x")
+    for number, line in enumerate(lines, start=1):
+        megatron.parse_line(line, number, run)
+    return run
+
+
+def test_iteration_line():
+    run = feed(ITERATION_1)
+    assert run.iterations[1] == {
+        "iteration": 1,
+        "family": "megatron",
+        "line": 1,
+        "elapsed_ms": 155483.8,
+        "lr": 0.0,
+        "loss_scale": 4294967296.0,
+        "skipped": 1,
+        "nan": 0,
+    }
+    assert run.facts["global_batch_size"] == 1024 and run.facts["train_iters"] == 1000
+
+
+def test_lm_dash_loss_and_grad_norm():
+    row = feed(DS_ITERATION).iterations[1]
+    assert row["loss"] == 12.44238 and row["grad_norm"] == 0.0 and row["lr"] == 1.875e-05
+
+
+def test_timers_belong_to_the_step_logged_before():
+    run = feed(ITERATION_1, TIMERS_1)
+    timers = {t["timer"]: (t["iteration"], t["ms"]) for t in run.timers}
+    assert timers["forward-compute"] == (1, 32054.16)
+    assert timers["batch-generator"] == (1, 182.63)
+    assert len(timers) == 11
+
+
+def test_glued_iterations_in_one_line():
+    glued = ITERATION_1 + ITERATION_1.replace("1/    1000", "2/    1000").replace("155483.8", "129028.8")
+    run = feed(glued)
+    assert sorted(run.iterations) == [1, 2]
+    assert run.iterations[2]["elapsed_ms"] == 129028.8
+
+
+def test_memory_keeps_the_largest_rank():
+    # meg_ds_3d_gpt2_perf_n16-ds-on.out lines 884 and 885
+    run = feed(
+        "[Rank 1] (after 1 iterations) memory (MB) | allocated: 12337.45654296875 | max allocated: 19961.072265625"
+        " | reserved: 23288.0 | max reserved: 23288.0",
+        "[Rank 61] (after 1 iterations) memory (MB) | allocated: 12923.83251953125 | max allocated: 18175.37841796875"
+        " | reserved: 19286.0 | max reserved: 19286.0",
+        # old format, meg_ds_zero_gpt2_perf_n16_nbs48_ms48.out
+        "after 2 iterations memory (MB) | allocated: 10857.5625 | max allocated: 26118.2294921875 | reserved: 28234.0",
+    )
+    assert run.iterations[1]["mem_allocated_mb"] == 12923.83251953125
+    assert run.iterations[1]["mem_max_allocated_mb"] == 19961.072265625
+    assert run.iterations[2]["mem_max_allocated_mb"] == 26118.2294921875
+
+
+def test_world_lines_new_and_old():
+    run = feed(
+        "using world size: 64, data-parallel-size: 1, tensor-model-parallel size: 4, pipeline-model-parallel size: 16 "
+    )
+    assert {k: run.facts[k] for k in ("gpus", "dp", "tp", "pp")} == {"gpus": 64, "dp": 1, "tp": 4, "pp": 16}
+    old = feed("using world size: 64 and model-parallel size: 4")
+    assert {k: old.facts[k] for k in ("gpus", "dp", "tp", "pp")} == {"gpus": 64, "dp": 16, "tp": 4, "pp": 1}
+
+
+def test_arguments_dump_matches_names_whole():
+    run = feed(
+        "------------------------ arguments ------------------------",
+        "  checkpoint_activations .......................... True",
+        "  checkpoint_num_layers ........................... 1",
+        "  ffn_hidden_size ................................. 32768",
+        "  fp16 ............................................ True",
+        "  bf16 ............................................ False",
+        "  hidden_size ..................................... 8192",
+        "  num_layers ...................................... 64",
+        "  num_layers_per_virtual_pipeline_stage ........... None",
+        "  apply_residual_connection_post_layernorm  False",
+        "-------------------- end of arguments ---------------------",
+    )
+    assert run.facts["hidden_size"] == 8192 and run.facts["ffn_hidden_size"] == 32768
+    assert run.facts["num_layers"] == 64
+    assert run.facts["activation_checkpointing"] is True and run.facts["precision"] == "fp16"
+    assert run.provenance["num_layers"] == "megatron:8"
+    assert not run.capturing
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        (["  recompute_granularity ........................... full"], True),
+        (["  recompute_granularity ........................... selective"], False),
+        (["  checkpoint_activations .......................... False"], False),
+        (["  hidden_size ..................................... 8"], None),
+    ],
+)
+def test_activation_checkpointing_from_args(lines, expected):
+    run = feed("---- arguments ----", *lines, "---- end of arguments ----")
+    assert run.facts.get("activation_checkpointing") is expected
+
+
+def test_misc_fact_lines():
+    run = feed(
+        "using torch.float16 for parameters ...",
+        " > padded vocab (size: 50257) with 431 dummy tokens (new size: 50688)",
+        "setting number of micro-batches to constant 256",
+        ITERATION_1,
+        "Effective Tera Flops per GPU: 41.94 and total parameters 52.005 B",
+    )
+    assert run.facts["precision"] == "fp16"
+    assert (run.facts["vocab_size"], run.facts["padded_vocab_size"]) == (50257, 50688)
+    assert run.facts["gas"] == 256 and run.facts["logged_model_size"] == 52.005
+    assert run.iterations[1]["logged_tflops_per_gpu"] == 41.94
+
+
+def test_end_of_training_completes_the_run():
+    run = feed("[after training is done] datetime: 2024-03-10 14:02:19")
+    assert run.completion[0].startswith("[after training is done]")
+
+
+@pytest.mark.parametrize(
+    "junk",
+    ["", "iteration", " iteration x/ y |", "time (ms)", "memory (MB) |", "\x00\xff", "using world size: x"],
+)
+def test_garbage_never_raises(junk):
+    feed(junk)
