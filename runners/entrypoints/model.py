@@ -50,7 +50,12 @@ def build_gpt2(shape: GPT2Shape, *, seed: int) -> PreTrainedModel:
     active by ``TrainingArguments`` the parameters are created already partitioned.
     """
     torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(gpt2_config(shape))
+    model = AutoModelForCausalLM.from_config(gpt2_config(shape))
+    # transformers derives loss_type from the class name, and "GPT2LMHeadModel" matches no entry:
+    # left None, the Trainer counts unshifted labels (seq per sample, not seq - 1) and under-reports
+    # the loss by (seq - 1) / seq. The model's loss already is the causal-LM one; say so.
+    model.loss_type = "ForCausalLM"
+    return model
 
 
 def parameter_count(model: torch.nn.Module) -> int:
