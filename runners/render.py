@@ -152,7 +152,9 @@ def sbatch_script(run: RenderedRun) -> str:
         "export MASTER_ADDR",
         f"cd {q(str(run.run_dir))}",
         "",
-        "# One task per node; each starts the launcher with its node rank from SLURM_PROCID.",
+        "# One task per node; each starts the launcher with its node rank from SLURM_PROCID,",
+        "# which the task's own shell expands on its node: hence the single quotes.",
+        "# shellcheck disable=SC2016",
         "srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c \\",
         '  \'exec "$0" -u -m torch.distributed.run --node_rank "$SLURM_PROCID" --master_addr "$MASTER_ADDR" "$@"\' \\',
     ]

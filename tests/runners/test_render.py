@@ -1,0 +1,169 @@
+"""Rendering: sbatch scripts pass bash -n and shellcheck, counts come from one field, values are
+quoted so that hostile strings are inert when the script really runs under bash."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from logstat.runners.render import render, sbatch_header
+from logstat.runners.spec import SPECS_DIR, SpecError, load_spec
+
+SHIPPED = sorted(p.stem for p in SPECS_DIR.glob("*.toml"))
+# $(...), backticks, both quotes, a backslash, a glob and a variable: all must stay literal.
+HOSTILE = "x$(touch PWNED_dollar)`touch PWNED_tick`'\"\\*$HOME;touch PWNED_semi"
+
+
+def rendered(name: str, tmp_path: Path, *overrides: str, **render_args):
+    return render(load_spec(name, overrides), tmp_path / "run", **render_args)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_rendered_scripts_pass_bash_n(name, tmp_path):
+    script = tmp_path / "run.sbatch"
+    script.write_text(rendered(name, tmp_path).sbatch_script)
+    done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_rendered_scripts_pass_shellcheck(name, tmp_path):
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (Debian package shellcheck: apt-get install -y shellcheck)")
+    script = tmp_path / "run.sbatch"
+    script.write_text(rendered(name, tmp_path, f"cluster.job_name={HOSTILE}").sbatch_script)
+    done = subprocess.run(["shellcheck", "--shell=bash", str(script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+
+
+def test_node_count_comes_from_one_field(tmp_path):
+    text = rendered(
+        "gpt2-52b-megatron-ds", tmp_path, "cluster.nodes=8", "batch.global_batch=none"
+    ).sbatch_script
+    assert "#SBATCH --nodes=8\n" in text
+    assert "    --nnodes 8 \\\n" in text
+    assert "    --nproc_per_node 4 \\\n" in text
+    assert "#SBATCH --ntasks-per-node=1\n" in text and "#SBATCH --gres=gpu:4\n" in text
+
+
+def test_cpu_spec_requests_no_gpus_and_sets_the_deepspeed_accelerator(tmp_path):
+    run = rendered("gpt2-tiny-hf-zero3", tmp_path)
+    assert "--gres" not in run.sbatch_script
+    assert run.env == {"DS_ACCELERATOR": "cpu"}
+    assert "export DS_ACCELERATOR=cpu\n" in run.sbatch_script
+
+
+def test_only_node_rank_and_master_are_left_to_the_shell(tmp_path):
+    text = rendered("gpt2-52b-megatron-ds", tmp_path).sbatch_script
+    body = [line for line in text.splitlines() if not line.startswith("#")]
+    variables = {word for line in body for word in line.replace('"', " ").split() if word.startswith("$")}
+    assert variables == {"$SLURM_JOB_NODELIST", "$SLURM_PROCID", "$MASTER_ADDR", "$0", "$@", "$(scontrol"}
+    assert (
+        "--hidden-size 8192" in text and "--micro-batch-size 4" in text and "--global-batch-size 1024" in text
+    )
+
+
+@pytest.mark.parametrize("name", ["gpt2-52b-megatron-ds", "gpt2-52b-hf-zero3", "gpt2-tiny-hf-zero3"])
+def test_deepspeed_json_has_explicit_consistent_batch_values(name, tmp_path):
+    run = rendered(name, tmp_path)
+    spec, config = run.spec, run.deepspeed_config
+    assert config["train_micro_batch_size_per_gpu"] == spec.batch.micro
+    assert config["gradient_accumulation_steps"] == spec.batch.gas
+    # DeepSpeed asserts train_batch_size == micro * gas * DP (DP = world / (TP*PP)).
+    assert config["train_batch_size"] == spec.batch.micro * spec.batch.gas * spec.world_size // (
+        spec.parallel.tp * spec.parallel.pp
+    )
+    assert config["zero_optimization"]["stage"] == spec.train.zero_stage
+    assert str(run.ds_config_path) in run.program
+    assert "auto" not in json.dumps(config)
+
+
+def test_ddp_has_no_deepspeed_json(tmp_path):
+    run = rendered("gpt2-tiny-ddp-powersgd", tmp_path)
+    assert run.deepspeed_config is None and "ds_config.json" not in run.sbatch_script
+
+
+@pytest.mark.parametrize(
+    ("name", "module"),
+    [("gpt2-tiny-hf-zero3", "hf_zero3"), ("gpt2-tiny-ddp-powersgd", "ddp_powersgd")],
+)
+def test_entry_point_parsers_accept_the_rendered_arguments(name, module, tmp_path):
+    run = rendered(name, tmp_path)
+    assert run.program[:2] == ("-m", f"logstat.runners.entrypoints.{module}")
+    parser = importlib.import_module(f"logstat.runners.entrypoints.{module}").build_parser()
+    args = vars(parser.parse_args(list(run.program[2:])))
+    spec = run.spec
+    if module == "hf_zero3":
+        assert args["per_device_train_batch_size"] == spec.batch.micro and args["max_steps"] == spec.steps
+    else:
+        assert args["micro_batch_size"] == spec.batch.micro and args["train_iters"] == spec.steps
+        assert args["powersgd_rank"] == spec.ddp.powersgd_rank and args["optimizer"] == "adafactor"
+    assert args["gradient_accumulation_steps"] == spec.batch.gas
+    assert args.get("activation_checkpointing", args.get("checkpoint_activations")) is True
+
+
+def test_newline_in_an_sbatch_value_is_refused_by_the_renderer(tmp_path):
+    spec = load_spec("gpt2-tiny-hf-zero3")
+    spec = dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, job_name="a\ntouch PWNED"))
+    with pytest.raises(SpecError, match=r"cluster.job_name='a\\ntouch PWNED' contains a control character"):
+        render(spec, tmp_path / "run")
+    with pytest.raises(SpecError, match="contains a control character"):
+        sbatch_header(dataclasses.replace(render(load_spec("gpt2-tiny-hf-zero3"), tmp_path / "a\nb")))
+
+
+SHIMS = {
+    # Slurm's tools, for running the script outside an allocation: one node named node-1, and
+    # srun running the single task here with SLURM_PROCID=0.
+    "scontrol": '#!/bin/bash\n[ "$1 $2" = "show hostnames" ] && echo node-1\n',
+    "srun": '#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\nSLURM_PROCID=0 exec "$@"\n',
+    # The "python" the script runs records its arguments, NUL-separated, and does nothing else.
+    "record-argv": '#!/bin/bash\nprintf "%s\\0" "$@" > "$ARGV_FILE"\n',
+}
+
+
+def test_hostile_values_are_inert_when_the_script_runs(tmp_path):
+    """Job name, checkout path, data path and run directory full of shell syntax (the paths also
+    with a newline) reach the program as exact literal arguments, and no payload runs."""
+    hostile_dir = tmp_path / f"checkout {HOSTILE}\nline2"
+    run_dir = tmp_path / f"runs {HOSTILE}" / "run"
+    run_dir.mkdir(parents=True)
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    for name, text in SHIMS.items():
+        (shims / name).write_text(text)
+        (shims / name).chmod(0o755)
+    spec = load_spec(
+        "gpt2-tiny-megatron-ds",
+        [f"cluster.job_name={HOSTILE}", f"megatron.dir={hostile_dir}", f"megatron.data_path={HOSTILE}\n2"],
+    )
+    run = render(spec, run_dir, python=str(shims / "record-argv"))
+    script = tmp_path / "run.sbatch"
+    script.write_text(run.sbatch_script)
+    argv_file = tmp_path / "argv.bin"
+    env = {
+        "PATH": f"{shims}:{os.environ['PATH']}",
+        "SLURM_JOB_NODELIST": "node-1",
+        "ARGV_FILE": str(argv_file),
+        "HOME": str(tmp_path),
+    }
+    done = subprocess.run(
+        ["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    received = argv_file.read_bytes().decode().split("\0")[:-1]
+    expected = ["-u", "-m", "torch.distributed.run", "--node_rank", "0", "--master_addr", "node-1"]
+    expected += ["--nproc_per_node", "2", "--nnodes", "1", "--master_port", "6000", *run.program]
+    assert received == expected
+    assert received[expected.index("--data-path") + 1] == f"{HOSTILE}\n2"
+    assert run.program[0] == f"{hostile_dir}/pretrain_gpt.py"
+    assert (
+        f"#SBATCH --job-name='{HOSTILE.replace(chr(39), chr(39) + chr(34) + chr(39) + chr(34) + chr(39))}'"
+        in (run.sbatch_script)
+    )
+    assert list(tmp_path.rglob("PWNED*")) == [] and not list(Path.cwd().glob("PWNED*"))

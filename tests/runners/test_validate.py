@@ -1,0 +1,194 @@
+"""Validation: one test per refusal (field, value and rule in the message), the warnings, the estimate."""
+
+from __future__ import annotations
+
+import pytest
+from logstat.runners.spec import SpecError, load_spec
+from logstat.runners.validate import check, estimate, validate
+
+BASE = "gpt2-52b-megatron-ds"  # 16 x 4 GPUs, TP 4, PP 16, DP 1, mbs 4, gas 256, gbs 1024, 64 layers, 32 heads
+
+
+def problems(name: str, *overrides: str) -> list[str]:
+    return [str(p) for p in check(load_spec(name, overrides)).problems]
+
+
+def refused(name: str, *overrides: str) -> str:
+    found = problems(name, *overrides)
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "gpt2-52b-megatron-ds",
+        "gpt2-52b-hf-zero3",
+        "gpt2-52b-ddp-powersgd",
+        "gpt2-tiny-megatron-ds",
+        "gpt2-tiny-hf-zero3",
+        "gpt2-tiny-ddp-powersgd",
+    ],
+)
+def test_shipped_specs_are_valid(name):
+    assert problems(name) == []
+
+
+def test_world_not_divisible_by_tp_times_pp():
+    assert refused(BASE, "cluster.nodes=15", "batch.global_batch=none") == (
+        "parallel.tp*parallel.pp=64 (tp=4 * pp=16) does not divide the world size "
+        "cluster.nodes*cluster.gpus_per_node=15*4=60"
+    )
+
+
+def test_layers_not_divisible_by_pp():
+    # pp=8 keeps the world divisible (64 / 32 = DP 2); 64 layers are fine, 60 are not.
+    assert refused(BASE, "parallel.pp=8", "model.preset=none", "model.hidden_size=8192", "model.num_layers=60",
+                   "batch.global_batch=none") == "parallel.pp=8 does not divide model.num_layers=60"  # fmt: skip
+
+
+def test_the_issue_example_pp_7():
+    found = problems(BASE, "parallel.pp=7")
+    assert "parallel.pp=7 does not divide model.num_layers=64" in found
+
+
+def test_heads_not_divisible_by_tp():
+    assert refused(BASE, "parallel.tp=3", "cluster.gpus_per_node=3", "batch.global_batch=none") == (
+        "parallel.tp=3 does not divide model.num_heads=32"
+    )
+
+
+def test_hidden_not_divisible_by_heads():
+    assert (
+        refused("gpt2-tiny-hf-zero3", "model.num_heads=3")
+        == "model.num_heads=3 does not divide model.hidden_size=64"
+    )
+
+
+def test_global_batch_must_be_micro_times_gas_times_dp():
+    assert refused(BASE, "batch.global_batch=1000") == (
+        "batch.global_batch=1000 != batch.micro*batch.gas*DP = 4*256*1 = 1024 "
+        "(global = micro * gas * DP, DP = world / (TP*PP))"
+    )
+
+
+def test_micro_batch_zero_is_caught_before_megatron_asserts():
+    assert refused(BASE, "batch.micro=0") == (
+        "batch.micro=0 must be >= 1 (Megatron would stop later with 'Micro batch size per gpu: 0')"
+    )
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_zero_2_and_3_refused_with_pipeline_parallelism(stage):
+    assert refused(BASE, f"train.zero_stage={stage}") == (
+        f"train.zero_stage={stage} with parallel.pp=16: ZeRO stages 2 and 3 do not work with pipeline "
+        "parallelism (seed 002: use stage 0 or 1 with PP)"
+    )
+
+
+def test_zero_3_without_pipeline_is_fine():
+    assert problems("gpt2-52b-hf-zero3", "train.zero_stage=2") == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("steps=0",), "steps=0 must be >= 1"),
+        (("batch.gas=0",), "batch.gas=0 must be >= 1"),
+        (("parallel.tp=0",), "parallel.tp=0 must be >= 1"),
+        (("cluster.gpus_per_node=0",), "cluster.gpus_per_node=0 must be >= 1"),
+        (("train.lr=0",), "train.lr=0.0 must be > 0"),
+        (("train.precision=fp8",), "train.precision='fp8' must be one of fp32, fp16, bf16"),
+        (("train.zero_stage=4",), "train.zero_stage=4 must be 0, 1, 2 or 3"),
+        (("train.offload_optimizer=true",), "train.offload_optimizer=True needs train.zero_stage >= 1 (ZeRO-Offload)"),
+        (("train.zero_stage=1", "train.offload_param=true"),
+         "train.offload_param=True needs train.zero_stage=3, not 1 (ZeRO-Infinity)"),
+        (("train.optimizer=adafactor",), "train.optimizer='adafactor' is not one of stack megatron-deepspeed's: adam, sgd"),
+        (("stack=jax",), "stack='jax' is unknown (stacks: megatron-deepspeed, hf-zero3, ddp-powersgd)"),
+        (("name=../escape",), "name='../escape' must be a plain name (letters, digits, '.', '_', '-'): it names runs/<name>/"),
+        (("cluster.time_limit=6 hours",), "cluster.time_limit='6 hours' is not a Slurm time ([D-]HH:MM:SS or minutes)"),
+        (("cluster.master_port=70000",), "cluster.master_port=70000 is not a TCP port (1-65535)"),
+    ],
+)  # fmt: skip
+def test_field_refusals(overrides, message):
+    assert refused(BASE, *overrides) == message
+
+
+def test_control_characters_in_sbatch_fields_are_refused():
+    assert refused(BASE, "cluster.job_name=a\nrm -rf x") == (
+        "cluster.job_name='a\\nrm -rf x' contains a control character (newline, tab...): "
+        "#SBATCH lines cannot hold one"
+    )
+
+
+def test_data_parallel_stacks_refuse_model_parallelism():
+    assert refused("gpt2-52b-hf-zero3", "parallel.tp=4", "batch.global_batch=none") == (
+        "parallel.tp=4 must be 1: stack hf-zero3 is data parallel only"
+    )
+
+
+def test_ddp_refuses_zero():
+    assert refused("gpt2-tiny-ddp-powersgd", "train.zero_stage=1") == (
+        "train.zero_stage=1 is not implemented by stack ddp-powersgd (stages: 0)"
+    )
+
+
+def test_powersgd_start_iter_must_allow_warm_start():
+    assert refused("gpt2-tiny-ddp-powersgd", "ddp.powersgd_start_iter=1").startswith(
+        "ddp.powersgd_start_iter=1 must be >= 2"
+    )
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(SpecError) as info:
+        validate(load_spec(BASE, ["parallel.pp=7", "batch.micro=0"]))
+    message = str(info.value)
+    assert "batch.micro=0 must be >= 1" in message
+    assert "parallel.pp=7 does not divide model.num_layers=64" in message
+    assert "(tp=4 * pp=7) does not divide the world size" in message
+
+
+def test_warning_when_gas_under_8_pp():
+    report = check(load_spec(BASE, ["batch.gas=32", "batch.global_batch=none"]))
+    assert report.problems == []
+    # 32 / (32 + 16 - 1) = 0.6808...
+    assert report.warnings == [
+        "batch.gas=32 < 8*parallel.pp=128: pipeline efficiency gas/(gas+PP-1) = 68.1%, under 90% (seed 002)"
+    ]
+
+
+def test_no_warning_at_8_pp():
+    assert check(load_spec(BASE, ["batch.gas=128", "batch.global_batch=none"])).warnings == []
+
+
+def test_warning_when_zero_memory_exceeds_the_gpu():
+    # 52B on DDP: 16 bytes/param on every GPU. Params by hand: l(12h^2+13h) + vh + sh + 2h.
+    h, layers, v, s = 8192, 64, 50257, 1024
+    params = layers * (12 * h * h + 13 * h) + v * h + s * h + 2 * h
+    gib = 16 * params / 2**30
+    report = check(load_spec("gpt2-52b-ddp-powersgd"))
+    assert report.warnings == [
+        f"ZeRO model-state memory estimate {gib:.1f} GiB per GPU (train.zero_stage=0, DP=64, TP*PP=1) exceeds "
+        "the V100-SXM2-32GB's 32 GiB, before activations"
+    ]
+    assert f"{gib:.1f}" == "774.4"
+
+
+def test_zero_3_memory_fits_and_does_not_warn():
+    # Same model, ZeRO-3 over 64 GPUs: 16 * 51.97e9 / 64 bytes = 12.1 GiB < 32.
+    assert check(load_spec("gpt2-52b-hf-zero3")).warnings == []
+
+
+def test_estimate_of_the_52b_benchmark():
+    plan = estimate(load_spec(BASE))
+    h, layers, v, s = 8192, 64, 50257, 1024
+    params = layers * (12 * h * h + 13 * h) + v * h + s * h + 2 * h
+    assert plan.params == params == 51_966_533_632
+    # ZeRO 0 on a TP*PP = 64 slice: 16 bytes * params / 64.
+    assert plan.model_state_gib_per_gpu == pytest.approx(16 * params / 64 / 2**30)
+    assert plan.pipeline_efficiency == pytest.approx(256 / (256 + 16 - 1))
+    # Seed formula solved for time at the assumed 46.7 TFLOPs: size_B*4*2*seq*gbs / (46.7 * 64 * 1e3).
+    sec = (params / 1e9) * 4 * 2 * 1024 * 1024 / (46.7 * 64 * 1e3)
+    assert plan.sec_per_iter == pytest.approx(sec)
+    assert sec == pytest.approx(145.85, abs=0.01)  # the seed measured 146 s at 46.7 TFLOPs
+    assert plan.days == pytest.approx(100e9 / (1024 * 1024 / sec) / 86400)
