@@ -124,27 +124,32 @@ def _end_traceback(run: RunBuilder, state: dict) -> None:
     run.capture(NAME, False)
 
 
+def _fact(run: RunBuilder, name: str, value: object, lineno: int) -> None:
+    run.saw(NAME)
+    run.set_fact(name, value, NAME, lineno)
+
+
 def _context(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
     match = _SET_X.match(text.strip())
     if match and match["name"] in _SET_X_FACTS and match["value"].isdigit():
-        run.set_fact(_SET_X_FACTS[match["name"]], int(match["value"]), NAME, lineno)
+        _fact(run, _SET_X_FACTS[match["name"]], int(match["value"]), lineno)
         return
     for match in _ENV.finditer(text):
         fact = _ENV_FACTS.get(match["name"])
         if fact == "job_id":
-            run.set_fact(fact, match["value"], NAME, lineno)
+            _fact(run, fact, match["value"], lineno)
         elif fact is not None:
-            run.set_fact(fact, int(match["value"]), NAME, lineno)
+            _fact(run, fact, int(match["value"]), lineno)
     match = _MODEL_SIZE.search(text)
     if match:
-        run.set_fact("logged_model_size", float(match["size"]), NAME, lineno)
+        _fact(run, "logged_model_size", float(match["size"]), lineno)
         return
     memory = _SMI_MEMORY.search(text)
     if memory and state.get("gpu_form"):
         total_gb = int(memory["total"]) / 1024
         size = next((s for s in (16, 32, 40, 80, 94) if total_gb <= s), None)
         if size:
-            run.set_fact("gpu_model", f"{state.pop('gpu_form')}-{size}GB", NAME, lineno)
+            _fact(run, "gpu_model", f"{state.pop('gpu_form')}-{size}GB", lineno)
         return
     model = gpu_model(text)
     if model is None:
@@ -152,7 +157,7 @@ def _context(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
     if model.count("-") == 1 and model.startswith("V100"):
         state["gpu_form"] = model  # nvidia-smi cut the name: the memory column of the next row tells
         return
-    run.set_fact("gpu_model", model, NAME, lineno)
+    _fact(run, "gpu_model", model, lineno)
 
 
 FAMILY = Family(

@@ -1,0 +1,131 @@
+"""`logstat parse` end to end, through the real console entry point."""
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+from logstat.cli import main
+from tests.conftest import FIXTURES
+
+JSON_KEYS = {
+    "path", "family", "status", "reason", "gpus", "tp", "pp", "dp", "micro_batch_size", "global_batch_size",
+    "seq_len", "hidden_size", "num_layers", "activation_checkpointing", "model_size_b", "iterations",
+    "sec_per_iter", "samples_per_sec", "tokens_per_sec",
+}  # fmt: skip
+
+
+def logstat(capsys, *args):
+    with pytest.raises(SystemExit) as done:
+        main([*map(str, args)])
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    return done.value.code or 0, out.out, out.err
+
+
+def test_table_of_the_fixtures(capsys):
+    code, out, err = logstat(capsys, "parse", FIXTURES / "megatron", "--tflops")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].split()[:4] == ["run", "family", "status", "GPUs"]
+    meg = next(line for line in lines if line.startswith("meg_gpt2_perf_n16.out"))
+    assert "128.96" in meg and "52.8" in meg and "51.97" in meg
+    assert "s/iter: median of the logged steps after the first 1 (--warmup)" in out
+
+
+def test_json_has_the_contract_keys(capsys):
+    code, out, _ = logstat(
+        capsys, "parse", FIXTURES / "megatron" / "meg_gpt2_perf_n16.out", "--format", "json"
+    )
+    rows = json.loads(out)
+    assert code == 0 and len(rows) == 1
+    assert JSON_KEYS <= rows[0].keys()
+    assert "tflops_per_gpu" not in rows[0]
+    _, out, _ = logstat(
+        capsys, "parse", FIXTURES / "megatron" / "meg_gpt2_perf_n16.out", "--format", "json", "--tflops"
+    )
+    row = json.loads(out)[0]
+    assert row["tflops_per_gpu"] == pytest.approx(52.8175, abs=1e-3) and row["mfu"] is None
+
+
+def test_iterations_carry_provenance(capsys):
+    code, out, _ = logstat(
+        capsys, "parse", FIXTURES / "slurm" / "timelimit-1003.out", "--iterations", "--format", "csv"
+    )
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0
+    assert [(r["iteration"], r["family"], r["line"]) for r in rows] == [
+        ("1", "megatron", "1"),
+        ("2", "megatron", "2"),
+        ("3", "megatron", "3"),
+    ]
+
+
+def test_markdown_and_warmup(capsys):
+    code, out, _ = logstat(
+        capsys, "parse", FIXTURES / "slurm" / "timelimit-1003.out", "--format", "markdown", "--warmup", "0"
+    )
+    assert code == 0 and out.startswith("| run | family | status |")
+    # median of all three steps: 155483.8, 129028.8, 128891.5 ms -> 129.03 s
+    assert "| 129.03 |" in out
+
+
+def test_empty_binary_and_truncated_files_are_rows_with_exit_0(capsys, tmp_path):
+    import gzip
+
+    data = gzip.compress((FIXTURES / "megatron" / "meg_gpt2_perf_n16.out").read_bytes())
+    (tmp_path / "cut.out.gz").write_bytes(data[:-300])
+    code, out, _ = logstat(
+        capsys, "parse", FIXTURES / "slurm" / "empty-1009.out", FIXTURES / "slurm" / "binary-1010.out",
+        tmp_path / "cut.out.gz", "--format", "json",
+    )  # fmt: skip
+    assert code == 0
+    status = {r["path"].rsplit("/", 1)[1]: r["status"] for r in json.loads(out)}
+    assert status == {"empty-1009.out": "empty", "binary-1010.out": "unreadable", "cut.out.gz": "incomplete"}
+
+
+def test_missing_path_is_one_line_and_exit_1(capsys, tmp_path):
+    code, out, err = logstat(capsys, "parse", tmp_path / "nope.out")
+    assert code == 1 and out == ""
+    assert err == f"Error: {tmp_path / 'nope.out'}: no such file or directory\n"
+
+
+def test_unknown_family_lists_the_valid_ones(capsys):
+    code, _, err = logstat(capsys, "parse", FIXTURES / "slurm", "--family", "nanogpt")
+    assert code == 1 and "choose one of" in err and "megatron" in err
+
+
+def test_output_file_is_never_overwritten(capsys, tmp_path):
+    target = tmp_path / "runs.json"
+    code, out, _ = logstat(capsys, "parse", FIXTURES / "slurm", "--format", "json", "-o", target)
+    assert (
+        code == 0 and out == "" and len(json.loads(target.read_text())) == 10
+    )  # 11 files, oom .out+.err one run
+    target.write_text("mine")
+    code, _, err = logstat(capsys, "parse", FIXTURES / "slurm", "--format", "json", "-o", target)
+    assert code == 1 and "file exists" in err and target.read_text() == "mine"
+
+
+def test_parquet_needs_a_file_and_round_trips(capsys, tmp_path):
+    target = tmp_path / "runs.parquet"
+    code, _, _ = logstat(
+        capsys, "parse", FIXTURES / "megatron", "--format", "parquet", "--tflops", "-o", target
+    )
+    frame = pl.read_parquet(target)
+    assert code == 0 and frame.height == 4 and "tflops_per_gpu" in frame.columns
+
+
+def test_parse_imports_neither_torch_deepspeed_nor_altair():
+    code = (
+        "import sys\nfrom logstat.cli import main\n"
+        f"try:\n    main(['parse', {str(FIXTURES / 'megatron')!r}, '--tflops'])\nexcept SystemExit:\n    pass\n"
+        "import logstat.parsers\n"
+        "heavy = sorted(m for m in ('torch', 'deepspeed', 'altair', 'transformers') if m in sys.modules)\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "HEAVY []" in done.stderr, done.stderr[-500:]

@@ -1,0 +1,170 @@
+"""Reading runs: grouping a job's files, status/reason of every kind, family detection, manifests."""
+
+import gzip
+import json
+import shutil
+
+import pytest
+from logstat.parsers.reader import group_runs
+
+from logstat.api import load_runs
+from logstat.errors import LogstatError
+from tests.conftest import FIXTURES
+
+
+def run_of(*paths, **kw):
+    runs = load_runs([str(p) for p in paths], **kw).runs
+    assert runs.height == 1
+    return runs.row(0, named=True)
+
+
+def test_out_and_err_of_one_job_are_one_run(tmp_path):
+    for name in ("oom-1001.out", "oom-1001.err"):
+        shutil.copy(FIXTURES / "slurm" / name, tmp_path / name)
+    row = run_of(tmp_path)
+    assert row["paths"] == [str(tmp_path / "oom-1001.out"), str(tmp_path / "oom-1001.err")]
+    assert row["iterations"] == 2  # from the .out
+    assert row["status"] == "failed"  # from the .err
+    assert row["reason"].startswith("CUDA out of memory: torch.cuda.OutOfMemoryError")
+    assert (row["reason_line"], row["reason_path"]) == (6, str(tmp_path / "oom-1001.err"))
+    assert row["job_id"] == "1001"
+
+
+def test_grouping_keeps_other_files_apart(tmp_path):
+    names = ["a-1.out", "a-1.err", "a-2.out", "b.log", "c-3.err.gz"]
+    for name in names:
+        (tmp_path / name).write_text("")
+    groups = group_runs(sorted(tmp_path / n for n in names))
+    assert [[p.name for p in g.files] for g in groups] == [
+        ["a-1.out", "a-1.err"],
+        ["a-2.out"],
+        ["b.log"],
+        ["c-3.err.gz"],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "reason_part", "iterations"),
+    [
+        ("nccl-1002.out", "failed", "Watchdog caught collective operation timeout", 2),
+        ("timelimit-1003.out", "failed", "DUE TO TIME LIMIT", 3),
+        ("cancelled-1004.out", "cancelled", "CANCELLED AT 2021-05-26T09:12:44", 1),
+        ("traceback-1005.out", "failed", "FileNotFoundError: [Errno 2]", 0),
+        ("killed-1006.out", "failed", "Killed", 1),
+        ("nodefail-1007.out", "failed", "Node failure on r7i4n2", 1),
+        ("interleaved-1008.out", "incomplete", "log stops after iteration 3 of 1000", 3),
+        ("empty-1009.out", "empty", "empty file", 0),
+        ("binary-1010.out", "unreadable", "binary", 0),
+    ],
+)
+def test_every_failure_kind_keeps_its_metrics(name, status, reason_part, iterations):
+    row = run_of(FIXTURES / "slurm" / name)
+    assert row["status"] == status
+    assert reason_part in row["reason"]
+    assert row["iterations"] == iterations
+
+
+def test_failed_run_keeps_steady_state_metrics():
+    row = run_of(FIXTURES / "slurm" / "timelimit-1003.out")
+    # median of 129028.8 and 128891.5 ms (steps 2 and 3; step 1 is warm-up)
+    assert row["sec_per_iter"] == pytest.approx((129028.8 + 128891.5) / 2 / 1000)
+
+
+def test_interleaved_ranks_with_launcher_prefixes():
+    row = run_of(FIXTURES / "slurm" / "interleaved-1008.out")
+    assert (row["nodes"], row["gpus_per_node"], row["gpu_model"]) == (16, 4, "V100-SXM2-32GB")
+    assert (row["gpus"], row["tp"], row["pp"], row["dp"]) == (64, 4, 16, 1)
+    its = load_runs([FIXTURES / "slurm" / "interleaved-1008.out"]).iterations
+    assert its["iteration"].to_list() == [1, 2, 3]
+    assert its["elapsed_ms"].to_list() == [155483.8, 129028.8, 128891.5]
+    # rank 3's and rank 7's memory lines were glued/prefixed: the larger max allocated wins
+    assert its["mem_max_allocated_mb"].to_list()[0] == 20001.5
+
+
+def test_gzip_file_parses_like_the_plain_one(tmp_path):
+    plain = FIXTURES / "megatron" / "meg_gpt2_perf_n16.out"
+    packed = tmp_path / "meg_gpt2_perf_n16.out.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    a, b = run_of(plain), run_of(packed)
+    for key in ("gpus", "tp", "pp", "iterations", "sec_per_iter", "status", "hidden_size"):
+        assert a[key] == b[key]
+
+
+def test_truncated_gzip_is_a_row_with_a_reason(tmp_path):
+    data = gzip.compress((FIXTURES / "megatron" / "meg_gpt2_perf_n16.out").read_bytes())
+    cut = tmp_path / "cut.out.gz"
+    cut.write_bytes(data[: len(data) - 200])
+    row = run_of(cut)
+    assert row["status"] == "incomplete"
+    assert "truncated" in row["reason"]
+
+
+def test_nonexistent_path_is_an_error_naming_it(tmp_path):
+    with pytest.raises(LogstatError, match="nope.out: no such file"):
+        load_runs([tmp_path / "nope.out"])
+
+
+def test_family_detection_and_forcing():
+    row = run_of(FIXTURES / "megatron" / "megatron_lm_h100-2001.out")
+    assert row["family"] == "megatron" and row["families"] == ["megatron", "slurm"]
+    assert run_of(FIXTURES / "slurm" / "empty-1009.out")["family"] == "unknown"
+    forced = run_of(FIXTURES / "slurm" / "cancelled-1004.out", family="slurm")
+    assert forced["family"] == "slurm" and forced["iterations"] == 0 and forced["status"] == "cancelled"
+    with pytest.raises(LogstatError, match="unknown log family 'nanogpt': choose one of .*megatron"):
+        load_runs([FIXTURES / "slurm"], family="nanogpt")
+
+
+def test_completed_run_is_ok_with_its_evidence():
+    row = run_of(FIXTURES / "megatron" / "megatron_lm_h100-2001.out")
+    assert row["status"] == "ok" and row["reason"].startswith("[after training is done]")
+    assert row["reason_line"] == 30
+
+
+def test_manifest_facts_override_the_log(tmp_path):
+    shutil.copy(FIXTURES / "slurm" / "interleaved-1008.out", tmp_path / "train.log")
+    manifest = {
+        "world_size": 64,
+        "dp": 1,
+        "slurm_job_id": "98765",
+        "spec": {
+            "steps": 3,
+            "model": {
+                "hidden_size": 8192,
+                "num_layers": 64,
+                "num_heads": 32,
+                "seq_len": 1024,
+                "vocab_size": 50257,
+            },
+            "parallel": {"tp": 4, "pp": 16},
+            "batch": {"micro": 4, "gas": 256, "global_batch": 1024},
+            "train": {"precision": "fp16", "activation_checkpointing": True, "zero_stage": 0},
+            "cluster": {"nodes": 16, "gpus_per_node": 4, "gpu_model": "A100-SXM4-80GB", "use_gpus": True},
+        },
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    row = run_of(tmp_path / "train.log")
+    assert row["gpu_model"] == "A100-SXM4-80GB"  # the manifest wins over the log's nvidia-smi V100
+    assert (row["hidden_size"], row["micro_batch_size"], row["job_id"]) == (8192, 4, "98765")
+    assert json.loads(row["provenance"])["gpu_model"] == "manifest:0"
+    assert row["status"] == "ok"  # steps = 3 reached: iteration 3 of the manifest's 3 planned
+    (tmp_path / "manifest.json").write_text("{not json")
+    assert run_of(tmp_path / "train.log")["gpu_model"] == "V100-SXM2-32GB"
+
+
+def test_a_family_that_raises_loses_only_its_line():
+    import dataclasses
+
+    from logstat.parsers import megatron, reader
+
+    real = megatron.FAMILY.parse_line
+
+    def broken(text, lineno, run):
+        if "iteration        2/" in text:
+            raise ZeroDivisionError("bug")
+        real(text, lineno, run)
+
+    patched = dataclasses.replace(megatron.FAMILY, parse_line=broken)
+    files = reader.group_runs([FIXTURES / "slurm" / "timelimit-1003.out"])[0]
+    result = reader.read_run(files, [patched])
+    assert sorted(result.run.iterations) == [1, 3]
+    assert "ZeroDivisionError" in result.run.state["parse_errors"][0]

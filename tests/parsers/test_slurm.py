@@ -1,0 +1,121 @@
+"""The Slurm/launcher family: context facts and each failure kind, on real message texts."""
+
+import pytest
+from logstat.parsers import slurm
+from logstat.parsers.base import RunBuilder
+
+
+def feed(*lines):
+    run = RunBuilder(path="x")
+    for number, line in enumerate(lines, start=1):
+        slurm.parse_line(line, number, run)
+    return run
+
+
+def test_set_x_echoes_and_slurm_variables():
+    run = feed("+ NNODES=16", "+ GPUS_PER_NODE=4", "SLURM_JOB_ID=123456", "+ MICRO_BATCH_SIZE=4")
+    assert run.facts == {"nodes": 16, "gpus_per_node": 4, "job_id": "123456"}
+
+
+@pytest.mark.parametrize(
+    ("line", "model"),
+    [
+        (
+            "|   0  Tesla V100-SXM2-32GB           On  | 00000000:1A:00.0 Off |                    0 |",
+            "V100-SXM2-32GB",
+        ),
+        ("GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1)", "A100-SXM4-80GB"),
+        ("|   0  NVIDIA A100 80GB PCIe          On  |", "A100-PCIE-80GB"),
+        ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-2)", "H100-SXM"),
+        ("|   0  NVIDIA H100 PCIe               On  |", "H100-PCIE"),
+    ],
+)
+def test_gpu_model_is_normalised(line, model):
+    assert feed(line).facts["gpu_model"] == model
+
+
+def test_truncated_nvidia_smi_name_takes_the_memory_column():
+    run = feed(
+        "|   0  Tesla V100-SXM2...  On   | 00000000:1A:00.0 Off |                    0 |",
+        "| N/A   38C    P0    41W / 300W |      0MiB / 32510MiB |      0%      Default |",
+    )
+    assert run.facts["gpu_model"] == "V100-SXM2-32GB"
+
+
+def test_model_size_echo_of_the_seed_script():
+    assert feed("Model size: 48B").facts["logged_model_size"] == 48.0
+
+
+@pytest.mark.parametrize(
+    ("lines", "status", "reason_start"),
+    [
+        (
+            [
+                "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity)"
+            ],
+            "failed",
+            "CUDA out of memory: RuntimeError",
+        ),
+        (
+            [
+                "[E ProcessGroupNCCL.cpp:828] [Rank 5] Watchdog caught collective operation timeout: "
+                "WorkNCCL(SeqNum=4097, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800310 milliseconds"
+            ],
+            "failed",
+            "NCCL timeout/error",
+        ),
+        (
+            [
+                "slurmstepd: error: *** JOB 1003 ON r7i4n1 CANCELLED AT 2021-05-26T10:00:03 DUE TO TIME LIMIT ***"
+            ],
+            "failed",
+            "time limit",
+        ),
+        (
+            ["slurmstepd: error: *** JOB 1004 ON r7i4n1 CANCELLED AT 2021-05-26T09:12:44 ***"],
+            "cancelled",
+            "slurmstepd",
+        ),
+        (["srun: error: Node failure on r7i4n2"], "failed", "srun: error"),
+        (
+            ["/var/spool/slurmd/job1006/slurm_script: line 58: 2186571 Killed   python -u x.py"],
+            "failed",
+            "killed",
+        ),
+        (["slurmstepd: error: Detected 1 oom-kill event(s) in StepId=1006.batch."], "failed", "killed"),
+        (["Killing subprocess 22920"], "failed", "killed"),
+    ],
+)
+def test_failure_kinds(lines, status, reason_start):
+    run = feed(*lines)
+    assert run.failure[0] == status
+    assert run.failure[1].startswith(reason_start)
+
+
+def test_traceback_reason_is_its_last_exception_line():
+    run = feed(
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in <module>',
+        "KeyError: 'a'",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 3, in <module>',
+        "    raise ValueError('hidden_size must be divisible by heads')",
+        "ValueError: hidden_size must be divisible by heads",
+    )
+    assert run.failure == ("failed", "ValueError: hidden_size must be divisible by heads", 10)
+    assert not run.capturing
+
+
+def test_cancel_outranks_an_earlier_failure():
+    run = feed(
+        "srun: error: task 3: Exited with exit code 1",
+        "slurmstepd: error: *** JOB 1 ON n CANCELLED AT 2021 ***",
+    )
+    assert run.failure[0] == "cancelled"
+
+
+def test_ordinary_nccl_info_is_not_a_failure():
+    assert feed("r7i4n1:1234:1234 [0] NCCL INFO Using network IB").failure is None
