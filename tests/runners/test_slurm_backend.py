@@ -1,0 +1,226 @@
+"""The Slurm backend end to end on the real one-node cluster of tests/slurm_cluster.py.
+
+The tiny DDP+PowerSGD and HF ZeRO-3 specs are rendered, submitted with sbatch (one node, two
+processes via torch.distributed.run), followed to their end and parsed back. A job that sleeps
+past its 1-minute time limit is submitted before everything else and checked last (Slurm rounds
+limits to whole minutes and checks them about every 30 s), so its ~90 s overlap the other tests.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from logstat.runners.backends import slurm
+from logstat.runners.manifest import build_manifest, read_manifest
+from logstat.runners.render import RenderedRun, render, sbatch_script
+from logstat.runners.rundir import create_run_dir, run_dir_path
+from logstat.runners.spec import load_spec
+
+from logstat.api import load_runs
+from logstat.errors import LogstatError
+
+LOGSTAT = str(Path(sys.executable).with_name("logstat"))
+SLEEPER = 'import time\nprint("sleeping past the time limit", flush=True)\ntime.sleep(600)\n'
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def prepare(
+    spec_name: str, runs_root: Path, *overrides: str, program: tuple[str, ...] | None = None
+) -> RenderedRun:
+    """Render a shipped spec into a new run directory, as `logstat run --backend slurm` does.
+
+    A free rendezvous port: other tests (and other people) may be running torch.distributed on 6000.
+    """
+    spec = load_spec(spec_name, [f"cluster.master_port={_free_port()}", *overrides])
+    run = render(spec, run_dir_path(runs_root, spec.name))
+    if program is not None:
+        run = replace(run, program=program)
+        run = replace(run, sbatch_script=sbatch_script(run))
+    create_run_dir(run, build_manifest(run, backend="slurm", command=slurm.submit_command(run)))
+    return run
+
+
+def wait_for_state(job_id: str, wanted: set[str], timeout_s: float) -> slurm.JobInfo:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        info = slurm.job_info(job_id)
+        if info is not None and info.state in wanted:
+            return info
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id} not in {wanted} after {timeout_s} s: {slurm.job_info(job_id)}")
+
+
+def line_number_of(path: Path, text: str) -> int:
+    """1-based number of the first line of ``path`` containing ``text`` (computed apart from the parser)."""
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        if text in line:
+            return number
+    raise AssertionError(f"{text!r} not in {path}")
+
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("slurm-runs")
+
+
+@pytest.fixture(scope="module")
+def time_limited_job(slurm_cluster, runs_root: Path) -> tuple[RenderedRun, str, float]:
+    """A rendered run whose program sleeps past its 1-minute limit, submitted now, checked last."""
+    sleeper = runs_root / "sleep_past_limit.py"
+    sleeper.write_text(SLEEPER)
+    run = prepare("gpt2-tiny-ddp-powersgd", runs_root, "cluster.time_limit=00:01:00", program=(str(sleeper),))
+    submitted_at = time.monotonic()
+    job_id = slurm.submit(run)
+    return run, job_id, submitted_at
+
+
+@pytest.fixture(autouse=True)
+def _submit_the_time_limited_job_first(request) -> None:
+    # Requested by the first Slurm test of this module, so its 60-90 s run beside the other tests.
+    if request.node.get_closest_marker("slurm") is not None:
+        request.getfixturevalue("time_limited_job")
+
+
+# --- without a cluster ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "slurm_exit", "expected"),
+    [
+        ("COMPLETED", "0:0", 0),
+        ("FAILED", "3:0", 3),
+        ("TIMEOUT", "0:15", 128 + 15),  # SIGTERM at the limit
+        ("CANCELLED", "0:9", 128 + 9),
+        ("NODE_FAIL", "0:0", 1),  # did not complete: never 0
+        ("COMPLETED", "", None),
+    ],
+)
+def test_exit_code_from_slurm_code_and_signal(state: str, slurm_exit: str, expected: int | None) -> None:
+    assert slurm.exit_code(state, slurm_exit) == expected
+
+
+def test_status_and_cancel_refuse_a_directory_without_manifest(tmp_path: Path) -> None:
+    with pytest.raises(LogstatError, match="no manifest.json"):
+        slurm.run_status(tmp_path)
+    with pytest.raises(LogstatError, match="no manifest.json"):
+        slurm.cancel_run(tmp_path)
+
+
+def test_cancel_refuses_a_run_never_submitted_to_slurm(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text(json.dumps({"backend": "local", "slurm_job_id": None}))
+    with pytest.raises(LogstatError, match="no slurm_job_id"):
+        slurm.cancel_run(tmp_path)
+    assert slurm.run_status(tmp_path).state == "NOT_SUBMITTED"
+
+
+# --- on the cluster ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_tiny_ddp_powersgd_through_sbatch_completes_and_parses_back(runs_root: Path) -> None:
+    run = prepare("gpt2-tiny-ddp-powersgd", runs_root)
+    lines: list[str] = []
+    result = slurm.launch(run, wait=True, echo=lines.append, poll_interval_s=1.0)
+
+    assert result.state == "COMPLETED" and result.exit_code == 0, lines
+    assert result.job_id.isdigit()
+    assert result.log_path == run.run_dir / f"slurm-{result.job_id}.out"
+    manifest = read_manifest(run.run_dir)
+    assert (manifest["slurm_job_id"], manifest["slurm_state"], manifest["exit_code"]) == (
+        result.job_id,
+        "COMPLETED",
+        0,
+    )
+    assert lines[0] == f"submitted Slurm job {result.job_id}; log: {result.log_path}"
+    assert lines[-1].startswith(f"job {result.job_id} COMPLETED (exit code 0); log says ok")
+
+    log = result.log_path.read_text()
+    assert "comm hook: powerSGD_hook" in log  # the hook was really installed in the job
+    parsed = load_runs([run.run_dir])
+    row = parsed.runs.row(0, named=True)
+    assert parsed.runs.height == 1
+    assert (row["job_id"], row["status"], row["iterations"]) == (result.job_id, "ok", 5)
+    # 2 processes on 1 node, micro 2 x gas 2 x DP 2 = global 8 (the spec's numbers, worked by hand).
+    assert (row["gpus"], row["micro_batch_size"], row["gas"], row["global_batch_size"]) == (2, 2, 2, 8)
+    assert parsed.iterations["iteration"].to_list() == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_tiny_hf_zero3_through_sbatch_completes_and_parses_back(runs_root: Path) -> None:
+    run = prepare("gpt2-tiny-hf-zero3", runs_root)
+    result = slurm.launch(run, wait=True, echo=lambda line: None, poll_interval_s=1.0)
+
+    assert result.state == "COMPLETED" and result.exit_code == 0
+    log = result.log_path.read_text()
+    assert "is DeepSpeedEngine: True | zero stage: 3" in log
+    assert "partitioned: True" in log
+    parsed = load_runs([run.run_dir])
+    row = parsed.runs.row(0, named=True)
+    assert (row["job_id"], row["status"], row["iterations"]) == (result.job_id, "ok", 5)
+    assert row["zero_stage"] == 3
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_cancelled_job_ends_cancelled_and_parses_as_cancelled(runs_root: Path) -> None:
+    sleeper = runs_root / "sleep_until_cancelled.py"
+    sleeper.write_text(SLEEPER)
+    run = prepare("gpt2-tiny-ddp-powersgd", runs_root, program=(str(sleeper),))
+    job_id = slurm.submit(run)
+    log_path = run.slurm_log_path(job_id)
+    deadline = time.monotonic() + 60
+    while "sleeping past the time limit" not in (log_path.read_text() if log_path.exists() else ""):
+        assert time.monotonic() < deadline, "the job's program never started"
+        time.sleep(0.5)
+
+    shown = subprocess.run([LOGSTAT, "status", str(run.run_dir)], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    header, row = shown.stdout.splitlines()
+    assert header.split()[:3] == ["RUN_DIR", "JOB_ID", "STATE"]
+    assert row.split()[:3] == [str(run.run_dir), job_id, "RUNNING"]
+
+    cancelled = subprocess.run([LOGSTAT, "cancel", str(run.run_dir)], capture_output=True, text=True)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stderr.startswith(f"scancel {job_id}: cancel requested")
+    info = slurm.follow(job_id, log_path=log_path, echo=lambda line: None, poll_interval_s=0.5)
+    assert info.state == "CANCELLED"
+
+    parsed = load_runs([run.run_dir])
+    row = parsed.runs.row(0, named=True)
+    assert (row["job_id"], row["status"]) == (job_id, "cancelled")
+    assert row["reason_line"] == line_number_of(log_path, f"*** JOB {job_id} ON ")
+    after = subprocess.run([LOGSTAT, "status", "--json", str(run.run_dir)], capture_output=True, text=True)
+    assert json.loads(after.stdout)["state"] == "CANCELLED"
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_job_past_its_time_limit_ends_failed_with_reason_time_limit(time_limited_job) -> None:
+    run, job_id, submitted_at = time_limited_job
+    log_path = run.slurm_log_path(job_id)
+    info = slurm.follow(job_id, log_path=log_path, echo=lambda line: None, poll_interval_s=1.0)
+    took_s = time.monotonic() - submitted_at
+
+    assert (info.state, info.reason, info.exit_code) == ("TIMEOUT", "TimeLimit", 128 + 15)
+    assert 55 < took_s < 150  # a 1-minute limit, checked about every 30 s
+    cancelled_line = line_number_of(log_path, f"*** JOB {job_id} ON ")
+    assert "DUE TO TIME LIMIT" in log_path.read_text().splitlines()[cancelled_line - 1]
+    parsed = load_runs([run.run_dir])
+    row = parsed.runs.row(0, named=True)
+    assert (row["job_id"], row["status"]) == (job_id, "failed")
+    assert "time limit" in row["reason"].lower()
+    assert row["reason_line"] == cancelled_line
