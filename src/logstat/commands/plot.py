@@ -1,4 +1,6 @@
-"""`logstat plot` (being built: see the issue that owns it)."""
+"""`logstat plot`: charts of the runs as HTML and PNG/SVG files (the only command that imports altair)."""
+
+from pathlib import Path
 
 import click
 
@@ -6,6 +8,64 @@ from logstat.errors import LogstatError
 
 
 @click.command()
-def plot() -> None:
-    """Not built yet."""
-    raise LogstatError("logstat plot is not built yet")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Directory for the chart files (created if missing).",
+)
+@click.option(
+    "--format",
+    "formats",
+    multiple=True,
+    type=click.Choice(["html", "png", "svg"]),
+    default=("html", "png"),
+    show_default=True,
+    help="File formats; repeat the option for several.",
+)
+@click.option("--family", help="Read every log as this family instead of detecting it.")
+@click.option(
+    "--warmup", type=int, default=1, show_default=True, help="Leading iterations left out of medians."
+)
+def plot(
+    paths: tuple[Path, ...], out_dir: Path, formats: tuple[str, ...], family: str | None, warmup: int
+) -> None:
+    """Draw the charts of the logs under PATHS into --out DIR and print the files written:
+    GPU-days to train 100B tokens vs number of GPUs per configuration (gpu_days_100b), loss vs
+    iteration per run (loss), and the per-iteration time breakdown from Megatron timer lines
+    (time_breakdown). A chart without data in the logs is skipped, with a note on stderr.
+    HTML files are self-contained (they work offline).
+
+    Files are never overwritten: if any chart file already exists in DIR, the command writes
+    nothing and fails naming it; choose a new --out directory.
+
+    \b
+    Example:
+      logstat plot logs/ --out plots/
+      logstat plot logs/ --out plots-svg/ --format svg --format html
+    """
+    from logstat.analytics.charts import charts_of, write_charts
+    from logstat.api import load_runs
+
+    result = load_runs(paths, family=family, warmup=warmup)
+    if result.runs.is_empty():
+        raise LogstatError(f"logstat plot: no log files under {', '.join(map(str, paths))}")
+    charts = charts_of(result.runs, result.iterations, result.timers)
+    missing = {
+        "gpu_days_100b": "no run with a measured throughput",
+        "loss": "no logged loss",
+        "time_breakdown": "no Megatron timer lines",
+    }
+    for stem, why in missing.items():
+        if stem not in charts:
+            click.echo(f"logstat plot: no {stem} chart: {why}", err=True)
+    if not charts:
+        raise LogstatError("logstat plot: nothing to draw in these logs")
+    try:
+        written = write_charts(charts, out_dir, formats=formats)
+    except FileExistsError as exc:
+        raise LogstatError(f"logstat plot: {exc}") from None
+    for path in written:
+        click.echo(str(path))

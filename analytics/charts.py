@@ -1,0 +1,212 @@
+"""Charts of parsed runs (altair; PNG/SVG rendered by vl-convert-python, HTML self-contained).
+
+- GPU-days to train 100B tokens against the number of GPUs, one line per configuration
+  (the figure of seeds/000_deepspeed_jean_zay_bloom7b_notes.md);
+- training loss against iteration, one line per run;
+- the per-iteration time breakdown from Megatron's timer lines, one bar per timer and run.
+
+Only ``logstat plot`` imports this module: altair is heavy and the other commands do not need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import altair as alt
+import polars as pl
+from logstat.analytics import formulas
+
+#: the token budget of seed 000's figure ("compute-days to train on 100b tokens").
+TOKENS_100B = 100e9
+FORMATS = ("html", "png", "svg")
+#: legends below the plot, long labels (log file names, configurations) not cut.
+_LEGEND = alt.Legend(orient="bottom", direction="vertical", labelLimit=600)
+
+_RUN = pl.col("path").str.extract(r"([^/\\]+)$").alias("run")
+
+
+def _configuration() -> pl.Expr:
+    """What makes runs one line of the figure: stack, model size, TP, ZeRO, micro batch.
+
+    Not PP nor DP: they grow with the number of GPUs along a line (one node per stage in the seed).
+    """
+    size = pl.format("{}B", pl.col("model_size_b").round(1))
+    return pl.concat_str(
+        [
+            pl.col("family").fill_null("unknown"),
+            size.fill_null("?B"),
+            pl.format("TP{}", pl.col("tp").fill_null(1)),
+            pl.format("ZeRO {}", pl.col("zero_stage")).fill_null("no ZeRO"),
+            pl.format("mbs {}", pl.col("micro_batch_size")).fill_null("mbs ?"),
+        ],
+        separator=", ",
+    ).alias("configuration")
+
+
+def gpu_days_data(runs: pl.DataFrame, *, tokens: float = TOKENS_100B) -> pl.DataFrame:
+    """One row per run with a measured throughput: GPUs, days and GPU-days for ``tokens`` tokens."""
+    days = formulas.days_to_train(tokens=tokens, tokens_per_sec=pl.col("tokens_per_sec"))
+    return (
+        runs.filter(pl.col("tokens_per_sec").is_not_null() & pl.col("gpus").is_not_null())
+        .select(
+            _RUN,
+            _configuration(),
+            pl.col("gpus"),
+            pl.col("sec_per_iter"),
+            pl.col("tokens_per_sec"),
+            days.alias("days"),
+            formulas.gpu_days(days=days, gpus=pl.col("gpus")).alias("gpu_days"),
+        )
+        .sort("configuration", "gpus", "run")
+    )
+
+
+def gpu_days_chart(runs: pl.DataFrame, *, tokens: float = TOKENS_100B) -> alt.Chart:
+    """GPU-days to train ``tokens`` against the number of GPUs, per configuration (seed 000's figure)."""
+    data = gpu_days_data(runs, tokens=tokens)
+    budget = f"{tokens / 1e9:g}B"
+    return (
+        alt.Chart(data, title=f"GPU-days to train {budget} tokens vs number of GPUs")
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("gpus:Q", title="GPUs", scale=alt.Scale(type="log", base=2)),
+            y=alt.Y("gpu_days:Q", title=f"GPU-days for {budget} tokens (days x GPUs)"),
+            color=alt.Color("configuration:N", title="Configuration", legend=_LEGEND),
+            tooltip=[
+                "run",
+                "configuration",
+                "gpus",
+                alt.Tooltip("sec_per_iter:Q", title="s/iteration", format=".1f"),
+                alt.Tooltip("tokens_per_sec:Q", title="tokens/s", format=",.0f"),
+                alt.Tooltip("days:Q", title="days", format=".1f"),
+                alt.Tooltip("gpu_days:Q", title="GPU-days", format=",.0f"),
+            ],
+        )
+        .properties(width=520, height=320)
+    )
+
+
+def loss_data(iterations: pl.DataFrame) -> pl.DataFrame:
+    """The logged training loss of each run, by iteration."""
+    return (
+        iterations.filter(pl.col("loss").is_not_null())
+        .select(_RUN, "iteration", "loss", "family", "line")
+        .sort("run", "iteration")
+    )
+
+
+def loss_chart(iterations: pl.DataFrame) -> alt.Chart:
+    """Training loss against iteration, one line per run."""
+    return (
+        alt.Chart(loss_data(iterations), title="Training loss vs iteration")
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("iteration:Q", title="Iteration (optimizer step)"),
+            y=alt.Y("loss:Q", title="Loss (nats per token)", scale=alt.Scale(zero=False)),
+            color=alt.Color("run:N", title="Run (log file)", legend=_LEGEND),
+            tooltip=["run", "iteration", alt.Tooltip("loss:Q", format=".4f"), "family", "line"],
+        )
+        .properties(width=520, height=320)
+    )
+
+
+def timer_data(timers: pl.DataFrame) -> pl.DataFrame:
+    """Median milliseconds of each timer of each run over its logged steps.
+
+    Timers printed before the first step (setup, checkpoint loading) happen once, not per
+    iteration, and are left out.
+    """
+    return (
+        timers.filter(pl.col("iteration").is_not_null())
+        .group_by(_RUN, "timer")
+        .agg(pl.col("ms").median().alias("median_ms"), pl.len().alias("steps"))
+        .sort("run", "timer")
+    )
+
+
+def timer_chart(timers: pl.DataFrame) -> alt.FacetChart:
+    """Per-iteration time breakdown from Megatron's ``time (ms) |`` lines, one bar per timer and run.
+
+    Bars side by side, not stacked: Megatron's timers nest (e.g. ``backward`` contains the
+    gradient all-reduce), so stacking them would count time twice.
+    """
+    title = "Per-iteration time breakdown (Megatron timers, median over logged steps)"
+    return (
+        alt.Chart(timer_data(timers))
+        .mark_bar()
+        .encode(
+            y=alt.Y("timer:N", title=None, sort="-x"),
+            x=alt.X("median_ms:Q", title="Time per iteration (ms, median)"),
+            color=alt.Color("run:N", title="Run (log file)", legend=_LEGEND),
+            tooltip=["run", "timer", alt.Tooltip("median_ms:Q", title="ms", format=",.1f"), "steps"],
+        )
+        .properties(width=520, height=alt.Step(14))
+        .facet(row=alt.Row("run:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")))
+        .resolve_scale(y="independent")
+        .properties(title=title)
+    )
+
+
+def charts_of(
+    runs: pl.DataFrame, iterations: pl.DataFrame, timers: pl.DataFrame
+) -> dict[str, alt.TopLevelMixin]:
+    """The charts that have data, by file stem."""
+    charts = {}
+    if not gpu_days_data(runs).is_empty():
+        charts["gpu_days_100b"] = gpu_days_chart(runs)
+    if not loss_data(iterations).is_empty():
+        charts["loss"] = loss_chart(iterations)
+    if not timer_data(timers).is_empty():
+        charts["time_breakdown"] = timer_chart(timers)
+    return charts
+
+
+def planned_files(stems: Sequence[str], out_dir: Path, formats: Sequence[str]) -> list[Path]:
+    """The files :func:`write_charts` would write."""
+    return [out_dir / f"{stem}.{fmt}" for stem in stems for fmt in formats]
+
+
+def write_charts(
+    charts: dict[str, alt.Chart], out_dir: Path, *, formats: Sequence[str] = ("html", "png")
+) -> list[Path]:
+    """Write every chart in every format under ``out_dir`` (created if missing).
+
+    Nothing is overwritten: if any of the files exists, FileExistsError names it and nothing is
+    written.
+    """
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ValueError(f"format(s) {', '.join(unknown)} unknown; choose from {', '.join(FORMATS)}")
+    files = planned_files(list(charts), out_dir, formats)
+    existing = [f for f in files if f.exists()]
+    if existing:
+        raise FileExistsError(f"{existing[0]} exists; logstat never overwrites a file (choose another --out)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for stem, chart in charts.items():
+        for fmt in formats:
+            path = out_dir / f"{stem}.{fmt}"
+            # "x" mode: a file that appeared since the check above is still not overwritten.
+            if fmt == "png":
+                data = _png(chart)
+                with path.open("xb") as out:
+                    out.write(data)
+            else:
+                text = chart.to_html(inline=True) if fmt == "html" else _svg(chart)
+                with path.open("x", encoding="utf-8") as out:
+                    out.write(text)
+            written.append(path)
+    return written
+
+
+def _png(chart: alt.TopLevelMixin) -> bytes:
+    import vl_convert
+
+    return vl_convert.vegalite_to_png(chart.to_json(), scale=2)
+
+
+def _svg(chart: alt.TopLevelMixin) -> str:
+    import vl_convert
+
+    return vl_convert.vegalite_to_svg(chart.to_json())

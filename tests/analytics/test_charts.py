@@ -1,0 +1,133 @@
+"""Charts from hand-built frames: the data each chart holds, and the files written."""
+
+import polars as pl
+import pytest
+from logstat.analytics.charts import (
+    charts_of,
+    gpu_days_chart,
+    gpu_days_data,
+    loss_chart,
+    timer_chart,
+    timer_data,
+    write_charts,
+)
+from logstat.parsers.schema import ITERATIONS_SCHEMA, RUNS_SCHEMA, SUMMARY_SCHEMA, TIMERS_SCHEMA
+
+RUNS = pl.DataFrame(
+    [
+        dict(
+            path="/l/a.out",
+            family="megatron",
+            gpus=64,
+            tp=4,
+            pp=16,
+            model_size_b=52.0,
+            micro_batch_size=4,
+            sec_per_iter=129.0,
+            tokens_per_sec=1024 * 1024 / 129,
+        ),
+        dict(
+            path="/l/b.out",
+            family="megatron",
+            gpus=32,
+            tp=4,
+            pp=8,
+            model_size_b=52.0,
+            micro_batch_size=4,
+            sec_per_iter=250.0,
+            tokens_per_sec=1024 * 1024 / 250,
+        ),
+        dict(path="/l/failed.out", family="megatron", gpus=16, status="failed"),
+    ],
+    schema={**RUNS_SCHEMA, **SUMMARY_SCHEMA},
+)
+ITERATIONS = pl.DataFrame(
+    [
+        dict(path="/l/a.out", iteration=1, loss=12.5, family="megatron", line=10),
+        dict(path="/l/a.out", iteration=2, loss=11.0, family="megatron", line=20),
+        dict(path="/l/b.out", iteration=1, loss=None, family="megatron", line=5),
+    ],
+    schema=ITERATIONS_SCHEMA,
+)
+TIMERS = pl.DataFrame(
+    [
+        dict(path="/l/a.out", iteration=None, timer="model-and-optimizer-setup", ms=336.0),
+        dict(path="/l/a.out", iteration=1, timer="forward-compute", ms=30000.0),
+        dict(path="/l/a.out", iteration=2, timer="forward-compute", ms=32000.0),
+        dict(path="/l/a.out", iteration=3, timer="forward-compute", ms=40000.0),
+        dict(path="/l/a.out", iteration=1, timer="optimizer", ms=50.0),
+    ],
+    schema=TIMERS_SCHEMA,
+)
+
+
+def chart_rows(chart) -> list[dict]:
+    spec = chart.to_dict()
+    (rows,) = spec["datasets"].values()
+    return rows
+
+
+def test_gpu_days_for_100b_tokens_by_hand():
+    data = gpu_days_data(RUNS)
+    assert data["run"].to_list() == ["b.out", "a.out"]  # the failed run has no throughput to draw
+    a = data.filter(pl.col("run") == "a.out").row(0, named=True)
+    # 100e9 tokens / (1048576 / 129 tokens/s) / 86400 s = 142.38 days; * 64 GPUs = 9112.5 GPU-days
+    assert a["days"] == pytest.approx(100e9 * 129 / 1048576 / 86400)
+    assert a["gpu_days"] == pytest.approx(64 * 100e9 * 129 / 1048576 / 86400)
+    assert a["configuration"] == "megatron, 52.0B, TP4, no ZeRO, mbs 4"
+
+
+def test_gpu_days_chart_holds_the_runs_and_has_title_axes_legend():
+    chart = gpu_days_chart(RUNS)
+    spec = chart.to_dict()
+    assert spec["title"] == "GPU-days to train 100B tokens vs number of GPUs"
+    assert spec["encoding"]["x"]["title"] == "GPUs"
+    assert spec["encoding"]["y"]["title"] == "GPU-days for 100B tokens (days x GPUs)"
+    assert spec["encoding"]["color"]["title"] == "Configuration"
+    assert sorted(r["run"] for r in chart_rows(chart)) == ["a.out", "b.out"]
+
+
+def test_loss_chart_holds_the_logged_losses():
+    chart = loss_chart(ITERATIONS)
+    assert [(r["run"], r["iteration"], r["loss"]) for r in chart_rows(chart)] == [
+        ("a.out", 1, 12.5),
+        ("a.out", 2, 11.0),
+    ]
+    assert chart.to_dict()["encoding"]["y"]["title"] == "Loss (nats per token)"
+
+
+def test_timer_chart_medians_per_iteration_timers_only():
+    data = timer_data(TIMERS)
+    # setup (no iteration) is left out; forward-compute median of 30000, 32000, 40000
+    assert data.rows() == [("a.out", "forward-compute", 32000.0, 3), ("a.out", "optimizer", 50.0, 1)]
+    spec = timer_chart(TIMERS).to_dict()
+    assert spec["title"].startswith("Per-iteration time breakdown")
+    assert spec["spec"]["encoding"]["x"]["title"] == "Time per iteration (ms, median)"
+
+
+def test_charts_without_data_are_skipped():
+    assert list(charts_of(RUNS, ITERATIONS, TIMERS)) == ["gpu_days_100b", "loss", "time_breakdown"]
+    assert list(charts_of(RUNS.head(0), ITERATIONS.head(0), TIMERS.head(1))) == []
+
+
+@pytest.mark.slow  # vl-convert renders PNG, SVG and the inlined HTML bundle: ~10 s on 2 busy cores
+def test_write_charts_writes_every_format_and_never_overwrites(tmp_path):
+    out = tmp_path / "plots"
+    charts = {"loss": loss_chart(ITERATIONS)}
+    written = write_charts(charts, out, formats=("html", "svg", "png"))
+    assert [p.name for p in written] == ["loss.html", "loss.svg", "loss.png"]
+    assert written[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<svg" in written[1].read_text() and "Training loss vs iteration" in written[1].read_text()
+    assert "a.out" in written[0].read_text()
+    before = {p: p.read_bytes() for p in written}
+    mine = out / "time_breakdown.html"
+    mine.write_text("the user's own file")
+    with pytest.raises(FileExistsError, match="loss.html exists"):
+        write_charts(charts, out, formats=("html",))
+    with pytest.raises(FileExistsError, match="time_breakdown.html exists"):
+        write_charts({"time_breakdown": timer_chart(TIMERS)}, out, formats=("png", "html"))
+    assert not (out / "time_breakdown.png").exists()  # nothing written when one file is in the way
+    assert mine.read_text() == "the user's own file"
+    assert {p: p.read_bytes() for p in written} == before
+    with pytest.raises(ValueError, match="format\\(s\\) jpg unknown"):
+        write_charts(charts, tmp_path / "other", formats=("jpg",))

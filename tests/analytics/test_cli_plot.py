@@ -1,0 +1,71 @@
+"""`logstat plot` through the real console entry point, on the real logs; altair only where needed."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+PROBE = (
+    "import sys\nfrom logstat.cli import main\ntry:\n    main()\n"
+    "finally:\n    print('ALTAIR', 'altair' in sys.modules, file=sys.stderr)"
+)
+
+
+def logstat(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True)
+
+
+def altair_imported(r: subprocess.CompletedProcess) -> bool:
+    return re.search(r"ALTAIR (True|False)", r.stderr)[1] == "True"
+
+
+@pytest.mark.slow  # parses four real logs and renders three charts to PNG and HTML (~10 s)
+def test_plot_writes_the_charts_of_the_real_logs(tmp_path, shared_logs):
+    out = tmp_path / "plots"
+    r = logstat("plot", str(shared_logs), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [
+        f"{stem}.{fmt}" for stem in ("gpu_days_100b", "loss", "time_breakdown") for fmt in ("html", "png")
+    ]
+    assert r.stdout.split() == [
+        str(out / n) for n in sorted(names, key=lambda n: (n.split(".")[0], n.endswith("png")))
+    ]
+    for png in out.glob("*.png"):
+        assert png.read_bytes()[:4] == b"\x89PNG"
+    # the chart's data holds the runs: the Megatron runs with a throughput, at 64 GPUs
+    html = (out / "gpu_days_100b.html").read_text()
+    spec = json.loads(re.search(r"const spec = (\{.*?\});\n", html, re.S)[1])
+    (rows,) = spec["datasets"].values()
+    assert "meg_gpt2_perf_n16.out" in {row["run"] for row in rows}
+    meg = next(row for row in rows if row["run"] == "meg_gpt2_perf_n16.out")
+    assert meg["gpus"] == 64
+    # 1024 * 1024 tokens per iteration at ~129 s: ~142 days, ~9100 GPU-days for 100B tokens
+    assert meg["gpu_days"] == pytest.approx(64 * 100e9 / (1048576 / meg["sec_per_iter"]) / 86400)
+    assert 9000 < meg["gpu_days"] < 9250
+    assert altair_imported(r)
+    # a second run into the same directory refuses and leaves the files alone
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    r = logstat("plot", str(shared_logs), "--out", str(out))
+    assert r.returncode == 1
+    assert "gpu_days_100b.html exists; logstat never overwrites a file" in r.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+
+
+def test_help_and_table_do_not_import_altair(tmp_path):
+    r = logstat("--help")
+    assert r.returncode == 0
+    assert not altair_imported(r)
+    r = logstat("plot", "--help")
+    assert "Example:" in r.stdout and "never overwritten" in r.stdout
+    assert not altair_imported(r)
+    r = logstat("table", "--help")
+    assert not altair_imported(r)
+
+
+def test_plot_of_a_missing_path_is_one_line(tmp_path):
+    r = logstat("plot", str(tmp_path / "nope"), "--out", str(tmp_path / "p"))
+    assert "nope" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "p").exists()
