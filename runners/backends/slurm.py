@@ -125,8 +125,8 @@ def launch(
         exit_code=info.exit_code,
         slurm_ended_utc=_now_utc(),
     )
+    # The caller prints the message (logstat run does): the last line the user sees.
     message = f"job {job_id} {info.state} (exit code {_text(info.exit_code)}); {parse_summary(run.run_dir)}"
-    echo(message)
     return LaunchResult(
         backend=NAME,
         run_dir=run.run_dir,

@@ -9,6 +9,7 @@ limits to whole minutes and checks them about every 30 s), so its ~90 s overlap 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -130,29 +131,31 @@ def test_cancel_refuses_a_run_never_submitted_to_slurm(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.slurm
-def test_tiny_ddp_powersgd_through_sbatch_completes_and_parses_back(runs_root: Path) -> None:
-    run = prepare("gpt2-tiny-ddp-powersgd", runs_root)
-    lines: list[str] = []
-    result = slurm.launch(run, wait=True, echo=lines.append, poll_interval_s=1.0)
+def test_tiny_ddp_powersgd_through_logstat_run_completes_and_parses_back(runs_root: Path) -> None:
+    # The user's path: `logstat run SPEC --backend slurm --wait`, a real process with no terminal.
+    command = [LOGSTAT, "run", "gpt2-tiny-ddp-powersgd", "--backend", "slurm", "--wait"]
+    command += ["--runs-dir", str(runs_root), "--set", f"cluster.master_port={_free_port()}"]
+    done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
 
-    assert result.state == "COMPLETED" and result.exit_code == 0, lines
-    assert result.job_id.isdigit()
-    assert result.log_path == run.run_dir / f"slurm-{result.job_id}.out"
-    manifest = read_manifest(run.run_dir)
-    assert (manifest["slurm_job_id"], manifest["slurm_state"], manifest["exit_code"]) == (
-        result.job_id,
-        "COMPLETED",
-        0,
-    )
-    assert lines[0] == f"submitted Slurm job {result.job_id}; log: {result.log_path}"
-    assert lines[-1].startswith(f"job {result.job_id} COMPLETED (exit code 0); log says ok")
+    assert done.returncode == 0, done.stderr
+    run_dir = Path(done.stdout.strip())
+    manifest = read_manifest(run_dir)
+    job_id = manifest["slurm_job_id"]
+    assert job_id.isdigit()
+    assert (manifest["slurm_state"], manifest["exit_code"]) == ("COMPLETED", 0)
+    assert manifest["command"] == ["sbatch", "--parsable", str(run_dir / "run.sbatch")]
+    log_path = run_dir / f"slurm-{job_id}.out"
+    stderr = done.stderr.splitlines()
+    assert f"submitted Slurm job {job_id}; log: {log_path}" in stderr
+    # Without a terminal: plain progress lines (state changes, then every 30 s), elapsed/limit as squeue prints.
+    assert any(re.fullmatch(rf"job {job_id} RUNNING \d+:\d\d/10:00", line) for line in stderr), stderr
+    assert stderr[-1] == f"job {job_id} COMPLETED (exit code 0); log says ok, 5 iterations logged"
 
-    log = result.log_path.read_text()
-    assert "comm hook: powerSGD_hook" in log  # the hook was really installed in the job
-    parsed = load_runs([run.run_dir])
+    assert "comm hook: powerSGD_hook" in log_path.read_text()  # the hook was really installed in the job
+    parsed = load_runs([run_dir])
     row = parsed.runs.row(0, named=True)
     assert parsed.runs.height == 1
-    assert (row["job_id"], row["status"], row["iterations"]) == (result.job_id, "ok", 5)
+    assert (row["job_id"], row["status"], row["iterations"]) == (job_id, "ok", 5)
     # 2 processes on 1 node, micro 2 x gas 2 x DP 2 = global 8 (the spec's numbers, worked by hand).
     assert (row["gpus"], row["micro_batch_size"], row["gas"], row["global_batch_size"]) == (2, 2, 2, 8)
     assert parsed.iterations["iteration"].to_list() == [1, 2, 3, 4, 5]
