@@ -17,7 +17,9 @@ class GpuModel:
     peak_tflops_bf16: float | None
     """Dense bf16 peak, TFLOP/s (None: no bf16 tensor cores)."""
     memory_gib: float
+    """Memory, GiB (2**30 bytes), as the product name says."""
     source: str
+    """The vendor datasheet the peaks come from."""
 
 
 # https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf
@@ -102,10 +104,16 @@ GPUS: dict[str, GpuModel] = {
 
 
 def peak_tflops(gpu_model: str | None, precision: str | None = "fp16") -> float | None:
-    """Dense peak TFLOP/s of ``gpu_model`` at ``precision`` (fp16/bf16); None when unknown."""
+    """Dense peak TFLOP/s of ``gpu_model`` at ``precision`` (fp16/bf16); None when unknown.
+
+    None for fp32 too: an fp32 run does not use the half-precision tensor-core peak, and an MFU
+    against it would understate the run (the table holds no fp32/TF32 peaks).
+    """
     gpu = GPUS.get(gpu_model or "")
     if gpu is None:
         return None
     if precision == "bf16":
         return gpu.peak_tflops_bf16
-    return gpu.peak_tflops_fp16
+    if precision in ("fp16", None):
+        return gpu.peak_tflops_fp16
+    return None

@@ -95,6 +95,8 @@ def test_gpu_peaks():
     assert peak_tflops("H100-SXM", "bf16") == 989
     assert peak_tflops("TPU-v4", "bf16") is None
     assert peak_tflops(None) is None
+    assert peak_tflops("A100-SXM4-80GB", None) == 312  # unknown precision: the fp16 peak
+    assert peak_tflops("A100-SXM4-80GB", "fp32") is None  # not the half-precision tensor-core peak
 
 
 def test_sec_per_iter_from_hf_samples_per_second():
