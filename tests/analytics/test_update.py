@@ -4,6 +4,8 @@ import os
 import re
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from logstat.analytics.update import format_report, update_tflops_file, update_tflops_text
 
 from tests.conftest import SHARED
@@ -133,3 +135,28 @@ def test_factor_3_without_checkpointing():
     result = update_tflops_text(TABLE, checkpointing=False)
     # 52 * 3 * 2 * 1024 * 1024 / (129 * 64 * 1e3) = 39.63
     assert "|   39.6 | a \\| b |" in result.text
+
+
+TFLOPS_ROW = re.compile(r"^(\| +\d+ +\| +[\d.]+B.*\| +[\d.]+s +\| +)([\d.]+)( .*)$")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_set_of_altered_cells_is_restored_and_exactly_listed(seed_bytes, data):
+    lines = seed_bytes.decode("utf-8").split("\n")
+    rows = [i for i, line in enumerate(lines) if TFLOPS_ROW.match(line)]
+    assert len(rows) == 61  # the seed's rows with a TFlops value (64 read, 3 of them unreadable)
+    picked = data.draw(st.lists(st.sampled_from(rows), min_size=1, max_size=8, unique=True))
+    altered = list(lines)
+    for i in picked:
+        head, old, tail = TFLOPS_ROW.match(lines[i]).groups()
+        # no wider than the old value: a wider cell would move the padding, which the restore keeps
+        widest = 10 ** (len(old) - 2) - 0.1
+        value = data.draw(st.floats(min_value=0, max_value=widest).map(lambda v: f"{v:.1f}"))
+        value = value if len(value) <= len(old) else old
+        value = value if value != old else f"{float(old) + 1:.1f}"
+        left_aligned = tail.startswith("  ")  # "| 46.7   |": an editor types over it from the left
+        altered[i] = head + (value.ljust(len(old)) if left_aligned else value.rjust(len(old))) + tail
+    result = update_tflops_text("\n".join(altered))
+    assert result.text == "\n".join(lines)
+    assert sorted(c.line for c in result.changed) == sorted(i + 1 for i in picked)
