@@ -1,0 +1,189 @@
+"""`logstat run` as a user types it: plans on stdout, one-line refusals, nothing created when refused,
+and (slow) real local runs of the tiny specs on 2 CPU processes, parsed back."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LOGSTAT = Path(sys.executable).parent / "logstat"
+
+
+def logstat(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [str(LOGSTAT), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def one_line_error(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    lines = [line for line in done.stderr.strip().splitlines() if not line.startswith("warning: ")]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), done.stderr
+    assert "Traceback" not in done.stderr
+    return lines[0]
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def test_dry_run_prints_the_plan_and_creates_nothing(tmp_path):
+    done = logstat(
+        "run", "runners/specs/gpt2-52b-megatron-ds.toml", "--dry-run", cwd=Path(__file__).parents[2]
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "#SBATCH --nodes=16\n" in out and "    --nnodes 16 \\\n" in out
+    assert "# world 64 = 16 nodes x 4 GPUs; TP 4 x PP 16 x DP 1\n" in out
+    assert "# global batch 1024 = micro 4 x gas 256 x DP 1;" in out
+    assert "pipeline efficiency 94.5% (gas/(gas+PP-1))" in out  # 256 / 271
+    assert "# estimate: 161 days for 100B tokens at an assumed 46.7 TFLOPs/GPU (145.9 s/iteration" in out
+    assert '"train_batch_size": 1024' in out and "[batch]\nmicro = 4\ngas = 256\nglobal_batch = 1024\n" in out
+
+
+def test_dry_run_is_the_default_and_writes_no_run_directory(tmp_path):
+    done = logstat("run", "gpt2-tiny-hf-zero3", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "==> " in done.stdout and "ds_config.json <==" in done.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_overrides_reach_the_plan(tmp_path):
+    done = logstat("run", "gpt2-52b-megatron-ds", "--set", "parallel.pp=8", "--set", "batch.micro=2",
+                   "--set", "batch.global_batch=none", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (
+        "TP 4 x PP 8 x DP 2" in done.stdout and "global batch 1024 = micro 2 x gas 256 x DP 2" in done.stdout
+    )
+
+
+def test_a_bad_spec_is_refused_in_one_line_naming_field_value_and_rule(tmp_path):
+    done = logstat(
+        "run", "gpt2-52b-megatron-ds", "--set", "parallel.pp=7", "--backend", "local", cwd=tmp_path
+    )
+    line = one_line_error(done)
+    assert line.startswith("Error: spec 'gpt2-52b-megatron-ds' refused: ")
+    assert "parallel.pp=7 does not divide model.num_layers=64" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_warnings_go_to_stderr(tmp_path):
+    done = logstat("run", "gpt2-52b-megatron-ds", "--set", "batch.gas=32", "--set", "batch.global_batch=none",
+                   cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0
+    assert (
+        "warning: batch.gas=32 < 8*parallel.pp=128: pipeline efficiency gas/(gas+PP-1) = 68.1%" in done.stderr
+    )
+    assert "# warning: batch.gas=32" in done.stdout  # and in the plan itself
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("gpt2-tiny-hf-zero3", "--backend", "k8s"),
+            "backend 'k8s' is unknown (backends: dry-run, local, slurm)",
+        ),
+        (("no-such.toml",), "spec 'no-such.toml' is neither a file nor a shipped spec"),
+        (("gpt2-tiny-hf-zero3", "--set", "batch.micro=two"), "batch.micro must be an integer"),
+    ],
+)
+def test_user_errors_are_one_line(tmp_path, args, message):
+    assert message in one_line_error(logstat("run", *args, cwd=tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_local_refuses_a_multi_node_spec_and_points_to_the_tiny_variant(tmp_path):
+    line = one_line_error(logstat("run", "gpt2-52b-hf-zero3", "--backend", "local", cwd=tmp_path))
+    assert "cluster.nodes=16: the local backend runs on this one host" in line
+    assert "logstat run gpt2-tiny-hf-zero3 --backend local" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_local_refuses_what_does_not_fit_in_memory_on_cpu(tmp_path):
+    if cuda_available():
+        pytest.skip("this host has CUDA: the CPU memory rule does not apply")
+    done = logstat("run", "gpt2-52b-hf-zero3", "--backend", "local", "--set", "cluster.nodes=1",
+                   "--set", "batch.global_batch=none", cwd=tmp_path)  # fmt: skip
+    line = one_line_error(done)
+    assert "GiB of model states for its 4 CPU processes" in line and "too big to run on CPU" in line
+    assert "logstat run gpt2-tiny-hf-zero3 --backend local" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_local_refuses_megatron_without_cuda(tmp_path):
+    if cuda_available():
+        pytest.skip("this host has CUDA")
+    line = one_line_error(logstat("run", "gpt2-tiny-megatron-ds", "--backend", "local", cwd=tmp_path))
+    assert "stack megatron-deepspeed needs CUDA GPUs" in line and "this host has no CUDA GPU" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_megatron_without_a_checkout_is_refused_for_launch(tmp_path):
+    env_dir = os.environ.pop("MEGATRON_DEEPSPEED_DIR", None)
+    try:
+        line = one_line_error(logstat("run", "gpt2-52b-megatron-ds", "--backend", "slurm", cwd=tmp_path))
+    finally:
+        if env_dir is not None:
+            os.environ["MEGATRON_DEEPSPEED_DIR"] = env_dir
+    assert "megatron.dir is not set and MEGATRON_DEEPSPEED_DIR is empty" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def launched_run_dir(done: subprocess.CompletedProcess, tmp_path: Path, spec: str) -> Path:
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = Path(done.stdout.strip().splitlines()[-1])
+    assert run_dir.parent == tmp_path / "runs" / spec
+    return run_dir
+
+
+@pytest.mark.slow
+def test_local_run_of_the_tiny_ddp_spec_parses_back(tmp_path):
+    from logstat.api import load_runs
+
+    done = logstat("run", "gpt2-tiny-ddp-powersgd", "--backend", "local", cwd=tmp_path, timeout=300)
+    run_dir = launched_run_dir(done, tmp_path, "gpt2-tiny-ddp-powersgd")
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "manifest.json",
+        "run.sbatch",
+        "spec.toml",
+        "train.log",
+    ]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["exit_code"] == 0 and manifest["log"] == "train.log"
+    assert (
+        manifest["command"][manifest["command"].index("-m", 4) + 1]
+        == "logstat.runners.entrypoints.ddp_powersgd"
+    )
+    log = (run_dir / "train.log").read_text()
+    assert "comm hook: powerSGD_hook" in log  # the entry point's evidence that the hook is installed
+    runs = load_runs([run_dir]).runs
+    assert runs.height == 1
+    row = runs.row(0, named=True)
+    assert row["status"] == "ok", row["reason"]
+    assert (row["iterations"], row["global_batch_size"], row["micro_batch_size"], row["dp"]) == (5, 8, 2, 2)
+
+
+@pytest.mark.slow
+def test_local_run_of_the_tiny_hf_zero3_spec(tmp_path):
+    done = logstat("run", "gpt2-tiny-hf-zero3", "--backend", "local", cwd=tmp_path, timeout=300)
+    run_dir = launched_run_dir(done, tmp_path, "gpt2-tiny-hf-zero3")
+    log = (run_dir / "train.log").read_text()
+    assert "is DeepSpeedEngine: True | zero stage: 3" in log
+    assert "train batch size: 8 | micro batch size per gpu: 2 | gradient accumulation steps: 2" in log
+    assert "partitioned: True" in log
+    assert json.loads((run_dir / "manifest.json").read_text())["exit_code"] == 0
