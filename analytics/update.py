@@ -37,6 +37,7 @@ REQUIRED_COLUMNS = ("gpus", "size", "global_batch", "throughput", "tflops")
 
 _PIPE = re.compile(r"(?<!\\)\|")
 _DELIMITER_ROW = re.compile(r"^\s*\|?(\s*:?-+:?\s*\|)+\s*(:?-+:?\s*)?$")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _INT = re.compile(r"^\d+$")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([MBT])$", re.IGNORECASE)
 _SECONDS = re.compile(r"^(\d+(?:\.\d+)?)\s*s$")
@@ -205,8 +206,12 @@ def update_tflops_text(text: str, *, checkpointing: bool = True) -> UpdateResult
     skipped: list[RowSkipped] = []
     tables = rows = 0
     i = 0
+    fence: str | None = None  # a table inside a fenced code block is text, not a table
     while i < len(lines) - 1:
-        if not (_is_table_line(lines[i]) and _DELIMITER_ROW.match(lines[i + 1].rstrip("\r"))):
+        marker = _FENCE.match(lines[i])
+        if marker and (fence is None or marker[1].startswith(fence)):
+            fence = marker[1] if fence is None else None
+        if fence or not (_is_table_line(lines[i]) and _DELIMITER_ROW.match(lines[i + 1].rstrip("\r"))):
             i += 1
             continue
         end = i + 2

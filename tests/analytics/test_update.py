@@ -160,3 +160,12 @@ def test_any_set_of_altered_cells_is_restored_and_exactly_listed(seed_bytes, dat
     result = update_tflops_text("\n".join(altered))
     assert result.text == "\n".join(lines)
     assert sorted(c.line for c in result.changed) == sorted(i + 1 for i in picked)
+
+
+def test_tables_in_fenced_code_blocks_are_text():
+    fenced = "```\n" + TABLE + "```\n\n~~~~\n" + TABLE + "~~~~\n"
+    result = update_tflops_text(fenced + TABLE)
+    assert result.text.startswith(fenced)
+    assert result.tables == 1 and [c.line for c in result.changed] == [
+        n + fenced.count("\n") for n in (5, 6, 8, 9)
+    ]
