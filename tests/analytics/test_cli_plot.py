@@ -54,15 +54,17 @@ def test_plot_writes_the_charts_of_the_real_logs(tmp_path, shared_logs):
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
 
 
-def test_help_and_table_do_not_import_altair(tmp_path):
+def test_help_parse_and_table_do_not_import_altair(shared_logs):
     r = logstat("--help")
     assert r.returncode == 0
     assert not altair_imported(r)
     r = logstat("plot", "--help")
     assert "Example:" in r.stdout and "never overwritten" in r.stdout
     assert not altair_imported(r)
-    r = logstat("table", "--help")
-    assert not altair_imported(r)
+    for command in ("table", "parse"):
+        r = logstat(command, str(shared_logs))
+        assert r.returncode == 0, r.stderr
+        assert not altair_imported(r), command
 
 
 def test_plot_of_a_missing_path_is_one_line(tmp_path):
