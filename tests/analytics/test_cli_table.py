@@ -107,6 +107,14 @@ def test_update_errors(tmp_path):
 def test_table_errors(tmp_path):
     r = logstat("table", cwd=tmp_path)
     assert r.returncode == 1 and "give the log files or directories to read" in r.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = logstat("table", str(empty))
+    assert (r.returncode, r.stdout, r.stderr) == (
+        1,
+        "",
+        f"Error: logstat table: no log files under {empty}\n",
+    )
     r = logstat("table", str(tmp_path / "nope"))
     assert r.returncode == 1 and "nope" in r.stderr and "Traceback" not in r.stderr
     r = logstat("table", str(tmp_path), "--columns", "GPUs,Speed")
