@@ -50,3 +50,21 @@ slurm-up:
 
 slurm-down:
 	$(PYTHON) tests/slurm_cluster.py down
+
+# The seed's 52B GPT-2 benchmark (runners/specs/gpt2-52b-megatron-ds.toml). With sbatch on PATH and a
+# Slurm controller answering, submit it; else print the rendered plan and its estimate (memory per GPU,
+# pipeline efficiency, days for 100B tokens), then train a tiny variant here on 2 CPU processes and print
+# its `logstat parse --tflops` row. Megatron-DeepSpeed needs CUDA, so on CPU the tiny DDP+PowerSGD spec
+# (Megatron-format log) is the one that runs. Force a path with RUN_BACKEND=slurm|local.
+RUN_SPEC ?= gpt2-52b-megatron-ds
+RUN_TINY ?= gpt2-tiny-ddp-powersgd
+RUN_BACKEND ?= $(shell command -v sbatch >/dev/null 2>&1 && sinfo -h >/dev/null 2>&1 && echo slurm || echo local)
+run-gpt2-52b: install
+	@if [ "$(RUN_BACKEND)" = slurm ]; then \
+		$(BIN)/logstat run $(RUN_SPEC) --backend slurm; \
+	else \
+		echo "== no Slurm here: the plan of $(RUN_SPEC), then $(RUN_TINY) on this host ==" >&2; \
+		$(BIN)/logstat run $(RUN_SPEC) --dry-run && \
+		run_dir=$$($(BIN)/logstat run $(RUN_TINY) --backend local) && \
+		$(BIN)/logstat parse "$$run_dir" --tflops; \
+	fi
