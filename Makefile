@@ -68,3 +68,8 @@ run-gpt2-52b: install
 		run_dir=$$($(BIN)/logstat run $(RUN_TINY) --backend local) && \
 		$(BIN)/logstat parse "$$run_dir" --tflops; \
 	fi
+
+# Issue 6: logstat parse against the seed's perl one-liner and grep on a >= 1 GB corpus (bench-corpus/,
+# git-ignored, reused while its sources are unchanged). Minutes; not part of `make test`. BENCH_ARGS=--runs 5 ...
+bench: install
+	$(BIN)/python tests/bench/run_bench.py $(BENCH_ARGS)

@@ -1,0 +1,287 @@
+"""`make bench`: `logstat parse` against the seed's perl one-liner and `grep -c` on a >= 1 GB corpus.
+
+Issue 6 asks that logstat, which reads every field of every log family, be no slower than the
+one-liner users run today (seed 001, "Maintenance"), which reads one number per file. This script:
+
+1. builds (once; a stamp file says which sources and sizes it was built from) a corpus under
+   ``bench-corpus/`` by repeating real logs (``fixtures/`` and ``../shared/logs/``): one large file,
+   and ~1,000 small files of the same total size;
+2. times, interleaved run by run so that other load on the machine hits every tool alike, the
+   perl one-liner, ``grep -c 'elapsed time per iteration'`` and ``logstat parse --tflops --format
+   json`` on both, and prints median wall time, peak RSS and the ratios logstat/perl, logstat/grep;
+3. times the start-up paths: ``logstat --help`` (goal < 0.3 s) and ``logstat parse`` of one small
+   fixture (goal < 0.6 s).
+
+Not collected by pytest (no ``test_`` prefix) and not part of ``make test``: it takes minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "bench-corpus"
+STAMP = CORPUS / "stamp.json"
+LOGSTAT = ROOT / ".venv" / "bin" / "logstat"
+SOURCE_DIRS = (ROOT / "fixtures", ROOT.parent / "shared" / "logs")
+LOG_SUFFIXES = (".out", ".err", ".log", ".txt")
+MIB = 1 << 20
+
+# Verbatim from issue 6 / seed 001: one perl process per file, one number per file.
+PERL_ONE_LINER = (
+    "find . -type f -exec perl -lne 'm|elapsed time per iteration .ms.: ([\\d\\.]+)| && "
+    'do {$x+=$1; $c++}; END { print "$ARGV " . ($c ? int($x/$c/1000) : "fail")}\' {} \\;'
+)
+GREP_COUNT = "grep -rc 'elapsed time per iteration' ."
+HELP_GOAL_S = 0.3
+SMALL_PARSE_GOAL_S = 0.6
+TIME_BIN = Path("/usr/bin/time")
+TIME_MARK = "@bench-time"
+SMALL_FIXTURE = ROOT / "fixtures" / "megatron" / "meg_gpt2_perf_n16.out"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timing:
+    """One timed command: wall time, peak resident memory, exit code."""
+
+    wall_s: float
+    """Elapsed wall-clock seconds, process start to exit."""
+    peak_rss_mb: float
+    """Largest resident set of the command or any of its waited-for children (ru_maxrss)."""
+    returncode: int
+    """Exit code; a failed command's time is reported but flagged."""
+    stderr_tail: str = ""
+    """Last lines of stderr, shown when the command failed."""
+
+
+def time_command(command: str, cwd: Path) -> Timing:
+    """Run ``command`` in a fresh shell, stdout to /dev/null: wall time and peak RSS of that process tree.
+
+    GNU time measures from a small process of its own: ``os.wait4`` on a child forked from this
+    Python would count the interpreter's pages the child had before its exec (~35 MB) as its peak.
+    """
+    wrapped = ["bash", "-c", command]
+    if TIME_BIN.exists():
+        wrapped = [str(TIME_BIN), "-f", f"{TIME_MARK} %e %M", *wrapped]
+    with tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(wrapped, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall_s = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        lines = err.read().decode("utf-8", "replace").splitlines()
+    peak_rss_mb = usage.ru_maxrss / 1024
+    measured = [line for line in lines if line.startswith(TIME_MARK)]
+    if measured:
+        # Wall time stays ours (perf_counter; GNU time's %e has 10 ms steps), the peak RSS is time's.
+        peak_rss_mb = int(measured[-1].split()[2]) / 1024
+        lines = [line for line in lines if not line.startswith(TIME_MARK)]
+    tail = "\n".join(line for line in lines[-3:] if not line.startswith("Command exited"))
+    return Timing(wall_s=wall_s, peak_rss_mb=peak_rss_mb, returncode=proc.returncode, stderr_tail=tail)
+
+
+def source_logs() -> list[Path]:
+    """Real text logs to repeat: every log file of fixtures/ and ../shared/logs/ that holds text."""
+    found = []
+    for directory in SOURCE_DIRS:
+        if directory.is_dir():
+            for path in sorted(directory.rglob("*")):
+                name = path.name.removesuffix(".gz")
+                if path.is_file() and name.endswith(LOG_SUFFIXES):
+                    found.append(path)
+    return [path for path in found if _text_of(path)]
+
+
+def _text_of(path: Path) -> bytes:
+    """The log's bytes (gunzipped), newline-terminated; empty for binary or empty files."""
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError):
+            return b""
+    if not data or b"\x00" in data:
+        return b""
+    return data if data.endswith(b"\n") else data + b"\n"
+
+
+def corpus_key(sources: list[Path], size_mb: int, files: int) -> dict:
+    """What the corpus is built from; a rebuild happens only when this changes."""
+    digest = hashlib.sha256()
+    for path in sources:
+        digest.update(str(path).encode() + b"\0" + _text_of(path))
+    return {"size_mb": size_mb, "files": files, "sources": digest.hexdigest(), "layout": 1}
+
+
+def build_corpus(size_mb: int, files: int) -> tuple[Path, Path, list[Path]]:
+    """``(single_dir, many_dir, sources)``; reuses the existing corpus when the stamp matches."""
+    sources = source_logs()
+    if not sources:
+        sys.exit("bench: no source logs found under fixtures/ or ../shared/logs/")
+    single, many = CORPUS / "single", CORPUS / "many"
+    key = corpus_key(sources, size_mb, files)
+    if STAMP.is_file() and json.loads(STAMP.read_text()) == key:
+        print(f"bench: reusing corpus in {CORPUS} (stamp matches)", file=sys.stderr)
+        return single, many, sources
+    print(f"bench: building a {size_mb} MiB corpus from {len(sources)} real logs ...", file=sys.stderr)
+    STAMP.unlink(missing_ok=True)
+    for directory in (single, many):
+        directory.mkdir(parents=True, exist_ok=True)
+        for old in directory.iterdir():
+            old.unlink()
+    texts = [_text_of(path) for path in sources]
+    _repeat_into(single / "big.out", b"".join(texts), size_mb * MIB)
+    per_file = size_mb * MIB // files
+    for index in range(files):
+        source = sources[index % len(sources)]
+        stem = source.name.removesuffix(".gz").rsplit(".", 1)[0]
+        _repeat_into(many / f"r{index:04d}-{stem}.out", texts[index % len(texts)], per_file)
+    STAMP.write_text(json.dumps(key))
+    return single, many, sources
+
+
+def _repeat_into(path: Path, block: bytes, size: int) -> None:
+    """Write whole copies of ``block`` until the file holds at least ``size`` bytes."""
+    copies = max(1, -(-size // len(block)))
+    with open(path, "wb") as out:
+        for _ in range(copies):
+            out.write(block)
+
+
+def warm_page_cache(directory: Path) -> None:
+    """Read the corpus once so no tool pays for the disk and the first tool timed is not penalised."""
+    for path in directory.iterdir():
+        with open(path, "rb") as handle:
+            while handle.read(16 * MIB):
+                pass
+
+
+def commands(tools: list[str], target: str) -> dict[str, str]:
+    """The shell command of each tool, run from inside the corpus directory ``target``."""
+    every = {
+        "perl": PERL_ONE_LINER,
+        "grep": GREP_COUNT,
+        "logstat": f"{shlex.quote(str(LOGSTAT))} parse . --tflops --format json > /dev/null",
+    }
+    return {tool: every[tool] for tool in tools}
+
+
+def bench_case(directory: Path, tools: list[str], runs: int) -> dict[str, list[Timing]]:
+    """Time every tool ``runs`` times on ``directory``, interleaved (perl, grep, logstat, perl, ...)."""
+    warm_page_cache(directory)
+    timings: dict[str, list[Timing]] = {tool: [] for tool in tools}
+    for run in range(runs):
+        for tool, command in commands(tools, str(directory)).items():
+            timing = time_command(command, directory)
+            timings[tool].append(timing)
+            print(
+                f"bench: {directory.name:6s} run {run + 1}/{runs} {tool:8s} {timing.wall_s:7.2f} s "
+                f"{timing.peak_rss_mb:7.1f} MB rc={timing.returncode}",
+                file=sys.stderr,
+            )
+    return timings
+
+
+def directory_bytes(directory: Path) -> int:
+    return sum(path.stat().st_size for path in directory.iterdir())
+
+
+def median_wall(timings: list[Timing]) -> float:
+    return statistics.median(t.wall_s for t in timings)
+
+
+def print_table(cases: dict[str, tuple[Path, dict[str, list[Timing]]]]) -> None:
+    """The side-by-side table: median wall, peak RSS, throughput, and logstat's ratios."""
+    header = (
+        f"{'corpus':28s} {'tool':8s} {'median s':>9s} {'min s':>7s} {'max s':>7s} "
+        f"{'peak RSS MB':>11s} {'MB/s':>7s} {'vs perl':>8s} {'vs grep':>8s}"
+    )
+    print(header)
+    print("-" * len(header))
+    for label, (directory, timings) in cases.items():
+        size_mb = directory_bytes(directory) / MIB
+        files = sum(1 for _ in directory.iterdir())
+        name = f"{label} ({files} file{'s' if files > 1 else ''}, {size_mb:,.0f} MiB)"
+        for tool, runs in timings.items():
+            median_s = median_wall(runs)
+            ratios = ["", ""]
+            if tool == "logstat":
+                for slot, other in enumerate(("perl", "grep")):
+                    if other in timings:
+                        ratios[slot] = f"{median_s / median_wall(timings[other]):.2f}x"
+            failed = " FAILED: " + runs[-1].stderr_tail if any(t.returncode for t in runs) else ""
+            print(
+                f"{name:28s} {tool:8s} {median_s:9.2f} {min(t.wall_s for t in runs):7.2f} "
+                f"{max(t.wall_s for t in runs):7.2f} {max(t.peak_rss_mb for t in runs):11.1f} "
+                f"{size_mb / median_s:7.0f} {ratios[0]:>8s} {ratios[1]:>8s}{failed}"
+            )
+
+
+def startup(runs: int) -> list[tuple[str, float, float, float]]:
+    """``(what, median_s, peak_rss_mb, goal_s)`` of the two start-up paths the issue sets goals for."""
+    small = SMALL_FIXTURE if SMALL_FIXTURE.is_file() else min(source_logs(), key=lambda p: p.stat().st_size)
+    checks = (
+        ("logstat --help", f"{shlex.quote(str(LOGSTAT))} --help", HELP_GOAL_S),
+        (
+            f"logstat parse {small.relative_to(ROOT)} --format json",
+            f"{shlex.quote(str(LOGSTAT))} parse {shlex.quote(str(small))} --format json",
+            SMALL_PARSE_GOAL_S,
+        ),
+    )
+    results = []
+    for what, command, goal in checks:
+        time_command(command, ROOT)  # the first run pays for cold .pyc and page cache
+        timings = [time_command(command, ROOT) for _ in range(runs)]
+        if any(t.returncode for t in timings):
+            print(f"bench: {what} FAILED: {timings[-1].stderr_tail}", file=sys.stderr)
+        results.append((what, median_wall(timings), max(t.peak_rss_mb for t in timings), goal))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size-mb", type=int, default=1024, help="corpus size in MiB (default 1024)")
+    parser.add_argument("--files", type=int, default=1000, help="number of small files (default 1000)")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per tool (default 3)")
+    parser.add_argument("--cases", default="single,many", help="single, many or both (default both)")
+    parser.add_argument("--tools", default="perl,grep,logstat", help="tools to time (default all three)")
+    args = parser.parse_args()
+    if not LOGSTAT.exists():
+        sys.exit(f"bench: {LOGSTAT} not found: run `make install` first")
+    tools = [tool.strip() for tool in args.tools.split(",") if tool.strip()]
+    single, many, sources = build_corpus(args.size_mb, args.files)
+    load_before = os.getloadavg()
+    cases = {}
+    for case in args.cases.split(","):
+        directory = {"single": single, "many": many}[case.strip()]
+        label = "one large file" if case.strip() == "single" else "many small files"
+        cases[label] = (directory, bench_case(directory, tools, args.runs))
+    startup_results = startup(max(args.runs, 5))
+    load_after = os.getloadavg()
+    print(
+        f"\nlogstat bench: {len(sources)} real source logs repeated; {args.runs} runs per tool, interleaved; "
+        f"{os.cpu_count()} CPUs; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after"
+    )
+    print(f"perl: {PERL_ONE_LINER}\ngrep: {GREP_COUNT}\nlogstat: logstat parse . --tflops --format json\n")
+    print_table(cases)
+    print()
+    for what, median_s, rss_mb, goal_s in startup_results:
+        verdict = "ok" if median_s < goal_s else "MISSED"
+        print(f"{what:60s} {median_s:6.2f} s  {rss_mb:6.1f} MB  goal < {goal_s} s: {verdict}")
+
+
+if __name__ == "__main__":
+    main()
