@@ -1,0 +1,486 @@
+"""DeepSpeed log family: the engine's config dump, ``step=`` lines, throughput and flops-profiler lines.
+
+Formats read from DeepSpeed's own source (0.3.x of the 2021 logs and today's 0.19):
+
+- ``runtime/config.py`` ``print``: ``[config.py:NNN:print]   name ..... value``, one line per
+  attribute (no dots when the name is 29 characters or longer), ``zero_config`` a multi-line JSON
+  object (2021) or one line of ``key=value`` pairs (pydantic, today), then ``json = {`` the user
+  config as multi-line JSON (``print_user_config`` today).
+- ``runtime/engine.py`` ``_report_progress``: ``[Rank 0] step=N, skipped=N, lr=[...], mom=[...]``.
+- ``utils/timer.py`` ``ThroughputTimer``: ``epoch=E/micro_step=M/global_step=G, RunningAvgSamplesPerSec=X,
+  CurrSamplesPerSec=Y, MemAllocated=aGB, MaxMemAllocated=bGB``.
+- ``runtime/pipe/engine.py``: ``steps: N loss: X iter time (s): T samples/sec: S``.
+- ``profiling/flops_profiler/profiler.py``: the ``DeepSpeed Flops Profiler`` summary block.
+
+DeepSpeed's ``world_size`` in its config dump is the *data-parallel* size (Megatron-DeepSpeed passes
+its mpu), so it is recorded as ``dp``; it is the GPU count only when no model parallelism is in play.
+Several engines in one file (a job that restarted) each print a dump: the last dump wins.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pyparsing as pp
+from logstat.parsers import grammar
+from logstat.parsers.base import Family, RunBuilder
+from pyparsing import pyparsing_common as ppc
+
+NAME = "deepspeed"
+
+# --- grammar -------------------------------------------------------------------------------------
+
+number = pp.Regex(r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)", re.I).set_name(
+    "number"
+)
+number.set_parse_action(lambda t: float(t[0]))
+integer = ppc.integer.copy().set_name("integer")
+
+lr_list = (pp.Suppress("[") + pp.Optional(pp.DelimitedList(number))("lr") + pp.Suppress("]")).set_name(
+    "lr_list"
+)
+step_record = (
+    pp.Regex(r"(?<![\w/])step=").suppress()
+    + integer("step")
+    + pp.Suppress(", skipped=")
+    + integer("skipped")
+    + pp.Suppress(", lr=")
+    + lr_list
+).set_name("step_record")
+
+throughput_record = (
+    pp.Suppress("epoch=")
+    + integer("epoch")
+    + pp.Suppress("/micro_step=")
+    + integer("micro_step")
+    + pp.Suppress("/global_step=")
+    + integer("global_step")
+    + pp.Suppress(",")
+    + pp.Suppress("RunningAvgSamplesPerSec=")
+    + number("running_avg_samples_per_sec")
+    + pp.Suppress(",")
+    + pp.Suppress("CurrSamplesPerSec=")
+    + number("curr_samples_per_sec")
+    + pp.Optional(
+        pp.Suppress(",")
+        + pp.Suppress("MemAllocated=")
+        + number("mem_allocated_gb")
+        + pp.Suppress("GB,")
+        + pp.Suppress("MaxMemAllocated=")
+        + number("max_mem_allocated_gb")
+        + pp.Suppress("GB")
+    )
+).set_name("throughput_record")
+
+pipe_record = (
+    pp.Suppress("steps:")
+    + integer("step")
+    + pp.Suppress("loss:")
+    + number("loss")
+    + pp.SkipTo("iter time (s):").suppress()
+    + pp.Suppress("iter time (s):")
+    + number("iter_time_s")
+    + pp.Suppress("samples/sec:")
+    + number("samples_per_sec")
+).set_name("pipe_record")
+
+# "1.2 B", "2.63 K", "20.74 K ", "143.52 MFLOPS", "377.89 us": number_to_string() with a unit prefix.
+scaled_value = (
+    number("value") + pp.Optional(pp.one_of("T G B M K m u", as_keyword=False))("prefix")
+).set_name("scaled_value")
+
+_PRINT_TAG = re.compile(r"\[config\.py:\d+:print(?:_user_config)?\]")
+_GLUED_TIMESTAMP = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d")
+_PREFIX_SCALE = {"T": 1e12, "G": 1e9, "B": 1e9, "M": 1e6, "K": 1e3, "": 1.0, "m": 1e-3, "u": 1e-6}
+_JSON_KEY = re.compile(r'"(\w+)"\s*:\s*([^,\s][^,]*?)?\s*,?\s*$')
+_OFFLOAD_DEVICE = re.compile(r"device='?(\w+)'?")
+
+#: lines of a dump's nested JSON (zero_config, json = {...}) are read this many lines after the last print line.
+DUMP_WINDOW_LINES = 300
+#: a nested JSON key ("device", "enabled", "stage") belongs to the object opened at most this many lines above it.
+JSON_OBJECT_WINDOW_LINES = 8
+_JSON_OBJECTS = ("offload_param", "offload_optimizer", "fp16", "bf16", "bfloat16", "zero_optimization")
+_JSON_FACTS = {
+    "train_batch_size": "global_batch_size",
+    "train_micro_batch_size_per_gpu": "micro_batch_size",
+    "gradient_accumulation_steps": "gas",
+}
+
+#: print-line names whose value is a run fact, with the converter.
+_DUMP_FACTS: dict[str, tuple[str, type]] = {
+    "train_batch_size": ("global_batch_size", int),
+    "train_micro_batch_size_per_gpu": ("micro_batch_size", int),
+    "gradient_accumulation_steps": ("gas", int),
+    "zero_optimization_stage": ("zero_stage", int),
+}
+
+#: flops profiler summary labels (the text before the value) -> key in the profile record.
+_PROFILE_LABELS: dict[str, str] = {
+    "world size:": "world_size",
+    "data parallel size:": "dp",
+    "model parallel size:": "mp",
+    "batch size per GPU:": "micro_batch_size",
+    "params of model = params per GPU * mp_size:": "params_of_model",
+    "params of model:": "params_of_model",
+    "iter latency:": "iter_latency_s",
+    "samples/second:": "samples_per_sec",
+}
+_PROFILE_FACTS = {"world_size": "gpus", "dp": "dp", "micro_batch_size": "micro_batch_size"}
+#: the profiler's summary block is read this many lines after its header.
+PROFILE_WINDOW_LINES = 60
+_PROFILE_FLOPS_LABEL = re.compile(r"^FLOPS per GPU = [\d.]+ \* fwd flops per GPU / iter latency:")
+_PROFILE_HEADER = "DeepSpeed Flops Profiler"
+_PROFILE_STEP = re.compile(r"Profile Summary at step (\d+)")
+
+
+# --- records -> builder ----------------------------------------------------------------------------
+
+
+def _state(run: RunBuilder) -> dict[str, Any]:
+    return run.state.setdefault(
+        NAME, {"dumps": 0, "dump_line": None, "dump_facts": set(), "skipped_total": 0}
+    )
+
+
+def _set(run: RunBuilder, name: str, value: Any, lineno: int) -> None:
+    """Set a fact from a config dump: within one dump the first value wins (the attribute lines come
+    before the user's JSON); a later dump (a relaunched engine) replaces an earlier one."""
+    state = _state(run)
+    if name in state["dump_facts"]:
+        return
+    run.set_fact(name, value, NAME, lineno)
+    if run.facts.get(name) == value:
+        state["dump_facts"].add(name)
+
+
+def _bool(text: str) -> bool | None:
+    word = text.strip().split()[0].rstrip(",").lower() if text.strip() else ""
+    return {"true": True, "false": False}.get(word)
+
+
+def _strip_glued(value: str) -> str:
+    """Cut a value where another rank's record was glued onto the line."""
+    glued = _GLUED_TIMESTAMP.search(value)
+    return (value[: glued.start()] if glued else value).strip()
+
+
+def _pydantic_flag(value: str, key: str) -> bool | None:
+    match = re.search(rf"\b{key}=(\w+)", value)
+    return _bool(match.group(1)) if match else None
+
+
+def _offload_from_repr(value: str) -> bool | None:
+    """``None`` / ``DeepSpeedZeroOffload...Config(device='cpu', ...)`` (today's one-line zero_config)."""
+    if value.startswith("None"):
+        return False
+    device = _OFFLOAD_DEVICE.search(value)
+    return device is not None and device.group(1) != "none"
+
+
+def _read_zero_config_line(run: RunBuilder, value: str, lineno: int) -> None:
+    for key in ("offload_param", "offload_optimizer"):
+        match = re.search(rf"\b{key}=(None|\w+\([^)]*\))", value)
+        if match:
+            _set(run, key, _offload_from_repr(match.group(1)), lineno)
+
+
+def _read_precision(run: RunBuilder, name: str, value: str, lineno: int) -> None:
+    flags = _state(run).setdefault("precision_flags", {})
+    if name in ("fp16_enabled", "bfloat16_enabled", "bf16_enabled", "amp_enabled"):
+        flags[name.split("_")[0]] = _bool(value)
+    elif name in ("float16_config", "bfloat16_config"):
+        flags["fp16" if name == "float16_config" else "bfloat16"] = _pydantic_flag(value, "enabled")
+    if flags.get("fp16") or flags.get("amp"):
+        _set(run, "precision", "fp16", lineno)
+    elif flags.get("bfloat16") or flags.get("bf16"):
+        _set(run, "precision", "bf16", lineno)
+
+
+def _finish_precision(run: RunBuilder, lineno: int) -> None:
+    """At the end of the dump's attribute list: neither fp16 nor bf16 enabled means fp32."""
+    flags = _state(run).get("precision_flags", {})
+    seen_fp16 = flags.get("fp16") is not None
+    seen_bf16 = flags.get("bfloat16") is not None or flags.get("bf16") is not None
+    if seen_fp16 and seen_bf16 and not any(flags.values()):
+        _set(run, "precision", "fp32", lineno)
+
+
+def _read_world_size(run: RunBuilder, value: str, lineno: int) -> None:
+    try:
+        world = int(value.split()[0])
+    except (ValueError, IndexError):
+        return
+    _set(run, "dp", world, lineno)
+    model_parallel = any((run.facts.get(k) or 1) > 1 for k in ("tp", "pp")) or "megatron" in run.families_seen
+    if not model_parallel:
+        _set(run, "gpus", world, lineno)
+
+
+def _start_dump(run: RunBuilder, lineno: int) -> None:
+    state = _state(run)
+    state["dumps"] += 1
+    state["dump_facts"] = set()
+    state["precision_flags"] = {}
+    state["open_object"] = None
+
+
+def _read_print_record(run: RunBuilder, record: str, lineno: int) -> None:
+    state = _state(run)
+    if record.strip().startswith("DeepSpeedEngine configuration"):
+        _start_dump(run, lineno)
+        state["dump_line"] = lineno
+        return
+    parsed = grammar.dotted(record.strip())
+    if parsed is None:
+        return
+    name, value = parsed[0], _strip_glued(parsed[1])
+    if state["dump_line"] is None:
+        _start_dump(run, lineno)  # a dump whose header line was lost in the interleaving
+    state["dump_line"] = lineno
+    if name in _DUMP_FACTS:
+        fact, convert = _DUMP_FACTS[name]
+        try:
+            _set(run, fact, convert(float(value.split()[0])), lineno)
+        except (ValueError, IndexError):
+            return
+    elif name == "world_size":
+        _read_world_size(run, value, lineno)
+    elif name == "zero_config":
+        _read_zero_config_line(run, value, lineno)
+    elif name == "zero_enabled" and _bool(value) is False:
+        _set(run, "zero_stage", 0, lineno)
+    elif name == "json":
+        _finish_precision(run, lineno)
+    _read_precision(run, name, value, lineno)
+
+
+def _read_json_line(run: RunBuilder, text: str, lineno: int) -> None:
+    """A line of a dump's nested JSON (``zero_config`` of 2021, ``json = {...}``): offload settings, and
+    the batch/precision/stage values again for dumps whose attribute lines were lost in interleaving."""
+    state = _state(run)
+    if state["dump_line"] is None or lineno - state["dump_line"] > DUMP_WINDOW_LINES:
+        return
+    match = _JSON_KEY.search(text)
+    if not match:
+        return
+    key, value = match.group(1), (match.group(2) or "").strip()
+    if value.startswith("{"):
+        state["open_object"] = (key, lineno) if key in _JSON_OBJECTS else None
+        return
+    opened, opened_line = state.get("open_object") or (None, 0)
+    inside = opened is not None and lineno - opened_line <= JSON_OBJECT_WINDOW_LINES
+    if key in ("offload_param", "offload_optimizer"):
+        _set(run, key, False if value == "null" else None, lineno)
+    elif key == "device" and inside and opened in ("offload_param", "offload_optimizer"):
+        _set(run, opened, value.strip('"') not in ("none", "null"), lineno)
+    elif key == "enabled" and inside and opened in ("fp16", "bf16", "bfloat16"):
+        if _bool(value):
+            _set(run, "precision", "fp16" if opened == "fp16" else "bf16", lineno)
+    elif key == "stage" and inside and opened == "zero_optimization":
+        _set_number(run, "zero_stage", value, lineno)
+    elif key in _JSON_FACTS:
+        _set_number(run, _JSON_FACTS[key], value, lineno)
+    elif key in ("cpu_offload", "cpu_offload_params"):  # DeepSpeed 0.3.x ZeRO-Offload switches
+        _set(run, "offload_optimizer" if key == "cpu_offload" else "offload_param", _bool(value), lineno)
+
+
+def _set_number(run: RunBuilder, name: str, text: str, lineno: int) -> None:
+    """An integer fact printed as ``8``, ``8.0`` or ``8.000000e+00`` (DeepSpeed's JSON encoder); "auto" is skipped."""
+    try:
+        _set(run, name, int(float(text.strip().rstrip(","))), lineno)
+    except ValueError:
+        return
+
+
+def _read_pipe_config(run: RunBuilder, text: str, lineno: int) -> None:
+    """Pipeline engine: ``CONFIG: micro_batches=256 micro_batch_size=4`` and its ``UNIQUE_PARAMS=`` count."""
+    micro_batches = re.search(r"CONFIG: micro_batches=(\d+) micro_batch_size=(\d+)", text)
+    if micro_batches:
+        run.set_fact("gas", int(micro_batches.group(1)), NAME, lineno)
+        run.set_fact("micro_batch_size", int(micro_batches.group(2)), NAME, lineno)
+        run.saw(NAME)
+    unique = re.search(r"UNIQUE_PARAMS=(\d+)", text)
+    if unique:
+        run.set_fact("logged_model_size", int(unique.group(1)) / 1e9, NAME, lineno)
+        run.saw(NAME)
+
+
+def _read_step(run: RunBuilder, text: str, lineno: int) -> None:
+    state = _state(run)
+    for tokens, _, _ in step_record.scan_string(text):
+        step, skipped_total = tokens["step"], tokens["skipped"]
+        lr = tokens["lr"][0] if tokens.get("lr") else None
+        if step == 0:
+            state["skipped_total"] = skipped_total  # printed at engine start, before any training step
+            continue
+        # skipped= is cumulative since the start; the iterations frame counts skips per logged step.
+        skipped = max(skipped_total - state["skipped_total"], 0)
+        state["skipped_total"] = skipped_total
+        run.add_iteration(step, NAME, lineno, lr=lr, skipped=skipped)
+        run.saw(NAME)
+
+
+def _read_throughput(run: RunBuilder, text: str, lineno: int) -> None:
+    for tokens, _, _ in throughput_record.scan_string(text):
+        mem = tokens.get("mem_allocated_gb")
+        max_mem = tokens.get("max_mem_allocated_gb")
+        run.add_iteration(
+            tokens["global_step"],
+            NAME,
+            lineno,
+            samples_per_sec=tokens["curr_samples_per_sec"],
+            # DeepSpeed divides by 1024**3 and rounds to 0.01 "GB": back to MiB like Megatron's memory (MB).
+            mem_allocated_mb=None if mem is None else mem * 1024,
+            mem_max_allocated_mb=None if max_mem is None else max_mem * 1024,
+        )
+        run.saw(NAME)
+
+
+def _read_pipe(run: RunBuilder, text: str, lineno: int) -> None:
+    for tokens, _, _ in pipe_record.scan_string(text):
+        run.add_iteration(
+            tokens["step"],
+            NAME,
+            lineno,
+            loss=tokens["loss"],
+            elapsed_ms=tokens["iter_time_s"] * 1000,
+            samples_per_sec=tokens["samples_per_sec"],
+        )
+        run.saw(NAME)
+
+
+def _scaled(text: str, unit: str = "") -> float | None:
+    """``2.63 K`` -> 2630.0; ``377.89 us`` (unit ``s``) -> 0.00037789."""
+    body = text.strip()
+    if unit and body.endswith(unit):
+        body = body[: -len(unit)].strip()
+    try:
+        parsed = scaled_value.parse_string(body, parse_all=True)
+    except pp.ParseException:
+        return None
+    return parsed["value"] * _PREFIX_SCALE[parsed.get("prefix", "") or ""]
+
+
+def _read_profile_line(run: RunBuilder, text: str, lineno: int) -> None:
+    state = _state(run)
+    if _PROFILE_HEADER in text:
+        state["profile"] = {"line": lineno}
+        return
+    profile = state.get("profile")
+    if profile is None or lineno - profile["line"] > PROFILE_WINDOW_LINES:
+        return
+    step = _PROFILE_STEP.search(text)
+    if step:
+        profile["step"] = int(step.group(1))
+        return
+    stripped = text.strip()
+    if _PROFILE_FLOPS_LABEL.match(stripped):
+        flops = _scaled(stripped.split(":", 1)[1], "FLOPS")
+        _record_profile_metrics(
+            run, profile, lineno, logged_tflops_per_gpu=None if flops is None else flops / 1e12
+        )
+        return
+    for label, key in _PROFILE_LABELS.items():
+        if stripped.startswith(label):
+            _read_profile_value(run, profile, key, stripped[len(label) :], lineno)
+            return
+
+
+def _read_profile_value(run: RunBuilder, profile: dict[str, Any], key: str, text: str, lineno: int) -> None:
+    """The profiler's own numbers: its world size is the whole job (it prints dp and mp separately)."""
+    value = _scaled(text, "s" if key == "iter_latency_s" else "")
+    if value is None:
+        return
+    if key in _PROFILE_FACTS:
+        run.set_fact(_PROFILE_FACTS[key], int(value), NAME, lineno)
+    elif key == "params_of_model":
+        run.set_fact("logged_model_size", value / 1e9, NAME, lineno)
+    elif key == "iter_latency_s":
+        _record_profile_metrics(run, profile, lineno, elapsed_ms=value * 1000)
+    elif key == "samples_per_sec":
+        _record_profile_metrics(run, profile, lineno, samples_per_sec=value)
+
+
+def _record_profile_metrics(
+    run: RunBuilder, profile: dict[str, Any], lineno: int, **metrics: float | None
+) -> None:
+    """Metrics of the profiled step (``Profile Summary at step N`` uses the engine's global step count)."""
+    step = profile.get("step")
+    if step is None or all(value is None for value in metrics.values()):
+        return
+    run.add_iteration(step, NAME, lineno, **metrics)
+    run.saw(NAME)
+
+
+def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
+    """Read one line of DeepSpeed output into ``run``; never raises."""
+    try:
+        _parse_line(text, lineno, run)
+    except Exception as error:  # noqa: BLE001 - a bad line must never stop the parse
+        _state(run).setdefault("errors", []).append((lineno, f"{type(error).__name__}: {error}"))
+
+
+def _parse_line(text: str, lineno: int, run: RunBuilder) -> None:
+    tags = list(_PRINT_TAG.finditer(text))
+    for index, tag in enumerate(tags):
+        end = tags[index + 1].start() if index + 1 < len(tags) else len(text)
+        _read_print_record(run, text[tag.end() : end], lineno)
+        run.saw(NAME)
+    if not tags and '"' in text:
+        _read_json_line(run, text, lineno)
+    if "step=" in text and "skipped=" in text:
+        _read_step(run, text, lineno)
+    if "SamplesPerSec=" in text:
+        _read_throughput(run, text, lineno)
+    if "iter time (s):" in text:
+        _read_pipe(run, text, lineno)
+    if "CONFIG: micro_batches=" in text or "UNIQUE_PARAMS=" in text:
+        _read_pipe_config(run, text, lineno)
+    if not tags:
+        _read_profile_line(run, text, lineno)
+
+
+def evidence(run: RunBuilder) -> int:
+    """Records of DeepSpeed's own lines; a config dump alone is enough to call a run DeepSpeed."""
+    return run.families_seen.get(NAME, 0)
+
+
+FAMILY = Family(
+    name=NAME,
+    markers=(
+        ":print]",
+        ":print_user_config]",
+        "step=",
+        "SamplesPerSec=",
+        "iter time (s):",
+        '"offload_param"',
+        '"offload_optimizer"',
+        '"device"',
+        '"cpu_offload',
+        '"enabled"',
+        '"stage"',
+        '"train_batch_size"',
+        '"train_micro_batch_size_per_gpu"',
+        '"gradient_accumulation_steps"',
+        '"fp16"',
+        '"bf16"',
+        '"bfloat16"',
+        '"zero_optimization"',
+        "CONFIG: micro_batches=",
+        "UNIQUE_PARAMS=",
+        _PROFILE_HEADER,
+        "Profile Summary at step",
+        "world size:",
+        "data parallel size:",
+        "model parallel size:",
+        "batch size per GPU:",
+        "params of model",
+        "iter latency:",
+        "FLOPS per GPU =",
+        "samples/second:",
+    ),
+    parse_line=parse_line,
+    evidence=evidence,
+    description="DeepSpeed engine: config dump, step=/throughput lines, pipeline steps, flops profiler",
+)
