@@ -105,38 +105,44 @@ def _gb(n_bytes: float) -> str:
     return f"{n_bytes / 1e9:.1f}"
 
 
+_MEMORY_HEADERS = (
+    "ZeRO stage",
+    "GPU GB",
+    "GPU GB, optimizer offloaded",
+    "GPU GB, optimizer + params offloaded",
+    "CPU GB (all offloaded)",
+)
+
+
 def _memory_table(params_per_rank: float, dp: int, plan: Plan) -> list[str]:
-    rows = [
-        "| ZeRO stage | GPU GB | GPU GB, optimizer offloaded | GPU GB, optimizer + params offloaded | CPU GB (all offloaded) |",
-        "| ---------: | -----: | --------------------------: | -----------------------------------: | ---------------------: |",
-    ]
+    """ZeRO stages 0-3 without and with offload (``-`` where DeepSpeed has no such offload)."""
+    rows = []
     for stage in range(4):
         plain = formulas.zero_model_state_memory(params=params_per_rank, dp=dp, stage=stage)
-        opt = (
-            formulas.zero_model_state_memory(
+        opt = both = None
+        if stage >= 1:
+            opt = formulas.zero_model_state_memory(
                 params=params_per_rank, dp=dp, stage=stage, offload_optimizer=True
             )
-            if stage
-            else None
-        )
-        both = (
-            formulas.zero_model_state_memory(
+        if stage == 3:
+            both = formulas.zero_model_state_memory(
                 params=params_per_rank, dp=dp, stage=stage, offload_optimizer=True, offload_param=True
             )
-            if stage == 3
-            else None
-        )
         cpu = both or opt
-        mark = f"{stage} (this run)" if stage == plan.zero_stage else str(stage)
-        cells = [
-            mark,
-            _gb(plain.gpu_bytes),
-            _gb(opt.gpu_bytes) if opt else "-",
-            _gb(both.gpu_bytes) if both else "-",
-            _gb(cpu.cpu_bytes) if cpu else "-",
-        ]
-        rows.append("| " + " | ".join(cells) + " |")
-    return rows
+        rows.append(
+            (
+                f"{stage} (this run)" if stage == plan.zero_stage else str(stage),
+                _gb(plain.gpu_bytes),
+                _gb(opt.gpu_bytes) if opt else "-",
+                _gb(both.gpu_bytes) if both else "-",
+                _gb(cpu.cpu_bytes) if cpu else "-",
+            )
+        )
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(_MEMORY_HEADERS)]
+    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(_MEMORY_HEADERS, widths, strict=True)) + " |"]
+    lines.append("| " + " | ".join("-" * (w - 1) + ":" for w in widths) + " |")
+    lines += ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
+    return lines
 
 
 def estimate_text(plan: Plan) -> str:
