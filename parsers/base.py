@@ -14,6 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+#: the frames store integers as int64: a longer one (a garbled or hostile number) is not recorded.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
 
 @dataclass(frozen=True, kw_only=True)
 class Family:
@@ -60,7 +63,7 @@ class RunBuilder:
         ``world_size`` of a Megatron run is its DP size, not the GPU count); a family's later statement
         replaces its own earlier one, so a job that relaunched its training reports the final attempt.
         ``override`` (the run's manifest) always wins."""
-        if value is None:
+        if value is None or not self.fits(name, value, family, lineno):
             return
         if name in self.facts and not override:
             owner = self.provenance.get(name, "").split(":", 1)[0]
@@ -71,11 +74,13 @@ class RunBuilder:
 
     def add_iteration(self, step: int, family: str, lineno: int, **metrics: Any) -> None:
         """Record metrics of training step ``step``; repeated steps (many ranks) merge, first value wins."""
+        if not self.fits("iteration", step, family, lineno):
+            return
         row = self.iterations.get(step)
         if row is None:
             row = self.iterations[step] = {"iteration": step, "family": family, "line": lineno}
         for key, value in metrics.items():
-            if value is not None and row.get(key) is None:
+            if value is not None and row.get(key) is None and self.fits(key, value, family, lineno):
                 row[key] = value
         self.last_iteration = step
 
@@ -87,6 +92,8 @@ class RunBuilder:
 
     def raise_metric(self, step: int, name: str, value: float, family: str, lineno: int) -> None:
         """Keep the largest ``value`` of a per-rank metric of ``step`` (memory: the peak rank matters)."""
+        if not (self.fits("iteration", step, family, lineno) and self.fits(name, value, family, lineno)):
+            return
         row = self.iterations.get(step)
         if row is None:
             row = self.iterations[step] = {"iteration": step, "family": family, "line": lineno}
@@ -110,6 +117,16 @@ class RunBuilder:
             self.capturing.add(family)
         else:
             self.capturing.discard(family)
+
+    def fits(self, name: str, value: Any, family: str, lineno: int) -> bool:
+        """Whether a frame column can hold ``value``; if not, the line is noted in ``parse_errors``
+        (polars refuses a whole frame for one integer beyond int64, e.g. ``99999999999999999999999``)."""
+        if isinstance(value, bool) or not isinstance(value, int) or INT64_MIN <= value <= INT64_MAX:
+            return True
+        self.state.setdefault("parse_errors", []).append(
+            f"{family}:{lineno}: {name}={value} does not fit a 64-bit integer; not recorded"
+        )
+        return False
 
     def provenance_json(self) -> str:
         return json.dumps(self.provenance, sort_keys=True)

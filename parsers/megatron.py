@@ -16,19 +16,19 @@ Lines read (real examples in fixtures/megatron/):
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 import pyparsing as pp
 from logstat.parsers.base import Family, RunBuilder
 from logstat.parsers.grammar import dotted, literal, pipe_fields
-from pyparsing import pyparsing_common as ppc
 
 NAME = "megatron"
 
-step = ppc.integer("step").set_name("step")
-train_iters = ppc.integer("train_iters").set_name("train_iters")
-iteration_header = (pp.Keyword("iteration") + step + pp.Suppress("/") + train_iters).set_name(
+# One token, so lines are scanned with its compiled pattern (``iteration_header.re``): several
+# ranks' records can be glued in one line, and pyparsing's scan_string is too slow for big logs.
+iteration_header = pp.Regex(r"\biteration\s+(?P<step>\d+)\s*/\s*(?P<train_iters>\d+)").set_name(
     "iteration_header"
 )
 
@@ -52,7 +52,7 @@ _PADDED_VOCAB = re.compile(
 )
 _MICRO_BATCHES = re.compile(r"setting number of micro-batches to constant (?P<gas>\d+)")
 _EFFECTIVE_TFLOPS = re.compile(
-    r"Effective Tera Flops per GPU: (?P<tflops>[\d.]+) and total parameters (?P<params>[\d.]+) B"
+    r"Effective Tera Flops per GPU: (?P<tflops>\d+(?:\.\d+)?) and total parameters (?P<params>\d+(?:\.\d+)?) B"
 )
 _MEMORY = re.compile(r"after (?P<step>\d+) iterations\)? memory \(MB\)")
 _DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32"}
@@ -131,24 +131,41 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
 
 def _iterations(text: str, lineno: int, run: RunBuilder) -> None:
     """One or several (glued) iteration records."""
-    headers = list(iteration_header.scan_string(text))
-    for index, (tokens, _start, end) in enumerate(headers):
-        stop = headers[index + 1][1] if index + 1 < len(headers) else len(text)
+    headers = list(iteration_header.re.finditer(text))
+    for index, header in enumerate(headers):
+        stop = headers[index + 1].start() if index + 1 < len(headers) else len(text)
+        end = header.end()
         fields = pipe_fields(text[end:stop])
         metrics: dict[str, Any] = {}
         for name, value in fields.items():
             column = ITERATION_FIELDS.get(name)
             if column is not None and metrics.get(column) is None:
-                metrics[column] = int(value) if column in _INT_METRICS else float(value)
+                metrics[column] = _whole(value) if column in _INT_METRICS else _real(value)
         run.saw(NAME)
-        run.set_fact("train_iters", tokens["train_iters"], NAME, lineno)
+        run.set_fact("train_iters", int(header["train_iters"]), NAME, lineno)
         if "global batch size" in fields:
-            run.set_fact("global_batch_size", int(fields["global batch size"]), NAME, lineno)
-        run.add_iteration(tokens["step"], NAME, lineno, **metrics)
+            run.set_fact("global_batch_size", _whole(fields["global batch size"]), NAME, lineno)
+        run.add_iteration(int(header["step"]), NAME, lineno, **metrics)
+
+
+def _whole(value: float) -> int | None:
+    """A count field as an integer; None when the line says nan or inf (a garbled line)."""
+    if isinstance(value, int):
+        return value
+    return int(value) if math.isfinite(value) else None
+
+
+def _real(value: float) -> float | None:
+    """A measurement as a float; None for an integer too long for one (a garbled line)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return None
 
 
 def _timers(text: str, lineno: int, run: RunBuilder) -> None:
-    timers = {name: float(value) for name, value in pipe_fields(text.split("time (ms)", 1)[1]).items()}
+    fields = pipe_fields(text.split("time (ms)", 1)[1]).items()
+    timers = {name: ms for name, value in fields if (ms := _real(value)) is not None}
     if timers:
         run.add_timers(timers, NAME, lineno)
 
@@ -161,8 +178,8 @@ def _memory(text: str, lineno: int, run: RunBuilder) -> None:
         fields = pipe_fields(text[match.end() : stop])
         step_number = int(match["step"])
         for name, column in (("allocated", "mem_allocated_mb"), ("max allocated", "mem_max_allocated_mb")):
-            if name in fields:
-                run.raise_metric(step_number, column, float(fields[name]), NAME, lineno)
+            if name in fields and (value := _real(fields[name])) is not None:
+                run.raise_metric(step_number, column, value, NAME, lineno)
 
 
 def _world(text: str, lineno: int, run: RunBuilder) -> None:
@@ -181,7 +198,7 @@ def _world(text: str, lineno: int, run: RunBuilder) -> None:
         # This Megatron has no pipeline parallelism (it says "model-parallel size", not tensor/pipeline):
         # PP is 1 by construction and the rest of the world is data parallel.
         run.set_fact("pp", 1, NAME, lineno)
-        if world % tp == 0:
+        if tp and world % tp == 0:
             run.set_fact("dp", world // tp, NAME, lineno)
 
 
