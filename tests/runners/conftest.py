@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +29,7 @@ slurm_cluster_module = _load_slurm_cluster()
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator:
-    """A running one-node Slurm cluster; ``SLURM_CONF`` points at it for the whole session.
+    """A running one-node Slurm cluster (``cluster.env()`` is the environment that reaches it).
 
     Reuses the cluster of ``make slurm-up`` when it is up, else starts one (installing the Debian
     packages if needed) and stops its daemons at the end. Skips, with the reason, when Slurm cannot
@@ -38,14 +37,15 @@ def slurm_cluster() -> Iterator:
     """
     try:
         with slurm_cluster_module.session_cluster() as cluster:
-            previous = os.environ.get("SLURM_CONF")
-            os.environ["SLURM_CONF"] = str(cluster.conf)
-            try:
-                yield cluster
-            finally:
-                if previous is None:
-                    os.environ.pop("SLURM_CONF", None)
-                else:
-                    os.environ["SLURM_CONF"] = previous
+            yield cluster
     except slurm_cluster_module.ClusterUnavailable as exc:
         pytest.skip(f"no Slurm cluster: {exc}")
+
+
+@pytest.fixture(autouse=True)
+def _slurm_conf_for_slurm_tests(request, monkeypatch) -> None:
+    """Tests marked ``slurm`` get the cluster and ``SLURM_CONF`` pointing at it, for their duration
+    only: other tests (e.g. ones that pick a backend by whether ``sinfo`` answers) never see it."""
+    if request.node.get_closest_marker("slurm") is not None:
+        cluster = request.getfixturevalue("slurm_cluster")
+        monkeypatch.setenv("SLURM_CONF", str(cluster.conf))

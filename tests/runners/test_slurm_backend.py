@@ -82,8 +82,10 @@ def time_limited_job(slurm_cluster, runs_root: Path) -> tuple[RenderedRun, str, 
     sleeper = runs_root / "sleep_past_limit.py"
     sleeper.write_text(SLEEPER)
     run = prepare("gpt2-tiny-ddp-powersgd", runs_root, "cluster.time_limit=00:01:00", program=(str(sleeper),))
-    submitted_at = time.monotonic()
-    job_id = slurm.submit(run)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+        submitted_at = time.monotonic()
+        job_id = slurm.submit(run)
     return run, job_id, submitted_at
 
 
