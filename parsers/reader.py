@@ -16,7 +16,7 @@ import polars as pl
 from logstat.parsers import manifest, registry
 from logstat.parsers.base import Family, RunBuilder
 from logstat.parsers.schema import ITERATIONS_SCHEMA, RUNS_SCHEMA, TIMERS_SCHEMA
-from logstat.parsers.source import SourceReport, marked_lines, marker_pattern, records
+from logstat.parsers.source import SourceReport, marked_lines, marker_needles, records
 
 LOG_SUFFIXES = (".out", ".err", ".log", ".txt")
 _JOB_ID_IN_NAME = re.compile(r"[-_.](\d{2,})$")
@@ -83,14 +83,14 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
     ``forced`` names the primary family instead of the evidence."""
     run = RunBuilder(path=files.key)
     result = RunResult(run=run, files=files)
-    pattern = marker_pattern([m for family in active for m in family.markers])
+    needles = marker_needles([m for family in active for m in family.markers])
     by_marker = [(family, tuple(family.markers)) for family in active]
     for path in files.files:
         run.current_file = str(path)
         report = SourceReport(path=str(path))
         result.reports.append(report)
         try:
-            for lineno, text in marked_lines(path, pattern, lambda: bool(run.capturing), report):
+            for lineno, text in marked_lines(path, needles, lambda: bool(run.capturing), report):
                 for record in records(text):
                     for family, markers in by_marker:
                         if family.name in run.capturing or any(m in record for m in markers):

@@ -1,8 +1,8 @@
 """Raw log bytes -> numbered lines, streamed: plain or gzip files, launcher prefixes stripped.
 
-The hot path never decodes a line that carries no marker: each chunk of bytes is searched with
-one compiled regex (the alternation of every family's markers), and only the lines around a match
-are cut out, decoded and handed on. A family that has a multi-line block open (an arguments dump,
+The hot path never decodes a line that carries no marker: each chunk of bytes (about 1 MiB) is
+searched for every family's markers with ``bytes.find``, and only the lines holding a match are cut
+out, decoded and handed on. A family that has a multi-line block open (an arguments dump,
 a traceback) asks for every line for a while; then the chunk is walked line by line.
 """
 
@@ -114,48 +114,65 @@ def is_binary(head: bytes) -> bool:
     return b"\x00" in head
 
 
+def candidate_starts(chunk: bytes, needles: tuple[bytes, ...]) -> list[int]:
+    """Sorted start offsets of the lines of ``chunk`` holding any of ``needles``.
+
+    One ``bytes.find`` pass per needle (memchr speed) instead of one regex alternation: a regex
+    of many literals tries every alternative at every byte, which is ~20x slower on big logs.
+    """
+    starts: set[int] = set()
+    for needle in needles:
+        at = chunk.find(needle)
+        while at >= 0:
+            starts.add(chunk.rfind(b"\n", 0, at) + 1)
+            line_end = chunk.find(b"\n", at)
+            if line_end < 0:
+                break
+            at = chunk.find(needle, line_end + 1)
+    return sorted(starts)
+
+
 def marked_lines(
     path: Path,
-    pattern: re.Pattern[bytes] | None,
+    needles: tuple[bytes, ...] | None,
     wants_all: Callable[[], bool],
     report: SourceReport,
 ) -> Iterator[tuple[int, str]]:
-    """Yield ``(lineno, text)`` of the lines of ``path`` that match ``pattern`` (all lines if it is
-    None, or while ``wants_all()`` is true). Line numbers are 1-based physical lines of the
+    """Yield ``(lineno, text)`` of the lines of ``path`` that contain one of ``needles`` (all lines
+    if it is None, or while ``wants_all()`` is true). Line numbers are 1-based physical lines of the
     (decompressed) file. Binary files yield nothing and say so in ``report.problem``."""
     stream, report.compressed = open_log(path)
     with stream:
-        lineno = 0  # number of newlines before the current chunk
+        lineno = 0  # newlines before ``pos`` in the file
         first = True
         for chunk in _chunks(stream, report):
-            if first and is_binary(chunk[:CHUNK_BYTES]):
+            if first and is_binary(chunk):
                 report.problem = "binary content (NUL bytes): not a text log"
                 return
             first = False
-            pos = 0
-            size = len(chunk)
+            starts = candidate_starts(chunk, needles) if needles is not None else []
+            index, pos, size = 0, 0, len(chunk)
             while pos < size:
-                if pattern is None or wants_all():
+                if needles is None or wants_all():
                     start = pos
                 else:
-                    match = pattern.search(chunk, pos)
-                    if match is None:
+                    while index < len(starts) and starts[index] < pos:
+                        index += 1
+                    if index == len(starts):
                         break
-                    start = chunk.rfind(b"\n", pos, match.start()) + 1 or pos
+                    start = starts[index]
                     lineno += chunk.count(b"\n", pos, start)
                 end = chunk.find(b"\n", start)
                 end = size if end < 0 else end
                 lineno += 1
                 yield lineno, chunk[start:end].decode("utf-8", errors="replace")
                 pos = end + 1
-            lineno += chunk.count(b"\n", pos, size) if pos < size else 0
+            if pos < size:
+                lineno += chunk.count(b"\n", pos, size)
             report.lines = lineno
-        report.lines = lineno
 
 
-def marker_pattern(markers: list[str]) -> re.Pattern[bytes] | None:
-    """One compiled alternation of fixed ``markers`` (longest first); None when there are none."""
-    unique = sorted(set(markers), key=len, reverse=True)
-    if not unique:
-        return None
-    return re.compile(b"|".join(re.escape(m.encode()) for m in unique))
+def marker_needles(markers: list[str]) -> tuple[bytes, ...] | None:
+    """The distinct ``markers`` as bytes; None when there are none (then every line is read)."""
+    unique = tuple(dict.fromkeys(m.encode() for m in markers if m))
+    return unique or None

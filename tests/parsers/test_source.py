@@ -1,15 +1,13 @@
 """The line source: gzip by magic bytes, binary/empty/truncated files, prefixes, glued records, the prefilter."""
 
 import gzip
-import re
 
-from logstat.parsers.source import SourceReport, marked_lines, marker_pattern, records, strip_prefixes
+from logstat.parsers.source import SourceReport, marked_lines, marker_needles, records, strip_prefixes
 
 
 def lines_of(path, markers=None, wants_all=lambda: False):
     report = SourceReport(path=str(path))
-    pattern = marker_pattern(markers) if markers else None
-    return list(marked_lines(path, pattern, wants_all, report)), report
+    return list(marked_lines(path, marker_needles(markers or []), wants_all, report)), report
 
 
 def test_prefixes_of_every_launcher_are_stripped():
@@ -54,7 +52,7 @@ def test_all_lines_while_a_family_wants_them(tmp_path):
     state = {"open": False}
     out = []
     report = SourceReport(path=str(path))
-    for lineno, text in marked_lines(path, re.compile(rb"START|END"), lambda: state["open"], report):
+    for lineno, text in marked_lines(path, (b"START", b"END"), lambda: state["open"], report):
         out.append((lineno, text))
         if text in ("START", "END"):
             state["open"] = text == "START"
