@@ -62,29 +62,31 @@ def gpu_days_data(runs: pl.DataFrame, *, tokens: float = TOKENS_100B) -> pl.Data
     )
 
 
-def gpu_days_chart(runs: pl.DataFrame, *, tokens: float = TOKENS_100B) -> alt.Chart:
-    """GPU-days to train ``tokens`` against the number of GPUs, per configuration (seed 000's figure)."""
+def gpu_days_chart(runs: pl.DataFrame, *, tokens: float = TOKENS_100B) -> alt.LayerChart:
+    """GPU-days to train ``tokens`` against the number of GPUs, per configuration (seed 000's figure).
+
+    Each point is labelled with its log file, so a static PNG can be checked against the table.
+    """
     data = gpu_days_data(runs, tokens=tokens)
     budget = f"{tokens / 1e9:g}B"
-    return (
-        alt.Chart(data, title=f"GPU-days to train {budget} tokens vs number of GPUs")
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("gpus:Q", title="GPUs", scale=alt.Scale(type="log", base=2)),
-            y=alt.Y("gpu_days:Q", title=f"GPU-days for {budget} tokens (days x GPUs)"),
-            color=alt.Color("configuration:N", title="Configuration", legend=_LEGEND),
-            tooltip=[
-                "run",
-                "configuration",
-                "gpus",
-                alt.Tooltip("sec_per_iter:Q", title="s/iteration", format=".1f"),
-                alt.Tooltip("tokens_per_sec:Q", title="tokens/s", format=",.0f"),
-                alt.Tooltip("days:Q", title="days", format=".1f"),
-                alt.Tooltip("gpu_days:Q", title="GPU-days", format=",.0f"),
-            ],
-        )
-        .properties(width=520, height=320)
+    base = alt.Chart(data).encode(
+        x=alt.X("gpus:Q", title="GPUs", scale=alt.Scale(type="log", base=2)),
+        y=alt.Y("gpu_days:Q", title=f"GPU-days for {budget} tokens (days x GPUs)"),
+        color=alt.Color("configuration:N", title="Configuration", legend=_LEGEND),
+        tooltip=[
+            "run",
+            "configuration",
+            "gpus",
+            alt.Tooltip("sec_per_iter:Q", title="s/iteration", format=".1f"),
+            alt.Tooltip("tokens_per_sec:Q", title="tokens/s", format=",.0f"),
+            alt.Tooltip("days:Q", title="days", format=".1f"),
+            alt.Tooltip("gpu_days:Q", title="GPU-days", format=",.0f"),
+        ],
     )
+    lines = base.mark_line(point=alt.OverlayMarkDef(size=60))
+    labels = base.mark_text(align="left", dx=8, fontSize=10).encode(text="run:N")
+    title = f"GPU-days to train {budget} tokens vs number of GPUs"
+    return alt.layer(lines, labels).properties(title=title, width=520, height=320)
 
 
 def loss_data(iterations: pl.DataFrame) -> pl.DataFrame:

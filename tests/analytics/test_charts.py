@@ -81,9 +81,11 @@ def test_gpu_days_chart_holds_the_runs_and_has_title_axes_legend():
     chart = gpu_days_chart(RUNS)
     spec = chart.to_dict()
     assert spec["title"] == "GPU-days to train 100B tokens vs number of GPUs"
-    assert spec["encoding"]["x"]["title"] == "GPUs"
-    assert spec["encoding"]["y"]["title"] == "GPU-days for 100B tokens (days x GPUs)"
-    assert spec["encoding"]["color"]["title"] == "Configuration"
+    lines, labels = spec["layer"]
+    assert lines["encoding"]["x"]["title"] == "GPUs"
+    assert lines["encoding"]["y"]["title"] == "GPU-days for 100B tokens (days x GPUs)"
+    assert lines["encoding"]["color"]["title"] == "Configuration"
+    assert labels["encoding"]["text"]["field"] == "run"
     assert sorted(r["run"] for r in chart_rows(chart)) == ["a.out", "b.out"]
 
 
