@@ -102,10 +102,34 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
     if job_id:
         run.set_fact("job_id", job_id, "filename", 0)
     manifest.apply(run, Path(files.key))
+    derive_facts(run)
     scores = {family.name: family.evidence(run) or run.families_seen.get(family.name, 0) for family in active}
     result.families = sorted(name for name, score in scores.items() if score > 0)
     result.family = registry.get(forced).name if forced else registry.primary(scores)
     return result
+
+
+def derive_facts(run: RunBuilder) -> None:
+    """Fill facts that follow by formula from facts the log states (provenance ``derived``):
+    DP = world / (TP * PP), world = nodes * GPUs per node, global batch = micro * gas * DP
+    (seed 002), and gas = global / (micro * DP) as Megatron computes its micro-batch count."""
+    facts = run.facts
+
+    def known(*names: str) -> bool:
+        return all(isinstance(facts.get(n), int) and facts[n] > 0 for n in names)
+
+    if "gpus" not in facts and known("nodes", "gpus_per_node"):
+        run.set_fact("gpus", facts["nodes"] * facts["gpus_per_node"], "derived", 0)
+    if "dp" not in facts and known("gpus", "tp", "pp") and facts["gpus"] % (facts["tp"] * facts["pp"]) == 0:
+        run.set_fact("dp", facts["gpus"] // (facts["tp"] * facts["pp"]), "derived", 0)
+    if "global_batch_size" not in facts and known("micro_batch_size", "gas", "dp"):
+        run.set_fact(
+            "global_batch_size", facts["micro_batch_size"] * facts["gas"] * facts["dp"], "derived", 0
+        )
+    if "gas" not in facts and known("global_batch_size", "micro_batch_size", "dp"):
+        per_step = facts["micro_batch_size"] * facts["dp"]
+        if facts["global_batch_size"] % per_step == 0:
+            run.set_fact("gas", facts["global_batch_size"] // per_step, "derived", 0)
 
 
 def _safe_parse(family: Family, record: str, lineno: int, run: RunBuilder) -> None:

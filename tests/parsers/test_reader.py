@@ -168,3 +168,27 @@ def test_a_family_that_raises_loses_only_its_line():
     result = reader.read_run(files, [patched])
     assert sorted(result.run.iterations) == [1, 3]
     assert "ZeroDivisionError" in result.run.state["parse_errors"][0]
+
+
+def test_facts_that_follow_by_formula_are_derived_and_say_so():
+    from logstat.parsers.base import RunBuilder
+    from logstat.parsers.reader import derive_facts
+
+    run = RunBuilder(path="x")
+    for name, value in {
+        "nodes": 16,
+        "gpus_per_node": 4,
+        "tp": 4,
+        "pp": 16,
+        "micro_batch_size": 4,
+        "gas": 256,
+    }.items():
+        run.set_fact(name, value, "slurm", 1)
+    derive_facts(run)
+    # 16 * 4 = 64 GPUs; 64 / (4 * 16) = DP 1; 4 * 256 * 1 = 1024 (the seed's 52B benchmark)
+    assert (run.facts["gpus"], run.facts["dp"], run.facts["global_batch_size"]) == (64, 1, 1024)
+    assert run.provenance["global_batch_size"] == "derived:0"
+    partial = RunBuilder(path="y")
+    partial.set_fact("tp", 4, "megatron", 1)
+    derive_facts(partial)
+    assert partial.facts == {"tp": 4}  # nothing follows: nothing is guessed
