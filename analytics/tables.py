@@ -204,7 +204,8 @@ def _legend(group: pl.DataFrame, headers: Sequence[str]) -> str:
         parts.append("Days 100B = 100e9 / tokens per second / 86400 (seed 000), GPU-days = days * GPUs")
     if "Size" in headers:
         parts.append("Size = parameters from the shape, units of 1e9")
-    return "_" + "; ".join(parts) + "._" if parts else ""
+    parts.append("an empty cell = the log does not say (or a fact the number needs is missing)")
+    return "_" + "; ".join(parts) + "._"
 
 
 def render_tables(runs: pl.DataFrame, *, columns: Sequence[str] | None = None) -> str:
