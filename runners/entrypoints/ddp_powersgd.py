@@ -228,7 +228,11 @@ def global_batch_size(config: DDPRunConfig, world_size: int) -> int:
 
 
 def make_optimizer(config: DDPRunConfig, parameters) -> torch.optim.Optimizer:
-    """Adafactor (seed 000's choice for DDP: no per-parameter second moment matrix) or AdamW."""
+    """Adafactor (seed 000's choice for DDP: factored second moments, far less optimizer memory) or AdamW.
+
+    torch's Adafactor takes ``lr`` as the cap of its relative step size ``min(lr, 1/sqrt(t))``,
+    which it scales by each parameter's RMS; the logged learning rate is this ``lr``.
+    """
     if config.optimizer == "adafactor":
         return torch.optim.Adafactor(parameters, lr=config.lr)
     return torch.optim.AdamW(parameters, lr=config.lr)

@@ -131,7 +131,10 @@ def read_zero_stage(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"--deepspeed={path}: not valid JSON ({error})")
     if not isinstance(ds_config, dict):
         parser.error(f"--deepspeed={path}: the JSON must be an object")
-    stage = ds_config.get("zero_optimization", {}).get("stage", 0)
+    zero = ds_config.get("zero_optimization", {})
+    if not isinstance(zero, dict):
+        parser.error(f"--deepspeed={path}: zero_optimization must be an object, not {zero!r}")
+    stage = zero.get("stage", 0)
     if stage not in (0, 1, 2, 3):
         parser.error(f"--deepspeed={path}: zero_optimization.stage={stage!r} must be 0, 1, 2 or 3")
     micro, gas = args.per_device_train_batch_size, args.gradient_accumulation_steps
@@ -156,6 +159,8 @@ def parse_config(argv: Sequence[str]) -> HFRunConfig:
     args = parser.parse_args(argv)
     if args.hidden_size % args.num_heads:
         parser.error(f"--num-heads={args.num_heads} must divide --hidden-size={args.hidden_size}")
+    if args.output_dir.exists() and not args.output_dir.is_dir():
+        parser.error(f"--output-dir={args.output_dir}: exists and is not a directory")
     zero_stage = read_zero_stage(parser, args)
     return HFRunConfig(
         deepspeed=args.deepspeed,

@@ -124,6 +124,21 @@ def test_missing_or_broken_json_is_refused(tmp_path, capsys):
     assert f"--deepspeed={broken}: not valid JSON" in capsys.readouterr().err
 
 
+def test_non_object_zero_section_and_file_as_output_dir_are_refused(tmp_path, capsys):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"zero_optimization": 3}))
+    with pytest.raises(SystemExit):
+        hf_zero3.parse_config(hf_argv(path, tmp_path / "out"))
+    assert f"--deepspeed={path}: zero_optimization must be an object, not 3" in capsys.readouterr().err
+    path.write_text(json.dumps(ds_config(1)))
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("the user's")
+    with pytest.raises(SystemExit):
+        hf_zero3.parse_config(hf_argv(path, a_file))
+    assert f"--output-dir={a_file}: exists and is not a directory" in capsys.readouterr().err
+    assert a_file.read_text() == "the user's"
+
+
 def test_auto_batch_values_and_stage_are_read_from_the_json(tmp_path):
     path = tmp_path / "ds.json"
     path.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}}))
