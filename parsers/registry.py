@@ -21,6 +21,9 @@ from logstat.errors import LogstatError
 
 FAMILY_MODULES: tuple[str, ...] = (
     "logstat.parsers.megatron",
+    "logstat.parsers.hf_trainer",
+    "logstat.parsers.mingpt",
+    "logstat.parsers.deepspeed",
     "logstat.parsers.slurm",
 )
 
