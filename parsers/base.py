@@ -78,7 +78,7 @@ class RunBuilder:
             return
         row = self.iterations.get(step)
         if row is None:
-            row = self.iterations[step] = {"iteration": step, "family": family, "line": lineno}
+            row = self.iterations[step] = self._new_row(step, family, lineno)
         for key, value in metrics.items():
             if value is not None and row.get(key) is None and self.fits(key, value, family, lineno):
                 row[key] = value
@@ -88,7 +88,20 @@ class RunBuilder:
         """Record a timer breakdown for the last step seen (Megatron prints it after the step line)."""
         step = self.last_iteration
         for name, ms in timers.items():
-            self.timers.append({"iteration": step, "timer": name, "ms": ms, "family": family, "line": lineno})
+            self.timers.append(
+                {
+                    "iteration": step,
+                    "timer": name,
+                    "ms": ms,
+                    "family": family,
+                    "line": lineno,
+                    "source_path": self.current_file or None,
+                }
+            )
+
+    def _new_row(self, step: int, family: str, lineno: int) -> dict[str, Any]:
+        """A new iteration row with its provenance: family, line and the file holding the line."""
+        return {"iteration": step, "family": family, "line": lineno, "source_path": self.current_file or None}
 
     def raise_metric(self, step: int, name: str, value: float, family: str, lineno: int) -> None:
         """Keep the largest ``value`` of a per-rank metric of ``step`` (memory: the peak rank matters)."""
@@ -96,7 +109,7 @@ class RunBuilder:
             return
         row = self.iterations.get(step)
         if row is None:
-            row = self.iterations[step] = {"iteration": step, "family": family, "line": lineno}
+            row = self.iterations[step] = self._new_row(step, family, lineno)
         if row.get(name) is None or value > row[name]:
             row[name] = value
 

@@ -67,6 +67,7 @@ ITERATIONS_SCHEMA: dict[str, pl.DataType] = {
     "logged_tflops_per_gpu": pl.Float64,  # Megatron's own "throughput per GPU (TFLOP/s/GPU)"
     "family": pl.String,  # provenance of this row
     "line": pl.Int64,  # provenance of this row (line number in `path`, or in the file of `source_path`)
+    "source_path": pl.String,  # the file holding `line` (a job's .err, say); `path` is the run
 }
 
 TIMERS_SCHEMA: dict[str, pl.DataType] = {
@@ -76,6 +77,7 @@ TIMERS_SCHEMA: dict[str, pl.DataType] = {
     "ms": pl.Float64,
     "family": pl.String,
     "line": pl.Int64,
+    "source_path": pl.String,  # the file holding `line`
 }
 
 #: columns the analytics layer adds to ``runs`` (logstat.analytics.summary).

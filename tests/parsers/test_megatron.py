@@ -36,6 +36,7 @@ def test_iteration_line():
         "iteration": 1,
         "family": "megatron",
         "line": 1,
+        "source_path": None,
         "elapsed_ms": 155483.8,
         "lr": 0.0,
         "loss_scale": 4294967296.0,

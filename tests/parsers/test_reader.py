@@ -28,6 +28,8 @@ def test_out_and_err_of_one_job_are_one_run(tmp_path):
     assert row["reason"].startswith("CUDA out of memory: torch.cuda.OutOfMemoryError")
     assert (row["reason_line"], row["reason_path"]) == (6, str(tmp_path / "oom-1001.err"))
     assert row["job_id"] == "1001"
+    its = load_runs([tmp_path]).iterations
+    assert its["source_path"].to_list() == [str(tmp_path / "oom-1001.out")] * 2
 
 
 def test_grouping_keeps_other_files_apart(tmp_path):
