@@ -134,8 +134,10 @@ def _iterations(text: str, lineno: int, run: RunBuilder) -> None:
     headers = list(iteration_header.re.finditer(text))
     for index, header in enumerate(headers):
         stop = headers[index + 1].start() if index + 1 < len(headers) else len(text)
-        end = header.end()
-        fields = pipe_fields(text[end:stop])
+        record = text[header.end() : stop]
+        # Every field of an iteration record ends with "|": text after the last one is a field cut
+        # short (a log read while it is written, or cut by a crash), whose number would be wrong.
+        fields = pipe_fields(record[: record.rfind("|") + 1])
         metrics: dict[str, Any] = {}
         for name, value in fields.items():
             column = ITERATION_FIELDS.get(name)

@@ -109,9 +109,19 @@ def _chunks(stream, report: SourceReport) -> Iterator[bytes]:
         yield block[:cut]
 
 
+#: share of control characters and invalid UTF-8 above which a head holding NUL bytes is binary.
+BINARY_NOISE_SHARE = 0.1
+_NOISE = re.compile("[\x01-\x08\x0e-\x1a\x1c-\x1f\x7f\ufffd]")
+
+
 def is_binary(head: bytes) -> bool:
-    """A text log holds no NUL bytes; a binary file (checkpoint, image, archive) almost always does."""
-    return b"\x00" in head
+    """A binary file (checkpoint, image, archive) holds NUL bytes among much other non-text. A text
+    log may hold NUL bytes too, a block of them where a crashed node's last writes were lost on a
+    shared file system, and stays text around them: its lines are still read."""
+    if b"\x00" not in head:
+        return False
+    text = head.replace(b"\x00", b"").decode("utf-8", errors="replace")
+    return not text.strip() or len(_NOISE.findall(text)) > BINARY_NOISE_SHARE * len(text)
 
 
 def candidate_starts(chunk: bytes, needles: tuple[bytes, ...]) -> list[int]:
