@@ -66,22 +66,20 @@ def load_runs(
     family: str | None = None,
     warmup: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    workers: int | None = None,
 ) -> ParseResult:
     """Parse the logs under ``paths`` into frames; ``family`` forces one log family (by name),
     ``warmup`` is how many leading steps the steady-state statistics skip. ``progress(done, total)``
-    is called after each run. Raises LogstatError for a path that does not exist or a wrong family."""
+    is called after each run. ``workers`` processes read the runs (None: one per core when the input
+    is big, 1: this process only). Raises LogstatError for a path that does not exist or a wrong family."""
     from logstat.analytics.summary import summarize
-    from logstat.parsers import reader
+    from logstat.parsers import parallel, reader
 
     if warmup < 0:
         raise LogstatError(f"--warmup={warmup} must be 0 or more")
-    active = reader.active_families(family)
+    reader.active_families(family)  # a wrong family name is an error before any file is read
     groups = reader.group_runs(find_logs(paths))
-    results = []
-    for done, files in enumerate(groups, start=1):
-        results.append(reader.read_run(files, active, forced=family))
-        if progress is not None:
-            progress(done, len(groups))
+    results = parallel.read_runs(groups, family=family, workers=workers, progress=progress)
     runs, iterations, timers = reader.frames(results)
     return ParseResult(
         runs=summarize(runs, iterations, warmup=warmup),

@@ -4,7 +4,8 @@ The plain (reference) path decodes every line of a file and lets each family che
 Python; the fast path (``parsers/source.py``) searches raw byte chunks for the markers and decodes
 only the lines that hold one. Both read the same varied corpus: every fixture, the real logs of
 ``../shared/logs``, several ranks' records glued into one line, launcher prefixes, carriage
-returns, and gzip files. The frames must be equal, cell for cell.
+returns, and gzip files. The frames must be equal, cell for cell; also when the runs are read by
+several worker processes.
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ def corpus(tmp_path_factory) -> Path:
     return root
 
 
-def _parse(root: Path):
-    result = load_runs([str(root)])
+def _parse(root: Path, workers: int = 1):
+    result = load_runs([str(root)], workers=workers)
     return result.runs, result.iterations, result.timers
 
 
@@ -101,6 +102,11 @@ def test_fast_path_across_chunk_boundaries(corpus, monkeypatch):
         patch.setattr(source, "CHUNK_BYTES", 1000)
         fast = _parse(corpus)
     _assert_same(fast, reference)
+
+
+def test_parallel_workers_equal_one_process(corpus):
+    """Runs read by two worker processes come back whole and in order: the same frames as one process."""
+    _assert_same(_parse(corpus, workers=2), _parse(corpus, workers=1))
 
 
 def _noise_lines() -> list[bytes]:

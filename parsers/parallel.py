@@ -1,0 +1,84 @@
+"""Reading many runs on every core.
+
+Runs are independent: all files of one run are read, in order, by one worker, so each run's result
+is exactly what the serial reader gives, and the results keep the order of the runs. Workers are
+started with ``spawn``, not ``fork``: the parent already runs polars' thread pool, and forking a
+process that has threads can deadlock the child. A worker costs a fraction of a second to start, so
+small inputs are read in this process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from functools import cache
+
+from logstat.parsers import reader
+from logstat.parsers.base import Family
+
+PARALLEL_MIN_BYTES = 32 << 20
+"""Below this many bytes in total, starting workers costs more than it saves."""
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (the affinity mask: a Slurm allocation may hold fewer than the node)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def default_workers(groups: Sequence[reader.RunFiles]) -> int:
+    """One worker per usable core when there are several runs and enough bytes to share; else 1."""
+    cores = usable_cores()
+    if cores < 2 or len(groups) < 2:
+        return 1
+    total_bytes = sum(_size(path) for files in groups for path in files.files)
+    return min(cores, len(groups)) if total_bytes >= PARALLEL_MIN_BYTES else 1
+
+
+def _size(path: os.PathLike) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0  # the reader reports the unreadable file in the run's row
+
+
+def read_runs(
+    groups: Sequence[reader.RunFiles],
+    *,
+    family: str | None = None,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[reader.RunResult]:
+    """Read every run of ``groups`` (in order) with ``family`` forced or detected; ``workers`` processes
+    (None: one per core for big inputs, 1: this process only). ``progress(done, total)`` after each run."""
+    count = default_workers(groups) if workers is None else max(1, min(workers, len(groups)))
+    results: list[reader.RunResult] = []
+    if count == 1:
+        active = reader.active_families(family)
+        for files in groups:
+            results.append(reader.read_run(files, active, forced=family))
+            _report(progress, len(results), len(groups))
+        return results
+    with multiprocessing.get_context("spawn").Pool(count) as pool:
+        for result in pool.imap(_read_one, [(files, family) for files in groups]):
+            results.append(result)
+            _report(progress, len(results), len(groups))
+    return results
+
+
+def _report(progress: Callable[[int, int], None] | None, done: int, total: int) -> None:
+    if progress is not None:
+        progress(done, total)
+
+
+@cache
+def _active(family: str | None) -> list[Family]:
+    return reader.active_families(family)
+
+
+def _read_one(task: tuple[reader.RunFiles, str | None]) -> reader.RunResult:
+    """Worker side: families are resolved here by name (Family objects hold lambdas: not picklable)."""
+    files, family = task
+    return reader.read_run(files, _active(family), forced=family)
