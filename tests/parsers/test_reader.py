@@ -4,6 +4,7 @@ import gzip
 import json
 import shutil
 
+import polars as pl
 import pytest
 from logstat.parsers.reader import group_runs
 
@@ -194,3 +195,18 @@ def test_facts_that_follow_by_formula_are_derived_and_say_so():
     partial.set_fact("tp", 4, "megatron", 1)
     derive_facts(partial)
     assert partial.facts == {"tp": 4}  # nothing follows: nothing is guessed
+
+
+def test_megatron_paper_tflops_agree_with_the_logged_throughput():
+    # fixtures/megatron/megatron_lm_h100-2001.out: bf16 H100, full recomputation, padded vocab 50304.
+    # Its own "throughput per GPU (TFLOP/s/GPU)" of steps 2-5: 401.3, 401.6, 401.0, 401.4 (median 401.35).
+    result = load_runs([FIXTURES / "megatron" / "megatron_lm_h100-2001.out"], warmup=1)
+    row = result.runs.row(0, named=True)
+    logged = result.iterations.filter(pl.col("iteration") > 1)["logged_tflops_per_gpu"].median()
+    assert logged == pytest.approx(401.35)
+    assert row["tflops_per_gpu_megatron"] == pytest.approx(logged, rel=0.005)
+    # by hand: 96*B*s*l*h^2*(1 + s/6h + V/16lh) / (median s/iter * GPUs * 1e12)
+    b, s, layers, h, v = 256, 2048, 32, 4096, 50304
+    flops = 96 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+    assert row["tflops_per_gpu_megatron"] == pytest.approx(flops / ((4661.0 + 4660.0) / 2 / 1000 * 16 * 1e12))
+    assert row["mfu"] == pytest.approx(row["tflops_per_gpu"] / 989.0)  # H100 SXM bf16 dense
