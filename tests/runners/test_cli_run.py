@@ -41,7 +41,7 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def test_dry_run_prints_the_plan_and_creates_nothing(tmp_path):
+def test_dry_run_prints_the_plan_as_the_issue_types_it():
     done = logstat(
         "run", "runners/specs/gpt2-52b-megatron-ds.toml", "--dry-run", cwd=Path(__file__).parents[2]
     )

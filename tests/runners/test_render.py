@@ -89,6 +89,7 @@ def test_ddp_has_no_deepspeed_json(tmp_path):
     assert run.deepspeed_config is None and "ds_config.json" not in run.sbatch_script
 
 
+@pytest.mark.slow  # imports torch and transformers (~10 s on a busy 2-core machine)
 @pytest.mark.parametrize(
     ("name", "module"),
     [("gpt2-tiny-hf-zero3", "hf_zero3"), ("gpt2-tiny-ddp-powersgd", "ddp_powersgd")],
