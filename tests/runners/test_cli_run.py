@@ -133,15 +133,26 @@ def test_local_refuses_megatron_without_cuda(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_megatron_without_a_checkout_is_refused_for_launch(tmp_path):
-    env_dir = os.environ.pop("MEGATRON_DEEPSPEED_DIR", None)
-    try:
-        line = one_line_error(logstat("run", "gpt2-52b-megatron-ds", "--backend", "slurm", cwd=tmp_path))
-    finally:
-        if env_dir is not None:
-            os.environ["MEGATRON_DEEPSPEED_DIR"] = env_dir
-    assert "megatron.dir is not set and MEGATRON_DEEPSPEED_DIR is empty" in line
-    assert list(tmp_path.iterdir()) == []
+def test_megatron_launch_needs_a_checkout_and_data(tmp_path, monkeypatch):
+    from logstat.runners.spec import load_spec
+    from logstat.runners.stacks import get_stack
+
+    from logstat.errors import LogstatError
+
+    monkeypatch.delenv("MEGATRON_DEEPSPEED_DIR", raising=False)
+    check = get_stack("megatron-deepspeed").launch_check
+    with pytest.raises(LogstatError, match="megatron.dir is not set and MEGATRON_DEEPSPEED_DIR is empty"):
+        check(load_spec("gpt2-52b-megatron-ds"))
+    checkout = tmp_path / "Megatron-DeepSpeed"
+    checkout.mkdir()
+    monkeypatch.setenv("MEGATRON_DEEPSPEED_DIR", str(checkout))
+    with pytest.raises(LogstatError, match="has no pretrain_gpt.py: not a Megatron-DeepSpeed checkout"):
+        check(load_spec("gpt2-52b-megatron-ds"))
+    (checkout / "pretrain_gpt.py").write_text("")
+    with pytest.raises(LogstatError, match="megatron.data_path is not set"):
+        check(load_spec("gpt2-52b-megatron-ds"))
+    data = ["megatron.data_path=d/text_document", "megatron.vocab_file=v.json", "megatron.merge_file=m.txt"]
+    check(load_spec("gpt2-52b-megatron-ds", data))  # accepted
 
 
 def launched_run_dir(done: subprocess.CompletedProcess, tmp_path: Path, spec: str) -> Path:
