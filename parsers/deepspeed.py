@@ -94,13 +94,12 @@ _PRINT_TAG = re.compile(r"\[config\.py:\d+:print(?:_user_config)?\]")
 _GLUED_TIMESTAMP = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d")
 _PREFIX_SCALE = {"T": 1e12, "G": 1e9, "B": 1e9, "M": 1e6, "K": 1e3, "": 1.0, "m": 1e-3, "u": 1e-6}
 _JSON_KEY = re.compile(r'"(\w+)"\s*:\s*([^,\s][^,]*?)?\s*,?\s*$')
+# "  json = {" (print_user_config): one space around "=", not the dotted filler
+_USER_CONFIG = re.compile(r"^\s*json = (.*)$")
 _OFFLOAD_DEVICE = re.compile(r"device='?(\w+)'?")
 
-#: lines of a dump's nested JSON (zero_config, json = {...}) are read this many lines after the last print line.
-DUMP_WINDOW_LINES = 300
-#: a nested JSON key ("device", "enabled", "stage") belongs to the object opened at most this many lines above it.
-JSON_OBJECT_WINDOW_LINES = 8
-_JSON_OBJECTS = ("offload_param", "offload_optimizer", "fp16", "bf16", "bfloat16", "zero_optimization")
+#: a dump's multi-line JSON value (zero_config of 2021, json = {...}) is read at most this many lines.
+JSON_MAX_LINES = 300
 _JSON_FACTS = {
     "train_batch_size": "global_batch_size",
     "train_micro_batch_size_per_gpu": "micro_batch_size",
@@ -222,7 +221,7 @@ def _start_dump(run: RunBuilder, lineno: int) -> None:
     state["dumps"] += 1
     state["dump_facts"] = set()
     state["precision_flags"] = {}
-    state["open_object"] = None
+    state["json_path"] = []
 
 
 def _read_print_record(run: RunBuilder, record: str, lineno: int) -> None:
@@ -231,13 +230,19 @@ def _read_print_record(run: RunBuilder, record: str, lineno: int) -> None:
         _start_dump(run, lineno)
         state["dump_line"] = lineno
         return
-    parsed = grammar.dotted(record.strip())
+    user_config = _USER_CONFIG.match(record)
+    parsed = ("json", user_config.group(1)) if user_config else grammar.dotted(record.strip())
     if parsed is None:
         return
     name, value = parsed[0], _strip_glued(parsed[1])
     if state["dump_line"] is None:
         _start_dump(run, lineno)  # a dump whose header line was lost in the interleaving
     state["dump_line"] = lineno
+    _close_json(run)
+    if value.rstrip().endswith("{"):
+        # the value continues on the following lines, which carry no marker: ask for every line
+        state["json_path"], state["json_line"] = [name], lineno
+        run.capture(NAME)
     if name in _DUMP_FACTS:
         fact, convert = _DUMP_FACTS[name]
         try:
@@ -255,31 +260,47 @@ def _read_print_record(run: RunBuilder, record: str, lineno: int) -> None:
     _read_precision(run, name, value, lineno)
 
 
+def _close_json(run: RunBuilder) -> None:
+    _state(run)["json_path"] = []
+    run.capture(NAME, on=False)
+
+
 def _read_json_line(run: RunBuilder, text: str, lineno: int) -> None:
-    """A line of a dump's nested JSON (``zero_config`` of 2021, ``json = {...}``): offload settings, and
-    the batch/precision/stage values again for dumps whose attribute lines were lost in interleaving."""
+    """A line of a dump's multi-line JSON value: the offload settings (2021 ``zero_config``), and the
+    batch/precision/stage values again (``json = {...}``) for dumps whose attribute lines were lost in
+    the interleaving. ``json_path`` is the chain of objects the line is in, e.g. ``[json, fp16]``."""
     state = _state(run)
-    if state["dump_line"] is None or lineno - state["dump_line"] > DUMP_WINDOW_LINES:
+    path = state.get("json_path") or []
+    if not path or lineno - state["json_line"] > JSON_MAX_LINES:
+        _close_json(run)
         return
-    match = _JSON_KEY.search(text)
+    stripped = text.strip()
+    if stripped.startswith("}"):
+        path.pop()
+        if not path:
+            _close_json(run)
+        return
+    match = _JSON_KEY.search(stripped)
     if not match:
         return
     key, value = match.group(1), (match.group(2) or "").strip()
     if value.startswith("{"):
-        state["open_object"] = (key, lineno) if key in _JSON_OBJECTS else None
+        path.append(key)
         return
-    opened, opened_line = state.get("open_object") or (None, 0)
-    inside = opened is not None and lineno - opened_line <= JSON_OBJECT_WINDOW_LINES
-    if key in ("offload_param", "offload_optimizer"):
-        _set(run, key, False if value == "null" else None, lineno)
-    elif key == "device" and inside and opened in ("offload_param", "offload_optimizer"):
-        _set(run, opened, value.strip('"') not in ("none", "null"), lineno)
-    elif key == "enabled" and inside and opened in ("fp16", "bf16", "bfloat16"):
-        if _bool(value):
-            _set(run, "precision", "fp16" if opened == "fp16" else "bf16", lineno)
-    elif key == "stage" and inside and opened == "zero_optimization":
+    _read_json_value(run, path, key, value, lineno)
+
+
+def _read_json_value(run: RunBuilder, path: list[str], key: str, value: str, lineno: int) -> None:
+    parent = path[-1]
+    if key in ("offload_param", "offload_optimizer") and value == "null":
+        _set(run, key, False, lineno)
+    elif key == "device" and parent in ("offload_param", "offload_optimizer"):
+        _set(run, parent, value.strip('"') not in ("none", "null"), lineno)
+    elif key == "enabled" and parent in ("fp16", "bf16", "bfloat16") and _bool(value):
+        _set(run, "precision", "fp16" if parent == "fp16" else "bf16", lineno)
+    elif key == "stage" and parent in ("zero_optimization", "zero_config"):
         _set_number(run, "zero_stage", value, lineno)
-    elif key in _JSON_FACTS:
+    elif key in _JSON_FACTS and path == ["json"]:
         _set_number(run, _JSON_FACTS[key], value, lineno)
     elif key in ("cpu_offload", "cpu_offload_params"):  # DeepSpeed 0.3.x ZeRO-Offload switches
         _set(run, "offload_optimizer" if key == "cpu_offload" else "offload_param", _bool(value), lineno)
@@ -418,7 +439,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     try:
         _parse_line(text, lineno, run)
     except Exception as error:  # noqa: BLE001 - a bad line must never stop the parse
-        _state(run).setdefault("errors", []).append((lineno, f"{type(error).__name__}: {error}"))
+        run.state.setdefault("parse_errors", []).append(f"{NAME}:{lineno}: {type(error).__name__}: {error}")
 
 
 def _parse_line(text: str, lineno: int, run: RunBuilder) -> None:
@@ -427,8 +448,9 @@ def _parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         end = tags[index + 1].start() if index + 1 < len(tags) else len(text)
         _read_print_record(run, text[tag.end() : end], lineno)
         run.saw(NAME)
-    if not tags and '"' in text:
+    if not tags and _state(run).get("json_path"):
         _read_json_line(run, text, lineno)
+        return
     if "step=" in text and "skipped=" in text:
         _read_step(run, text, lineno)
     if "SamplesPerSec=" in text:
@@ -454,19 +476,6 @@ FAMILY = Family(
         "step=",
         "SamplesPerSec=",
         "iter time (s):",
-        '"offload_param"',
-        '"offload_optimizer"',
-        '"device"',
-        '"cpu_offload',
-        '"enabled"',
-        '"stage"',
-        '"train_batch_size"',
-        '"train_micro_batch_size_per_gpu"',
-        '"gradient_accumulation_steps"',
-        '"fp16"',
-        '"bf16"',
-        '"bfloat16"',
-        '"zero_optimization"',
         "CONFIG: micro_batches=",
         "UNIQUE_PARAMS=",
         _PROFILE_HEADER,

@@ -1,0 +1,220 @@
+"""DeepSpeed family on real lines: 2021 config dumps of the shared logs, today's (0.19.8) CPU runs.
+
+Expected values were read off the files with the one-liners quoted beside them, not with the parser.
+"""
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from logstat.parsers import deepspeed
+from logstat.parsers.base import RunBuilder
+from logstat.parsers.source import records
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+DS = FIXTURES / "deepspeed"
+HF_REAL = "hf_ds_gpt2_perf_n16_bs4-mbs8.out"
+
+
+def feed(path: Path, run: RunBuilder | None = None) -> RunBuilder:
+    """Give the family the lines the reader gives it: records holding one of its markers."""
+    run = run or RunBuilder(path=str(path))
+    with open(path, "rb") as stream:
+        for lineno, raw in enumerate(stream, 1):
+            for record in records(raw.decode("utf-8", "replace")):
+                if deepspeed.NAME in run.capturing or any(m in record for m in deepspeed.FAMILY.markers):
+                    deepspeed.parse_line(record, lineno, run)
+    return run
+
+
+def test_todays_config_dump_zero1_fp32():
+    run = feed(DS / "ds_zero1_fp32_2cpu.log")
+    # grep -n "print\]   \(train_batch_size\|train_micro_batch_size_per_gpu\|gradient_accumulation_steps\|world_size\|zero_optimization_stage\) " ds_zero1_fp32_2cpu.log
+    # -> 105: gas 2, 131: train_batch_size 16, 132: micro 4, 137: world_size 2, 142: stage 1
+    assert run.facts["global_batch_size"] == 16
+    assert run.provenance["global_batch_size"] == "deepspeed:131"
+    assert run.facts["micro_batch_size"] == 4
+    assert run.facts["gas"] == 2
+    assert run.facts["zero_stage"] == 1
+    assert run.provenance["zero_stage"] == "deepspeed:142"
+    # float16_config / bfloat16_config both "enabled=False" (lines 93, 73): fp32
+    assert run.facts["precision"] == "fp32"
+    # zero_config: "offload_param=None offload_optimizer=None"
+    assert run.facts["offload_param"] is False and run.facts["offload_optimizer"] is False
+    # no model parallelism: the world size is the GPU (here CPU process) count; the profiler says 2 as well
+    assert run.facts["dp"] == 2 and run.facts["gpus"] == 2
+    assert run.state.get("parse_errors") is None
+
+
+def test_todays_steps_throughput_and_flops_profiler():
+    run = feed(DS / "ds_zero1_fp32_2cpu.log")
+    # grep -n "step=[0-9]*, skipped" -> steps 0 (engine start, not a training step), 2, 4, 6;
+    # "Profile Summary at step 3" (line 188) adds step 3.
+    assert sorted(run.iterations) == [2, 3, 4, 6]
+    assert run.iterations[2]["lr"] == 0.001 and run.iterations[2]["skipped"] == 0
+    # line 227: global_step=4, CurrSamplesPerSec=1432.750178503156, MemAllocated=0.37GB, MaxMemAllocated=0.37GB
+    four = run.iterations[4]
+    assert four["samples_per_sec"] == 1432.750178503156  # the throughput line comes before step 4's profile
+    assert four["mem_allocated_mb"] == pytest.approx(0.37 * 1024)
+    assert four["mem_max_allocated_mb"] == pytest.approx(0.37 * 1024)
+    assert run.iterations[6]["samples_per_sec"] == 530.8481454704389
+    # profile at step 3: "iter latency: 392.2 us" (211), "FLOPS per GPU = 3 * ...: 158.61 MFLOPS" (212),
+    # "samples/second: 20397.83" (213)
+    three = run.iterations[3]
+    assert three["elapsed_ms"] == pytest.approx(0.3922)
+    assert three["logged_tflops_per_gpu"] == pytest.approx(158.61e6 / 1e12)
+    assert three["samples_per_sec"] == 20397.83
+    # step 4's profile: "iter latency: 10.76 ms" (253)
+    assert four["elapsed_ms"] == pytest.approx(10.76)
+    # "params of model = params per GPU * mp_size: 2.63 K" (201): 2630 parameters, in billions
+    assert run.facts["logged_model_size"] == pytest.approx(2630 / 1e9)
+
+
+def test_todays_zero3_bf16_optimizer_offload():
+    run = feed(DS / "ds_zero3_offload_bf16_2cpu.log")
+    # 84: bfloat16_config "enabled=True", 104: float16_config "enabled=False", 153: zero_optimization_stage 3
+    assert run.facts["precision"] == "bf16"
+    assert run.provenance["precision"] == "deepspeed:84"
+    assert run.facts["zero_stage"] == 3
+    # grep -o "offload_param=[^ ]*\|offload_optimizer=[A-Za-z]*(device='[a-z]*'"
+    # -> offload_param=None, offload_optimizer=DeepSpeedZeroOffloadOptimizerConfig(device='cpu'
+    assert run.facts["offload_param"] is False
+    assert run.facts["offload_optimizer"] is True
+
+
+def test_megatron_deepspeed_3d_dump_with_a_glued_line():
+    # meg_ds_3d line 694 (excerpt line 40) starts mid-record: "10 20:47:51,886] [INFO] [config.py:904:print]
+    # optimizer_params ....": the lines fp16_enabled .. gradient_accumulation_steps were lost in the gluing,
+    # so precision and gas come from the user json (excerpt: grep -n '"gradient_accumulation_steps"\|"enabled"')
+    # and the pipeline engine's "CONFIG: micro_batches=256 micro_batch_size=4".
+    run = RunBuilder(path="meg_ds_3d")
+    run.saw("megatron")  # Megatron's arguments came first in the real log
+    feed(DS / "meg_ds_3d_gpt2_perf_n16-ds-on.lines655-835.excerpt", run)
+    assert run.facts["global_batch_size"] == 1024  # excerpt line 63: train_batch_size ............. 1024
+    assert run.facts["micro_batch_size"] == 4
+    assert run.facts["gas"] == 256
+    assert run.facts["precision"] == "fp16"
+    assert run.facts["zero_stage"] == 0  # zero_enabled False, zero_optimization_stage 0
+    assert run.facts["offload_param"] is False and run.facts["offload_optimizer"] is False
+    # world_size ................... 1 is the data-parallel size: with Megatron's model parallelism it is not the GPU count
+    assert run.facts["dp"] == 1
+    assert "gpus" not in run.facts
+    # grep -o "UNIQUE_PARAMS=[0-9]*" | sort -u -> UNIQUE_PARAMS=52004716544
+    assert run.facts["logged_model_size"] == pytest.approx(52.004716544)
+    # step=0 is printed at engine start: no training step
+    assert run.iterations == {}
+
+
+def test_megatron_deepspeed_zero3_dump():
+    run = RunBuilder(path="meg_ds_zero")
+    run.set_fact("tp", 4, "megatron", 1)  # "using world size: 64 and model-parallel size: 4"
+    feed(DS / "meg_ds_zero_gpt2_perf_n16_nbs48_ms48.lines148-280.excerpt", run)
+    # grep -n "print\]   \(train_batch_size\|train_micro_batch_size_per_gpu\|world_size\|zero_optimization_stage\|fp16_enabled\) "
+    assert (run.facts["global_batch_size"], run.facts["micro_batch_size"], run.facts["gas"]) == (768, 48, 1)
+    assert run.facts["dp"] == 16 and "gpus" not in run.facts
+    assert run.facts["zero_stage"] == 3 and run.facts["precision"] == "fp16"
+    # zero_config: "offload_param": null, "offload_optimizer": null
+    assert run.facts["offload_param"] is False and run.facts["offload_optimizer"] is False
+
+
+@pytest.mark.parametrize("where", ["fixture", "shared"])
+def test_hf_log_three_launches_last_dump_wins(where, request):
+    path = (
+        DS.parent / "hf_trainer" / HF_REAL
+        if where == "fixture"
+        else request.getfixturevalue("shared_logs") / HF_REAL
+    )
+    run = feed(path)
+    # grep -n "print\]   \(train_batch_size\|train_micro_batch_size_per_gpu\) " -> 2048/32, 1024/16, then 512/8:
+    # the job relaunched twice; the last engine is the one that trained.
+    assert run.facts["global_batch_size"] == 512
+    assert run.facts["micro_batch_size"] == 8
+    assert run.facts["gas"] == 1
+    assert run.facts["dp"] == 64 and run.facts["gpus"] == 64  # world_size 64, no model parallelism
+    assert run.facts["zero_stage"] == 3
+    assert run.facts["precision"] == "fp16"
+    # last zero_config: "offload_param": {"device": "cpu", ...}, "offload_optimizer": {"device": "cpu", ...}
+    assert run.facts["offload_param"] is True and run.facts["offload_optimizer"] is True
+    if where == "shared":
+        # grep -n "train_batch_size \.\.\.\.* 512" -> 1470; grep -n '"device": "cpu"' | tail -n +5 | head -2 -> 1486, 1494
+        assert run.provenance["global_batch_size"] == "deepspeed:1470"
+        assert run.provenance["offload_param"] == "deepspeed:1486"
+        assert run.provenance["offload_optimizer"] == "deepspeed:1494"
+    assert run.state.get("parse_errors") is None
+
+
+def test_records_glued_by_two_ranks_in_one_line():
+    # real lines 1470 and 1471 of the HF log written into one line, as 64 ranks sharing a file do
+    glued = (
+        "[2021-05-26 04:51:31,919] [INFO] [config.py:752:print]   train_batch_size ............. 512"
+        "[2021-05-26 04:51:31,919] [INFO] [config.py:752:print]   train_micro_batch_size_per_gpu  8"
+    )
+    run = RunBuilder(path="glued")
+    deepspeed.parse_line(glued, 7, run)
+    assert run.facts["global_batch_size"] == 512
+    assert run.facts["micro_batch_size"] == 8
+    # two step records of one line (today's format), the second cut by the end of the file
+    steps = (
+        "[Rank 0] step=2, skipped=0, lr=[0.001], mom=[(0.9, 0.999)]"
+        "[2026-11-21 21:47:07,714] [INFO] [logging.py:123:log_dist] [Rank 0] step=4, skipped=1, lr=[0.0005, 0.0005], mom="
+        "[2026-11-21 21:47:07,757] [INFO] [logging.py:123:log_dist] [Rank 0] step=6, skip"
+    )
+    deepspeed.parse_line(steps, 8, run)
+    assert sorted(run.iterations) == [2, 4]
+    assert run.iterations[4]["lr"] == 0.0005 and run.iterations[4]["skipped"] == 1
+
+
+def test_skipped_counts_are_per_logged_step():
+    # DeepSpeed's skipped= is cumulative; the iterations frame counts skips since the previous logged step
+    run = RunBuilder(path="skips")
+    for lineno, (step, skipped) in enumerate([(0, 0), (10, 3), (20, 3), (30, 5)], 1):
+        deepspeed.parse_line(
+            f"[Rank 0] step={step}, skipped={skipped}, lr=[5e-05], mom=[[0.9, 0.999]]", lineno, run
+        )
+    assert {step: row["skipped"] for step, row in run.iterations.items()} == {10: 3, 20: 0, 30: 2}
+
+
+def test_pipeline_engine_steps_line():
+    # format of deepspeed/runtime/pipe/engine.py: f'steps: {n} loss: {x:0.4f} iter time (s): {t:0.3f} samples/sec: {s:0.3f}'
+    run = RunBuilder(path="pipe")
+    deepspeed.parse_line("steps: 10 loss: 9.8765 iter time (s): 12.345 samples/sec: 82.948", 3, run)
+    assert run.iterations[10]["loss"] == 9.8765
+    assert run.iterations[10]["elapsed_ms"] == pytest.approx(12345.0)
+    assert run.iterations[10]["samples_per_sec"] == 82.948
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",
+        "\x00\x01\x02 binary",
+        "[INFO] [config.py:752:print]",
+        "[INFO] [config.py:752:print]   train_batch_size ............. lots",
+        "[INFO] [config.py:752:print]   world_size ................... ",
+        "epoch=0/micro_step=8/global_step=4, RunningAvgSamplesPerSec=1821.75, CurrSamplesPerS",
+        "[Rank 0] step=, skipped=0, lr=[]",
+        '    "device": "cpu", ',
+        "Profile Summary at step x:",
+        "samples/second: fast",
+    ],
+)
+def test_garbage_lines_record_nothing_and_do_not_raise(line):
+    run = RunBuilder(path="garbage")
+    deepspeed.parse_line(line, 1, run)
+    assert run.facts == {} and run.iterations == {}
+    assert run.state.get("parse_errors") is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.text(
+        alphabet=st.sampled_from(list('step=,skiped[]0123456789.eE-lr /:GBSamplesPerSec{}"device')),
+        max_size=120,
+    )
+)
+def test_any_line_is_read_without_an_internal_error(text):
+    run = RunBuilder(path="fuzz")
+    deepspeed.parse_line(text, 1, run)
+    deepspeed.parse_line("[INFO] [config.py:752:print]   " + text, 2, run)
+    assert run.state.get("parse_errors") is None
