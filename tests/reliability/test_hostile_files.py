@@ -1,0 +1,209 @@
+"""``logstat.api.load_runs`` over damaged files: never raises, one row per run with a status and a
+reason, and the known-good lines of a damaged file are still read.
+
+The reference is the real Megatron log fixtures/megatron/meg_gpt2_perf_n16.out: 64 GPUs and three
+iterations whose elapsed times (read by eye, lines 238, 240, 242) are below.
+"""
+
+from __future__ import annotations
+
+import gzip
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from logstat.api import load_runs
+
+EXAMPLES = 60
+PROPERTY = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+MEGATRON_LOG = Path(__file__).resolve().parents[2] / "fixtures" / "megatron" / "meg_gpt2_perf_n16.out"
+ELAPSED_MS = {1: 155483.8, 2: 129028.8, 3: 128891.5}
+GPUS = 64  # "using world size: 64" of the same log
+STATUSES = {"ok", "failed", "cancelled", "incomplete", "empty", "unreadable"}
+ANSI_GREEN, ANSI_RESET = b"\x1b[32m", b"\x1b[0m"
+TQDM = b"  3%|\xe2\x96\x8e         | 3/100 [00:01<00:30,  3.21it/s]\r  4%|\xe2\x96\x8d         | 4/100 [00:01<00:29,  3.30it/s]\r"
+
+
+def real_log() -> bytes:
+    return MEGATRON_LOG.read_bytes()
+
+
+def parse_bytes(data: bytes, name: str = "job-42.out"):
+    """load_runs over one file holding ``data`` (a fresh directory per call: hypothesis re-runs)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / name
+        path.write_bytes(data)
+        result = load_runs([path])
+    assert result.runs.height == 1
+    row = result.runs.row(0, named=True)
+    assert row["status"] in STATUSES
+    assert isinstance(row["reason"], str) and row["reason"].strip()
+    return row, result
+
+
+def elapsed_by_step(result) -> dict[int, float]:
+    return dict(result.iterations.select("iteration", "elapsed_ms").iter_rows())
+
+
+@PROPERTY
+@given(data=st.binary(max_size=4000))
+def test_arbitrary_bytes_give_one_row_with_status_and_reason(data, generated):
+    generated["arbitrary bytes as a file"] += 1
+    parse_bytes(data)
+
+
+@PROPERTY
+@given(data=st.binary(max_size=4000))
+def test_arbitrary_bytes_gzipped_give_one_row(data, generated):
+    generated["arbitrary bytes as a .gz file"] += 1
+    parse_bytes(gzip.compress(data), name="job-42.out.gz")
+
+
+@PROPERTY
+@given(data=st.data())
+def test_garbage_between_real_lines_keeps_every_iteration(data, generated):
+    """Arbitrary bytes (NUL, invalid UTF-8, carriage returns, ...) injected as lines between the real
+    lines of the log: the three iterations and their elapsed times are still read."""
+    lines = real_log().split(b"\n")
+    garbage = st.binary(min_size=1, max_size=80).filter(lambda b: b"\n" not in b)
+    injections = data.draw(
+        st.lists(st.tuples(st.integers(0, len(lines)), garbage), min_size=1, max_size=8), label="injections"
+    )
+    for at, blob in sorted(injections, reverse=True):
+        lines.insert(at, blob)
+    generated["real log with garbage lines injected"] += 1
+    row, result = parse_bytes(b"\n".join(lines))
+    assert elapsed_by_step(result) == ELAPSED_MS
+    assert row["gpus"] == GPUS
+
+
+def _crlf(log: bytes) -> bytes:
+    return log.replace(b"\n", b"\r\n")
+
+
+def _ansi(log: bytes) -> bytes:
+    return b"\n".join(ANSI_GREEN + line + ANSI_RESET for line in log.split(b"\n"))
+
+
+def _tqdm(log: bytes) -> bytes:
+    return b"\n".join(TQDM + line for line in log.split(b"\n"))
+
+
+def _invalid_utf8(log: bytes) -> bytes:
+    return b"\n".join(b"\xff\xfe\xc3" + line + b"\xed\xa0\x80" for line in log.split(b"\n"))
+
+
+def _nul_padding(log: bytes) -> bytes:
+    """A node crash on a shared file system leaves a block of NUL bytes where the last writes were."""
+    return log + b"\x00" * 4096 + b"\n"
+
+
+def _nul_inside(log: bytes) -> bytes:
+    head, sep, tail = log.partition(b"> building train")
+    return head + b"\x00" * 512 + b"\n" + sep + tail
+
+
+def _srun_labels(log: bytes) -> bytes:
+    return b"\n".join(b"%d: " % (n % 64) + line for n, line in enumerate(log.split(b"\n")))
+
+
+def _glued_ranks(log: bytes) -> bytes:
+    """Each line glued behind the previous one by a torchrun tag, as 64 ranks writing one file do."""
+    return b"".join(b"[default%d]:" % (n % 4) + line for n, line in enumerate(log.split(b"\n")))
+
+
+DAMAGES = {
+    "crlf": _crlf,
+    "ansi-colours": _ansi,
+    "tqdm-carriage-returns": _tqdm,
+    "invalid-utf8": _invalid_utf8,
+    "nul-padding-at-end": _nul_padding,
+    "nul-block-inside": _nul_inside,
+    "srun-labels": _srun_labels,
+    "glued-ranks": _glued_ranks,
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_damaged_real_log_keeps_every_iteration(damage, generated):
+    generated["damaged real logs (fixed damages)"] += 1
+    row, result = parse_bytes(DAMAGES[damage](real_log()))
+    assert elapsed_by_step(result) == ELAPSED_MS
+    assert row["gpus"] == GPUS
+    assert row["sec_per_iter"] == pytest.approx((129028.8 + 128891.5) / 2 / 1000)
+
+
+def test_file_truncated_at_every_offset_of_its_last_iteration_line(generated):
+    """A log read while the job writes it (or cut by a crash) ends mid-line: the steps before are
+    exact, and the cut step is either absent or exact, never a number cut short."""
+    log = real_log()
+    start = log.index(b" iteration        3/")
+    end = log.index(b"\n", start)
+    wrong = {}
+    for offset in range(start, end + 1):
+        row, result = parse_bytes(log[:offset])
+        got = elapsed_by_step(result)
+        assert {1: got.get(1), 2: got.get(2)} == {1: ELAPSED_MS[1], 2: ELAPSED_MS[2]}
+        if got.get(3) not in (None, ELAPSED_MS[3]):
+            wrong[offset - start] = got[3]
+    generated["real log truncated mid-line"] += end + 1 - start
+    assert wrong == {}, f"cut iteration 3 read as (offset in line: elapsed ms): {wrong}"
+
+
+@PROPERTY
+@given(fraction=st.floats(0.05, 0.95))
+def test_gzip_truncated_mid_stream_keeps_what_came_before(fraction, generated):
+    log = real_log()
+    packed = gzip.compress(log)
+    cut = packed[: int(len(packed) * fraction)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "job-42.out.gz"
+        path.write_bytes(cut)
+        whole = gzip.GzipFile(path)
+        readable = b""
+        try:
+            while chunk := whole.read1(1 << 16):
+                readable += chunk
+        except EOFError:
+            pass
+    generated[".gz truncated mid-stream"] += 1
+    row, result = parse_bytes(cut, name="job-42.out.gz")
+    whole_lines = set(readable.split(b"\n")[:-1])
+    expected = {
+        step: ms
+        for step, ms in ELAPSED_MS.items()
+        if any(line.startswith(b" iteration        %d/" % step) for line in whole_lines)
+    }
+    got = elapsed_by_step(result)
+    assert {step: got.get(step) for step in expected} == expected
+    # "unreadable" when the cut leaves nothing any family recognises (the arguments start ~2 KiB in)
+    assert row["status"] == ("incomplete" if result.iterations.height or row["gpus"] else "unreadable")
+    assert "gzip" in row["reason"]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b" iteration        2/    1000 | elapsed time per iteration (ms): nan | lm loss: inf | loss scale: 1e+30 |",
+        b" iteration        3/    1000 | elapsed time per iteration (ms): -5 | number of skipped iterations: -1 |",
+        b" iteration        4/    1000 | elapsed time per iteration (ms): -inf | global batch size: nan |",
+        b" iteration 99999999999999999999999/ 10 | elapsed time per iteration (ms): 5 |",
+        b" iteration        5/    99999999999999999999999 | elapsed time per iteration (ms): 1e400 |",
+        b"using world size: 99999999999999999999, data-parallel-size: 1, tensor-model-parallel size: 0, "
+        b"pipeline-model-parallel size: 16",
+        b"using world size: 64 and model-parallel size: 0",
+    ],
+    ids=["nan-inf", "negative", "minus-inf", "huge-step", "huge-and-1e400", "huge-world", "tp-zero"],
+)
+def test_hostile_numbers_in_a_file(line, generated):
+    generated["hostile-number files"] += 1
+    row, result = parse_bytes(real_log() + line + b"\n")
+    got = elapsed_by_step(result)
+    assert {step: got[step] for step in ELAPSED_MS} == ELAPSED_MS

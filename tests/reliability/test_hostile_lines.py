@@ -1,0 +1,151 @@
+"""Every registered family's ``parse_line`` never raises, whatever one line holds.
+
+Lines are arbitrary text, real lines (fixtures/ and shared/logs/bigscience) cut at every offset,
+real lines whose numbers are replaced by hostile ones (nan, inf, 1e+30, 1e400, huge and negative
+integers), and real lines of many ranks glued together. After the lines, the run's frames must
+still build (polars refuses, for one, an integer beyond int64) and the summary must compute.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from logstat.analytics.summary import summarize
+from logstat.parsers import megatron, registry
+from logstat.parsers.base import RunBuilder
+from logstat.parsers.reader import RunFiles, RunResult, frames
+from logstat.parsers.source import records
+
+EXAMPLES = 150
+PROPERTY = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+FAMILIES = registry.families()
+MARKERS = sorted({marker for family in FAMILIES for marker in family.markers})
+NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
+HOSTILE_NUMBERS = (
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "+Infinity",
+    "1e+30",
+    "1e400",
+    "-1e400",
+    "1.5e-400",
+    "-1",
+    "-0",
+    "0",
+    "0.0",
+    "99999999999999999999999",
+    "-99999999999999999999999",
+    "9223372036854775808",
+    "1" + "0" * 400,
+    "1_000",
+    "0x1F",
+    "12.5.6",
+    "1e",
+    "",
+)
+#: unambiguous launcher tags: records() splits a line at each of them (parsers/source.py).
+GLUE_TAGS = ("[default0]:", "[default3]:", "[default63]:", "[rank7]:", "[rank0]:")
+MEGATRON_LOG = Path(__file__).resolve().parents[2] / "fixtures" / "megatron" / "meg_gpt2_perf_n16.out"
+#: step -> elapsed ms of MEGATRON_LOG's iteration lines (lines 238, 240, 242, read by eye).
+MEGATRON_ELAPSED_MS = {1: 155483.8, 2: 129028.8, 3: 128891.5}
+
+family_params = pytest.mark.parametrize("family", FAMILIES, ids=[family.name for family in FAMILIES])
+
+
+def feed(family, texts, run: RunBuilder | None = None) -> RunBuilder:
+    """Give ``texts`` to ``family.parse_line`` directly (not through the reader's safety net)."""
+    run = run or RunBuilder(path="hostile.out")
+    for lineno, text in enumerate(texts, start=1):
+        family.parse_line(text, lineno, run)
+    return run
+
+
+def build_frames(*runs: RunBuilder):
+    """The runs frame with its summary and the iterations frame, as load_runs builds them."""
+    results = [RunResult(run=run, files=RunFiles(key=run.path, files=(Path(run.path),))) for run in runs]
+    runs_frame, iterations, _timers = frames(results)
+    return summarize(runs_frame, iterations, warmup=1), iterations
+
+
+def with_marker(draw_text) -> st.SearchStrategy[str]:
+    """Arbitrary text around a family marker, so the family's own code paths run."""
+    return st.builds(lambda a, marker, b: a + marker + b, draw_text, st.sampled_from(MARKERS), draw_text)
+
+
+ANY_TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=200)
+
+
+@family_params
+@PROPERTY
+@given(texts=st.lists(st.one_of(ANY_TEXT, with_marker(ANY_TEXT)), min_size=1, max_size=8))
+def test_arbitrary_text_never_raises(family, texts, generated):
+    generated[f"arbitrary text lines ({family.name})"] += len(texts)
+    run = feed(family, texts)
+    build_frames(run)
+
+
+@family_params
+def test_real_lines_cut_at_every_offset_never_raise(family, marker_lines, generated):
+    """Head and tail of every real marker line at every cut point, then the frames build."""
+    pieces = 0
+    runs = []
+    for number, line in enumerate(marker_lines):
+        run = RunBuilder(path=f"cut-{number}.out")
+        for offset in range(len(line) + 1):
+            feed(family, (line[:offset], line[offset:]), run)
+            pieces += 2
+        runs.append(run)
+    build_frames(*runs)
+    generated[f"real lines cut at every offset ({family.name})"] += pieces
+    assert pieces > 0
+
+
+@family_params
+@PROPERTY
+@given(data=st.data())
+def test_real_lines_with_hostile_numbers_never_raise(family, data, marker_lines, generated):
+    line = data.draw(st.sampled_from(marker_lines), label="real line")
+    numbers = st.one_of(
+        st.sampled_from(HOSTILE_NUMBERS),
+        st.integers().map(str),
+        st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    )
+    hostile = NUMBER.sub(lambda _: data.draw(numbers), line)
+    generated[f"real lines with hostile numbers ({family.name})"] += 1
+    run = feed(family, [hostile])
+    build_frames(run)
+
+
+@PROPERTY
+@given(data=st.data())
+def test_glued_ranks_keep_every_iteration(data, generated):
+    """Megatron's real iteration lines of many ranks glued into one physical line (launcher tags
+    between them, repeats allowed) give back each step with its elapsed time."""
+    lines = [line for line in MEGATRON_LOG.read_text().splitlines() if "elapsed time per iteration" in line]
+    chosen = data.draw(st.lists(st.sampled_from(lines), min_size=1, max_size=12), label="ranks' lines")
+    tags = data.draw(st.lists(st.sampled_from(GLUE_TAGS), min_size=len(chosen), max_size=len(chosen)))
+    glued = "".join(tag + line for tag, line in zip(tags, chosen, strict=True))
+    generated["glued lines of many ranks"] += 1
+    run = feed(megatron.FAMILY, records(glued))
+    expected = {int(line.split("/")[0].split()[-1]) for line in chosen}
+    assert {step: row["elapsed_ms"] for step, row in run.iterations.items()} == {
+        step: MEGATRON_ELAPSED_MS[step] for step in expected
+    }
+
+
+@PROPERTY
+@given(text=ANY_TEXT)
+def test_records_never_raise_and_split_carriage_returns(text, generated):
+    generated["records() of arbitrary text"] += 1
+    for record in records(text):
+        assert "\r" not in record and record.strip()
