@@ -10,6 +10,7 @@ bash, and cannot hold a newline: such values are refused.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import sys
@@ -124,13 +125,7 @@ def render(
         env=env,
         warnings=tuple(warnings),
     )
-    return _with_script(run)
-
-
-def _with_script(run: RenderedRun) -> RenderedRun:
-    from dataclasses import replace
-
-    return replace(run, sbatch_script=sbatch_script(run))
+    return dataclasses.replace(run, sbatch_script=sbatch_script(run))
 
 
 def sbatch_script(run: RenderedRun) -> str:
@@ -176,7 +171,8 @@ def sbatch_header(run: RenderedRun) -> list[str]:
         ("partition", cluster.partition, "cluster.partition"),
         ("constraint", cluster.constraint, "cluster.constraint"),
         ("account", cluster.account, "cluster.account"),
-        ("output", str(run.run_dir / SLURM_LOG_PATTERN), "run directory"),
+        # sbatch expands %-patterns in file names: a literal % of the path is written %%.
+        ("output", str(run.run_dir).replace("%", "%%") + "/" + SLURM_LOG_PATTERN, "run directory"),
     ]
     lines = []
     for option, value, source in options:

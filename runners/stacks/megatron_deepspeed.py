@@ -60,8 +60,12 @@ def program(spec: Spec, *, run_dir: Path, ds_config_path: Path) -> list[str]:
         "--data-impl", mega.data_impl,
         "--split", mega.split,
     ]  # fmt: skip
-    for flag, value in (("--data-path", mega.data_path), ("--vocab-file", mega.vocab_file),
-                        ("--merge-file", mega.merge_file)):  # fmt: skip
+    data_files = {
+        "--data-path": mega.data_path,
+        "--vocab-file": mega.vocab_file,
+        "--merge-file": mega.merge_file,
+    }
+    for flag, value in data_files.items():
         if value:
             args += [flag, value]
     if train.precision in ("fp16", "bf16"):

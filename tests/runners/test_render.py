@@ -168,3 +168,9 @@ def test_hostile_values_are_inert_when_the_script_runs(tmp_path):
         in (run.sbatch_script)
     )
     assert list(tmp_path.rglob("PWNED*")) == [] and not list(Path.cwd().glob("PWNED*"))
+
+
+def test_percent_in_the_run_directory_is_escaped_for_sbatch(tmp_path):
+    run = render(load_spec("gpt2-tiny-hf-zero3"), tmp_path / "100%j" / "run")
+    assert f"#SBATCH --output={tmp_path}/100%%j/run/slurm-%j.out\n" in run.sbatch_script
+    assert run.slurm_log_path("17") == tmp_path / "100%j" / "run" / "slurm-17.out"
