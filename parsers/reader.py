@@ -223,8 +223,21 @@ def runs_row(result: RunResult) -> dict:
         reason_line=line,
         reason_path=reason_path,
         provenance=run.provenance_json(),
+        warnings=warnings_of(result),
     )
     return row
+
+
+MAX_WARNINGS = 20
+
+
+def warnings_of(result: RunResult) -> list[str]:
+    """What could not be read, for the ``warnings`` column: capped, with a count of the rest."""
+    notes = [f"{r.path}: {r.problem}" for r in result.reports if r.problem]
+    notes += result.run.state.get("parse_errors", [])
+    if len(notes) > MAX_WARNINGS:
+        notes = notes[:MAX_WARNINGS] + [f"... and {len(notes) - MAX_WARNINGS} more"]
+    return notes
 
 
 def frames(results: list[RunResult]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:

@@ -48,6 +48,9 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     "avg_epoch_time_s": pl.Float64,  # minGPT/Lightning benchmark
     "peak_memory_mib": pl.Float64,  # minGPT/Lightning benchmark
     "provenance": pl.String,  # JSON object: fact name -> "family:line" (or "manifest")
+    "warnings": pl.List(
+        pl.String
+    ),  # lines or files that could not be read ("family:line: why"), never silent
 }
 
 ITERATIONS_SCHEMA: dict[str, pl.DataType] = {

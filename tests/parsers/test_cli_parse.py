@@ -129,3 +129,18 @@ def test_parse_imports_neither_torch_deepspeed_nor_altair():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "HEAVY []" in done.stderr, done.stderr[-500:]
+
+
+def test_lines_that_could_not_be_read_are_warned_about_on_stderr(capsys, tmp_path):
+    log = tmp_path / "hostile-1.out"
+    log.write_text(
+        " iteration 99999999999999999999999/ 10 | elapsed time per iteration (ms): 1.0 |\n"
+        " iteration        1/      10 | elapsed time per iteration (ms): 2.0 |\n"
+    )
+    code, out, err = logstat(capsys, "parse", log, "--format", "json")
+    row = json.loads(out)[0]
+    assert code == 0 and row["iterations"] == 1
+    assert row["warnings"] == [
+        "megatron:1: iteration=99999999999999999999999 does not fit a 64-bit integer; not recorded"
+    ]
+    assert err == f"warning: {log}: 1 problem(s) reading it, first: {row['warnings'][0]}\n"

@@ -61,6 +61,7 @@ def parse(
             f"no log files (*.out, *.err, *.log, *.txt, .gz of those) under {', '.join(paths)}"
         )
     result = load_runs(paths, family=family, warmup=warmup, progress=_progress())
+    _warn(result.runs)
     if iterations:
         frame = result.iterations
         formats.write(frame, fmt, lambda markdown: formats.iterations_text(frame, markdown=markdown), output)
@@ -72,6 +73,13 @@ def parse(
         lambda markdown: formats.runs_text(result.runs, tflops=tflops, markdown=markdown, warmup=warmup),
         output,
     )
+
+
+def _warn(runs) -> None:
+    """One stderr line per run with lines that could not be read (data stays on stdout)."""
+    for path, notes in zip(runs["path"], runs["warnings"], strict=True):
+        if notes is not None and len(notes):
+            click.echo(f"warning: {path}: {len(notes)} problem(s) reading it, first: {notes[0]}", err=True)
 
 
 def _progress():
