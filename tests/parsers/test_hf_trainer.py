@@ -1,0 +1,221 @@
+"""HF Trainer family on real lines: the 2021 ZeRO-3 log of shared/, today's (transformers 5.23) CPU runs.
+
+Expected values were read off the files with the one-liners quoted beside them, not with the parser.
+"""
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from logstat.parsers import hf_trainer
+from logstat.parsers.base import RunBuilder
+from logstat.parsers.source import records
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "hf_trainer"
+REAL = "hf_ds_gpt2_perf_n16_bs4-mbs8.out"
+PRINTER = FIXTURES / "hf_gpt2_tiny_printer_cpu.log"
+TQDM_DS = FIXTURES / "hf_gpt2_tiny_ds_zero2_2cpu.log"
+
+
+def feed(path: Path, run: RunBuilder | None = None) -> RunBuilder:
+    """Give the family the lines the reader gives it: records holding a marker, every record while it captures."""
+    run = run or RunBuilder(path=str(path))
+    with open(path, "rb") as stream:
+        for lineno, raw in enumerate(stream, 1):
+            for record in records(raw.decode("utf-8", "replace")):
+                if hf_trainer.NAME in run.capturing or any(m in record for m in hf_trainer.FAMILY.markers):
+                    hf_trainer.parse_line(record, lineno, run)
+    return run
+
+
+def feed_lines(lines: list[str]) -> RunBuilder:
+    run = RunBuilder(path="lines")
+    for lineno, line in enumerate(lines, 1):
+        hf_trainer.parse_line(line, lineno, run)
+    return run
+
+
+@pytest.mark.parametrize("where", ["fixture", "shared"])
+def test_real_2021_log_final_metrics(where, request):
+    path = FIXTURES / REAL if where == "fixture" else request.getfixturevalue("shared_logs") / REAL
+    run = feed(path)
+    # grep -c "^{'train_runtime'" -> 16 (one per node); grep -n -m1 "^{'train_runtime'" ->
+    # {'train_runtime': 273.0148, 'train_samples_per_second': 3.663, 'train_steps_per_second': 0.007, 'epoch': 1.0}
+    assert run.facts["final_train_runtime_s"] == 273.0148
+    assert run.facts["final_samples_per_sec"] == 3.663
+    first = {"fixture": 581, "shared": 1567}[where]  # grep -n -m1 "^{'train_runtime'"
+    assert run.provenance["final_train_runtime_s"] == f"hf-trainer:{first}"
+    assert run.families_seen[hf_trainer.NAME] == 16
+    # the log logged no training step dict, no TrainingArguments, no --config_overrides:
+    # grep -c "'loss'\|config_overrides\|TrainingArguments\|n_embd" -> 0
+    assert run.iterations == {}
+    assert not {"hidden_size", "num_layers", "micro_batch_size"} & run.facts.keys()
+    assert run.state.get("parse_errors") is None
+
+
+def test_todays_printer_log_steps_from_logging_steps():
+    run = feed(PRINTER)
+    # grep -n "{'loss'" -> 172, 173, 174; logging_steps=2 (line 75), logging_first_step=False (73)
+    assert sorted(run.iterations) == [2, 4, 6]
+    # {'loss': '4.705', 'grad_norm': '1.159', 'learning_rate': '0.0004167', 'epoch': '0.25'}
+    two = run.iterations[2]
+    assert (two["line"], two["loss"], two["lr"], two["grad_norm"]) == (172, 4.705, 0.0004167, 1.159)
+    assert (run.iterations[6]["loss"], run.iterations[6]["lr"], run.iterations[6]["line"]) == (
+        4.716,
+        8.333e-05,
+        174,
+    )
+
+
+def test_todays_printer_log_run_facts():
+    run = feed(PRINTER)
+    facts = run.facts
+    # TrainingArguments: per_device_train_batch_size=4 (90), gradient_accumulation_steps=2 (50), max_steps=6 (80),
+    # activation_checkpointing=True (7) / gradient_checkpointing=True (51), fp16=False, bf16=False, deepspeed=None
+    assert facts["micro_batch_size"] == 4
+    assert facts["gas"] == 2
+    assert facts["train_iters"] == 6
+    assert facts["activation_checkpointing"] is True
+    assert facts["precision"] == "fp32"
+    assert run.provenance["precision"] == "hf-trainer:120"  # the dump's closing ")"
+    # "+ python hf_run.py --printer --config_overrides n_embd=64,n_layer=2,n_head=2,n_positions=128,vocab_size=128" (2)
+    assert (facts["hidden_size"], facts["num_layers"], facts["num_heads"]) == (64, 2, 2)
+    assert (facts["seq_len"], facts["vocab_size"]) == (128, 128)
+    # "Total train batch size (w. parallel, distributed & accumulation) = 8" (167), "Number of trainable parameters = 116,480"
+    assert facts["global_batch_size"] == 8
+    assert facts["logged_model_size"] == pytest.approx(116480 / 1e9)
+    # final dict: 'train_runtime': '11.23' (180, 4 digits); block: "train_runtime = 0:00:11.22" (184, 4 digits,
+    # truncated by log_metrics): equal precision, the first stays. samples/s: '4.276' and 4.276.
+    assert facts["final_train_runtime_s"] == 11.23
+    assert facts["final_samples_per_sec"] == 4.276
+    assert run.state.get("parse_errors") is None
+
+
+def test_todays_deepspeed_run_dicts_glued_into_the_progress_bar():
+    run = feed(TQDM_DS)
+    # grep -o "{'[^}]*}" with grep -n: the dicts sit mid-line after tqdm's carriage returns, lines 349, 350, 351
+    assert sorted(run.iterations) == [2, 4, 6]
+    assert [run.iterations[s]["line"] for s in (2, 4, 6)] == [349, 350, 351]
+    assert [run.iterations[s]["loss"] for s in (2, 4, 6)] == [4.71, 4.716, 4.671]
+    assert run.iterations[4]["grad_norm"] == 0.7764
+    # deepspeed=ds_zero2.json: DeepSpeed decides the precision, the Trainer's flags alone do not
+    assert "precision" not in run.facts
+    # "Total train batch size (w. parallel, distributed & accumulation) = 16": 2 processes x 4 x 2
+    assert run.facts["global_batch_size"] == 16
+    # 'train_runtime': '1.433' (4 digits) beats "0:00:01.43" (3); 66.977 (5 digits) beats '66.98'
+    assert run.facts["final_train_runtime_s"] == 1.433
+    assert run.facts["final_samples_per_sec"] == 66.977
+
+
+def test_identical_dicts_from_several_nodes_are_one_step():
+    # each node's local rank 0 prints the same dict: 64 GPUs on 16 nodes print every log 16 times
+    first = "{'loss': 4.705, 'learning_rate': 0.0004167, 'epoch': 0.25}"
+    second = "{'loss': 4.71, 'learning_rate': 0.00025, 'epoch': 0.5}"
+    run = feed_lines(["logging_steps=50,", first, first, second, first, second])
+    assert sorted(run.iterations) == [1, 2]  # no TrainingArguments( before: logging_steps unknown, dict order
+    assert run.iterations[1]["line"] == 2 and run.iterations[2]["loss"] == 4.71
+
+    run = feed_lines(
+        ["TrainingArguments(", "logging_first_step=True,", "logging_steps=50,", ")", first, first, second]
+    )
+    assert sorted(run.iterations) == [1, 50]
+
+
+def test_dict_cut_in_the_middle_is_reported_not_read():
+    run = feed_lines(
+        [
+            "{'loss': 2.3016, 'learning_rate': 5e-05, 'ep",
+            "{'loss': 2.2, 'learning_rate': 4e-05, 'epoch': 0.2}",
+        ]
+    )
+    assert sorted(run.iterations) == [1]
+    assert run.iterations[1]["loss"] == 2.2
+    assert run.state["parse_errors"] == [
+        "hf-trainer:1: dict cut short, not read: \"{'loss': 2.3016, 'learning_rate': 5e-05, 'ep\""
+    ]
+
+
+def test_dicts_that_are_not_training_logs_are_ignored():
+    # DeepSpeed's config printer writes Python dicts too (optimizer_params, aio_config); eval dicts have no 'loss'
+    run = feed_lines(
+        [
+            "[INFO] [config.py:752:print]   optimizer_params ............. {'lr': 5e-05, 'betas': [0.9, 0.999], 'eps': 1e-08}",
+            "{'eval_loss': 2.1, 'eval_runtime': 3.2, 'epoch': 1.0}",
+        ]
+    )
+    assert run.iterations == {} and run.facts == {}
+    assert run.state.get("parse_errors") is None
+
+
+def test_train_metrics_block_runtime_forms():
+    # metrics_format(): timedelta str + ".%02d" hundredths; a day long run prints "1 day, 2:03:04.50"
+    run = feed_lines(
+        [
+            "***** train metrics *****",
+            "  epoch                    =        1.0",
+            "  train_runtime            = 1 day, 2:03:04.50",
+        ]
+    )
+    assert run.facts["final_train_runtime_s"] == pytest.approx(86400 + 2 * 3600 + 3 * 60 + 4.50)
+    run = feed_lines(
+        [
+            "***** train metrics *****",
+            "  train_runtime = 0:01:23.45",
+            "  train_samples_per_second =   12.3",
+            "next",
+        ]
+    )
+    assert run.facts["final_train_runtime_s"] == pytest.approx(83.45)
+    assert run.facts["final_samples_per_sec"] == 12.3
+    assert hf_trainer.NAME not in run.capturing  # the block ended at its first other line
+
+
+def test_one_line_training_arguments_of_older_versions():
+    # transformers < 4.6 printed the dataclass repr on one line; this one joins the real dump's lines the same way:
+    # sed -n 7,119p hf_gpt2_tiny_printer_cpu.log | grep -v "^accelerator_config" | sed 's/,$//' | paste -sd, | sed 's/,/, /g'
+    fields = [
+        line.rstrip(",")
+        for line in PRINTER.read_text().splitlines()[6:119]
+        if not line.startswith("accelerator_config")
+    ]
+    run = feed_lines(["Training/evaluation parameters TrainingArguments(" + ", ".join(fields) + ")"])
+    assert (run.facts["micro_batch_size"], run.facts["gas"], run.facts["train_iters"]) == (4, 2, 6)
+    assert run.facts["precision"] == "fp32" and run.facts["activation_checkpointing"] is True
+
+
+def test_command_line_flags_and_block_size():
+    run = feed_lines(
+        [
+            "+ python run_clm.py --model_type gpt2 --config_overrides 'n_embd=8192,n_layer=64,n_head=32,n_positions=2048' "
+            "--block_size 1024 --per_device_train_batch_size 8 --deepspeed ds_zero3.json"
+        ]
+    )
+    assert (run.facts["hidden_size"], run.facts["num_layers"], run.facts["num_heads"]) == (8192, 64, 32)
+    assert run.facts["seq_len"] == 1024  # --block_size is what is trained on; n_positions only the maximum
+    assert run.facts["micro_batch_size"] == 8
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",
+        "\x00\xff binary",
+        "{'loss': nan_value}",
+        "{'loss'",
+        "TrainingArguments(garbage",
+        "Overriding config: =,=,n_embd=x",
+    ],
+)
+def test_garbage_lines_do_not_raise(line):
+    run = feed_lines([line])
+    assert run.facts == {} and run.iterations == {}
+    assert all(error.startswith("hf-trainer:1: ") for error in run.state.get("parse_errors", []))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("{}'lossepoch:,0123456789.e- =_train_runtime()")), max_size=120))
+def test_any_line_is_read_without_an_internal_error(text):
+    run = feed_lines([text, "***** train metrics *****", text, "TrainingArguments(", text])
+    internal = [e for e in run.state.get("parse_errors", []) if "Error:" in e]
+    assert internal == []
