@@ -27,7 +27,7 @@ from logstat.parsers.base import Family, RunBuilder
 NAME = "mingpt"
 
 epoch_time = (
-    pp.Suppress("Average Epoch time:") + grammar.number("seconds") + pp.Suppress(pp.Keyword("seconds"))
+    pp.Suppress("Average Epoch time:") + grammar.number("seconds") + pp.Suppress(pp.Literal("seconds"))
 ).set_name("epoch_time")
 peak_memory = (
     pp.Suppress("Average Peak CUDA memory:") + grammar.number("mib") + pp.Suppress(pp.Literal("MiB"))

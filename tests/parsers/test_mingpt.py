@@ -1,0 +1,81 @@
+"""minGPT/Lightning benchmark family on the result blocks quoted in shared/seeds/004_mingpt_deepspeed_readme.md."""
+
+from pathlib import Path
+
+import pytest
+from logstat.parsers import mingpt
+from logstat.parsers.base import RunBuilder
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "mingpt"
+
+
+def feed(path: Path) -> RunBuilder:
+    run = RunBuilder(path=str(path))
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if any(m in line for m in mingpt.FAMILY.markers):
+            mingpt.parse_line(line, lineno, run)
+    return run
+
+
+def test_zero3_20b_result_block():
+    # seed 004 lines 66-69: python benchmark.py --n_layer 21 --n_head 16 --n_embd 8192 --gpus 8 --precision 16
+    # --limit_train_batches 120 --batch_size 1 / Average Epoch time: 45.65 seconds / Average Peak CUDA memory: 36086.14MiB
+    run = feed(FIXTURES / "mingpt_zero3_20b.log")
+    assert run.facts["avg_epoch_time_s"] == 45.65
+    assert run.facts["peak_memory_mib"] == 36086.14
+    assert run.provenance["avg_epoch_time_s"] == "mingpt:3"
+    assert (run.facts["num_layers"], run.facts["num_heads"], run.facts["hidden_size"]) == (21, 16, 8192)
+    assert (run.facts["gpus"], run.facts["gpus_per_node"], run.facts["nodes"]) == (8, 8, 1)
+    assert run.facts["micro_batch_size"] == 1
+    assert run.facts["precision"] == "fp16"
+    # the command names no strategy: the ZeRO stage is not in this log (the README's heading is not)
+    assert "zero_stage" not in run.facts and "offload_optimizer" not in run.facts
+    assert run.completion is not None and run.completion[1] == 3
+
+
+def test_zero3_offload_45b_result_block():
+    # seed 004 lines 76-80: ... --n_layer 56 ... --cpu_offload / Average Epoch time: 3039.97 seconds /
+    # Average Peak CUDA memory: 14186.86MiB / CPU Virtual Memory:  used = 867.61 GB, percent = 91.8%
+    run = feed(FIXTURES / "mingpt_zero3_offload_45b.log")
+    assert run.facts["avg_epoch_time_s"] == 3039.97
+    assert run.facts["peak_memory_mib"] == 14186.86
+    assert run.facts["num_layers"] == 56
+    assert run.facts["offload_optimizer"] is True
+    assert "micro_batch_size" not in run.facts  # no --batch_size on that command line
+
+
+def test_strategy_and_nodes_from_the_training_command():
+    # seed 004 line 27, with Lightning's --num_nodes added as a multi-node launch would
+    run = RunBuilder(path="train")
+    line = (
+        "python train.py --n_layer 15 --n_head 16 --n_embd 3072 --gpus 8 --num_nodes 2 --precision 16 --batch_size 1 "
+        "--strategy deepspeed_stage_3"
+    )
+    mingpt.parse_line(line, 1, run)
+    assert run.facts["zero_stage"] == 3
+    assert (run.facts["gpus"], run.facts["nodes"]) == (16, 2)
+
+
+def test_results_of_two_ranks_glued_in_one_line():
+    run = RunBuilder(path="glued")
+    mingpt.parse_line("Average Epoch time: 45.05 secondsAverage Peak CUDA memory: 7796.98MiB", 4, run)
+    assert (run.facts["avg_epoch_time_s"], run.facts["peak_memory_mib"]) == (45.05, 7796.98)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",
+        "\x00\x01 binary",
+        "Average Epoch time: seconds",
+        "Average Epoch time: 45.6",
+        "Average Peak CUDA memory: lots",
+        "python benchmark.py --n_layer",
+        "python benchmark.py --n_layer 'unterminated --gpus x",
+    ],
+)
+def test_garbage_lines_record_nothing(line):
+    run = RunBuilder(path="garbage")
+    mingpt.parse_line(line, 1, run)
+    assert run.facts == {}
+    assert run.state.get("parse_errors") is None
