@@ -36,17 +36,18 @@ def summary(run: RenderedRun, plan: Estimate) -> str:
     """A few ``#`` lines: shape, parallelism, batch, estimate and warnings."""
     spec, cluster, batch = run.spec, run.spec.cluster, run.spec.batch
     model, parallel = spec.model, spec.parallel
+    device, per = ("GPUs", "GPU") if cluster.use_gpus else ("CPU processes", "process")
     lines = [
         f"# plan {spec.name} ({spec.stack}): {spec.description}".rstrip(": "),
         f"# run directory (created at launch): {run.run_dir}",
-        f"# model: {plan.params / 1e9:.2f}B parameters (h {model.hidden_size}, l {model.num_layers}, "
+        f"# model: {plan.params:,} parameters = {plan.params / 1e9:.3g}B (h {model.hidden_size}, l {model.num_layers}, "
         f"heads {model.num_heads}, seq {model.seq_len}, vocab {model.vocab_size})",
-        f"# world {spec.world_size} = {cluster.nodes} nodes x {cluster.gpus_per_node} "
-        f"{'GPUs' if cluster.use_gpus else 'CPU processes'}; TP {parallel.tp} x PP {parallel.pp} x DP {spec.dp}",
+        f"# world {spec.world_size} = {cluster.nodes} node{'s' if cluster.nodes > 1 else ''} x "
+        f"{cluster.gpus_per_node} {device}; TP {parallel.tp} x PP {parallel.pp} x DP {spec.dp}",
         f"# global batch {batch.global_batch} = micro {batch.micro} x gas {batch.gas} x DP {spec.dp}; "
         f"{spec.steps} steps, {spec.train.precision}, activation checkpointing "
         f"{'on' if spec.train.activation_checkpointing else 'off'}, ZeRO {spec.train.zero_stage}",
-        f"# estimate: model-state memory {plan.model_state_gib_per_gpu:.1f} GiB per GPU (before activations); "
+        f"# estimate: model-state memory {_size(plan.model_state_gib_per_gpu)} per {per} (before activations); "
         f"pipeline efficiency {plan.pipeline_efficiency:.1%} (gas/(gas+PP-1))",
     ]
     if plan.days is not None:
@@ -60,3 +61,7 @@ def summary(run: RenderedRun, plan: Estimate) -> str:
         )
     lines += [f"# warning: {warning}" for warning in run.warnings]
     return "\n".join(lines)
+
+
+def _size(gib: float) -> str:
+    return f"{gib:.1f} GiB" if gib >= 1 else f"{gib * 1024:.1f} MiB"
