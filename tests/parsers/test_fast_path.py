@@ -16,8 +16,11 @@ import tracemalloc
 from pathlib import Path
 
 import polars as pl
+import pyparsing as pp
 import pytest
-from logstat.parsers import reader, registry, source
+from hypothesis import given
+from hypothesis import strategies as st
+from logstat.parsers import grammar, reader, registry, source
 from polars.testing import assert_frame_equal
 
 from logstat.api import load_runs
@@ -107,6 +110,32 @@ def test_fast_path_across_chunk_boundaries(corpus, monkeypatch):
 def test_parallel_workers_equal_one_process(corpus):
     """Runs read by two worker processes come back whole and in order: the same frames as one process."""
     _assert_same(_parse(corpus, workers=2), _parse(corpus, workers=1))
+
+
+def _real_lines() -> list[str]:
+    logs = sorted(SHARED_LOGS.glob("*.out")) if SHARED_LOGS.is_dir() else []
+    logs += sorted(p for p in FIXTURES.rglob("*") if p.suffix in (".out", ".err", ".log"))
+    return [record for path in logs for line in _lines(path) for record in source.records(line)]
+
+
+def _dotted_by_pyparsing(text: str) -> tuple[str, str] | None:
+    try:
+        parsed = grammar.dotted_record.parse_string(text)
+    except pp.ParseBaseException:
+        return None
+    return parsed["name"], parsed["value"].strip()
+
+
+def test_dotted_equals_its_pyparsing_grammar_on_real_lines():
+    lines = _real_lines()
+    matched = [line for line in lines if _dotted_by_pyparsing(line) is not None]
+    assert len(matched) > 300  # the arguments dumps of the Megatron logs (and DeepSpeed's config)
+    assert [grammar.dotted(line) for line in lines] == [_dotted_by_pyparsing(line) for line in lines]
+
+
+@given(st.text(alphabet=" .\t\r\n\x0c\u3000_aZ9:=-x", max_size=30))
+def test_dotted_equals_its_pyparsing_grammar_on_any_text(text):
+    assert grammar.dotted(text) == _dotted_by_pyparsing(text)
 
 
 def _noise_lines() -> list[bytes]:
