@@ -411,7 +411,19 @@ def _read_banner(run: RunBuilder, label: str, value: int, lineno: int) -> None:
             run.set_fact("logged_model_size", value / 1e9, NAME, lineno)
     elif value > 0:
         run.set_fact(_BANNER_FACTS[label], value, NAME, lineno)
+        banner = _state(run).setdefault("banner", {})
+        banner[_BANNER_FACTS[label]] = value
+        if _BANNER_FACTS[label] in ("micro_batch_size", "gas", "global_batch_size"):
+            _banner_dp(run, banner, lineno)
     run.saw(NAME)
+
+
+def _banner_dp(run: RunBuilder, banner: dict[str, int], lineno: int) -> None:
+    """``Trainer.get_total_train_batch_size``: total = micro batch x accumulation x dp world size, so the
+    banner's three numbers give DP (not the GPU count: tensor/context/sequence parallel ranks are not in it)."""
+    micro, gas, total = banner.get("micro_batch_size"), banner.get("gas"), banner.get("global_batch_size")
+    if micro and gas and total and total % (micro * gas) == 0:
+        run.set_fact("dp", total // (micro * gas), NAME, lineno)
 
 
 def evidence(run: RunBuilder) -> int:

@@ -84,6 +84,7 @@ def test_todays_printer_log_run_facts():
     assert (facts["seq_len"], facts["vocab_size"]) == (128, 128)
     # "Total train batch size (w. parallel, distributed & accumulation) = 8" (167), "Number of trainable parameters = 116,480"
     assert facts["global_batch_size"] == 8
+    assert facts["dp"] == 1  # 8 / (4 x 2): one process
     assert facts["logged_model_size"] == pytest.approx(116480 / 1e9)
     # final dict: 'train_runtime': '11.23' (180, 4 digits); block: "train_runtime = 0:00:11.22" (184, 4 digits,
     # truncated by log_metrics): equal precision, the first stays. samples/s: '4.276' and 4.276.
@@ -103,6 +104,9 @@ def test_todays_deepspeed_run_dicts_glued_into_the_progress_bar():
     assert "precision" not in run.facts
     # "Total train batch size (w. parallel, distributed & accumulation) = 16": 2 processes x 4 x 2
     assert run.facts["global_batch_size"] == 16
+    assert (
+        run.facts["dp"] == 2 and run.provenance["dp"] == "hf-trainer:340"
+    )  # 16 / (4 x 2), at the next banner line
     # 'train_runtime': '1.433' (4 digits) beats "0:00:01.43" (3); 66.977 (5 digits) beats '66.98'
     assert run.facts["final_train_runtime_s"] == 1.433
     assert run.facts["final_samples_per_sec"] == 66.977
