@@ -8,12 +8,13 @@ given an assumed TFLOPs/GPU, days to train the spec's token budget.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
 from logstat.analytics import formulas
 from logstat.analytics.gpus import GPUS
-from logstat.runners.spec import Spec, SpecError
+from logstat.runners.spec import SECTIONS, Spec, SpecError
 
 from logstat.errors import LogstatError
 
@@ -87,12 +88,26 @@ def _check_names(spec: Spec, report: Report) -> None:
                 value,
                 "contains a control character (newline, tab...): #SBATCH lines cannot hold one",
             )
+    for name, value in _string_fields(spec):
+        if "\0" in value:
+            report.refuse(
+                name, value, "contains a NUL byte, which no command line, path or file name can hold"
+            )
     if not _SLURM_TIME.fullmatch(cluster.time_limit):
         report.refuse(
             "cluster.time_limit", cluster.time_limit, "is not a Slurm time ([D-]HH:MM:SS or minutes)"
         )
     if not 0 < cluster.master_port < 65536:
         report.refuse("cluster.master_port", cluster.master_port, "is not a TCP port (1-65535)")
+
+
+def _string_fields(spec: Spec) -> list[tuple[str, str]]:
+    """(dotted name, value) of every string-valued field of the spec."""
+    found = [(f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec)]
+    for section in SECTIONS:
+        part = getattr(spec, section)
+        found += [(f"{section}.{f.name}", getattr(part, f.name)) for f in dataclasses.fields(part)]
+    return [(name, value) for name, value in found if isinstance(value, str)]
 
 
 def _check_positive(spec: Spec, report: Report) -> None:

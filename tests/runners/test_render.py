@@ -12,6 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from logstat.runners.render import render, sbatch_header
 from logstat.runners.spec import SPECS_DIR, SpecError, load_spec
 
@@ -174,3 +176,45 @@ def test_percent_in_the_run_directory_is_escaped_for_sbatch(tmp_path):
     run = render(load_spec("gpt2-tiny-hf-zero3"), tmp_path / "100%j" / "run")
     assert f"#SBATCH --output={tmp_path}/100%%j/run/slurm-%j.out\n" in run.sbatch_script
     assert run.slurm_log_path("17") == tmp_path / "100%j" / "run" / "slurm-17.out"
+
+
+# Any text a spec can carry (no NUL: validation refuses it; no lone surrogates: not encodable).
+ANY_TEXT = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), min_size=1, max_size=30
+)
+# What may reach #SBATCH lines and directory names: no control characters (refused there), no "/".
+LINE_TEXT = st.text(
+    st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="/"), min_size=1, max_size=30
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(job_name=LINE_TEXT, directory=LINE_TEXT.filter(lambda t: t not in {".", ".."}), data_path=ANY_TEXT)
+def test_any_value_reaches_the_program_literally(tmp_path_factory, job_name, directory, data_path):
+    """Property: whatever job name, directory name and data path (newlines included) a spec holds,
+    the script passes bash -n and, run, hands the program exactly those strings."""
+    base = tmp_path_factory.mktemp("quoting")
+    run_dir = base / directory / "run"
+    run_dir.mkdir(parents=True)
+    shims = base / "shims"
+    shims.mkdir()
+    for name, text in SHIMS.items():
+        (shims / name).write_text(text)
+        (shims / name).chmod(0o755)
+    spec = load_spec("gpt2-tiny-megatron-ds")
+    spec = dataclasses.replace(
+        spec,
+        cluster=dataclasses.replace(spec.cluster, job_name=job_name),
+        megatron=dataclasses.replace(spec.megatron, dir=str(base / directory), data_path=data_path),
+    )
+    run = render(spec, run_dir, python=str(shims / "record-argv"))
+    script = base / "run.sbatch"
+    script.write_text(run.sbatch_script)
+    env = {"PATH": f"{shims}:/usr/bin:/bin", "SLURM_JOB_NODELIST": "node-1", "ARGV_FILE": str(base / "argv")}
+    done = subprocess.run(["bash", str(script)], cwd=base, env=env, capture_output=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    received = (base / "argv").read_bytes().decode().split("\0")[:-1]
+    assert received[received.index("--data-path") + 1] == data_path
+    assert received[13] == f"{base / directory}/pretrain_gpt.py"
+    assert received[14:] == list(run.program[1:])
+    assert sorted(p.name for p in base.iterdir()) == sorted(["argv", "run.sbatch", "shims", directory])

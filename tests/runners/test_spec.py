@@ -7,6 +7,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from logstat.runners.presets import GPT2_PRESETS, gpt2_preset
 from logstat.runners.spec import (
     SPECS_DIR,
@@ -183,3 +185,13 @@ def test_toml_round_trip_of_hostile_strings():
     again = spec_from_dict(tomllib.loads(spec_to_toml(spec)))
     assert again.cluster.job_name == HOSTILE and again.megatron.data_path == HOSTILE
     assert again == spec
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(st.characters(blacklist_categories=("Cs",)), max_size=40))
+def test_any_string_survives_the_toml_round_trip(text):
+    spec = load_spec("gpt2-tiny-hf-zero3")
+    spec = dataclasses.replace(
+        spec, description=text, megatron=dataclasses.replace(spec.megatron, data_path=text)
+    )
+    assert spec_from_dict(tomllib.loads(spec_to_toml(spec))) == spec

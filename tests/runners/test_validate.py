@@ -192,3 +192,9 @@ def test_estimate_of_the_52b_benchmark():
     assert plan.sec_per_iter == pytest.approx(sec)
     assert sec == pytest.approx(145.85, abs=0.01)  # the seed measured 146 s at 46.7 TFLOPs
     assert plan.days == pytest.approx(100e9 / (1024 * 1024 / sec) / 86400)
+
+
+def test_nul_bytes_are_refused_in_any_string_field():
+    assert refused("gpt2-tiny-hf-zero3", "megatron.data_path=a\0b") == (
+        "megatron.data_path='a\\x00b' contains a NUL byte, which no command line, path or file name can hold"
+    )
