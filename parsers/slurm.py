@@ -18,6 +18,8 @@ from logstat.parsers.base import Family, RunBuilder
 
 NAME = "slurm"
 TRACEBACK_MAX_LINES = 400
+#: exceptions with which launchers end when a worker failed (the worker's lines say why).
+LAUNCHER_EXCEPTIONS = ("ChildFailedError", "CalledProcessError")
 
 _SET_X = re.compile(r"^\+\s*(?:export\s+)?(?P<name>[A-Z_]+)=(?P<value>\S+)")
 _ENV = re.compile(r"\b(?P<name>SLURM_JOB_?ID|SLURM_NNODES|SLURM_GPUS_ON_NODE)=(?P<value>\d+)")
@@ -66,7 +68,11 @@ def gpu_model(text: str) -> str | None:
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Read one launcher/cluster line into ``run``; never raises."""
     state = run.state.setdefault(NAME, {})
-    oom = "CUDA out of memory" in text or "OutOfMemoryError" in text
+    # An indented line inside a traceback is a frame's source (`    raise torch.OutOfMemoryError(`),
+    # not the error: the exception line below it is the evidence.
+    oom = ("CUDA out of memory" in text or "OutOfMemoryError" in text) and not (
+        state.get("in_traceback") and text[:1].isspace()
+    )
     if state.get("in_traceback") and not oom and _traceback_line(text, lineno, run, state):
         return
     if oom:
@@ -97,6 +103,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
 
 def _fail(run: RunBuilder, state: dict, status: str, reason: str, lineno: int) -> None:
     run.saw(NAME)
+    if state.pop("failure_from_launcher", False):
+        run.failure = None  # the launcher only said that a worker failed; this line says how
     run.fail(status, reason, lineno)
 
 
@@ -112,10 +120,15 @@ def _traceback_line(text: str, lineno: int, run: RunBuilder, state: dict) -> boo
     run.saw(NAME)
     # A chained traceback ends with the exception that ended the run: the last one replaces the
     # earlier ones as long as the failure on record came from a traceback.
-    if run.failure is None or state.get("failure_from_traceback"):
+    # A launcher's own exception (torchrun's ChildFailedError, DeepSpeed launcher's CalledProcessError)
+    # only says that a worker failed: it never replaces the worker's evidence, and later evidence
+    # (torchrun's root cause, e.g. "Signal 9 (SIGKILL) received by PID") replaces it.
+    launcher = any(name in stripped for name in LAUNCHER_EXCEPTIONS)
+    if run.failure is None or (state.get("failure_from_traceback") and not launcher):
         run.failure = None
         run.fail("failed", stripped, lineno)
         state["failure_from_traceback"] = True
+        state["failure_from_launcher"] = launcher
     return True
 
 
