@@ -123,7 +123,7 @@ def corpus_key(sources: list[Path], size_mb: int, files: int) -> dict:
     digest = hashlib.sha256()
     for path in sources:
         digest.update(str(path).encode() + b"\0" + _text_of(path))
-    return {"size_mb": size_mb, "files": files, "sources": digest.hexdigest(), "layout": 1}
+    return {"size_mb": size_mb, "files": files, "sources": digest.hexdigest(), "layout": 2}
 
 
 def build_corpus(size_mb: int, files: int) -> tuple[Path, Path, list[Path]]:
@@ -144,21 +144,29 @@ def build_corpus(size_mb: int, files: int) -> tuple[Path, Path, list[Path]]:
             old.unlink()
     texts = [_text_of(path) for path in sources]
     _repeat_into(single / "big.out", b"".join(texts), size_mb * MIB)
+    # Every small file holds the same mix of logs as the large one (rotated, so each starts with a
+    # different log): repeating only one tiny failure fixture would make a file almost all markers.
     per_file = size_mb * MIB // files
     for index in range(files):
-        source = sources[index % len(sources)]
-        stem = source.name.removesuffix(".gz").rsplit(".", 1)[0]
-        _repeat_into(many / f"r{index:04d}-{stem}.out", texts[index % len(texts)], per_file)
+        turn = index % len(texts)
+        stem = sources[turn].name.removesuffix(".gz").rsplit(".", 1)[0]
+        _repeat_into(many / f"r{index:04d}-{stem}.out", b"".join(texts[turn:] + texts[:turn]), per_file)
     STAMP.write_text(json.dumps(key))
     return single, many, sources
 
 
 def _repeat_into(path: Path, block: bytes, size: int) -> None:
-    """Write whole copies of ``block`` until the file holds at least ``size`` bytes."""
-    copies = max(1, -(-size // len(block)))
+    """Write copies of ``block`` up to about ``size`` bytes, the last one cut at a line end."""
     with open(path, "wb") as out:
-        for _ in range(copies):
-            out.write(block)
+        written = 0
+        while written < size:
+            piece = block[: size - written]
+            if len(piece) < len(block):
+                piece = piece[: piece.rfind(b"\n") + 1]
+                if not piece:
+                    return
+            out.write(piece)
+            written += len(piece)
 
 
 def warm_page_cache(directory: Path) -> None:
