@@ -450,7 +450,6 @@ def _parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.saw(NAME)
     if not tags and _state(run).get("json_path"):
         _read_json_line(run, text, lineno)
-        return
     if "step=" in text and "skipped=" in text:
         _read_step(run, text, lineno)
     if "SamplesPerSec=" in text:
