@@ -92,8 +92,16 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         _fail(run, state, "failed", f"NCCL timeout/error: {text.strip()}", lineno)
     elif "srun: error" in text or "NODE_FAIL" in text:
         _fail(run, state, "failed", text.strip(), lineno)
+    elif "exits with return code" in text:
+        _fail(run, state, "failed", f"worker failed: {text.strip()}", lineno)
     elif _KILLED.search(text):
+        launcher = "Killing subprocess" in text
+        if launcher and state.get("failure_from_launcher"):
+            return  # the launcher killing its other workers, one line each: the first one is kept
         _fail(run, state, "failed", f"killed: {text.strip()}", lineno)
+        if launcher and run.failure is not None and run.failure[2] == lineno:
+            # DeepSpeed's launcher kills the other workers after one failed; a later line says how
+            state["failure_from_launcher"] = True
     elif "Traceback (most recent call last)" in text:
         state.update(in_traceback=True, traceback_start=lineno)
         run.capture(NAME)
@@ -196,6 +204,7 @@ FAMILY = Family(
         "signal 9",
         "SIGKILL",
         "Killing subprocess",
+        "exits with return code",
         "Traceback (most recent call last)",
         "NNODES=",
         "GPUS_PER_NODE=",
