@@ -180,13 +180,9 @@ def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
             "incomplete",
             f"log stops after iteration {run.last_iteration}{of}, with no failure or end message",
             row.get("line"),
-            files_main(result),
+            row.get("source_path") or str(result.files.files[0]),
         )
     return "incomplete", "log stops before any training step, with no failure or end message", None, None
-
-
-def files_main(result: RunResult) -> str:
-    return str(result.files.files[0])
 
 
 def _completion_from_facts(run: RunBuilder) -> tuple[str, int, str] | None:
