@@ -1,0 +1,171 @@
+"""Failure taxonomy end to end: ``logstat parse`` names what ended each failed run and quotes the
+evidence line; ``logstat table`` keeps every such run and marks it; a run that simply stops is
+``incomplete``. The logs are fixtures/failures/ (real torchrun and DeepSpeed launcher output, and
+message texts of NCCL, srun and slurmstepd) and fixtures/slurm/ (the parser helper's failure logs)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from logstat.api import load_runs
+from logstat.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+FAILURES = ROOT / "fixtures" / "failures"
+SLURM = ROOT / "fixtures" / "slurm"
+
+#: file -> (status, start of the reason, a part of the reason, its line, logged iterations); read by
+#: eye from each file (the line number is that of the evidence line in the file).
+EXPECTED = {
+    "torchrun-oom-3001.out": (
+        "failed",
+        "CUDA out of memory: torch.OutOfMemoryError: CUDA out of memory.",
+        "Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.15 GiB",
+        14,
+        2,
+    ),
+    "torchrun-sigkill-3002.out": ("failed", "killed: exitcode  : -9 (pid: 2460)", "(SIGKILL)", 46, 2),
+    "torchrun-traceback-3003.out": (
+        "failed",
+        "ValueError: hidden_size=8192 is not divisible by num_attention_heads=48",
+        "",
+        12,
+        2,
+    ),
+    "deepspeed-launcher-sigkill-3004.out": (
+        "failed",
+        "worker failed: [2026-11-21 22:02:57,388] [ERROR] [launch.py:259:sigkill_handler]",
+        "exits with return code = -9",
+        14,
+        2,
+    ),
+    "nccl-watchdog-torch2-3005.out": (
+        "failed",
+        "NCCL timeout/error: [E1121 22:14:31.392847512 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught "
+        "collective operation timeout",
+        "Timeout(ms)=600000) ran for 600017 milliseconds",
+        3,
+        2,
+    ),
+    "srun-task-killed-3006.out": ("failed", "srun: error: r7i4n2: task 3: Killed", "", 4, 1),
+    "nodefail-slurmstepd-3007.out": (
+        "failed",
+        "node failure: slurmstepd: error: *** JOB 3007 ON r7i4n1 CANCELLED AT 2021-05-26T11:40:13",
+        "DUE TO NODE FAILURE",
+        3,
+        2,
+    ),
+    "oomkill-cgroup2-3008.out": (
+        "failed",
+        "killed: slurmstepd: error: Detected 1 oom_kill event in StepId=3008.batch.",
+        "cgroup out-of-memory handler",
+        2,
+        1,
+    ),
+}
+
+
+def logstat(capsys, *args) -> tuple[int, str, str]:
+    """Run the real console entry point in-process: (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as done:
+        main([*map(str, args)])
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    return done.value.code or 0, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def parsed_failures() -> dict[str, dict]:
+    result = load_runs([FAILURES, SLURM])
+    return {Path(row["path"]).name: row for row in result.runs.iter_rows(named=True)}
+
+
+def test_every_failure_fixture_has_an_expectation():
+    assert sorted(p.name for p in FAILURES.glob("*.out")) == sorted(EXPECTED)
+
+
+def test_parse_json_reports_status_reason_and_evidence_line(capsys):
+    code, out, err = logstat(capsys, "parse", FAILURES, "--format", "json")
+    assert code == 0 and err == ""
+    rows = {Path(row["path"]).name: row for row in json.loads(out)}
+    assert sorted(rows) == sorted(EXPECTED)
+    for name, (status, start, part, line, iterations) in EXPECTED.items():
+        row = rows[name]
+        got = (row["status"], row["reason"][: len(start)], part in row["reason"], row["reason_line"])
+        assert got == (status, start, True, line), name
+        assert row["iterations"] == iterations, name
+        evidence = (FAILURES / name).read_text().splitlines()[line - 1]
+        assert start.split(": ", 1)[-1][:40] in evidence, name
+
+
+def test_parse_table_lists_every_failed_run_with_its_reason(capsys):
+    code, out, err = logstat(capsys, "parse", FAILURES)
+    assert code == 0
+    for name, (status, start, *_rest) in EXPECTED.items():
+        row = next(line for line in out.splitlines() if line.startswith(name))
+        assert row.split()[2] == status
+        reason = next(line for line in out.splitlines() if line.startswith(f"{name}: {status}"))
+        assert start[:60] in reason
+
+
+def test_table_marks_failed_runs_and_drops_none(capsys, parsed_failures):
+    """Every run is a row; its Notes say the status; Throughput is `fail` exactly where no step
+    after warm-up was timed (the seed's perl printed `fail` for such runs)."""
+    code, out, err = logstat(capsys, "table", FAILURES, SLURM)
+    assert code == 0
+    table_rows = [line for line in out.splitlines() if re.match(r"\|\s*[\d ]*\|", line) and ".out" in line]
+    assert len(table_rows) == len(parsed_failures)
+    for name, run in parsed_failures.items():
+        cells = next(row for row in table_rows if f" {name} " in row or f" {name} (" in row)
+        if run["status"] != "ok":
+            assert f"{name} ({run['status']})" in cells
+        timed = run["sec_per_iter"] is not None
+        assert (" fail |" in cells) == (not timed), name
+
+
+def _cut_after_line(path: Path, line: int, tmp_path: Path) -> Path:
+    lines = path.read_bytes().split(b"\n")
+    cut = tmp_path / path.name
+    cut.write_bytes(b"\n".join(lines[:line]) + b"\n")
+    return cut
+
+
+def _ok_runs_with_steps() -> list[tuple[Path, int]]:
+    """(fixture, line of its 2nd logged step) of every bundled run that ended ok after 3+ steps."""
+    result = load_runs([ROOT / "fixtures"])
+    ok = result.runs.filter(result.runs["status"] == "ok", result.runs["iterations"] >= 3)
+    chosen = []
+    for path in ok["path"]:
+        steps = result.iterations.filter(result.iterations["path"] == path).sort("iteration")
+        chosen.append((Path(path), steps["line"][1]))
+    return chosen
+
+
+def test_a_run_that_simply_stops_is_incomplete(tmp_path, generated):
+    """Every bundled run that ended ok, cut after its second logged step (as a job that hangs, or
+    whose node vanished, leaves it): incomplete, its two steps kept, and the reason says so."""
+    runs = _ok_runs_with_steps()
+    assert len(runs) >= 3  # HF Trainer (2) and Megatron-LM fixtures at the time of writing
+    for path, line in runs:
+        cut = _cut_after_line(path, line, tmp_path)
+        result = load_runs([cut])
+        row = result.runs.row(0, named=True)
+        generated["ok runs cut mid-training"] += 1
+        assert (row["status"], row["iterations"]) == ("incomplete", 2), path.name
+        assert "stops" in row["reason"] or "no failure or end message" in row["reason"], path.name
+
+
+def test_an_earlier_failure_is_superseded_by_a_later_end(tmp_path):
+    """A relaunched job: the first attempt's OOM, then a complete run in the same file -> ok, and the
+    reason still mentions the earlier failure (nothing is hidden)."""
+    first = (FAILURES / "torchrun-oom-3001.out").read_text()
+    second = (ROOT / "fixtures" / "megatron" / "megatron_lm_h100-2001.out").read_text()
+    log = tmp_path / "relaunched-4001.out"
+    log.write_text(first + second)
+    row = load_runs([log]).runs.row(0, named=True)
+    assert row["status"] == "ok"
+    assert "after an earlier failure at line 14: CUDA out of memory" in row["reason"]
