@@ -223,3 +223,12 @@ def test_any_line_is_read_without_an_internal_error(text):
     run = feed_lines([text, "***** train metrics *****", text, "TrainingArguments(", text])
     internal = [e for e in run.state.get("parse_errors", []) if "Error:" in e]
     assert internal == []
+
+
+def test_n_gpu_is_the_gpu_count_only_without_distributed_launch():
+    # transformers 4.x printed "_n_gpu=4," first in the dump (sorted); with local_rank=-1 one process drives
+    # all GPUs (DataParallel); a distributed launch (local_rank >= 0) prints _n_gpu=1 per process.
+    single = feed_lines(["TrainingArguments(", "_n_gpu=4,", "local_rank=-1,", ")"])
+    assert single.facts["gpus"] == 4
+    distributed = feed_lines(["TrainingArguments(", "_n_gpu=1,", "local_rank=0,", ")"])
+    assert "gpus" not in distributed.facts
