@@ -64,6 +64,7 @@ _TRAIN_BANNER = re.compile(
     r"(Instantaneous batch size per device|Total train batch size \(w\. parallel, distributed & accumulation\)"
     r"|Gradient Accumulation steps|Total optimization steps|Number of trainable parameters) = ([\d,]+)"
 )
+_TRAIN_OUTPUT = re.compile(r"TrainOutput\(global_step=(\d+),")
 _CONFIG_JSON = re.compile(r'^\s*"(\w+)"\s*:\s*([^,]*?)\s*,?\s*$')
 
 #: a multi-line block (TrainingArguments, model config, metrics) is read at most this many lines.
@@ -395,6 +396,10 @@ def _parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         return
     if "{'" in text:
         _read_dicts(run, text, lineno)
+    train_output = _TRAIN_OUTPUT.search(text)
+    if train_output:  # the value Trainer.train() returns, when a script prints it
+        run.set_fact("final_steps", int(train_output.group(1)), NAME, lineno)
+        run.saw(NAME)
     banner = _TRAIN_BANNER.search(text)
     if banner:
         _read_banner(run, banner.group(1), int(banner.group(2).replace(",", "")), lineno)
@@ -446,6 +451,7 @@ FAMILY = Family(
         "Gradient Accumulation steps",
         "Total optimization steps",
         "Number of trainable parameters",
+        "TrainOutput(global_step=",
     ),
     parse_line=parse_line,
     evidence=evidence,

@@ -232,3 +232,23 @@ def test_n_gpu_is_the_gpu_count_only_without_distributed_launch():
     assert single.facts["gpus"] == 4
     distributed = feed_lines(["TrainingArguments(", "_n_gpu=1,", "local_rank=0,", ")"])
     assert "gpus" not in distributed.facts
+
+
+def test_train_output_gives_the_final_step_and_full_precision_metrics():
+    # repr of transformers.trainer_utils.TrainOutput as scripts print trainer.train()'s result (made with the
+    # installed transformers: TrainOutput(global_step=6, training_loss=..., metrics={...}))
+    line = (
+        "TrainOutput(global_step=6, training_loss=4.710400899251302, metrics={'train_runtime': 11.2281, "
+        "'train_samples_per_second': 4.276, 'train_steps_per_second': 0.534, 'total_flos': 313344.0, "
+        "'train_loss': 4.710400899251302, 'epoch': 0.75})"
+    )
+    run = feed_lines(
+        ["{'train_runtime': '11.23', 'train_samples_per_second': '4.276', 'epoch': '0.75'}", line]
+    )
+    assert run.facts["final_steps"] == 6
+    assert run.facts["final_train_runtime_s"] == 11.2281  # 6 digits beat the dict's '11.23'
+    assert run.provenance["final_train_runtime_s"] == "hf-trainer:2"
+    assert (
+        run.facts["final_samples_per_sec"] == 4.276
+        and run.provenance["final_samples_per_sec"] == "hf-trainer:1"
+    )
