@@ -208,7 +208,7 @@ def _finish_precision(run: RunBuilder, lineno: int) -> None:
 def _read_world_size(run: RunBuilder, value: str, lineno: int) -> None:
     try:
         world = int(value.split()[0])
-    except (ValueError, IndexError):
+    except (ValueError, IndexError, OverflowError):
         return
     _set(run, "dp", world, lineno)
     model_parallel = any((run.facts.get(k) or 1) > 1 for k in ("tp", "pp")) or "megatron" in run.families_seen
@@ -247,7 +247,7 @@ def _read_print_record(run: RunBuilder, record: str, lineno: int) -> None:
         fact, convert = _DUMP_FACTS[name]
         try:
             _set(run, fact, convert(float(value.split()[0])), lineno)
-        except (ValueError, IndexError):
+        except (ValueError, IndexError, OverflowError):
             return
     elif name == "world_size":
         _read_world_size(run, value, lineno)
@@ -310,7 +310,7 @@ def _set_number(run: RunBuilder, name: str, text: str, lineno: int) -> None:
     """An integer fact printed as ``8``, ``8.0`` or ``8.000000e+00`` (DeepSpeed's JSON encoder); "auto" is skipped."""
     try:
         _set(run, name, int(float(text.strip().rstrip(","))), lineno)
-    except ValueError:
+    except (ValueError, OverflowError):
         return
 
 

@@ -192,6 +192,8 @@ def test_pipeline_engine_steps_line():
         "[INFO] [config.py:752:print]",
         "[INFO] [config.py:752:print]   train_batch_size ............. lots",
         "[INFO] [config.py:752:print]   world_size ................... ",
+        "[INFO] [config.py:752:print]   train_batch_size ............. 1e400",
+        "[INFO] [config.py:752:print]   world_size ................... inf",
         "epoch=0/micro_step=8/global_step=4, RunningAvgSamplesPerSec=1821.75, CurrSamplesPerS",
         "[Rank 0] step=, skipped=0, lr=[]",
         '    "device": "cpu", ',
