@@ -81,6 +81,8 @@ def _update(path: Path, *, dry_run: bool, checkpointing: bool) -> None:
     if not path.is_file():
         raise LogstatError(f"logstat table --update: {path}: no such file")
     result = update_tflops_file(path, checkpointing=checkpointing, dry_run=dry_run)
+    if result.tables == 0:
+        raise LogstatError(f"{path}: no table with GPUs, Size, Glob-BS, Throughput and TFlops columns")
     for line in format_skipped(result, name=str(path)):
         click.echo(line, err=True)
     for line in format_report(result, name=str(path)):
@@ -91,5 +93,3 @@ def _update(path: Path, *, dry_run: bool, checkpointing: bool) -> None:
         f"left alone {len(result.skipped)} unreadable",
         err=True,
     )
-    if result.tables == 0:
-        raise LogstatError(f"{path}: no table with GPUs, Size, Glob-BS, Throughput and TFlops columns")
