@@ -1,0 +1,195 @@
+"""Every user error of every command registered in ``logstat.cli.COMMANDS`` is one line on stderr
+starting with ``Error:``, nothing on stdout, a non-zero exit and no traceback; ``--debug`` shows
+the traceback. A user error is never reported as an internal exception ("run with --debug")."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from logstat.cli import COMMANDS, main
+
+ROOT = Path(__file__).resolve().parents[2]
+LOG = ROOT / "fixtures" / "slurm" / "timelimit-1003.out"
+LOGSTAT = Path(sys.executable).with_name("logstat")
+SPEC = "gpt2-52b-megatron-ds"
+INTERNAL = "run with --debug for the traceback"
+
+#: id -> (arguments, a part the one-line message must hold). ``{tmp}`` is a fresh directory holding
+#: ``existing.csv`` (a file), ``empty/`` (a directory without logs), ``fifo.out`` (a named pipe),
+#: ``notes.md`` (markdown without tables) and ``bad.toml`` (not TOML).
+CASES: dict[str, tuple[list[str], str]] = {
+    "parse-missing-path": (["parse", "{tmp}/nope.out"], "nope.out"),
+    "parse-missing-dir": (["parse", "{tmp}/nodir/"], "nodir"),
+    "parse-path-through-a-file": (["parse", f"{LOG}/x.out"], "x.out"),
+    "parse-fifo": (["parse", "{tmp}/fifo.out"], "fifo.out"),
+    "parse-unknown-format": (["parse", str(LOG), "--format", "xml"], "xml"),
+    "parse-unknown-family": (["parse", str(LOG), "--family", "nanogpt2"], "nanogpt2"),
+    "parse-bad-option": (["parse", str(LOG), "--bogus"], "--bogus"),
+    "parse-no-paths": (["parse"], "PATHS"),
+    "parse-negative-warmup": (["parse", str(LOG), "--warmup", "-1"], "warmup"),
+    "parse-warmup-not-a-number": (["parse", str(LOG), "--warmup", "x"], "warmup"),
+    "parse-output-exists": (
+        ["parse", str(LOG), "-o", "{tmp}/existing.csv", "--format", "csv"],
+        "existing.csv",
+    ),
+    "parse-dir-without-logs": (["parse", "{tmp}/empty"], "empty"),
+    "table-missing-path": (["table", "{tmp}/nope"], "nope"),
+    "table-unknown-column": (["table", str(LOG), "--columns", "GPUs,Bogus"], "Bogus"),
+    "table-unknown-family": (["table", str(LOG), "--family", "nanogpt2"], "nanogpt2"),
+    "table-update-missing": (["table", "--update", "{tmp}/nope.md"], "nope.md"),
+    "table-update-and-paths": (["table", str(LOG), "--update", "{tmp}/notes.md"], "not both"),
+    "table-update-without-tables": (["table", "--update", "{tmp}/notes.md"], "notes.md"),
+    "table-dry-run-alone": (["table", str(LOG), "--dry-run"], "--update"),
+    "table-bad-option": (["table", "--bogus"], "--bogus"),
+    "plot-missing-path": (["plot", "{tmp}/nope", "--out", "{tmp}/plots"], "nope"),
+    "plot-without-out": (["plot", str(LOG)], "--out"),
+    "plot-unknown-format": (["plot", str(LOG), "--out", "{tmp}/plots", "--format", "gif"], "gif"),
+    "plot-out-is-a-file": (["plot", str(LOG), "--out", "{tmp}/existing.csv"], "existing.csv"),
+    "estimate-without-gpus": (["estimate", "--model", "52B"], "--gpus"),
+    "estimate-unknown-preset": (["estimate", "--model", "53B", "--gpus", "64"], "53B"),
+    "estimate-zero-stage-5": (["estimate", "--model", "52B", "--gpus", "64", "--zero", "5"], "--zero"),
+    "estimate-tp-not-dividing": (["estimate", "--model", "52B", "--gpus", "64", "--tp", "3"], "3"),
+    "estimate-no-shape": (["estimate", "--gpus", "64"], "--model"),
+    "estimate-model-and-shape": (
+        ["estimate", "--model", "52B", "--hidden", "1024", "--gpus", "8"],
+        "--model",
+    ),
+    "run-missing-spec": (["run", "{tmp}/nope.toml", "--dry-run"], "nope"),
+    "run-spec-not-toml": (["run", "{tmp}/bad.toml", "--dry-run"], "bad.toml"),
+    "run-pp-not-dividing-layers": (["run", SPEC, "--set", "parallel.pp=7", "--dry-run"], "7"),
+    "run-unknown-field": (["run", SPEC, "--set", "parallel.bogus=1", "--dry-run"], "bogus"),
+    "run-set-without-value": (["run", SPEC, "--set", "nonsense", "--dry-run"], "nonsense"),
+    "run-unknown-backend": (["run", SPEC, "--backend", "k8s"], "k8s"),
+    "status-missing-dir": (["status", "{tmp}/nope"], "nope"),
+    "status-not-a-run-dir": (["status", "{tmp}/empty"], "empty"),
+    "cancel-missing-dir": (["cancel", "{tmp}/nope"], "nope"),
+    "cancel-not-a-run-dir": (["cancel", "{tmp}/empty"], "empty"),
+    "unknown-command": (["frobnicate"], "frobnicate"),
+}
+
+
+def logstat(capsys, *args: str) -> tuple[int, str, str]:
+    """The real console entry point, in-process: (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as done:
+        main(list(args))
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    return done.value.code or 0, out.out, out.err
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch) -> Path:
+    """A fresh current directory with the inputs the cases name (runs/ would be made here)."""
+    (tmp_path / "existing.csv").write_text("mine\n")
+    (tmp_path / "empty").mkdir()
+    os.mkfifo(tmp_path / "fifo.out")
+    (tmp_path / "notes.md").write_text("# Notes\n\nNo table here.\n")
+    (tmp_path / "bad.toml").write_text("[model\nhidden = \n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _args(case: str, tmp: Path) -> list[str]:
+    return [arg.replace("{tmp}", str(tmp)) for arg in CASES[case][0]]
+
+
+def test_every_registered_command_has_error_cases():
+    covered = {args[0] for args, _ in CASES.values()}
+    assert set(COMMANDS) <= covered
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_user_error_is_one_line_on_stderr(case, workdir, capsys):
+    code, out, err = logstat(capsys, *_args(case, workdir))
+    lines = err.strip().splitlines()
+    assert code != 0
+    assert out == ""
+    assert len(lines) == 1, err
+    assert lines[0].startswith("Error: "), err
+    assert CASES[case][1] in lines[0], err
+    assert INTERNAL not in err and "Traceback" not in err
+
+
+def test_refusals_create_nothing(workdir, capsys):
+    """A refused spec makes no run directory; an --output that exists keeps its bytes."""
+    for case in (
+        "run-pp-not-dividing-layers",
+        "run-unknown-field",
+        "run-spec-not-toml",
+        "parse-output-exists",
+    ):
+        logstat(capsys, *_args(case, workdir))
+    assert not (workdir / "runs").exists()
+    assert (workdir / "existing.csv").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("case", ["parse-missing-path", "table-update-missing", "run-unknown-field"])
+def test_debug_raises_the_error_itself(case, workdir, capsys):
+    """With --debug the library's exception propagates (the console then prints its traceback)."""
+    from logstat.errors import LogstatError
+
+    with pytest.raises(LogstatError):
+        main(["--debug", *_args(case, workdir)])
+
+
+def test_debug_shows_the_traceback_of_the_real_console_script(tmp_path):
+    plain = subprocess.run([LOGSTAT, "parse", tmp_path / "nope.out"], capture_output=True, text=True)
+    debug = subprocess.run(
+        [LOGSTAT, "--debug", "parse", tmp_path / "nope.out"], capture_output=True, text=True
+    )
+    assert plain.returncode == 1 and plain.stderr.count("\n") == 1 and "Traceback" not in plain.stderr
+    assert debug.returncode == 1
+    assert "Traceback (most recent call last)" in debug.stderr
+    assert "LogstatError" in debug.stderr and "nope.out" in debug.stderr
+
+
+def _without_dac_override() -> list[str] | None:
+    """setpriv prefix that takes root's permission to read any file (None when unavailable)."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or os.geteuid() != 0:
+        return None
+    prefix = [setpriv, "--bounding-set=-dac_override,-dac_read_search"]
+    probe = subprocess.run([*prefix, "true"], capture_output=True)
+    return prefix if probe.returncode == 0 else None
+
+
+@pytest.mark.parametrize("command", ["parse", "table", "plot"])
+def test_unreadable_file_named_on_the_command_line(command, tmp_path):
+    """A log the user cannot read (mode 000; as root, with the capability to ignore modes dropped)."""
+    prefix = _without_dac_override()
+    if prefix is None:
+        pytest.skip("needs root and setpriv to make a file unreadable for root")
+    secret = tmp_path / "secret-1.out"
+    secret.write_bytes(LOG.read_bytes())
+    secret.chmod(0)
+    extra = ["--out", str(tmp_path / "plots")] if command == "plot" else []
+    done = subprocess.run([*prefix, LOGSTAT, command, secret, *extra], capture_output=True, text=True)
+    assert done.returncode != 0 and done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("Error: ") and "secret-1.out" in done.stderr
+
+
+def test_unreadable_file_in_a_directory_is_a_row_not_a_loss(tmp_path):
+    """Inside a directory an unreadable log is a row (status unreadable, reason says why) and the
+    other logs are still read; the problem is also said on stderr."""
+    prefix = _without_dac_override()
+    if prefix is None:
+        pytest.skip("needs root and setpriv to make a file unreadable for root")
+    (tmp_path / "timelimit-1003.out").write_bytes(LOG.read_bytes())
+    secret = tmp_path / "secret-1.out"
+    secret.write_bytes(LOG.read_bytes())
+    secret.chmod(0)
+    done = subprocess.run(
+        [*prefix, LOGSTAT, "parse", tmp_path, "--format", "csv"], capture_output=True, text=True
+    )
+    assert done.returncode == 0
+    rows = {line.split(",")[0].rsplit("/", 1)[-1]: line for line in done.stdout.splitlines()[1:]}
+    assert ",unreadable," in rows["secret-1.out"] and "Permission denied" in rows["secret-1.out"]
+    assert ",failed," in rows["timelimit-1003.out"]
+    assert "secret-1.out" in done.stderr
