@@ -81,6 +81,12 @@ _ARGS_INT_FACTS = {
     "per_device_train_batch_size": "micro_batch_size",
     "gradient_accumulation_steps": "gas",
 }
+#: command-line flags that are run facts (integers).
+_FLAG_INT_FACTS = {
+    "per_device_train_batch_size": "micro_batch_size",
+    "gradient_accumulation_steps": "gas",
+    "max_steps": "train_iters",
+}
 #: model-config keys (GPT-2 names and the generic ones) -> fact.
 _SHAPE_KEYS = {
     "n_embd": "hidden_size",
@@ -344,7 +350,8 @@ def _read_overrides(run: RunBuilder, overrides: str, lineno: int) -> None:
 
 
 def _read_command_line(run: RunBuilder, text: str, lineno: int) -> None:
-    """The echoed launch command: ``--config_overrides``, ``--per_device_train_batch_size 8``, ``--block_size``."""
+    """The echoed launch command (``set -x``): ``--config_overrides``, ``--block_size``, the batch flags,
+    ``--fp16``/``--bf16``, ``--gradient_checkpointing``, ``--max_steps``, ``--logging_steps``."""
     try:
         words = shlex.split(text, posix=True)
     except ValueError:
@@ -361,10 +368,28 @@ def _read_command_line(run: RunBuilder, text: str, lineno: int) -> None:
     if isinstance(block_size, int) and block_size > 0:
         run.set_fact("seq_len", block_size, NAME, lineno)
         _state(run)["block_size_line"] = lineno
-    micro = grammar.literal(flags.get("per_device_train_batch_size", ""))
-    if isinstance(micro, int) and micro > 0:
-        run.set_fact("micro_batch_size", micro, NAME, lineno)
+    for flag, fact in _FLAG_INT_FACTS.items():
+        value = grammar.literal(flags.get(flag, ""))
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            run.set_fact(fact, value, NAME, lineno)
+    for flag in ("fp16", "bf16"):
+        if _switch_on(flags, flag):
+            run.set_fact("precision", flag, NAME, lineno)
+    if _switch_on(flags, "gradient_checkpointing"):
+        run.set_fact("activation_checkpointing", True, NAME, lineno)
+    args = _state(run)["args"]
+    logging_steps = grammar.literal(flags.get("logging_steps", ""))
+    if isinstance(logging_steps, int | float) and not isinstance(logging_steps, bool):
+        args.setdefault(
+            "logging_steps", logging_steps
+        )  # a TrainingArguments dump, when printed, says the same
+        args.setdefault("logging_first_step", _switch_on(flags, "logging_first_step"))
     run.saw(NAME)
+
+
+def _switch_on(flags: dict[str, str], name: str) -> bool:
+    """HfArgumentParser booleans: a bare ``--fp16`` or ``--fp16 true``."""
+    return name in flags and flags[name].lower() in ("", "true", "1", "yes")
 
 
 # --- entry point ---------------------------------------------------------------------------------

@@ -198,6 +198,21 @@ def test_command_line_flags_and_block_size():
     assert (run.facts["hidden_size"], run.facts["num_layers"], run.facts["num_heads"]) == (8192, 64, 32)
     assert run.facts["seq_len"] == 1024  # --block_size is what is trained on; n_positions only the maximum
     assert run.facts["micro_batch_size"] == 8
+    assert "precision" not in run.facts and "train_iters" not in run.facts
+
+
+def test_command_line_switches_and_logging_steps_map_later_dicts():
+    run = feed_lines(
+        [
+            "+ deepspeed run_clm.py --fp16 --gradient_checkpointing --max_steps 20 --logging_steps 10 "
+            "--gradient_accumulation_steps 4 --per_device_train_batch_size 2 --output_dir out",
+            "{'loss': 9.1, 'learning_rate': 5e-05, 'epoch': 0.01}",
+            "{'loss': 8.7, 'learning_rate': 5e-05, 'epoch': 0.02}",
+        ]
+    )
+    assert run.facts["precision"] == "fp16" and run.facts["activation_checkpointing"] is True
+    assert (run.facts["train_iters"], run.facts["gas"], run.facts["micro_batch_size"]) == (20, 4, 2)
+    assert sorted(run.iterations) == [10, 20]
 
 
 @pytest.mark.parametrize(
