@@ -9,11 +9,13 @@ limits to whole minutes and checks them about every 30 s), so its ~90 s overlap 
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 
@@ -207,7 +209,8 @@ def test_cancelled_job_ends_cancelled_and_parses_as_cancelled(runs_root: Path) -
     parsed = load_runs([run.run_dir])
     row = parsed.runs.row(0, named=True)
     assert (row["job_id"], row["status"]) == (job_id, "cancelled")
-    assert row["reason_line"] == line_number_of(log_path, f"*** JOB {job_id} ON ")
+    # slurmstepd writes a JOB and a STEP line (in either order): the first one is the evidence.
+    assert row["reason_line"] == line_number_of(log_path, " CANCELLED AT ")
     after = subprocess.run([LOGSTAT, "status", "--json", str(run.run_dir)], capture_output=True, text=True)
     assert json.loads(after.stdout)["state"] == "CANCELLED"
 
@@ -222,10 +225,67 @@ def test_job_past_its_time_limit_ends_failed_with_reason_time_limit(time_limited
 
     assert (info.state, info.reason, info.exit_code) == ("TIMEOUT", "TimeLimit", 128 + 15)
     assert 55 < took_s < 150  # a 1-minute limit, checked about every 30 s
-    cancelled_line = line_number_of(log_path, f"*** JOB {job_id} ON ")
-    assert "DUE TO TIME LIMIT" in log_path.read_text().splitlines()[cancelled_line - 1]
+    cancelled_line = line_number_of(log_path, " DUE TO TIME LIMIT ***")
+    job_line = next(line for line in log_path.read_text().splitlines() if f"*** JOB {job_id} ON " in line)
+    assert job_line.endswith(" DUE TO TIME LIMIT ***")
     parsed = load_runs([run.run_dir])
     row = parsed.runs.row(0, named=True)
     assert (row["job_id"], row["status"]) == (job_id, "failed")
     assert "time limit" in row["reason"].lower()
     assert row["reason_line"] == cancelled_line
+
+    # `logstat status` with no RUN_DIR lists every submitted run under the root, this one included.
+    listed = subprocess.run(
+        [LOGSTAT, "status", "--json", "--runs-root", str(run.run_dir.parent.parent)],
+        capture_output=True,
+        text=True,
+    )
+    states = {json.loads(line)["job_id"]: json.loads(line)["state"] for line in listed.stdout.splitlines()}
+    assert states[job_id] == "TIMEOUT"
+
+
+@pytest.mark.slurm
+def test_status_falls_back_to_the_manifest_once_slurm_forgot_the_job(tmp_path: Path) -> None:
+    # Job 999999 was never seen by this cluster: as after MinJobAge, Slurm no longer knows it.
+    manifest = {
+        "slurm_job_id": "999999",
+        "slurm_state": "TIMEOUT",
+        "exit_code": 143,
+        "slurm_reason": "TimeLimit",
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    status = slurm.run_status(tmp_path)
+    assert (status.state, status.source, status.exit_code, status.reason) == (
+        "TIMEOUT",
+        "manifest",
+        143,
+        "TimeLimit",
+    )
+
+
+@pytest.mark.slurm
+def test_progress_line_is_redrawn_in_place_on_a_terminal(tmp_path: Path, monkeypatch) -> None:
+    script = tmp_path / "short.sbatch"
+    script.write_text(f"#!/bin/bash\n#SBATCH --output={tmp_path}/short-%j.out\necho started\nsleep 3\n")
+    job_id = subprocess.run(
+        ["sbatch", "--parsable", str(script)], capture_output=True, text=True
+    ).stdout.strip()
+    controller, terminal = os.openpty()
+    with open(terminal, "w") as tty:
+        monkeypatch.setattr(sys, "stderr", tty)
+        plain: list[str] = []
+        info = slurm.follow(
+            job_id, log_path=tmp_path / f"short-{job_id}.out", echo=plain.append, poll_interval_s=0.5
+        )
+    os.set_blocking(controller, False)
+    chunks = []
+    with suppress(OSError):  # EAGAIN: all read; EIO: the terminal side is closed and drained
+        while chunk := os.read(controller, 4096):
+            chunks.append(chunk)
+    os.close(controller)
+    shown = b"".join(chunks).decode()
+
+    assert info.state == "COMPLETED" and plain == []  # on a terminal nothing goes through plain lines
+    assert f"\r\x1b[Kjob {job_id} RUNNING 0:0" in shown
+    assert "| started" in shown  # the log's last line rides along
+    assert shown.endswith("\r\n")  # the line is closed when the job ends (the tty maps \n to \r\n)

@@ -87,3 +87,12 @@ def test_hand_written_sbatch_script_runs_on_the_cluster(slurm_cluster, tmp_path:
     assert state == "COMPLETED"
     assert "ExitCode=0:0" in shown
     assert (tmp_path / f"hello-{job_id}.out").read_text() == f"rank=0 master={slurm_cluster.node}\n"
+
+
+def test_missing_programs_without_apt_get_is_a_skip_reason_not_a_crash(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty PATH: no Slurm, no apt-get
+    assert sc.missing_programs() == list(sc.REQUIRED_PROGRAMS)
+    with pytest.raises(
+        sc.ClusterUnavailable, match=r"Slurm programs missing \(munged, mungekey, .*\) and no apt-get"
+    ):
+        sc.ensure_packages()
