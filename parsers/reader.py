@@ -8,7 +8,7 @@ in the other end up in one row. Every other log file is a run of its own.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,7 +84,7 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
     run = RunBuilder(path=files.key)
     result = RunResult(run=run, files=files)
     needles = marker_needles([m for family in active for m in family.markers])
-    by_marker = [(family, tuple(family.markers)) for family in active]
+    by_marker = [(family, _marker_search(family.markers)) for family in active]
     for path in files.files:
         run.current_file = str(path)
         report = SourceReport(path=str(path))
@@ -92,8 +92,8 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
         try:
             for lineno, text in marked_lines(path, needles, lambda: bool(run.capturing), report):
                 for record in records(text):
-                    for family, markers in by_marker:
-                        if family.name in run.capturing or any(m in record for m in markers):
+                    for family, has_marker in by_marker:
+                        if family.name in run.capturing or has_marker(record):
                             _safe_parse(family, record, lineno, run)
         except OSError as exc:
             report.problem = f"cannot read: {exc.strerror or exc}"
@@ -130,6 +130,14 @@ def derive_facts(run: RunBuilder) -> None:
         per_step = facts["micro_batch_size"] * facts["dp"]
         if facts["global_batch_size"] % per_step == 0:
             run.set_fact("gas", facts["global_batch_size"] // per_step, "derived", 0)
+
+
+def _marker_search(markers: tuple[str, ...]) -> Callable[[str], object]:
+    """Whether a record holds one of ``markers``: one compiled alternation of the literals, about twice
+    as fast as ``any(m in record ...)`` for the families with many markers (same answer: literals only)."""
+    if not markers:
+        return lambda record: False
+    return re.compile("|".join(re.escape(marker) for marker in markers)).search
 
 
 def _safe_parse(family: Family, record: str, lineno: int, run: RunBuilder) -> None:
