@@ -97,17 +97,26 @@ ARG_FACTS: dict[str, str] = {
 }
 
 
+#: lines that only come after the arguments dump: one of them ends a dump that lost its end line.
+AFTER_ARGUMENTS = ("elapsed time per iteration", "time (ms)", "memory (MB)", "after training is done")
+
+
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Read one Megatron line into ``run``; lines it does not know are ignored."""
     state = run.state.setdefault(NAME, {})
     if state.get("in_args"):
         if "end of arguments" in text:
             _end_arguments(state, lineno, run)
-        else:
-            record = dotted(text)
-            if record is not None:
-                state["args"][record[0]] = (literal(record[1]), lineno)
-        return
+            return
+        record = dotted(text)
+        if record is not None:
+            state["args"][record[0]] = (literal(record[1]), lineno)
+            return
+        if not any(marker in text for marker in AFTER_ARGUMENTS):
+            return
+        # The dump lost its end line (cut by a relaunch, or glued into another rank's output):
+        # it ended before this training line, which is read as usual.
+        _end_arguments(state, lineno, run)
     if " arguments --" in text and "end of arguments" not in text:
         state.update(in_args=True, args={})
         run.capture(NAME)
