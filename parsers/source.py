@@ -1,8 +1,8 @@
 """Raw log bytes -> numbered lines, streamed: plain or gzip files, launcher prefixes stripped.
 
 The hot path never decodes a line that carries no marker: each chunk of bytes (about 1 MiB) is
-searched for every family's markers with ``bytes.find``, and only the lines holding a match are cut
-out, decoded and handed on. A family that has a multi-line block open (an arguments dump,
+searched for every family's markers at once (polars' Aho-Corasick ``contains_any``), and only the lines
+holding a match are cut out, decoded and handed on. A family that has a multi-line block open (an arguments dump,
 a traceback) asks for every line for a while; then the chunk is walked line by line.
 """
 
@@ -13,7 +13,10 @@ import re
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+
+import polars as pl
 
 CHUNK_BYTES = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
@@ -127,19 +130,20 @@ def is_binary(head: bytes) -> bool:
 def candidate_starts(chunk: bytes, needles: tuple[bytes, ...]) -> list[int]:
     """Sorted start offsets of the lines of ``chunk`` holding any of ``needles``.
 
-    One ``bytes.find`` pass per needle (memchr speed) instead of one regex alternation: a regex
-    of many literals tries every alternative at every byte, which is ~20x slower on big logs.
+    polars' ``contains_any`` (Aho-Corasick, all needles in one pass) over the chunk's lines: ~3x
+    faster than one ``bytes.find`` pass per needle with dozens of markers, and much faster than one
+    regex alternation. Latin-1 gives one character per byte, so character offsets are byte offsets
+    and the (ASCII) needles match exactly where they match the bytes.
     """
-    starts: set[int] = set()
-    for needle in needles:
-        at = chunk.find(needle)
-        while at >= 0:
-            starts.add(chunk.rfind(b"\n", 0, at) + 1)
-            line_end = chunk.find(b"\n", at)
-            if line_end < 0:
-                break
-            at = chunk.find(needle, line_end + 1)
-    return sorted(starts)
+    lines = pl.Series(chunk.decode("latin-1").split("\n"), dtype=pl.String)
+    lengths = lines.str.len_chars() + 1
+    starts = lengths.cum_sum() - lengths
+    return starts.filter(lines.str.contains_any(_needle_texts(needles))).to_list()
+
+
+@cache
+def _needle_texts(needles: tuple[bytes, ...]) -> list[str]:
+    return [needle.decode("latin-1") for needle in needles]
 
 
 def marked_lines(
