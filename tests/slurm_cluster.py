@@ -406,13 +406,45 @@ def session_cluster() -> Iterator[Cluster]:
     if existing is not None:
         yield existing
         return
+    stop_abandoned()
     directory = Path(tempfile.mkdtemp(prefix=f"{MARKER}-"))
+    _owner_file(directory).write_text(json.dumps(_process_identity(os.getpid())))
     try:
         cluster = start(directory)
         yield cluster
     finally:
         stop(directory)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def stop_abandoned() -> list[str]:
+    """Stop the clusters of earlier test sessions that died without stopping them (killed with -9);
+    a session still running (its owner process alive) is left alone."""
+    stopped = []
+    for directory in sorted(Path(tempfile.gettempdir()).glob(f"{MARKER}-*")):
+        try:
+            owner = json.loads(_owner_file(directory).read_text())
+        except (OSError, ValueError):
+            continue  # not a session directory of this module (or being created right now)
+        if _process_identity(owner.get("pid", -1)) == owner:
+            continue
+        stopped += stop(directory)
+        shutil.rmtree(directory, ignore_errors=True)
+    return stopped
+
+
+def _owner_file(directory: Path) -> Path:
+    return directory / "owner.json"
+
+
+def _process_identity(pid: int) -> dict[str, int]:
+    """PID and start time (clock ticks since boot): together they name one process, even after PID reuse."""
+    try:
+        # Field 22 of /proc/PID/stat, counted after the parenthesised command name (which may hold spaces).
+        start_ticks = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
+    except (OSError, ValueError, IndexError):
+        start_ticks = -1
+    return {"pid": pid, "start_ticks": start_ticks}
 
 
 def _status(directory: Path) -> int:

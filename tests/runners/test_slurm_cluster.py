@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -96,3 +98,39 @@ def test_missing_programs_without_apt_get_is_a_skip_reason_not_a_crash(tmp_path:
         sc.ClusterUnavailable, match=r"Slurm programs missing \(munged, mungekey, .*\) and no apt-get"
     ):
         sc.ensure_packages()
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_session_killed_with_sigkill_has_its_daemons_stopped_by_the_next(slurm_cluster) -> None:
+    # A second cluster beside this session's one, owned by a process that dies without cleaning up.
+    child_code = (
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(Path(sc.__file__).parent)!r})\n"
+        "import slurm_cluster\n"
+        "with slurm_cluster.session_cluster() as cluster:\n"
+        "    print(cluster.directory, flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", child_code], stdout=subprocess.PIPE, text=True)
+    directory = Path(child.stdout.readline().strip())
+    daemons = sc._daemons_in(directory)
+    assert sorted(daemons) == sorted(sc.DAEMON_ORDER)
+    assert (
+        subprocess.run(
+            ["sinfo", "-h", "-o", "%T"],
+            env={**os.environ, "SLURM_CONF": str(directory / "slurm.conf")},
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        == "idle"
+    )
+    child.kill()
+    child.wait()
+    child.stdout.close()
+
+    stopped = sc.stop_abandoned()
+
+    assert sorted(stopped) == sorted(f"{name} (pid {pid})" for name, pid in daemons.items())
+    assert not directory.exists()
+    assert sc.running(slurm_cluster.directory) is not None  # this session's cluster (owner alive) untouched
