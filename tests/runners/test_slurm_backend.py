@@ -244,6 +244,7 @@ def test_job_past_its_time_limit_ends_failed_with_reason_time_limit(time_limited
     assert states[job_id] == "TIMEOUT"
 
 
+@pytest.mark.slow
 @pytest.mark.slurm
 def test_status_falls_back_to_the_manifest_once_slurm_forgot_the_job(tmp_path: Path) -> None:
     # Job 999999 was never seen by this cluster: as after MinJobAge, Slurm no longer knows it.
@@ -263,6 +264,7 @@ def test_status_falls_back_to_the_manifest_once_slurm_forgot_the_job(tmp_path: P
     )
 
 
+@pytest.mark.slow
 @pytest.mark.slurm
 def test_progress_line_is_redrawn_in_place_on_a_terminal(tmp_path: Path, monkeypatch) -> None:
     script = tmp_path / "short.sbatch"
