@@ -32,6 +32,8 @@ _LEADING_PREFIX = re.compile(
 )
 # Bracketed tags are unambiguous, so a line holding several of them is several ranks' records glued.
 _GLUED_TAG = re.compile(r"(?<=\S)(?=" + _BRACKET_TAG + ")")
+# Colour and cursor codes (ANSI CSI sequences) that coloured loggers and progress bars write.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 @dataclass
@@ -55,9 +57,11 @@ def strip_prefixes(text: str) -> str:
 def records(text: str) -> list[str]:
     """Split one physical line into the records of the ranks glued in it, prefixes stripped.
 
-    Carriage returns (progress bars) separate records too.
+    Carriage returns (progress bars) separate records too; ANSI colour codes are dropped.
     """
     out: list[str] = []
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
     for piece in text.split("\r"):
         for record in _GLUED_TAG.split(piece) if "]:" in piece else (piece,):
             record = strip_prefixes(record).rstrip("\n")
