@@ -97,7 +97,10 @@ def _tqdm(log: bytes) -> bytes:
 
 
 def _invalid_utf8(log: bytes) -> bytes:
-    return b"\n".join(b"\xff\xfe\xc3" + line + b"\xed\xa0\x80" for line in log.split(b"\n"))
+    """A line of bytes that are not UTF-8 (a Latin-1 path, a cut multi-byte character, a surrogate)
+    after every line."""
+    bad = "Données écrites dans /gpfs/é".encode("latin-1") + b" \xe2\x82 \xed\xa0\x80 \xff\xfe"
+    return b"\n".join(line + b"\n" + bad for line in log.split(b"\n"))
 
 
 def _nul_padding(log: bytes) -> bytes:
@@ -119,6 +122,11 @@ def _glued_ranks(log: bytes) -> bytes:
     return b"".join(b"[default%d]:" % (n % 4) + line for n, line in enumerate(log.split(b"\n")))
 
 
+def _dump_end_lost(log: bytes) -> bytes:
+    """The arguments dump without its end line (cut by a relaunch, or glued into another rank's line)."""
+    return b"\n".join(line for line in log.split(b"\n") if b"end of arguments" not in line)
+
+
 DAMAGES = {
     "crlf": _crlf,
     "ansi-colours": _ansi,
@@ -128,6 +136,7 @@ DAMAGES = {
     "nul-block-inside": _nul_inside,
     "srun-labels": _srun_labels,
     "glued-ranks": _glued_ranks,
+    "arguments-dump-end-lost": _dump_end_lost,
 }
 
 
@@ -136,7 +145,7 @@ def test_damaged_real_log_keeps_every_iteration(damage, generated):
     generated["damaged real logs (fixed damages)"] += 1
     row, result = parse_bytes(DAMAGES[damage](real_log()))
     assert elapsed_by_step(result) == ELAPSED_MS
-    assert row["gpus"] == GPUS
+    assert (row["gpus"], row["hidden_size"], row["num_layers"]) == (GPUS, 8192, 64)
     assert row["sec_per_iter"] == pytest.approx((129028.8 + 128891.5) / 2 / 1000)
 
 
