@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 from logstat.runners.entrypoints.data import RandomTokens
+from logstat.runners.entrypoints.distributed import finish
 from logstat.runners.entrypoints.model import GPT2Shape, build_gpt2, parameter_count
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 from torch.nn.parallel import DistributedDataParallel
@@ -365,8 +366,7 @@ def run(config: DDPRunConfig) -> None:
             log(_interval_line(config, interval, iteration=iteration, global_batch=per_step))
             interval = []
     log(powersgd_evidence(ddp_model, state))
-    dist.barrier()
-    dist.destroy_process_group()
+    finish(backend)
 
 
 def _interval_line(

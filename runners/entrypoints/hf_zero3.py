@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 from logstat.runners.entrypoints.data import RandomTokens
+from logstat.runners.entrypoints.distributed import finish
 from logstat.runners.entrypoints.model import GPT2Shape, build_gpt2
 
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -288,8 +289,7 @@ def run(config: HFRunConfig) -> None:
     engine_module = getattr(trainer.model_wrapped, "module", trainer.model_wrapped)
     # Every rank reports its own shard, one line each.
     print(partition_evidence(engine_module, rank=rank, stage=config.zero_stage), flush=True)
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
+    finish("nccl" if on_gpu else "gloo")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -48,7 +49,8 @@ def torchrun(module: str, argv: list[str], *, timeout_s: float = 120) -> subproc
     """``python -u -m torch.distributed.run --nproc_per_node 2 -m MODULE ARGV`` on CPU.
 
     Without ``--master_port`` a single-node torchrun rendezvouses on ``localhost:0`` (a free
-    port), so concurrent runs never collide.
+    port), so concurrent runs never collide. The launcher gets its own session so that on a
+    timeout it and its workers are killed together, and the test fails showing their output.
     """
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": ""}
     command = [
@@ -62,7 +64,18 @@ def torchrun(module: str, argv: list[str], *, timeout_s: float = 120) -> subproc
         module,
         *argv,
     ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(
+            f"{module} did not finish in {timeout_s} s; stdout:\n{stdout[-2000:]}\nstderr:\n{stderr[-2000:]}"
+        )
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 # --- the format, against real Megatron lines -------------------------------------------------
