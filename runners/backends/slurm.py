@@ -125,14 +125,18 @@ def launch(
         exit_code=info.exit_code,
         slurm_ended_utc=_now_utc(),
     )
+    status, summary = parsed_status(run.run_dir)
     # The caller prints the message (logstat run does): the last line the user sees.
-    message = f"job {job_id} {info.state} (exit code {_text(info.exit_code)}); {parse_summary(run.run_dir)}"
+    message = f"job {job_id} {info.state} (exit code {_text(info.exit_code)}); {summary}"
+    exit_code = info.exit_code
+    if exit_code is None:  # Slurm forgot the job before we saw its end: the log is the only witness
+        exit_code = 0 if status == "ok" else 1
     return LaunchResult(
         backend=NAME,
         run_dir=run.run_dir,
         job_id=job_id,
         log_path=log_path,
-        exit_code=info.exit_code,
+        exit_code=exit_code,
         state=info.state,
         message=message,
     )
@@ -254,21 +258,24 @@ def parse_run(run_dir: Path) -> ParseResult:
     return load_runs([run_dir])
 
 
-def parse_summary(run_dir: Path) -> str:
-    """One line: what the parse of the run's log says (status, reason, iterations), never raising."""
+def parsed_status(run_dir: Path) -> tuple[str | None, str]:
+    """What the parse of the run's log says: (status or None, one line with status, reason, iterations).
+
+    Never raises: a log that cannot be read is said so in the line.
+    """
     try:
         runs = parse_run(run_dir).runs
     except LogstatError as exc:
-        return f"log not parsed: {exc}"
+        return None, f"log not parsed: {exc}"
     if runs.height == 0:
-        return f"no log found in {run_dir}"
+        return None, f"no log found in {run_dir}"
     row = runs.row(0, named=True)
     summary = f"log says {row['status']}"
     if row.get("reason") and row["status"] != "ok":
         summary += f" ({row['reason']})"
     if row.get("iterations") is not None:
         summary += f", {row['iterations']} iterations logged"
-    return summary
+    return row["status"], summary
 
 
 # --- logstat status / logstat cancel ---------------------------------------------------------

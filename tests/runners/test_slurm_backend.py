@@ -130,6 +130,24 @@ def test_cancel_refuses_a_run_never_submitted_to_slurm(tmp_path: Path) -> None:
     assert slurm.run_status(tmp_path).state == "NOT_SUBMITTED"
 
 
+def test_preflight_refuses_without_sbatch_before_anything_is_created(tmp_path: Path) -> None:
+    command = [
+        LOGSTAT,
+        "run",
+        "gpt2-tiny-ddp-powersgd",
+        "--backend",
+        "slurm",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+    ]
+    done = subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, "PATH": str(tmp_path)}
+    )  # no sbatch
+    assert done.returncode == 1
+    assert done.stderr.startswith("Error: backend slurm: `sbatch` is not on PATH")
+    assert not (tmp_path / "runs").exists()
+
+
 # --- on the cluster ---------------------------------------------------------------------------
 
 
