@@ -30,8 +30,9 @@ _LEADING_PREFIX = re.compile(
     + _BRACKET_TAG
     + r"|\d{1,5}: |(?:\d{1,3}\.){3}\d{1,3}: |localhost: |[a-z][a-z0-9-]*\d[a-z0-9-]*(?:\.[a-z0-9.-]+)?: ))+"
 )
-# Bracketed tags are unambiguous, so a line holding several of them is several ranks' records glued.
-_GLUED_TAG = re.compile(r"(?<=\S)(?=" + _BRACKET_TAG + ")")
+# Bracketed tags are unambiguous, so a line holding several of them is several ranks' records glued
+# (also after trailing spaces: DeepSpeed pads values, "samples/second:   475.07  [default3]:...").
+_GLUED_TAG = re.compile(r"(?<=.)(?=" + _BRACKET_TAG + ")")
 # Colour and cursor codes (ANSI CSI sequences) that coloured loggers and progress bars write.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
