@@ -20,7 +20,7 @@ import pyparsing as pp
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from logstat.parsers import grammar, hf_trainer, reader, registry, source
+from logstat.parsers import deepspeed, grammar, hf_trainer, reader, registry, source
 from polars.testing import assert_frame_equal
 
 from logstat.api import load_runs
@@ -155,6 +155,54 @@ def test_training_arguments_field_equals_its_pyparsing_grammar_on_real_lines():
 @given(st.text(alphabet=" =,\t\r\n\x0c_aZ9:.()'", max_size=30))
 def test_training_arguments_field_equals_its_pyparsing_grammar_on_any_text(text):
     assert hf_trainer.args_record(text) == _args_by_pyparsing(text)
+
+
+DEEPSPEED_RECORDS = {
+    "step": (deepspeed.step_record, deepspeed._STEP_ANCHOR),
+    "throughput": (deepspeed.throughput_record, deepspeed._THROUGHPUT_ANCHOR),
+    "pipe": (deepspeed.pipe_record, deepspeed._PIPE_ANCHOR),
+}
+
+
+def _scans_agree(text: str) -> None:
+    for name, (record, anchor) in DEEPSPEED_RECORDS.items():
+        # repr: nan != nan, but the same parse prints the same
+        full = repr([(t.as_list(), t.as_dict()) for t, _, _ in record.scan_string(text)])
+        anchored = repr([(t.as_list(), t.as_dict()) for t in deepspeed.scan(record, anchor, text)])
+        assert anchored == full, (name, text)
+
+
+def test_deepspeed_anchored_scan_equals_scan_string_on_real_lines():
+    lines = _real_lines()
+    found = sum(1 for line in lines for _ in deepspeed.scan(*DEEPSPEED_RECORDS["step"], line))
+    assert found >= 18  # the step records of the DeepSpeed and Megatron-DeepSpeed logs
+    glued = [
+        "[Rank 0] step=10, skipped=0, lr=[1e-05, 2e-05]\t[Rank 1] step=11, skipped=1, lr=[]",
+        "xstep=1, skipped=0, lr=[1]step=2, skipped=0, lr=[2] /step=3, skipped=0, lr=[3]",
+        "epoch=0/micro_step=2/global_step=2, RunningAvgSamplesPerSec=1.5, CurrSamplesPerSec=2.5, "
+        "MemAllocated=1.2GB, MaxMemAllocated=3.4GBepoch=1/micro_step=4/global_step=4, "
+        "RunningAvgSamplesPerSec=1, CurrSamplesPerSec=nan",
+        "steps: 1 loss: 9.5 steps: 2 loss: 9.4 iter time (s): 1.5 samples/sec: 30.0",
+    ]
+    assert all(
+        list(deepspeed.scan(*DEEPSPEED_RECORDS[name], text))
+        for name, text in zip(("step", "step", "throughput", "pipe"), glued, strict=True)
+    )
+    for line in lines + glued:
+        _scans_agree(line)
+
+
+_DEEPSPEED_PIECES = [
+    "step=", "global_step=", "/", ", skipped=", ", lr=", "[", "]", ", ", "0", "12", "3.5e-05", "nan",
+    "epoch=", "/micro_step=", "/global_step=", ",", "RunningAvgSamplesPerSec=", "CurrSamplesPerSec=",
+    "MemAllocated=", "GB,", "MaxMemAllocated=", "GB", "steps:", " loss:", " iter time (s):",
+    " samples/sec:", " ", "\t", "x", "[Rank 0] ",
+]  # fmt: skip
+
+
+@given(st.lists(st.sampled_from(_DEEPSPEED_PIECES), max_size=25).map("".join))
+def test_deepspeed_anchored_scan_equals_scan_string_on_any_text(text):
+    _scans_agree(text)
 
 
 def _noise_lines() -> list[bytes]:
