@@ -147,7 +147,8 @@ def foreign_slurm() -> str | None:
             continue
         if name in ("slurmctld", "slurmd"):
             cmdline = _cmdline(int(entry.name))
-            if cmdline and MARKER not in cmdline:  # an empty command line is a zombie: already stopped
+            ours = MARKER in cmdline or f"{DEFAULT_DIR}/" in cmdline
+            if cmdline and not ours:  # an empty command line is a zombie: already stopped
                 return f"{name} (pid {entry.name}: {cmdline or '?'})"
     return None
 
@@ -399,10 +400,10 @@ def _reap(pid: int) -> None:
 
 
 @contextmanager
-def session_cluster() -> Iterator[Cluster]:
-    """The cluster for one test session: reuse a running ``make slurm-up`` one, else start a fresh one
-    in a temporary directory and stop it (and remove the directory) at the end."""
-    existing = running(DEFAULT_DIR)
+def session_cluster(*, reuse: bool = True) -> Iterator[Cluster]:
+    """The cluster for one test session: reuse a running ``make slurm-up`` one (if ``reuse``), else start
+    a fresh one in a temporary directory and stop it (and remove the directory) at the end."""
+    existing = running(DEFAULT_DIR) if reuse else None
     if existing is not None:
         yield existing
         return
@@ -487,4 +488,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except BrokenPipeError:  # `... status | head`
+        sys.exit(0)

@@ -108,7 +108,7 @@ def test_a_session_killed_with_sigkill_has_its_daemons_stopped_by_the_next(slurm
         "import sys, time\n"
         f"sys.path.insert(0, {str(Path(sc.__file__).parent)!r})\n"
         "import slurm_cluster\n"
-        "with slurm_cluster.session_cluster() as cluster:\n"
+        "with slurm_cluster.session_cluster(reuse=False) as cluster:\n"
         "    print(cluster.directory, flush=True)\n"
         "    time.sleep(600)\n"
     )
