@@ -69,6 +69,8 @@ _CONFIG_JSON = re.compile(r'^\s*"(\w+)"\s*:\s*([^,]*?)\s*,?\s*$')
 
 #: a multi-line block (TrainingArguments, model config, metrics) is read at most this many lines.
 BLOCK_MAX_LINES = 400
+#: a tqdm progress update, e.g. `` 83%|████████▎ | 5/6 [00:01<00:00,  4.55it/s]``.
+_PROGRESS_BAR = re.compile(r"\d{1,3}%\|")
 
 _BANNER_FACTS = {
     "Instantaneous batch size per device": "micro_batch_size",
@@ -299,9 +301,10 @@ def _read_block_line(run: RunBuilder, text: str, lineno: int) -> bool:
     try:
         parsed = metric_record.parse_string(stripped)
     except pp.ParseBaseException:
-        if stripped:
+        # a tqdm update (stderr, merged into the same file) does not end the block: it is skipped
+        if stripped and not _PROGRESS_BAR.match(stripped):
             _close_block(run)
-        return not stripped
+        return not stripped or bool(_PROGRESS_BAR.match(stripped))
     _read_metric(run, parsed["name"], parsed["value"].strip(), lineno)
     return True
 
