@@ -118,8 +118,10 @@ def _srun_labels(log: bytes) -> bytes:
 
 
 def _glued_ranks(log: bytes) -> bytes:
-    """Each line glued behind the previous one by a torchrun tag, as 64 ranks writing one file do."""
-    return b"".join(b"[default%d]:" % (n % 4) + line for n, line in enumerate(log.split(b"\n")))
+    """Every other line glued behind the one before by torchrun tags, as ranks writing one file do."""
+    lines = log.split(b"\n")
+    tagged = [b"[default%d]:" % (n % 4) + line + (b"\n" if n % 2 else b"") for n, line in enumerate(lines)]
+    return b"".join(tagged)
 
 
 def _dump_end_lost(log: bytes) -> bytes:
@@ -216,3 +218,65 @@ def test_hostile_numbers_in_a_file(line, generated):
     row, result = parse_bytes(real_log() + line + b"\n")
     got = elapsed_by_step(result)
     assert {step: got[step] for step in ELAPSED_MS} == ELAPSED_MS
+
+
+#: damages after which a log must read exactly as before (line numbers aside).
+NEUTRAL_DAMAGES = (
+    "crlf",
+    "ansi-colours",
+    "tqdm-carriage-returns",
+    "invalid-utf8",
+    "nul-padding-at-end",
+    "srun-labels",
+    "glued-ranks",
+)
+FACTS = (
+    "family", "status", "gpus", "tp", "pp", "dp", "micro_batch_size", "global_batch_size", "gas", "seq_len",
+    "hidden_size", "num_layers", "num_heads", "vocab_size", "zero_stage", "precision", "gpu_model",
+    "activation_checkpointing", "final_train_runtime_s", "avg_epoch_time_s", "iterations", "sec_per_iter",
+)  # fmt: skip
+FAMILY_FIXTURES = sorted(
+    path
+    for family in ("deepspeed", "hf_trainer", "megatron", "mingpt")
+    for path in (MEGATRON_LOG.parents[1] / family).iterdir()
+    if path.suffix in (".out", ".log")
+)
+
+
+def _rounded(value):
+    """Floats to 4 significant digits: HF Trainer prints its final metrics twice, rounded differently
+    (66.98 in the dict, 66.977 in the metrics block), and a damage may leave only one copy readable."""
+    return float(f"{value:.4g}") if isinstance(value, float) else value
+
+
+def reading(data: bytes, name: str) -> tuple[dict, list[tuple]]:
+    """The run's facts and its iterations (values only: line numbers move with some damages)."""
+    row, result = parse_bytes(data, name=name)
+    where = [name for name in ("path", "line", "source_path") if name in result.iterations.columns]
+    values = [tuple(map(_rounded, r)) for r in result.iterations.drop(where).sort("iteration").rows()]
+    return {fact: _rounded(row[fact]) for fact in FACTS}, values
+
+
+@pytest.mark.parametrize("fixture", FAMILY_FIXTURES, ids=[p.name for p in FAMILY_FIXTURES])
+def test_every_family_reads_a_damaged_log_as_the_clean_one(fixture, generated):
+    """Every bundled log of every family, damaged in each neutral way, reads exactly as it does
+    clean: same facts, same status, same iterations with the same values."""
+    clean = reading(fixture.read_bytes(), fixture.name)
+    assert clean[0]["status"] in STATUSES
+    for damage in NEUTRAL_DAMAGES:
+        generated["damaged fixtures of every family"] += 1
+        assert reading(DAMAGES[damage](fixture.read_bytes()), fixture.name) == clean, damage
+
+
+def test_progress_bar_inside_the_train_metrics_block_does_not_end_it(generated):
+    """tqdm writes to stderr, merged into the same file: an update inside HF Trainer's
+    ``***** train metrics *****`` block must not end it (66.977 is the block's value, the dict line
+    above it says 66.98)."""
+    fixture = MEGATRON_LOG.parents[1] / "hf_trainer" / "hf_gpt2_tiny_ds_zero2_2cpu.log"
+    log = fixture.read_bytes()
+    bar = b"100%|\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88| 6/6 [00:01<00:00,  4.22it/s]\r"
+    damaged = log.replace(b"  train_runtime   ", bar + b"\n  train_runtime   ", 1)
+    assert damaged != log
+    generated["damaged fixtures of every family"] += 1
+    row, _ = parse_bytes(damaged, name=fixture.name)
+    assert (row["final_samples_per_sec"], row["final_train_runtime_s"]) == (66.977, 1.433)
