@@ -7,10 +7,11 @@
 Everything lives in one directory (``/tmp/logstat-slurm`` for ``up``/``down``, override with
 ``LOGSTAT_SLURM_DIR``; a fresh ``/tmp/logstat-slurm-XXXX`` per pytest session): the munge key and
 socket, ``slurm.conf``, state, spool, pid and log files. Nothing under ``/etc`` is written: the
-Slurm commands find the cluster through ``SLURM_CONF=<dir>/slurm.conf``, which the pytest fixture
-sets for its session and ``up`` prints for you to export. Ports are picked free, so the cluster
-runs beside another copy of itself. A Slurm daemon that this module did not start is never
-touched: the fixture skips, ``up`` refuses, both naming the process.
+Slurm commands find the cluster through ``SLURM_CONF=<dir>/slurm.conf``, which the pytest fixtures
+set for the tests marked ``slurm`` and ``up`` prints for you to export. Ports are picked free, so
+the cluster runs beside another copy of itself. A Slurm daemon that this module did not start is
+never touched: the fixture skips, ``up`` refuses, both naming the process. The daemons of a test
+session killed with -9 are stopped by the next session.
 
 Only the standard library is used: ``make slurm-up`` works before the venv exists.
 """
@@ -104,9 +105,10 @@ def ensure_packages() -> None:
     with _locked(INSTALL_LOCK):
         if not missing_programs():  # another session installed them while we waited
             return
+        wait_for_dpkg_lock = ["-o", "DPkg::Lock::Timeout=300"]  # another apt-get may be running
         for args in (
-            ["apt-get", "update"],
-            ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES],
+            ["apt-get", *wait_for_dpkg_lock, "update"],
+            ["apt-get", *wait_for_dpkg_lock, "install", "-y", "--no-install-recommends", *PACKAGES],
         ):
             print(f"slurm_cluster: {' '.join(args)}", file=sys.stderr)
             result = _run(args, env=env, timeout=900)
