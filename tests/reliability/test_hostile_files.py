@@ -8,14 +8,18 @@ iterations whose elapsed times (read by eye, lines 238, 240, 242) are below.
 from __future__ import annotations
 
 import gzip
+import io
+import json
 import tempfile
 from pathlib import Path
 
+import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from logstat.api import load_runs
+from logstat.cli import main
 
 EXAMPLES = 60
 PROPERTY = settings(
@@ -280,3 +284,45 @@ def test_progress_bar_inside_the_train_metrics_block_does_not_end_it(generated):
     generated["damaged fixtures of every family"] += 1
     row, _ = parse_bytes(damaged, name=fixture.name)
     assert (row["final_samples_per_sec"], row["final_train_runtime_s"]) == (66.977, 1.433)
+
+
+NAN_LOG = (
+    b" iteration        1/    10 | elapsed time per iteration (ms): nan | lm loss: inf | global batch size: 8 |\n"
+    b" iteration        2/    10 | elapsed time per iteration (ms): 120.5 | lm loss: -inf | global batch size: 8 |\n"
+    b" iteration        3/    10 | elapsed time per iteration (ms): inf | lm loss: nan | global batch size: 8 |\n"
+)
+
+
+def _strict_json(text: str):
+    def refuse(constant: str):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("iterations", [False, True], ids=["runs", "iterations"])
+def test_every_output_format_stays_valid_with_nan_and_inf(iterations, tmp_path, capsys):
+    """nan and inf in a log never make invalid JSON (NaN is not JSON) nor unreadable CSV/parquet."""
+    log = tmp_path / "nan-1.out"
+    log.write_bytes(NAN_LOG)
+    extra = ["--iterations"] if iterations else []
+    outputs = {}
+    for fmt in ("json", "csv", "markdown", "table"):
+        with pytest.raises(SystemExit) as done:
+            main(["parse", str(log), "--format", fmt, *extra])
+            raise SystemExit(0)
+        outputs[fmt] = capsys.readouterr().out
+        assert (done.value.code or 0) == 0
+    parquet = tmp_path / "out.parquet"
+    with pytest.raises(SystemExit) as done:
+        main(["parse", str(log), "--format", "parquet", "-o", str(parquet), *extra])
+        raise SystemExit(0)
+    assert (done.value.code or 0) == 0
+    records = _strict_json(outputs["json"])
+    expected_rows = 3 if iterations else 1
+    assert len(records) == expected_rows
+    assert pl.read_csv(io.StringIO(outputs["csv"])).height == expected_rows
+    assert pl.read_parquet(parquet).height == expected_rows
+    if iterations:
+        assert [r["iteration"] for r in records] == [1, 2, 3]
+        assert records[1]["elapsed_ms"] == 120.5
