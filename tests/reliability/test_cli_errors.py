@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -193,3 +195,24 @@ def test_unreadable_file_in_a_directory_is_a_row_not_a_loss(tmp_path):
     assert ",unreadable," in rows["secret-1.out"] and "Permission denied" in rows["secret-1.out"]
     assert ",failed," in rows["timelimit-1003.out"]
     assert "secret-1.out" in done.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
+    """Ctrl-C in the middle of a long parse: "Aborted." and exit 130, no traceback."""
+    line = next(text for text in LOG.read_text().splitlines() if "elapsed time per iteration" in text)
+    step = line.split("/")[0]
+    with (tmp_path / "long-1.out").open("w") as out:
+        for number in range(1, 200_001):
+            out.write(line.replace(step, f" iteration {number:8d}", 1) + "\n")
+    started = subprocess.Popen(
+        [LOGSTAT, "parse", tmp_path / "long-1.out", "--iterations", "--format", "csv"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(2.0)
+    started.send_signal(signal.SIGINT)
+    err = started.communicate(timeout=60)[1]
+    assert started.returncode == 130
+    assert err.strip() == "Aborted."
