@@ -9,7 +9,6 @@ small inputs are read in this process.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from functools import cache
@@ -61,6 +60,8 @@ def read_runs(
             results.append(reader.read_run(files, active, forced=family))
             _report(progress, len(results), len(groups))
         return results
+    import multiprocessing  # here: parsing one small file should not pay for importing it
+
     with multiprocessing.get_context("spawn").Pool(count) as pool:
         for result in pool.imap(_read_one, [(files, family) for files in groups]):
             results.append(result)
