@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -21,7 +22,8 @@ from hypothesis import strategies as st
 from logstat.api import load_runs
 from logstat.cli import main
 
-EXAMPLES = 60
+#: examples per property; LOGSTAT_RELIABILITY_SCALE=10 searches ten times longer (make test uses 1).
+EXAMPLES = 60 * int(os.environ.get("LOGSTAT_RELIABILITY_SCALE", "1"))
 PROPERTY = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -326,3 +328,35 @@ def test_every_output_format_stays_valid_with_nan_and_inf(iterations, tmp_path, 
     if iterations:
         assert [r["iteration"] for r in records] == [1, 2, 3]
         assert records[1]["elapsed_ms"] == 120.5
+
+
+@PROPERTY
+@given(data=st.data())
+def test_a_soup_of_real_lines_of_every_family_reads_and_renders(data, real_lines, generated):
+    """Real lines of every family and failure kind, shuffled, repeated and some cut short, in one
+    file (a .out and its .err): one run row, sane counts, and every output format renders."""
+    from logstat.analytics.tables import render_tables
+
+    from logstat import formats
+
+    line = st.sampled_from(real_lines)
+    cut_line = st.tuples(line, st.floats(0, 1)).map(lambda pair: pair[0][: int(len(pair[0]) * pair[1])])
+    out_lines = data.draw(st.lists(st.one_of(line, cut_line), max_size=60), label="out")
+    err_lines = data.draw(st.lists(line, max_size=10), label="err")
+    generated["soups of real lines (.out + .err)"] += 1
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "soup-7.out").write_text("\n".join(out_lines) + "\n", encoding="utf-8")
+        (Path(tmp) / "soup-7.err").write_text("\n".join(err_lines) + "\n", encoding="utf-8")
+        result = load_runs([tmp])
+    assert result.runs.height == 1
+    row = result.runs.row(0, named=True)
+    assert row["status"] in STATUSES and row["reason"].strip()
+    assert row["iterations"] == result.iterations["iteration"].n_unique()
+    if row["reason_line"] is not None:
+        lines_in = len(err_lines) if row["reason_path"].endswith(".err") else len(out_lines)
+        assert 0 <= row["reason_line"] <= lines_in
+    records = formats.run_records(result.runs, tflops=True)
+    _strict_json(formats.json_text(records))
+    formats.runs_text(result.runs, tflops=True, markdown=True, warmup=1)
+    formats.iterations_text(result.iterations, markdown=False)
+    assert Path(row["path"]).name in render_tables(result.runs, columns=None)

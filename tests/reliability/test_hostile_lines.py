@@ -8,6 +8,7 @@ still build (polars refuses, for one, an integer beyond int64) and the summary m
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -20,7 +21,8 @@ from logstat.parsers.base import RunBuilder
 from logstat.parsers.reader import RunFiles, RunResult, frames
 from logstat.parsers.source import records
 
-EXAMPLES = 150
+#: examples per property; LOGSTAT_RELIABILITY_SCALE=10 searches ten times longer (make test uses 1).
+EXAMPLES = 150 * int(os.environ.get("LOGSTAT_RELIABILITY_SCALE", "1"))
 PROPERTY = settings(
     max_examples=EXAMPLES,
     deadline=None,
