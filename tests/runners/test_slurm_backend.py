@@ -14,9 +14,11 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from contextlib import suppress
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -78,17 +80,38 @@ def runs_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("slurm-runs")
 
 
+@dataclass
+class FollowedJob:
+    """A job submitted at fixture time and followed by a background thread until it ends."""
+
+    run: RenderedRun
+    job_id: str
+    submitted_at: float
+    follower: threading.Thread | None = None
+    info: slurm.JobInfo | None = None
+    ended_at: float | None = None
+
+    def follow_to_end(self) -> None:
+        self.info = slurm.follow(self.job_id, echo=lambda line: None, poll_interval_s=1.0)
+        self.ended_at = time.monotonic()
+
+
 @pytest.fixture(scope="module")
-def time_limited_job(slurm_cluster, runs_root: Path) -> tuple[RenderedRun, str, float]:
-    """A rendered run whose program sleeps past its 1-minute limit, submitted now, checked last."""
+def time_limited_job(slurm_cluster, runs_root: Path) -> Iterator[FollowedJob]:
+    """A rendered run whose program sleeps past its 1-minute limit, submitted first, checked last.
+
+    A thread follows it from the start, so its end is seen even if the other tests outlast MinJobAge
+    (after which scontrol forgets the job). SLURM_CONF stays set for the rest of this module.
+    """
     sleeper = runs_root / "sleep_past_limit.py"
     sleeper.write_text(SLEEPER)
     run = prepare("gpt2-tiny-ddp-powersgd", runs_root, "cluster.time_limit=00:01:00", program=(str(sleeper),))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-        submitted_at = time.monotonic()
-        job_id = slurm.submit(run)
-    return run, job_id, submitted_at
+        job = FollowedJob(run=run, job_id=slurm.submit(run), submitted_at=time.monotonic())
+        job.follower = threading.Thread(target=job.follow_to_end, daemon=True)
+        job.follower.start()
+        yield job
 
 
 @pytest.fixture(autouse=True)
@@ -235,11 +258,13 @@ def test_cancelled_job_ends_cancelled_and_parses_as_cancelled(runs_root: Path) -
 
 @pytest.mark.slow
 @pytest.mark.slurm
-def test_job_past_its_time_limit_ends_failed_with_reason_time_limit(time_limited_job) -> None:
-    run, job_id, submitted_at = time_limited_job
+def test_job_past_its_time_limit_ends_failed_with_reason_time_limit(time_limited_job: FollowedJob) -> None:
+    run, job_id = time_limited_job.run, time_limited_job.job_id
     log_path = run.slurm_log_path(job_id)
-    info = slurm.follow(job_id, log_path=log_path, echo=lambda line: None, poll_interval_s=1.0)
-    took_s = time.monotonic() - submitted_at
+    time_limited_job.follower.join(timeout=240)
+    info = time_limited_job.info
+    assert info is not None, "the follower saw no end of the job"
+    took_s = time_limited_job.ended_at - time_limited_job.submitted_at
 
     assert (info.state, info.reason, info.exit_code) == ("TIMEOUT", "TimeLimit", 128 + 15)
     assert 55 < took_s < 150  # a 1-minute limit, checked about every 30 s
