@@ -44,16 +44,24 @@ def find_logs(paths: Iterable[str | os.PathLike]) -> list[Path]:
         path = Path(raw)
         if path.is_dir():
             found.extend(
-                sorted(p for p in path.rglob("*") if p.is_file() and is_log_file(p) and not _hidden(p, path))
+                sorted(p for p in path.rglob("*") if _listable(p) and is_log_file(p) and not _hidden(p, path))
             )
         elif path.is_file():
             found.append(path)
         elif path.exists():
             raise LogstatError(f"{path}: not a regular file or directory")
+        elif path.is_symlink():
+            raise LogstatError(f"{path}: a symbolic link to {os.readlink(path)}, which does not exist")
         else:
             raise LogstatError(f"{path}: no such file or directory")
     unique = list(dict.fromkeys(found))
     return unique
+
+
+def _listable(path: Path) -> bool:
+    """A regular file, or a symlink whose target is gone (a log on a purged scratch file system):
+    that one becomes a row saying it cannot be read, rather than silently missing from the table."""
+    return path.is_file() or (path.is_symlink() and not path.exists())
 
 
 def _hidden(path: Path, root: Path) -> bool:
