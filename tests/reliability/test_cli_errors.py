@@ -4,6 +4,7 @@ the traceback. A user error is never reported as an internal exception ("run wit
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -24,12 +25,14 @@ INTERNAL = "run with --debug for the traceback"
 
 #: id -> (arguments, a part the one-line message must hold). ``{tmp}`` is a fresh directory holding
 #: ``existing.csv`` (a file), ``empty/`` (a directory without logs), ``fifo.out`` (a named pipe),
-#: ``notes.md`` (markdown without tables) and ``bad.toml`` (not TOML).
+#: ``notes.md`` (markdown without tables), ``bad.toml`` (not TOML) and ``purged-9.out`` (a symbolic link
+#: to a file that is gone, as after a scratch purge).
 CASES: dict[str, tuple[list[str], str]] = {
     "parse-missing-path": (["parse", "{tmp}/nope.out"], "nope.out"),
     "parse-missing-dir": (["parse", "{tmp}/nodir/"], "nodir"),
     "parse-path-through-a-file": (["parse", f"{LOG}/x.out"], "x.out"),
     "parse-fifo": (["parse", "{tmp}/fifo.out"], "fifo.out"),
+    "parse-dangling-symlink": (["parse", "{tmp}/purged-9.out"], "/gpfsscratch/gone/purged-9.out"),
     "parse-unknown-format": (["parse", str(LOG), "--format", "xml"], "xml"),
     "parse-unknown-family": (["parse", str(LOG), "--family", "nanogpt2"], "nanogpt2"),
     "parse-bad-option": (["parse", str(LOG), "--bogus"], "--bogus"),
@@ -91,6 +94,7 @@ def workdir(tmp_path, monkeypatch) -> Path:
     (tmp_path / "existing.csv").write_text("mine\n")
     (tmp_path / "empty").mkdir()
     os.mkfifo(tmp_path / "fifo.out")
+    (tmp_path / "purged-9.out").symlink_to("/gpfsscratch/gone/purged-9.out")
     (tmp_path / "notes.md").write_text("# Notes\n\nNo table here.\n")
     (tmp_path / "bad.toml").write_text("[model\nhidden = \n")
     monkeypatch.chdir(tmp_path)
@@ -216,3 +220,15 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
     err = started.communicate(timeout=60)[1]
     assert started.returncode == 130
     assert err.strip() == "Aborted."
+
+
+def test_a_dangling_symlink_in_a_directory_is_a_row_not_a_loss(tmp_path, capsys):
+    """Logs linked from a purged scratch file system: the run is listed as unreadable, saying why."""
+    (tmp_path / "timelimit-1003.out").write_bytes(LOG.read_bytes())
+    (tmp_path / "purged-9.out").symlink_to("/gpfsscratch/gone/purged-9.out")
+    code, out, err = logstat(capsys, "parse", str(tmp_path), "--format", "json")
+    rows = {Path(row["path"]).name: row for row in json.loads(out)}
+    assert code == 0
+    assert (rows["purged-9.out"]["status"], rows["timelimit-1003.out"]["status"]) == ("unreadable", "failed")
+    assert "No such file or directory" in rows["purged-9.out"]["reason"]
+    assert "purged-9.out" in err
