@@ -266,10 +266,11 @@ def _conf_node(directory: Path) -> str:
 
 
 def _spawn(directory: Path, name: str, args: list[str]) -> subprocess.Popen:
-    log = open(directory / f"{name}.out", "ab")  # noqa: SIM115 - the daemon keeps it
-    return subprocess.Popen(
-        args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    # The daemon writes to its own copy of the descriptor: the parent's can be closed at once.
+    with open(directory / f"{name}.out", "ab") as log:
+        return subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def start(directory: Path) -> Cluster:
