@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 from logstat.runners.entrypoints.data import RandomTokens
-from logstat.runners.entrypoints.distributed import finish
+from logstat.runners.entrypoints.distributed import emit, finish
 from logstat.runners.entrypoints.model import GPT2Shape, build_gpt2, parameter_count
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 from torch.nn.parallel import DistributedDataParallel
@@ -321,7 +321,7 @@ def run(config: DDPRunConfig) -> None:
 
     def log(line: str) -> None:
         if rank == 0:
-            print(line, flush=True)
+            emit(line)
 
     for line in megatron_header(config, world_size=world_size, backend=backend):
         log(line)

@@ -1,4 +1,5 @@
-"""Ending a distributed training process without torch's gloo teardown deadlock."""
+"""Helpers of the distributed entry points: whole-line output, and an end without torch's gloo
+teardown deadlock."""
 
 from __future__ import annotations
 
@@ -24,3 +25,13 @@ def finish(backend: str) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+def emit(line: str) -> None:
+    """Write ``line`` and its newline in one write, so that ranks sharing a file never glue lines.
+
+    Under ``python -u`` a ``print`` writes the text and the newline separately: another rank's
+    output can land between them.
+    """
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()

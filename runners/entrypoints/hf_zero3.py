@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 from logstat.runners.entrypoints.data import RandomTokens
-from logstat.runners.entrypoints.distributed import finish
+from logstat.runners.entrypoints.distributed import emit, finish
 from logstat.runners.entrypoints.model import GPT2Shape, build_gpt2
 
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -284,11 +284,13 @@ def run(config: HFRunConfig) -> None:
     trainer = Trainer(model=model, args=training_args, train_dataset=dataset)
     result = trainer.train()
     trainer.log_metrics("train", result.metrics)
+    # The Trainer's prints (rank 0) are done before any rank writes its evidence.
+    torch.distributed.barrier()
     if rank == 0:
-        print(engine_evidence(trainer.model_wrapped), flush=True)
+        emit(engine_evidence(trainer.model_wrapped))
     engine_module = getattr(trainer.model_wrapped, "module", trainer.model_wrapped)
     # Every rank reports its own shard, one line each.
-    print(partition_evidence(engine_module, rank=rank, stage=config.zero_stage), flush=True)
+    emit(partition_evidence(engine_module, rank=rank, stage=config.zero_stage))
     finish("nccl" if on_gpu else "gloo")
 
 
