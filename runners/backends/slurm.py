@@ -146,7 +146,7 @@ def submit(run: RenderedRun) -> str:
     """``sbatch --parsable`` the script from the run directory; the job id, recorded in the manifest."""
     done = _slurm(submit_command(run), cwd=run.run_dir)
     if done.returncode != 0:
-        error = (done.stderr or done.stdout).strip() or f"exit code {done.returncode}"
+        error = _one_line(done.stderr or done.stdout) or f"exit code {done.returncode}"
         update_manifest(run.run_dir, slurm_submit_error=error)
         raise LogstatError(f"sbatch refused {run.script_path}: {error}")
     # --parsable prints "jobid" or "jobid;cluster".
@@ -373,7 +373,7 @@ def cancel_run(run_dir: Path) -> str:
         raise LogstatError("`scancel` is not on PATH: cannot cancel Slurm jobs from this machine")
     done = _slurm(["scancel", str(job_id)])
     if done.returncode != 0:
-        raise LogstatError(f"scancel {job_id} failed: {(done.stderr or done.stdout).strip()}")
+        raise LogstatError(f"scancel {job_id} failed: {_one_line(done.stderr or done.stdout)}")
     update_manifest(run_dir, slurm_cancel_requested_utc=_now_utc())
     return str(job_id)
 
@@ -450,6 +450,11 @@ def _slurm(args: Sequence[str], *, cwd: Path | None = None) -> subprocess.Comple
         return subprocess.CompletedProcess(
             list(args), 124, "", f"{args[0]}: no answer in {COMMAND_TIMEOUT_S:.0f} s"
         )
+
+
+def _one_line(text: str) -> str:
+    """Slurm's messages span lines ("invalid partition ..." then "submission failed"); errors are one line."""
+    return " / ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def _none_if_empty(text: str | None) -> str | None:

@@ -208,6 +208,21 @@ def test_tiny_ddp_powersgd_through_logstat_run_completes_and_parses_back(runs_ro
 
 @pytest.mark.slow
 @pytest.mark.slurm
+def test_a_submission_sbatch_refuses_is_an_error_naming_why_and_recorded(runs_root: Path) -> None:
+    command = [LOGSTAT, "run", "gpt2-tiny-ddp-powersgd", "--backend", "slurm", "--runs-dir", str(runs_root)]
+    done = subprocess.run([*command, "--set", "cluster.partition=nosuch"], capture_output=True, text=True)
+
+    assert done.returncode == 1
+    error = done.stderr.splitlines()[-1]
+    assert error.startswith("Error: sbatch refused ") and "invalid partition specified: nosuch" in error
+    run_dir = Path(error.removeprefix("Error: sbatch refused ").split(":")[0]).parent
+    manifest = read_manifest(run_dir)
+    assert manifest["slurm_job_id"] is None
+    assert "invalid partition specified: nosuch" in manifest["slurm_submit_error"]
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
 def test_tiny_hf_zero3_through_sbatch_completes_and_parses_back(runs_root: Path) -> None:
     run = prepare("gpt2-tiny-hf-zero3", runs_root)
     result = slurm.launch(run, wait=True, echo=lambda line: None, poll_interval_s=1.0)
