@@ -264,9 +264,11 @@ def test_hf_log_parses_back(hf_run):
     assert result.returncode == 0, result.stderr[-3000:]
     from logstat.api import load_runs
 
-    run = load_runs([log]).runs.row(0, named=True)
-    if run["family"] == "unknown":
-        pytest.skip("no parser family reads HF Trainer / DeepSpeed logs yet (parsers issue)")
-    assert run["iterations"] == STEPS
-    assert (run["micro_batch_size"], run["global_batch_size"]) == (MICRO, MICRO * GAS * WORLD)
+    parsed = load_runs([log])
+    run = parsed.runs.row(0, named=True)
+    assert (run["family"], run["status"], run["iterations"]) == ("hf-trainer", "ok", STEPS)
+    assert (run["gpus"], run["dp"], run["micro_batch_size"], run["gas"]) == (WORLD, WORLD, MICRO, GAS)
+    assert run["global_batch_size"] == MICRO * GAS * WORLD
     assert run["zero_stage"] == stage
+    logged = [float(entry["loss"]) for entry in _dict_lines(result.stdout) if "loss" in entry]
+    assert parsed.iterations["loss"].to_list() == logged
