@@ -187,13 +187,28 @@ def test_fp16_on_cpu_is_refused_before_anything_starts(tmp_path):
 # --- real runs, one per ZeRO stage -----------------------------------------------------------
 
 
+def rendered_ds_config(stage: int) -> dict:
+    """The DeepSpeed JSON the runner renders for the shipped tiny HF spec at ``stage``."""
+    from logstat.runners.spec import load_spec
+    from logstat.runners.stacks import get_stack
+
+    spec = load_spec("gpt2-tiny-hf-zero3", [f"train.zero_stage={stage}"])
+    config = get_stack("hf-zero3").deepspeed_config(spec)
+    # The flags below are the tiny model's; the rendered batch must be the one they give.
+    assert {key: config[key] for key in ds_config(stage) if key != "zero_optimization"} == {
+        key: value for key, value in ds_config(stage).items() if key != "zero_optimization"
+    }
+    assert config["zero_optimization"]["stage"] == stage
+    return config
+
+
 @pytest.fixture(scope="module", params=[1, 2, 3], ids=lambda stage: f"zero{stage}")
 def hf_run(request, tmp_path_factory):
     """One real 2-process run at the stage: (stage, completed process, output dir, log path)."""
     stage = request.param
     workdir = tmp_path_factory.mktemp(f"hf-zero{stage}")
     config_path = workdir / "ds_config.json"
-    config_path.write_text(json.dumps(ds_config(stage)))
+    config_path.write_text(json.dumps(rendered_ds_config(stage)))
     output_dir = workdir / "output"
     argv = hf_argv(config_path, output_dir) + ["--activation-checkpointing"]
     result = torchrun("logstat.runners.entrypoints.hf_zero3", argv)
