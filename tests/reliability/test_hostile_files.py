@@ -16,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from logstat.api import load_runs
@@ -84,6 +84,9 @@ def test_garbage_between_real_lines_keeps_every_iteration(data, generated):
     )
     for at, blob in sorted(injections, reverse=True):
         lines.insert(at, blob)
+    # gzip is recognised by its magic bytes (parsers/source.py): a file starting with them is a
+    # (broken) gzip file by design, not a text log with garbage.
+    assume(not lines[0].startswith(b"\x1f\x8b"))
     generated["real log with garbage lines injected"] += 1
     row, result = parse_bytes(b"\n".join(lines))
     assert elapsed_by_step(result) == ELAPSED_MS
