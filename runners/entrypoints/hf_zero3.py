@@ -121,8 +121,21 @@ def _check_batch_value(parser, ds_config: dict, key: str, expected: int, flag_ru
         parser.error(f"--deepspeed: {key}={value} in the JSON disagrees with {flag_rule} = {expected}")
 
 
+def _check_precision(parser, ds_config: dict, precision: str) -> None:
+    """The JSON's fp16/bf16 sections must say what --precision says (DeepSpeed runs what the JSON says)."""
+    for kind in ("fp16", "bf16"):
+        section = ds_config.get(kind, {})
+        enabled = section.get("enabled", False) if isinstance(section, dict) else section
+        wanted = precision == kind
+        if enabled != "auto" and bool(enabled) != wanted:
+            parser.error(
+                f"--deepspeed: {kind}.enabled={enabled!r} in the JSON disagrees with --precision {precision}"
+            )
+
+
 def read_zero_stage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """Read and check the DeepSpeed JSON: it exists, parses, has a stage 0-3, and its batch agrees."""
+    """Read and check the DeepSpeed JSON: it exists, parses, has a stage 0-3, and its precision and
+    batch agree with the flags."""
     path: Path = args.deepspeed
     if not path.is_file():
         parser.error(f"--deepspeed={path}: no such file")
@@ -138,6 +151,7 @@ def read_zero_stage(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     stage = zero.get("stage", 0)
     if stage not in (0, 1, 2, 3):
         parser.error(f"--deepspeed={path}: zero_optimization.stage={stage!r} must be 0, 1, 2 or 3")
+    _check_precision(parser, ds_config, args.precision)
     micro, gas = args.per_device_train_batch_size, args.gradient_accumulation_steps
     _check_batch_value(
         parser, ds_config, "train_micro_batch_size_per_gpu", micro, "--per-device-train-batch-size"

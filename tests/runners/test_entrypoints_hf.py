@@ -110,6 +110,16 @@ def torchrun(module: str, argv: list[str], *, timeout_s: float = 150) -> subproc
             "train_batch_size=16 in the JSON disagrees with --per-device-train-batch-size * "
             "--gradient-accumulation-steps * world size 2 = 8",
         ),
+        (
+            ds_config(2),
+            {"precision": "bf16"},
+            "bf16.enabled=False in the JSON disagrees with --precision bf16",
+        ),
+        (
+            ds_config(2, fp16={"enabled": True}),
+            {},
+            "fp16.enabled=True in the JSON disagrees with --precision fp32",
+        ),
         (ds_config(3), {"num_heads": "3"}, "--num-heads=3 must divide --hidden-size=64"),
         (ds_config(3), {"precision": "fp8"}, "argument --precision: invalid choice: 'fp8'"),
         (ds_config(3), {"max_steps": "0"}, "argument --max-steps: 0 must be >= 1"),
