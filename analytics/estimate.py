@@ -221,9 +221,10 @@ def estimate_text(plan: Plan) -> str:
     ]
     peak = peak_tflops(plan.gpu_model, plan.precision)
     if peak:
-        mfu = formulas.mfu(tflops_per_gpu=megatron, peak_tflops=peak)
+        # The same definition as `logstat parse`'s mfu column: the seed's TFLOPs over the peak.
+        mfu = formulas.mfu(tflops_per_gpu=seed, peak_tflops=peak)
         lines.append(
-            f"MFU: {mfu:.1%} of the {plan.gpu_model} {plan.precision} dense peak {peak:g} TFLOPs (Megatron eq. 3)"
+            f"MFU: {mfu:.1%} of the {plan.gpu_model} {plan.precision} dense peak {peak:g} TFLOPs (seed formula)"
         )
     tokens_b = f"{plan.tokens / 1e9:g}B"
     gpu_days = formulas.gpu_days(days=days, gpus=plan.gpus)

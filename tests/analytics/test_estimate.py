@@ -45,8 +45,8 @@ def test_the_52b_benchmark_estimate():
     assert "129 s/iteration = 8,128 tokens/s" in text
     # seed formula with the computed size: 51.9665 * 8 * 1024 * 1024 / (129 * 64e3) = 52.80
     assert "TFLOPs per GPU: 52.8 (seed formula, factor 4); 53.8 (Megatron eq. 3)" in text
-    # 53.75 / 125
-    assert "MFU: 43.0% of the V100-SXM2-32GB fp16 dense peak 125 TFLOPs" in text
+    # 52.80 / 125 = 0.4224: the same definition as the parse/table MFU column
+    assert "MFU: 42.2% of the V100-SXM2-32GB fp16 dense peak 125 TFLOPs (seed formula)" in text
     # 100e9 / 8128.5 / 86400 = 142.39 days; * 64 = 9113 GPU-days
     assert text.endswith("Days for 100B tokens: 142.4 (9,113 GPU-days)\n")
 
