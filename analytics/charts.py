@@ -48,7 +48,11 @@ def gpu_days_data(runs: pl.DataFrame, *, tokens: float = TOKENS_100B) -> pl.Data
     """One row per run with a measured throughput: GPUs, days and GPU-days for ``tokens`` tokens."""
     days = formulas.days_to_train(tokens=tokens, tokens_per_sec=pl.col("tokens_per_sec"))
     return (
-        runs.filter(pl.col("tokens_per_sec").is_not_null() & pl.col("gpus").is_not_null())
+        runs.filter(
+            pl.col("tokens_per_sec").is_finite()
+            & (pl.col("tokens_per_sec") > 0)
+            & pl.col("gpus").is_not_null()
+        )
         .select(
             _RUN,
             _configuration(),
@@ -90,9 +94,10 @@ def gpu_days_chart(runs: pl.DataFrame, *, tokens: float = TOKENS_100B) -> alt.La
 
 
 def loss_data(iterations: pl.DataFrame) -> pl.DataFrame:
-    """The logged training loss of each run, by iteration."""
+    """The logged training loss of each run, by iteration. A nan or inf loss (a diverged or overflowed
+    step) cannot be drawn: it stays in the iterations frame and the tables, not in the chart."""
     return (
-        iterations.filter(pl.col("loss").is_not_null())
+        iterations.filter(pl.col("loss").is_finite())
         .select(_RUN, "iteration", "loss", "family", "line")
         .sort("run", "iteration")
     )
@@ -120,7 +125,7 @@ def timer_data(timers: pl.DataFrame) -> pl.DataFrame:
     iteration, and are left out.
     """
     return (
-        timers.filter(pl.col("iteration").is_not_null())
+        timers.filter(pl.col("iteration").is_not_null() & pl.col("ms").is_finite())
         .group_by(_RUN, "timer")
         .agg(pl.col("ms").median().alias("median_ms"), pl.len().alias("steps"))
         .sort("run", "timer")
@@ -184,21 +189,27 @@ def write_charts(
     existing = [f for f in files if f.exists()]
     if existing:
         raise FileExistsError(f"{existing[0]} exists; logstat never overwrites a file (choose another --out)")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
+    # Everything is rendered before the first file is written: a chart that fails to render leaves
+    # no half-written set of files behind (which would also block the next attempt).
+    rendered = []
     for stem, chart in charts.items():
         for fmt in formats:
-            path = out_dir / f"{stem}.{fmt}"
-            # "x" mode: a file that appeared since the check above is still not overwritten.
             if fmt == "png":
-                data = _png(chart)
-                with path.open("xb") as out:
-                    out.write(data)
+                content: bytes | str = _png(chart)
             else:
-                text = chart.to_html(inline=True) if fmt == "html" else _svg(chart)
-                with path.open("x", encoding="utf-8") as out:
-                    out.write(text)
-            written.append(path)
+                content = chart.to_html(inline=True) if fmt == "html" else _svg(chart)
+            rendered.append((out_dir / f"{stem}.{fmt}", content))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path, content in rendered:
+        # "x" mode: a file that appeared since the check above is still not overwritten.
+        if isinstance(content, bytes):
+            with path.open("xb") as out:
+                out.write(content)
+        else:
+            with path.open("x", encoding="utf-8") as out:
+                out.write(content)
+        written.append(path)
     return written
 
 
