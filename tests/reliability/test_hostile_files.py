@@ -363,3 +363,29 @@ def test_a_soup_of_real_lines_of_every_family_reads_and_renders(data, real_lines
     formats.runs_text(result.runs, tflops=True, markdown=True, warmup=1)
     formats.iterations_text(result.iterations, markdown=False)
     assert Path(row["path"]).name in render_tables(result.runs, columns=None)
+
+
+def test_plot_draws_what_it_can_from_a_log_with_nan_and_inf(tmp_path, capsys):
+    """``lm loss: inf`` once made the PNG renderer fail on a spec holding Infinity (not JSON), after
+    some chart files were already written. Non-finite values stay out of the charts, every chart
+    is written, and the specs are strict JSON."""
+    from logstat.analytics.charts import charts_of
+
+    log = tmp_path / "nan-1.out"
+    log.write_bytes(NAN_LOG)
+    real = MEGATRON_LOG.parents[1] / "megatron" / "meg_ds_zero_gpt2_perf_n16_nbs48_ms48.out"
+    result = load_runs([log, real])
+    charts = charts_of(result.runs, result.iterations, result.timers)
+    assert sorted(charts) == ["gpu_days_100b", "loss", "time_breakdown"]
+    for chart in charts.values():
+        _strict_json(chart.to_json())
+    out_dir = tmp_path / "plots"
+    with pytest.raises(SystemExit) as done:
+        main(["plot", str(log), str(real), "--out", str(out_dir), "--format", "png"])
+        raise SystemExit(0)
+    assert (done.value.code or 0) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in out_dir.iterdir()) == [
+        "gpu_days_100b.png",
+        "loss.png",
+        "time_breakdown.png",
+    ]
