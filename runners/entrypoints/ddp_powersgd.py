@@ -29,6 +29,13 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.distributed as dist
+from logstat.runners.entrypoints.arguments import (
+    PRECISIONS,
+    add_gpt2_shape_arguments,
+    check_heads_divide_hidden,
+    positive_float,
+    positive_int,
+)
 from logstat.runners.entrypoints.data import RandomTokens
 from logstat.runners.entrypoints.distributed import emit, finish
 from logstat.runners.entrypoints.model import GPT2Shape, build_gpt2, parameter_count
@@ -38,7 +45,6 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 CLIP_GRAD = 1.0  # Megatron's default --clip-grad; the logged grad norm is the norm before clipping.
 OPTIMIZERS = ("adafactor", "adamw")
-PRECISIONS = ("fp32", "fp16", "bf16")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,49 +85,25 @@ class DDPRunConfig:
     """Steps per ``iteration`` line (times and losses are averaged over the interval)."""
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{value} must be a finite number > 0")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command line; flag names follow Megatron's where Megatron has one."""
     parser = argparse.ArgumentParser(
         prog="python -m torch.distributed.run ... -m logstat.runners.entrypoints.ddp_powersgd",
         description="GPT-2 training with DDP, PowerSGD, gradient checkpointing, Adafactor, gradient accumulation.",
     )
-    required = {"required": True, "type": _positive_int}
-    parser.add_argument("--hidden-size", dest="hidden_size", **required)
-    parser.add_argument("--num-layers", dest="num_layers", **required)
-    parser.add_argument("--num-heads", dest="num_attention_heads", metavar="NUM_HEADS", **required)
-    parser.add_argument("--seq-length", dest="seq_length", **required)
-    parser.add_argument("--vocab-size", dest="vocab_size", **required)
+    add_gpt2_shape_arguments(parser, heads_dest="num_attention_heads")
+    required = {"required": True, "type": positive_int}
     parser.add_argument("--micro-batch-size", dest="micro_batch_size", **required)
     parser.add_argument("--gradient-accumulation-steps", dest="gradient_accumulation_steps", **required)
     parser.add_argument("--train-iters", dest="train_iters", **required)
-    parser.add_argument("--lr", required=True, type=_positive_float)
+    parser.add_argument("--lr", required=True, type=positive_float)
     parser.add_argument("--optimizer", required=True, choices=OPTIMIZERS)
     parser.add_argument("--precision", required=True, choices=PRECISIONS)
     parser.add_argument("--activation-checkpointing", dest="checkpoint_activations", action="store_true")
     parser.add_argument("--powersgd-rank", dest="powersgd_rank", **required)
     parser.add_argument("--powersgd-start-iter", dest="powersgd_start_iter", **required)
     parser.add_argument("--seed", required=True, type=int)
-    parser.add_argument("--log-interval", dest="log_interval", type=_positive_int, default=1)
+    parser.add_argument("--log-interval", dest="log_interval", type=positive_int, default=1)
     return parser
 
 
@@ -129,8 +111,7 @@ def parse_config(argv: Sequence[str]) -> DDPRunConfig:
     """Parse and validate ``argv``; a bad value exits 2 with a message naming the flag and the rule."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.hidden_size % args.num_attention_heads:
-        parser.error(f"--num-heads={args.num_attention_heads} must divide --hidden-size={args.hidden_size}")
+    check_heads_divide_hidden(parser, num_heads=args.num_attention_heads, hidden_size=args.hidden_size)
     if args.powersgd_start_iter < 2:
         parser.error(
             f"--powersgd-start-iter={args.powersgd_start_iter} must be >= 2: PowerSGD's error feedback "

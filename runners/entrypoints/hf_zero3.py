@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from collections.abc import Sequence
@@ -30,11 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from logstat.runners.entrypoints.arguments import (
+    PRECISIONS,
+    add_gpt2_shape_arguments,
+    check_heads_divide_hidden,
+    positive_float,
+    positive_int,
+)
 from logstat.runners.entrypoints.data import RandomTokens
 from logstat.runners.entrypoints.distributed import emit, finish
 from logstat.runners.entrypoints.model import GPT2Shape, build_gpt2
-
-PRECISIONS = ("fp32", "fp16", "bf16")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,43 +69,19 @@ class HFRunConfig:
     """Seed of the weights, the synthetic tokens and the Trainer."""
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{value} must be a finite number > 0")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command line; flag names follow ``TrainingArguments`` where it has one."""
     parser = argparse.ArgumentParser(
         prog="python -m torch.distributed.run ... -m logstat.runners.entrypoints.hf_zero3",
         description="GPT-2 training with transformers.Trainer on a DeepSpeed ZeRO engine.",
     )
-    required = {"required": True, "type": _positive_int}
     parser.add_argument("--deepspeed", required=True, type=Path, metavar="DS_CONFIG_JSON")
-    parser.add_argument("--hidden-size", dest="hidden_size", **required)
-    parser.add_argument("--num-layers", dest="num_layers", **required)
-    parser.add_argument("--num-heads", dest="num_heads", **required)
-    parser.add_argument("--seq-length", dest="seq_length", **required)
-    parser.add_argument("--vocab-size", dest="vocab_size", **required)
+    add_gpt2_shape_arguments(parser, heads_dest="num_heads")
+    required = {"required": True, "type": positive_int}
     parser.add_argument("--per-device-train-batch-size", dest="per_device_train_batch_size", **required)
     parser.add_argument("--gradient-accumulation-steps", dest="gradient_accumulation_steps", **required)
     parser.add_argument("--max-steps", dest="max_steps", **required)
-    parser.add_argument("--learning-rate", dest="learning_rate", required=True, type=_positive_float)
+    parser.add_argument("--learning-rate", dest="learning_rate", required=True, type=positive_float)
     parser.add_argument("--precision", required=True, choices=PRECISIONS)
     parser.add_argument("--activation-checkpointing", dest="activation_checkpointing", action="store_true")
     parser.add_argument("--output-dir", dest="output_dir", required=True, type=Path)
@@ -172,8 +152,7 @@ def parse_config(argv: Sequence[str]) -> HFRunConfig:
     """Parse and validate ``argv``; a bad value exits 2 with a message naming the flag and the rule."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.hidden_size % args.num_heads:
-        parser.error(f"--num-heads={args.num_heads} must divide --hidden-size={args.hidden_size}")
+    check_heads_divide_hidden(parser, num_heads=args.num_heads, hidden_size=args.hidden_size)
     if args.output_dir.exists() and not args.output_dir.is_dir():
         parser.error(f"--output-dir={args.output_dir}: exists and is not a directory")
     zero_stage = read_zero_stage(parser, args)
