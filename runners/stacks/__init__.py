@@ -84,3 +84,29 @@ def batch_section(spec: Spec) -> dict[str, int]:
         "train_micro_batch_size_per_gpu": spec.batch.micro,
         "gradient_accumulation_steps": spec.batch.gas,
     }
+
+
+def deepspeed_json(spec: Spec) -> dict[str, Any]:
+    """The DeepSpeed JSON of every DeepSpeed stack: explicit batch values, the ZeRO section, the
+    precision sections, and the seed's clip of 1.0 (seeds/001); one print at the end of the run."""
+    return {
+        **batch_section(spec),
+        "gradient_clipping": 1.0,
+        "zero_optimization": zero_section(spec),
+        **precision_flags(spec),
+        "steps_per_print": max(spec.steps, 1),
+        "wall_clock_breakdown": False,
+    }
+
+
+def gpt2_shape_flags(spec: Spec) -> list[str]:
+    """The model-shape flags of our entry points (their shared parser,
+    ``logstat.runners.entrypoints.arguments.add_gpt2_shape_arguments``)."""
+    model = spec.model
+    return [
+        "--hidden-size", str(model.hidden_size),
+        "--num-layers", str(model.num_layers),
+        "--num-heads", str(model.num_heads),
+        "--seq-length", str(model.seq_len),
+        "--vocab-size", str(model.vocab_size),
+    ]  # fmt: skip

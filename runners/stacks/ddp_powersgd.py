@@ -9,20 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from logstat.runners.spec import Spec
-from logstat.runners.stacks import Stack
+from logstat.runners.stacks import Stack, gpt2_shape_flags
 
 ENTRY_POINT = "logstat.runners.entrypoints.ddp_powersgd"
 
 
 def program(spec: Spec, *, run_dir: Path, ds_config_path: Path) -> list[str]:
-    model, batch, train = spec.model, spec.batch, spec.train
+    batch, train = spec.batch, spec.train
     args = [
         "-m", ENTRY_POINT,
-        "--hidden-size", str(model.hidden_size),
-        "--num-layers", str(model.num_layers),
-        "--num-heads", str(model.num_heads),
-        "--seq-length", str(model.seq_len),
-        "--vocab-size", str(model.vocab_size),
+        *gpt2_shape_flags(spec),
         "--micro-batch-size", str(batch.micro),
         "--gradient-accumulation-steps", str(batch.gas),
         "--train-iters", str(spec.steps),

@@ -8,24 +8,19 @@ ran is readable in the file; the Trainer checks them against its own arguments.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from logstat.runners.spec import Spec
-from logstat.runners.stacks import Stack, batch_section, precision_flags, zero_section
+from logstat.runners.stacks import Stack, deepspeed_json, gpt2_shape_flags
 
 ENTRY_POINT = "logstat.runners.entrypoints.hf_zero3"
 
 
 def program(spec: Spec, *, run_dir: Path, ds_config_path: Path) -> list[str]:
-    model, batch, train = spec.model, spec.batch, spec.train
+    batch, train = spec.batch, spec.train
     args = [
         "-m", ENTRY_POINT,
         "--deepspeed", str(ds_config_path),
-        "--hidden-size", str(model.hidden_size),
-        "--num-layers", str(model.num_layers),
-        "--num-heads", str(model.num_heads),
-        "--seq-length", str(model.seq_len),
-        "--vocab-size", str(model.vocab_size),
+        *gpt2_shape_flags(spec),
         "--per-device-train-batch-size", str(batch.micro),
         "--gradient-accumulation-steps", str(batch.gas),
         "--max-steps", str(spec.steps),
@@ -38,17 +33,6 @@ def program(spec: Spec, *, run_dir: Path, ds_config_path: Path) -> list[str]:
     return args
 
 
-def deepspeed_config(spec: Spec) -> dict[str, Any]:
-    return {
-        **batch_section(spec),
-        "gradient_clipping": 1.0,
-        "zero_optimization": zero_section(spec),
-        **precision_flags(spec),
-        "steps_per_print": max(spec.steps, 1),
-        "wall_clock_breakdown": False,
-    }
-
-
 def environment(spec: Spec) -> dict[str, str]:
     # DeepSpeed picks its accelerator from this variable; without it, it looks for CUDA.
     return {} if spec.cluster.use_gpus else {"DS_ACCELERATOR": "cpu"}
@@ -58,7 +42,7 @@ STACK = Stack(
     name="hf-zero3",
     description="transformers.Trainer with DeepSpeed ZeRO (stage from train.zero_stage), data parallel",
     program=program,
-    deepspeed_config=deepspeed_config,
+    deepspeed_config=deepspeed_json,
     environment=environment,
     optimizers=("adamw",),
     zero_stages=(0, 1, 2, 3),

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from logstat.runners.spec import Spec
-from logstat.runners.stacks import Stack, batch_section, precision_flags, zero_section
+from logstat.runners.stacks import Stack, deepspeed_json
 
 from logstat.errors import LogstatError
 
@@ -76,17 +75,6 @@ def program(spec: Spec, *, run_dir: Path, ds_config_path: Path) -> list[str]:
     return args
 
 
-def deepspeed_config(spec: Spec) -> dict[str, Any]:
-    return {
-        **batch_section(spec),
-        "gradient_clipping": 1.0,
-        "zero_optimization": zero_section(spec),
-        **precision_flags(spec),
-        "steps_per_print": max(spec.steps, 1),
-        "wall_clock_breakdown": False,
-    }
-
-
 def launch_check(spec: Spec) -> None:
     """A checkout with pretrain_gpt.py and data files must exist to launch (a dry run needs neither)."""
     checkout = checkout_dir(spec)
@@ -108,7 +96,7 @@ STACK = Stack(
     name="megatron-deepspeed",
     description="Megatron-DeepSpeed pretrain_gpt.py, 3D parallelism (needs CUDA and a checkout)",
     program=program,
-    deepspeed_config=deepspeed_config,
+    deepspeed_config=deepspeed_json,
     environment=lambda spec: {},
     optimizers=("adam", "sgd"),
     zero_stages=(0, 1, 2, 3),
