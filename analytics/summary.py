@@ -25,12 +25,21 @@ def _f(name: str) -> pl.Expr:
     return pl.col(name).cast(pl.Float64)
 
 
+def _measured(name: str) -> pl.Expr:
+    """A duration or rate only if it can be one: a garbled line's nan, inf, 0 or negative is no
+    measurement (it would make the median and every number derived from it wrong or infinite)."""
+    value = pl.col(name).cast(pl.Float64)
+    return pl.when(value.is_finite() & (value > 0)).then(value)
+
+
 def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
     """Per run: distinct steps, and medians of step time and samples/s over the steps after warm-up."""
     steady = pl.int_range(pl.len()).over("path") >= warmup
     return (
         iterations.sort("path", "iteration")
-        .with_columns(steady=steady)
+        .with_columns(
+            steady=steady, elapsed_ms=_measured("elapsed_ms"), samples_per_sec=_measured("samples_per_sec")
+        )
         .group_by("path")
         .agg(
             iterations=pl.col("iteration").n_unique(),
@@ -60,7 +69,7 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         global_batch=gbs, samples_per_sec=_f("steady_samples_per_sec")
     )
     from_final = formulas.sec_per_iter_from_samples(
-        global_batch=gbs, samples_per_sec=_f("final_samples_per_sec")
+        global_batch=gbs, samples_per_sec=_measured("final_samples_per_sec")
     )
     sec_per_iter = pl.coalesce(from_elapsed, from_samples, from_final)
     source = (

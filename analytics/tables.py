@@ -15,13 +15,16 @@ import polars as pl
 
 
 def _fixed(expr: pl.Expr, decimals: int) -> pl.Expr:
-    """A non-negative number as text with exactly ``decimals`` decimals (polars has no printf)."""
+    """A number as text with exactly ``decimals`` decimals (polars has no printf); null (an empty
+    cell) for nan, inf or a number beyond int64 once scaled, which a hostile log can produce."""
     scale = 10**decimals
-    scaled = (expr * scale).round(0).cast(pl.Int64)
+    scaled = (expr * scale).round(0).cast(pl.Int64, strict=False)
     if decimals == 0:
         return scaled.cast(pl.String)
-    fraction = (scaled % scale).cast(pl.String).str.zfill(decimals)
-    return pl.format("{}.{}", scaled // scale, fraction)
+    magnitude = scaled.abs()
+    sign = pl.when(scaled < 0).then(pl.lit("-")).otherwise(pl.lit(""))
+    fraction = (magnitude % scale).cast(pl.String).str.zfill(decimals)
+    return pl.format("{}{}.{}", sign, magnitude // scale, fraction)
 
 
 def _integer(name: str) -> pl.Expr:
@@ -48,7 +51,7 @@ def _throughput() -> pl.Expr:
     """Seconds per iteration like the seed's cells (``129s``, ``90.5s``, ``0.661s``); ``fail`` if unmeasured."""
     sec = pl.col("sec_per_iter")
     return (
-        pl.when(sec.is_null())
+        pl.when(sec.is_null() | sec.is_nan() | sec.is_infinite())
         .then(pl.lit("fail"))
         .when(sec >= 100)
         .then(pl.format("{}s", _fixed(sec, 0)))
