@@ -11,6 +11,7 @@ import gzip
 import io
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -389,3 +390,34 @@ def test_plot_draws_what_it_can_from_a_log_with_nan_and_inf(tmp_path, capsys):
         "loss.png",
         "time_breakdown.png",
     ]
+
+
+def _with_elapsed(ms: str) -> bytes:
+    """The real 52B Megatron log with every step's elapsed time replaced by ``ms``."""
+    return re.sub(rb"elapsed time per iteration \(ms\): [\d.]+", b"elapsed time per iteration (ms): " + ms.encode(),
+                  real_log())  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("ms", "throughput"),
+    [("nan", "fail"), ("inf", "fail"), ("0.0", "fail"), ("-1234.5", "fail"), ("1e-300", "0.000s")],
+)
+def test_table_renders_hostile_step_times(ms, throughput, tmp_path, capsys):
+    """nan, inf, zero and negative step times are no measurement (`fail`, and no TFLOPs derived from
+    them); a vanishing one gives TFLOPs beyond printing: an empty cell. The table renders every run
+    (one such run once made 'logstat table' fail for all with a polars cast error)."""
+    (tmp_path / "hostile-1.out").write_bytes(_with_elapsed(ms))
+    (tmp_path / "meg_gpt2_perf_n16.out").write_bytes(real_log())
+    with pytest.raises(SystemExit) as done:
+        main(["table", str(tmp_path), "--columns", "GPUs,Size,Throughput,TFlops,Notes"])
+        raise SystemExit(0)
+    out = capsys.readouterr().out
+    assert (done.value.code or 0) == 0
+    cells = {
+        row.split("|")[5].strip(): [cell.strip() for cell in row.split("|")[1:5]]
+        for row in out.splitlines()
+        if row.startswith("|") and ".out" in row
+    }
+    assert cells["hostile-1.out (incomplete)"] == ["64", "52B", throughput, ""]
+    # the real run beside it keeps its numbers: 128.96 s/iter, 52.0B, seed formula 52.8 TFLOPs
+    assert cells["meg_gpt2_perf_n16.out (incomplete)"] == ["64", "52B", "129s", "52.8"]
