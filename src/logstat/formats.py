@@ -50,11 +50,17 @@ def run_records(runs: pl.DataFrame, *, tflops: bool) -> pl.DataFrame:
     return runs if tflops else runs.drop(TFLOPS_ONLY)
 
 
+#: numbers at least this large are printed in scientific notation in the readable table.
+HUGE = 1e15
+
+
 def _cell(value, decimals: int | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, float) and abs(value) >= HUGE:
+        return f"{value:.3g}"  # a garbled log's 1e305 samples/s would be a 300-digit column
     if isinstance(value, float) and decimals is not None:
         return f"{value:,.{decimals}f}" if decimals == 0 else f"{value:.{decimals}f}"
     return str(value)
