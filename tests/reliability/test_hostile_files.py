@@ -421,3 +421,16 @@ def test_table_renders_hostile_step_times(ms, throughput, tmp_path, capsys):
     assert cells["hostile-1.out (incomplete)"] == ["64", "52B", throughput, ""]
     # the real run beside it keeps its numbers: 128.96 s/iter, 52.0B, seed formula 52.8 TFLOPs
     assert cells["meg_gpt2_perf_n16.out (incomplete)"] == ["64", "52B", "129s", "52.8"]
+
+
+def test_readable_table_stays_readable_with_absurd_numbers(tmp_path, capsys):
+    """A step time of 1e-300 ms gives ~1e305 samples/s: printed as 1.02e+306, not 300 digits."""
+    log = tmp_path / "tiny-1.out"
+    log.write_bytes(_with_elapsed("1e-300"))
+    with pytest.raises(SystemExit) as done:
+        main(["parse", str(log), "--tflops"])
+        raise SystemExit(0)
+    out = capsys.readouterr().out
+    assert (done.value.code or 0) == 0
+    row = next(line for line in out.splitlines() if line.startswith("tiny-1.out"))
+    assert len(row) < 250 and "1.02e+306" in row
