@@ -89,6 +89,7 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
         run.current_file = str(path)
         report = SourceReport(path=str(path))
         result.reports.append(report)
+        stated_before = dict(run.provenance)
         try:
             for lineno, text in marked_lines(path, needles, lambda: bool(run.capturing), report):
                 for record in records(text):
@@ -98,6 +99,11 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
         except OSError as exc:
             report.problem = f"cannot read: {exc.strerror or exc}"
         run.capturing.clear()
+        # which file stated each fact (a job's final metrics may be in its .out, warnings in its .err)
+        fact_files = run.state.setdefault("fact_files", {})
+        fact_files.update(
+            {name: str(path) for name, at in run.provenance.items() if stated_before.get(name) != at}
+        )
     job_id = job_id_from_name(Path(files.key))
     if job_id:
         run.set_fact("job_id", job_id, "filename", 0)
@@ -200,14 +206,15 @@ def _completion_from_facts(run: RunBuilder) -> tuple[str, int, str] | None:
         source = run.provenance.get(name)
         if source and name in run.facts:
             line = int(source.rsplit(":", 1)[1])
-            return f"final train metrics logged ({name}={run.facts[name]})", line, run.current_file
+            where = run.state.get("fact_files", {}).get(name, run.current_file)
+            return f"final train metrics logged ({name}={run.facts[name]})", line, where
     planned = run.facts.get("train_iters")
     if planned and run.last_iteration is not None and run.last_iteration >= planned:
         row = run.iterations.get(run.last_iteration, {})
         return (
             f"reached the planned {planned} iterations",
             row.get("line") or 0,
-            str(run.current_file),
+            str(row.get("source_path") or run.current_file),
         )
     return None
 
