@@ -98,7 +98,7 @@ def test_parse_json_reports_status_reason_and_evidence_line(capsys):
         got = (row["status"], row["reason"][: len(start)], part in row["reason"], row["reason_line"])
         assert got == (status, start, True, line), name
         assert row["iterations"] == iterations, name
-        evidence = (FAILURES / name).read_text().splitlines()[line - 1]
+        evidence = (FAILURES / name).read_bytes().decode().split("\n")[line - 1]
         assert start.split(": ", 1)[-1][:40] in evidence, name
 
 
@@ -169,3 +169,15 @@ def test_an_earlier_failure_is_superseded_by_a_later_end(tmp_path):
     row = load_runs([log]).runs.row(0, named=True)
     assert row["status"] == "ok"
     assert "after an earlier failure at line 14: CUDA out of memory" in row["reason"]
+
+
+def test_the_evidence_of_a_finished_job_points_into_the_file_holding_it(tmp_path):
+    """A job's .out holds the final train metrics and its .err only warnings: the reason's file and
+    line are the .out's (the evidence was once attributed to the last file read, the .err)."""
+    fixture = ROOT / "fixtures" / "hf_trainer" / "hf_gpt2_tiny_ds_zero2_2cpu.log"
+    (tmp_path / "job-5.out").write_bytes(fixture.read_bytes())
+    (tmp_path / "job-5.err").write_text("UserWarning: something harmless\n")
+    row = load_runs([tmp_path]).runs.row(0, named=True)
+    assert (row["status"], Path(row["reason_path"]).name) == ("ok", "job-5.out")
+    evidence = fixture.read_bytes().decode().split("\n")[row["reason_line"] - 1]
+    assert "train_runtime" in evidence or "train_samples_per_second" in evidence
