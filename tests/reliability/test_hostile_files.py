@@ -338,7 +338,8 @@ def test_every_output_format_stays_valid_with_nan_and_inf(iterations, tmp_path, 
 @given(data=st.data())
 def test_a_soup_of_real_lines_of_every_family_reads_and_renders(data, real_lines, generated):
     """Real lines of every family and failure kind, shuffled, repeated and some cut short, in one
-    file (a .out and its .err): one run row, sane counts, and every output format renders."""
+    file (a .out and its .err): one run row, sane counts, every output format and chart renders."""
+    from logstat.analytics.charts import charts_of
     from logstat.analytics.tables import render_tables
 
     from logstat import formats
@@ -364,6 +365,8 @@ def test_a_soup_of_real_lines_of_every_family_reads_and_renders(data, real_lines
     formats.runs_text(result.runs, tflops=True, markdown=True, warmup=1)
     formats.iterations_text(result.iterations, markdown=False)
     assert Path(row["path"]).name in render_tables(result.runs, columns=None)
+    for chart in charts_of(result.runs, result.iterations, result.timers).values():
+        _strict_json(chart.to_json())
 
 
 def test_plot_draws_what_it_can_from_a_log_with_nan_and_inf(tmp_path, capsys):
