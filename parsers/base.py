@@ -9,6 +9,7 @@ bad line: it records nothing, or a warning, and goes on.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -136,10 +137,32 @@ class RunBuilder:
         (polars refuses a whole frame for one integer beyond int64, e.g. ``99999999999999999999999``)."""
         if isinstance(value, bool) or not isinstance(value, int) or INT64_MIN <= value <= INT64_MAX:
             return True
-        self.state.setdefault("parse_errors", []).append(
-            f"{family}:{lineno}: {name}={value} does not fit a 64-bit integer; not recorded"
-        )
+        self.note(family, lineno, f"{name}={value} does not fit a 64-bit integer; not recorded")
         return False
+
+    def note(self, family: str, lineno: int, message: str) -> None:
+        """A line ``family`` could not read: kept in ``parse_errors``, never silently dropped."""
+        self.state.setdefault("parse_errors", []).append(f"{family}:{lineno}: {message}")
 
     def provenance_json(self) -> str:
         return json.dumps(self.provenance, sort_keys=True)
+
+
+LineReader = Callable[[str, int, RunBuilder], None]
+
+
+def never_raises(family: str) -> Callable[[LineReader], LineReader]:
+    """A family's ``parse_line`` made safe: an error on one line is noted in ``parse_errors``
+    (family, line number, error) and the parse goes on (mlcommons/logging's rule, STYLE.md 3)."""
+
+    def decorate(parse_line: LineReader) -> LineReader:
+        @functools.wraps(parse_line)
+        def guarded(text: str, lineno: int, run: RunBuilder) -> None:
+            try:
+                parse_line(text, lineno, run)
+            except Exception as error:  # noqa: BLE001 - a bad line must never stop the parse
+                run.note(family, lineno, f"{type(error).__name__}: {error}")
+
+        return guarded
+
+    return decorate

@@ -25,7 +25,7 @@ from typing import Any
 
 import pyparsing as pp
 from logstat.parsers import grammar
-from logstat.parsers.base import Family, RunBuilder
+from logstat.parsers.base import Family, RunBuilder, never_raises
 from pyparsing import pyparsing_common as ppc
 
 NAME = "deepspeed"
@@ -455,15 +455,9 @@ def _record_profile_metrics(
     run.saw(NAME)
 
 
+@never_raises(NAME)
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Read one line of DeepSpeed output into ``run``; never raises."""
-    try:
-        _parse_line(text, lineno, run)
-    except Exception as error:  # noqa: BLE001 - a bad line must never stop the parse
-        run.state.setdefault("parse_errors", []).append(f"{NAME}:{lineno}: {type(error).__name__}: {error}")
-
-
-def _parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     tags = list(_PRINT_TAG.finditer(text))
     for index, tag in enumerate(tags):
         end = tags[index + 1].start() if index + 1 < len(tags) else len(text)

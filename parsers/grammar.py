@@ -5,6 +5,7 @@
   config printer (old Megatron pads long names with spaces only: ``  long_name  value``).
 - ``pipe_record``: ``key: value | key: value |`` records (Megatron iteration, timer and memory lines).
 - ``eq_record``: ``key=value, key=value`` records (DeepSpeed ``step=``/throughput lines).
+- ``command_line_flags``: the ``--name value`` flags of an echoed launch command.
 
 Parse actions only convert types; turning parse results into facts is the families' job.
 """
@@ -12,6 +13,7 @@ Parse actions only convert types; turning parse results into facts is the famili
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 import pyparsing as pp
@@ -105,3 +107,27 @@ def literal(text: str) -> Any:
         return float(value)
     except ValueError:
         return value
+
+
+def positive_int(text: str) -> int | None:
+    """A dumped value that is a whole number > 0 (a count, a size), else None (booleans are not counts)."""
+    value = literal(text)
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
+def command_line_flags(text: str) -> dict[str, str]:
+    """``--name value`` / ``--name=value`` / bare ``--switch`` (value "") of a command line, by name
+    without the dashes; shell quoting is undone (plain splitting where the quotes do not close)."""
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        words = text.split()
+    flags: dict[str, str] = {}
+    for index, word in enumerate(words):
+        if word.startswith("--"):
+            name, _, inline = word[2:].partition("=")
+            following = words[index + 1] if index + 1 < len(words) else ""
+            flags[name] = inline or ("" if following.startswith("--") else following)
+    return flags

@@ -25,12 +25,11 @@ from __future__ import annotations
 import ast
 import math
 import re
-import shlex
 from typing import Any
 
 import pyparsing as pp
 from logstat.parsers import grammar
-from logstat.parsers.base import Family, RunBuilder
+from logstat.parsers.base import Family, RunBuilder, never_raises
 from pyparsing import pyparsing_common as ppc
 
 NAME = "hf-trainer"
@@ -113,11 +112,6 @@ def _state(run: RunBuilder) -> dict[str, Any]:
     )
 
 
-def _note(run: RunBuilder, lineno: int, message: str) -> None:
-    """A line this family could not read: kept in ``parse_errors``, never silently dropped."""
-    run.state.setdefault("parse_errors", []).append(f"{NAME}:{lineno}: {message}")
-
-
 def _number(value: Any) -> float | None:
     """A dict value as a float: 2021 logs print floats, today's print ``'4.705'`` strings."""
     if isinstance(value, bool):
@@ -159,12 +153,12 @@ def _read_dicts(run: RunBuilder, text: str, lineno: int) -> None:
         if not any(key in body for key in _TRAINER_KEYS):
             continue
         if not body.endswith("}"):
-            _note(run, lineno, f"dict cut short, not read: {body[:80]!r}")
+            run.note(NAME, lineno, f"dict cut short, not read: {body[:80]!r}")
             continue
         try:
             logged = ast.literal_eval(body)
         except (ValueError, SyntaxError, MemoryError, RecursionError):
-            _note(run, lineno, f"not a Python dict literal: {body[:80]!r}")
+            run.note(NAME, lineno, f"not a Python dict literal: {body[:80]!r}")
             continue
         if isinstance(logged, dict):
             _read_logged(run, logged, body, lineno)
@@ -325,7 +319,7 @@ def _read_metric(run: RunBuilder, name: str, value: str, lineno: int) -> None:
     if name == "train_runtime":
         seconds = _runtime_seconds(value)
         if seconds is None:
-            _note(run, lineno, f"train_runtime not a duration: {value!r}")
+            run.note(NAME, lineno, f"train_runtime not a duration: {value!r}")
         _set_final(run, name, seconds, value, lineno)
     elif name == "train_samples_per_second":
         _set_final(run, name, _number(value), value, lineno)
@@ -366,16 +360,7 @@ def _read_overrides(run: RunBuilder, overrides: str, lineno: int) -> None:
 def _read_command_line(run: RunBuilder, text: str, lineno: int) -> None:
     """The echoed launch command (``set -x``): ``--config_overrides``, ``--block_size``, the batch flags,
     ``--fp16``/``--bf16``, ``--gradient_checkpointing``, ``--max_steps``, ``--logging_steps``."""
-    try:
-        words = shlex.split(text, posix=True)
-    except ValueError:
-        words = text.split()
-    flags: dict[str, str] = {}
-    for index, word in enumerate(words):
-        if word.startswith("--"):
-            name, _, inline = word[2:].partition("=")
-            following = words[index + 1] if index + 1 < len(words) else ""
-            flags[name] = inline or ("" if following.startswith("--") else following)
+    flags = grammar.command_line_flags(text)
     if flags.get("config_overrides"):
         _read_overrides(run, flags["config_overrides"], lineno)
     block_size = grammar.literal(flags.get("block_size", ""))
@@ -383,8 +368,8 @@ def _read_command_line(run: RunBuilder, text: str, lineno: int) -> None:
         run.set_fact("seq_len", block_size, NAME, lineno)
         _state(run)["block_size_line"] = lineno
     for flag, fact in _FLAG_INT_FACTS.items():
-        value = grammar.literal(flags.get(flag, ""))
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        value = grammar.positive_int(flags.get(flag, ""))
+        if value is not None:
             run.set_fact(fact, value, NAME, lineno)
     for flag in ("fp16", "bf16"):
         if _switch_on(flags, flag):
@@ -409,15 +394,9 @@ def _switch_on(flags: dict[str, str], name: str) -> bool:
 # --- entry point ---------------------------------------------------------------------------------
 
 
+@never_raises(NAME)
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Read one line of HF Trainer output into ``run``; never raises."""
-    try:
-        _parse_line(text, lineno, run)
-    except Exception as error:  # noqa: BLE001 - a bad line must never stop the parse
-        _note(run, lineno, f"{type(error).__name__}: {error}")
-
-
-def _parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     if _state(run)["block"] is not None and _read_block_line(run, text, lineno):
         return
     if "TrainingArguments(" in text:

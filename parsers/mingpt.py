@@ -17,12 +17,11 @@ micro batch (``--batch_size``), precision (``--precision 16``/``bf16``/``32``) a
 from __future__ import annotations
 
 import re
-import shlex
 from typing import Any
 
 import pyparsing as pp
 from logstat.parsers import grammar
-from logstat.parsers.base import Family, RunBuilder
+from logstat.parsers.base import Family, RunBuilder, never_raises
 
 NAME = "mingpt"
 
@@ -52,26 +51,11 @@ _PRECISION = {
 }
 
 
-def _flags(text: str) -> dict[str, str]:
-    """``--name value`` / ``--name=value`` / bare ``--switch`` (value "") of a command line."""
-    try:
-        words = shlex.split(text)
-    except ValueError:
-        words = text.split()
-    flags: dict[str, str] = {}
-    for index, word in enumerate(words):
-        if word.startswith("--"):
-            name, _, inline = word[2:].partition("=")
-            following = words[index + 1] if index + 1 < len(words) else ""
-            flags[name] = inline or ("" if following.startswith("--") else following)
-    return flags
-
-
 def _read_command_line(run: RunBuilder, text: str, lineno: int) -> None:
-    flags = _flags(text[_SCRIPT.search(text).start() :])
+    flags = grammar.command_line_flags(text[_SCRIPT.search(text).start() :])
     for flag, fact in _SHAPE_FLAGS.items():
-        value = grammar.literal(flags.get(flag, ""))
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        value = grammar.positive_int(flags.get(flag, ""))
+        if value is not None:
             run.set_fact(fact, value, NAME, lineno)
     _read_devices(run, flags, lineno)
     precision = _PRECISION.get(flags.get("precision", ""))
@@ -87,8 +71,8 @@ def _read_command_line(run: RunBuilder, text: str, lineno: int) -> None:
 
 def _read_devices(run: RunBuilder, flags: dict[str, Any], lineno: int) -> None:
     """``--gpus 8`` is Lightning's devices per node; with ``--num_nodes`` the world size is their product."""
-    per_node = grammar.literal(flags.get("gpus", flags.get("devices", "")))
-    if not isinstance(per_node, int) or isinstance(per_node, bool) or per_node <= 0:
+    per_node = grammar.positive_int(flags.get("gpus", flags.get("devices", "")))
+    if per_node is None:
         return
     nodes = grammar.literal(flags.get("num_nodes", "1") or "1")
     nodes = nodes if isinstance(nodes, int) and nodes > 0 else 1
@@ -97,15 +81,9 @@ def _read_devices(run: RunBuilder, flags: dict[str, Any], lineno: int) -> None:
     run.set_fact("gpus", per_node * nodes, NAME, lineno)
 
 
+@never_raises(NAME)
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Read one line of minGPT/Lightning benchmark output into ``run``; never raises."""
-    try:
-        _parse_line(text, lineno, run)
-    except Exception as error:  # noqa: BLE001 - a bad line must never stop the parse
-        run.state.setdefault("parse_errors", []).append(f"{NAME}:{lineno}: {type(error).__name__}: {error}")
-
-
-def _parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     for tokens, _, _ in epoch_time.scan_string(text):
         run.set_fact("avg_epoch_time_s", tokens["seconds"], NAME, lineno)
         run.complete(f"Average Epoch time: {tokens['seconds']} seconds", lineno)

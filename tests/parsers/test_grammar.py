@@ -2,6 +2,7 @@
 
 import math
 
+from logstat.parsers import grammar
 from logstat.parsers.grammar import dotted, eq_fields, literal, pipe_fields
 
 # shared/logs/bigscience/meg_ds_zero_gpt2_perf_n16_nbs48_ms48.out, first iteration line
@@ -59,3 +60,22 @@ def test_eq_record_of_deepspeed_lines():
 def test_literal_values():
     assert literal("None") is None and literal("True") is True and literal("False") is False
     assert literal("8192") == 8192 and literal("1e-08") == 1e-08 and literal("cosine") == "cosine"
+
+
+def test_positive_int_is_a_count_or_none():
+    assert grammar.positive_int("8") == 8 and grammar.positive_int(" 64 ") == 64
+    for not_a_count in ("0", "-2", "1.5", "True", "", "eight"):
+        assert grammar.positive_int(not_a_count) is None
+
+
+def test_command_line_flags_of_an_echoed_launch():
+    # The shape of a `set -x` echo of run_clm.py (HF) and of minGPT's bench command.
+    line = "+ python run_clm.py --config_overrides 'n_embd=64,n_layer=2' --block_size=32 --fp16 --max_steps 5"
+    assert grammar.command_line_flags(line) == {
+        "config_overrides": "n_embd=64,n_layer=2",
+        "block_size": "32",
+        "fp16": "",
+        "max_steps": "5",
+    }
+    # An unclosed quote: split on spaces, quotes kept.
+    assert grammar.command_line_flags("--name 'a b --gpus 8") == {"name": "'a", "gpus": "8"}
