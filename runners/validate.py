@@ -268,16 +268,21 @@ def parameter_count(spec: Spec) -> int:
     )
 
 
-def model_state_gib_per_gpu(spec: Spec) -> float:
-    """GPU model-state memory (GiB) of one rank: its TP*PP share of the parameters under ZeRO over DP."""
-    memory = formulas.zero_model_state_memory(
+def model_state_memory_per_rank(spec: Spec) -> formulas.ZeroMemory:
+    """Model-state bytes of one rank: its TP*PP share of the parameters under ZeRO over DP
+    (formulas.zero_model_state_memory; offloaded bytes are its ``cpu_bytes``)."""
+    return formulas.zero_model_state_memory(
         params=parameter_count(spec) / (spec.parallel.tp * spec.parallel.pp),
         dp=spec.dp or 1,
         stage=spec.train.zero_stage,
         offload_optimizer=spec.train.offload_optimizer,
         offload_param=spec.train.offload_param,
     )
-    return memory.gpu_bytes / GIB
+
+
+def model_state_gib_per_gpu(spec: Spec) -> float:
+    """GPU model-state memory (GiB) of one rank: its TP*PP share of the parameters under ZeRO over DP."""
+    return model_state_memory_per_rank(spec).gpu_bytes / GIB
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,12 +16,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from logstat.analytics import formulas
 from logstat.runners.backends import LaunchResult, stderr_echo
 from logstat.runners.manifest import update_manifest
 from logstat.runners.render import RenderedRun
 from logstat.runners.rundir import open_new_log
-from logstat.runners.validate import GIB, parameter_count
+from logstat.runners.validate import GIB, model_state_memory_per_rank
 
 from logstat.errors import LogstatError
 
@@ -130,15 +129,8 @@ def cpu_model_state_gib(run: RenderedRun) -> float:
     formulas.zero_model_state_memory per process (its TP*PP share, partitioned over DP by the
     ZeRO stage; what offload moves to "CPU" is on this host too), times the processes.
     """
-    spec = run.spec
-    memory = formulas.zero_model_state_memory(
-        params=parameter_count(spec) / (spec.parallel.tp * spec.parallel.pp),
-        dp=spec.dp or 1,
-        stage=spec.train.zero_stage,
-        offload_optimizer=spec.train.offload_optimizer,
-        offload_param=spec.train.offload_param,
-    )
-    return (memory.gpu_bytes + memory.cpu_bytes) * spec.world_size / GIB
+    memory = model_state_memory_per_rank(run.spec)
+    return (memory.gpu_bytes + memory.cpu_bytes) * run.spec.world_size / GIB
 
 
 def available_memory_gib() -> float | None:
