@@ -4,18 +4,15 @@ checks, and real 2-process CPU runs (gloo) whose logs show the PowerSGD hook at 
 from __future__ import annotations
 
 import math
-import os
 import re
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from logstat.runners.entrypoints import ddp_powersgd
 from logstat.runners.entrypoints.model import GPT2Shape, build_gpt2
 
-SHARED_LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "logs" / "bigscience"
+from tests.conftest import SHARED_LOGS
+from tests.runners.launch import flag_argv, torchrun
+
 TINY = {"hidden": 64, "layers": 2, "heads": 2, "seq": 32, "vocab": 128}
 # gpt2_params(h=64, l=2, v=128, s=32) by hand: 2*(12*64^2 + 13*64) + 128*64 + 32*64 + 2*64
 TINY_PARAMS = 2 * (12 * 4096 + 13 * 64) + 8192 + 2048 + 128
@@ -41,41 +38,7 @@ def ddp_argv(**overrides: str) -> list[str]:
         "--seed": "1234",
         "--log-interval": "1",
     }
-    flags.update({f"--{name.replace('_', '-')}": value for name, value in overrides.items()})
-    return [item for pair in flags.items() for item in pair]
-
-
-def torchrun(module: str, argv: list[str], *, timeout_s: float = 120) -> subprocess.CompletedProcess:
-    """``python -u -m torch.distributed.run --nproc_per_node 2 -m MODULE ARGV`` on CPU.
-
-    Without ``--master_port`` a single-node torchrun rendezvouses on ``localhost:0`` (a free
-    port), so concurrent runs never collide. The launcher gets its own session so that on a
-    timeout it and its workers are killed together, and the test fails showing their output.
-    """
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": ""}
-    command = [
-        sys.executable,
-        "-u",
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        module,
-        *argv,
-    ]
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        pytest.fail(
-            f"{module} did not finish in {timeout_s} s; stdout:\n{stdout[-2000:]}\nstderr:\n{stderr[-2000:]}"
-        )
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+    return flag_argv(flags, overrides)
 
 
 # --- the format, against real Megatron lines -------------------------------------------------

@@ -6,9 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import math
-import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +14,8 @@ from pathlib import Path
 import pytest
 from logstat.runners.entrypoints import hf_zero3
 from logstat.runners.entrypoints.model import GPT2Shape, build_gpt2
+
+from tests.runners.launch import cpu_env, flag_argv, torchrun
 
 TINY_SHAPE = GPT2Shape(hidden_size=64, num_layers=2, num_attention_heads=2, seq_length=32, vocab_size=128)
 # gpt2_params(h=64, l=2, v=128, s=32) by hand: 2*(12*64^2 + 13*64) + 128*64 + 32*64 + 2*64
@@ -51,45 +51,7 @@ def hf_argv(config_path: Path, output_dir: Path, **overrides: str) -> list[str]:
         "--output-dir": str(output_dir),
         "--seed": "1234",
     }
-    flags.update({f"--{name.replace('_', '-')}": value for name, value in overrides.items()})
-    return [item for pair in flags.items() for item in pair]
-
-
-def cpu_env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": ""}
-
-
-def torchrun(module: str, argv: list[str], *, timeout_s: float = 150) -> subprocess.CompletedProcess:
-    """``python -u -m torch.distributed.run --nproc_per_node 2 -m MODULE ARGV`` on CPU.
-
-    Without ``--master_port`` a single-node torchrun rendezvouses on ``localhost:0`` (a free
-    port), so concurrent runs never collide. The launcher gets its own session so that on a
-    timeout it and its workers are killed together, and the test fails showing their output.
-    """
-    env = cpu_env()
-    command = [
-        sys.executable,
-        "-u",
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        module,
-        *argv,
-    ]
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        pytest.fail(
-            f"{module} did not finish in {timeout_s} s; stdout:\n{stdout[-2000:]}\nstderr:\n{stderr[-2000:]}"
-        )
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+    return flag_argv(flags, overrides)
 
 
 # --- refusals name the flag and the rule -----------------------------------------------------
@@ -221,7 +183,7 @@ def hf_run(request, tmp_path_factory):
     config_path.write_text(json.dumps(rendered_ds_config(stage)))
     output_dir = workdir / "output"
     argv = hf_argv(config_path, output_dir) + ["--activation-checkpointing"]
-    result = torchrun("logstat.runners.entrypoints.hf_zero3", argv)
+    result = torchrun("logstat.runners.entrypoints.hf_zero3", argv, timeout_s=150)
     log = workdir / f"hf-zero{stage}.out"
     log.write_text(result.stdout + result.stderr)
     return stage, result, output_dir, log
