@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from logstat.parsers import deepspeed
 from logstat.parsers.base import RunBuilder
-from logstat.parsers.source import records
+
+from tests.parsers.feeding import feed_file
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 DS = FIXTURES / "deepspeed"
@@ -18,14 +19,7 @@ HF_REAL = "hf_ds_gpt2_perf_n16_bs4-mbs8.out"
 
 
 def feed(path: Path, run: RunBuilder | None = None) -> RunBuilder:
-    """Give the family the lines the reader gives it: records holding one of its markers."""
-    run = run or RunBuilder(path=str(path))
-    with open(path, "rb") as stream:
-        for lineno, raw in enumerate(stream, 1):
-            for record in records(raw.decode("utf-8", "replace")):
-                if deepspeed.NAME in run.capturing or any(m in record for m in deepspeed.FAMILY.markers):
-                    deepspeed.parse_line(record, lineno, run)
-    return run
+    return feed_file(deepspeed.FAMILY, path, run)
 
 
 def test_todays_config_dump_zero1_fp32():

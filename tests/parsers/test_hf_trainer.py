@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from logstat.parsers import hf_trainer
 from logstat.parsers.base import RunBuilder
-from logstat.parsers.source import records
+
+from tests.parsers import feeding
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "hf_trainer"
 REAL = "hf_ds_gpt2_perf_n16_bs4-mbs8.out"
@@ -19,21 +20,11 @@ TQDM_DS = FIXTURES / "hf_gpt2_tiny_ds_zero2_2cpu.log"
 
 
 def feed(path: Path, run: RunBuilder | None = None) -> RunBuilder:
-    """Give the family the lines the reader gives it: records holding a marker, every record while it captures."""
-    run = run or RunBuilder(path=str(path))
-    with open(path, "rb") as stream:
-        for lineno, raw in enumerate(stream, 1):
-            for record in records(raw.decode("utf-8", "replace")):
-                if hf_trainer.NAME in run.capturing or any(m in record for m in hf_trainer.FAMILY.markers):
-                    hf_trainer.parse_line(record, lineno, run)
-    return run
+    return feeding.feed_file(hf_trainer.FAMILY, path, run)
 
 
 def feed_lines(lines: list[str]) -> RunBuilder:
-    run = RunBuilder(path="lines")
-    for lineno, line in enumerate(lines, 1):
-        hf_trainer.parse_line(line, lineno, run)
-    return run
+    return feeding.feed_lines(hf_trainer.FAMILY, lines)
 
 
 @pytest.mark.parametrize("where", ["fixture", "shared"])

@@ -4,6 +4,8 @@ import pytest
 from logstat.parsers import megatron
 from logstat.parsers.base import RunBuilder
 
+from tests.parsers.feeding import feed_lines
+
 # meg_gpt2_perf_n16.out line 341 and 342
 ITERATION_1 = (
     " iteration        1/    1000 | consumed samples:         1024 | elapsed time per iteration (ms): 155483.8 |"
@@ -23,11 +25,8 @@ DS_ITERATION = (
 )
 
 
-def feed(*lines):
-    run = RunBuilder(path="x")
-    for number, line in enumerate(lines, start=1):
-        megatron.parse_line(line, number, run)
-    return run
+def feed(*lines: str) -> RunBuilder:
+    return feed_lines(megatron.FAMILY, lines)
 
 
 def test_iteration_line():

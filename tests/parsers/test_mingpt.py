@@ -6,15 +6,13 @@ import pytest
 from logstat.parsers import mingpt
 from logstat.parsers.base import RunBuilder
 
+from tests.parsers.feeding import feed_file
+
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "mingpt"
 
 
 def feed(path: Path) -> RunBuilder:
-    run = RunBuilder(path=str(path))
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
-        if any(m in line for m in mingpt.FAMILY.markers):
-            mingpt.parse_line(line, lineno, run)
-    return run
+    return feed_file(mingpt.FAMILY, path)
 
 
 def test_zero3_20b_result_block():

@@ -4,12 +4,11 @@ import pytest
 from logstat.parsers import slurm
 from logstat.parsers.base import RunBuilder
 
+from tests.parsers.feeding import feed_lines
 
-def feed(*lines):
-    run = RunBuilder(path="x")
-    for number, line in enumerate(lines, start=1):
-        slurm.parse_line(line, number, run)
-    return run
+
+def feed(*lines: str) -> RunBuilder:
+    return feed_lines(slurm.FAMILY, lines)
 
 
 def test_set_x_echoes_and_slurm_variables():
