@@ -130,17 +130,22 @@ SHIMS = {
 }
 
 
+def install_shims(directory: Path) -> Path:
+    """``SHIMS`` as executables in a new ``directory``, to put first on PATH."""
+    directory.mkdir()
+    for name, text in SHIMS.items():
+        (directory / name).write_text(text)
+        (directory / name).chmod(0o755)
+    return directory
+
+
 def test_hostile_values_are_inert_when_the_script_runs(tmp_path):
     """Job name, checkout path, data path and run directory full of shell syntax (the paths also
     with a newline) reach the program as exact literal arguments, and no payload runs."""
     hostile_dir = tmp_path / f"checkout {HOSTILE}\nline2"
     run_dir = tmp_path / f"runs {HOSTILE}" / "run"
     run_dir.mkdir(parents=True)
-    shims = tmp_path / "shims"
-    shims.mkdir()
-    for name, text in SHIMS.items():
-        (shims / name).write_text(text)
-        (shims / name).chmod(0o755)
+    shims = install_shims(tmp_path / "shims")
     spec = load_spec(
         "gpt2-tiny-megatron-ds",
         [f"cluster.job_name={HOSTILE}", f"megatron.dir={hostile_dir}", f"megatron.data_path={HOSTILE}\n2"],
@@ -196,11 +201,7 @@ def test_any_value_reaches_the_program_literally(tmp_path_factory, job_name, dir
     base = tmp_path_factory.mktemp("quoting")
     run_dir = base / directory / "run"
     run_dir.mkdir(parents=True)
-    shims = base / "shims"
-    shims.mkdir()
-    for name, text in SHIMS.items():
-        (shims / name).write_text(text)
-        (shims / name).chmod(0o755)
+    shims = install_shims(base / "shims")
     spec = load_spec("gpt2-tiny-megatron-ds")
     spec = dataclasses.replace(
         spec,
