@@ -12,7 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 from logstat.parsers.base import RunBuilder
+from logstat.parsers.schema import RUNS_SCHEMA
 
 MANIFEST_NAME = "manifest.json"
 
@@ -63,9 +65,22 @@ def facts(manifest: dict[str, Any]) -> dict[str, Any]:
     cluster = spec.get("cluster") if isinstance(spec.get("cluster"), dict) else {}
     if cluster.get("use_gpus") is False:
         out.pop("gpu_model", None)  # a CPU run has no GPU model, whatever the spec's cluster says
-    if "job_id" in out:
+    if isinstance(out.get("job_id"), int) and not isinstance(out["job_id"], bool):
         out["job_id"] = str(out["job_id"])
     return out
+
+
+def fits_column(fact: str, value: Any) -> bool:
+    """Whether ``value`` has the type of the ``runs`` column ``fact`` (a hand-edited or foreign
+    manifest may say ``"world_size": "sixty-four"``, which polars would refuse for the whole frame)."""
+    dtype = RUNS_SCHEMA.get(fact)
+    if dtype == pl.Boolean:
+        return isinstance(value, bool)
+    if dtype == pl.String:
+        return isinstance(value, str)
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) if dtype == pl.Int64 else isinstance(value, int | float)
 
 
 def apply(run: RunBuilder, log_path: Path) -> None:
@@ -81,4 +96,9 @@ def apply(run: RunBuilder, log_path: Path) -> None:
     if not isinstance(manifest, dict):
         return
     for name, value in facts(manifest).items():
-        run.set_fact(name, value, "manifest", 0, override=True)
+        if fits_column(name, value):
+            run.set_fact(name, value, "manifest", 0, override=True)
+        else:
+            run.state.setdefault("parse_errors", []).append(
+                f"manifest {path}: {name}={value!r} is not a {RUNS_SCHEMA[name]}; not used"
+            )
