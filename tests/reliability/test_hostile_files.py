@@ -437,3 +437,41 @@ def test_readable_table_stays_readable_with_absurd_numbers(tmp_path, capsys):
     assert (done.value.code or 0) == 0
     row = next(line for line in out.splitlines() if line.startswith("tiny-1.out"))
     assert len(row) < 250 and "1.02e+306" in row
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@PROPERTY
+@given(data=st.data())
+def test_a_hostile_manifest_beside_a_log_never_loses_the_log(data, generated):
+    """manifest.json with any JSON at any key the reader uses (strings for counts, lists, huge
+    numbers, a non-object root): the parse never fails, the log's own facts stay where the
+    manifest's value is unusable, and every unusable value is noted."""
+    from logstat.parsers.manifest import SPEC_FACTS, TOP_FACTS
+
+    spec: dict = {}
+    for section, key in SPEC_FACTS.values():
+        holder = spec if not section else spec.setdefault(section, {})
+        holder[key] = data.draw(JSON_VALUES)
+    manifest = {key: data.draw(JSON_VALUES) for key in TOP_FACTS.values()} | {"spec": spec}
+    root = data.draw(st.sampled_from(["object", "object", "list", "number"]), label="root")
+    text = {"object": json.dumps(manifest), "list": json.dumps([manifest]), "number": "12"}[root]
+    generated["hostile manifests"] += 1
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "slurm-12.out").write_bytes(real_log())
+        (Path(tmp) / "manifest.json").write_text(text)
+        result = load_runs([tmp])
+    row = result.runs.row(0, named=True)
+    assert elapsed_by_step(result) == ELAPSED_MS
+    tp = manifest["spec"]["parallel"]["tp"]
+    usable = isinstance(tp, int) and not isinstance(tp, bool) and abs(tp) < 2**63 and root == "object"
+    assert row["tp"] == (tp if usable else 4)  # 4: "tensor-model-parallel size: 4" of the log
