@@ -81,9 +81,12 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if path.is_dir():
         path = path / "manifest.json"
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise LogstatError(f"cannot read manifest {path}: {exc}") from exc
+    if not isinstance(manifest, dict):
+        raise LogstatError(f"manifest {path} holds a JSON {type(manifest).__name__}, not an object")
+    return manifest
 
 
 def update_manifest(run_dir: Path, **fields: Any) -> dict[str, Any]:

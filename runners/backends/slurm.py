@@ -215,6 +215,8 @@ def queue_info(job_id: str) -> JobInfo | None:
 
 
 _FIELD = re.compile(r"(?:^|\s)(JobState|Reason|ExitCode|RunTime|TimeLimit|NodeList)=(\S*)")
+#: what sbatch --parsable prints as a job id: digits, or digits_digits for an array task.
+_JOB_ID = re.compile(r"\d+(?:_\d+)?")
 
 
 def job_info(job_id: str) -> JobInfo | None:
@@ -331,10 +333,9 @@ def run_status(run_dir: Path) -> RunStatus:
     """The state of the run in ``run_dir``: live from Slurm, else as recorded when it ended."""
     run_dir = Path(run_dir)
     manifest = _manifest_of(run_dir)
-    job_id = manifest.get("slurm_job_id")
-    if not job_id:
+    if not manifest.get("slurm_job_id"):
         return RunStatus(run_dir=run_dir, job_id=None, state="NOT_SUBMITTED", source="manifest")
-    job_id = str(job_id)
+    job_id = _job_id_of(manifest, run_dir)
     log_path = run_dir / f"slurm-{job_id}.out"
     log = log_path if log_path.exists() else None
     live, source = job_info(job_id), "scontrol"
@@ -366,9 +367,10 @@ def run_status(run_dir: Path) -> RunStatus:
 def cancel_run(run_dir: Path) -> str:
     """``scancel`` the job of ``run_dir`` (the id in its manifest); the job id."""
     run_dir = Path(run_dir)
-    job_id = _manifest_of(run_dir).get("slurm_job_id")
-    if not job_id:
+    manifest = _manifest_of(run_dir)
+    if not manifest.get("slurm_job_id"):
         raise LogstatError(f"{run_dir}: manifest.json has no slurm_job_id (was it run with --backend slurm?)")
+    job_id = _job_id_of(manifest, run_dir)
     if shutil.which("scancel") is None:
         raise LogstatError("`scancel` is not on PATH: cannot cancel Slurm jobs from this machine")
     done = _slurm(["scancel", str(job_id)])
@@ -379,6 +381,17 @@ def cancel_run(run_dir: Path) -> str:
 
 
 # --- helpers ---------------------------------------------------------------------------------
+
+
+def _job_id_of(manifest: dict[str, Any], run_dir: Path) -> str:
+    """The manifest's Slurm job id, checked: it goes to scontrol/squeue/scancel and into a file name."""
+    job_id = str(manifest["slurm_job_id"])
+    if isinstance(manifest["slurm_job_id"], bool) or not _JOB_ID.fullmatch(job_id):
+        raise LogstatError(
+            f"{run_dir}/manifest.json: slurm_job_id={manifest['slurm_job_id']!r} is not a Slurm job id "
+            "(digits, or digits_digits for an array task)"
+        )
+    return job_id
 
 
 def _manifest_of(run_dir: Path) -> dict[str, Any]:
