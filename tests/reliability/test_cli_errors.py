@@ -26,7 +26,8 @@ INTERNAL = "run with --debug for the traceback"
 #: id -> (arguments, a part the one-line message must hold). ``{tmp}`` is a fresh directory holding
 #: ``existing.csv`` (a file), ``empty/`` (a directory without logs), ``fifo.out`` (a named pipe),
 #: ``notes.md`` (markdown without tables), ``bad.toml`` (not TOML) and ``purged-9.out`` (a symbolic link
-#: to a file that is gone, as after a scratch purge).
+#: to a file that is gone, as after a scratch purge); ``listed/`` and ``injected/`` are run directories whose
+#: manifest.json is a JSON list, or names a job id holding shell syntax.
 CASES: dict[str, tuple[list[str], str]] = {
     "parse-missing-path": (["parse", "{tmp}/nope.out"], "nope.out"),
     "parse-missing-dir": (["parse", "{tmp}/nodir/"], "nodir"),
@@ -75,6 +76,10 @@ CASES: dict[str, tuple[list[str], str]] = {
     "status-not-a-run-dir": (["status", "{tmp}/empty"], "empty"),
     "cancel-missing-dir": (["cancel", "{tmp}/nope"], "nope"),
     "cancel-not-a-run-dir": (["cancel", "{tmp}/empty"], "empty"),
+    "status-manifest-not-an-object": (["status", "{tmp}/listed"], "not an object"),
+    "cancel-manifest-not-an-object": (["cancel", "{tmp}/listed"], "not an object"),
+    "status-job-id-not-a-job-id": (["status", "{tmp}/injected"], "is not a Slurm job id"),
+    "cancel-job-id-not-a-job-id": (["cancel", "{tmp}/injected"], "is not a Slurm job id"),
     "unknown-command": (["frobnicate"], "frobnicate"),
 }
 
@@ -95,6 +100,9 @@ def workdir(tmp_path, monkeypatch) -> Path:
     (tmp_path / "empty").mkdir()
     os.mkfifo(tmp_path / "fifo.out")
     (tmp_path / "purged-9.out").symlink_to("/gpfsscratch/gone/purged-9.out")
+    for name, manifest in (("listed", "[1, 2]"), ("injected", '{"slurm_job_id": "12; touch PWNED"}')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "manifest.json").write_text(manifest)
     (tmp_path / "notes.md").write_text("# Notes\n\nNo table here.\n")
     (tmp_path / "bad.toml").write_text("[model\nhidden = \n")
     monkeypatch.chdir(tmp_path)
