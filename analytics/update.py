@@ -10,6 +10,7 @@ whose cells cannot be read (e.g. "OOM") are left alone and reported, never dropp
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tempfile
@@ -126,6 +127,8 @@ def _read_row(cells: list[str], columns: dict[str, int]) -> tuple[dict[str, floa
         values[key] = convert(match)
     if values["gpus"] == 0 or values["throughput"] == 0:
         return values, "GPUs and Throughput must not be 0"
+    if not all(math.isfinite(value) for value in values.values()):
+        return values, "a number in the row is too large to compute with"
     tflops = cell("tflops")
     if tflops and not _NUMBER.match(tflops):
         return values, f"TFlops {tflops!r} is not a number"
