@@ -7,6 +7,7 @@ inputs and lays the answer out.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -88,8 +89,11 @@ def validate(plan: Plan) -> None:
         raise ValueError(
             f"gpus={plan.gpus} must be a multiple of tp*pp={plan.tp}*{plan.pp}={plan.tp * plan.pp}"
         )
-    if plan.sec_per_iter is not None and plan.sec_per_iter <= 0:
-        raise ValueError(f"sec_per_iter={plan.sec_per_iter} must be positive")
+    # "nan" and "inf" are floats to click: "not > 0" also refuses nan
+    if plan.sec_per_iter is not None and not 0 < plan.sec_per_iter < math.inf:
+        raise ValueError(f"sec_per_iter={plan.sec_per_iter} must be positive and finite (seconds)")
+    if not 0 < plan.tokens < math.inf:
+        raise ValueError(f"tokens={plan.tokens} must be positive and finite")
     if plan.gpu_model is not None and plan.gpu_model not in GPUS:
         raise ValueError(f"gpu_model={plan.gpu_model!r} is unknown; known: {', '.join(GPUS)}")
     formulas.zero_model_state_memory(
