@@ -62,6 +62,8 @@ CASES: dict[str, tuple[list[str], str]] = {
     "estimate-zero-stage-5": (["estimate", "--model", "52B", "--gpus", "64", "--zero", "5"], "--zero"),
     "estimate-tp-not-dividing": (["estimate", "--model", "52B", "--gpus", "64", "--tp", "3"], "3"),
     "estimate-no-shape": (["estimate", "--gpus", "64"], "--model"),
+    "estimate-nan-seconds": (["estimate", "--model", "52B", "--gpus", "64", "--sec-per-iter", "nan"], "nan"),
+    "estimate-infinite-tokens": (["estimate", "--model", "52B", "--gpus", "64", "--tokens", "inf"], "inf"),
     "estimate-model-and-shape": (
         ["estimate", "--model", "52B", "--hidden", "1024", "--gpus", "8"],
         "--model",
