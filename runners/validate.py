@@ -9,6 +9,7 @@ given an assumed TFLOPs/GPU, days to train the spec's token budget.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -137,8 +138,15 @@ def _check_positive(spec: Spec, report: Report) -> None:
     batch_counts_ok = spec.batch.micro >= 1 and spec.batch.gas >= 1  # else a derived global is 0 too
     if batch_counts_ok and spec.batch.global_batch is not None and spec.batch.global_batch < 1:
         report.refuse("batch.global_batch", spec.batch.global_batch, "must be >= 1")
-    if not spec.train.lr > 0:
-        report.refuse("train.lr", spec.train.lr, "must be > 0")
+    # TOML and --set read nan and inf as floats (nan > 0 is False)
+    reals = {"train.lr": spec.train.lr, "estimate.tokens": spec.estimate.tokens}
+    if spec.estimate.tflops_per_gpu is not None:
+        reals["estimate.tflops_per_gpu"] = spec.estimate.tflops_per_gpu
+    for name, value in reals.items():
+        if not value > 0:
+            report.refuse(name, value, "must be > 0")
+        elif value == math.inf:
+            report.refuse(name, value, "must be finite")
 
 
 def _check_parallel(spec: Spec, report: Report) -> None:
