@@ -74,6 +74,12 @@ CASES: dict[str, tuple[list[str], str]] = {
     "run-unknown-field": (["run", SPEC, "--set", "parallel.bogus=1", "--dry-run"], "bogus"),
     "run-set-without-value": (["run", SPEC, "--set", "nonsense", "--dry-run"], "nonsense"),
     "run-unknown-backend": (["run", SPEC, "--backend", "k8s"], "k8s"),
+    "run-infinite-learning-rate": (["run", SPEC, "--set", "train.lr=inf", "--dry-run"], "train.lr=inf"),
+    "run-infinite-assumed-tflops": (
+        ["run", SPEC, "--set", "estimate.tflops_per_gpu=inf", "--dry-run"],
+        "estimate.tflops_per_gpu=inf",
+    ),
+    "run-nan-tokens": (["run", SPEC, "--set", "estimate.tokens=nan", "--dry-run"], "estimate.tokens=nan"),
     "status-missing-dir": (["status", "{tmp}/nope"], "nope"),
     "status-not-a-run-dir": (["status", "{tmp}/empty"], "empty"),
     "cancel-missing-dir": (["cancel", "{tmp}/nope"], "nope"),
