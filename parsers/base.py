@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,10 @@ class Family:
     """True for launcher/cluster context (Slurm): such a family is never a run's primary family."""
 
 
+#: fields of a ``RunBuilder.timer_rows`` tuple, in order.
+TIMER_FIELDS = ("iteration", "timer", "ms", "family", "line", "source_path")
+
+
 @dataclass
 class RunBuilder:
     """Facts, iterations, timers and failures of one run as its lines are read."""
@@ -45,7 +50,8 @@ class RunBuilder:
     facts: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, str] = field(default_factory=dict)
     iterations: dict[int, dict[str, Any]] = field(default_factory=dict)
-    timers: list[dict[str, Any]] = field(default_factory=list)
+    # One tuple per timer (fields TIMER_FIELDS), not a dict: a long Megatron log has ~800k per GB.
+    timer_rows: list[tuple] = field(default_factory=list)
     families_seen: dict[str, int] = field(default_factory=dict)
     failure: tuple[str, str, int] | None = None  # (status, reason, line)
     state: dict[str, Any] = field(default_factory=dict)  # per-family scratch (multi-line blocks)
@@ -87,18 +93,14 @@ class RunBuilder:
 
     def add_timers(self, timers: dict[str, float], family: str, lineno: int) -> None:
         """Record a timer breakdown for the last step seen (Megatron prints it after the step line)."""
-        step = self.last_iteration
+        step, source_path = self.last_iteration, self.current_file or None
         for name, ms in timers.items():
-            self.timers.append(
-                {
-                    "iteration": step,
-                    "timer": name,
-                    "ms": ms,
-                    "family": family,
-                    "line": lineno,
-                    "source_path": self.current_file or None,
-                }
-            )
+            self.timer_rows.append((step, sys.intern(name), ms, family, lineno, source_path))
+
+    @property
+    def timers(self) -> list[dict[str, Any]]:
+        """The recorded timers as dicts (``TIMER_FIELDS``), for reading a few; frames use ``timer_rows``."""
+        return [dict(zip(TIMER_FIELDS, row, strict=True)) for row in self.timer_rows]
 
     def _new_row(self, step: int, family: str, lineno: int) -> dict[str, Any]:
         """A new iteration row with its provenance: family, line and the file holding the line."""

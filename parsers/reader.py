@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 from logstat.parsers import manifest, registry
-from logstat.parsers.base import Family, RunBuilder
+from logstat.parsers.base import TIMER_FIELDS, Family, RunBuilder
 from logstat.parsers.schema import ITERATIONS_SCHEMA, RUNS_SCHEMA, TIMERS_SCHEMA
 from logstat.parsers.source import SourceReport, marked_lines, marker_needles, records
 
@@ -261,10 +261,14 @@ def frames(results: list[RunResult]) -> tuple[pl.DataFrame, pl.DataFrame, pl.Dat
     ]
     # Column by column: a long log has a timer row per timer per step (~800k in 1 GB of Megatron
     # output), and a second dict per row would double the peak memory of the parse.
-    timer_columns = {
-        name: [r.files.key if name == "path" else row.get(name) for r in results for row in r.run.timers]
-        for name in TIMERS_SCHEMA
-    }
+    timer_columns: dict[str, list] = {name: [] for name in TIMERS_SCHEMA}
+    for r in results:
+        rows = r.run.timer_rows
+        timer_columns["path"].extend([r.files.key] * len(rows))
+        for name, column in zip(
+            TIMER_FIELDS, zip(*rows, strict=True) if rows else [()] * len(TIMER_FIELDS), strict=True
+        ):
+            timer_columns[name].extend(column)
     iterations = pl.DataFrame(iteration_rows, schema=ITERATIONS_SCHEMA, strict=False)
     timers = pl.DataFrame(timer_columns, schema=TIMERS_SCHEMA, strict=False)
     return runs, iterations, timers
