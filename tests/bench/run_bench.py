@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,7 @@ HELP_GOAL_S = 0.3
 SMALL_PARSE_GOAL_S = 0.6
 TIME_BIN = Path("/usr/bin/time")
 TIME_MARK = "@bench-time"
+TREE_SAMPLE_S = 0.2
 SMALL_FIXTURE = ROOT / "fixtures" / "megatron" / "meg_gpt2_perf_n16.out"
 
 
@@ -61,6 +63,9 @@ class Timing:
     """Elapsed wall-clock seconds, process start to exit."""
     peak_rss_mb: float
     """Largest resident set of the command or any of its waited-for children (ru_maxrss)."""
+    tree_rss_mb: float
+    """Largest sum of the resident sets of the whole process tree (logstat's workers included),
+    sampled every ``TREE_SAMPLE_S`` from /proc; 0 where /proc is missing."""
     returncode: int
     """Exit code; a failed command's time is reported but flagged."""
     stderr_tail: str = ""
@@ -79,7 +84,11 @@ def time_command(command: str, cwd: Path) -> Timing:
     with tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         proc = subprocess.Popen(wrapped, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+        sampler = TreeSampler(proc.pid)
+        sampler.start()
         _, status, usage = os.wait4(proc.pid, 0)
+        sampler.done.set()
+        sampler.join()
         wall_s = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
@@ -91,7 +100,56 @@ def time_command(command: str, cwd: Path) -> Timing:
         peak_rss_mb = int(measured[-1].split()[2]) / 1024
         lines = [line for line in lines if not line.startswith(TIME_MARK)]
     tail = "\n".join(line for line in lines[-3:] if not line.startswith("Command exited"))
-    return Timing(wall_s=wall_s, peak_rss_mb=peak_rss_mb, returncode=proc.returncode, stderr_tail=tail)
+    return Timing(
+        wall_s=wall_s,
+        peak_rss_mb=peak_rss_mb,
+        tree_rss_mb=sampler.peak_kb / 1024,
+        returncode=proc.returncode,
+        stderr_tail=tail,
+    )
+
+
+class TreeSampler(threading.Thread):
+    """Samples the summed RSS of a process and all its descendants (ru_maxrss sees one process at a
+    time, so it misses that logstat's reader workers run beside the parent)."""
+
+    def __init__(self, root_pid: int) -> None:
+        super().__init__(daemon=True)
+        self.root_pid = root_pid
+        self.peak_kb = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(TREE_SAMPLE_S):
+            self.peak_kb = max(self.peak_kb, sum(_rss_kb(pid) for pid in _descendants(self.root_pid)))
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                # the command name may hold spaces or parentheses: fields count from the last ")"
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def source_logs() -> list[Path]:
@@ -198,7 +256,7 @@ def bench_case(directory: Path, tools: list[str], runs: int) -> dict[str, list[T
             timings[tool].append(timing)
             print(
                 f"bench: {directory.name:6s} run {run + 1}/{runs} {tool:8s} {timing.wall_s:7.2f} s "
-                f"{timing.peak_rss_mb:7.1f} MB rc={timing.returncode}",
+                f"{timing.peak_rss_mb:7.1f} MB (tree {timing.tree_rss_mb:.1f} MB) rc={timing.returncode}",
                 file=sys.stderr,
             )
     return timings
@@ -215,15 +273,15 @@ def median_wall(timings: list[Timing]) -> float:
 def print_table(cases: dict[str, tuple[Path, dict[str, list[Timing]]]]) -> None:
     """The side-by-side table: median wall, peak RSS, throughput, and logstat's ratios."""
     header = (
-        f"{'corpus':28s} {'tool':8s} {'median s':>9s} {'min s':>7s} {'max s':>7s} "
-        f"{'peak RSS MB':>11s} {'MB/s':>7s} {'vs perl':>8s} {'vs grep':>8s}"
+        f"{'corpus':40s} {'tool':8s} {'median s':>9s} {'min s':>7s} {'max s':>7s} "
+        f"{'RSS MB':>7s} {'tree MB':>7s} {'MB/s':>6s} {'vs perl':>8s} {'vs grep':>8s}"
     )
     print(header)
     print("-" * len(header))
     for label, (directory, timings) in cases.items():
         size_mb = directory_bytes(directory) / MIB
         files = sum(1 for _ in directory.iterdir())
-        name = f"{label} ({files} file{'s' if files > 1 else ''}, {size_mb:,.0f} MiB)"
+        name = f"{label}: {files} file{'s' if files > 1 else ''}, {size_mb:,.0f} MiB"
         for tool, runs in timings.items():
             median_s = median_wall(runs)
             ratios = ["", ""]
@@ -233,10 +291,15 @@ def print_table(cases: dict[str, tuple[Path, dict[str, list[Timing]]]]) -> None:
                         ratios[slot] = f"{median_s / median_wall(timings[other]):.2f}x"
             failed = " FAILED: " + runs[-1].stderr_tail if any(t.returncode for t in runs) else ""
             print(
-                f"{name:28s} {tool:8s} {median_s:9.2f} {min(t.wall_s for t in runs):7.2f} "
-                f"{max(t.wall_s for t in runs):7.2f} {max(t.peak_rss_mb for t in runs):11.1f} "
-                f"{size_mb / median_s:7.0f} {ratios[0]:>8s} {ratios[1]:>8s}{failed}"
+                f"{name:40s} {tool:8s} {median_s:9.2f} {min(t.wall_s for t in runs):7.2f} "
+                f"{max(t.wall_s for t in runs):7.2f} {max(t.peak_rss_mb for t in runs):7.1f} "
+                f"{max(t.tree_rss_mb for t in runs):7.1f} {size_mb / median_s:6.0f} "
+                f"{ratios[0]:>8s} {ratios[1]:>8s}{failed}"
             )
+    print(
+        "RSS MB: largest single process (GNU time's %M); tree MB: largest sum over the process tree, "
+        f"sampled every {TREE_SAMPLE_S} s."
+    )
 
 
 def startup(runs: int) -> list[tuple[str, float, float, float]]:
@@ -267,6 +330,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="timed runs per tool (default 3)")
     parser.add_argument("--cases", default="single,many", help="single, many or both (default both)")
     parser.add_argument("--tools", default="perl,grep,logstat", help="tools to time (default all three)")
+    parser.add_argument(
+        "--startup-runs", type=int, default=5, help="timed runs of each start-up path (default 5)"
+    )
     args = parser.parse_args()
     if not LOGSTAT.exists():
         sys.exit(f"bench: {LOGSTAT} not found: run `make install` first")
@@ -278,7 +344,7 @@ def main() -> None:
         directory = {"single": single, "many": many}[case.strip()]
         label = "one large file" if case.strip() == "single" else "many small files"
         cases[label] = (directory, bench_case(directory, tools, args.runs))
-    startup_results = startup(max(args.runs, 5))
+    startup_results = startup(args.startup_runs)
     load_after = os.getloadavg()
     print(
         f"\nlogstat bench: {len(sources)} real source logs repeated; {args.runs} runs per tool, interleaved; "
