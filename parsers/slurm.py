@@ -43,7 +43,8 @@ _A100 = re.compile(
     re.IGNORECASE,
 )
 _H100 = re.compile(r"H100(?P<rest>[- ]\w+)?", re.IGNORECASE)
-_SMI_MEMORY = re.compile(r"(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
+# (?<!\d): a search must not restart inside a run of digits (quadratic on a line of 100k digits)
+_SMI_MEMORY = re.compile(r"(?<!\d)(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
 
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)\b(?::|$)")
 _KILLED = re.compile(r"\bKilled\b|oom[-_]kill|signal 9\b|SIGKILL|Killing subprocess")
