@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -151,3 +152,33 @@ def test_records_never_raise_and_split_carriage_returns(text, generated):
     generated["records() of arbitrary text"] += 1
     for record in records(text):
         assert "\r" not in record and record.strip()
+
+
+#: one physical line of 100k characters of each shape (a tensor dump, a progress bar gone wrong,
+#: a corrupted block): every family must read it in time linear in its length.
+LONG = 100_000
+LONG_LINES = {
+    "digits": "elapsed time per iteration (ms): " + "1" * LONG,
+    "pipes": " iteration 1/ 10 |" + " a: 1 |" * (LONG // 7),
+    "dots": "  hidden_size " + "." * LONG + " x",
+    "spaces": "elapsed time per iteration" + " " * LONG + "!",
+    "key-values": "step=1, skipped=0, " + "a=1, " * (LONG // 5),
+    "dict": "{" + "'loss': 1, " * (LONG // 11) + "}",
+    "mib": "| " + "1MiB / " * (LONG // 7),
+    "exception": "A" * LONG + "Error: x",
+    "tags": "[default1]:" * (LONG // 11),
+}
+#: far above the ~0.5 s these take, far below the minute the digits line once took (quadratic regex).
+LONG_LINE_SECONDS = 10.0
+
+
+@pytest.mark.parametrize("shape", list(LONG_LINES))
+def test_a_long_line_is_read_in_linear_time(shape, generated):
+    started = time.perf_counter()
+    for record in records(LONG_LINES[shape]):
+        for family in FAMILIES:
+            run = RunBuilder(path="long.out")
+            run.capture(family.name)  # as inside an open block: the family reads the line whatever it holds
+            family.parse_line(record, 1, run)
+    generated["100k-character lines"] += 1
+    assert time.perf_counter() - started < LONG_LINE_SECONDS
