@@ -6,9 +6,12 @@ overwritten; binary parquet is never written to a terminal.
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import polars as pl
@@ -154,8 +157,9 @@ def write(frame: pl.DataFrame, fmt: str, text_for_table, output: str | None) -> 
                 )
             frame.write_parquet(sys.stdout.buffer)
             return
-        with _new_file(output, binary=True) as handle:
-            frame.write_parquet(handle)
+        buffer = io.BytesIO()
+        frame.write_parquet(buffer)
+        _write_new(output, buffer.getvalue())
         return
     if fmt == "json":
         text = json_text(frame)
@@ -167,15 +171,26 @@ def write(frame: pl.DataFrame, fmt: str, text_for_table, output: str | None) -> 
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    with _new_file(output, binary=False) as handle:
-        handle.write(text)
+    _write_new(output, text.encode("utf-8"))
 
 
-def _new_file(output: str, *, binary: bool):
-    """Open ``output`` for writing only if it does not exist yet (exclusive create)."""
+def _write_new(output: str, data: bytes) -> None:
+    """Write ``data`` to the new file ``output`` atomically: a temporary file in the same directory,
+    then a hard link that fails if ``output`` exists. A write cut short (disk full, Ctrl-C) leaves no
+    partial file under the user's name, and nothing the user made is overwritten."""
+    target = Path(output)
+    exists = f"--output {output}: file exists; logstat never overwrites a file (choose a new name)"
+    if target.exists() or target.is_symlink():
+        raise LogstatError(exists)
+    if not target.parent.is_dir():
+        raise LogstatError(f"--output {output}: directory {target.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        return open(output, "xb" if binary else "x", **({} if binary else {"encoding": "utf-8"}))
-    except FileExistsError:
-        raise LogstatError(
-            f"--output {output}: file exists; logstat never overwrites a file (choose a new name)"
-        ) from None
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            raise LogstatError(exists) from None
+    finally:
+        os.unlink(tmp)
