@@ -248,3 +248,35 @@ def test_a_dangling_symlink_in_a_directory_is_a_row_not_a_loss(tmp_path, capsys)
     assert (rows["purged-9.out"]["status"], rows["timelimit-1003.out"]["status"]) == ("unreadable", "failed")
     assert "No such file or directory" in rows["purged-9.out"]["reason"]
     assert "purged-9.out" in err
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs (a disk that fills up mid-write); skipped where mounting is not allowed."""
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", mount_point], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", mount_point], check=True)
+
+
+def test_an_output_cut_short_by_a_full_disk_leaves_no_partial_file(small_disk, tmp_path, capsys):
+    """parse -o on a disk that fills up mid-write: one Error line, and no truncated file under the
+    user's name (which would also make the next attempt refuse: 'file exists')."""
+    line = next(text for text in LOG.read_text().splitlines() if "elapsed time per iteration" in text)
+    step = line.split("/")[0]
+    log = tmp_path / "long-1.out"
+    log.write_text("".join(line.replace(step, f" iteration {n:8d}", 1) + "\n" for n in range(1, 2001)))
+    code, out, err = logstat(
+        capsys, "parse", str(log), "--iterations", "--format", "csv", "-o", str(small_disk / "it.csv")
+    )
+    assert code == 1 and err.startswith("Error: ") and "No space left on device" in err
+    assert list(small_disk.iterdir()) == []
+    code, out, err = logstat(capsys, "parse", str(LOG), "--format", "csv", "-o", str(small_disk / "runs.csv"))
+    assert code == 0 and (small_disk / "runs.csv").read_text().count("\n") == 2  # header + one run
