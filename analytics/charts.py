@@ -10,6 +10,8 @@ Only ``logstat plot`` imports this module: altair is heavy and the other command
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -200,17 +202,31 @@ def write_charts(
                 content = chart.to_html(inline=True) if fmt == "html" else _svg(chart)
             rendered.append((out_dir / f"{stem}.{fmt}", content))
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for path, content in rendered:
-        # "x" mode: a file that appeared since the check above is still not overwritten.
-        if isinstance(content, bytes):
-            with path.open("xb") as out:
-                out.write(content)
-        else:
-            with path.open("x", encoding="utf-8") as out:
-                out.write(content)
-        written.append(path)
+    written: list[Path] = []
+    try:
+        for path, content in rendered:
+            data = content if isinstance(content, bytes) else content.encode("utf-8")
+            _write_new(path, data)
+            written.append(path)
+    except BaseException:
+        # a full disk or Ctrl-C halfway: take back this call's own files, so the next attempt is
+        # not refused because of them
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
     return written
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Write a new file atomically: a temporary file beside it, then a hard link, which (like "x"
+    mode) refuses a file that appeared since the check, and leaves no partial file if cut short."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.link(tmp, path)
+    finally:
+        os.unlink(tmp)
 
 
 def _png(chart: alt.TopLevelMixin) -> bytes:
