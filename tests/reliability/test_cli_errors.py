@@ -280,3 +280,14 @@ def test_an_output_cut_short_by_a_full_disk_leaves_no_partial_file(small_disk, t
     assert list(small_disk.iterdir()) == []
     code, out, err = logstat(capsys, "parse", str(LOG), "--format", "csv", "-o", str(small_disk / "runs.csv"))
     assert code == 0 and (small_disk / "runs.csv").read_text().count("\n") == 2  # header + one run
+
+
+def test_charts_cut_short_by_a_full_disk_leave_no_files(small_disk, capsys):
+    """plot on a disk that fills up after some charts: one Error line, and none of the chart files
+    (a half-written set would make the next attempt refuse: 'exists')."""
+    real = ROOT / "fixtures" / "megatron" / "meg_ds_zero_gpt2_perf_n16_nbs48_ms48.out"
+    code, out, err = logstat(
+        capsys, "plot", str(real), "--out", str(small_disk / "plots"), "--format", "html"
+    )
+    assert code == 1 and err.strip().splitlines()[-1].startswith("Error: ") and "No space left" in err
+    assert list((small_disk / "plots").iterdir()) == []
