@@ -53,6 +53,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "table-update-without-tables": (["table", "--update", "{tmp}/notes.md"], "notes.md"),
     "table-dry-run-alone": (["table", str(LOG), "--dry-run"], "--update"),
     "table-bad-option": (["table", "--bogus"], "--bogus"),
+    "table-no-paths-and-no-runs-dir": (["table"], "runs"),
     "plot-missing-path": (["plot", "{tmp}/nope", "--out", "{tmp}/plots"], "nope"),
     "plot-without-out": (["plot", str(LOG)], "--out"),
     "plot-unknown-format": (["plot", str(LOG), "--out", "{tmp}/plots", "--format", "gif"], "gif"),
