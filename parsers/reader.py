@@ -43,9 +43,17 @@ class RunResult:
     families: list[str] = field(default_factory=list)
 
 
+#: compressed forms of a log the reader opens (by content; the name only says it is a log).
+COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2")
+
+
 def _base(path: Path) -> tuple[str, str]:
-    """``(stem, suffix)`` with ``.gz`` looked through: ``job-12.out.gz`` -> ``("job-12", ".out")``."""
-    name = path.name[:-3] if path.name.endswith(".gz") else path.name
+    """``(stem, suffix)`` with ``.gz``/``.xz``/``.bz2`` looked through: ``job-12.out.gz`` -> ``("job-12", ".out")``."""
+    name = path.name
+    for compressed in COMPRESSED_SUFFIXES:
+        if name.endswith(compressed):
+            name = name[: -len(compressed)]
+            break
     stem, dot, suffix = name.rpartition(".")
     return (stem, "." + suffix) if dot else (name, "")
 

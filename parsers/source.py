@@ -8,7 +8,9 @@ a traceback) asks for every line for a while; then the chunk is walked line by l
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import lzma
 import re
 import zlib
 from collections.abc import Callable, Iterator
@@ -20,6 +22,8 @@ import polars as pl
 
 CHUNK_BYTES = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
+XZ_MAGIC = b"\xfd7zXZ\x00"
+BZIP2_MAGIC = b"BZh"
 
 # Prefixes launchers put before each line of a rank: `srun --label` ("12: "), torchrun/ accelerate
 # tags ("[default3]:"), pdsh/DeepSpeed's multi-node runner ("10.0.0.2: ", "localhost: ", "node12: ")
@@ -72,11 +76,16 @@ def records(text: str) -> list[str]:
 
 
 def open_log(path: Path):
-    """Open ``path`` for binary reading; gzip is recognised by its magic bytes, not its name."""
+    """Open ``path`` for binary reading; gzip, xz and bzip2 (archived logs) are recognised by their
+    magic bytes, not their name."""
     with open(path, "rb") as probe:
-        magic = probe.read(2)
-    if magic == GZIP_MAGIC:
+        magic = probe.read(6)
+    if magic.startswith(GZIP_MAGIC):
         return gzip.open(path, "rb"), True
+    if magic == XZ_MAGIC:
+        return lzma.open(path, "rb"), True
+    if magic.startswith(BZIP2_MAGIC):
+        return bz2.open(path, "rb"), True
     return open(path, "rb"), False
 
 
@@ -88,8 +97,9 @@ def _read_block(stream, report: SourceReport) -> bytes:
     while size < CHUNK_BYTES:
         try:
             part = stream.read1(CHUNK_BYTES - size)
-        except (EOFError, OSError, zlib.error) as exc:
-            report.problem = f"gzip stream truncated or corrupt ({exc})"
+        except (EOFError, OSError, zlib.error, lzma.LZMAError) as exc:
+            kind = {"LZMAFile": "xz", "BZ2File": "bzip2"}.get(type(stream).__name__, "gzip")
+            report.problem = f"{kind} stream truncated or corrupt ({exc})"
             break
         if not part:
             break
