@@ -7,9 +7,11 @@ iterations whose elapsed times (read by eye, lines 238, 240, 242) are below.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
 import json
+import lzma
 import os
 import re
 import tempfile
@@ -475,3 +477,23 @@ def test_a_hostile_manifest_beside_a_log_never_loses_the_log(data, generated):
     tp = manifest["spec"]["parallel"]["tp"]
     usable = isinstance(tp, int) and not isinstance(tp, bool) and abs(tp) < 2**63 and root == "object"
     assert row["tp"] == (tp if usable else 4)  # 4: "tensor-model-parallel size: 4" of the log
+
+
+COMPRESSORS = {"gz": gzip.compress, "xz": lzma.compress, "bz2": bz2.compress}
+KINDS = {"gz": "gzip", "xz": "xz", "bz2": "bzip2"}
+
+
+@pytest.mark.parametrize("suffix", list(COMPRESSORS))
+def test_archived_logs_are_found_and_read_whole_or_cut(suffix, generated, tmp_path):
+    """Logs archived with gzip, xz or bzip2 are found in a directory walk and read like the plain
+    log; cut mid-stream they keep what came before the cut and say why the rest is missing.
+    (xz and bzip2 logs were once skipped in directories without a word.)"""
+    packed = COMPRESSORS[suffix](real_log())
+    (tmp_path / f"job-42.out.{suffix}").write_bytes(packed)
+    result = load_runs([tmp_path])
+    assert elapsed_by_step(result) == ELAPSED_MS
+    cut = packed[: len(packed) * 9 // 10]
+    row, result = parse_bytes(cut, name=f"job-42.out.{suffix}")
+    generated["archived logs cut mid-stream"] += 1
+    assert row["status"] in ("incomplete", "unreadable") and KINDS[suffix] in row["reason"]
+    assert set(elapsed_by_step(result).items()) <= set(ELAPSED_MS.items())
