@@ -35,7 +35,7 @@ class ParseResult:
 
 def find_logs(paths: Iterable[str | os.PathLike]) -> list[Path]:
     """The log files named by ``paths``: files as given, directories walked recursively for
-    ``*.out``, ``*.err``, ``*.log``, ``*.txt`` (and ``.gz`` of those). A path that does not exist
+    ``*.out``, ``*.err``, ``*.log``, ``*.txt`` (and ``.gz``, ``.xz``, ``.bz2`` of those). A path that does not exist
     is an error naming it."""
     from logstat.parsers.reader import is_log_file
 

@@ -39,7 +39,7 @@ def parse(
     warmup: int,
     output: str | None,
 ) -> None:
-    """Parse training logs (files or directories, plain or .gz) into one row per run.
+    """Parse training logs (files or directories, plain or .gz/.xz/.bz2) into one row per run.
 
     A job's .out and .err are one run. Family (Megatron, Megatron-DeepSpeed, DeepSpeed, HF Trainer,
     minGPT) is detected per file. s/iter is the median of the logged steps after the first
@@ -58,7 +58,7 @@ def parse(
         raise LogstatError("--format parquet is binary: give --output FILE (not written to a terminal)")
     if not find_logs(paths):
         raise LogstatError(
-            f"no log files (*.out, *.err, *.log, *.txt, .gz of those) under {', '.join(paths)}"
+            f"no log files (*.out, *.err, *.log, *.txt, .gz/.xz/.bz2 of those) under {', '.join(paths)}"
         )
     result = load_runs(paths, family=family, warmup=warmup, progress=_progress())
     _warn(result.runs)
