@@ -23,7 +23,8 @@ import polars as pl
 CHUNK_BYTES = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
-BZIP2_MAGIC = b"BZh"
+# "BZh" is plain text: bzip2 also needs its block size digit and a block (or end-of-stream) magic.
+BZIP2_MAGIC = re.compile(rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)")
 
 # Prefixes launchers put before each line of a rank: `srun --label` ("12: "), torchrun/ accelerate
 # tags ("[default3]:"), pdsh/DeepSpeed's multi-node runner ("10.0.0.2: ", "localhost: ", "node12: ")
@@ -79,12 +80,12 @@ def open_log(path: Path):
     """Open ``path`` for binary reading; gzip, xz and bzip2 (archived logs) are recognised by their
     magic bytes, not their name."""
     with open(path, "rb") as probe:
-        magic = probe.read(6)
+        magic = probe.read(10)
     if magic.startswith(GZIP_MAGIC):
         return gzip.open(path, "rb"), True
-    if magic == XZ_MAGIC:
+    if magic.startswith(XZ_MAGIC):
         return lzma.open(path, "rb"), True
-    if magic.startswith(BZIP2_MAGIC):
+    if BZIP2_MAGIC.match(magic):
         return bz2.open(path, "rb"), True
     return open(path, "rb"), False
 
