@@ -87,9 +87,9 @@ def test_garbage_between_real_lines_keeps_every_iteration(data, generated):
     )
     for at, blob in sorted(injections, reverse=True):
         lines.insert(at, blob)
-    # gzip is recognised by its magic bytes (parsers/source.py): a file starting with them is a
-    # (broken) gzip file by design, not a text log with garbage.
-    assume(not lines[0].startswith(b"\x1f\x8b"))
+    # compression is recognised by magic bytes (parsers/source.py): a file starting with them is a
+    # (broken) compressed file by design, not a text log with garbage.
+    assume(not lines[0].startswith((b"\x1f\x8b", b"\xfd7zXZ\x00")) and not re.match(rb"BZh[1-9]", lines[0]))
     generated["real log with garbage lines injected"] += 1
     row, result = parse_bytes(b"\n".join(lines))
     assert elapsed_by_step(result) == ELAPSED_MS
@@ -497,3 +497,11 @@ def test_archived_logs_are_found_and_read_whole_or_cut(suffix, generated, tmp_pa
     generated["archived logs cut mid-stream"] += 1
     assert row["status"] in ("incomplete", "unreadable") and KINDS[suffix] in row["reason"]
     assert set(elapsed_by_step(result).items()) <= set(ELAPSED_MS.items())
+
+
+def test_a_text_log_starting_like_a_compression_magic_is_text(tmp_path):
+    """'BZh' is plain text (bzip2's magic needs its block header too): a log whose first line
+    starts so is read as the text it is."""
+    log = tmp_path / "bzh-1.out"
+    log.write_bytes(b"BZh91 is the name of our cluster\n" + real_log())
+    assert elapsed_by_step(load_runs([log])) == ELAPSED_MS
