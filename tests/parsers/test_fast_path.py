@@ -188,7 +188,9 @@ def test_deepspeed_anchored_scan_equals_scan_string_on_real_lines():
         list(deepspeed.scan(*DEEPSPEED_RECORDS[name], text))
         for name, text in zip(("step", "step", "throughput", "pipe"), glued, strict=True)
     )
-    for line in lines + glued:
+    # Each record begins with step=, steps: or epoch=: elsewhere both scans find nothing (and a full
+    # scan_string of every real line takes seconds).
+    for line in [line for line in lines if "step" in line or "epoch=" in line] + glued:
         _scans_agree(line)
 
 
