@@ -4,7 +4,8 @@ Runs are independent: all files of one run are read, in order, by one worker, so
 is exactly what the serial reader gives, and the results keep the order of the runs. Workers are
 started with ``spawn``, not ``fork``: the parent already runs polars' thread pool, and forking a
 process that has threads can deadlock the child. A worker costs a fraction of a second to start, so
-small inputs are read in this process.
+small inputs are read in this process. Spawned workers re-import the caller's main module: a script
+that asks for workers must guard its top level with ``if __name__ == "__main__":``.
 """
 
 from __future__ import annotations

@@ -74,12 +74,15 @@ def load_runs(
     family: str | None = None,
     warmup: int = 1,
     progress: Callable[[int, int], None] | None = None,
-    workers: int | None = None,
+    workers: int | None = 1,
 ) -> ParseResult:
     """Parse the logs under ``paths`` into frames; ``family`` forces one log family (by name),
     ``warmup`` is how many leading steps the steady-state statistics skip. ``progress(done, total)``
-    is called after each run. ``workers`` processes read the runs (None: one per core when the input
-    is big, 1: this process only). Raises LogstatError for a path that does not exist or a wrong family."""
+    is called after each run. ``workers`` processes read the runs: 1 (default) this process only;
+    None one per core when the input is big. Workers are spawned, so with None the calling script
+    must guard its top level with ``if __name__ == "__main__":`` (multiprocessing re-imports it; an
+    unguarded script would hang), which is why only the CLI asks for them by default.
+    Raises LogstatError for a path that does not exist or a wrong family."""
     from logstat.analytics.summary import summarize
     from logstat.parsers import parallel, reader
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import gzip
 import shutil
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -110,6 +112,21 @@ def test_fast_path_across_chunk_boundaries(corpus, monkeypatch):
 def test_parallel_workers_equal_one_process(corpus):
     """Runs read by two worker processes come back whole and in order: the same frames as one process."""
     _assert_same(_parse(corpus, workers=2), _parse(corpus, workers=1))
+
+
+def test_library_default_reads_in_process_even_for_an_unguarded_script(corpus, tmp_path):
+    """Spawned workers re-import the caller's main module: a script without the ``__main__`` guard
+    that got workers by default would hang. load_runs reads in its own process unless asked."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from logstat.parsers import parallel\n"
+        "parallel.PARALLEL_MIN_BYTES = 0  # as if the corpus were big\n"
+        "from logstat.api import load_runs\n"
+        f"print(load_runs([{str(corpus)!r}]).runs.height)\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout) == _parse(corpus)[0].height
 
 
 def _real_lines() -> list[str]:

@@ -60,7 +60,8 @@ def parse(
         raise LogstatError(
             f"no log files (*.out, *.err, *.log, *.txt, .gz/.xz/.bz2 of those) under {', '.join(paths)}"
         )
-    result = load_runs(paths, family=family, warmup=warmup, progress=_progress())
+    # workers=None: one reader process per core for big inputs (this console script is import-safe).
+    result = load_runs(paths, family=family, warmup=warmup, progress=_progress(), workers=None)
     _warn(result.runs)
     if iterations:
         frame = result.iterations
