@@ -16,7 +16,7 @@ import polars as pl
 from logstat.parsers import manifest, registry
 from logstat.parsers.base import TIMER_FIELDS, Family, RunBuilder
 from logstat.parsers.schema import ITERATIONS_SCHEMA, RUNS_SCHEMA, TIMERS_SCHEMA
-from logstat.parsers.source import SourceReport, marked_lines, marker_needles, records
+from logstat.parsers.source import ALL_ROUTES, SourceReport, marker_needles, records, routed_lines
 
 LOG_SUFFIXES = (".out", ".err", ".log", ".txt")
 _JOB_ID_IN_NAME = re.compile(r"[-_.](\d{2,})$")
@@ -92,17 +92,25 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
     run = RunBuilder(path=files.key)
     result = RunResult(run=run, files=files)
     needles = marker_needles([m for family in active for m in family.markers])
-    by_marker = [(family, _marker_search(family.markers)) for family in active]
+    # One route per family: a line is tried only by the families whose markers the byte scan found in it.
+    routes = tuple(marker_needles(list(family.markers)) or () for family in active)
+    # The byte scan finds an ASCII marker exactly where the decoded text holds it (UTF-8 keeps ASCII as is).
+    exact_masks = all(marker.isascii() for family in active for marker in family.markers)
+    by_marker = [(family, _marker_search(family.markers), 1 << index) for index, family in enumerate(active)]
     for path in files.files:
         run.current_file = str(path)
         report = SourceReport(path=str(path))
         result.reports.append(report)
         stated_before = dict(run.provenance)
         try:
-            for lineno, text in marked_lines(path, needles, lambda: bool(run.capturing), report):
+            for lineno, text, mask in routed_lines(
+                path, needles, routes, lambda: bool(run.capturing), report
+            ):
                 for record in records(text):
-                    for family, has_marker in by_marker:
-                        if family.name in run.capturing or has_marker(record):
+                    # a record that is its whole line needs no second search: the mask is that search
+                    searched = exact_masks and mask != ALL_ROUTES and record == text
+                    for family, has_marker, bit in by_marker:
+                        if family.name in run.capturing or (mask & bit and (searched or has_marker(record))):
                             _safe_parse(family, record, lineno, run)
         except OSError as exc:
             report.problem = f"cannot read: {exc.strerror or exc}"
