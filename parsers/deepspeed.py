@@ -143,9 +143,10 @@ _PROFILE_STEP = re.compile(r"Profile Summary at step (\d+)")
 
 
 def _state(run: RunBuilder) -> dict[str, Any]:
-    return run.state.setdefault(
-        NAME, {"dumps": 0, "dump_line": None, "dump_facts": set(), "skipped_total": 0}
-    )
+    state = run.state.get(NAME)  # not setdefault: building the default on every line cost ~3% of a parse
+    if state is None:
+        state = run.state[NAME] = {"dumps": 0, "dump_line": None, "dump_facts": set(), "skipped_total": 0}
+    return state
 
 
 def _set(run: RunBuilder, name: str, value: Any, lineno: int) -> None:

@@ -65,6 +65,11 @@ def records(text: str) -> list[str]:
 
     Carriage returns (progress bars) separate records too; ANSI colour codes are dropped.
     """
+    if "\x1b" not in text and "\r" not in text and "]:" not in text:
+        # the common line, one record: the loop below without its splitting
+        match = _LEADING_PREFIX.match(text)
+        record = (text[match.end() :] if match else text).rstrip("\n")
+        return [record] if record.strip() else []
     out: list[str] = []
     if "\x1b" in text:
         text = _ANSI.sub("", text)
