@@ -48,10 +48,17 @@ def _size() -> pl.Expr:
 
 
 def _throughput() -> pl.Expr:
-    """Seconds per iteration like the seed's cells (``129s``, ``90.5s``, ``0.661s``); ``fail`` if unmeasured."""
+    """Seconds per iteration like the seed's cells (``129s``, ``90.5s``, ``0.661s``); ``fail`` if unmeasured.
+
+    A run that ended ``ok`` but logs no per-iteration time (minGPT's epoch averages) did not fail:
+    its cell is empty, like any fact the log does not give.
+    """
     sec = pl.col("sec_per_iter")
+    unmeasured = sec.is_null() | sec.is_nan() | sec.is_infinite()
     return (
-        pl.when(sec.is_null() | sec.is_nan() | sec.is_infinite())
+        pl.when(unmeasured & (pl.col("status") == "ok"))
+        .then(pl.lit(""))
+        .when(unmeasured)
         .then(pl.lit("fail"))
         .when(sec >= 100)
         .then(pl.format("{}s", _fixed(sec, 0)))

@@ -141,3 +141,11 @@ def test_every_column_renders_on_a_frame_of_nulls():
     assert cells.pop("Throughput") == "fail"
     assert cells.pop("Notes") == "x.out"
     assert set(cells.values()) == {""}
+
+
+def test_an_ok_run_without_step_times_is_not_marked_fail():
+    epochs_only = frame(run(path="/mingpt.log", family="mingpt", status="ok", gpus=8))
+    row = [line for line in render_tables(epochs_only).split("\n") if line.startswith("|")][2]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert "fail" not in cells
+    assert cells[0] == "8" and cells[-1] == "mingpt.log"
