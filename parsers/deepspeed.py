@@ -76,6 +76,16 @@ throughput_record = (
 
 # Where each record can start (its leading literal), for ``scan``.
 _STEP_ANCHOR = re.compile(r"(?<![\w/])step=")
+# ``step_record`` as one compiled pattern for the hot path (pyparsing costs ~100 us a line): pyparsing's
+# default whitespace is skipped before every token, each token is atomic (pyparsing does not backtrack
+# into a token), ``integer`` is ASCII digits and only ``nan``/``inf`` of ``number`` ignore case.
+# tests/parsers/test_hot_path.py checks it against ``step_record`` on every ``step=`` line of the logs.
+_WS = r"[ \t\r\n]*"
+_NUMBER = r"(?>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?i:nan|inf)))"
+_STEP_LINE = re.compile(
+    rf"(?<![\w/])step={_WS}(?P<step>(?>[0-9]+)){_WS}, skipped={_WS}(?P<skipped>(?>[0-9]+)){_WS}, lr={_WS}\["
+    rf"(?:{_WS}(?P<lr>{_NUMBER})(?:{_WS},{_WS}{_NUMBER})*)?{_WS}\]"
+)
 _THROUGHPUT_ANCHOR = re.compile(re.escape("epoch="))
 _PIPE_ANCHOR = re.compile(re.escape("steps:"))
 
@@ -349,11 +359,17 @@ def scan(record: pp.ParserElement, anchor: re.Pattern[str], text: str) -> Iterat
             return
 
 
+def step_records(text: str) -> Iterator[tuple[int, int, float | None]]:
+    """``(step, skipped, first lr or None)`` of each ``step_record`` in ``text``, as ``scan`` finds them."""
+    text = text.expandtabs() if "\t" in text else text
+    for match in _STEP_LINE.finditer(text):
+        lr = match["lr"]
+        yield int(match["step"]), int(match["skipped"]), None if lr is None else float(lr)
+
+
 def _read_step(run: RunBuilder, text: str, lineno: int) -> None:
     state = _state(run)
-    for tokens in scan(step_record, _STEP_ANCHOR, text):
-        step, skipped_total = tokens["step"], tokens["skipped"]
-        lr = tokens["lr"][0] if tokens.get("lr") else None
+    for step, skipped_total, lr in step_records(text):
         if step == 0:
             state["skipped_total"] = skipped_total  # printed at engine start, before any training step
             continue

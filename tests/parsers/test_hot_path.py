@@ -1,0 +1,130 @@
+"""Compiled patterns on the hot path read exactly what their pyparsing grammars read.
+
+DeepSpeed's ``step=`` lines are read with ``_STEP_LINE``, the compiled form of ``step_record``; the
+grammar stays the definition, and here both read every ``step=`` line of the fixtures and the real
+logs, hand-made edge cases, and random variations of real lines.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from logstat.parsers import deepspeed
+
+from tests.conftest import FIXTURES, SHARED_LOGS
+
+
+def _by_grammar(text: str) -> list[tuple]:
+    """What ``step_record`` reads, through the reader's ``scan`` (the path before the compiled pattern)."""
+    out = []
+    for tokens in deepspeed.scan(deepspeed.step_record, deepspeed._STEP_ANCHOR, text):
+        out.append((tokens["step"], tokens["skipped"], tokens["lr"][0] if tokens.get("lr") else None))
+    return out
+
+
+def _same(text: str) -> None:
+    got, want = list(deepspeed.step_records(text)), _by_grammar(text)
+    # nan != nan: compare the reprs, which also tell int from float
+    assert repr(got) == repr(want), f"{text!r}: compiled {got} != grammar {want}"
+
+
+def _step_lines() -> list[str]:
+    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    lines = []
+    for root in roots:
+        for path in sorted(
+            p for p in root.rglob("*") if p.is_file() and p.suffix in (".out", ".err", ".log", ".txt")
+        ):
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+            lines += [line for line in text.splitlines() if "step=" in line]
+    return lines
+
+
+def test_every_real_step_line_reads_the_same():
+    lines = _step_lines()
+    for line in lines:
+        _same(line)
+    # counted independently: DeepSpeed's plain "step=N, skipped=M" progress lines (18 in the fixtures
+    # and real logs today, checked with grep), each read once
+    plain = re.compile(r"(?:^|[^A-Za-z0-9_/])step=[0-9]+, skipped=[0-9]+, lr=\[")
+    expected = sum(len(plain.findall(line)) for line in lines)
+    assert expected >= 18
+    assert sum(len(list(deepspeed.step_records(line))) for line in lines) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[Rank 0] step=10, skipped=2, lr=[5e-05], mom=[[0.9, 0.999]]", [(10, 2, 5e-05)]),
+        ("step=3, skipped=0, lr=[0.0001, 0.0001], mom=[(0.9, 0.999)]", [(3, 0, 0.0001)]),
+        ("step=3 , skipped=\t1 , lr=[ 2.5e-4 , 1 ]", [(3, 1, 0.00025)]),
+        ("step = 3, skipped=1, lr=[1]", []),
+        ("step=4, skipped=0, lr=[]", [(4, 0, None)]),
+        ("step=4, skipped=0, lr=[ ]", [(4, 0, None)]),
+        ("step=5, skipped=0, lr=[NaN]", [(5, 0, float("nan"))]),
+        ("step=5, skipped=0, lr=[-Inf, 1]", [(5, 0, float("-inf"))]),
+        ("step=5, skipped=0, lr=[1.0,]", []),  # a trailing comma is no list
+        ("step=5, skipped=0, lr=[1.0.2]", []),
+        ("step=5, Skipped=0, lr=[1.0]", []),  # the literals keep their case
+        ("global_step=5, skipped=0, lr=[1]", []),
+        ("micro/step=5, skipped=0, lr=[1]", []),
+        ("step=x step=6, skipped=1, lr=[2]step=7, skipped=1, lr=[3]", [(6, 1, 2.0), (7, 1, 3.0)]),
+        ("step=٣, skipped=0, lr=[1]", []),  # integer is ASCII digits
+        ("step=8, skipped=0, lr=[١.5]", [(8, 0, 1.5)]),  # number's \d is any digit, as float() reads it
+    ],
+)
+def test_edge_cases(text, expected):
+    _same(text)
+    assert repr(list(deepspeed.step_records(text))) == repr(expected)
+
+
+_PIECES = st.sampled_from(
+    [
+        "step=",
+        "step",
+        "=",
+        "7",
+        "12",
+        ", skipped=",
+        ",",
+        " skipped=",
+        "3",
+        ", lr=",
+        "[",
+        "]",
+        " ",
+        "\t",
+        "\r",
+        "1e-4",
+        "-2.5",
+        ".5",
+        "5.",
+        "nan",
+        "INF",
+        "e",
+        "+",
+        "/",
+        "_",
+        "x",
+        ", mom=[0.9]",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PIECES, max_size=24))
+def test_random_step_like_text_reads_the_same(pieces):
+    _same("".join(pieces))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 40), st.sampled_from([" ", "  ", "\t", ""]), st.text("0123456789.,[] e-", max_size=8))
+def test_real_line_with_changes_reads_the_same(cut, space, noise):
+    line = "[2021-06-10 20:47:51,885] [INFO] [logging.py:60:log_dist] [Rank 0] step=10, skipped=0, lr=[6e-05, 6e-05], mom=[(0.9, 0.999)]"
+    start = line.index("step=")
+    position = start + cut
+    _same(line[:position] + space + noise + line[position:])
