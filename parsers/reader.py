@@ -97,6 +97,7 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
     # The byte scan finds an ASCII marker exactly where the decoded text holds it (UTF-8 keeps ASCII as is).
     exact_masks = all(marker.isascii() for family in active for marker in family.markers)
     by_marker = [(family, _marker_search(family.markers), 1 << index) for index, family in enumerate(active)]
+    by_mask: dict[int, list[tuple[Family, Callable[[str], object]]]] = {}
     for path in files.files:
         run.current_file = str(path)
         report = SourceReport(path=str(path))
@@ -109,8 +110,19 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
                 for record in records(text):
                     # a record that is its whole line needs no second search: the mask is that search
                     searched = exact_masks and mask != ALL_ROUTES and record == text
-                    for family, has_marker, bit in by_marker:
-                        if family.name in run.capturing or (mask & bit and (searched or has_marker(record))):
+                    if run.capturing:
+                        for family, has_marker, bit in by_marker:
+                            if family.name in run.capturing or (
+                                mask & bit and (searched or has_marker(record))
+                            ):
+                                _safe_parse(family, record, lineno, run)
+                        continue
+                    # nobody captures (a family only ever captures itself): only the routed families look
+                    routed = by_mask.get(mask)
+                    if routed is None:
+                        routed = by_mask[mask] = [(f, search) for f, search, bit in by_marker if mask & bit]
+                    for family, has_marker in routed:
+                        if searched or has_marker(record):
                             _safe_parse(family, record, lineno, run)
         except OSError as exc:
             report.problem = f"cannot read: {exc.strerror or exc}"
