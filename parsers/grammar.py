@@ -29,6 +29,13 @@ NUMBER_PATTERN = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf(?:inity)
 pipe_field = pp.Regex(
     r"(?P<name>[A-Za-z][^:|=\n]*?)\s*:\s*(?P<value>" + NUMBER_PATTERN + r")\s*(?=\||$)", flags=re.IGNORECASE
 ).set_name("pipe_field")
+# ``pipe_field`` for the hot path, same matches: the name runs possessively up to the ``:`` (or the
+# ``|``, ``=`` or newline that fails it) instead of trying ``\s*:`` after every character; its
+# trailing whitespace, which the lazy name leaves out, is stripped by ``pipe_fields`` as before.
+# tests/parsers/test_hot_path.py checks both patterns find the same fields on the real logs.
+_PIPE_FIELD = re.compile(
+    r"(?P<name>[A-Za-z][^:|=\n]*+)\s*:\s*(?P<value>" + NUMBER_PATTERN + r")\s*(?=\||$)", flags=re.IGNORECASE
+)
 # A field whose value is not a number (e.g. "learning rate: N/A") is skipped, not fatal.
 pipe_other = pp.Suppress(pp.Regex(r"[^|]+")).set_name("pipe_other")
 pipe_record = pp.ZeroOrMore(pp.Suppress("|") | pipe_field | pipe_other).set_name("pipe_record")
@@ -57,17 +64,19 @@ eq_record = pp.DelimitedList(eq_field, delim=pp.one_of(", /")).set_name("eq_reco
 def pipe_fields(text: str) -> dict[str, float]:
     """``key: value |`` fields of ``text`` as a dict (names stripped, lower case); never raises.
 
-    Uses the compiled pattern of ``pipe_field`` (same grammar as ``pipe_record``, at regex speed).
+    Uses the compiled equivalent of ``pipe_field`` (same grammar as ``pipe_record``, at regex speed).
     """
     out: dict[str, float] = {}
-    for match in pipe_field.re.finditer(text):
+    for match in _PIPE_FIELD.finditer(text):
         value = match["value"]
         out[match["name"].strip().lower()] = float(value) if _is_float(value) else int(value)
     return out
 
 
 def _is_float(text: str) -> bool:
-    return any(c in text for c in ".eEnNiI")
+    # ``text`` matched NUMBER_PATTERN: an optional sign and digits only is an integer, anything else
+    # (".", an exponent, nan, inf) a float; one C call instead of seven substring tests
+    return not text.lstrip("+-").isdigit()
 
 
 def dotted(text: str) -> tuple[str, str] | None:

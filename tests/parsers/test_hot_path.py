@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from logstat.parsers import deepspeed
+from logstat.parsers import deepspeed, grammar
 
 from tests.conftest import FIXTURES, SHARED_LOGS
 
@@ -128,3 +128,81 @@ def test_real_line_with_changes_reads_the_same(cut, space, noise):
     start = line.index("step=")
     position = start + cut
     _same(line[:position] + space + noise + line[position:])
+
+
+def _pipe_matches(pattern, text: str) -> list[tuple]:
+    """Where each field starts and ends, its stripped name and its value."""
+    return [(m.start(), m.end(), m["name"].strip(), m["value"]) for m in pattern.finditer(text)]
+
+
+def _pipe_lines() -> list[str]:
+    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    lines = []
+    for root in roots:
+        for path in sorted(
+            p for p in root.rglob("*") if p.is_file() and p.suffix in (".out", ".err", ".log", ".txt")
+        ):
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+            lines += [line for line in text.splitlines() if "|" in line and ":" in line]
+    return lines
+
+
+def test_pipe_fields_pattern_finds_what_the_grammar_token_finds():
+    lines = _pipe_lines()
+    found = 0
+    for line in lines:
+        want = _pipe_matches(grammar.pipe_field.re, line)
+        assert _pipe_matches(grammar._PIPE_FIELD, line) == want, line
+        found += len(want)
+    # counted independently: every "elapsed time per iteration (ms): <number> |" field is one of them
+    elapsed = sum(len(re.findall(r"elapsed time per iteration \(ms\): [0-9.]+ \|", line)) for line in lines)
+    assert elapsed > 100
+    assert found > elapsed
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        " | lm loss: 1.5 | grad norm: nan | loss scale: INF | x: -2 | learning rate: N/A |",
+        "name  \t : 5 |",
+        "a b: 1: 2 | c = 3: 4 | d: 5",
+        "abc\n: 7 |",
+        "K: 1 | ſ: 2 | é: 3 |",
+        "iteration 3/ 10 | consumed samples: 96 | elapsed time per iteration (ms): 12.5 | x: 1e5|",
+    ],
+)
+def test_pipe_fields_pattern_edge_cases(text):
+    assert _pipe_matches(grammar._PIPE_FIELD, text) == _pipe_matches(grammar.pipe_field.re, text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "a",
+                "Lm loss",
+                " ",
+                "\t",
+                ":",
+                "|",
+                "=",
+                "\n",
+                "1",
+                "2.5",
+                "-",
+                "e3",
+                "nan",
+                "inf",
+                "N/A",
+                "K",
+                "é",
+                "\x1c",
+            ]
+        ),
+        max_size=30,
+    )
+)
+def test_pipe_fields_pattern_on_random_text(pieces):
+    text = "".join(pieces)
+    assert _pipe_matches(grammar._PIPE_FIELD, text) == _pipe_matches(grammar.pipe_field.re, text)
