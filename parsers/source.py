@@ -211,9 +211,9 @@ def routed_lines(
     wants_all: Callable[[], bool],
     report: SourceReport,
 ) -> Iterator[tuple[int, str, int]]:
-    """``marked_lines`` plus, per line, the bit mask of ``routes`` it holds (see ``routed_starts``);
-    ``ALL_ROUTES`` for a line read because ``wants_all()`` or ``needles`` is None, and for a line with
-    colour codes (removing them can join a marker the raw bytes do not hold)."""
+    """``marked_lines`` plus, per line, the bit mask of ``routes`` it holds (see ``routed_starts``; 0 for
+    an unmarked line read because ``wants_all()``); ``ALL_ROUTES`` when ``needles`` is None (no byte
+    scan), and for a line with colour codes (removing them can join a marker the raw bytes do not hold)."""
     stream, report.compressed = open_log(path)
     with stream:
         lineno = 0  # newlines before ``pos`` in the file
@@ -227,8 +227,14 @@ def routed_lines(
             index, pos, size = 0, 0, len(chunk)
             while pos < size:
                 mask = ALL_ROUTES
-                if needles is None or wants_all():
+                if needles is None:
                     start = pos
+                elif wants_all():
+                    start = pos
+                    if masks:  # the line's routes are known too: its own mask if marked, else none
+                        while index < len(starts) and starts[index] < pos:
+                            index += 1
+                        mask = masks[index] if index < len(starts) and starts[index] == pos else 0
                 else:
                     while index < len(starts) and starts[index] < pos:
                         index += 1

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from logstat.parsers import deepspeed, grammar
+from logstat.parsers import deepspeed, grammar, source
 
 from tests.conftest import FIXTURES, SHARED_LOGS
 
@@ -206,3 +206,38 @@ def test_pipe_fields_pattern_edge_cases(text):
 def test_pipe_fields_pattern_on_random_text(pieces):
     text = "".join(pieces)
     assert _pipe_matches(grammar._PIPE_FIELD, text) == _pipe_matches(grammar.pipe_field.re, text)
+
+
+def test_routed_lines_masks_marked_and_captured_lines(tmp_path):
+    """Each line's mask names the routes whose markers it holds; an unmarked line read while a block
+    is open has mask 0, a line with colour codes every route (removing them can join a marker)."""
+    log = tmp_path / "job-1.out"
+    lines = [
+        "alpha here",
+        "nothing",
+        "beta and alpha",
+        "OPEN",
+        "plain inside",
+        "beta inside",
+        "CLOSE",
+        "beta al\x1b[0mpha",
+    ]
+    log.write_text("\n".join(lines) + "\n")
+    routes = ((b"alpha",), (b"beta",), (b"OPEN", b"CLOSE"))
+    needles = (b"alpha", b"beta", b"OPEN", b"CLOSE")
+    state = {"open": False}
+    got = []
+    for lineno, text, mask in source.routed_lines(
+        log, needles, routes, lambda: state["open"], source.SourceReport(path=str(log))
+    ):
+        got.append((lineno, text, mask))
+        state["open"] = text == "OPEN" or (state["open"] and text != "CLOSE")
+    assert got == [
+        (1, "alpha here", 0b001),
+        (3, "beta and alpha", 0b011),
+        (4, "OPEN", 0b100),
+        (5, "plain inside", 0),
+        (6, "beta inside", 0b010),
+        (7, "CLOSE", 0b100),
+        (8, "beta al\x1b[0mpha", source.ALL_ROUTES),
+    ]
