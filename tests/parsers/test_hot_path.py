@@ -32,7 +32,8 @@ def _same(text: str) -> None:
     assert repr(got) == repr(want), f"{text!r}: compiled {got} != grammar {want}"
 
 
-def _step_lines() -> list[str]:
+def _log_lines(keep) -> list[str]:
+    """Every line of the bundled and the shared real logs for which ``keep(line)`` holds."""
     roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
     lines = []
     for root in roots:
@@ -40,8 +41,12 @@ def _step_lines() -> list[str]:
             p for p in root.rglob("*") if p.is_file() and p.suffix in (".out", ".err", ".log", ".txt")
         ):
             text = Path(path).read_text(encoding="utf-8", errors="replace")
-            lines += [line for line in text.splitlines() if "step=" in line]
+            lines += [line for line in text.splitlines() if keep(line)]
     return lines
+
+
+def _step_lines() -> list[str]:
+    return _log_lines(lambda line: "step=" in line)
 
 
 def test_every_real_step_line_reads_the_same():
@@ -136,15 +141,7 @@ def _pipe_matches(pattern, text: str) -> list[tuple]:
 
 
 def _pipe_lines() -> list[str]:
-    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
-    lines = []
-    for root in roots:
-        for path in sorted(
-            p for p in root.rglob("*") if p.is_file() and p.suffix in (".out", ".err", ".log", ".txt")
-        ):
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
-            lines += [line for line in text.splitlines() if "|" in line and ":" in line]
-    return lines
+    return _log_lines(lambda line: "|" in line and ":" in line)
 
 
 def test_pipe_fields_pattern_finds_what_the_grammar_token_finds():
