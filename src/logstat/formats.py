@@ -10,8 +10,8 @@ import io
 import json
 import math
 import os
+import secrets
 import sys
-import tempfile
 from pathlib import Path
 
 import polars as pl
@@ -184,7 +184,9 @@ def _write_new(output: str, data: bytes) -> None:
         raise LogstatError(exists)
     if not target.parent.is_dir():
         raise LogstatError(f"--output {output}: directory {target.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    # not mkstemp: its 0600 mode would make the user's file unreadable to the rest of their group
+    tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

@@ -3,6 +3,8 @@
 import csv
 import io
 import json
+import os
+import stat
 import subprocess
 import sys
 
@@ -108,6 +110,17 @@ def test_output_file_is_never_overwritten(capsys, tmp_path):
     target.write_text("mine")
     code, _, err = logstat(capsys, "parse", FIXTURES / "slurm", "--format", "json", "-o", target)
     assert code == 1 and "file exists" in err and target.read_text() == "mine"
+
+
+def test_output_file_gets_the_umask_mode_not_a_private_one(capsys, tmp_path):
+    target = tmp_path / "runs.csv"
+    old_umask = os.umask(0o022)
+    try:
+        code, _, _ = logstat(capsys, "parse", FIXTURES / "megatron", "--format", "csv", "-o", target)
+    finally:
+        os.umask(old_umask)
+    assert code == 0 and stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["runs.csv"]
 
 
 def test_parquet_needs_a_file_and_round_trips(capsys, tmp_path):
