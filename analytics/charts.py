@@ -11,7 +11,7 @@ Only ``logstat plot`` imports this module: altair is heavy and the other command
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -220,7 +220,9 @@ def write_charts(
 def _write_new(path: Path, data: bytes) -> None:
     """Write a new file atomically: a temporary file beside it, then a hard link, which (like "x"
     mode) refuses a file that appeared since the check, and leaves no partial file if cut short."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # not mkstemp: its 0600 mode would make the charts unreadable to the rest of the user's group
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)

@@ -1,5 +1,8 @@
 """Charts from hand-built frames: the data each chart holds, and the files written."""
 
+import os
+import stat
+
 import polars as pl
 import pytest
 from logstat.analytics.charts import (
@@ -110,6 +113,16 @@ def test_timer_chart_medians_per_iteration_timers_only():
 def test_charts_without_data_are_skipped():
     assert list(charts_of(RUNS, ITERATIONS, TIMERS)) == ["gpu_days_100b", "loss", "time_breakdown"]
     assert list(charts_of(RUNS.head(0), ITERATIONS.head(0), TIMERS.head(1))) == []
+
+
+def test_chart_files_get_the_umask_mode_not_a_private_one(tmp_path):
+    old_umask = os.umask(0o022)
+    try:
+        written = write_charts({"loss": loss_chart(ITERATIONS)}, tmp_path, formats=("html",))
+    finally:
+        os.umask(old_umask)
+    assert [stat.S_IMODE(p.stat().st_mode) for p in written] == [0o644]
+    assert [p.name for p in tmp_path.iterdir()] == ["loss.html"]
 
 
 @pytest.mark.slow  # vl-convert renders PNG, SVG and the inlined HTML bundle: ~10 s on 2 busy cores
