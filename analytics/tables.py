@@ -36,10 +36,13 @@ def _yes_no(name: str) -> pl.Expr:
 
 
 def _size() -> pl.Expr:
-    """``52B`` like the seed; one decimal below 10B (``7.5B``), and ``350M`` below 1B."""
+    """``52B`` like the seed; one decimal below 10B (``7.5B``), ``350M`` below 1B, and ``110K`` below
+    1M (a tiny test model would otherwise read ``0M``, as if it had no parameters)."""
     size_b = pl.col("model_size_b")
     return (
-        pl.when(size_b < 1)
+        pl.when(size_b < 1e-3)
+        .then(pl.format("{}K", _fixed(size_b * 1e6, 0)))
+        .when(size_b < 1)
         .then(pl.format("{}M", _fixed(size_b * 1000, 0)))
         .when(size_b < 10)
         .then(pl.format("{}B", _fixed(size_b, 1)))

@@ -149,3 +149,11 @@ def test_an_ok_run_without_step_times_is_not_marked_fail():
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert "fail" not in cells
     assert cells[0] == "8" and cells[-1] == "mingpt.log"
+
+
+def test_size_of_a_model_under_a_million_parameters_is_in_thousands_not_0M():
+    # the tiny DDP spec: 2*(12*64^2 + 13*64) + 128*64 + 32*64 + 2*64 = 110,336 parameters
+    tiny = frame(run(path="/tiny.log", family="megatron", status="ok", gpus=2, model_size_b=110_336 / 1e9))
+    text = render_tables(tiny, columns=("GPUs", "Size", "Notes"))
+    assert "|    2 | 110K | tiny.log |" in text
+    assert "0M" not in text
