@@ -138,12 +138,16 @@ def _flat(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def json_text(frame: pl.DataFrame) -> str:
-    """A JSON array of objects (NaN/inf become null: JSON has neither)."""
+    """A JSON array of objects (NaN/inf become null: JSON has neither). The frame keeps ``provenance``
+    as a JSON string; here it is an object, so ``jq '.[].provenance.dp'`` works without a second decode."""
     rows = frame.to_dicts()
     clean = [
         {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
         for r in rows
     ]
+    for row in clean:
+        if isinstance(row.get("provenance"), str):
+            row["provenance"] = json.loads(row["provenance"])
     return json.dumps(clean, indent=2) + "\n"
 
 

@@ -47,6 +47,8 @@ def test_json_has_the_contract_keys(capsys):
     assert code == 0 and len(rows) == 1
     assert JSON_KEYS <= rows[0].keys()
     assert "tflops_per_gpu" not in rows[0]
+    # an object, not a JSON string inside the JSON (the arguments dump names the world size)
+    assert rows[0]["provenance"]["gpus"].startswith("megatron:")
     _, out, _ = logstat(
         capsys, "parse", FIXTURES / "megatron" / "meg_gpt2_perf_n16.out", "--format", "json", "--tflops"
     )
