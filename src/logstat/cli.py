@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=args, prog_name="logstat", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        exc.show()  # a bare `logstat` asks what there is: the help as written, not one squeezed line
+        sys.exit(exc.exit_code)
     except click.UsageError as exc:
         # One line like every other error (click's own form adds usage and a blank line).
         where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""

@@ -292,3 +292,11 @@ def test_charts_cut_short_by_a_full_disk_leave_no_files(small_disk, capsys):
     )
     assert code == 1 and err.strip().splitlines()[-1].startswith("Error: ") and "No space left" in err
     assert list((small_disk / "plots").iterdir()) == []
+
+
+def test_bare_logstat_shows_the_help_not_one_squeezed_error_line(capsys):
+    code, out, err = logstat(capsys)
+    lines = err.splitlines()
+    assert code == 2 and out == ""
+    assert lines[0] == "Usage: logstat [OPTIONS] COMMAND [ARGS]..."
+    assert "    logstat parse logs/ --tflops" in lines and not err.startswith("Error: ")
