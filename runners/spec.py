@@ -241,9 +241,22 @@ def load_spec(name_or_path: str | Path, overrides: Iterable[str] = ()) -> Spec:
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"spec {path} is not valid TOML: {exc}") from exc
     raw.setdefault("name", path.stem)
+    overrides = list(overrides)
     for override in overrides:
         apply_override(raw, override)
+    _note_overrides(raw, overrides)
     return resolve(spec_from_dict(raw, source=str(path)))
+
+
+def _note_overrides(raw: dict[str, Any], overrides: list[str]) -> None:
+    """The spec's description was written for its own values ("TP 4, PP 16, DP 1"); after ``--set``
+    the plan, spec.toml and manifest would contradict it, so it says which values were changed."""
+    described = raw.get("description")
+    touched = {override.partition("=")[0].strip() for override in overrides}
+    if overrides and isinstance(described, str) and described and "description" not in touched:
+        changes = ", ".join(" ".join(override.split()) for override in overrides)
+        if changes.isprintable():  # a control character is refused in its own field; said once
+            raw["description"] = f"{described} (then --set {changes})"
 
 
 def apply_override(raw: dict[str, Any], override: str) -> None:

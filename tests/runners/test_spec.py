@@ -149,6 +149,16 @@ def test_overrides_are_typed_by_the_field():
     assert spec.cluster.partition == "gpu_p13" and spec.steps == 7
 
 
+def test_overrides_are_named_in_the_description_they_would_contradict():
+    spec = load_spec("gpt2-52b-megatron-ds", ["parallel.pp=8", " batch.micro = 2"])
+    assert spec.description == (
+        "GPT-2 52B, Megatron-DeepSpeed 3D: TP 4, PP 16, DP 1 on 16 nodes x 4 V100-32GB"
+        " (then --set parallel.pp=8, batch.micro = 2)"
+    )
+    assert load_spec("gpt2-52b-megatron-ds", ["description=mine"]).description == "mine"
+    assert load_spec("gpt2-52b-megatron-ds").description.endswith("4 V100-32GB")
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [
