@@ -64,6 +64,8 @@ def _cell(value, decimals: int | None) -> str:
         return "yes" if value else "no"
     if isinstance(value, float) and abs(value) >= HUGE:
         return f"{value:.3g}"  # a garbled log's 1e305 samples/s would be a 300-digit column
+    if isinstance(value, float) and decimals is not None and 0 < abs(value) < 0.5 * 10**-decimals:
+        return f"{value:.2g}"  # a tiny test model's 0.00011 B is not 0.00: it would read as no model
     if isinstance(value, float) and decimals is not None:
         return f"{value:,.{decimals}f}" if decimals == 0 else f"{value:.{decimals}f}"
     return str(value)

@@ -159,3 +159,12 @@ def test_lines_that_could_not_be_read_are_warned_about_on_stderr(capsys, tmp_pat
         "megatron:1: iteration=99999999999999999999999 does not fit a 64-bit integer; not recorded"
     ]
     assert err == f"warning: {log}: 1 problem(s) reading it, first: {row['warnings'][0]}\n"
+
+
+def test_a_tiny_model_size_is_not_printed_as_zero(capsys):
+    # h 64, l 2, vocab 128, seq 128: 2*(12*64**2 + 13*64) + 128*64 + 128*64 + 2*64 = 116,480 parameters
+    log = FIXTURES / "hf_trainer" / "hf_gpt2_tiny_ds_zero2_2cpu.log"
+    code, out, _ = logstat(capsys, "parse", log, "--tflops")
+    header, _, row = out.splitlines()[:3]
+    # "size B" is the only two-word heading, and the columns before it are one word each
+    assert code == 0 and row.split()[header.split().index("size")] == "0.00012"
