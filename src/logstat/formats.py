@@ -10,6 +10,7 @@ import io
 import json
 import math
 import os
+import re
 import secrets
 import sys
 from pathlib import Path
@@ -106,22 +107,35 @@ def runs_text(runs: pl.DataFrame, *, tflops: bool, markdown: bool, warmup: int) 
         name=pl.col("path").map_elements(lambda p: Path(p).name, return_dtype=pl.String)
     )
     parts = [text_table(frame, columns, markdown=markdown), ""]
+    # markdown: one list item per note (plain lines would run into one paragraph) and the quoted log
+    # line as code (its '*** JOB ... CANCELLED ***' would render as emphasis)
+    item, quote = ("- ", _code_span) if markdown else ("", str)
     for row in frame.filter(pl.col("status") != "ok").iter_rows(named=True):
         where = f" ({Path(row['reason_path']).name}:{row['reason_line']})" if row["reason_line"] else ""
-        parts.append(f"{row['name']}: {row['status']}{where}: {row['reason']}")
+        parts.append(f"{item}{row['name']}: {row['status']}{where}: {quote(row['reason'])}")
     for row in frame.filter(pl.col("model_size_note").is_not_null()).iter_rows(named=True):
-        parts.append(f"{row['name']}: model size: {row['model_size_note']}")
+        parts.append(f"{item}{row['name']}: model size: {row['model_size_note']}")
+    if markdown and parts[-1]:
+        parts.append("")
     parts.append(
         f"s/iter: median of the logged steps after the first {warmup} (--warmup), or global batch / samples/s "
         "where a log has no step times (column sec_per_iter_source of --format json says which)."
     )
     if tflops:
+        if markdown:
+            parts.append("")
         parts.append(
-            "TFLOPs/GPU: seed formula size_B*f*2*seq*GBS/(s_per_iter*GPUs*1e3), f=4 with activation "
+            f"TFLOPs/GPU: seed formula {quote('size_B*f*2*seq*GBS/(s_per_iter*GPUs*1e3)')}, f=4 with activation "
             "checkpointing, 3 without; size from the shape in units of 1e9; MFU = TFLOPs/GPU / the GPU "
             "model's dense peak ('-' when the GPU model is unknown)."
         )
     return "\n".join(parts) + "\n"
+
+
+def _code_span(text: str) -> str:
+    """``text`` as a markdown code span, its fence longer than any run of backticks inside it."""
+    ticks = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    return f"{ticks} {text} {ticks}"
 
 
 def iterations_text(iterations: pl.DataFrame, *, markdown: bool) -> str:

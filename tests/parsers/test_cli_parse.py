@@ -76,6 +76,18 @@ def test_markdown_and_warmup(capsys):
     assert code == 0 and out.startswith("| run | family | status |")
     # median of all three steps: 155483.8, 129028.8, 128891.5 ms -> 129.03 s
     assert "| 129.03 |" in out
+    # the evidence line is a list item and a code span: its '***' would otherwise render as emphasis
+    assert (
+        "\n\n- timelimit-1003.out: failed (timelimit-1003.out:4): ` time limit: slurmstepd: error: "
+        "*** JOB 1003 ON r7i4n1 CANCELLED AT 2021-05-26T10:00:03 DUE TO TIME LIMIT *** `\n\ns/iter: "
+    ) in out
+
+
+def test_markdown_code_span_outlasts_backticks_in_the_quoted_line():
+    from logstat.formats import _code_span
+
+    assert _code_span("plain") == "` plain `"
+    assert _code_span("run `make` or ``x``") == "``` run `make` or ``x`` ```"
 
 
 def test_empty_binary_and_truncated_files_are_rows_with_exit_0(capsys, tmp_path):
