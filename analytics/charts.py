@@ -18,6 +18,7 @@ from pathlib import Path
 import altair as alt
 import polars as pl
 from logstat.analytics import formulas
+from logstat.parsers.schema import run_names
 
 #: the token budget of seed 000's figure ("compute-days to train on 100b tokens").
 TOKENS_100B = 100e9
@@ -25,7 +26,11 @@ FORMATS = ("html", "png", "svg")
 #: legends below the plot, long labels (log file names, configurations) not cut.
 _LEGEND = alt.Legend(orient="bottom", direction="vertical", labelLimit=600)
 
-_RUN = pl.col("path").str.extract(r"([^/\\]+)$").alias("run")
+
+def _run(frame: pl.DataFrame) -> pl.Expr:
+    """The run's log file name, with the directories that tell same-named logs (train.log) apart."""
+    names = dict(zip(frame["path"].to_list(), run_names(frame["path"]).to_list(), strict=True))
+    return pl.col("path").replace_strict(names, default=None, return_dtype=pl.String).alias("run")
 
 
 def _configuration() -> pl.Expr:
@@ -56,7 +61,7 @@ def gpu_days_data(runs: pl.DataFrame, *, tokens: float = TOKENS_100B) -> pl.Data
             & pl.col("gpus").is_not_null()
         )
         .select(
-            _RUN,
+            _run(runs),
             _configuration(),
             pl.col("gpus"),
             pl.col("sec_per_iter"),
@@ -100,7 +105,7 @@ def loss_data(iterations: pl.DataFrame) -> pl.DataFrame:
     step) cannot be drawn: it stays in the iterations frame and the tables, not in the chart."""
     return (
         iterations.filter(pl.col("loss").is_finite())
-        .select(_RUN, "iteration", "loss", "family", "line")
+        .select(_run(iterations), "iteration", "loss", "family", "line")
         .sort("run", "iteration")
     )
 
@@ -128,7 +133,7 @@ def timer_data(timers: pl.DataFrame) -> pl.DataFrame:
     """
     return (
         timers.filter(pl.col("iteration").is_not_null() & pl.col("ms").is_finite())
-        .group_by(_RUN, "timer")
+        .group_by(_run(timers), "timer")
         .agg(pl.col("ms").median().alias("median_ms"), pl.len().alias("steps"))
         .sort("run", "timer")
     )

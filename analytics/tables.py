@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import polars as pl
+from logstat.parsers.schema import run_names
 
 
 def _fixed(expr: pl.Expr, decimals: int) -> pl.Expr:
@@ -78,8 +79,9 @@ def _days_100b(gpu_days: bool) -> pl.Expr:
 
 
 def _notes() -> pl.Expr:
-    """The log's file name (so a reader can check the row), and the status of a run that did not end ok."""
-    name = pl.col("path").str.extract(r"([^/\\]+)$")
+    """The log's file name (so a reader can check the row), and the status of a run that did not end ok;
+    ``_name`` (set by :func:`render_tables`) adds the directories that tell same-named logs apart."""
+    name = pl.col("_name")
     status = pl.col("status")
     return (
         pl.when(status.is_null() | (status == "ok")).then(name).otherwise(pl.format("{} ({})", name, status))
@@ -229,7 +231,7 @@ def render_tables(runs: pl.DataFrame, *, columns: Sequence[str] | None = None) -
     """
     if runs.is_empty():
         return ""
-    titled = runs.with_columns(stack_title().alias("_stack"))
+    titled = runs.with_columns(stack_title().alias("_stack"), _name=run_names(runs["path"]))
     order = {title: i for i, title in enumerate(STACKS)}
     titles = sorted(titled["_stack"].unique().to_list(), key=lambda t: (order.get(t, len(order)), t))
     out: list[str] = []

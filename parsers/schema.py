@@ -102,3 +102,21 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
 def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """An empty frame with the given schema."""
     return pl.DataFrame(schema=schema)
+
+
+def run_names(paths: pl.Series) -> pl.Series:
+    """A short readable name per run ``path``: the file name, or as many trailing directories as it
+    takes to tell runs apart, so the ``train.log`` of every ``logstat run`` directory is not one name."""
+    distinct = paths.drop_nulls().unique()
+    parts = {path: path.replace("\\", "/").rstrip("/").split("/") for path in distinct}
+    names: dict[str, str] = {}
+    depth = 1
+    while len(names) < len(parts):
+        suffixes = {path: "/".join(p[-depth:]) for path, p in parts.items()}
+        counts = pl.Series(list(suffixes.values())).value_counts()
+        unique = set(counts.filter(pl.col("count") == 1).get_column(counts.columns[0]))
+        for path, suffix in suffixes.items():
+            if path not in names and (suffix in unique or depth >= len(parts[path])):
+                names[path] = suffix
+        depth += 1
+    return paths.replace_strict(names, default=None, return_dtype=pl.String)

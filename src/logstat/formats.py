@@ -18,6 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from logstat.errors import LogstatError
+from logstat.parsers.schema import run_names
 
 FORMATS = ("table", "json", "csv", "parquet", "markdown")
 
@@ -103,9 +104,7 @@ def runs_text(runs: pl.DataFrame, *, tflops: bool, markdown: bool, warmup: int) 
     """The readable run table, then the reasons of runs that did not end well, then what the
     statistics are."""
     columns = RUN_COLUMNS + (TFLOPS_COLUMNS if tflops else ())
-    frame = runs.with_columns(
-        name=pl.col("path").map_elements(lambda p: Path(p).name, return_dtype=pl.String)
-    )
+    frame = runs.with_columns(name=run_names(runs["path"]))
     parts = [text_table(frame, columns, markdown=markdown), ""]
     # markdown: one list item per note (plain lines would run into one paragraph) and the quoted log
     # line as code (its '*** JOB ... CANCELLED ***' would render as emphasis)
@@ -140,9 +139,7 @@ def _code_span(text: str) -> str:
 
 def iterations_text(iterations: pl.DataFrame, *, markdown: bool) -> str:
     columns = [(name, name, None) for name in iterations.columns]
-    frame = iterations.with_columns(
-        pl.col("path").map_elements(lambda p: Path(p).name, return_dtype=pl.String)
-    )
+    frame = iterations.with_columns(run_names(iterations["path"]))
     return text_table(frame, columns, markdown=markdown) + "\n"
 
 

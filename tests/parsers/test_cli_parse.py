@@ -180,3 +180,32 @@ def test_a_tiny_model_size_is_not_printed_as_zero(capsys):
     header, _, row = out.splitlines()[:3]
     # "size B" is the only two-word heading, and the columns before it are one word each
     assert code == 0 and row.split()[header.split().index("size")] == "0.00012"
+
+
+def test_same_named_logs_of_two_run_directories_get_names_that_tell_them_apart(capsys, tmp_path):
+    for run_id in ("20260101T000000Z-aaaaaa", "20260102T000000Z-bbbbbb"):
+        (tmp_path / run_id).mkdir()
+        (tmp_path / run_id / "train.log").write_bytes(
+            (FIXTURES / "megatron" / "meg_gpt2_perf_n16.out").read_bytes()
+        )
+    code, out, _ = logstat(capsys, "parse", tmp_path, FIXTURES / "megatron" / "megatron_lm_h100-2001.out")
+    names = [line.split()[0] for line in out.splitlines()[2:5]]
+    assert code == 0
+    assert sorted(names) == [
+        "20260101T000000Z-aaaaaa/train.log",
+        "20260102T000000Z-bbbbbb/train.log",
+        "megatron_lm_h100-2001.out",
+    ]
+    code, out, _ = logstat(capsys, "table", tmp_path)
+    assert code == 0 and "| 20260101T000000Z-aaaaaa/train.log (incomplete) |" in out
+
+
+def test_run_names_add_only_the_directories_needed():
+    from logstat.parsers.schema import run_names
+
+    paths = pl.Series(
+        ["/a/r/1/train.log", "/b/r/1/train.log", "/x/meg.out", None, "/x/meg.out", "/b/r/2/train.log"]
+    )
+    assert run_names(paths).to_list() == [
+        "a/r/1/train.log", "b/r/1/train.log", "meg.out", None, "meg.out", "2/train.log",
+    ]  # fmt: skip
