@@ -82,6 +82,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     ),
     "run-nan-tokens": (["run", SPEC, "--set", "estimate.tokens=nan", "--dry-run"], "estimate.tokens=nan"),
     "status-missing-dir": (["status", "{tmp}/nope"], "nope"),
+    "status-missing-runs-root": (["status", "--runs-root", "{tmp}/nope"], "--runs-root"),
     "status-not-a-run-dir": (["status", "{tmp}/empty"], "empty"),
     "cancel-missing-dir": (["cancel", "{tmp}/nope"], "nope"),
     "cancel-not-a-run-dir": (["cancel", "{tmp}/empty"], "empty"),

@@ -37,6 +37,10 @@ def status(run_dirs: tuple[Path, ...], runs_root: Path, as_json: bool) -> None:
     from logstat.runners.backends.slurm import find_run_dirs, run_status
 
     if not run_dirs:
+        given = click.get_current_context().get_parameter_source("runs_root")
+        if given == click.core.ParameterSource.COMMANDLINE and not runs_root.is_dir():
+            # a mistyped --runs-root would otherwise read as "nothing submitted", exit 0
+            raise LogstatError(f"--runs-root {runs_root}: no such directory")
         run_dirs = tuple(find_run_dirs(runs_root))
         if not run_dirs:
             click.echo(f"no runs submitted to Slurm under {runs_root}/", err=True)
