@@ -142,13 +142,31 @@ def launch(
     )
 
 
+#: what sbatch says when it finds no cluster at all (no slurm.conf, no DNS SRV record, no controller)
+NO_CLUSTER_MARKERS = (
+    "establish a configuration source",
+    "Unable to process configuration file",
+    "Unable to contact slurm controller",
+)
+
+
+def _no_cluster_hint(error: str) -> str:
+    """sbatch's own words for "no cluster" (a failed DNS SRV lookup) do not say what to do."""
+    if not any(marker in error for marker in NO_CLUSTER_MARKERS):
+        return ""
+    return (
+        " (no Slurm cluster answers here: set SLURM_CONF to your cluster's slurm.conf, or start a one-node"
+        " test cluster with make slurm-up and export SLURM_CONF as it prints, or use --backend local)"
+    )
+
+
 def submit(run: RenderedRun) -> str:
     """``sbatch --parsable`` the script from the run directory; the job id, recorded in the manifest."""
     done = _slurm(submit_command(run), cwd=run.run_dir)
     if done.returncode != 0:
         error = _one_line(done.stderr or done.stdout) or f"exit code {done.returncode}"
         update_manifest(run.run_dir, slurm_submit_error=error)
-        raise LogstatError(f"sbatch refused {run.script_path}: {error}")
+        raise LogstatError(f"sbatch refused {run.script_path}: {error}{_no_cluster_hint(error)}")
     # --parsable prints "jobid" or "jobid;cluster".
     job_id = done.stdout.strip().split(";")[0]
     if not job_id.isdigit():

@@ -171,6 +171,29 @@ def test_preflight_refuses_without_sbatch_before_anything_is_created(tmp_path: P
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(
+    ("sbatch_error", "hinted"),
+    [  # sbatch 22.05's own words (Debian 12), joined into one line as submit() does
+        (
+            "sbatch: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host / sbatch: error: "
+            "fetch_config: DNS SRV lookup failed / sbatch: error: _establish_config_source: failed to fetch "
+            "config / sbatch: fatal: Could not establish a configuration source",
+            True,
+        ),
+        (
+            "sbatch: error: s_p_parse_file: cannot stat file /tmp/x.conf: No such file or directory, retrying "
+            "in 1sec up to 60sec / sbatch: error: ClusterName needs to be specified / sbatch: fatal: Unable to "
+            "process configuration file",
+            True,
+        ),
+        ("sbatch: error: Batch job submission failed: Invalid partition name specified", False),
+    ],
+)
+def test_no_cluster_at_all_gets_a_hint_a_real_refusal_does_not(sbatch_error: str, hinted: bool) -> None:
+    hint = slurm._no_cluster_hint(sbatch_error)
+    assert ("make slurm-up" in hint and "SLURM_CONF" in hint) if hinted else hint == ""
+
+
 # --- on the cluster ---------------------------------------------------------------------------
 
 
