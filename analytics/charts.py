@@ -38,7 +38,15 @@ def _configuration() -> pl.Expr:
 
     Not PP nor DP: they grow with the number of GPUs along a line (one node per stage in the seed).
     """
-    size = pl.format("{}B", pl.col("model_size_b").round(1))
+    size_b = pl.col("model_size_b")
+    # a tiny test model would round to "0.0B", which reads as no model
+    size = (
+        pl.when(size_b < 1e-3)
+        .then(pl.format("{}K", (size_b * 1e6).round(0).cast(pl.Int64)))
+        .when(size_b < 0.05)
+        .then(pl.format("{}M", (size_b * 1e3).round(0).cast(pl.Int64)))
+        .otherwise(pl.format("{}B", size_b.round(1)))
+    )
     return pl.concat_str(
         [
             pl.col("family").fill_null("unknown"),

@@ -80,6 +80,19 @@ def test_gpu_days_for_100b_tokens_by_hand():
     assert a["configuration"] == "megatron, 52.0B, TP4, no ZeRO, mbs 4"
 
 
+def test_configuration_of_a_tiny_model_is_not_0_0B():
+    sizes = {"tiny": 110_336 / 1e9, "small": 12.6e6 / 1e9, "gpt2-large": 0.774}
+    runs = pl.DataFrame(
+        [
+            dict(path=f"/l/{name}.out", family="megatron", gpus=2, model_size_b=size, tokens_per_sec=1e3)
+            for name, size in sizes.items()
+        ],
+        schema={**RUNS_SCHEMA, **SUMMARY_SCHEMA},
+    )
+    configurations = dict(gpu_days_data(runs).select("run", "configuration").iter_rows())
+    assert [configurations[f"{name}.out"].split(", ")[1] for name in sizes] == ["110K", "13M", "0.8B"]
+
+
 def test_gpu_days_chart_holds_the_runs_and_has_title_axes_legend():
     chart = gpu_days_chart(RUNS)
     spec = chart.to_dict()
