@@ -131,6 +131,25 @@ def runs_text(runs: pl.DataFrame, *, tflops: bool, markdown: bool, warmup: int) 
     return "\n".join(parts) + "\n"
 
 
+def warmup_warnings(runs: pl.DataFrame, warmup: int) -> list[str]:
+    """One line per run whose logged steps all fell in the ``--warmup``: its s/iter is empty for that
+    reason alone, which the table cannot tell apart from a run that logged no time. The default
+    warm-up of 1 is said under every table, and a run that died after its first step is the seed's
+    'fail': only a larger warm-up is reported."""
+    if warmup <= 1:
+        return []
+    starved = runs.filter(
+        (pl.col("iterations") > 0)
+        & pl.col("sec_per_iter").is_null()
+        & (pl.col("warmup_skipped") >= pl.col("iterations"))
+    )
+    return [
+        f"warning: {path}: --warmup {warmup} leaves none of its {steps} logged step(s); "
+        "its s/iter and TFLOPs are empty (lower --warmup)"
+        for path, steps in starved.select("path", "iterations").iter_rows()
+    ]
+
+
 def _code_span(text: str) -> str:
     """``text`` as a markdown code span, its fence longer than any run of backticks inside it."""
     ticks = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)

@@ -209,3 +209,20 @@ def test_run_names_add_only_the_directories_needed():
     assert run_names(paths).to_list() == [
         "a/r/1/train.log", "b/r/1/train.log", "meg.out", None, "meg.out", "2/train.log",
     ]  # fmt: skip
+
+
+def test_a_warmup_that_swallows_every_step_is_said_on_stderr(capsys):
+    # meg_gpt2_perf_n16.out logs 3 steps, megatron_lm_h100-2001.out 5: --warmup 4 leaves 0 and 1
+    code, out, err = logstat(capsys, "parse", FIXTURES / "megatron", "--warmup", "4")
+    assert code == 0 and "leaves none" not in out
+    assert [line.split(": ")[1].rsplit("/", 1)[1] for line in err.splitlines()] == [
+        "meg_ds_zero_gpt2_perf_n16_nbs48_ms48.out",
+        "meg_gpt2_perf_n16.out",
+    ]
+    assert "--warmup 4 leaves none of its 3 logged step(s)" in err
+    code, _, err = logstat(capsys, "table", FIXTURES / "megatron", "--warmup", "4")
+    assert code == 0 and err.count("leaves none of its 3 logged step(s)") == 2
+    code, _, err = logstat(capsys, "parse", FIXTURES / "slurm" / "cancelled-1004.out")
+    assert (
+        code == 0 and err == ""
+    )  # the default warm-up of 1 and a run that died after step 1: the seed's 'fail'

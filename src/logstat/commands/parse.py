@@ -63,6 +63,8 @@ def parse(
     # workers=None: one reader process per core for big inputs (this console script is import-safe).
     result = load_runs(paths, family=family, warmup=warmup, progress=_progress(), workers=None)
     _warn(result.runs)
+    for line in formats.warmup_warnings(result.runs, warmup):
+        click.echo(line, err=True)
     if iterations:
         frame = result.iterations
         formats.write(frame, fmt, lambda markdown: formats.iterations_text(frame, markdown=markdown), output)

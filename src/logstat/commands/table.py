@@ -72,6 +72,10 @@ def table(
     result = load_runs(paths, family=family, warmup=warmup)
     if result.runs.is_empty():
         raise LogstatError(f"logstat table: no log files under {', '.join(map(str, paths))}")
+    from logstat.formats import warmup_warnings
+
+    for line in warmup_warnings(result.runs, warmup):
+        click.echo(line, err=True)
     click.echo(render_tables(result.runs, columns=chosen), nl=False)
 
 
