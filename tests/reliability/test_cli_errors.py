@@ -52,6 +52,11 @@ CASES: dict[str, tuple[list[str], str]] = {
     "table-update-and-paths": (["table", str(LOG), "--update", "{tmp}/notes.md"], "not both"),
     "table-update-without-tables": (["table", "--update", "{tmp}/notes.md"], "notes.md"),
     "table-dry-run-alone": (["table", str(LOG), "--dry-run"], "--update"),
+    "table-checkpointing-without-update": (["table", str(LOG), "--no-checkpointing"], "--update"),
+    "table-columns-with-update": (
+        ["table", "--update", "{tmp}/notes.md", "--columns", "GPUs", "--warmup", "2"],
+        "--columns, --warmup go with log PATHS",
+    ),
     "table-bad-option": (["table", "--bogus"], "--bogus"),
     "table-no-paths-and-no-runs-dir": (["table"], "runs"),
     "plot-missing-path": (["plot", "{tmp}/nope", "--out", "{tmp}/plots"], "nope"),

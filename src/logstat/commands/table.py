@@ -54,10 +54,21 @@ def table(
     if update_file is not None:
         if paths:
             raise LogstatError("logstat table: give either log PATHS or --update FILE.md, not both")
+        # options that mean nothing here are refused, not silently ignored
+        unused = [f"--{name}" for name in ("columns", "family", "warmup") if _given(name)]
+        if unused:
+            raise LogstatError(
+                f"logstat table: {', '.join(unused)} go with log PATHS; --update reads the file's own cells"
+            )
         _update(update_file, dry_run=dry_run, checkpointing=checkpointing)
         return
     if dry_run:
         raise LogstatError("logstat table: --dry-run goes with --update FILE.md")
+    if _given("checkpointing"):
+        raise LogstatError(
+            "logstat table: --checkpointing/--no-checkpointing go with --update FILE.md; "
+            "from logs, each run's factor (4 or 3) follows its own activation checkpointing"
+        )
     from logstat.analytics.tables import parse_columns, render_tables
     from logstat.api import load_runs
 
@@ -77,6 +88,12 @@ def table(
     for line in warmup_warnings(result.runs, warmup):
         click.echo(line, err=True)
     click.echo(render_tables(result.runs, columns=chosen), nl=False)
+
+
+def _given(name: str) -> bool:
+    """Whether the user typed option ``name`` (not just its default)."""
+    source = click.get_current_context().get_parameter_source(name)
+    return source == click.core.ParameterSource.COMMANDLINE
 
 
 def _update(path: Path, *, dry_run: bool, checkpointing: bool) -> None:
