@@ -306,3 +306,20 @@ def test_bare_logstat_shows_the_help_not_one_squeezed_error_line(capsys):
     assert code == 2 and out == ""
     assert lines[0] == "Usage: logstat [OPTIONS] COMMAND [ARGS]..."
     assert "    logstat parse logs/ --tflops" in lines and not err.startswith("Error: ")
+
+
+def test_every_option_of_every_command_says_what_it_does_and_every_command_has_an_example():
+    import click
+
+    from logstat.cli import cli
+
+    ctx = click.Context(cli)
+    commands = {name: cli.get_command(ctx, name) for name in COMMANDS}
+    silent = [
+        f"{name} {param.opts[0]}"
+        for name, command in commands.items()
+        for param in command.params
+        if isinstance(param, click.Option) and not param.help
+    ]
+    assert silent == []
+    assert [name for name, command in commands.items() if "Example" not in (command.help or "")] == []

@@ -26,7 +26,13 @@ from logstat.errors import LogstatError
 @click.option("--sec-per-iter", type=float, help="Measured or assumed seconds per iteration (global batch).")
 @click.option("--tokens", type=float, default=100e9, show_default=True, help="Tokens to train, for the days.")
 @click.option("--gpu", "gpu_model", help="GPU model for MFU, e.g. V100-SXM2-32GB, A100-SXM4-80GB, H100-SXM.")
-@click.option("--precision", type=click.Choice(["fp16", "bf16"]), default="fp16", show_default=True)
+@click.option(
+    "--precision",
+    type=click.Choice(["fp16", "bf16"]),
+    default="fp16",
+    show_default=True,
+    help="Which dense peak of --gpu the MFU divides by.",
+)
 @click.option(
     "--checkpointing/--no-checkpointing",
     default=True,
