@@ -10,7 +10,7 @@ result.timers       # Megatron's per-step timer breakdown, long format
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,13 +83,45 @@ def load_runs(
     must guard its top level with ``if __name__ == "__main__":`` (multiprocessing re-imports it; an
     unguarded script would hang), which is why only the CLI asks for them by default.
     Raises LogstatError for a path that does not exist or a wrong family."""
-    from logstat.analytics.summary import summarize
-    from logstat.parsers import parallel, reader
+    _check_options(family=family, warmup=warmup)
+    return _read(find_logs(paths), family=family, warmup=warmup, progress=progress, workers=workers)
+
+
+def load_files(
+    files: Sequence[Path],
+    *,
+    family: str | None = None,
+    warmup: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+    workers: int | None = 1,
+) -> ParseResult:
+    """``load_runs`` over the files ``find_logs`` already listed, so a caller that needs the list
+    (e.g. to refuse an empty one) walks the directories once. Options as in ``load_runs``."""
+    _check_options(family=family, warmup=warmup)
+    return _read(files, family=family, warmup=warmup, progress=progress, workers=workers)
+
+
+def _check_options(*, family: str | None, warmup: int) -> None:
+    """A bad --warmup or family name is an error before any file is read."""
+    from logstat.parsers import reader
 
     if warmup < 0:
         raise LogstatError(f"--warmup={warmup} must be 0 or more")
-    reader.active_families(family)  # a wrong family name is an error before any file is read
-    groups = reader.group_runs(find_logs(paths))
+    reader.active_families(family)
+
+
+def _read(
+    files: Sequence[Path],
+    *,
+    family: str | None,
+    warmup: int,
+    progress: Callable[[int, int], None] | None,
+    workers: int | None,
+) -> ParseResult:
+    from logstat.analytics.summary import summarize
+    from logstat.parsers import parallel, reader
+
+    groups = reader.group_runs(files)
     results = parallel.read_runs(groups, family=family, workers=workers, progress=progress)
     runs, iterations, timers = reader.frames(results)
     return ParseResult(

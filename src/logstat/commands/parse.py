@@ -52,16 +52,17 @@ def parse(
       logstat parse logs/ --iterations --format csv -o iterations.csv
     """
     from logstat import formats
-    from logstat.api import find_logs, load_runs
+    from logstat.api import find_logs, load_files
 
     if output is None and fmt == "parquet" and sys.stdout.isatty():
         raise LogstatError("--format parquet is binary: give --output FILE (not written to a terminal)")
-    if not find_logs(paths):
+    files = find_logs(paths)
+    if not files:
         raise LogstatError(
             f"no log files (*.out, *.err, *.log, *.txt, .gz/.xz/.bz2 of those) under {', '.join(paths)}"
         )
     # workers=None: one reader process per core for big inputs (this console script is import-safe).
-    result = load_runs(paths, family=family, warmup=warmup, progress=_progress(), workers=None)
+    result = load_files(files, family=family, warmup=warmup, progress=_progress(), workers=None)
     _warn(result.runs)
     for line in formats.warmup_warnings(result.runs, warmup):
         click.echo(line, err=True)
