@@ -10,8 +10,6 @@ Only ``logstat plot`` imports this module: altair is heavy and the other command
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,6 +17,8 @@ import altair as alt
 import polars as pl
 from logstat.analytics import formulas
 from logstat.parsers.schema import run_names
+
+from logstat.files import write_new
 
 #: the token budget of seed 000's figure ("compute-days to train on 100b tokens").
 TOKENS_100B = 100e9
@@ -219,7 +219,7 @@ def write_charts(
     try:
         for path, content in rendered:
             data = content if isinstance(content, bytes) else content.encode("utf-8")
-            _write_new(path, data)
+            write_new(path, data)
             written.append(path)
     except BaseException:
         # a full disk or Ctrl-C halfway: take back this call's own files, so the next attempt is
@@ -228,20 +228,6 @@ def write_charts(
             path.unlink(missing_ok=True)
         raise
     return written
-
-
-def _write_new(path: Path, data: bytes) -> None:
-    """Write a new file atomically: a temporary file beside it, then a hard link, which (like "x"
-    mode) refuses a file that appeared since the check, and leaves no partial file if cut short."""
-    # not mkstemp: its 0600 mode would make the charts unreadable to the rest of the user's group
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.link(tmp, path)
-    finally:
-        os.unlink(tmp)
 
 
 def _png(chart: alt.TopLevelMixin) -> bytes:

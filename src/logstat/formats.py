@@ -9,15 +9,14 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 import re
-import secrets
 import sys
 from pathlib import Path
 
 import polars as pl
 
 from logstat.errors import LogstatError
+from logstat.files import write_new
 from logstat.parsers.schema import run_names
 
 FORMATS = ("table", "json", "csv", "parquet", "markdown")
@@ -220,15 +219,7 @@ def _write_new(output: str, data: bytes) -> None:
         raise LogstatError(exists)
     if not target.parent.is_dir():
         raise LogstatError(f"--output {output}: directory {target.parent} does not exist")
-    # not mkstemp: its 0600 mode would make the user's file unreadable to the rest of their group
-    tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        try:
-            os.link(tmp, target)
-        except FileExistsError:
-            raise LogstatError(exists) from None
-    finally:
-        os.unlink(tmp)
+        write_new(target, data)
+    except FileExistsError:
+        raise LogstatError(exists) from None
