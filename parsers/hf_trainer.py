@@ -363,8 +363,8 @@ def _read_command_line(run: RunBuilder, text: str, lineno: int) -> None:
     flags = grammar.command_line_flags(text)
     if flags.get("config_overrides"):
         _read_overrides(run, flags["config_overrides"], lineno)
-    block_size = grammar.literal(flags.get("block_size", ""))
-    if isinstance(block_size, int) and block_size > 0:
+    block_size = grammar.positive_int(flags.get("block_size", ""))
+    if block_size is not None:
         run.set_fact("seq_len", block_size, NAME, lineno)
         _state(run)["block_size_line"] = lineno
     for flag, fact in _FLAG_INT_FACTS.items():

@@ -74,8 +74,7 @@ def _read_devices(run: RunBuilder, flags: dict[str, Any], lineno: int) -> None:
     per_node = grammar.positive_int(flags.get("gpus", flags.get("devices", "")))
     if per_node is None:
         return
-    nodes = grammar.literal(flags.get("num_nodes", "1") or "1")
-    nodes = nodes if isinstance(nodes, int) and nodes > 0 else 1
+    nodes = grammar.positive_int(flags.get("num_nodes", "")) or 1
     run.set_fact("gpus_per_node", per_node, NAME, lineno)
     run.set_fact("nodes", nodes, NAME, lineno)
     run.set_fact("gpus", per_node * nodes, NAME, lineno)
