@@ -340,8 +340,8 @@ def _runtime_seconds(text: str) -> float | None:
 
 def _read_shape(run: RunBuilder, key: str, raw: str, lineno: int) -> None:
     fact = _SHAPE_KEYS.get(key)
-    value = grammar.literal(raw.strip().strip("\"'"))
-    if fact is None or not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+    value = grammar.positive_int(raw.strip().strip("\"'"))
+    if fact is None or value is None:
         return
     if fact == "seq_len" and _state(run).get("block_size_line"):
         return  # --block_size is the length trained on; n_positions only the longest possible
