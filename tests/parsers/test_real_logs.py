@@ -2,7 +2,6 @@
 computed independently with grep/awk (the command is beside each value)."""
 
 import pytest
-from logstat.parsers import registry
 
 from logstat.api import load_runs
 
@@ -80,8 +79,7 @@ def test_meg_ds_3d_facts_and_numbers(rows):
     assert row["gpus"] == 64
     # median of the 48 step times after the first (awk as above): 137103.55 ms
     assert row["sec_per_iter"] == pytest.approx(137.10355)
-    if "deepspeed" in registry.names():
-        assert row["family"] == "megatron-deepspeed"
+    assert row["family"] == "megatron-deepspeed"
 
 
 def test_meg_ds_3d_iterations_and_memory(shared_logs):
@@ -120,10 +118,6 @@ def test_meg_ds_zero_old_megatron(rows):
 
 
 def test_meg_ds_zero_tflops_agree_with_its_own_effective_tflops(rows):
-    if "deepspeed" not in registry.names():
-        pytest.skip(
-            "the global batch (train_batch_size 768) comes from the DeepSpeed family, not registered yet"
-        )
     row = rows["meg_ds_zero_gpt2_perf_n16_nbs48_ms48.out"]
     assert row["global_batch_size"] == 768
     # the log's own "Effective Tera Flops per GPU" of steps 2 and 3: 40.6 and 41.26, median 40.93
@@ -133,8 +127,6 @@ def test_meg_ds_zero_tflops_agree_with_its_own_effective_tflops(rows):
 def test_hf_log_runs_are_one_row_with_its_attempts(rows):
     row = rows["hf_ds_gpt2_perf_n16_bs4-mbs8.out"]
     assert row["iterations"] == 0  # no per-step lines: grep -c "'loss'" -> 0
-    if "deepspeed" not in registry.names() or "hf-trainer" not in registry.names():
-        pytest.skip("the HF Trainer and DeepSpeed families (helper H2) are not registered yet")
     # the job ran three configurations; the last one (micro batch 8, train_batch_size 512) finished:
     # grep -o "'train_samples_per_second': [0-9.]*" | sort | uniq -c -> 15 x 3.663, 1 x 3.664
     assert row["gpus"] == 64
