@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import polars as pl
+from logstat.analytics import formulas
 from logstat.parsers.schema import run_names
 
 
@@ -74,8 +75,8 @@ def _throughput() -> pl.Expr:
 
 def _days_100b(gpu_days: bool) -> pl.Expr:
     """Days (or GPU-days) to train 100B tokens at the run's tokens/s (seed 000's "jours pour 100b tokens")."""
-    days = 100e9 / pl.col("tokens_per_sec") / 86400
-    return _fixed(days * pl.col("gpus") if gpu_days else days, 0)
+    days = formulas.days_to_train(tokens=100e9, tokens_per_sec=pl.col("tokens_per_sec"))
+    return _fixed(formulas.gpu_days(days=days, gpus=pl.col("gpus")) if gpu_days else days, 0)
 
 
 def _notes() -> pl.Expr:
