@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from logstat.analytics import formulas
 from logstat.runners.presets import GPT2_NUM_HEADS, GPT2_PRESETS, GPT2_SEQ_LEN, GPT2_VOCAB_SIZE
 
 from logstat.errors import LogstatError
@@ -203,7 +204,7 @@ class Spec:
         model_parallel = self.parallel.tp * self.parallel.pp
         if model_parallel < 1 or self.world_size % model_parallel:
             return None
-        return self.world_size // model_parallel
+        return formulas.data_parallel_size(world=self.world_size, tp=self.parallel.tp, pp=self.parallel.pp)
 
 
 SECTIONS: dict[str, type] = {
@@ -324,7 +325,7 @@ def resolve(spec: Spec) -> Spec:
         raise SpecError("model: give model.preset or both model.hidden_size and model.num_layers")
     spec = dataclasses.replace(spec, model=model)
     if spec.batch.global_batch is None and spec.dp is not None:
-        derived = spec.batch.micro * spec.batch.gas * spec.dp
+        derived = formulas.global_batch(micro_batch=spec.batch.micro, gas=spec.batch.gas, dp=spec.dp)
         spec = dataclasses.replace(spec, batch=dataclasses.replace(spec.batch, global_batch=derived))
     if spec.cluster.job_name is None:
         spec = dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, job_name=spec.name))
