@@ -77,9 +77,11 @@ def manifest_text(manifest: dict[str, Any]) -> str:
 
 def read_manifest(path: Path) -> dict[str, Any]:
     """Read ``manifest.json`` from a run directory (or the file itself)."""
+    from logstat.runners.render import MANIFEST_NAME
+
     path = Path(path)
     if path.is_dir():
-        path = path / "manifest.json"
+        path = path / MANIFEST_NAME
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -91,11 +93,12 @@ def read_manifest(path: Path) -> dict[str, Any]:
 
 def update_manifest(run_dir: Path, **fields: Any) -> dict[str, Any]:
     """Add or change top-level fields (e.g. ``slurm_job_id``, ``exit_code``); atomic replace."""
+    from logstat.runners.render import MANIFEST_NAME
     from logstat.runners.rundir import atomic_write_text
 
     manifest = read_manifest(run_dir)
     manifest.update(fields)
-    atomic_write_text(Path(run_dir) / "manifest.json", manifest_text(manifest), replace=True)
+    atomic_write_text(Path(run_dir) / MANIFEST_NAME, manifest_text(manifest), replace=True)
     return manifest
 
 
