@@ -19,8 +19,6 @@ from logstat.errors import LogstatError
 from logstat.files import write_new
 from logstat.parsers.schema import run_names
 
-FORMATS = ("table", "json", "csv", "parquet", "markdown")
-
 #: (column, heading, decimals) of the readable run table; None decimals = as is.
 RUN_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
     ("name", "run", None),
