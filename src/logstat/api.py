@@ -43,8 +43,9 @@ def find_logs(paths: Iterable[str | os.PathLike]) -> list[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
+            # the name tests first: a stat only for the files named like logs, not every checkpoint shard
             found.extend(
-                sorted(p for p in path.rglob("*") if _listable(p) and is_log_file(p) and not _hidden(p, path))
+                sorted(p for p in path.rglob("*") if is_log_file(p) and not _hidden(p, path) and _listable(p))
             )
         elif path.is_file():
             found.append(path)
@@ -54,8 +55,7 @@ def find_logs(paths: Iterable[str | os.PathLike]) -> list[Path]:
             raise LogstatError(f"{path}: a symbolic link to {os.readlink(path)}, which does not exist")
         else:
             raise LogstatError(f"{path}: no such file or directory")
-    unique = list(dict.fromkeys(found))
-    return unique
+    return list(dict.fromkeys(found))
 
 
 def _listable(path: Path) -> bool:
