@@ -33,7 +33,7 @@ _SOURCE_DIR = Path(__file__).resolve().parent
 
 def build_manifest(run: RenderedRun, *, backend: str, command: Sequence[str]) -> dict[str, Any]:
     """The manifest of a run about to be launched; ``command`` is the exact command the backend runs."""
-    from logstat.runners.render import MANIFEST_NAME, SCRIPT_NAME, SPEC_NAME
+    from logstat.runners.render import DS_CONFIG_NAME, MANIFEST_NAME, SCRIPT_NAME, SPEC_NAME
     from logstat.runners.spec import spec_to_dict
 
     spec = run.spec
@@ -43,7 +43,7 @@ def build_manifest(run: RenderedRun, *, backend: str, command: Sequence[str]) ->
         repos["megatron_deepspeed"] = git_state(Path(checkout).parent)
     return {
         "manifest_version": MANIFEST_VERSION,
-        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "created_utc": utc_now(),
         "backend": backend,
         "run_dir": str(run.run_dir),
         "spec_name": spec.name,
@@ -56,7 +56,7 @@ def build_manifest(run: RenderedRun, *, backend: str, command: Sequence[str]) ->
             "spec": SPEC_NAME,
             "script": SCRIPT_NAME,
             "manifest": MANIFEST_NAME,
-            "deepspeed_config": "ds_config.json" if run.deepspeed_config is not None else None,
+            "deepspeed_config": DS_CONFIG_NAME if run.deepspeed_config is not None else None,
         },
         "world_size": spec.world_size,
         "dp": spec.dp,
@@ -69,6 +69,11 @@ def build_manifest(run: RenderedRun, *, backend: str, command: Sequence[str]) ->
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "spec": spec_to_dict(spec),
     }
+
+
+def utc_now() -> str:
+    """Now, as the manifest's ``*_utc`` fields write it (ISO 8601, seconds)."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def manifest_text(manifest: dict[str, Any]) -> str:

@@ -13,11 +13,10 @@ import signal
 import socket
 import subprocess
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 from logstat.runners.backends import LaunchResult, stderr_echo
-from logstat.runners.manifest import update_manifest
+from logstat.runners.manifest import update_manifest, utc_now
 from logstat.runners.render import RenderedRun
 from logstat.runners.rundir import open_new_log
 from logstat.runners.validate import GIB, model_state_memory_per_rank
@@ -72,11 +71,11 @@ def launch(run: RenderedRun, *, wait: bool = True, echo: Callable[[str], None] =
     if cuda_device_count() == 0:
         env["DS_ACCELERATOR"] = "cpu"  # DeepSpeed otherwise looks for CUDA
     log_path = run.local_log_path
-    update_manifest(run.run_dir, command=argv, log=log_path.name, started_utc=_now())
+    update_manifest(run.run_dir, command=argv, log=log_path.name, started_utc=utc_now())
     echo(f"local: {' '.join(argv[:8])} ... (log: {log_path})")
     with open_new_log(log_path) as log:
         exit_code = _run_teeing(argv, env=env, cwd=run.run_dir, log=log, echo=echo)
-    update_manifest(run.run_dir, exit_code=exit_code, ended_utc=_now())
+    update_manifest(run.run_dir, exit_code=exit_code, ended_utc=utc_now())
     state = "COMPLETED" if exit_code == 0 else "FAILED"
     return LaunchResult(
         backend="local",
@@ -149,7 +148,3 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -20,12 +20,11 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from logstat.runners.backends import LaunchResult, stderr_echo
-from logstat.runners.manifest import read_manifest, update_manifest
+from logstat.runners.manifest import read_manifest, update_manifest, utc_now
 
 from logstat.errors import LogstatError
 
@@ -123,7 +122,7 @@ def launch(
         slurm_state=info.state,
         slurm_reason=info.reason,
         exit_code=info.exit_code,
-        slurm_ended_utc=_now_utc(),
+        slurm_ended_utc=utc_now(),
     )
     status, summary = parsed_status(run.run_dir)
     # The caller prints the message (logstat run does): the last line the user sees.
@@ -171,7 +170,7 @@ def submit(run: RenderedRun) -> str:
     job_id = done.stdout.strip().split(";")[0]
     if not job_id.isdigit():
         raise LogstatError(f"sbatch printed no job id for {run.script_path}: {done.stdout.strip()!r}")
-    update_manifest(run.run_dir, slurm_job_id=job_id, slurm_submitted_utc=_now_utc())
+    update_manifest(run.run_dir, slurm_job_id=job_id, slurm_submitted_utc=utc_now())
     return job_id
 
 
@@ -394,7 +393,7 @@ def cancel_run(run_dir: Path) -> str:
     done = _slurm(["scancel", str(job_id)])
     if done.returncode != 0:
         raise LogstatError(f"scancel {job_id} failed: {_one_line(done.stderr or done.stdout)}")
-    update_manifest(run_dir, slurm_cancel_requested_utc=_now_utc())
+    update_manifest(run_dir, slurm_cancel_requested_utc=utc_now())
     return str(job_id)
 
 
@@ -494,7 +493,3 @@ def _none_if_empty(text: str | None) -> str | None:
 
 def _text(value: object) -> str:
     return "unknown" if value is None else str(value)
-
-
-def _now_utc() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
