@@ -1,9 +1,12 @@
-"""Raw log bytes -> numbered lines, streamed: plain or gzip files, launcher prefixes stripped.
+"""Raw log bytes -> numbered lines, streamed: plain or compressed files, launcher prefixes stripped.
 
-The hot path never decodes a line that carries no marker: each chunk of bytes (about 1 MiB) is
-searched for every family's markers at once (polars' Aho-Corasick ``contains_any``), and only the lines
-holding a match are cut out, decoded and handed on. A family that has a multi-line block open (an arguments dump,
-a traceback) asks for every line for a while; then the chunk is walked line by line.
+The hot path never hands Python a line that carries no marker: each chunk of bytes (about 1 MiB) is
+split into lines and decoded by polars' CSV reader (one field per line), searched for every family's
+markers at once (Aho-Corasick ``contains_any``) and routed to the families whose markers a line holds,
+all in polars; Python sees only the marked lines. A family that has a multi-line block open (an
+arguments dump, a traceback) asks for every line for a while; those lines are fetched from the chunk's
+frame. A chunk the CSV reader cannot split exactly (it holds the separator byte, or starts with a BOM)
+is cut line by line in Python, as is every chunk on the reference path (no markers).
 """
 
 from __future__ import annotations
@@ -216,43 +219,151 @@ def routed_lines(
     scan), and for a line with colour codes (removing them can join a marker the raw bytes do not hold)."""
     stream, report.compressed = open_log(path)
     with stream:
-        lineno = 0  # newlines before ``pos`` in the file
+        lineno = 0  # lines before the chunk: its newlines, plus an unterminated last line if it was read
         first = True
         for chunk in _chunks(stream, report):
             if first and is_binary(chunk):
                 report.problem = "binary content (NUL bytes): not a text log"
                 return
             first = False
-            starts, masks = routed_starts(chunk, needles, routes) if needles is not None else ([], [])
-            index, pos, size = 0, 0, len(chunk)
-            while pos < size:
-                mask = ALL_ROUTES
-                if needles is None:
-                    start = pos
-                elif wants_all():
-                    start = pos
-                    if masks:  # the line's routes are known too: its own mask if marked, else none
-                        while index < len(starts) and starts[index] < pos:
-                            index += 1
-                        mask = masks[index] if index < len(starts) and starts[index] == pos else 0
-                else:
-                    while index < len(starts) and starts[index] < pos:
-                        index += 1
-                    if index == len(starts):
-                        break
-                    start = starts[index]
-                    if masks:
-                        mask = masks[index]
-                    lineno += chunk.count(b"\n", pos, start)
-                end = chunk.find(b"\n", start)
-                end = size if end < 0 else end
-                lineno += 1
-                text = chunk[start:end].decode("utf-8", errors="replace")
-                yield lineno, text, ALL_ROUTES if "\x1b" in text else mask
-                pos = end + 1
-            if pos < size:
-                lineno += chunk.count(b"\n", pos, size)
+            if needles is not None and frame_readable(chunk):
+                lineno = yield from _frame_chunk_lines(chunk, lineno, needles, routes, wants_all)
+            else:
+                lineno = yield from _chunk_lines(chunk, lineno, needles, routes, wants_all)
             report.lines = lineno
+
+
+def frame_readable(chunk: bytes) -> bool:
+    """Whether polars' CSV reader splits ``chunk`` into exactly its lines: no byte of it is the
+    reader's field separator, and it does not start with a byte-order mark (which the reader drops)."""
+    return bool(chunk) and LINE_SEPARATOR not in chunk and not chunk.startswith(UTF8_BOM)
+
+
+#: a byte that is not text (ASCII "unit separator"): the CSV reader's field separator, so a line is one field.
+LINE_SEPARATOR = b"\x1f"
+UTF8_BOM = b"\xef\xbb\xbf"
+#: lines fetched at once while a family reads every line (an open block is usually short).
+CAPTURE_WINDOW = 256
+
+
+def _line_frame(chunk: bytes) -> pl.DataFrame:
+    """The lines of ``chunk``, one row each with its 0-based index ``n``, split and decoded by polars'
+    CSV reader (multi-threaded, no Python object per line). Invalid UTF-8 is replaced as
+    ``bytes.decode(errors="replace")`` does; an empty line is null; a CR before LF is dropped."""
+    return pl.read_csv(
+        chunk,
+        has_header=False,
+        separator=LINE_SEPARATOR.decode(),
+        quote_char=None,
+        schema={"line": pl.String},
+        encoding="utf8-lossy",
+        truncate_ragged_lines=True,
+        row_index_name="n",
+    )
+
+
+def _frame_chunk_lines(
+    chunk: bytes,
+    lineno: int,
+    needles: tuple[bytes, ...],
+    routes: tuple[tuple[bytes, ...], ...],
+    wants_all: Callable[[], bool],
+) -> Iterator[tuple[int, str, int]]:
+    """``_chunk_lines`` of a ``frame_readable`` chunk, with the line splitting, decoding, marker search
+    and routing done by polars over the whole chunk; Python sees only the marked lines (and the lines
+    of an open block). Returns the line count after the chunk."""
+    lines = _line_frame(chunk)
+    marked = _marked(lines, needles, routes)
+    rows, texts, masks = marked["n"].to_list(), marked["line"].to_list(), marked["mask"].to_list()
+    total, count = lines.height, len(rows)
+    window_start, window = 0, []
+    pos = index = 0  # next line of the chunk to look at; first marked row at or after it
+    while True:
+        while index < count and rows[index] < pos:
+            index += 1
+        if wants_all():
+            if pos >= total:
+                break
+            if index < count and rows[index] == pos:
+                text, mask = texts[index], masks[index]
+            else:
+                if not window_start <= pos < window_start + len(window):
+                    window_start = pos
+                    window = lines["line"].slice(pos, CAPTURE_WINDOW).to_list()
+                text = window[pos - window_start] or ""
+                mask = ALL_ROUTES if not any(routes) or "\x1b" in text else 0
+        else:
+            if index == count:
+                break
+            pos, text, mask = rows[index], texts[index], masks[index]
+        yield lineno + pos + 1, text, mask
+        pos += 1
+    unterminated_read = not chunk.endswith(b"\n") and pos == total
+    return lineno + chunk.count(b"\n") + unterminated_read
+
+
+def _marked(
+    lines: pl.DataFrame, needles: tuple[bytes, ...], routes: tuple[tuple[bytes, ...], ...]
+) -> pl.DataFrame:
+    """The rows of ``lines`` holding one of ``needles``, with their route ``mask`` (``routed_starts``)."""
+    line = pl.col("line")
+    bits = [
+        line.str.contains_any(_needle_texts(route)).cast(pl.Int64) * (1 << index)
+        for index, route in enumerate(routes)
+        if route
+    ]
+    mask = pl.sum_horizontal(bits) if bits else pl.lit(ALL_ROUTES, dtype=pl.Int64)
+    return (
+        lines.lazy()
+        .filter(line.str.contains_any(_needle_texts(needles)))
+        .select(
+            "n",
+            "line",
+            pl.when(line.str.contains("\x1b", literal=True)).then(ALL_ROUTES).otherwise(mask).alias("mask"),
+        )
+        .collect()
+    )
+
+
+def _chunk_lines(
+    chunk: bytes,
+    lineno: int,
+    needles: tuple[bytes, ...] | None,
+    routes: tuple[tuple[bytes, ...], ...],
+    wants_all: Callable[[], bool],
+) -> Iterator[tuple[int, str, int]]:
+    """The (marked) lines of one chunk, cut and decoded one by one in Python: the reference path, and
+    the path of chunks polars' reader cannot split exactly. Returns the line count after the chunk."""
+    starts, masks = routed_starts(chunk, needles, routes) if needles is not None else ([], [])
+    index, pos, size = 0, 0, len(chunk)
+    while pos < size:
+        mask = ALL_ROUTES
+        if needles is None:
+            start = pos
+        elif wants_all():
+            start = pos
+            if any(routes):  # the line's routes are known too: its own mask if marked, else none
+                while index < len(starts) and starts[index] < pos:
+                    index += 1
+                mask = masks[index] if index < len(starts) and starts[index] == pos else 0
+        else:
+            while index < len(starts) and starts[index] < pos:
+                index += 1
+            if index == len(starts):
+                break
+            start = starts[index]
+            if masks:
+                mask = masks[index]
+            lineno += chunk.count(b"\n", pos, start)
+        end = chunk.find(b"\n", start)
+        end = size if end < 0 else end
+        lineno += 1
+        text = chunk[start:end].decode("utf-8", errors="replace")
+        yield lineno, text, ALL_ROUTES if "\x1b" in text else mask
+        pos = end + 1
+    if pos < size:
+        lineno += chunk.count(b"\n", pos, size)
+    return lineno
 
 
 def marker_needles(markers: list[str]) -> tuple[bytes, ...] | None:

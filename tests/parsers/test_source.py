@@ -99,3 +99,96 @@ def test_undecodable_bytes_do_not_crash(tmp_path):
     path.write_bytes(b"iteration \xff\xfe 1\n")
     got, _ = lines_of(path, ["iteration"])
     assert got == [(1, "iteration \ufffd\ufffd 1")]
+
+
+def _records_both_ways(path, needles, routes, wants_all, monkeypatch):
+    """``routed_lines`` on polars' line frames and on the Python line cutter, records and report each."""
+    from logstat.parsers import source
+
+    out = []
+    for readable in (source.frame_readable, lambda chunk: False):
+        with monkeypatch.context() as patch:
+            patch.setattr(source, "frame_readable", readable)
+            report = SourceReport(path=str(path))
+            lines = [
+                (n, records(text), mask)
+                for n, text, mask in source.routed_lines(path, needles, routes, wants_all, report)
+            ]
+            out.append((lines, report.lines))
+    return out
+
+
+TRICKY = (
+    b"start MARK\r\n"  # CRLF
+    b"\n\n"  # empty lines count
+    b"bad utf-8 \xff\xe2\x82 MARK\n"
+    b"ansi \x1b[32mMARK\x1b[0m\n"  # colour codes: every route may match
+    b'quoted "MARK, x" ; # MARK\n'  # CSV quoting and comments mean nothing here
+    b"progress 1%\rprogress 2% OTHER\r\n"
+    b"[default0]:MARK 1[default1]:OTHER 2\n"
+    b"last MARK"  # no newline at the end
+)
+
+
+def source_frame_readable(chunk: bytes) -> bool:
+    from logstat.parsers import source
+
+    return source.frame_readable(chunk)
+
+
+def test_polars_line_frames_equal_the_python_line_cutter(tmp_path, monkeypatch):
+    path = tmp_path / "tricky.log"
+    path.write_bytes(TRICKY)
+    assert source_frame_readable(TRICKY)
+    routes = ((b"MARK",), (b"OTHER",))
+    frame_path, python_path = _records_both_ways(
+        path, (b"MARK", b"OTHER"), routes, lambda: False, monkeypatch
+    )
+    assert frame_path == python_path
+    lines, count = frame_path
+    assert [n for n, _, _ in lines] == [1, 4, 5, 6, 7, 8, 9] and count == 9
+    assert lines[0] == (1, ["start MARK"], 1)
+    assert lines[2] == (5, ["ansi MARK"], -1)
+    assert lines[4] == (7, ["progress 1%", "progress 2% OTHER"], 2)
+    # one separator byte sends its chunk to the Python cutter, with the same result
+    path.write_bytes(TRICKY.replace(b"bad utf-8", b"unit\x1fsep"))
+    frame_path, python_path = _records_both_ways(path, (b"MARK",), routes, lambda: False, monkeypatch)
+    assert frame_path == python_path and len(frame_path[0]) == 6
+    # polars' reader drops a byte-order mark at the start: such a chunk is cut in Python, which keeps it
+    path.write_bytes(b"\xef\xbb\xbf" + TRICKY)
+    assert not source_frame_readable(path.read_bytes())
+    frame_path, python_path = _records_both_ways(path, (b"MARK",), routes, lambda: False, monkeypatch)
+    assert frame_path == python_path and frame_path[0][0] == (1, ["\ufeffstart MARK"], 1)
+
+
+def test_polars_line_frames_give_every_line_while_a_block_is_open(tmp_path, monkeypatch):
+    from logstat.parsers import source
+
+    monkeypatch.setattr(source, "CHUNK_BYTES", 64)  # the open block crosses chunks and capture windows
+    monkeypatch.setattr(source, "CAPTURE_WINDOW", 3)
+    path = tmp_path / "block.log"
+    path.write_bytes(
+        b"noise\nOPEN\n" + b"".join(b"in %d\n" % i for i in range(40)) + b"\nCLOSE\nnoise MARK\n" + TRICKY
+    )
+    state = {"open": False}
+
+    def wants_all() -> bool:
+        return state["open"]
+
+    results = []
+    for readable in (source.frame_readable, lambda chunk: False):
+        with monkeypatch.context() as patch:
+            patch.setattr(source, "frame_readable", readable)
+            seen = []
+            report = SourceReport(path=str(path))
+            for n, text, mask in source.routed_lines(
+                path, (b"OPEN", b"CLOSE", b"MARK"), ((b"MARK",),), wants_all, report
+            ):
+                seen.append((n, text.rstrip("\r"), mask))
+                if text in ("OPEN", "CLOSE"):
+                    state["open"] = text == "OPEN"
+            results.append((seen, report.lines))
+    assert results[0] == results[1]
+    seen = results[0][0]
+    assert [n for n, _, _ in seen[:43]] == list(range(2, 45))  # OPEN, 40 lines, an empty one, CLOSE
+    assert seen[41] == (43, "", 0) and seen[42] == (44, "CLOSE", 0) and seen[43] == (45, "noise MARK", 1)
