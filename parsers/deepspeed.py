@@ -146,6 +146,7 @@ _PROFILE_FACTS = {"world_size": "gpus", "dp": "dp", "micro_batch_size": "micro_b
 PROFILE_WINDOW_LINES = 60
 _PROFILE_FLOPS_LABEL = re.compile(r"^FLOPS per GPU = [\d.]+ \* fwd flops per GPU / iter latency:")
 _PROFILE_HEADER = "DeepSpeed Flops Profiler"
+_DUMP_HEADER = "DeepSpeedEngine configuration"
 _PROFILE_STEP = re.compile(r"Profile Summary at step (\d+)")
 
 
@@ -201,8 +202,8 @@ def _read_zero_config_line(run: RunBuilder, value: str, lineno: int) -> None:
             _set(run, key, _offload_from_repr(match.group(1)), lineno)
 
 
-def _read_precision(run: RunBuilder, name: str, value: str, lineno: int) -> None:
-    flags = _state(run).setdefault("precision_flags", {})
+def _read_precision(run: RunBuilder, state: dict[str, Any], name: str, value: str, lineno: int) -> None:
+    flags = state.setdefault("precision_flags", {})
     if name in ("fp16_enabled", "bfloat16_enabled", "bf16_enabled", "amp_enabled"):
         flags[name.split("_")[0]] = _bool(value)
     elif name in ("float16_config", "bfloat16_config"):
@@ -213,9 +214,9 @@ def _read_precision(run: RunBuilder, name: str, value: str, lineno: int) -> None
         _set(run, "precision", "bf16", lineno)
 
 
-def _finish_precision(run: RunBuilder, lineno: int) -> None:
+def _finish_precision(run: RunBuilder, state: dict[str, Any], lineno: int) -> None:
     """At the end of the dump's attribute list: neither fp16 nor bf16 enabled means fp32."""
-    flags = _state(run).get("precision_flags", {})
+    flags = state.get("precision_flags", {})
     seen_fp16 = flags.get("fp16") is not None
     seen_bf16 = flags.get("bfloat16") is not None or flags.get("bf16") is not None
     if seen_fp16 and seen_bf16 and not any(flags.values()):
@@ -233,30 +234,35 @@ def _read_world_size(run: RunBuilder, value: str, lineno: int) -> None:
         _set(run, "gpus", world, lineno)
 
 
-def _start_dump(run: RunBuilder, lineno: int) -> None:
-    state = _state(run)
+def _start_dump(state: dict[str, Any]) -> None:
     state["dumps"] += 1
     state["dump_facts"] = set()
     state["precision_flags"] = {}
     state["json_path"] = []
 
 
-def _read_print_record(run: RunBuilder, record: str, lineno: int) -> None:
-    state = _state(run)
-    if record.strip().startswith("DeepSpeedEngine configuration"):
-        _start_dump(run, lineno)
+#: the print names ``_read_precision`` reads; on other names its flags, and so its outcome, are unchanged.
+_PRECISION_NAMES = frozenset(
+    ("fp16_enabled", "bfloat16_enabled", "bf16_enabled", "amp_enabled", "float16_config", "bfloat16_config")
+)
+
+
+def _read_print_record(run: RunBuilder, state: dict[str, Any], record: str, lineno: int) -> None:
+    if _DUMP_HEADER in record and record.strip().startswith(_DUMP_HEADER):  # the C substring test first
+        _start_dump(state)
         state["dump_line"] = lineno
         return
-    user_config = _USER_CONFIG.match(record)
+    user_config = _USER_CONFIG.match(record) if "json = " in record else None  # the pattern's literal first
     parsed = ("json", user_config.group(1)) if user_config else grammar.dotted(record.strip())
     if parsed is None:
         return
     name, value = parsed[0], _strip_glued(parsed[1])
     if state["dump_line"] is None:
-        _start_dump(run, lineno)  # a dump whose header line was lost in the interleaving
+        _start_dump(state)  # a dump whose header line was lost in the interleaving
     state["dump_line"] = lineno
-    _close_json(run)
-    if value.rstrip().endswith("{"):
+    if state["json_path"] or NAME in run.capturing:
+        _close_json(run, state)
+    if value.endswith("{"):  # the value is stripped
         # the value continues on the following lines, which carry no marker: ask for every line
         state["json_path"], state["json_line"] = [name], lineno
         run.capture(NAME)
@@ -273,29 +279,37 @@ def _read_print_record(run: RunBuilder, record: str, lineno: int) -> None:
     elif name == "zero_enabled" and _bool(value) is False:
         _set(run, "zero_stage", 0, lineno)
     elif name == "json":
-        _finish_precision(run, lineno)
-    _read_precision(run, name, value, lineno)
+        _finish_precision(run, state, lineno)
+    if name in _PRECISION_NAMES:
+        # the flags change only here, and a precision set from them is settled at once (set, or refused
+        # for good because another family stated it): re-checking them on every other line changes nothing
+        _read_precision(run, state, name, value, lineno)
 
 
-def _close_json(run: RunBuilder) -> None:
-    _state(run)["json_path"] = []
+def _close_json(run: RunBuilder, state: dict[str, Any]) -> None:
+    state["json_path"] = []
     run.capture(NAME, on=False)
 
 
-def _read_json_line(run: RunBuilder, text: str, lineno: int) -> None:
+#: JSON keys ``_read_json_value`` reads; lines with other keys (most of a dump) only open or close objects.
+_JSON_VALUE_KEYS = frozenset(
+    ("offload_param", "offload_optimizer", "device", "enabled", "stage", "cpu_offload", "cpu_offload_params")
+) | frozenset(_JSON_FACTS)
+
+
+def _read_json_line(run: RunBuilder, state: dict[str, Any], text: str, lineno: int) -> None:
     """A line of a dump's multi-line JSON value: the offload settings (2021 ``zero_config``), and the
     batch/precision/stage values again (``json = {...}``) for dumps whose attribute lines were lost in
     the interleaving. ``json_path`` is the chain of objects the line is in, e.g. ``[json, fp16]``."""
-    state = _state(run)
     path = state.get("json_path") or []
     if not path or lineno - state["json_line"] > JSON_MAX_LINES:
-        _close_json(run)
+        _close_json(run, state)
         return
     stripped = text.strip()
     if stripped.startswith("}"):
         path.pop()
         if not path:
-            _close_json(run)
+            _close_json(run, state)
         return
     match = _JSON_KEY.search(stripped)
     if not match:
@@ -304,7 +318,8 @@ def _read_json_line(run: RunBuilder, text: str, lineno: int) -> None:
     if value.startswith("{"):
         path.append(key)
         return
-    _read_json_value(run, path, key, value, lineno)
+    if key in _JSON_VALUE_KEYS:
+        _read_json_value(run, path, key, value, lineno)
 
 
 def _read_json_value(run: RunBuilder, path: list[str], key: str, value: str, lineno: int) -> None:
@@ -367,8 +382,7 @@ def step_records(text: str) -> Iterator[tuple[int, int, float | None]]:
         yield int(match["step"]), int(match["skipped"]), None if lr is None else float(lr)
 
 
-def _read_step(run: RunBuilder, text: str, lineno: int) -> None:
-    state = _state(run)
+def _read_step(run: RunBuilder, state: dict[str, Any], text: str, lineno: int) -> None:
     for step, skipped_total, lr in step_records(text):
         if step == 0:
             state["skipped_total"] = skipped_total  # printed at engine start, before any training step
@@ -437,10 +451,10 @@ def _scaled_by_grammar(text: str, unit: str = "") -> float | None:
     return parsed["value"] * _PREFIX_SCALE[parsed.get("prefix", "") or ""]
 
 
-def _read_profile_line(run: RunBuilder, text: str, lineno: int) -> None:
-    state = _state(run)
+def _read_profile_line(run: RunBuilder, state: dict[str, Any], text: str, lineno: int) -> None:
     if _PROFILE_HEADER in text:
         state["profile"] = {"line": lineno}
+        state["profile_end"] = lineno + PROFILE_WINDOW_LINES  # for parse_line's check before calling
         return
     profile = state.get("profile")
     if profile is None or lineno - profile["line"] > PROFILE_WINDOW_LINES:
@@ -491,23 +505,26 @@ def _record_profile_metrics(
 @never_raises(NAME)
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Read one line of DeepSpeed output into ``run``; never raises."""
-    tags = list(_PRINT_TAG.finditer(text))
+    # one state lookup per line, passed down; the tag's literal is looked for before the pattern
+    state = _state(run)
+    tags = list(_PRINT_TAG.finditer(text)) if ":print" in text else ()
     for index, tag in enumerate(tags):
         end = tags[index + 1].start() if index + 1 < len(tags) else len(text)
-        _read_print_record(run, text[tag.end() : end], lineno)
+        _read_print_record(run, state, text[tag.end() : end], lineno)
         run.saw(NAME)
-    if not tags and _state(run).get("json_path"):
-        _read_json_line(run, text, lineno)
+    if not tags and state.get("json_path"):
+        _read_json_line(run, state, text, lineno)
     if "step=" in text and "skipped=" in text:
-        _read_step(run, text, lineno)
+        _read_step(run, state, text, lineno)
     if "SamplesPerSec=" in text:
         _read_throughput(run, text, lineno)
     if "iter time (s):" in text:
         _read_pipe(run, text, lineno)
     if "CONFIG: micro_batches=" in text or "UNIQUE_PARAMS=" in text:
         _read_pipe_config(run, text, lineno)
-    if not tags:
-        _read_profile_line(run, text, lineno)
+    # most lines neither start a profiler block nor fall in an open one's window: no call for them
+    if not tags and (_PROFILE_HEADER in text or lineno <= state.get("profile_end", 0)):
+        _read_profile_line(run, state, text, lineno)
 
 
 def evidence(run: RunBuilder) -> int:
