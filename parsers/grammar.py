@@ -67,16 +67,12 @@ def pipe_fields(text: str) -> dict[str, float]:
     Uses the compiled equivalent of ``pipe_field`` (same grammar as ``pipe_record``, at regex speed).
     """
     out: dict[str, float] = {}
-    for match in _PIPE_FIELD.finditer(text):
-        value = match["value"]
-        out[match["name"].strip().lower()] = float(value) if _is_float(value) else int(value)
+    # findall's (name, value) tuples cost less than match objects and their group lookups; a value
+    # matched NUMBER_PATTERN, so an optional sign and digits only is an integer, anything else (".", an
+    # exponent, nan, inf) a float
+    for name, value in _PIPE_FIELD.findall(text):
+        out[name.strip().lower()] = int(value) if value.lstrip("+-").isdigit() else float(value)
     return out
-
-
-def _is_float(text: str) -> bool:
-    # ``text`` matched NUMBER_PATTERN: an optional sign and digits only is an integer, anything else
-    # (".", an exponent, nan, inf) a float; one C call instead of seven substring tests
-    return not text.lstrip("+-").isdigit()
 
 
 def dotted(text: str) -> tuple[str, str] | None:

@@ -2,7 +2,8 @@
 
 DeepSpeed's ``step=`` lines are read with ``_STEP_LINE``, the compiled form of ``step_record``; the
 grammar stays the definition, and here both read every ``step=`` line of the fixtures and the real
-logs, hand-made edge cases, and random variations of real lines.
+logs, hand-made edge cases, and random variations of real lines. Likewise Megatron's ``key: value |``
+fields (``grammar._PIPE_FIELD`` and ``pipe_fields``) and iteration headers (``megatron._ITERATION_HEADER``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from logstat.parsers import deepspeed, grammar, source
+from logstat.parsers import deepspeed, grammar, megatron, source
 
 from tests.conftest import FIXTURES, SHARED_LOGS
 
@@ -203,6 +204,85 @@ def test_pipe_fields_pattern_edge_cases(text):
 def test_pipe_fields_pattern_on_random_text(pieces):
     text = "".join(pieces)
     assert _pipe_matches(grammar._PIPE_FIELD, text) == _pipe_matches(grammar.pipe_field.re, text)
+
+
+def _pipe_fields_by_grammar(text: str) -> dict[str, float]:
+    """``pipe_fields`` spelled out from the grammar token: names stripped and lower case, the last of a
+    repeated name wins, digits only (with a sign) read as an int, any other number as a float."""
+    out: dict[str, float] = {}
+    for match in grammar.pipe_field.re.finditer(text):
+        value = match["value"]
+        digits = value[1:] if value[:1] in "+-" else value
+        out[match["name"].strip().lower()] = int(value) if digits.isdigit() else float(value)
+    return out
+
+
+def test_pipe_fields_of_every_real_line_are_the_grammar_fields():
+    for line in _pipe_lines():
+        # repr: tells 1 from 1.0 and compares nan
+        assert repr(grammar.pipe_fields(line)) == repr(_pipe_fields_by_grammar(line)), line
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        " | a: 1 | A : 2.0 | b: -3 | c: +4 | d: 1e3 | e: NaN | f: -inf | g: 5. | h: .5 |",
+        "name: 1 | name: 2 |",  # the last value of a repeated name
+        "x: \u0661\u0662 | y: \u0661.5 |",  # other decimal digits, as int() and float() read them
+        "",
+    ],
+)
+def test_pipe_fields_edge_cases(text):
+    assert repr(grammar.pipe_fields(text)) == repr(_pipe_fields_by_grammar(text))
+
+
+def _header_matches(pattern, text: str) -> list[tuple]:
+    return [(m.start(), m.end(), m["step"], m["train_iters"]) for m in pattern.finditer(text)]
+
+
+def test_iteration_header_pattern_finds_what_the_grammar_token_finds():
+    lines = _log_lines(lambda line: "iteration" in line)
+    found = 0
+    for line in lines:
+        want = _header_matches(megatron.iteration_header.re, line)
+        assert _header_matches(megatron._ITERATION_HEADER, line) == want, line
+        found += len(want)
+    # counted independently: each "elapsed time per iteration" field belongs to one header
+    elapsed = sum(line.count("elapsed time per iteration") for line in lines)
+    assert elapsed > 100
+    assert found >= elapsed
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        " iteration        1/    1000 | consumed samples: 1024 |",
+        "iteration 1/2",
+        "xiteration 1/2 _iteration 3/4 -iteration 5/6 \u00e9iteration 7/8 \u017fiteration 9/10",
+        "iteration 1/2iteration 3/4 | iteration 5 / 6iteration\t7/8",
+        "iterationiteration 1/2 iteration\n3/4 iteration 5/ x",
+    ],
+)
+def test_iteration_header_pattern_edge_cases(text):
+    assert _header_matches(megatron._ITERATION_HEADER, text) == _header_matches(
+        megatron.iteration_header.re, text
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            ["iteration", "iter", "ation", " ", "\t", "1", "23", "/", "x", "_", "\u00e9", "-", "|"]
+        ),
+        max_size=20,
+    )
+)
+def test_iteration_header_pattern_on_random_text(pieces):
+    text = "".join(pieces)
+    assert _header_matches(megatron._ITERATION_HEADER, text) == _header_matches(
+        megatron.iteration_header.re, text
+    )
 
 
 def test_routed_lines_masks_marked_and_captured_lines(tmp_path):

@@ -110,6 +110,29 @@ def test_arguments_dump_matches_names_whole():
     assert not run.capturing
 
 
+def test_the_end_of_a_dump_reads_only_the_kept_arguments():
+    """A dump keeps only ``_KEPT_ARGS``: an argument read at its end but not kept would be lost."""
+    asked: set[str] = set()
+
+    class Recording(dict):
+        def __contains__(self, name):
+            asked.add(name)
+            return super().__contains__(name)
+
+        def __getitem__(self, name):
+            asked.add(name)
+            return super().__getitem__(name)
+
+        def get(self, name, default=None):
+            asked.add(name)
+            return super().get(name, default)
+
+    # empty: every lookup is made (none is cut short by a found value)
+    megatron._end_arguments({"in_args": True, "args": Recording()}, 2, RunBuilder(path="x"))
+    assert set(megatron.ARG_FACTS) | {"bf16", "fp16", "recompute_granularity"} <= asked
+    assert asked <= megatron._KEPT_ARGS
+
+
 @pytest.mark.parametrize(
     ("lines", "expected"),
     [
