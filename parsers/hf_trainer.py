@@ -56,6 +56,26 @@ runtime_value = (
 # one line of the multi-line TrainingArguments dump: ``per_device_train_batch_size=8,``
 args_field = pp.Regex(r"(?P<name>\w+)=(?P<value>.*?),?$").set_name("args_field")
 
+# ``metric_record`` and ``runtime_value`` as compiled patterns for the hot path (pyparsing costs ~70 us
+# a metrics line, ~300 us a runtime): pyparsing's default whitespace is skipped before every token,
+# ``Word`` and the integers never give characters back (possessive), and the alternatives of
+# ``grammar.number`` (its own token patterns) are tried in order, the first that matches kept (an atomic
+# group, as ``MatchFirst`` does). tests/parsers/test_family_shortcuts.py checks both against their
+# grammars on every line of the real logs and on random text.
+_SKIP = r"[ \t\r\n]*+"
+_METRIC_LINE = re.compile(
+    _SKIP + r"(?P<name>[A-Za-z_][A-Za-z0-9_]*+)" + _SKIP + "=" + _SKIP + r"(?P<value>.*+)" + _SKIP + r"\Z"
+)
+NUMBER_FIRST_MATCH = (
+    rf"(?>(?P<sci_real>{ppc.sci_real.re.pattern})|(?P<real>{ppc.real.re.pattern})"
+    rf"|(?P<signed_integer>{ppc.signed_integer.re.pattern})|(?P<nan_inf>(?i:{grammar.nan_inf.re.pattern})))"
+)
+"""``grammar.number`` as a regex; the named group that matched says how the grammar converts it."""
+_RUNTIME = re.compile(
+    rf"{_SKIP}(?>(?:(?P<days>[0-9]++){_SKIP}days?,)?){_SKIP}(?P<hours>[0-9]++){_SKIP}:{_SKIP}"
+    rf"(?P<minutes>[0-9]++){_SKIP}:{_SKIP}{NUMBER_FIRST_MATCH}{_SKIP}\Z"
+)
+
 _DICT = re.compile(r"\{'[^{}]*\}?")
 #: keys of the dicts the Trainer logs; other dicts (DeepSpeed's config values) are not ours.
 _TRAINER_KEYS = ("'loss'", "'learning_rate'", "'train_runtime'", "'train_samples_per_second'", "'epoch'")
@@ -64,6 +84,7 @@ _TRAIN_BANNER = re.compile(
     r"|Gradient Accumulation steps|Total optimization steps|Number of trainable parameters) = ([\d,]+)"
 )
 _TRAIN_OUTPUT = re.compile(r"TrainOutput\(global_step=(\d+),")
+_CONFIG_OPENS = re.compile(r"Config \{\s*$")
 _CONFIG_JSON = re.compile(r'^\s*"(\w+)"\s*:\s*([^,]*?)\s*,?\s*$')
 
 #: a multi-line block (TrainingArguments, model config, metrics) is read at most this many lines.
@@ -82,6 +103,18 @@ _ARGS_INT_FACTS = {
     "per_device_train_batch_size": "micro_batch_size",
     "gradient_accumulation_steps": "gas",
 }
+#: the TrainingArguments fields ``_read_args_field`` turns into facts.
+_ARGS_FACT_FIELDS = frozenset(
+    [
+        *_ARGS_INT_FACTS,
+        "fp16",
+        "bf16",
+        "gradient_checkpointing",
+        "activation_checkpointing",
+        "max_steps",
+        "local_rank",
+    ]
+)
 #: command-line flags that are run facts (integers).
 _FLAG_INT_FACTS = {
     "per_device_train_batch_size": "micro_batch_size",
@@ -107,9 +140,17 @@ _FINAL_FACTS = {"train_runtime": "final_train_runtime_s", "train_samples_per_sec
 
 
 def _state(run: RunBuilder) -> dict[str, Any]:
-    return run.state.setdefault(
-        NAME, {"block": None, "block_line": 0, "dicts": {}, "logged": 0, "args": {}, "final_digits": {}}
-    )
+    state = run.state.get(NAME)
+    if state is None:  # not setdefault: that would build the default dicts again for every line
+        state = run.state[NAME] = {
+            "block": None,
+            "block_line": 0,
+            "dicts": {},
+            "logged": 0,
+            "args": {},
+            "final_digits": {},
+        }
+    return state
 
 
 def _number(value: Any) -> float | None:
@@ -126,8 +167,11 @@ def _number(value: Any) -> float | None:
     return None
 
 
+_NOT_DIGIT = re.compile(r"[^\d]")
+
+
 def _significant_digits(text: str) -> int:
-    return len(re.sub(r"[^\d]", "", text.split("e")[0].split("E")[0]).lstrip("0"))
+    return len(_NOT_DIGIT.sub("", text.split("e")[0].split("E")[0]).lstrip("0"))
 
 
 def _set_final(run: RunBuilder, key: str, value: float | None, text: str, lineno: int) -> None:
@@ -155,13 +199,54 @@ def _read_dicts(run: RunBuilder, text: str, lineno: int) -> None:
         if not body.endswith("}"):
             run.note(NAME, lineno, f"dict cut short, not read: {body[:80]!r}")
             continue
-        try:
-            logged = ast.literal_eval(body)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            run.note(NAME, lineno, f"not a Python dict literal: {body[:80]!r}")
-            continue
+        logged = plain_dict(body)
+        if logged is None:
+            try:
+                logged = ast.literal_eval(body)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                run.note(NAME, lineno, f"not a Python dict literal: {body[:80]!r}")
+                continue
         if isinstance(logged, dict):
             _read_logged(run, logged, body, lineno)
+
+
+# One ``'key': value`` item of a dict as Python prints it: keys and string values are printable ASCII
+# without quote or backslash (no escapes), numbers are plain decimal literals (no underscores, no
+# leading zeros, at most 18 digits an integer), then ``, `` and the next key or the closing brace.
+_PLAIN_TEXT = r"[\x20-\x26\x28-\x5b\x5d-\x7e]*"
+_PLAIN_ITEM = re.compile(
+    rf"'(?P<key>{_PLAIN_TEXT})': (?:"
+    r"(?P<float>-?(?:(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+))"
+    r"|(?P<int>-?(?:0|[1-9][0-9]{0,17}))"
+    rf"|'(?P<text>{_PLAIN_TEXT})'"
+    r"|(?P<name>True|False|None))"
+    r"(?:, (?=')|(?P<last>\}\Z))"
+)
+_PLAIN_NAMES = {"True": True, "False": False, "None": None}
+
+
+def plain_dict(body: str) -> dict[str, Any] | None:
+    """``ast.literal_eval(body)`` of a logged dict whose items are all plain (``_PLAIN_ITEM``), at a
+    fraction of its cost (~30 us a dict, and a 16-node job prints each dict 16 times); None for any
+    other text, which then goes to ``literal_eval``. tests/parsers/test_family_shortcuts.py checks
+    both give the same dicts on every dict of the real logs and on random ones."""
+    out: dict[str, Any] = {}
+    pos = 1  # after the opening brace
+    while True:
+        item = _PLAIN_ITEM.match(body, pos)
+        if item is None:
+            return None
+        if item["float"] is not None:
+            out[item["key"]] = float(item["float"])
+        elif item["int"] is not None:
+            out[item["key"]] = int(item["int"])
+        elif item["text"] is not None:
+            out[item["key"]] = item["text"]
+        else:
+            out[item["key"]] = _PLAIN_NAMES[item["name"]]
+        if item["last"] is not None:
+            return out
+        pos = item.end()
 
 
 def _read_logged(run: RunBuilder, logged: dict[str, Any], body: str, lineno: int) -> None:
@@ -214,10 +299,11 @@ def _position_to_step(position: int, args: dict[str, Any]) -> int:
 # --- TrainingArguments ---------------------------------------------------------------------------
 
 
-def _read_args_field(run: RunBuilder, name: str, raw: str, lineno: int) -> None:
-    state = _state(run)
+def _read_args_field(run: RunBuilder, state: dict[str, Any], name: str, raw: str, lineno: int) -> None:
     value = grammar.literal(raw)
     state["args"][name] = value
+    if name not in _ARGS_FACT_FIELDS:
+        return  # most of the ~120 fields of a dump: one set lookup instead of the six tests below
     if name in _ARGS_INT_FACTS and isinstance(value, int):
         run.set_fact(_ARGS_INT_FACTS[name], value, NAME, lineno)
     elif name in ("fp16", "bf16") and value is True:
@@ -242,8 +328,9 @@ def _finish_args(run: RunBuilder, lineno: int) -> None:
 def _read_args_one_line(run: RunBuilder, text: str, lineno: int) -> None:
     """``TrainingArguments(output_dir=out, per_device_train_batch_size=8, ...)`` (older transformers)."""
     inner = text.split("TrainingArguments(", 1)[1]
+    state = _state(run)
     for match in re.finditer(r"(\w+)=([^,()]*?)(?=, \w+=|\)\s*$)", inner):
-        _read_args_field(run, match.group(1), match.group(2), lineno)
+        _read_args_field(run, state, match.group(1), match.group(2), lineno)
     _finish_args(run, lineno)
 
 
@@ -261,13 +348,12 @@ def _close_block(run: RunBuilder) -> None:
     run.capture(NAME, on=False)
 
 
-def _read_block_line(run: RunBuilder, text: str, lineno: int) -> bool:
+def _read_block_line(run: RunBuilder, state: dict[str, Any], text: str, lineno: int) -> bool:
     """A line while a block is open; False when it is not part of the block (read it normally).
 
     Other ranks' lines may be interleaved with a dump: they do not close the TrainingArguments or
     config block (only ``)`` / ``}`` or ``BLOCK_MAX_LINES`` do); the metrics block ends at its first
     line that is not ``name = value``."""
-    state = _state(run)
     block = state["block"]
     if lineno - state["block_line"] > BLOCK_MAX_LINES:
         _close_block(run)
@@ -281,7 +367,7 @@ def _read_block_line(run: RunBuilder, text: str, lineno: int) -> bool:
         field = args_record(stripped)
         if field is None:
             return False
-        _read_args_field(run, field[0], field[1], lineno)
+        _read_args_field(run, state, field[0], field[1], lineno)
         return True
     if block == "config":
         if stripped.startswith("}"):
@@ -292,15 +378,21 @@ def _read_block_line(run: RunBuilder, text: str, lineno: int) -> bool:
             _read_shape(run, item.group(1), item.group(2), lineno)
             return True
         return False
-    try:
-        parsed = metric_record.parse_string(stripped)
-    except pp.ParseBaseException:
+    parsed = metric_line(stripped)
+    if parsed is None:
         # a tqdm update (stderr, merged into the same file) does not end the block: it is skipped
         if stripped and not _PROGRESS_BAR.match(stripped):
             _close_block(run)
         return not stripped or bool(_PROGRESS_BAR.match(stripped))
-    _read_metric(run, parsed["name"], parsed["value"].strip(), lineno)
+    _read_metric(run, parsed[0], parsed[1].strip(), lineno)
     return True
+
+
+def metric_line(text: str) -> tuple[str, str] | None:
+    """``(name, value)`` of a ``name = value`` line of the train metrics block, or None: what
+    ``metric_record.parse_string(text)`` reads (tabs expanded alike), with its compiled equivalent."""
+    match = _METRIC_LINE.match(text.expandtabs() if "\t" in text else text)
+    return None if match is None else (match["name"], match["value"])
 
 
 def args_record(text: str) -> tuple[str, str] | None:
@@ -328,11 +420,29 @@ def _read_metric(run: RunBuilder, name: str, value: str, lineno: int) -> None:
 
 def _runtime_seconds(text: str) -> float | None:
     """``0:01:23.45`` / ``1 day, 2:03:04.50`` -> seconds; a bare number is seconds already."""
-    try:
-        parsed = runtime_value.parse_string(text.strip())
-    except pp.ParseBaseException:
+    parsed = runtime_parts(text.strip())
+    if parsed is None:
         return _number(text)
     return parsed.get("days", 0) * 86400 + parsed["hours"] * 3600 + parsed["minutes"] * 60 + parsed["seconds"]
+
+
+def runtime_parts(text: str) -> dict[str, int | float] | None:
+    """The named results of ``runtime_value.parse_string(text)`` (tabs expanded alike), or None when
+    it does not parse; read with its compiled equivalent ``_RUNTIME``."""
+    match = _RUNTIME.match(text.expandtabs() if "\t" in text else text)
+    if match is None:
+        return None
+    parts: dict[str, int | float] = {} if match["days"] is None else {"days": int(match["days"])}
+    parts.update(hours=int(match["hours"]), minutes=int(match["minutes"]), seconds=number_of(match))
+    return parts
+
+
+def number_of(match: re.Match[str]) -> int | float:
+    """The value ``grammar.number`` gives the text a ``NUMBER_FIRST_MATCH`` matched: an integer for
+    its ``signed_integer`` alternative, else a float (its other alternatives' parse actions)."""
+    if match["signed_integer"] is not None:
+        return int(match["signed_integer"])
+    return float(match["sci_real"] or match["real"] or match["nan_inf"])
 
 
 # --- model shape ---------------------------------------------------------------------------------
@@ -340,8 +450,10 @@ def _runtime_seconds(text: str) -> float | None:
 
 def _read_shape(run: RunBuilder, key: str, raw: str, lineno: int) -> None:
     fact = _SHAPE_KEYS.get(key)
+    if fact is None:
+        return  # most keys of a model config are not shape facts: their values need no reading
     value = grammar.positive_int(raw.strip().strip("\"'"))
-    if fact is None or value is None:
+    if value is None:
         return
     if fact == "seq_len" and _state(run).get("block_size_line"):
         return  # --block_size is the length trained on; n_positions only the longest possible
@@ -397,7 +509,8 @@ def _switch_on(flags: dict[str, str], name: str) -> bool:
 @never_raises(NAME)
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Read one line of HF Trainer output into ``run``; never raises."""
-    if _state(run)["block"] is not None and _read_block_line(run, text, lineno):
+    state = _state(run)
+    if state["block"] is not None and _read_block_line(run, state, text, lineno):
         return
     if "TrainingArguments(" in text:
         if text.rstrip().endswith("TrainingArguments("):
@@ -409,16 +522,17 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     if "***** train metrics *****" in text:
         _open_block(run, "metrics", lineno)
         return
-    if re.search(r"Config \{\s*$", text):
+    # each regex below needs a literal that a substring test finds far more cheaply
+    if "Config {" in text and _CONFIG_OPENS.search(text):
         _open_block(run, "config", lineno)
         return
     if "{'" in text:
         _read_dicts(run, text, lineno)
-    train_output = _TRAIN_OUTPUT.search(text)
+    train_output = "TrainOutput(global_step=" in text and _TRAIN_OUTPUT.search(text)
     if train_output:  # the value Trainer.train() returns, when a script prints it
         run.set_fact("final_steps", int(train_output.group(1)), NAME, lineno)
         run.saw(NAME)
-    banner = _TRAIN_BANNER.search(text)
+    banner = " = " in text and _TRAIN_BANNER.search(text)
     if banner:
         _read_banner(run, banner.group(1), int(banner.group(2).replace(",", "")), lineno)
     if "Overriding config:" in text:
@@ -457,7 +571,9 @@ def evidence(run: RunBuilder) -> int:
 FAMILY = Family(
     name=NAME,
     markers=(
-        "{'",
+        # not bare "{'": a dict is read only if it holds one of these keys, and DeepSpeed's config
+        # printer writes twice as many other dicts (optimizer_params, aio_config, ...) to a log
+        *_TRAINER_KEYS,
         "TrainingArguments(",
         "***** train metrics *****",
         "Config {",

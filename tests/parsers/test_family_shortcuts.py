@@ -1,0 +1,282 @@
+"""Compiled shortcuts of the HF Trainer and minGPT families read exactly what their definitions read.
+
+The pyparsing grammars (``metric_record``, ``runtime_value``, minGPT's ``epoch_time`` and
+``peak_memory``) and ``ast.literal_eval`` stay the definitions; the hot path reads with compiled
+patterns. Here both read every line of the fixtures and the real logs, hand-made edge cases and
+random text.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+
+import pyparsing as pp
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from logstat.parsers import hf_trainer, source
+from logstat.parsers.base import RunBuilder
+
+from tests.conftest import FIXTURES, SHARED_LOGS
+
+
+def _real_records() -> list[str]:
+    """Every record (ranks split apart, as the families get them) of the bundled and shared real logs."""
+    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    paths = sorted(
+        p
+        for root in roots
+        for p in root.rglob("*")
+        if p.is_file() and p.suffix in (".out", ".err", ".log", ".txt")
+    )
+    return [
+        record
+        for path in paths
+        for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        for record in source.records(line)
+    ]
+
+
+REAL = _real_records()
+
+
+# --- HF Trainer: train metrics block -------------------------------------------------------------
+
+
+def _metric_by_grammar(text: str) -> tuple[str, str] | None:
+    try:
+        parsed = hf_trainer.metric_record.parse_string(text)
+    except pp.ParseBaseException:
+        return None
+    return parsed["name"], parsed["value"]
+
+
+def test_metric_line_equals_its_grammar_on_real_lines():
+    lines = [record.strip() for record in REAL]  # the block reads stripped lines
+    assert sum(_metric_by_grammar(line) is not None for line in lines) > 50  # metrics blocks, `x=y,` dumps
+    assert [hf_trainer.metric_line(line) for line in lines] == [_metric_by_grammar(line) for line in lines]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "train_runtime            = 0:01:23.45",
+        "epoch =",
+        "a=b=c",
+        "_x\t=\t1\t",
+        "x = 1\n",
+        "x = 1\n2",
+        "x = 1\n \t",
+        "9x = 1",
+        "x y = 1",
+        "é = 1",
+        "x\x0c= 1",
+        "x =\x0c1",
+        " \r\nx = 1",
+    ],
+)
+def test_metric_line_edge_cases(text):
+    assert hf_trainer.metric_line(text) == _metric_by_grammar(text)
+
+
+@given(st.text(alphabet=" =\t\r\n\x0c\u3000_aZ9:.,x-", max_size=30))
+def test_metric_line_equals_its_grammar_on_any_text(text):
+    assert hf_trainer.metric_line(text) == _metric_by_grammar(text)
+
+
+# --- HF Trainer: train_runtime durations ---------------------------------------------------------
+
+
+def _runtime_by_grammar(text: str) -> dict | None:
+    try:
+        parsed = hf_trainer.runtime_value.parse_string(text)
+    except pp.ParseBaseException:
+        return None
+    return {name: parsed[name] for name in ("days", "hours", "minutes", "seconds") if name in parsed}
+
+
+def _same_runtime(text: str) -> None:
+    got, want = hf_trainer.runtime_parts(text), _runtime_by_grammar(text)
+    # nan != nan: compare the reprs, which also tell int from float
+    assert repr(got) == repr(want), f"{text!r}: compiled {got} != grammar {want}"
+
+
+def test_runtime_equals_its_grammar_on_real_values():
+    values = [
+        metric[1].strip() for metric in map(hf_trainer.metric_line, (r.strip() for r in REAL)) if metric
+    ]
+    assert sum(_runtime_by_grammar(value) is not None for value in values) >= 2  # "0:00:11.22", "0:00:01.43"
+    for value in values + [record.strip() for record in REAL]:
+        _same_runtime(value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0:01:23.45",
+        "1 day, 2:03:04.50",
+        "2 days, 0:00:00",
+        "1 day,2:03:04",
+        "1day , 2:03:04",
+        "1 days 2:03:04",
+        "1 day, 2:03",
+        "0:0:7",
+        "0:0:-7",
+        "0:0:+7.5e1",
+        "0:0:7.",
+        "0:0:.5",
+        "0:0:1e5",
+        "0:0:1e",
+        "0:0:NaN",
+        "0:0:-Infinity",
+        "0:0:nanx",
+        "0:0:١.5",
+        "١:0:1",
+        "0 : 1 :\t2",
+        "0:1:2 \n",
+        "0:1:2 x",
+        "12",
+        "",
+    ],
+)
+def test_runtime_edge_cases(text):
+    _same_runtime(text)
+
+
+@given(st.text(alphabet="0123456789:., dayse+-nfiINF\t\r\n١x", max_size=24))
+def test_runtime_equals_its_grammar_on_any_text(text):
+    _same_runtime(text)
+
+
+_NUMBERISH = st.from_regex(
+    r"[-+]?[0-9١]{0,3}\.?[0-9]{0,3}(?:[eE][-+]?[0-9]{0,2})?|(?i:[-+]?nan|inf(inity)?)x?", fullmatch=True
+)
+_GAP = st.sampled_from(["", "", " ", "\t", "\r\n"])
+
+
+@settings(max_examples=300)
+@given(
+    st.sampled_from(["", "1 day, ", "2 days, ", "1day,", "3 days ", "١ day, ", "1 day ,", "01 days,"]),
+    st.tuples(_GAP, st.from_regex(r"[0-9]{0,2}", fullmatch=True), _GAP, st.sampled_from([":", ":", ";"])),
+    st.tuples(_GAP, st.from_regex(r"[0-9]{0,2}", fullmatch=True), _GAP, st.sampled_from([":", ":", ""])),
+    _GAP,
+    _NUMBERISH,
+    st.sampled_from(["", "", " ", "\n", "x", " 1"]),
+)
+def test_runtime_equals_its_grammar_on_duration_like_text(days, hours, minutes, gap, seconds, tail):
+    _same_runtime(days + "".join(hours) + "".join(minutes) + gap + seconds + tail)
+
+
+# --- HF Trainer: logged dicts --------------------------------------------------------------------
+
+
+def _same_dict(body: str) -> None:
+    """Where the shortcut reads a dict, literal_eval reads the same one (equal keys, values and types)."""
+    got = hf_trainer.plain_dict(body)
+    if got is None:
+        return
+    want = ast.literal_eval(body)
+    assert repr(got) == repr(want) and [type(v) for v in got.values()] == [type(v) for v in want.values()]
+
+
+def test_plain_dict_equals_literal_eval_on_real_dicts():
+    bodies = [
+        match[0] for record in REAL for match in hf_trainer._DICT.finditer(record) if match[0].endswith("}")
+    ]
+    trainer = [body for body in bodies if any(key in body for key in hf_trainer._TRAINER_KEYS)]
+    read = [body for body in trainer if hf_trainer.plain_dict(body) is not None]
+    # every logged dict of the real logs takes the shortcut: 2021's raw floats, today's '4.705' strings
+    assert len(trainer) >= 30 and read == trainer
+    for body in bodies:
+        _same_dict(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "read"),
+    [
+        ("{'loss': 2.3, 'learning_rate': 5e-05, 'epoch': 0.1}", True),
+        ("{'loss': '4.705', 'grad_norm': '1.159', 'epoch': '0.25'}", True),
+        ("{'a': -0.0, 'b': -0, 'c': 1., 'd': .5, 'e': 1e400, 'f': 00.5, 'g': 0e0}", True),
+        ("{'a': True, 'b': False, 'c': None, 'd': ''}", True),
+        ("{'a': 1, 'a': 2}", True),
+        ("{'a': 123456789012345678}", True),
+        ("{'a': 1234567890123456789}", False),  # long integers: literal_eval's limits apply
+        ("{'a': 007}", False),
+        ("{'a': 1_000}", False),
+        ("{'a': 0x10}", False),
+        ("{'a': 1j}", False),
+        ("{'a': +1}", False),
+        ("{'a': - 1}", False),
+        ("{'a': nan}", False),
+        ("{'a': 'it\\'s'}", False),
+        ("{'a': 'é'}", False),
+        ("{'a': [1, 2]}", False),
+        ("{'a': 1,'b': 2}", False),
+        ("{'a' : 1}", False),
+        ("{'a': 1, }", False),
+        ("{'a': 1} ", False),
+        ("{'a': 'b', 'c'}", False),
+    ],
+)
+def test_plain_dict_edge_cases(body, read):
+    assert (hf_trainer.plain_dict(body) is not None) == read
+    _same_dict(body)
+
+
+_DICT_KEYS = st.sampled_from(["'loss'", "'epoch'", "''", "'a b'", "'é'", "'it\\'s'", "1", "'x'"])
+_DICT_VALUES = st.one_of(
+    _NUMBERISH,
+    st.from_regex(r"-?(?:0|[1-9][0-9_]{0,20})[jJ]?", fullmatch=True),
+    st.sampled_from(
+        ["True", "None", "False", "''", "'4.705'", "'a\\nb'", "0x1", "- 1", "[1]", "'é'", "'\t'"]
+    ),
+)
+_DICT_SEPARATORS = st.sampled_from([", ", ", ", ", ", ",", " ,", ",  "])
+
+
+@settings(max_examples=500)
+@given(
+    st.lists(
+        st.tuples(_DICT_KEYS, st.sampled_from([": ", ": ", ":", " : "]), _DICT_VALUES, _DICT_SEPARATORS),
+        min_size=1,
+        max_size=5,
+    ),
+    st.sampled_from(["}", "}", "}", " }", "", "} ", "}}"]),
+)
+def test_plain_dict_equals_literal_eval_on_dict_like_text(items, end):
+    body = "{" + "".join(key + colon + value + sep for key, colon, value, sep in items[:-1])
+    key, colon, value, _ = items[-1]
+    _same_dict(body + key + colon + value + end)
+
+
+_VALUES = st.one_of(st.floats(allow_nan=False), st.integers(), st.text(max_size=8), st.booleans(), st.none())
+
+
+@given(st.dictionaries(st.text(max_size=8), _VALUES, min_size=1, max_size=5))
+def test_plain_dict_reads_printed_dicts_as_python_does(logged):
+    body = repr(logged)
+    got = hf_trainer.plain_dict(body)
+    assert got is None or repr(got) == repr(ast.literal_eval(body))
+    printable = all(str(k).isascii() and str(k).isprintable() for k in logged)
+    finite = all(not isinstance(v, float) or math.isfinite(v) for v in logged.values())
+    if printable and finite and "'" not in "".join(logged) and "\\" not in "".join(logged):
+        if all(isinstance(v, float | bool) or v is None for v in logged.values()):
+            assert got == logged  # what the Trainer logs always takes the shortcut
+
+
+def test_dicts_without_a_trainer_key_need_not_reach_the_family():
+    # the marker is a Trainer key, not "{'": a line holding dicts but no key and no other marker is
+    # read as nothing (DeepSpeed's config printer: optimizer_params, aio_config, ...)
+    other = [
+        record
+        for record in REAL
+        if "{'" in record and not any(marker in record for marker in hf_trainer.FAMILY.markers)
+    ]
+    assert len(other) >= 20
+    for lineno, record in enumerate(other, 1):
+        run = RunBuilder(path="lines")
+        hf_trainer.parse_line(record, lineno, run)
+        assert (run.facts, run.iterations, run.families_seen, run.capturing) == ({}, {}, {}, set())
+        assert run.state.get("parse_errors") is None
