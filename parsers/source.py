@@ -17,6 +17,8 @@ import lzma
 import re
 import zlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -218,16 +220,17 @@ def routed_lines(
     an unmarked line read because ``wants_all()``); ``ALL_ROUTES`` when ``needles`` is None (no byte
     scan), and for a line with colour codes (removing them can join a marker the raw bytes do not hold)."""
     stream, report.compressed = open_log(path)
-    with stream:
+    # closing: the read-ahead thread is done with the stream before the stream is closed
+    with stream, closing(_searched_ahead(_chunks(stream, report), needles, routes)) as chunks:
         lineno = 0  # lines before the chunk: its newlines, plus an unterminated last line if it was read
         first = True
-        for chunk in _chunks(stream, report):
+        for chunk, searched in chunks:
             if first and is_binary(chunk):
                 report.problem = "binary content (NUL bytes): not a text log"
                 return
             first = False
-            if needles is not None and frame_readable(chunk):
-                lineno = yield from _frame_chunk_lines(chunk, lineno, needles, routes, wants_all)
+            if searched is not None:
+                lineno = yield from _frame_chunk_lines(chunk, searched, lineno, any(routes), wants_all)
             else:
                 lineno = yield from _chunk_lines(chunk, lineno, needles, routes, wants_all)
             report.lines = lineno
@@ -244,6 +247,56 @@ LINE_SEPARATOR = b"\x1f"
 UTF8_BOM = b"\xef\xbb\xbf"
 #: lines fetched at once while a family reads every line (an open block is usually short).
 CAPTURE_WINDOW = 256
+
+
+@dataclass(frozen=True)
+class SearchedChunk:
+    """A chunk's lines as polars split them, and its marked lines: 0-based rows, texts, route masks."""
+
+    lines: pl.Series
+    rows: list[int]
+    texts: list[str]
+    masks: list[int]
+
+
+def _searched_ahead(
+    chunks: Iterator[bytes], needles: tuple[bytes, ...] | None, routes: tuple[tuple[bytes, ...], ...]
+) -> Iterator[tuple[bytes, SearchedChunk | None]]:
+    """Each chunk with its ``SearchedChunk`` (None: cut it in Python). The next chunk is read and
+    searched in a thread while the caller's families parse this one: file reads, decompression and
+    polars release the GIL, so on two cores that work mostly hides behind the parsing."""
+    if needles is None:
+        yield from ((chunk, None) for chunk in chunks)
+        return
+
+    def read_and_search() -> tuple[bytes, SearchedChunk | None] | None:
+        chunk = next(chunks, None)
+        return None if chunk is None else (chunk, search_chunk(chunk, needles, routes))
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="logstat-read") as pool:
+        pending = pool.submit(read_and_search)
+        while (item := pending.result()) is not None:
+            pending = pool.submit(read_and_search)
+            yield item
+
+
+def search_chunk(
+    chunk: bytes, needles: tuple[bytes, ...], routes: tuple[tuple[bytes, ...], ...]
+) -> SearchedChunk | None:
+    """The marked lines of ``chunk`` found by polars; None if polars cannot split it exactly."""
+    if not frame_readable(chunk):
+        return None
+    try:
+        lines = _line_frame(chunk)
+    except pl.exceptions.PolarsError:
+        return None  # whatever the CSV reader refuses, the Python cutter reads
+    marked = _marked(lines, needles, routes)
+    return SearchedChunk(
+        lines=lines["line"],
+        rows=marked["n"].to_list(),
+        texts=marked["line"].to_list(),
+        masks=marked["mask"].to_list(),
+    )
 
 
 def _line_frame(chunk: bytes) -> pl.DataFrame:
@@ -263,19 +316,13 @@ def _line_frame(chunk: bytes) -> pl.DataFrame:
 
 
 def _frame_chunk_lines(
-    chunk: bytes,
-    lineno: int,
-    needles: tuple[bytes, ...],
-    routes: tuple[tuple[bytes, ...], ...],
-    wants_all: Callable[[], bool],
+    chunk: bytes, searched: SearchedChunk, lineno: int, routed: bool, wants_all: Callable[[], bool]
 ) -> Iterator[tuple[int, str, int]]:
-    """``_chunk_lines`` of a ``frame_readable`` chunk, with the line splitting, decoding, marker search
-    and routing done by polars over the whole chunk; Python sees only the marked lines (and the lines
-    of an open block). Returns the line count after the chunk."""
-    lines = _line_frame(chunk)
-    marked = _marked(lines, needles, routes)
-    rows, texts, masks = marked["n"].to_list(), marked["line"].to_list(), marked["mask"].to_list()
-    total, count = lines.height, len(rows)
+    """``_chunk_lines`` of a chunk polars searched: Python sees only the marked lines (and the lines
+    of an open block). ``routed``: the masks say which routes a line holds. Returns the line count
+    after the chunk."""
+    rows, texts, masks = searched.rows, searched.texts, searched.masks
+    total, count = len(searched.lines), len(rows)
     window_start, window = 0, []
     pos = index = 0  # next line of the chunk to look at; first marked row at or after it
     while True:
@@ -289,9 +336,9 @@ def _frame_chunk_lines(
             else:
                 if not window_start <= pos < window_start + len(window):
                     window_start = pos
-                    window = lines["line"].slice(pos, CAPTURE_WINDOW).to_list()
+                    window = searched.lines.slice(pos, CAPTURE_WINDOW).to_list()
                 text = window[pos - window_start] or ""
-                mask = ALL_ROUTES if not any(routes) or "\x1b" in text else 0
+                mask = 0 if routed and "\x1b" not in text else ALL_ROUTES
         else:
             if index == count:
                 break
