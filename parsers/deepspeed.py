@@ -87,6 +87,15 @@ _STEP_LINE = re.compile(
     rf"(?:{_WS}(?P<lr>{_NUMBER})(?:{_WS},{_WS}{_NUMBER})*)?{_WS}\]"
 )
 _THROUGHPUT_ANCHOR = re.compile(re.escape("epoch="))
+# ``throughput_record`` as one compiled pattern, on the same terms as ``_STEP_LINE`` (pyparsing cost
+# ~250 us a line, a third of the family's time on a DeepSpeed log): the optional memory part is tried
+# last, so the regex trying it and giving it up is pyparsing's ``Optional``.
+# tests/parsers/test_deepspeed_hot_path.py checks it against ``throughput_record``.
+_THROUGHPUT_LINE = re.compile(
+    rf"epoch={_WS}(?>[0-9]+){_WS}/micro_step={_WS}(?>[0-9]+){_WS}/global_step={_WS}(?P<global_step>(?>[0-9]+))"
+    rf"{_WS},{_WS}RunningAvgSamplesPerSec={_WS}{_NUMBER}{_WS},{_WS}CurrSamplesPerSec={_WS}(?P<curr>{_NUMBER})"
+    rf"(?:{_WS},{_WS}MemAllocated={_WS}(?P<mem>{_NUMBER}){_WS}GB,{_WS}MaxMemAllocated={_WS}(?P<max_mem>{_NUMBER}){_WS}GB)?"
+)
 _PIPE_ANCHOR = re.compile(re.escape("steps:"))
 
 pipe_record = (
@@ -394,15 +403,27 @@ def _read_step(run: RunBuilder, state: dict[str, Any], text: str, lineno: int) -
         run.saw(NAME)
 
 
+def throughput_records(text: str) -> Iterator[tuple[int, float, float | None, float | None]]:
+    """``(global_step, curr_samples_per_sec, mem_allocated_gb, max_mem_allocated_gb)`` of each
+    ``throughput_record`` in ``text``, as ``scan`` finds them (no memory part: None, None)."""
+    text = text.expandtabs() if "\t" in text else text
+    for match in _THROUGHPUT_LINE.finditer(text):
+        mem, max_mem = match.group("mem", "max_mem")
+        yield (
+            int(match["global_step"]),
+            float(match["curr"]),
+            None if mem is None else float(mem),
+            None if max_mem is None else float(max_mem),
+        )
+
+
 def _read_throughput(run: RunBuilder, text: str, lineno: int) -> None:
-    for tokens in scan(throughput_record, _THROUGHPUT_ANCHOR, text):
-        mem = tokens.get("mem_allocated_gb")
-        max_mem = tokens.get("max_mem_allocated_gb")
+    for step, samples_per_sec, mem, max_mem in throughput_records(text):
         run.add_iteration(
-            tokens["global_step"],
+            step,
             NAME,
             lineno,
-            samples_per_sec=tokens["curr_samples_per_sec"],
+            samples_per_sec=samples_per_sec,
             # DeepSpeed divides by 1024**3 and rounds to 0.01 "GB": back to MiB like Megatron's memory (MB).
             mem_allocated_mb=None if mem is None else mem * 1024,
             mem_max_allocated_mb=None if max_mem is None else max_mem * 1024,

@@ -1,0 +1,247 @@
+"""DeepSpeed's hot path reads exactly what its definitions read.
+
+- ``throughput_records`` (the compiled ``_THROUGHPUT_LINE``) against the ``throughput_record`` grammar
+  through ``scan``: every throughput line of the fixtures and the real logs, edge cases, random text.
+- The shortcuts ``parse_line`` takes before calling a reader (the profiler window, the precision flags
+  only on their own names, the JSON value reader only for its keys) change no fact or iteration.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from logstat.parsers import deepspeed
+from logstat.parsers.base import RunBuilder
+
+from tests.conftest import FIXTURES, SHARED_LOGS
+from tests.parsers.feeding import feed_lines
+
+THROUGHPUT_LINE = (
+    "[2026-11-21 21:47:07,715] [INFO] [timer.py:264:stop] epoch=0/micro_step=8/global_step=4, "
+    "RunningAvgSamplesPerSec=1821.7540278249066, CurrSamplesPerSec=1432.750178503156, "
+    "MemAllocated=0.37GB, MaxMemAllocated=0.37GB"
+)
+
+
+def _by_grammar(text: str) -> list[tuple]:
+    """What ``throughput_record`` reads, through ``scan`` (the path before the compiled pattern)."""
+    return [
+        (
+            tokens["global_step"],
+            tokens["curr_samples_per_sec"],
+            tokens.get("mem_allocated_gb"),
+            tokens.get("max_mem_allocated_gb"),
+        )
+        for tokens in deepspeed.scan(deepspeed.throughput_record, deepspeed._THROUGHPUT_ANCHOR, text)
+    ]
+
+
+def _same(text: str) -> None:
+    got, want = list(deepspeed.throughput_records(text)), _by_grammar(text)
+    # nan != nan: compare the reprs, which also tell int from float
+    assert repr(got) == repr(want), f"{text!r}: compiled {got} != grammar {want}"
+
+
+def _throughput_lines() -> list[str]:
+    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    lines = []
+    for root in roots:
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+            lines += [line for line in text.splitlines() if "SamplesPerSec=" in line]
+    return lines
+
+
+def test_every_real_throughput_line_reads_the_same():
+    lines = _throughput_lines()
+    for line in lines:
+        _same(line)
+    # grep -rc "SamplesPerSec=" fixtures: 4 lines (two CPU runs, global steps 4 and 6), one record each
+    assert len(lines) >= 4
+    assert sum(len(list(deepspeed.throughput_records(line))) for line in lines) == len(lines)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (THROUGHPUT_LINE, [(4, 1432.750178503156, 0.37, 0.37)]),
+        (
+            "epoch=0/micro_step=2/global_step=1, RunningAvgSamplesPerSec=1, CurrSamplesPerSec=2",
+            [(1, 2.0, None, None)],
+        ),
+        # the memory part is all or nothing, as pyparsing's Optional
+        (
+            "epoch=0/micro_step=2/global_step=1, RunningAvgSamplesPerSec=1, CurrSamplesPerSec=2, MemAllocated=3GB",
+            [(1, 2.0, None, None)],
+        ),
+        (
+            "epoch= 1 /micro_step=\t2 /global_step= 3 ,RunningAvgSamplesPerSec=1e3 , CurrSamplesPerSec=-2.5 ,"
+            " MemAllocated= 1 GB, MaxMemAllocated=2 GB",
+            [(3, -2.5, 1.0, 2.0)],
+        ),
+        (
+            "epoch=1/micro_step=2/global_step=3, RunningAvgSamplesPerSec=nan, CurrSamplesPerSec=INF",
+            [(3, float("inf"), None, None)],
+        ),
+        ("epoch=1/micro_step=2/global_step=3, RunningAvgSamplesPerSec=1.2.3, CurrSamplesPerSec=4", []),
+        ("epoch=1/micro_step=2/global_step=3, runningAvgSamplesPerSec=1, CurrSamplesPerSec=4", []),
+        (
+            "epoch=١/micro_step=2/global_step=3, RunningAvgSamplesPerSec=1, CurrSamplesPerSec=4",
+            [],
+        ),  # integer is ASCII
+        (
+            "epoch=1/micro_step=2/global_step=3, RunningAvgSamplesPerSec=1, CurrSamplesPerSec=١.5",
+            [(3, 1.5, None, None)],
+        ),
+        # a number is one token: "0.37" is not shortened to let "GB," follow
+        (
+            "epoch=1/micro_step=2/global_step=3, RunningAvgSamplesPerSec=1, CurrSamplesPerSec=4, MemAllocated=0.3e7GB, MaxMemAllocated=1GB",
+            [(3, 4.0, 3000000.0, 1.0)],
+        ),
+        (
+            "epoch=x epoch=1/micro_step=2/global_step=3, RunningAvgSamplesPerSec=1, CurrSamplesPerSec=4"
+            "epoch=2/micro_step=4/global_step=5, RunningAvgSamplesPerSec=1, CurrSamplesPerSec=6",
+            [(3, 4.0, None, None), (5, 6.0, None, None)],
+        ),
+    ],
+)
+def test_throughput_edge_cases(text, expected):
+    _same(text)
+    assert repr(list(deepspeed.throughput_records(text))) == repr(expected)
+
+
+_PIECES = st.sampled_from(
+    [
+        "epoch=",
+        "/micro_step=",
+        "/global_step=",
+        ", RunningAvgSamplesPerSec=",
+        ", CurrSamplesPerSec=",
+        ", MemAllocated=",
+        "GB, MaxMemAllocated=",
+        "GB",
+        "GB,",
+        ",",
+        "/",
+        "=",
+        "7",
+        "12",
+        " ",
+        "\t",
+        "\r",
+        "\n",
+        "1e-4",
+        "-2.5",
+        ".5",
+        "5.",
+        "nan",
+        "Inf",
+        "e",
+        "+",
+        "x",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PIECES, max_size=30))
+def test_random_throughput_like_text_reads_the_same(pieces):
+    _same("".join(pieces))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 170),
+    st.sampled_from([" ", "  ", "\t", "", "\n"]),
+    st.text("0123456789.,/= eGB-", max_size=8),
+)
+def test_real_throughput_line_with_changes_reads_the_same(cut, space, noise):
+    start = THROUGHPUT_LINE.index("epoch=")
+    position = start + cut
+    _same(THROUGHPUT_LINE[:position] + space + noise + THROUGHPUT_LINE[position:])
+
+
+# --- the shortcuts of parse_line -------------------------------------------------------------------
+
+PROFILE_BLOCK = [
+    "-------------------------- DeepSpeed Flops Profiler --------------------------",
+    "Profile Summary at step 3:",
+    "world size:                                                             2       ",
+    "iter latency:                                                           392.2 us",
+]
+
+
+@pytest.mark.parametrize("gap", [0, 55, 56, 57, 200])
+def test_the_profile_window_ends_where_it_did(gap):
+    # header on line 1; "samples/second:" on line 4 + gap + 1 is read while it is at most 60 lines later
+    lines = PROFILE_BLOCK + ["plain line"] * gap + ["samples/second:    20397.83"]
+    run = feed_lines(deepspeed.FAMILY, lines)
+    assert run.iterations[3]["elapsed_ms"] == pytest.approx(0.3922)
+    assert run.iterations[3].get("samples_per_sec") == (20397.83 if len(lines) - 1 <= 60 else None)
+    assert run.facts["gpus"] == 2
+
+
+def test_a_profile_of_an_earlier_file_still_opens_its_window_in_the_next():
+    # the window is counted in line numbers of whichever file: a second file's first lines are inside it
+    run = RunBuilder(path="job")
+    for lineno, line in enumerate(PROFILE_BLOCK, 100):
+        deepspeed.parse_line(line, lineno, run)
+    deepspeed.parse_line("samples/second:    12.5", 1, run)
+    assert run.iterations[3]["samples_per_sec"] == 12.5
+
+
+def _dump(*attributes: str) -> list[str]:
+    tag = "[2021-05-26 04:38:20,033] [INFO] [config.py:752:print]"
+    return [f"{tag} DeepSpeedEngine configuration:"] + [f"{tag}   {attribute}" for attribute in attributes]
+
+
+def test_precision_read_on_its_own_lines_only():
+    lines = _dump(
+        "amp_enabled .................. False",
+        "fp16_enabled ................. True",
+        "gradient_clipping ............ 1.0",
+        "bfloat16_enabled ............. False",
+    )
+    run = feed_lines(deepspeed.FAMILY, lines)
+    assert run.facts["precision"] == "fp16"
+    assert run.provenance["precision"] == "deepspeed:3"  # stated on the fp16_enabled line, not later
+
+
+def test_precision_of_another_family_is_not_taken_by_later_dump_lines():
+    run = RunBuilder(path="job")
+    run.set_fact("precision", "bf16", "megatron", 1)
+    for lineno, line in enumerate(
+        _dump("fp16_enabled ................. True", "steps_per_print .............. 10"), 2
+    ):
+        deepspeed.parse_line(line, lineno, run)
+    assert run.facts["precision"] == "bf16" and run.provenance["precision"] == "megatron:1"
+
+
+def test_a_relaunched_engine_states_its_precision_again():
+    lines = _dump("fp16_enabled ................. True") + _dump(
+        "fp16_enabled ................. False", "bfloat16_enabled ............. True"
+    )
+    run = feed_lines(deepspeed.FAMILY, lines)
+    assert run.facts["precision"] == "bf16" and run.provenance["precision"] == "deepspeed:5"
+
+
+def test_json_value_lines_open_objects_for_any_key_and_read_theirs():
+    lines = _dump("zero_config .................. {") + [
+        '    "stage": 3, ',
+        '    "unknown_block": {',
+        '        "device": "cpu", ',
+        "    }, ",
+        '    "offload_param": {',
+        '        "device": "cpu", ',
+        "    }, ",
+        '    "offload_optimizer": null',
+        "}",
+    ]
+    run = feed_lines(deepspeed.FAMILY, lines)
+    assert run.facts["zero_stage"] == 3
+    assert run.facts["offload_param"] is True and run.provenance["offload_param"] == "deepspeed:8"
+    assert run.facts["offload_optimizer"] is False
+    assert deepspeed.NAME not in run.capturing
