@@ -2,6 +2,9 @@
 
 import math
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from logstat.parsers import grammar
 from logstat.parsers.grammar import dotted, eq_fields, literal, pipe_fields
 
@@ -60,6 +63,90 @@ def test_eq_record_of_deepspeed_lines():
 def test_literal_values():
     assert literal("None") is None and literal("True") is True and literal("False") is False
     assert literal("8192") == 8192 and literal("1e-08") == 1e-08 and literal("cosine") == "cosine"
+
+
+def _literal_by_trying(text: str):
+    """``literal`` without its shortcuts: every conversion is tried in turn."""
+    value = text.strip()
+    if value.lower() in ("none", "null", ""):
+        return None
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    for convert in (int, float):
+        try:
+            return convert(value)
+        except ValueError:
+            pass
+    return value
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        " NULL ",
+        "TRUE",
+        "8192",
+        "-3",
+        "+4",
+        "1_000",
+        "0.02",
+        "1e-08",
+        "5.",
+        ".5",
+        "1.5.2",
+        "NaN",
+        "-inf",
+        "Infinity",
+        "infinit",
+        "cosine",
+        "gpt2",
+        "/data/x.json",
+        "[1, 2]",
+        "\u0661\u0662",  # other decimal digits: int() reads them
+        "\u0661.5",
+        "\uff11",
+        "\u00b2",  # a digit that is no decimal digit: a string
+        "\u0130nf",
+        "\u212a",
+        "1" * 5000,  # beyond int()'s digit limit: float() reads it
+    ],
+)
+def test_literal_reads_what_trying_each_conversion_reads(text):
+    assert repr(literal(text)) == repr(_literal_by_trying(text))
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "1",
+                "0",
+                "42",
+                ".",
+                "e",
+                "E",
+                "-",
+                "+",
+                "_",
+                " ",
+                "nan",
+                "INF",
+                "inity",
+                "none",
+                "True",
+                "x",
+                "\u0661",
+            ]
+        ),
+        max_size=8,
+    )
+    | st.text(max_size=8)
+)
+def test_literal_on_random_text(text):
+    if isinstance(text, list):
+        text = "".join(text)
+    assert repr(literal(text)) == repr(_literal_by_trying(text))
 
 
 def test_positive_int_is_a_count_or_none():
