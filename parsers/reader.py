@@ -16,7 +16,7 @@ import polars as pl
 from logstat.parsers import manifest, registry
 from logstat.parsers.base import TIMER_FIELDS, Family, RunBuilder
 from logstat.parsers.schema import ITERATIONS_SCHEMA, RUNS_SCHEMA, TIMERS_SCHEMA
-from logstat.parsers.source import ALL_ROUTES, SourceReport, marker_needles, records, routed_lines
+from logstat.parsers.source import ALL_ROUTES, SourceReport, marker_needles, records, routed_records
 
 LOG_SUFFIXES = (".out", ".err", ".log", ".txt")
 _JOB_ID_IN_NAME = re.compile(r"[-_.](\d{2,})$")
@@ -104,10 +104,11 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
         result.reports.append(report)
         stated_before = dict(run.provenance)
         try:
-            for lineno, text, mask in routed_lines(
+            for lineno, text, mask, single in routed_records(
                 path, needles, routes, lambda: bool(run.capturing), report
             ):
-                for record in records(text):
+                # polars already split most lines (one record, or none); the rest are split here
+                for record in records(text) if single is None else (single,) if single else ():
                     # a record that is its whole line needs no second search: the mask is that search
                     searched = exact_masks and mask != ALL_ROUTES and record == text
                     if run.capturing:

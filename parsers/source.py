@@ -35,11 +35,21 @@ BZIP2_MAGIC = re.compile(rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)")
 # tags ("[default3]:"), pdsh/DeepSpeed's multi-node runner ("10.0.0.2: ", "localhost: ", "node12: ")
 # and torchrun's local-rank filter ("[rank7]:"). Several may be stacked.
 _BRACKET_TAG = r"\[(?:default|rank)\d+\]:"
-_LEADING_PREFIX = re.compile(
-    r"^(?:\s*(?:"
-    + _BRACKET_TAG
-    + r"|\d{1,5}: |(?:\d{1,3}\.){3}\d{1,3}: |localhost: |[a-z][a-z0-9-]*\d[a-z0-9-]*(?:\.[a-z0-9.-]+)?: ))+"
-)
+
+
+def _leading_prefix(space: str, digit: str) -> str:
+    """The stacked launcher prefixes at the start of a line, as a pattern over the given classes."""
+    return (
+        rf"^(?:{space}*(?:\[(?:default|rank){digit}+\]:|{digit}{{1,5}}: |(?:{digit}{{1,3}}\.){{3}}{digit}{{1,3}}: "
+        rf"|localhost: |[a-z][a-z0-9-]*{digit}[a-z0-9-]*(?:\.[a-z0-9.-]+)?: ))+"
+    )
+
+
+_LEADING_PREFIX = re.compile(_leading_prefix(r"\s", r"\d"))
+# The same pattern for polars' (Rust) regex engine over ASCII lines, with the classes Python's
+# ``\s`` and ``\d`` have there; Rust's leftmost-first matching finds what Python's backtracking finds.
+_ASCII_LEADING_PREFIX = _leading_prefix(r"[\t\n\x0b\x0c\r\x1c-\x1f ]", "[0-9]")
+_ASCII_WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() removes from ASCII text
 # Bracketed tags are unambiguous, so a line holding several of them is several ranks' records glued
 # (also after trailing spaces: DeepSpeed pads values, "samples/second:   475.07  [default3]:...").
 _GLUED_TAG = re.compile(r"(?<=.)(?=" + _BRACKET_TAG + ")")
@@ -84,6 +94,16 @@ def records(text: str) -> list[str]:
             if record.strip():
                 out.append(record)
     return out
+
+
+def single_record(line: pl.Expr) -> pl.Expr:
+    """``records(line)`` computed by polars where a line is one record: the record (prefixes
+    stripped), ``""`` when the line holds none, null when Python must split it (colour codes, carriage
+    returns, a ``]:`` that may glue ranks, non-ASCII text)."""
+    simple = ~line.str.contains(r"[^\x00-\x0c\x0e-\x1a\x1c-\x7f]") & ~line.str.contains("]:", literal=True)
+    record = line.str.replace(_ASCII_LEADING_PREFIX, "")
+    blank = record.str.strip_chars(_ASCII_WHITESPACE) == ""
+    return pl.when(simple).then(pl.when(blank).then(pl.lit("")).otherwise(record))
 
 
 def open_log(path: Path):
@@ -219,6 +239,19 @@ def routed_lines(
     """``marked_lines`` plus, per line, the bit mask of ``routes`` it holds (see ``routed_starts``; 0 for
     an unmarked line read because ``wants_all()``); ``ALL_ROUTES`` when ``needles`` is None (no byte
     scan), and for a line with colour codes (removing them can join a marker the raw bytes do not hold)."""
+    for lineno, text, mask, _ in routed_records(path, needles, routes, wants_all, report):
+        yield lineno, text, mask
+
+
+def routed_records(
+    path: Path,
+    needles: tuple[bytes, ...] | None,
+    routes: tuple[tuple[bytes, ...], ...],
+    wants_all: Callable[[], bool],
+    report: SourceReport,
+) -> Iterator[tuple[int, str, int, str | None]]:
+    """``routed_lines`` plus the line's ``single_record`` where polars found it (None: split the line
+    with ``records``)."""
     stream, report.compressed = open_log(path)
     # closing: the read-ahead thread is done with the stream before the stream is closed
     with stream, closing(_searched_ahead(_chunks(stream, report), needles, routes)) as chunks:
@@ -257,6 +290,8 @@ class SearchedChunk:
     rows: list[int]
     texts: list[str]
     masks: list[int]
+    singles: list[str | None]
+    """``single_record`` of each marked line."""
 
 
 def _searched_ahead(
@@ -296,6 +331,7 @@ def search_chunk(
         rows=marked["n"].to_list(),
         texts=marked["line"].to_list(),
         masks=marked["mask"].to_list(),
+        singles=marked["single"].to_list(),
     )
 
 
@@ -317,13 +353,13 @@ def _line_frame(chunk: bytes) -> pl.DataFrame:
 
 def _frame_chunk_lines(
     chunk: bytes, searched: SearchedChunk, lineno: int, routed: bool, wants_all: Callable[[], bool]
-) -> Iterator[tuple[int, str, int]]:
-    """``_chunk_lines`` of a chunk polars searched: Python sees only the marked lines (and the lines
-    of an open block). ``routed``: the masks say which routes a line holds. Returns the line count
-    after the chunk."""
-    rows, texts, masks = searched.rows, searched.texts, searched.masks
+) -> Iterator[tuple[int, str, int, str | None]]:
+    """``_chunk_lines`` of a chunk polars searched, with each line's ``single_record``: Python sees
+    only the marked lines (and the lines of an open block). ``routed``: the masks say which routes a
+    line holds. Returns the line count after the chunk."""
+    rows, texts, masks, singles = searched.rows, searched.texts, searched.masks, searched.singles
     total, count = len(searched.lines), len(rows)
-    window_start, window = 0, []
+    window_start, window_texts, window_singles = 0, [], []
     pos = index = 0  # next line of the chunk to look at; first marked row at or after it
     while True:
         while index < count and rows[index] < pos:
@@ -332,21 +368,29 @@ def _frame_chunk_lines(
             if pos >= total:
                 break
             if index < count and rows[index] == pos:
-                text, mask = texts[index], masks[index]
+                text, mask, single = texts[index], masks[index], singles[index]
             else:
-                if not window_start <= pos < window_start + len(window):
+                if not window_start <= pos < window_start + len(window_texts):
                     window_start = pos
-                    window = searched.lines.slice(pos, CAPTURE_WINDOW).to_list()
-                text = window[pos - window_start] or ""
+                    window_texts, window_singles = _window(searched.lines, pos)
+                text = window_texts[pos - window_start] or ""
+                single = window_singles[pos - window_start]
                 mask = 0 if routed and "\x1b" not in text else ALL_ROUTES
         else:
             if index == count:
                 break
-            pos, text, mask = rows[index], texts[index], masks[index]
-        yield lineno + pos + 1, text, mask
+            pos, text, mask, single = rows[index], texts[index], masks[index], singles[index]
+        yield lineno + pos + 1, text, mask, single
         pos += 1
     unterminated_read = not chunk.endswith(b"\n") and pos == total
     return lineno + chunk.count(b"\n") + unterminated_read
+
+
+def _window(lines: pl.Series, start: int) -> tuple[list[str | None], list[str | None]]:
+    """``CAPTURE_WINDOW`` lines from ``start``, with their ``single_record``."""
+    window = lines.slice(start, CAPTURE_WINDOW).to_frame("line")
+    singles = window.select(single_record(pl.col("line")))
+    return window["line"].to_list(), singles.to_series().to_list()
 
 
 def _marked(
@@ -367,6 +411,7 @@ def _marked(
             "n",
             "line",
             pl.when(line.str.contains("\x1b", literal=True)).then(ALL_ROUTES).otherwise(mask).alias("mask"),
+            single_record(line).alias("single"),
         )
         .collect()
     )
@@ -378,7 +423,7 @@ def _chunk_lines(
     needles: tuple[bytes, ...] | None,
     routes: tuple[tuple[bytes, ...], ...],
     wants_all: Callable[[], bool],
-) -> Iterator[tuple[int, str, int]]:
+) -> Iterator[tuple[int, str, int, None]]:
     """The (marked) lines of one chunk, cut and decoded one by one in Python: the reference path, and
     the path of chunks polars' reader cannot split exactly. Returns the line count after the chunk."""
     starts, masks = routed_starts(chunk, needles, routes) if needles is not None else ([], [])
@@ -406,7 +451,7 @@ def _chunk_lines(
         end = size if end < 0 else end
         lineno += 1
         text = chunk[start:end].decode("utf-8", errors="replace")
-        yield lineno, text, ALL_ROUTES if "\x1b" in text else mask
+        yield lineno, text, ALL_ROUTES if "\x1b" in text else mask, None
         pos = end + 1
     if pos < size:
         lineno += chunk.count(b"\n", pos, size)

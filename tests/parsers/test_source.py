@@ -2,7 +2,11 @@
 
 import gzip
 
+from hypothesis import given
+from hypothesis import strategies as st
 from logstat.parsers.source import SourceReport, marked_lines, marker_needles, records, strip_prefixes
+
+from tests.conftest import FIXTURES
 
 
 def lines_of(path, markers=None, wants_all=lambda: False):
@@ -192,3 +196,42 @@ def test_polars_line_frames_give_every_line_while_a_block_is_open(tmp_path, monk
     seen = results[0][0]
     assert [n for n, _, _ in seen[:43]] == list(range(2, 45))  # OPEN, 40 lines, an empty one, CLOSE
     assert seen[41] == (43, "", 0) and seen[42] == (44, "CLOSE", 0) and seen[43] == (45, "noise MARK", 1)
+
+
+PREFIX_PIECES = [
+    "12: ", "0: ", "123456: ", "[default3]:", "[rank7]:", "[default]:", "10.0.0.2: ", "1.2.3: ",
+    "localhost: ", "node12: ", "r7i4n1.cluster: ", "Node1: ", "node: ", " ", "\t", "\x0c", "\x1c",
+    "\r", "\x1b[0m", "é", "\u3000", "iteration 3 | a: 1 |", "x", ":", "]", "[", "1", "a", "-", ".",
+]  # fmt: skip
+
+
+def _single_record_by_polars(texts: list[str]) -> list[str | None]:
+    import polars as pl
+    from logstat.parsers.source import single_record
+
+    frame = pl.DataFrame({"line": texts}, schema={"line": pl.String})
+    return frame.select(single_record(pl.col("line"))).to_series().to_list()
+
+
+@given(st.lists(st.sampled_from(PREFIX_PIECES), max_size=8).map("".join))
+def test_single_record_by_polars_equals_records(text):
+    (single,) = _single_record_by_polars([text])
+    if single is not None:
+        assert records(text) == ([single] if single else [])
+
+
+def test_single_record_by_polars_takes_the_common_lines():
+    texts = ["12: iteration 3", "[default3]:x | y", "  ", "localhost: 10.0.0.2: z", "plain", "a\rb", "é 1: x"]
+    assert _single_record_by_polars(texts) == [
+        "iteration 3", None, "", "z", "plain", None, None,  # "]:" may glue ranks; CR; non-ASCII
+    ]  # fmt: skip
+    real = [
+        line
+        for path in sorted(FIXTURES.rglob("*.out"))
+        for line in path.read_text(errors="replace").splitlines()
+    ]
+    singles = _single_record_by_polars(real)
+    assert sum(single is not None for single in singles) > 0.9 * len(real)
+    assert all(
+        records(text) == ([s] if s else []) for text, s in zip(real, singles, strict=True) if s is not None
+    )
