@@ -103,8 +103,9 @@ _ARGS_INT_FACTS = {
     "per_device_train_batch_size": "micro_batch_size",
     "gradient_accumulation_steps": "gas",
 }
-#: the TrainingArguments fields ``_read_args_field`` turns into facts.
-_ARGS_FACT_FIELDS = frozenset(
+#: the TrainingArguments fields read: facts (``_read_args_field``) and what later lines need (a logged
+#: dict's step, full precision when the dump ends, the GPU count of one process); the others are skipped.
+_ARGS_READ = frozenset(
     [
         *_ARGS_INT_FACTS,
         "fp16",
@@ -113,6 +114,10 @@ _ARGS_FACT_FIELDS = frozenset(
         "activation_checkpointing",
         "max_steps",
         "local_rank",
+        "_n_gpu",
+        "logging_steps",
+        "logging_first_step",
+        "deepspeed",
     ]
 )
 #: command-line flags that are run facts (integers).
@@ -300,10 +305,10 @@ def _position_to_step(position: int, args: dict[str, Any]) -> int:
 
 
 def _read_args_field(run: RunBuilder, state: dict[str, Any], name: str, raw: str, lineno: int) -> None:
+    if name not in _ARGS_READ:
+        return  # most of the ~120 fields of a dump: nothing reads them, so their values are not converted
     value = grammar.literal(raw)
     state["args"][name] = value
-    if name not in _ARGS_FACT_FIELDS:
-        return  # most of the ~120 fields of a dump: one set lookup instead of the six tests below
     if name in _ARGS_INT_FACTS and isinstance(value, int):
         run.set_fact(_ARGS_INT_FACTS[name], value, NAME, lineno)
     elif name in ("fp16", "bf16") and value is True:
