@@ -245,3 +245,21 @@ def test_json_value_lines_open_objects_for_any_key_and_read_theirs():
     assert run.facts["offload_param"] is True and run.provenance["offload_param"] == "deepspeed:8"
     assert run.facts["offload_optimizer"] is False
     assert deepspeed.NAME not in run.capturing
+
+
+def test_user_config_json_lines_read_only_for_their_keys():
+    lines = _dump("steps_per_print .............. 10", "json = {") + [
+        '    "train_batch_size": 8.000000e+00, ',
+        '    "steps_per_print": 10, ',
+        '    "wall_clock_breakdown": false, ',
+        '    "fp16": {',
+        '        "loss_scale": 0, ',
+        '        "enabled": true',
+        "    }",
+        "}",
+        "after the dump",
+    ]
+    run = feed_lines(deepspeed.FAMILY, lines)
+    assert run.facts["global_batch_size"] == 8 and run.provenance["global_batch_size"] == "deepspeed:4"
+    assert run.facts["precision"] == "fp16" and run.provenance["precision"] == "deepspeed:9"
+    assert deepspeed.NAME not in run.capturing
