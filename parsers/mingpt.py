@@ -22,6 +22,7 @@ from typing import Any
 import pyparsing as pp
 from logstat.parsers import grammar
 from logstat.parsers.base import Family, RunBuilder, never_raises
+from logstat.parsers.hf_trainer import NUMBER_FIRST_MATCH, number_of
 
 NAME = "mingpt"
 
@@ -31,6 +32,13 @@ epoch_time = (
 peak_memory = (
     pp.Suppress("Average Peak CUDA memory:") + grammar.number("mib") + pp.Suppress(pp.Literal("MiB"))
 ).set_name("peak_memory")
+
+# ``epoch_time`` and ``peak_memory`` as compiled patterns: ``scan_string`` tries the grammar at every
+# character (~0.5 ms a line); ``finditer`` tries the same starts, skips pyparsing's default whitespace
+# before each token and keeps the first alternative of ``grammar.number`` that matches, as the grammar
+# does. tests/parsers/test_family_shortcuts.py checks both against their grammars' scans.
+_EPOCH_TIME = re.compile(rf"Average Epoch time:[ \t\r\n]*+{NUMBER_FIRST_MATCH}[ \t\r\n]*+seconds")
+_PEAK_MEMORY = re.compile(rf"Average Peak CUDA memory:[ \t\r\n]*+{NUMBER_FIRST_MATCH}[ \t\r\n]*+MiB")
 
 _SCRIPT = re.compile(r"\b(?:benchmark|train)\.py\b")
 _SHAPE_FLAGS = {
@@ -83,18 +91,35 @@ def _read_devices(run: RunBuilder, flags: dict[str, Any], lineno: int) -> None:
 @never_raises(NAME)
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Read one line of minGPT/Lightning benchmark output into ``run``; never raises."""
-    # scan_string tries every character (~0.5 ms a line); each grammar starts with its literal, which
-    # must then be in the line (or appear by scan_string's tab expansion)
-    tabs = "\t" in text
-    for tokens, _, _ in epoch_time.scan_string(text) if tabs or "Average Epoch time:" in text else ():
-        run.set_fact("avg_epoch_time_s", tokens["seconds"], NAME, lineno)
-        run.complete(f"Average Epoch time: {tokens['seconds']} seconds", lineno)
+    for seconds in epoch_times(text):
+        run.set_fact("avg_epoch_time_s", seconds, NAME, lineno)
+        run.complete(f"Average Epoch time: {seconds} seconds", lineno)
         run.saw(NAME)
-    for tokens, _, _ in peak_memory.scan_string(text) if tabs or "Average Peak CUDA memory:" in text else ():
-        run.set_fact("peak_memory_mib", tokens["mib"], NAME, lineno)
+    for mib in peak_memories(text):
+        run.set_fact("peak_memory_mib", mib, NAME, lineno)
         run.saw(NAME)
-    if _SCRIPT.search(text) and "--n_layer" in text:
+    if "--n_layer" in text and _SCRIPT.search(text):
         _read_command_line(run, text, lineno)
+
+
+def epoch_times(text: str) -> list[int | float]:
+    """The ``seconds`` of each match of ``epoch_time.scan_string(text)``, in order."""
+    return _scan(_EPOCH_TIME, "Average Epoch time:", text)
+
+
+def peak_memories(text: str) -> list[int | float]:
+    """The ``mib`` of each match of ``peak_memory.scan_string(text)``, in order."""
+    return _scan(_PEAK_MEMORY, "Average Peak CUDA memory:", text)
+
+
+def _scan(pattern: re.Pattern[str], literal: str, text: str) -> list[int | float]:
+    # scan_string expands tabs first, which can join the literal ("time:\t" is fine, "Epoch\ttime" may
+    # become "Epoch time"): without a tab the literal must be in the line as it is
+    if "\t" in text:
+        text = text.expandtabs()
+    elif literal not in text:
+        return []
+    return [number_of(match) for match in pattern.finditer(text)]
 
 
 def evidence(run: RunBuilder) -> int:

@@ -16,7 +16,7 @@ import pyparsing as pp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from logstat.parsers import hf_trainer, source
+from logstat.parsers import hf_trainer, mingpt, source
 from logstat.parsers.base import RunBuilder
 
 from tests.conftest import FIXTURES, SHARED_LOGS
@@ -280,3 +280,63 @@ def test_dicts_without_a_trainer_key_need_not_reach_the_family():
         hf_trainer.parse_line(record, lineno, run)
         assert (run.facts, run.iterations, run.families_seen, run.capturing) == ({}, {}, {}, set())
         assert run.state.get("parse_errors") is None
+
+
+# --- minGPT: result lines ------------------------------------------------------------------------
+
+
+def _mingpt_by_grammar(text: str) -> tuple[list, list]:
+    return (
+        [tokens["seconds"] for tokens, _, _ in mingpt.epoch_time.scan_string(text)],
+        [tokens["mib"] for tokens, _, _ in mingpt.peak_memory.scan_string(text)],
+    )
+
+
+def _same_mingpt(text: str) -> None:
+    got, want = (mingpt.epoch_times(text), mingpt.peak_memories(text)), _mingpt_by_grammar(text)
+    assert repr(got) == repr(want), f"{text!r}: compiled {got} != grammar {want}"
+
+
+def test_mingpt_results_equal_their_grammars_on_real_lines():
+    found = 0
+    for record in REAL:
+        _same_mingpt(record)
+        found += sum(map(len, _mingpt_by_grammar(record)))
+    assert found >= 4  # the two result blocks of seed 004, epoch time and peak memory each
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Average Epoch time: 45.65 seconds",
+        "Average Peak CUDA memory: 36086.14MiB",
+        "Average Epoch time:45seconds and Average Epoch time: 1e3 seconds",
+        "Average Epoch time: -nan seconds",
+        "Average Epoch time: infinity seconds",
+        "Average Epoch time: 1.5e seconds",
+        "Average Epoch time: 1.5eseconds",
+        "Average Epoch time: .5\tseconds",
+        "Average Epoch\ttime: 3 seconds",
+        "x\tAverage Epoch time: 3 seconds",
+        "Average Epoch time: ١٢ seconds",
+        "Average Epoch time: 3 \r\n seconds",
+        "Average Epoch time: 3 secondsAverage Epoch time: 4 seconds",
+        "Average Peak CUDA memory: 12 MiB / Average Peak CUDA memory: 13.0MiBx",
+        "Average Epoch time: 3 Seconds",
+        "Average Epoch time: + 3 seconds",
+    ],
+)
+def test_mingpt_results_edge_cases(text):
+    _same_mingpt(text)
+
+
+_MINGPT_PIECES = st.sampled_from(
+    ["Average Epoch time:", "Average Peak CUDA memory:", "Average Epoch", "\ttime:", " ", "\t", "\n"]
+    + ["seconds", "MiB", "12", "3.5", ".", "e", "-", "+", "nan", "Inf", "x", "١"]
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(_MINGPT_PIECES, max_size=12).map("".join))
+def test_mingpt_results_equal_their_grammars_on_random_pieces(text):
+    _same_mingpt(text)
