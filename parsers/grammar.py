@@ -84,7 +84,8 @@ def dotted(text: str) -> tuple[str, str] | None:
     match = _DOTTED_LINE.match(text.expandtabs() if "\t" in text else text)
     if match is None:
         return None
-    return match["name"], match["value"].strip()
+    name, value = match.group("name", "value")
+    return name, value.strip()
 
 
 def eq_fields(text: str) -> dict[str, Any]:
