@@ -47,6 +47,7 @@ _H100 = re.compile(r"H100(?P<rest>[- ]\w+)?", re.IGNORECASE)
 _SMI_MEMORY = re.compile(r"(?<!\d)(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
 
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)\b(?::|$)")
+_NCCL_FAILURE = re.compile(r"[Tt]ime(d )?out|timeout|[Ee]rror")
 _KILLED = re.compile(r"\bKilled\b|oom[-_]kill|signal 9\b|SIGKILL|Killing subprocess")
 
 
@@ -68,16 +69,19 @@ def gpu_model(text: str) -> str | None:
 
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Read one launcher/cluster line into ``run``; never raises."""
-    state = run.state.setdefault(NAME, {})
+    state = run.state.get(NAME)
+    if state is None:  # not setdefault, which would build an empty dict for every line
+        state = run.state[NAME] = {}
+    in_traceback = state.get("in_traceback")
     # An indented line inside a traceback is a frame's source (`    raise torch.OutOfMemoryError(`),
     # not the error: the exception line below it is the evidence.
     oom = ("CUDA out of memory" in text or "OutOfMemoryError" in text) and not (
-        state.get("in_traceback") and text[:1].isspace()
+        in_traceback and text[:1].isspace()
     )
-    if state.get("in_traceback") and not oom and _traceback_line(text, lineno, run, state):
+    if in_traceback and not oom and _traceback_line(text, lineno, run, state):
         return
     if oom:
-        if state.get("in_traceback"):
+        if in_traceback:
             _end_traceback(run, state)
         _fail(run, state, "failed", f"CUDA out of memory: {text.strip()}", lineno)
     elif "CANCELLED AT" in text:
@@ -87,9 +91,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             _fail(run, state, "failed", f"node failure: {text.strip()}", lineno)
         else:
             _fail(run, state, "cancelled", text.strip(), lineno)
-    elif "Watchdog caught" in text or (
-        "NCCL" in text and re.search(r"[Tt]ime(d )?out|timeout|[Ee]rror", text)
-    ):
+    elif "Watchdog caught" in text or ("NCCL" in text and _NCCL_FAILURE.search(text)):
         _fail(run, state, "failed", f"NCCL timeout/error: {text.strip()}", lineno)
     elif "srun: error" in text or "NODE_FAIL" in text:
         _fail(run, state, "failed", text.strip(), lineno)
