@@ -17,7 +17,7 @@ import lzma
 import re
 import zlib
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import closing
 from dataclasses import dataclass
 from functools import cache
@@ -256,8 +256,11 @@ def routed_records(
     """``routed_lines`` plus the line's ``single_record`` where polars found it (None: split the line
     with ``records``)."""
     stream, report.compressed = open_log(path)
+    # a file of one chunk has nothing to read ahead: handing work to a thread would only cost
+    ahead = report.compressed or _size(path) > CHUNK_BYTES
+    searched_chunks = _searched_ahead(_chunks(stream, report), needles, routes, ahead=ahead)
     # closing: the read-ahead thread is done with the stream before the stream is closed
-    with stream, closing(_searched_ahead(_chunks(stream, report), needles, routes)) as chunks:
+    with stream, closing(searched_chunks) as chunks:
         lineno = 0  # lines before the chunk: its newlines, plus an unterminated last line if it was read
         first = True
         for chunk, searched in chunks:
@@ -297,12 +300,23 @@ class SearchedChunk:
     """``single_record`` of each marked line."""
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def _searched_ahead(
-    chunks: Iterator[bytes], needles: tuple[bytes, ...] | None, routes: tuple[tuple[bytes, ...], ...]
+    chunks: Iterator[bytes],
+    needles: tuple[bytes, ...] | None,
+    routes: tuple[tuple[bytes, ...], ...],
+    *,
+    ahead: bool,
 ) -> Iterator[tuple[bytes, SearchedChunk | None]]:
-    """Each chunk with its ``SearchedChunk`` (None: cut it in Python). The next chunk is read and
-    searched in a thread while the caller's families parse this one: file reads, decompression and
-    polars release the GIL, so on two cores that work mostly hides behind the parsing."""
+    """Each chunk with its ``SearchedChunk`` (None: cut it in Python). With ``ahead``, the next chunk
+    is read and searched in a thread while the caller's families parse this one: file reads,
+    decompression and polars release the GIL, so on two cores that work mostly hides behind the parsing."""
     if needles is None:
         yield from ((chunk, None) for chunk in chunks)
         return
@@ -311,11 +325,24 @@ def _searched_ahead(
         chunk = next(chunks, None)
         return None if chunk is None else (chunk, search_chunk(chunk, needles, routes))
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="logstat-read") as pool:
-        pending = pool.submit(read_and_search)
-        while (item := pending.result()) is not None:
-            pending = pool.submit(read_and_search)
+    if not ahead:
+        while (item := read_and_search()) is not None:
             yield item
+        return
+    pending = _read_ahead_pool().submit(read_and_search)
+    try:
+        while (item := pending.result()) is not None:
+            pending = _read_ahead_pool().submit(read_and_search)
+            yield item
+    finally:
+        wait([pending])  # the thread must be done with the stream before the caller closes it
+
+
+@cache
+def _read_ahead_pool() -> ThreadPoolExecutor:
+    """One reading thread for the process (starting a thread per file costs more than a small file's
+    parse). Like polars' own thread pool it does not survive a fork: logstat's workers are spawned."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="logstat-read-ahead")
 
 
 def search_chunk(
