@@ -59,7 +59,8 @@ class RunBuilder:
     current_file: str = ""  # the file being read (a run may be a job's .out and .err)
     failure_path: str | None = None  # the file holding the failure evidence line
     completion: tuple[str, int, str] | None = None  # (evidence, line, file): the run reached its end
-    capturing: set[str] = field(default_factory=set)  # families that asked for every line (open blocks)
+    capturing: set[str] = field(default_factory=set)  # families that asked for more lines (open blocks)
+    capture_lines: dict[str, str] = field(default_factory=dict)  # family -> regex of the lines it needs
 
     def saw(self, family: str) -> None:
         """Count one record of ``family`` (family detection uses these counts)."""
@@ -127,12 +128,28 @@ class RunBuilder:
         """Record that the run reached its end (final metrics, "after training is done")."""
         self.completion = (evidence.strip()[:300], lineno, self.current_file)
 
-    def capture(self, family: str, on: bool = True) -> None:
-        """Ask for every line (not only lines with a marker) while a multi-line block is open."""
+    def capture(self, family: str, on: bool = True, *, lines: str | None = None) -> None:
+        """Ask for more than the lines with a marker while a multi-line block is open: every line, or
+        with ``lines`` (a regex of literals, for polars' engine) only the lines it matches. ``lines``
+        must match every line that can change what the family records; more lines are always safe."""
         if on:
             self.capturing.add(family)
+            if lines is None:
+                self.capture_lines.pop(family, None)
+            else:
+                self.capture_lines[family] = lines
         else:
             self.capturing.discard(family)
+            self.capture_lines.pop(family, None)
+
+    def wanted_lines(self) -> bool | str:
+        """The lines the reader must deliver beyond the marked ones: none (False), every line (True),
+        or those matching a regex (the open blocks' ``lines`` joined)."""
+        if not self.capturing:
+            return False
+        if len(self.capture_lines) < len(self.capturing):
+            return True  # a family wants every line
+        return _any_of(tuple(sorted(self.capture_lines.values())))
 
     def fits(self, name: str, value: Any, family: str, lineno: int) -> bool:
         """Whether a frame column can hold ``value``; if not, the line is noted in ``parse_errors``
@@ -148,6 +165,11 @@ class RunBuilder:
 
     def provenance_json(self) -> str:
         return json.dumps(self.provenance, sort_keys=True)
+
+
+@functools.cache
+def _any_of(patterns: tuple[str, ...]) -> str:
+    return "|".join(patterns)
 
 
 LineReader = Callable[[str, int, RunBuilder], None]

@@ -274,7 +274,7 @@ def _read_print_record(run: RunBuilder, state: dict[str, Any], record: str, line
     if value.endswith("{"):  # the value is stripped
         # the value continues on the following lines, which carry no marker: ask for every line
         state["json_path"], state["json_line"] = [name], lineno
-        run.capture(NAME)
+        run.capture(NAME, lines=_JSON_LINES)
     if name in _DUMP_FACTS:
         fact, convert = _DUMP_FACTS[name]
         try:
@@ -305,6 +305,10 @@ _JSON_VALUE_KEYS = frozenset(
     ("offload_param", "offload_optimizer", "device", "enabled", "stage", "cpu_offload", "cpu_offload_params")
 ) | frozenset(_JSON_FACTS)
 _QUOTED_JSON_VALUE_KEY = re.compile("|".join(f'"{key}"' for key in sorted(_JSON_VALUE_KEYS)))
+#: the lines of an open JSON value that can change anything: a brace, or a key the reader reads.
+_JSON_LINES = "|".join(
+    [re.escape("{"), re.escape("}")] + [re.escape(f'"{key}"') for key in sorted(_JSON_VALUE_KEYS)]
+)
 
 
 def _read_json_line(run: RunBuilder, state: dict[str, Any], text: str, lineno: int) -> None:

@@ -106,6 +106,8 @@ CHECKPOINTING_ARGS = ("checkpoint_activations", "recompute_granularity")
 # Only these are kept from a dump of hundreds of arguments: the others would be converted and stored
 # for nothing (tests/parsers/test_megatron.py checks ``_end_arguments`` reads no other name).
 _KEPT_ARGS = frozenset(ARG_FACTS) | frozenset(PRECISION_ARGS) | frozenset(CHECKPOINTING_ARGS)
+#: the lines of an open dump that can hold a kept argument: those naming one (a regex of literals).
+_KEPT_ARG_LINES = "|".join(re.escape(name) for name in sorted(_KEPT_ARGS))
 
 
 #: lines that only come after the arguments dump: one of them ends a dump that lost its end line.
@@ -133,7 +135,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         _end_arguments(state, lineno, run)
     if " arguments --" in text and "end of arguments" not in text:
         state.update(in_args=True, args={})
-        run.capture(NAME)
+        # only the dump lines naming a kept argument change anything (and the marked lines end it)
+        run.capture(NAME, lines=_KEPT_ARG_LINES)
         run.saw(NAME)
         return
     if "elapsed time per iteration" in text:

@@ -104,9 +104,7 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
         result.reports.append(report)
         stated_before = dict(run.provenance)
         try:
-            for lineno, text, mask, single in routed_records(
-                path, needles, routes, lambda: bool(run.capturing), report
-            ):
+            for lineno, text, mask, single in routed_records(path, needles, routes, run.wanted_lines, report):
                 # polars already split most lines (one record, or none); the rest are split here
                 for record in records(text) if single is None else (single,) if single else ():
                     # a record that is its whole line needs no second search: the mask is that search
@@ -128,6 +126,7 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
         except OSError as exc:
             report.problem = f"cannot read: {exc.strerror or exc}"
         run.capturing.clear()
+        run.capture_lines.clear()
         # which file stated each fact (a job's final metrics may be in its .out, warnings in its .err)
         fact_files = run.state.setdefault("fact_files", {})
         fact_files.update(

@@ -16,6 +16,7 @@ import gzip
 import lzma
 import re
 import zlib
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import closing
@@ -218,13 +219,15 @@ def _needle_pattern(needles: tuple[bytes, ...]) -> str:
 def marked_lines(
     path: Path,
     needles: tuple[bytes, ...] | None,
-    wants_all: Callable[[], bool],
+    wanted: Callable[[], bool | str],
     report: SourceReport,
 ) -> Iterator[tuple[int, str]]:
     """Yield ``(lineno, text)`` of the lines of ``path`` that contain one of ``needles`` (all lines
-    if it is None, or while ``wants_all()`` is true). Line numbers are 1-based physical lines of the
-    (decompressed) file. Binary files yield nothing and say so in ``report.problem``."""
-    for lineno, text, _ in routed_lines(path, needles, (), wants_all, report):
+    if it is None), plus, while ``wanted()`` asks for them, every line (True) or the lines matching a
+    regex (a str; lines with colour codes too, whose removal can join what the regex looks for). Line
+    numbers are 1-based physical lines of the (decompressed) file. Binary files yield nothing and say
+    so in ``report.problem``."""
+    for lineno, text, _ in routed_lines(path, needles, (), wanted, report):
         yield lineno, text
 
 
@@ -236,13 +239,13 @@ def routed_lines(
     path: Path,
     needles: tuple[bytes, ...] | None,
     routes: tuple[tuple[bytes, ...], ...],
-    wants_all: Callable[[], bool],
+    wanted: Callable[[], bool | str],
     report: SourceReport,
 ) -> Iterator[tuple[int, str, int]]:
     """``marked_lines`` plus, per line, the bit mask of ``routes`` it holds (see ``routed_starts``; 0 for
-    an unmarked line read because ``wants_all()``); ``ALL_ROUTES`` when ``needles`` is None (no byte
+    an unmarked line read because ``wanted()`` asked for it); ``ALL_ROUTES`` when ``needles`` is None (no byte
     scan), and for a line with colour codes (removing them can join a marker the raw bytes do not hold)."""
-    for lineno, text, mask, _ in routed_records(path, needles, routes, wants_all, report):
+    for lineno, text, mask, _ in routed_records(path, needles, routes, wanted, report):
         yield lineno, text, mask
 
 
@@ -250,7 +253,7 @@ def routed_records(
     path: Path,
     needles: tuple[bytes, ...] | None,
     routes: tuple[tuple[bytes, ...], ...],
-    wants_all: Callable[[], bool],
+    wanted: Callable[[], bool | str],
     report: SourceReport,
 ) -> Iterator[tuple[int, str, int, str | None]]:
     """``routed_lines`` plus the line's ``single_record`` where polars found it (None: split the line
@@ -269,9 +272,9 @@ def routed_records(
                 return
             first = False
             if searched is not None:
-                lineno = yield from _frame_chunk_lines(chunk, searched, lineno, any(routes), wants_all)
+                lineno = yield from _frame_chunk_lines(chunk, searched, lineno, any(routes), wanted)
             else:
-                lineno = yield from _chunk_lines(chunk, lineno, needles, routes, wants_all)
+                lineno = yield from _chunk_lines(chunk, lineno, needles, routes, wanted)
             report.lines = lineno
 
 
@@ -382,45 +385,52 @@ def _line_frame(chunk: bytes) -> pl.DataFrame:
 
 
 def _frame_chunk_lines(
-    chunk: bytes, searched: SearchedChunk, lineno: int, routed: bool, wants_all: Callable[[], bool]
+    chunk: bytes, searched: SearchedChunk, lineno: int, routed: bool, wanted: Callable[[], bool | str]
 ) -> Iterator[tuple[int, str, int, str | None]]:
     """``_chunk_lines`` of a chunk polars searched, with each line's ``single_record``: Python sees
-    only the marked lines (and the lines of an open block). ``routed``: the masks say which routes a
-    line holds. Returns the line count after the chunk."""
+    only the marked lines and the lines an open block wants (``wanted``, see ``marked_lines``).
+    ``routed``: the masks say which routes a line holds. Returns the line count after the chunk."""
     rows, texts, masks, singles = searched.rows, searched.texts, searched.masks, searched.singles
     total, count = len(searched.lines), len(rows)
-    window_start, window_texts, window_singles = 0, [], []
+    window_start, window = 0, []
+    wanted_rows: dict[str, list[int]] = {}  # per regex an open block gave: the rows it wants
     pos = index = 0  # next line of the chunk to look at; first marked row at or after it
     while True:
         while index < count and rows[index] < pos:
             index += 1
-        if wants_all():
-            if pos >= total:
-                break
-            if index < count and rows[index] == pos:
-                text, mask, single = texts[index], masks[index], singles[index]
-            else:
-                if not window_start <= pos < window_start + len(window_texts):
-                    window_start = pos
-                    window_texts, window_singles = _window(searched.lines, pos)
-                text = window_texts[pos - window_start] or ""
-                single = window_singles[pos - window_start]
-                mask = 0 if routed and "\x1b" not in text else ALL_ROUTES
+        next_marked = rows[index] if index < count else total
+        want = wanted()
+        if want is True:
+            pos = min(pos, next_marked)
+        elif want:
+            if want not in wanted_rows:
+                wanted_rows[want] = _rows_matching(searched.lines, want)
+            matching = wanted_rows[want]
+            at = bisect_left(matching, pos)
+            pos = min(matching[at] if at < len(matching) else total, next_marked)
         else:
-            if index == count:
-                break
-            pos, text, mask, single = rows[index], texts[index], masks[index], singles[index]
+            pos = next_marked
+        if pos >= total:
+            break
+        if pos == next_marked:
+            text, mask, single = texts[index], masks[index], singles[index]
+        else:
+            if not window_start <= pos < window_start + len(window):
+                window_start = pos
+                window = searched.lines.slice(pos, CAPTURE_WINDOW).to_list()
+            # an unmarked line: Python splits it (a polars query per window costs more than it saves)
+            text, single = window[pos - window_start] or "", None
+            mask = 0 if routed and "\x1b" not in text else ALL_ROUTES
         yield lineno + pos + 1, text, mask, single
         pos += 1
     unterminated_read = not chunk.endswith(b"\n") and pos == total
     return lineno + chunk.count(b"\n") + unterminated_read
 
 
-def _window(lines: pl.Series, start: int) -> tuple[list[str | None], list[str | None]]:
-    """``CAPTURE_WINDOW`` lines from ``start``, with their ``single_record``."""
-    window = lines.slice(start, CAPTURE_WINDOW).to_frame("line")
-    singles = window.select(single_record(pl.col("line")))
-    return window["line"].to_list(), singles.to_series().to_list()
+def _rows_matching(lines: pl.Series, pattern: str) -> list[int]:
+    """Rows of ``lines`` matching ``pattern``, or holding colour codes (whose removal may join a match)."""
+    found = lines.str.contains(pattern) | lines.str.contains("\x1b", literal=True)
+    return found.arg_true().to_list()
 
 
 def _marked(
@@ -452,7 +462,7 @@ def _chunk_lines(
     lineno: int,
     needles: tuple[bytes, ...] | None,
     routes: tuple[tuple[bytes, ...], ...],
-    wants_all: Callable[[], bool],
+    wanted: Callable[[], bool | str],
 ) -> Iterator[tuple[int, str, int, None]]:
     """The (marked) lines of one chunk, cut and decoded one by one in Python: the reference path, and
     the path of chunks polars' reader cannot split exactly. Returns the line count after the chunk."""
@@ -462,7 +472,7 @@ def _chunk_lines(
         mask = ALL_ROUTES
         if needles is None:
             start = pos
-        elif wants_all():
+        elif wanted():  # a regex of wanted lines counts as all: more lines are always safe
             start = pos
             if any(routes):  # the line's routes are known too: its own mask if marked, else none
                 while index < len(starts) and starts[index] < pos:

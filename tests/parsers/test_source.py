@@ -235,3 +235,37 @@ def test_single_record_by_polars_takes_the_common_lines():
     assert all(
         records(text) == ([s] if s else []) for text, s in zip(real, singles, strict=True) if s is not None
     )
+
+
+def test_an_open_block_can_ask_for_only_the_lines_it_reads(tmp_path, monkeypatch):
+    """While a block wants the lines matching a regex, only those, the marked lines and lines with
+    colour codes (whose removal may join a match) are delivered; the Python cutter delivers every line
+    (more lines are always safe), and True still means every line."""
+    from logstat.parsers import source
+
+    monkeypatch.setattr(source, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(source, "CAPTURE_WINDOW", 2)
+    body = (
+        ["noise", "OPEN"] + [f"arg_{i} ..... {i}" for i in range(30)] + ["k\x1b[0mept", "CLOSE", "kept after"]
+    )
+    body[10] = body[20] = "kept ..... 1"
+    path = tmp_path / "block.log"
+    path.write_text("\n".join(body) + "\n")
+    delivered = {}
+    for wanted_open in ("kept", True):
+        for readable in (source.frame_readable, lambda chunk: False):
+            state = {"open": False}
+            with monkeypatch.context() as patch:
+                patch.setattr(source, "frame_readable", readable)
+                seen = []
+                for n, text in marked_lines(
+                    path, (b"OPEN", b"CLOSE"), lambda state=state: state["open"], SourceReport(path="x")
+                ):
+                    seen.append(n)
+                    if text in ("OPEN", "CLOSE"):
+                        state["open"] = wanted_open if text == "OPEN" else False
+            delivered[wanted_open, readable is source.frame_readable] = seen
+    every_line_of_the_block = list(range(2, 35))
+    assert delivered["kept", True] == [2, 11, 21, 33, 34]  # OPEN, the two kept lines, colour codes, CLOSE
+    assert delivered["kept", False] == every_line_of_the_block
+    assert delivered[True, True] == delivered[True, False] == every_line_of_the_block
