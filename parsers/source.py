@@ -1,6 +1,6 @@
 """Raw log bytes -> numbered lines, streamed: plain or compressed files, launcher prefixes stripped.
 
-The hot path never hands Python a line that carries no marker: each chunk of bytes (about 1 MiB) is
+The hot path never hands Python a line that carries no marker: each chunk of bytes (about 4 MiB) is
 split into lines and decoded by polars' CSV reader (one field per line), searched for every family's
 markers at once (one regex alternation of the literals) and routed to the families whose markers a line holds,
 all in polars; Python sees only the marked lines. A family that has a multi-line block open (an
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import polars as pl
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 4 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
 # "BZh" is plain text: bzip2 also needs its block size digit and a block (or end-of-stream) magic.
@@ -121,10 +121,11 @@ def open_log(path: Path):
     return open(path, "rb"), False
 
 
-def _read_block(stream, report: SourceReport) -> bytes:
-    """About CHUNK_BYTES of (decompressed) bytes; b"" at the end. ``read1`` hands out what was
-    decompressed so far, so a truncated gzip stream still yields everything before the cut."""
-    parts: list[bytes] = []
+def _read_block(stream, report: SourceReport, carry: bytes) -> bytes:
+    """``carry`` and about CHUNK_BYTES (decompressed) bytes after it, joined in one copy; ``carry``
+    alone at the end. ``read1`` hands out what was decompressed so far, so a truncated gzip stream
+    still yields everything before the cut. Counts the new bytes in ``report``."""
+    parts: list[bytes] = [carry]
     size = 0
     while size < CHUNK_BYTES:
         try:
@@ -137,6 +138,7 @@ def _read_block(stream, report: SourceReport) -> bytes:
             break
         parts.append(part)
         size += len(part)
+    report.bytes_read += size
     return b"".join(parts)
 
 
@@ -144,13 +146,11 @@ def _chunks(stream, report: SourceReport) -> Iterator[bytes]:
     """Chunks that end at a line boundary (the last one may not), counting bytes; never raises."""
     carry = b""
     while True:
-        block = b"" if report.problem else _read_block(stream, report)
-        if not block:
+        block = carry if report.problem else _read_block(stream, report, carry)
+        if len(block) == len(carry):  # nothing new: the end
             if carry:
                 yield carry
             return
-        report.bytes_read += len(block)
-        block = carry + block
         cut = block.rfind(b"\n") + 1
         if cut == 0:
             carry = block
