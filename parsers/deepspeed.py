@@ -272,7 +272,7 @@ def _read_print_record(run: RunBuilder, state: dict[str, Any], record: str, line
     if state["json_path"] or NAME in run.capturing:
         _close_json(run, state)
     if value.endswith("{"):  # the value is stripped
-        # the value continues on the following lines, which carry no marker: ask for every line
+        # the value continues on the following lines, which carry no marker: ask for those that can matter
         state["json_path"], state["json_line"] = [name], lineno
         run.capture(NAME, lines=_JSON_LINES)
     if name in _DUMP_FACTS:
