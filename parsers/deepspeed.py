@@ -546,7 +546,10 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         end = tags[index + 1].start() if index + 1 < len(tags) else len(text)
         _read_print_record(run, state, text[tag.end() : end], lineno)
         run.saw(NAME)
-    if not tags and state.get("json_path"):
+    # a JSON value is read only while its capture is on: the reader ends every capture with its file, so
+    # a value left open at the end of a job's .out does not swallow lines of its .err (whose line
+    # numbers start again, so JSON_MAX_LINES could not end it there)
+    if not tags and NAME in run.capturing and state.get("json_path"):
         _read_json_line(run, state, text, lineno)
     if "step=" in text and "skipped=" in text:
         _read_step(run, state, text, lineno)

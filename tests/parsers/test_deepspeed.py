@@ -214,3 +214,19 @@ def test_any_line_is_read_without_an_internal_error(text):
     deepspeed.parse_line(text, 1, run)
     deepspeed.parse_line("[INFO] [config.py:752:print]   " + text, 2, run)
     assert run.state.get("parse_errors") is None
+
+
+def test_a_json_value_left_open_in_the_out_file_does_not_read_the_err_file(tmp_path):
+    """The reader ends every capture with its file; a JSON value still open at the end of a job's .out
+    must not take a line of its .err (line numbers start again there) for one of its keys."""
+    from logstat.api import load_runs
+
+    tag = "[2024-01-01 00:00:00,000] [INFO] [config.py:100:print]"
+    (tmp_path / "job-77.out").write_text(
+        f"{tag} DeepSpeedEngine configuration:\n{tag}   zero_config .................. {{\n"
+        '    "allgather_partitions": true,\n'
+    )
+    (tmp_path / "job-77.err").write_text('a marked line: step=1, "stage": 3\n')
+    runs = load_runs([tmp_path]).runs
+    assert runs["zero_stage"].to_list() == [None]
+    assert runs["paths"].to_list()[0][1].endswith("job-77.err")
