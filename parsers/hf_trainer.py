@@ -344,10 +344,20 @@ def _read_args_one_line(run: RunBuilder, text: str, lineno: int) -> None:
 # --- blocks --------------------------------------------------------------------------------------
 
 
+#: per block, the lines that can change what it records (a regex of literals for the reader); the
+#: others are skipped by the block reader and carry no marker. None: every line (the metrics block ends
+#: at its first line that is not a metric).
+_BLOCK_LINES: dict[str, str | None] = {
+    "args": "|".join(re.escape(text) for text in [")", *sorted(_ARGS_READ)]),
+    "config": "|".join(re.escape(text) for text in ["}", *(f'"{key}"' for key in sorted(_SHAPE_KEYS))]),
+    "metrics": None,
+}
+
+
 def _open_block(run: RunBuilder, block: str, lineno: int) -> None:
     state = _state(run)
     state["block"], state["block_line"] = block, lineno
-    run.capture(NAME)
+    run.capture(NAME, lines=_BLOCK_LINES[block])
 
 
 def _close_block(run: RunBuilder) -> None:
@@ -517,7 +527,9 @@ def _switch_on(flags: dict[str, str], name: str) -> bool:
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Read one line of HF Trainer output into ``run``; never raises."""
     state = _state(run)
-    if state["block"] is not None and _read_block_line(run, state, text, lineno):
+    # a block is read only while its capture is on: the reader ends every capture with its file, so a
+    # block left open at the end of a job's .out does not read its .err (whose line numbers start again)
+    if state["block"] is not None and NAME in run.capturing and _read_block_line(run, state, text, lineno):
         return
     if "TrainingArguments(" in text:
         if text.rstrip().endswith("TrainingArguments("):
