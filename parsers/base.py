@@ -36,6 +36,9 @@ class Family:
     """One line for ``--family`` help and error messages."""
     context: bool = False
     """True for launcher/cluster context (Slurm): such a family is never a run's primary family."""
+    capture_patterns: tuple[str, ...] = ()
+    """The regexes the family passes to ``RunBuilder.capture(lines=...)``: the reader searches each
+    chunk for them ahead of time (a pattern not listed here is searched when asked for)."""
 
 
 #: fields of a ``RunBuilder.timer_rows`` tuple, in order.
@@ -144,12 +147,12 @@ class RunBuilder:
 
     def wanted_lines(self) -> bool | str:
         """The lines the reader must deliver beyond the marked ones: none (False), every line (True),
-        or those matching a regex (the open blocks' ``lines`` joined)."""
+        or those matching the one open block's regex."""
         if not self.capturing:
             return False
-        if len(self.capture_lines) < len(self.capturing):
-            return True  # a family wants every line
-        return _any_of(tuple(sorted(self.capture_lines.values())))
+        if len(self.capture_lines) == len(self.capturing) == 1:
+            return next(iter(self.capture_lines.values()))
+        return True  # a block wants every line, or several are open: every line is a safe superset
 
     def fits(self, name: str, value: Any, family: str, lineno: int) -> bool:
         """Whether a frame column can hold ``value``; if not, the line is noted in ``parse_errors``
@@ -165,11 +168,6 @@ class RunBuilder:
 
     def provenance_json(self) -> str:
         return json.dumps(self.provenance, sort_keys=True)
-
-
-@functools.cache
-def _any_of(patterns: tuple[str, ...]) -> str:
-    return "|".join(patterns)
 
 
 LineReader = Callable[[str, int, RunBuilder], None]

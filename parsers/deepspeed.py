@@ -592,5 +592,6 @@ FAMILY = Family(
     ),
     parse_line=parse_line,
     evidence=evidence,
+    capture_patterns=(_JSON_LINES,),
     description="DeepSpeed engine: config dump, step=/throughput lines, pipeline steps, flops profiler",
 )

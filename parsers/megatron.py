@@ -322,5 +322,6 @@ FAMILY = Family(
     ),
     parse_line=parse_line,
     evidence=evidence,
+    capture_patterns=(_KEPT_ARG_LINES,),
     description="Megatron-LM / Megatron-DeepSpeed: iteration lines, timers, memory, arguments dump",
 )

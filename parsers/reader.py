@@ -98,13 +98,16 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
     exact_masks = all(marker.isascii() for family in active for marker in family.markers)
     by_marker = [(family, _marker_search(family.markers), 1 << index) for index, family in enumerate(active)]
     by_mask: dict[int, list[tuple[Family, Callable[[str], object]]]] = {}
+    patterns = tuple(dict.fromkeys(pattern for family in active for pattern in family.capture_patterns))
     for path in files.files:
         run.current_file = str(path)
         report = SourceReport(path=str(path))
         result.reports.append(report)
         stated_before = dict(run.provenance)
         try:
-            for lineno, text, mask, single in routed_records(path, needles, routes, run.wanted_lines, report):
+            for lineno, text, mask, single in routed_records(
+                path, needles, routes, run.wanted_lines, report, patterns=patterns
+            ):
                 # polars already split most lines (one record, or none); the rest are split here
                 for record in records(text) if single is None else (single,) if single else ():
                     # a record that is its whole line needs no second search: the mask is that search

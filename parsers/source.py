@@ -255,13 +255,15 @@ def routed_records(
     routes: tuple[tuple[bytes, ...], ...],
     wanted: Callable[[], bool | str],
     report: SourceReport,
+    *,
+    patterns: tuple[str, ...] = (),
 ) -> Iterator[tuple[int, str, int, str | None]]:
     """``routed_lines`` plus the line's ``single_record`` where polars found it (None: split the line
-    with ``records``)."""
+    with ``records``). ``patterns``: the regexes ``wanted()`` may return, searched with each chunk."""
     stream, report.compressed = open_log(path)
     # a file of one chunk has nothing to read ahead: handing work to a thread would only cost
     ahead = report.compressed or _size(path) > CHUNK_BYTES
-    searched_chunks = _searched_ahead(_chunks(stream, report), needles, routes, ahead=ahead)
+    searched_chunks = _searched_ahead(_chunks(stream, report), needles, routes, patterns, ahead=ahead)
     # closing: the read-ahead thread is done with the stream before the stream is closed
     with stream, closing(searched_chunks) as chunks:
         lineno = 0  # lines before the chunk: its newlines, plus an unterminated last line if it was read
@@ -301,6 +303,9 @@ class SearchedChunk:
     masks: list[int]
     singles: list[str | None]
     """``single_record`` of each marked line."""
+    wanted: dict[str, list[int]]
+    """Per regex an open block may want: the rows matching it, or holding colour codes (whose removal
+    may join a match). Filled ahead for the families' declared patterns, else when first asked for."""
 
 
 def _size(path: Path) -> int:
@@ -314,6 +319,7 @@ def _searched_ahead(
     chunks: Iterator[bytes],
     needles: tuple[bytes, ...] | None,
     routes: tuple[tuple[bytes, ...], ...],
+    patterns: tuple[str, ...],
     *,
     ahead: bool,
 ) -> Iterator[tuple[bytes, SearchedChunk | None]]:
@@ -326,7 +332,7 @@ def _searched_ahead(
 
     def read_and_search() -> tuple[bytes, SearchedChunk | None] | None:
         chunk = next(chunks, None)
-        return None if chunk is None else (chunk, search_chunk(chunk, needles, routes))
+        return None if chunk is None else (chunk, search_chunk(chunk, needles, routes, patterns))
 
     if not ahead:
         while (item := read_and_search()) is not None:
@@ -349,9 +355,13 @@ def _read_ahead_pool() -> ThreadPoolExecutor:
 
 
 def search_chunk(
-    chunk: bytes, needles: tuple[bytes, ...], routes: tuple[tuple[bytes, ...], ...]
+    chunk: bytes,
+    needles: tuple[bytes, ...],
+    routes: tuple[tuple[bytes, ...], ...],
+    patterns: tuple[str, ...] = (),
 ) -> SearchedChunk | None:
-    """The marked lines of ``chunk`` found by polars; None if polars cannot split it exactly."""
+    """The marked lines of ``chunk`` found by polars, and the rows each of ``patterns`` wants; None
+    if polars cannot split the chunk exactly."""
     if not frame_readable(chunk):
         return None
     try:
@@ -365,6 +375,7 @@ def search_chunk(
         texts=marked["line"].to_list(),
         masks=marked["mask"].to_list(),
         singles=marked["single"].to_list(),
+        wanted=_wanted_rows(lines["line"], patterns),
     )
 
 
@@ -393,7 +404,6 @@ def _frame_chunk_lines(
     rows, texts, masks, singles = searched.rows, searched.texts, searched.masks, searched.singles
     total, count = len(searched.lines), len(rows)
     window_start, window = 0, []
-    wanted_rows: dict[str, list[int]] = {}  # per regex an open block gave: the rows it wants
     pos = index = 0  # next line of the chunk to look at; first marked row at or after it
     while True:
         while index < count and rows[index] < pos:
@@ -403,9 +413,9 @@ def _frame_chunk_lines(
         if want is True:
             pos = min(pos, next_marked)
         elif want:
-            if want not in wanted_rows:
-                wanted_rows[want] = _rows_matching(searched.lines, want)
-            matching = wanted_rows[want]
+            matching = searched.wanted.get(want)
+            if matching is None:  # a regex no family declared: searched now, once per chunk
+                matching = searched.wanted[want] = _wanted_rows(searched.lines, (want,))[want]
             at = bisect_left(matching, pos)
             pos = min(matching[at] if at < len(matching) else total, next_marked)
         else:
@@ -427,10 +437,16 @@ def _frame_chunk_lines(
     return lineno + chunk.count(b"\n") + unterminated_read
 
 
-def _rows_matching(lines: pl.Series, pattern: str) -> list[int]:
-    """Rows of ``lines`` matching ``pattern``, or holding colour codes (whose removal may join a match)."""
-    found = lines.str.contains(pattern) | lines.str.contains("\x1b", literal=True)
-    return found.arg_true().to_list()
+def _wanted_rows(lines: pl.Series, patterns: tuple[str, ...]) -> dict[str, list[int]]:
+    """Per regex of ``patterns``: the rows of ``lines`` matching it or holding colour codes."""
+    if not patterns:
+        return {}
+    line = pl.col("line")
+    colour = line.str.contains("\x1b", literal=True)
+    found = lines.to_frame("line").select(
+        (line.str.contains(pattern) | colour).alias(str(index)) for index, pattern in enumerate(patterns)
+    )
+    return {pattern: found[str(index)].arg_true().to_list() for index, pattern in enumerate(patterns)}
 
 
 def _marked(

@@ -269,3 +269,36 @@ def test_an_open_block_can_ask_for_only_the_lines_it_reads(tmp_path, monkeypatch
     assert delivered["kept", True] == [2, 11, 21, 33, 34]  # OPEN, the two kept lines, colour codes, CLOSE
     assert delivered["kept", False] == every_line_of_the_block
     assert delivered[True, True] == delivered[True, False] == every_line_of_the_block
+
+
+def test_declared_block_patterns_are_searched_ahead_with_the_same_result(tmp_path, monkeypatch):
+    """A regex the families declare is searched with each chunk (in the read-ahead thread); the rows
+    it gives are those an undeclared regex finds when first asked for."""
+    from logstat.parsers import source
+
+    monkeypatch.setattr(source, "CHUNK_BYTES", 256)
+    path = tmp_path / "block.log"
+    body = ["OPEN"] + [f"{'kept' if i % 7 == 0 else 'arg'}_{i} ..... {i}" for i in range(60)] + ["CLOSE", "x"]
+    path.write_text("\n".join(body) + "\n")
+    seen = {}
+    for patterns in ((), ("kept",), ("other", "kept")):
+        state = {"open": False}
+        lines = []
+        for n, text, _, _ in source.routed_records(
+            path,
+            (b"OPEN", b"CLOSE"),
+            (),
+            lambda state=state: state["open"],
+            SourceReport(path="x"),
+            patterns=patterns,
+        ):
+            lines.append(n)
+            if text in ("OPEN", "CLOSE"):
+                state["open"] = "kept" if text == "OPEN" else False
+        seen[patterns] = lines
+    assert (
+        seen[()]
+        == seen[("kept",)]
+        == seen[("other", "kept")]
+        == [1] + [i + 2 for i in range(0, 60, 7)] + [62]
+    )
