@@ -325,10 +325,14 @@ def _searched_ahead(
 ) -> Iterator[tuple[bytes, SearchedChunk | None]]:
     """Each chunk with its ``SearchedChunk`` (None: cut it in Python). With ``ahead``, the next chunk
     is read and searched in a thread while the caller's families parse this one: file reads,
-    decompression and polars release the GIL, so on two cores that work mostly hides behind the parsing."""
+    decompression and polars release the GIL, so on two cores that work mostly hides behind the parsing.
+    Without it the block ``patterns`` are not searched ahead: in the parsing thread that search would
+    cost every file, while only the chunks where a block opens need it."""
     if needles is None:
         yield from ((chunk, None) for chunk in chunks)
         return
+    if not ahead:
+        patterns = ()
 
     def read_and_search() -> tuple[bytes, SearchedChunk | None] | None:
         chunk = next(chunks, None)
