@@ -408,7 +408,7 @@ def _frame_chunk_lines(
     rows, texts, masks, singles = searched.rows, searched.texts, searched.masks, searched.singles
     total, count = len(searched.lines), len(rows)
     window_start, window = 0, []
-    pos = index = 0  # next line of the chunk to look at; first marked row at or after it
+    pos = index = last_read = 0  # next line to look at; first marked row at or after it; lines read
     while True:
         while index < count and rows[index] < pos:
             index += 1
@@ -437,7 +437,9 @@ def _frame_chunk_lines(
             mask = 0 if routed and "\x1b" not in text else ALL_ROUTES
         yield lineno + pos + 1, text, mask, single
         pos += 1
-    unterminated_read = not chunk.endswith(b"\n") and pos == total
+        last_read = pos
+    # the line count holds an unterminated last line only if it was read (as the Python cutter counts)
+    unterminated_read = not chunk.endswith(b"\n") and last_read == total
     return lineno + chunk.count(b"\n") + unterminated_read
 
 

@@ -2,6 +2,7 @@
 
 import gzip
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from logstat.parsers.source import SourceReport, marked_lines, marker_needles, records, strip_prefixes
@@ -302,3 +303,19 @@ def test_declared_block_patterns_are_searched_ahead_with_the_same_result(tmp_pat
         == seen[("other", "kept")]
         == [1] + [i + 2 for i in range(0, 60, 7)] + [62]
     )
+
+
+EDGE_FILES = [
+    b"\n", b"\n\n\n", b" ", b"\r\n", b"\r", b"x", b"MARK", b"\n\nMARK", b"MARK\r\r\n", b"a\x00MARK\n",
+    b'"MARK\n"x\n', b"\xff\xfeMARK\n", b"MARK\r", b"\rMARK\n", b"MARK\nlast unmarked", b"MARK\n\n",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("content", EDGE_FILES)
+def test_tiny_and_odd_files_read_the_same_both_ways(tmp_path, monkeypatch, content):
+    """Records, masks and the line count (an unterminated last line counts only if it was read) are
+    the same on polars' line frames and on the Python cutter."""
+    path = tmp_path / "edge.log"
+    path.write_bytes(content)
+    frame_path, python_path = _records_both_ways(path, (b"MARK",), ((b"MARK",),), lambda: False, monkeypatch)
+    assert frame_path == python_path
