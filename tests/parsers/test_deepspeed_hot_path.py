@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -263,3 +264,121 @@ def test_user_config_json_lines_read_only_for_their_keys():
     assert run.facts["global_batch_size"] == 8 and run.provenance["global_batch_size"] == "deepspeed:4"
     assert run.facts["precision"] == "fp16" and run.provenance["precision"] == "deepspeed:9"
     assert deepspeed.NAME not in run.capturing
+
+
+# --- the plain print record ------------------------------------------------------------------------
+
+BENCH_HEAD = FIXTURES.parent / "bench-corpus" / "golden" / "inputs" / "head-big.out"
+
+
+def _print_reads(text: str, *, plain: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[tuple]]:
+    """What ``_read_print_tags`` hands on for ``text``: its count and each ``_read_print_value`` call,
+    with the one-search ``_PLAIN_PRINT_RECORD`` (``plain``) or the general path alone."""
+    reads: list[tuple] = []
+    with monkeypatch.context() as patch:
+        patch.setattr(deepspeed, "_read_print_value", lambda run, state, *args: reads.append(args))
+        if not plain:
+            patch.setattr(deepspeed, "_PLAIN_PRINT_RECORD", re.compile(r"(?!)"))
+        run = RunBuilder(path="job")
+        count = deepspeed._read_print_tags(run, deepspeed._state(run), text, 7)
+    return count, reads
+
+
+def _same_print_reads(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = _print_reads(text, plain=True, monkeypatch=monkeypatch)
+    general = _print_reads(text, plain=False, monkeypatch=monkeypatch)
+    assert plain == general, f"{text!r}: plain {plain} != general {general}"
+
+
+def _print_lines() -> list[str]:
+    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    paths = [p for root in roots for p in sorted(root.rglob("*")) if p.is_file()]
+    paths += [BENCH_HEAD] if BENCH_HEAD.is_file() else []
+    lines = []
+    for path in paths:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        lines += [line for line in text.splitlines() if ":print" in line]
+    return lines
+
+
+def test_every_real_print_line_reads_the_same(monkeypatch):
+    lines = _print_lines()
+    for line in lines:
+        _same_print_reads(line, monkeypatch)
+    # most real print lines take the one search (the test would pass, uselessly, if none did)
+    plain = sum(1 for line in lines if deepspeed._PLAIN_PRINT_RECORD.search(line))
+    assert len(lines) >= 1000 and plain > len(lines) // 2
+
+
+TAG = "[2021-05-26 04:38:20,033] [INFO] [config.py:752:print]"
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        "   train_batch_size ............. 512   ",
+        "   name ..... .5",
+        "   name .......5",
+        "   name  value  with  spaces",
+        "   name ..... ",
+        "   name .....",
+        "   name . value",
+        "   name value",
+        "   json = {",
+        "   json  = {",
+        "   json ..... {",
+        " DeepSpeedEngine configuration:",
+        " DeepSpeedEngine  configuration:",
+        "   name ..... value\t",
+        "   name\t..... value",
+        "   name ..... [1, 2]",
+        "   name ..... value[2021-05-26 04:38:20,034] [INFO] [engine.py:1:__init__] other",
+        "   name ..... value[2021-05-26 04:38:20,034] [INFO] [config.py:752:print]   other ..... 1",
+        "   name ..... value\xa0",
+        "   name ..... value\x1c",
+        "   name ..... välue",
+        "   9name ..... value",
+        "   name ..... value\r",
+        "",
+    ],
+)
+def test_print_record_edge_cases(record, monkeypatch):
+    _same_print_reads(TAG + record, monkeypatch)
+    _same_print_reads("[config.py:1:print_user_config]" + record, monkeypatch)
+
+
+_PRINT_PIECES = st.sampled_from(
+    [
+        TAG,
+        "[config.py:12:print_user_config]",
+        ":print",
+        "[2021-05-26 04:38:20,034]",
+        " ",
+        "  ",
+        ".",
+        "....",
+        "\t",
+        "\r",
+        "\xa0",
+        "\x1c",
+        "name",
+        "_x9",
+        "7",
+        "json = ",
+        "DeepSpeedEngine configuration",
+        "{",
+        "}",
+        "[",
+        "]",
+        "'a': 1,",
+        "=",
+        "é",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PRINT_PIECES, max_size=20))
+def test_random_print_like_text_reads_the_same(pieces):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _same_print_reads("".join(pieces), monkeypatch)
