@@ -326,13 +326,11 @@ def _searched_ahead(
     """Each chunk with its ``SearchedChunk`` (None: cut it in Python). With ``ahead``, the next chunk
     is read and searched in a thread while the caller's families parse this one: file reads,
     decompression and polars release the GIL, so on two cores that work mostly hides behind the parsing.
-    Without it the block ``patterns`` are not searched ahead: in the parsing thread that search would
-    cost every file, while only the chunks where a block opens need it."""
+    The block ``patterns`` are searched with every chunk: one pass of them all joined, then each on the
+    few candidate lines, costs less than searching a chunk again each time a block opens in it."""
     if needles is None:
         yield from ((chunk, None) for chunk in chunks)
         return
-    if not ahead:
-        patterns = ()
 
     def read_and_search() -> tuple[bytes, SearchedChunk | None] | None:
         chunk = next(chunks, None)
@@ -444,15 +442,24 @@ def _frame_chunk_lines(
 
 
 def _wanted_rows(lines: pl.Series, patterns: tuple[str, ...]) -> dict[str, list[int]]:
-    """Per regex of ``patterns``: the rows of ``lines`` matching it or holding colour codes."""
+    """Per regex of ``patterns``: the rows of ``lines`` matching it or holding colour codes. One pass
+    of all the regexes joined picks the candidate lines; each regex then runs on those only."""
     if not patterns:
         return {}
     line = pl.col("line")
     colour = line.str.contains("\x1b", literal=True)
-    found = lines.to_frame("line").select(
-        (line.str.contains(pattern) | colour).alias(str(index)) for index, pattern in enumerate(patterns)
+    candidates = (
+        lines.to_frame("line")
+        .with_row_index("n")
+        .filter(line.str.contains("|".join(f"(?:{pattern})" for pattern in patterns)) | colour)
     )
-    return {pattern: found[str(index)].arg_true().to_list() for index, pattern in enumerate(patterns)}
+    found = candidates.select(
+        "n",
+        *((line.str.contains(pattern) | colour).alias(str(index)) for index, pattern in enumerate(patterns)),
+    )
+    return {
+        pattern: found.filter(pl.col(str(index)))["n"].to_list() for index, pattern in enumerate(patterns)
+    }
 
 
 def _marked(
