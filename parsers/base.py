@@ -43,6 +43,8 @@ class Family:
 
 #: fields of a ``RunBuilder.timer_rows`` tuple, in order.
 TIMER_FIELDS = ("iteration", "timer", "ms", "family", "line", "source_path")
+#: a later failure replaces an earlier one of lower severity (an unknown status counts as "failed").
+_FAILURE_SEVERITY = {"incomplete": 0, "failed": 1, "cancelled": 2}
 
 
 @dataclass
@@ -74,25 +76,38 @@ class RunBuilder:
         ``world_size`` of a Megatron run is its DP size, not the GPU count); a family's later statement
         replaces its own earlier one, so a job that relaunched its training reports the final attempt.
         ``override`` (the run's manifest) always wins."""
-        if value is None or not self.fits(name, value, family, lineno):
+        if value is None:
             return
-        if name in self.facts and not override:
-            owner = self.provenance.get(name, "").split(":", 1)[0]
+        # fits() only for an int outside int64 (it notes the line): a call per fact cost more than the test
+        if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            self.fits(name, value, family, lineno)
+            return
+        facts = self.facts
+        if not override and name in facts:
+            owner = self.provenance.get(name, "").partition(":")[0]
             if owner != family or owner == "manifest":
                 return
-        self.facts[name] = value
+        facts[name] = value
         self.provenance[name] = f"{family}:{lineno}"
 
     def add_iteration(self, step: int, family: str, lineno: int, **metrics: Any) -> None:
         """Record metrics of training step ``step``; repeated steps (many ranks) merge, first value wins."""
-        if not self.fits("iteration", step, family, lineno):
+        # The range tests inline what fits() decides for a plain int, without a call per value; fits()
+        # still decides (and notes the line) for anything else.
+        if not (step.__class__ is int and INT64_MIN <= step <= INT64_MAX) and not self.fits(
+            "iteration", step, family, lineno
+        ):
             return
         row = self.iterations.get(step)
         if row is None:
             row = self.iterations[step] = self._new_row(step, family, lineno)
         for key, value in metrics.items():
-            if value is not None and row.get(key) is None and self.fits(key, value, family, lineno):
-                row[key] = value
+            if value is None or row.get(key) is not None:
+                continue
+            if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+                self.fits(key, value, family, lineno)
+                continue
+            row[key] = value
         self.last_iteration = step
 
     def add_timers(self, timers: dict[str, float], family: str, lineno: int) -> None:
@@ -112,7 +127,12 @@ class RunBuilder:
 
     def raise_metric(self, step: int, name: str, value: float, family: str, lineno: int) -> None:
         """Keep the largest ``value`` of a per-rank metric of ``step`` (memory: the peak rank matters)."""
-        if not (self.fits("iteration", step, family, lineno) and self.fits(name, value, family, lineno)):
+        if not (step.__class__ is int and INT64_MIN <= step <= INT64_MAX) and not self.fits(
+            "iteration", step, family, lineno
+        ):
+            return
+        if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            self.fits(name, value, family, lineno)  # notes the line
             return
         row = self.iterations.get(step)
         if row is None:
@@ -122,7 +142,7 @@ class RunBuilder:
 
     def fail(self, status: str, reason: str, lineno: int) -> None:
         """Record what ended the run; a later failure of higher severity replaces an earlier one."""
-        severity = {"incomplete": 0, "failed": 1, "cancelled": 2}
+        severity = _FAILURE_SEVERITY
         if self.failure is None or severity.get(status, 1) > severity.get(self.failure[0], 1):
             self.failure = (status, reason.strip()[:300], lineno)
             self.failure_path = self.current_file
