@@ -49,6 +49,9 @@ _SMI_MEMORY = re.compile(r"(?<!\d)(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)\b(?::|$)")
 _NCCL_FAILURE = re.compile(r"[Tt]ime(d )?out|timeout|[Ee]rror")
 _KILLED = re.compile(r"\bKilled\b|oom[-_]kill|signal 9\b|SIGKILL|Killing subprocess")
+#: DeepSpeed's launcher's line per worker it kills, alone on its line (~250k lines per GiB of a bench):
+#: no other test of parse_line can match it.
+_LAUNCHER_KILL = re.compile(r"Killing subprocess \d+")
 
 
 def gpu_model(text: str) -> str | None:
@@ -73,6 +76,10 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     if state is None:  # not setdefault, which would build an empty dict for every line
         state = run.state[NAME] = {}
     in_traceback = state.get("in_traceback")
+    if not in_traceback and _LAUNCHER_KILL.fullmatch(text):
+        # nothing else on the line for the tests below: straight to their branch for killed processes
+        _killed(text, lineno, run, state)
+        return
     # An indented line inside a traceback is a frame's source (`    raise torch.OutOfMemoryError(`),
     # not the error: the exception line below it is the evidence.
     oom = ("CUDA out of memory" in text or "OutOfMemoryError" in text) and not (
@@ -98,18 +105,23 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     elif "exits with return code" in text:
         _fail(run, state, "failed", f"worker failed: {text.strip()}", lineno)
     elif _KILLED.search(text):
-        launcher = "Killing subprocess" in text
-        if launcher and state.get("failure_from_launcher"):
-            return  # the launcher killing its other workers, one line each: the first one is kept
-        _fail(run, state, "failed", f"killed: {text.strip()}", lineno)
-        if launcher and run.failure is not None and run.failure[2] == lineno:
-            # DeepSpeed's launcher kills the other workers after one failed; a later line says how
-            state["failure_from_launcher"] = True
+        _killed(text, lineno, run, state)
     elif "Traceback (most recent call last)" in text:
         state.update(in_traceback=True, traceback_start=lineno)
         run.capture(NAME)
     else:
         _context(text, lineno, run, state)
+
+
+def _killed(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
+    """A killed process (OOM killer, ``Killed``, signal 9, the launcher killing its workers)."""
+    launcher = "Killing subprocess" in text
+    if launcher and state.get("failure_from_launcher"):
+        return  # the launcher killing its other workers, one line each: the first one is kept
+    _fail(run, state, "failed", f"killed: {text.strip()}", lineno)
+    if launcher and run.failure is not None and run.failure[2] == lineno:
+        # DeepSpeed's launcher kills the other workers after one failed; a later line says how
+        state["failure_from_launcher"] = True
 
 
 def _fail(run: RunBuilder, state: dict, status: str, reason: str, lineno: int) -> None:

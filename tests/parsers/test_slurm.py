@@ -118,3 +118,24 @@ def test_cancel_outranks_an_earlier_failure():
 
 def test_ordinary_nccl_info_is_not_a_failure():
     assert feed("r7i4n1:1234:1234 [0] NCCL INFO Using network IB").failure is None
+
+
+def test_bare_launcher_kill_lines_take_the_killed_branch_and_the_first_is_kept():
+    # parse_line sends a bare "Killing subprocess N" straight to its killed-process branch
+    run = feed("Killing subprocess 22920", "Killing subprocess 22921", "Killing subprocess 22922")
+    assert run.failure == ("failed", "killed: Killing subprocess 22920", 1)
+    assert run.families_seen["slurm"] == 1  # the later kills are skipped, as the launcher's echo
+    later = feed("Killing subprocess 1", "Killing subprocess 2", "RuntimeError: CUDA out of memory. Tried")
+    assert later.failure[1].startswith("CUDA out of memory")  # a later line says how the worker failed
+    earlier = feed(
+        "srun: error: task 3: Exited with exit code 1", "Killing subprocess 1", "Killing subprocess 2"
+    )
+    assert earlier.failure == ("failed", "srun: error: task 3: Exited with exit code 1", 1)
+    assert earlier.families_seen["slurm"] == 3  # each kill counted, none replaces the earlier failure
+
+
+def test_a_kill_line_with_other_evidence_or_inside_a_traceback_is_read_in_full():
+    oom = feed("Killing subprocess 1 after CUDA out of memory")
+    assert oom.failure[1].startswith("CUDA out of memory")
+    in_traceback = feed("Traceback (most recent call last):", "Killing subprocess 7", "ValueError: bad")
+    assert in_traceback.failure == ("failed", "ValueError: bad", 3)
