@@ -200,8 +200,14 @@ def _real(value: float) -> float | None:
 
 
 def _timers(text: str, lineno: int, run: RunBuilder) -> None:
-    fields = pipe_fields(text.split("time (ms)", 1)[1]).items()
-    timers = {name: ms for name, value in fields if (ms := _real(value)) is not None}
+    breakdown = text.split("time (ms)", 1)[1]
+    if ":" not in breakdown:  # every field has its ":": a bare "time (ms)" heading (half the lines) has none
+        return
+    fields = pipe_fields(breakdown)
+    try:  # one conversion per field, without a call: only an integer too long for a float raises
+        timers = {name: float(value) for name, value in fields.items()}
+    except OverflowError:
+        timers = {name: ms for name, value in fields.items() if (ms := _real(value)) is not None}
     if timers:
         run.add_timers(timers, NAME, lineno)
 

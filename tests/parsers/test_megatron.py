@@ -58,6 +58,27 @@ def test_timers_belong_to_the_step_logged_before():
     assert len(timers) == 11
 
 
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("time (ms)", []),  # the bare heading: no field, no call
+        ("time (ms) | note: none", []),
+        ("time (ms) | forward: 1 | backward: 2.5 | optimizer: nan", [("forward", 1.0), ("backward", 2.5)]),
+        # an integer too long for a float is dropped alone, as _real drops it; the others are kept
+        (
+            "time (ms) | forward: 1 | huge: " + "9" * 400 + " | backward: 2",
+            [("forward", 1.0), ("backward", 2.0)],
+        ),
+    ],
+)
+def test_timer_lines_convert_each_field_as_real(line, expected):
+    run = feed(ITERATION_1, line)
+    got = [(t["timer"], t["ms"]) for t in run.timers]
+    assert [(name, ms) for name, ms in got if ms == ms] == expected  # nan != nan: compared apart
+    assert all(isinstance(ms, float) for _, ms in got)
+    assert sum(ms != ms for _, ms in got) == ("nan" in line)
+
+
 def test_glued_iterations_in_one_line():
     glued = ITERATION_1 + ITERATION_1.replace("1/    1000", "2/    1000").replace("155483.8", "129028.8")
     run = feed(glued)
