@@ -178,7 +178,7 @@ _NOT_DIGIT = re.compile(r"[^\d]")
 
 
 def _significant_digits(text: str) -> int:
-    return len(_NOT_DIGIT.sub("", text.split("e")[0].split("E")[0]).lstrip("0"))
+    return len(_NOT_DIGIT.sub("", text.partition("e")[0].partition("E")[0]).lstrip("0"))
 
 
 def _set_final(run: RunBuilder, key: str, value: float | None, text: str, lineno: int) -> None:
@@ -243,15 +243,16 @@ def plain_dict(body: str) -> dict[str, Any] | None:
         item = _PLAIN_ITEM.match(body, pos)
         if item is None:
             return None
-        if item["float"] is not None:
-            out[item["key"]] = float(item["float"])
-        elif item["int"] is not None:
-            out[item["key"]] = int(item["int"])
-        elif item["text"] is not None:
-            out[item["key"]] = item["text"]
+        key, number, integer, text, name, last = item.groups()  # one call, not one per group
+        if number is not None:
+            out[key] = float(number)
+        elif integer is not None:
+            out[key] = int(integer)
+        elif text is not None:
+            out[key] = text
         else:
-            out[item["key"]] = _PLAIN_NAMES[item["name"]]
-        if item["last"] is not None:
+            out[key] = _PLAIN_NAMES[name]
+        if last is not None:
             return out
         pos = item.end()
 
