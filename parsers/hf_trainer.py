@@ -162,6 +162,8 @@ def _state(run: RunBuilder) -> dict[str, Any]:
 
 def _number(value: Any) -> float | None:
     """A dict value as a float: 2021 logs print floats, today's print ``'4.705'`` strings."""
+    if value.__class__ is float:  # the common case, first: float() of a float is that float
+        return value
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
@@ -178,7 +180,12 @@ _NOT_DIGIT = re.compile(r"[^\d]")
 
 
 def _significant_digits(text: str) -> int:
-    return len(_NOT_DIGIT.sub("", text.partition("e")[0].partition("E")[0]).lstrip("0"))
+    """The digits of ``text``'s mantissa without leading zeros (every digit a regex calls a digit)."""
+    mantissa = text.partition("e")[0].partition("E")[0]
+    digits = mantissa.replace(".", "").replace("-", "")
+    if digits.isascii() and digits.isdigit():  # a printed number: no regex substitution needed
+        return len(digits.lstrip("0"))
+    return len(_NOT_DIGIT.sub("", mantissa).lstrip("0"))
 
 
 def _set_final(run: RunBuilder, key: str, value: float | None, text: str, lineno: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from pathlib import Path
 
 import pyparsing as pp
@@ -340,3 +341,36 @@ _MINGPT_PIECES = st.sampled_from(
 @given(st.lists(_MINGPT_PIECES, max_size=12).map("".join))
 def test_mingpt_results_equal_their_grammars_on_random_pieces(text):
     _same_mingpt(text)
+
+
+def _significant_digits_by_regex(text: str) -> int:
+    """hf_trainer's definition of a final metric's precision, before its shortcut for printed numbers."""
+    return len(re.sub(r"[^\d]", "", text.split("e")[0].split("E")[0]).lstrip("0"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "273.0148",
+        "0.007",
+        "1e-05",
+        "-12.5",
+        "1.5E+3",
+        "",
+        "0",
+        "000.000",
+        "abc",
+        "1,234.5",
+        "٣.٤",
+        "1.2.3",
+        "--7",
+    ],
+)
+def test_significant_digits_edge_cases(text):
+    assert hf_trainer._significant_digits(text) == _significant_digits_by_regex(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="0123456789.-eE+,x ٣²", max_size=14) | st.floats().map(str))
+def test_significant_digits_equal_the_regex_definition(text):
+    assert hf_trainer._significant_digits(text) == _significant_digits_by_regex(text)
