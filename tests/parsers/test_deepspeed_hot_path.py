@@ -305,9 +305,10 @@ def test_every_real_print_line_reads_the_same(monkeypatch):
     lines = _print_lines()
     for line in lines:
         _same_print_reads(line, monkeypatch)
-    # most real print lines take the one search (the test would pass, uselessly, if none did)
+    # most real print lines take the one search (the test would pass, uselessly, if none did); a clean
+    # checkout has 725 print lines (fixtures and shared logs), the bench head adds many more when built
     plain = sum(1 for line in lines if deepspeed._PLAIN_PRINT_RECORD.search(line))
-    assert len(lines) >= 1000 and plain > len(lines) // 2
+    assert len(lines) >= 700 and plain > len(lines) // 2
 
 
 TAG = "[2021-05-26 04:38:20,033] [INFO] [config.py:752:print]"
