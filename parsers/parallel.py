@@ -16,6 +16,7 @@ from functools import cache
 
 from logstat.parsers import reader
 from logstat.parsers.base import Family
+from logstat.parsers.source import file_size
 
 PARALLEL_MIN_BYTES = 32 << 20
 """Below this many bytes in total, starting workers costs more than it saves."""
@@ -33,15 +34,8 @@ def default_workers(groups: Sequence[reader.RunFiles]) -> int:
     cores = usable_cores()
     if cores < 2 or len(groups) < 2:
         return 1
-    total_bytes = sum(_size(path) for files in groups for path in files.files)
+    total_bytes = sum(file_size(path) for files in groups for path in files.files)
     return min(cores, len(groups)) if total_bytes >= PARALLEL_MIN_BYTES else 1
-
-
-def _size(path: os.PathLike) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0  # the reader reports the unreadable file in the run's row
 
 
 def read_runs(

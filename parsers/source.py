@@ -14,6 +14,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+import os
 import re
 import zlib
 from bisect import bisect_left
@@ -174,23 +175,15 @@ def is_binary(head: bytes) -> bool:
     return not text.strip() or len(_NOISE.findall(text)) > BINARY_NOISE_SHARE * len(text)
 
 
-def candidate_starts(chunk: bytes, needles: tuple[bytes, ...]) -> list[int]:
-    """Sorted start offsets of the lines of ``chunk`` holding any of ``needles``.
-
-    polars' regex engine over the chunk's lines, all needles in one pass (``_needle_pattern``).
-    Latin-1 gives one character per byte, so character offsets are byte offsets and the (ASCII)
-    needles match exactly where they match the bytes.
-    """
-    return routed_starts(chunk, needles, ())[0]
-
-
 def routed_starts(
     chunk: bytes, needles: tuple[bytes, ...], routes: tuple[tuple[bytes, ...], ...]
 ) -> tuple[list[int], list[int]]:
-    """``(starts, masks)``: the start offsets of the lines of ``chunk`` holding any of ``needles``
-    (as ``candidate_starts``) and, per such line, a bit mask whose bit ``i`` says the line holds one
-    of ``routes[i]`` (one family's markers), so the reader tries only the families a line names.
-    The per-route searches run on the marked lines only (about one line in five)."""
+    """``(starts, masks)``: the sorted start offsets of the lines of ``chunk`` holding any of
+    ``needles`` and, per such line, a bit mask whose bit ``i`` says the line holds one of ``routes[i]``
+    (one family's markers), so the reader tries only the families a line names. polars' regex engine
+    searches all needles in one pass (``_needle_pattern``); the per-route searches run on the marked
+    lines only. Latin-1 gives one character per byte, so character offsets are byte offsets and the
+    (ASCII) needles match exactly where they match the bytes."""
     lines = pl.Series(chunk.decode("latin-1").split("\n"), dtype=pl.String)
     lengths = lines.str.len_chars() + 1
     frame = pl.DataFrame({"start": lengths.cum_sum() - lengths, "line": lines}).filter(
@@ -262,7 +255,7 @@ def routed_records(
     with ``records``). ``patterns``: the regexes ``wanted()`` may return, searched with each chunk."""
     stream, report.compressed = open_log(path)
     # a file of one chunk has nothing to read ahead: handing work to a thread would only cost
-    ahead = report.compressed or _size(path) > CHUNK_BYTES
+    ahead = report.compressed or file_size(path) > CHUNK_BYTES
     searched_chunks = _searched_ahead(_chunks(stream, report), needles, routes, patterns, ahead=ahead)
     # closing: the read-ahead thread is done with the stream before the stream is closed
     with stream, closing(searched_chunks) as chunks:
@@ -308,9 +301,10 @@ class SearchedChunk:
     may join a match). Filled ahead for the families' declared patterns, else when first asked for."""
 
 
-def _size(path: Path) -> int:
+def file_size(path: os.PathLike) -> int:
+    """The size of ``path`` in bytes; 0 if it cannot be read (the reader reports that file in its run's row)."""
     try:
-        return path.stat().st_size
+        return os.stat(path).st_size
     except OSError:
         return 0
 
