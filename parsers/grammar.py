@@ -62,7 +62,9 @@ eq_record = pp.DelimitedList(eq_field, delim=pp.one_of(", /")).set_name("eq_reco
 
 
 def pipe_fields(text: str) -> dict[str, float]:
-    """``key: value |`` fields of ``text`` as a dict (names stripped, lower case); never raises.
+    """``key: value |`` fields of ``text`` as a dict (names stripped, lower case). An integer of more
+    than 4,300 digits raises ValueError (Python's limit on int conversion); the reader notes that line
+    in ``parse_errors`` and goes on.
 
     Uses the compiled equivalent of ``pipe_field`` (same grammar as ``pipe_record``, at regex speed).
     """
