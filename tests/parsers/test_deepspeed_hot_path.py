@@ -323,6 +323,9 @@ TAG = "[2021-05-26 04:38:20,033] [INFO] [config.py:752:print]"
         "   name  value  with  spaces",
         "   name ..... ",
         "   name .....",
+        "   name  ",  # no value: the general path strips the record to "name", which has no filler
+        "name   ",
+        "   name  x ",
         "   name . value",
         "   name value",
         "   json = {",
@@ -383,3 +386,119 @@ _PRINT_PIECES = st.sampled_from(
 def test_random_print_like_text_reads_the_same(pieces):
     with pytest.MonkeyPatch.context() as monkeypatch:
         _same_print_reads("".join(pieces), monkeypatch)
+
+
+# --- the dismissal of an attribute the dump reader does not read -----------------------------------
+
+_OPEN_JSON = f"{TAG}   zero_config .................. {{"
+
+#: lines that leave the dump in each state ``_dismissible`` tells apart: no dump yet, a dump started,
+#: a JSON value open (capture on), one whose capture the reader ended with its file, and a dump header
+#: read while a value was open (its path reset, the capture still on).
+_DUMP_STATES = {
+    "no dump": [],
+    "dump started": [f"{TAG} DeepSpeedEngine configuration:"],
+    "json open": [f"{TAG} DeepSpeedEngine configuration:", _OPEN_JSON, '    "stage": 3, '],
+    "capture ended by the reader": [f"{TAG} DeepSpeedEngine configuration:", _OPEN_JSON, "end of file"],
+    "header inside a value": [_OPEN_JSON, f"{TAG} DeepSpeedEngine configuration:"],
+}
+
+
+def _after(lines: list[str], text: str, *, dismiss: bool, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    """Everything ``parse_line`` leaves in a run fed ``lines`` and then ``text``, with the dismissal
+    of unread attributes (``dismiss``) or with every plain record handed to ``_read_print_value``."""
+    with monkeypatch.context() as patch:
+        if not dismiss:
+            patch.setattr(deepspeed, "_dismissible", lambda *args: False)
+        run = RunBuilder(path="job")
+        for lineno, line in enumerate(lines, 1):
+            if line == "end of file":
+                run.capture(deepspeed.NAME, on=False)  # what the reader does at the end of a file
+            else:
+                deepspeed.parse_line(line, lineno, run)
+        deepspeed.parse_line(text, len(lines) + 1, run)
+    return (
+        run.facts,
+        run.provenance,
+        run.iterations,
+        run.families_seen,
+        repr(run.state),
+        run.capturing,
+        run.capture_lines,
+    )
+
+
+def _same_after_dismissal(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for state, lines in _DUMP_STATES.items():
+        fast = _after(lines, text, dismiss=True, monkeypatch=monkeypatch)
+        full = _after(lines, text, dismiss=False, monkeypatch=monkeypatch)
+        assert fast == full, f"{text!r} after {state}: dismissed {fast} != read {full}"
+
+
+def test_every_real_print_line_is_dismissed_exactly(monkeypatch):
+    lines = sorted(set(_print_lines()))
+    dismissed = 0
+    for line in lines:
+        _same_after_dismissal(line, monkeypatch)
+        plain = deepspeed._PLAIN_PRINT_RECORD.search(line)
+        dismissed += plain is not None and plain["name"] not in deepspeed._NAMES_READ
+    # the fast path is taken (the test would pass, uselessly, if no line reached it)
+    assert dismissed > len(lines) // 3
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        "   steps_per_print .............. 10",
+        "   steps_per_print .............. {",
+        "   steps_per_print .............. {  ",
+        "   steps_per_print .............. 10 ",
+        "   steps_per_print .............. ",
+        "   steps_per_print ..............",
+        "   steps_per_print  {",
+        "   steps_per_print .............. { 'a': 1 }",
+        "   train_batch_size ............. 512",
+        "   zero_config .................. {",
+        "   fp16_enabled ................. True",
+        "   json ......................... {",
+        "   world_size ................... 2",
+        "   name ..... value step=3, skipped=0 SamplesPerSec= UNIQUE_PARAMS=7",
+    ],
+)
+def test_print_records_are_dismissed_exactly(record, monkeypatch):
+    _same_after_dismissal(TAG + record, monkeypatch)
+
+
+# --- the JSON key pattern ----------------------------------------------------------------------------
+
+#: the definition of ``_JSON_KEY``: the value lazy, its trailing spaces left to the pattern's end.
+_LAZY_JSON_KEY = re.compile(r'"(\w+)"\s*:\s*([^,\s][^,]*?)?\s*,?\s*$')
+
+
+def _same_json_key(text: str) -> None:
+    def read(pattern: re.Pattern[str]) -> tuple | None:
+        match = pattern.search(text)
+        return None if match is None else (match.start(), match.group(1), (match.group(2) or "").strip())
+
+    assert read(deepspeed._JSON_KEY) == read(_LAZY_JSON_KEY), repr(text)
+
+
+def test_every_real_json_line_reads_the_same_key():
+    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    paths = [p for root in roots for p in sorted(root.rglob("*")) if p.is_file()]
+    paths += [BENCH_HEAD] if BENCH_HEAD.is_file() else []
+    lines = set()
+    for path in paths:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        lines.update(line.strip() for line in text.splitlines() if '":' in line)
+    for line in lines:
+        _same_json_key(line)
+    assert len(lines) > 20
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.sampled_from(['"', "key", "stage", ":", ",", " ", "\t", "\n", "\xa0", "{", "}", "3", "null"]))
+)
+def test_random_json_like_text_reads_the_same_key(pieces):
+    _same_json_key("".join(pieces))
