@@ -60,6 +60,8 @@ _EFFECTIVE_TFLOPS = re.compile(
     r"Effective Tera Flops per GPU: (?P<tflops>\d+(?:\.\d+)?) and total parameters (?P<params>\d+(?:\.\d+)?) B"
 )
 _MEMORY = re.compile(r"after (?P<step>\d+) iterations\)? memory \(MB\)")
+#: memory-line field -> ITERATIONS_SCHEMA column.
+_MEMORY_COLUMNS = (("allocated", "mem_allocated_mb"), ("max allocated", "mem_max_allocated_mb"))
 _DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32"}
 
 #: iteration-line field (lower case) -> ITERATIONS_SCHEMA column.
@@ -111,6 +113,8 @@ _KEPT_ARG_LINES = "|".join(re.escape(name) for name in sorted(_KEPT_ARGS))
 
 
 #: lines that only come after the arguments dump: one of them ends a dump that lost its end line.
+#: Megatron's timer heading alone, printed when no timer ran (half its timer lines): it has no field.
+BARE_TIMERS = "time (ms)"
 AFTER_ARGUMENTS = ("elapsed time per iteration", "time (ms)", "memory (MB)", "after training is done")
 
 
@@ -133,6 +137,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         # The dump lost its end line (cut by a relaunch, or glued into another rank's output):
         # it ended before this training line, which is read as usual.
         _end_arguments(state, lineno, run)
+    if text == BARE_TIMERS:  # a sixth of Megatron's lines: nothing to read, so no further tests
+        return
     if " arguments --" in text and "end of arguments" not in text:
         state.update(in_args=True, args={})
         # only the dump lines naming a kept argument change anything (and the marked lines end it)
@@ -157,20 +163,23 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
 
 def _iterations(text: str, lineno: int, run: RunBuilder) -> None:
     """One or several (glued) iteration records."""
-    headers = list(_ITERATION_HEADER.finditer(text))
-    last = len(headers) - 1
-    for index, header in enumerate(headers):
-        stop = headers[index + 1].start() if index < last else len(text)
-        record = text[header.end() : stop]
+    # each header is searched from the end of the one before, as finditer does; nearly every line holds
+    # one record, which then costs one search that finds nothing more instead of a list of matches
+    header = _ITERATION_HEADER.search(text)
+    while header is not None:
+        start = header.end()
+        following = _ITERATION_HEADER.search(text, start)
+        stop = following.start() if following is not None else len(text)
         # Every field of an iteration record ends with "|": text after the last one is a field cut
         # short (a log read while it is written, or cut by a crash), whose number would be wrong.
-        fields = pipe_fields(record[: record.rfind("|") + 1])
+        fields = pipe_fields(text[start : text.rfind("|", start, stop) + 1])
         metrics = _iteration_metrics(fields)
         run.saw(NAME)
         run.set_fact("train_iters", int(header["train_iters"]), NAME, lineno)
         if "global batch size" in fields:
             run.set_fact("global_batch_size", _whole(fields["global batch size"]), NAME, lineno)
         run.add_iteration(int(header["step"]), NAME, lineno, **metrics)
+        header = following
 
 
 def _iteration_metrics(fields: dict[str, float]) -> dict[str, Any]:
@@ -180,7 +189,10 @@ def _iteration_metrics(fields: dict[str, float]) -> dict[str, Any]:
     for name, value in fields.items():
         column = ITERATION_FIELDS.get(name)
         if column is not None and metrics.get(column) is None:
-            metrics[column] = _whole(value) if column in _INT_METRICS else _real(value)
+            if column in _INT_METRICS:
+                metrics[column] = _whole(value)
+            else:  # a float is its own measurement: only an int needs _real's overflow test
+                metrics[column] = value if value.__class__ is float else _real(value)
     return metrics
 
 
@@ -214,14 +226,18 @@ def _timers(text: str, lineno: int, run: RunBuilder) -> None:
 
 def _memory(text: str, lineno: int, run: RunBuilder) -> None:
     """Memory of each rank after step N: the run keeps the largest rank's numbers."""
-    matches = list(_MEMORY.finditer(text))
-    for index, match in enumerate(matches):
-        stop = matches[index + 1].start() if index + 1 < len(matches) else len(text)
-        fields = pipe_fields(text[match.end() : stop])
+    # searched from the end of the one before, as finditer does (one record a line, nearly always)
+    match = _MEMORY.search(text)
+    while match is not None:
+        following = _MEMORY.search(text, match.end())
+        fields = pipe_fields(text[match.end() : following.start() if following is not None else len(text)])
         step_number = int(match["step"])
-        for name, column in (("allocated", "mem_allocated_mb"), ("max allocated", "mem_max_allocated_mb")):
-            if name in fields and (value := _real(fields[name])) is not None:
+        for name, column in _MEMORY_COLUMNS:
+            value = fields.get(name)
+            # a float is its own measurement: only an int needs _real's overflow test
+            if value is not None and (value.__class__ is float or (value := _real(value)) is not None):
                 run.raise_metric(step_number, column, value, NAME, lineno)
+        match = following
 
 
 def _world(text: str, lineno: int, run: RunBuilder) -> None:
