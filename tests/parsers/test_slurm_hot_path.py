@@ -18,6 +18,8 @@ from logstat.parsers.base import RunBuilder
 
 from tests.parsers.test_family_shortcuts import REAL
 
+#: the definition of a bare launcher kill line
+LAUNCHER_KILL_DEFINITION = re.compile(r"Killing subprocess \d+")
 #: the definition: a killed process, named anywhere in the line
 KILLED_DEFINITION = re.compile(r"\bKilled\b|oom[-_]kill|signal 9\b|SIGKILL|Killing subprocess")
 
@@ -105,13 +107,74 @@ def test_shortcuts_equal_their_definitions_on_any_text(text):
     _same(text)
 
 
+def _takes_the_kill_shortcut(text: str, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Whether parse_line sends ``text`` (a first line, outside a traceback) to ``_launcher_killed``."""
+    taken = []
+    monkeypatch.setattr(slurm, "_launcher_killed", lambda *args: taken.append(args))
+    slurm.parse_line(text, 1, RunBuilder(path="x"))
+    return bool(taken)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Killing subprocess 1", "Killing subprocess ", "Killing subprocess 12 ", " Killing subprocess 1",
+     "Killing subprocess 1\n", "Killing subprocess ١٢", "Killing subprocess ²", "Killing subprocess ½",
+     "Killing subprocess 1a", "Killing subprocess  1", "Killing subprocess", "killing subprocess 1"],
+)  # fmt: skip
+def test_the_kill_shortcut_takes_what_its_pattern_matches(text, monkeypatch):
+    assert _takes_the_kill_shortcut(text, monkeypatch) == bool(LAUNCHER_KILL_DEFINITION.fullmatch(text))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["Killing subprocess ", "1", "9", "١", "²", "½", "Ⅻ", " ", "\n", "a"]), max_size=6
+    )
+)
+def test_the_kill_shortcut_takes_what_its_pattern_matches_on_random_pieces(pieces):
+    text = "".join(pieces)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        assert _takes_the_kill_shortcut(text, monkeypatch) == bool(LAUNCHER_KILL_DEFINITION.fullmatch(text))
+
+
+# --- the traceback's exception line ------------------------------------------------------------------
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            ["Error", "Exception", "Exit", "a", "A", "_", ".", ":", " ", "\t", "é", "9", "File", "("]
+        ),
+        max_size=10,
+    ).map("".join)
+)
+def test_a_space_before_the_first_colon_means_no_exception_line(text):
+    if " " in text.partition(":")[0]:  # _traceback_line's test before the pattern
+        assert slurm._EXCEPTION.match(text) is None
+
+
+def test_traceback_frames_are_skipped_and_the_exception_line_read():
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/x/run.py", line 1019, in run',
+        "    elastic_launch(",
+        "           ^^^^^^^",
+        "ValueError",
+    ]
+    run = RunBuilder(path="x")
+    for lineno, line in enumerate(lines, 1):
+        slurm.parse_line(line, lineno, run)
+    assert run.failure == ("failed", "ValueError", 5)
+
+
 # --- the bare launcher kill line ---------------------------------------------------------------------
 
 
 def _parse_by_definition(text: str, lineno: int, run: RunBuilder) -> None:
     """``parse_line`` with a bare kill line read by ``_killed`` itself, as before its shortcut."""
     state = run.state.setdefault(slurm.NAME, {})
-    if not state.get("in_traceback") and slurm._LAUNCHER_KILL.fullmatch(text):
+    if not state.get("in_traceback") and LAUNCHER_KILL_DEFINITION.fullmatch(text):
         slurm._killed(text, lineno, run, state)
     else:
         slurm.parse_line(text, lineno, run)
