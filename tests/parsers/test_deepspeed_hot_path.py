@@ -502,3 +502,82 @@ def test_every_real_json_line_reads_the_same_key():
 )
 def test_random_json_like_text_reads_the_same_key(pieces):
     _same_json_key("".join(pieces))
+
+
+# --- patterns opened on their literal, and _bool ------------------------------------------------------
+
+
+def _config_lines() -> list[str]:
+    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    paths = [p for root in roots for p in sorted(root.rglob("*")) if p.is_file()]
+    paths += [BENCH_HEAD] if BENCH_HEAD.is_file() else []
+    lines = set()
+    for path in paths:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        lines.update(line for line in text.splitlines() if "offload_" in line or "enabled=" in line)
+    return sorted(lines)
+
+
+#: the definitions of the keyed patterns: ``\b`` before the key, where re tries every position.
+_WORD_KEY_DEFINITIONS = {
+    **{key: (re.compile(rf"\b{key}=(\w+)"), pattern) for key, pattern in deepspeed._PYDANTIC_FLAGS.items()},
+    **{
+        key: (re.compile(rf"\b{key}=(None|\w+\([^)]*\))"), pattern)
+        for key, pattern in deepspeed._ZERO_CONFIG_OFFLOADS.items()
+    },
+}
+
+
+def _same_keyed_reads(text: str) -> None:
+    for key, (definition, pattern) in _WORD_KEY_DEFINITIONS.items():
+        want = [(m.span(), m.group(1)) for m in definition.finditer(text)]
+        assert [(m.span(), m.group(1)) for m in pattern.finditer(text)] == want, (key, text)
+
+
+def test_keyed_patterns_read_every_real_line_as_their_definitions():
+    lines = _config_lines()
+    for line in lines:
+        _same_keyed_reads(line)
+    assert any("offload_param=" in line for line in lines) and any("enabled=" in line for line in lines)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "offload_param=",
+                "offload_optimizer=",
+                "enabled=",
+                "None",
+                "x",
+                "_",
+                "é",
+                " ",
+                "=",
+                "(",
+                ")",
+                "True",
+            ]
+        ),
+        max_size=12,
+    )
+)
+def test_keyed_patterns_read_random_text_as_their_definitions(pieces):
+    _same_keyed_reads("".join(pieces))
+
+
+def _bool_definition(text: str) -> bool | None:
+    word = text.strip().split()[0].rstrip(",").lower() if text.strip() else ""
+    return {"true": True, "false": False}.get(word)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["true", "False", "TRUE,", ",", " ", "\t", "\xa0", "\x1c", "x", "İ"]), max_size=6
+    )
+)
+def test_bool_reads_as_its_definition(pieces):
+    text = "".join(pieces)
+    assert deepspeed._bool(text) == _bool_definition(text)
