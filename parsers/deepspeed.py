@@ -171,6 +171,9 @@ _PROFILE_LABELS: dict[str, str] = {
     "iter latency:": "iter_latency_s",
     "samples/second:": "samples_per_sec",
 }
+# The first label a line starts with, in the table's order (an alternation tries its branches in order at
+# the start, as a loop of startswith tests did, in one call instead of eight for most of a window's lines).
+_PROFILE_LABEL = re.compile("|".join(re.escape(label) for label in _PROFILE_LABELS))
 _PROFILE_FACTS = {"world_size": "gpus", "dp": "dp", "micro_batch_size": "micro_batch_size"}
 #: the profiler's summary block is read this many lines after its header.
 PROFILE_WINDOW_LINES = 60
@@ -317,6 +320,17 @@ def _read_print_record(run: RunBuilder, state: dict[str, Any], record: str, line
         _read_print_value(run, state, parsed[0], _strip_glued(parsed[1]), lineno)
 
 
+#: the facts the keys of a JSON value can set, each through ``_set``: ``_read_json_value`` reads the
+#: offload, precision and stage keys at any depth, the batch keys only at the top of ``json``.
+_NESTED_JSON_FACTS = frozenset(("offload_param", "offload_optimizer", "precision", "zero_stage"))
+_USER_CONFIG_FACTS = _NESTED_JSON_FACTS | frozenset(_JSON_FACTS.values())
+
+
+def _json_value_facts(name: str) -> frozenset[str]:
+    """The facts the JSON value of attribute ``name`` can set."""
+    return _USER_CONFIG_FACTS if name == "json" else _NESTED_JSON_FACTS
+
+
 def _read_print_value(run: RunBuilder, state: dict[str, Any], name: str, value: str, lineno: int) -> None:
     """One ``name ..... value`` attribute of a dump (``value`` stripped, glued records cut off)."""
     if state["dump_line"] is None:
@@ -324,12 +338,15 @@ def _read_print_value(run: RunBuilder, state: dict[str, Any], name: str, value: 
     state["dump_line"] = lineno
     if state["json_path"] or NAME in run.capturing:
         _close_json(run, state)
-    if value.endswith("{"):  # the value is stripped
-        # the value continues on the following lines, which carry no marker: ask for those that can matter
+    if name in _NAMES_READ:  # most of a dump's attributes are not: for them the bookkeeping is all
+        _read_named_value(run, state, name, value, lineno)  # (it reads no JSON state: first, see below)
+    # the value continues on the following lines, which carry no marker: ask for those that can matter;
+    # none can when every fact its keys could set is settled in this dump already (_set leaves those
+    # alone), as for most user configs (json = {...}, restating the attributes above it, a third of a
+    # dump's lines): the value is then not read at all (the value is stripped)
+    if value.endswith("{") and not _json_value_facts(name) <= state["dump_facts"]:
         state["json_path"], state["json_line"] = [name], lineno
         run.capture(NAME, lines=_JSON_LINES)
-    if name in _NAMES_READ:  # most of a dump's attributes are not: for them the bookkeeping above is all
-        _read_named_value(run, state, name, value, lineno)
 
 
 def _read_named_value(run: RunBuilder, state: dict[str, Any], name: str, value: str, lineno: int) -> None:
@@ -565,10 +582,9 @@ def _read_profile_line(run: RunBuilder, state: dict[str, Any], text: str, lineno
             run, profile, lineno, logged_tflops_per_gpu=None if flops is None else flops / 1e12
         )
         return
-    for label, key in _PROFILE_LABELS.items():
-        if stripped.startswith(label):
-            _read_profile_value(run, profile, key, stripped[len(label) :], lineno)
-            return
+    label = _PROFILE_LABEL.match(stripped)
+    if label is not None:
+        _read_profile_value(run, profile, _PROFILE_LABELS[label.group()], stripped[label.end() :], lineno)
 
 
 def _read_profile_value(run: RunBuilder, profile: dict[str, Any], key: str, text: str, lineno: int) -> None:
@@ -637,26 +653,35 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     # one state lookup per line (inline: the state is never empty once made), passed down; the tag's
     # literal is looked for before the pattern
     state = run.state.get(NAME) or _state(run)
-    tags = _read_print_tags(run, state, text, lineno) if ":print" in text else 0
+    if ":print" in text and _read_print_tags(run, state, text, lineno):
+        # a line of the dump is no JSON value or profiler line, but a step record may be glued onto it
+        if "=" in text or "iter time (s):" in text:
+            _read_records(run, state, text, lineno)
+        return
     # a JSON value is read only while its capture is on: the reader ends every capture with its file, so
     # a value left open at the end of a job's .out does not swallow lines of its .err (whose line
     # numbers start again, so JSON_MAX_LINES could not end it there)
-    json_path = state.get("json_path") if not tags and NAME in run.capturing else None
+    json_path = state.get("json_path") if NAME in run.capturing else None
     if json_path:
         _read_json_line(run, state, json_path, text, lineno)
-    # the step, throughput and pipeline-config records each hold a "=", most dump and JSON lines none
-    has_equals = "=" in text
-    if has_equals and "step=" in text and "skipped=" in text:
+    if "=" in text or "iter time (s):" in text:
+        _read_records(run, state, text, lineno)
+    # most lines neither start a profiler block nor fall in an open one's window: no call for them
+    if _PROFILE_HEADER in text or lineno <= state.get("profile_end", 0):
+        _read_profile_line(run, state, text, lineno)
+
+
+def _read_records(run: RunBuilder, state: dict[str, Any], text: str, lineno: int) -> None:
+    """The step, throughput and pipeline records of a line (each holds a "=" but the pipeline's steps,
+    which parse_line tests before the call: most dump and JSON lines hold neither)."""
+    if "step=" in text and "skipped=" in text:
         _read_step(run, state, text, lineno)
-    if has_equals and "SamplesPerSec=" in text:
+    if "SamplesPerSec=" in text:
         _read_throughput(run, text, lineno)
     if "iter time (s):" in text:
         _read_pipe(run, text, lineno)
-    if has_equals and ("CONFIG: micro_batches=" in text or "UNIQUE_PARAMS=" in text):
+    if "CONFIG: micro_batches=" in text or "UNIQUE_PARAMS=" in text:
         _read_pipe_config(run, text, lineno)
-    # most lines neither start a profiler block nor fall in an open one's window: no call for them
-    if not tags and (_PROFILE_HEADER in text or lineno <= state.get("profile_end", 0)):
-        _read_profile_line(run, state, text, lineno)
 
 
 def evidence(run: RunBuilder) -> int:

@@ -18,7 +18,7 @@ from logstat.parsers import deepspeed
 from logstat.parsers.base import RunBuilder
 
 from tests.conftest import FIXTURES, SHARED_LOGS
-from tests.parsers.feeding import feed_lines
+from tests.parsers.feeding import feed_file, feed_lines
 
 THROUGHPUT_LINE = (
     "[2026-11-21 21:47:07,715] [INFO] [timer.py:264:stop] epoch=0/micro_step=8/global_step=4, "
@@ -581,3 +581,51 @@ def _bool_definition(text: str) -> bool | None:
 def test_bool_reads_as_its_definition(pieces):
     text = "".join(pieces)
     assert deepspeed._bool(text) == _bool_definition(text)
+
+
+# --- JSON values that can change nothing are not read --------------------------------------------------
+
+
+def _fed(path: Path) -> tuple:
+    run = feed_file(deepspeed.FAMILY, path)
+    return run.facts, run.provenance, run.iterations, run.families_seen, run.state.get("parse_errors")
+
+
+def test_skipping_settled_json_values_changes_no_result(monkeypatch):
+    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    paths = [p for root in roots for p in sorted(root.rglob("*")) if p.is_file()]
+    skipped = []
+    opened = deepspeed._read_print_value
+
+    def count_skips(run, state, name, value, lineno):
+        opened(run, state, name, value, lineno)
+        skipped.append(value.endswith("{") and deepspeed.NAME not in run.capturing)
+
+    for path in paths:
+        with monkeypatch.context() as patch:
+            patch.setattr(deepspeed, "_read_print_value", count_skips)
+            fast = _fed(path)
+        with monkeypatch.context() as patch:
+            patch.setattr(deepspeed, "_json_value_facts", lambda name: frozenset(["a fact never set"]))
+            every_value_read = _fed(path)
+        assert fast == every_value_read, path
+    assert sum(skipped) >= 2  # the skip is taken (the fixtures' DeepSpeed dumps end with a settled json = {)
+
+
+def test_a_user_config_is_read_while_a_fact_it_states_is_open():
+    settled = _dump(
+        "fp16_enabled ................. True",
+        "train_batch_size ............. 8",
+        "train_micro_batch_size_per_gpu  4",
+        "gradient_accumulation_steps .. 2",
+        "zero_optimization_stage ...... 1",
+        "zero_config .................. offload_param=None offload_optimizer=None",
+        "json = {",
+    )
+    run = feed_lines(deepspeed.FAMILY, [*settled, '    "train_batch_size": 16, ', "}"])
+    assert deepspeed.NAME not in run.capturing and run.facts["global_batch_size"] == 8
+    # without its gradient_accumulation_steps line, the dump leaves gas to the user config
+    unsettled = [line for line in settled if "gradient_accumulation_steps" not in line]
+    run = feed_lines(deepspeed.FAMILY, [*unsettled, '    "gradient_accumulation_steps": 2, '])
+    assert deepspeed.NAME in run.capturing and run.facts["gas"] == 2
+    assert run.provenance["gas"] == f"deepspeed:{len(unsettled) + 1}"
