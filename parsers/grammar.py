@@ -3,7 +3,8 @@
 - ``number``: integer / float / scientific literal, also ``nan`` and ``inf``.
 - ``dotted_record``: ``  name ........ value`` lines of Megatron's arguments dump and DeepSpeed's
   config printer (old Megatron pads long names with spaces only: ``  long_name  value``).
-- ``pipe_record``: ``key: value | key: value |`` records (Megatron iteration, timer and memory lines).
+- ``pipe_record``: ``key: value | key: value |`` records (Megatron iteration, timer and memory lines);
+  ``pipe_layout`` reads the records of one layout (the same names in the same order) in one match.
 - ``eq_record``: ``key=value, key=value`` records (DeepSpeed ``step=``/throughput lines).
 - ``command_line_flags``: the ``--name value`` flags of an echoed launch command.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 import pyparsing as pp
@@ -75,6 +77,61 @@ def pipe_fields(text: str) -> dict[str, float]:
     for name, value in _PIPE_FIELD.findall(text):
         out[name.strip().lower()] = int(value) if value.lstrip("+-").isdigit() else float(value)
     return out
+
+
+# A record whose fields all hold plain numbers has a layout: its names in order. Megatron prints the
+# same names on every iteration (and timer, memory) line of a run, so one compiled pattern of the
+# names as literals reads a record of that layout in one match, about three times faster than
+# ``_PIPE_FIELD``'s search field by field. Between the literals, the pattern allows only what leaves
+# each ``|``-separated piece one field: whitespace, the name, ":", a value, whitespace (a piece
+# cannot hold two fields, and a match of ``_PIPE_FIELD`` starts at the piece's first letter, the
+# name's). The value is loose (ASCII digits, signs, ".", "e"): a text that int() or float() then
+# refuses (``1.2.3``) is no number, as ``_PIPE_FIELD``'s would be, and the caller reads the record
+# the general way. tests/parsers/test_hot_path.py checks layouts against ``pipe_fields``.
+_LAYOUT_VALUE_CHARACTERS = "-+.0123456789eE"
+_LAYOUT_VALUE = r"\s*+:\s*+([-+.0-9eE]++)\s*+"
+# int() refuses an integer of more digits (Python's conversion limit): a longer record goes the
+# general way, where pipe_fields raises as it always did, even for a field its caller does not read.
+_LAYOUT_MAX_LENGTH = 4300
+
+
+@dataclass(frozen=True)
+class PipeLayout:
+    """The names of a ``key: value |`` record's fields, in order, and the pattern that reads them."""
+
+    names: tuple[str, ...]  # as pipe_fields keys them (stripped, lower case), each once
+    pattern: re.Pattern[str]
+
+    def values(self, text: str) -> tuple[str, ...] | None:
+        """The value texts of ``text``, by ``names``, if it has exactly these fields; else None. A value
+        ``pipe_number`` refuses is no number (the record then needs ``pipe_fields``)."""
+        if len(text) > _LAYOUT_MAX_LENGTH:
+            return None
+        match = self.pattern.fullmatch(text)
+        return None if match is None else match.groups()
+
+
+def pipe_layout(text: str) -> PipeLayout | None:
+    """The layout of ``text``, a record of plain-number fields with distinct names; None for another."""
+    fields = _PIPE_FIELD.findall(text)
+    names = tuple(name.strip() for name, _ in fields)
+    keys = tuple(name.lower() for name in names)
+    if not names or len(set(keys)) < len(keys):
+        return None  # a repeated name keeps its last value: the general way reads that
+    if any(value.strip(_LAYOUT_VALUE_CHARACTERS) for _, value in fields):
+        return None  # nan or inf: not a plain number (known before compiling a pattern)
+    # the names as matched: a pattern that ignored case would also match a name that lower-cases to
+    # another key ("ſ" matches "s" but stays "ſ")
+    pattern = (
+        r"\s*+" + "".join(r"\|\s*+" + re.escape(name) + _LAYOUT_VALUE for name in names) + r"(?:\|\s*+)?+"
+    )
+    layout = PipeLayout(keys, re.compile(pattern))
+    return layout if layout.values(text) is not None else None
+
+
+def pipe_number(text: str) -> int | float:
+    """A field's value as ``pipe_fields`` reads it (ValueError for a text that is no number)."""
+    return int(text) if text.lstrip("+-").isdigit() else float(text)
 
 
 def dotted(text: str) -> tuple[str, str] | None:

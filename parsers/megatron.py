@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyparsing as pp
 from logstat.parsers.base import Family, RunBuilder
-from logstat.parsers.grammar import dotted, literal, pipe_fields
+from logstat.parsers.grammar import PipeLayout, dotted, literal, pipe_fields, pipe_layout, pipe_number
 
 NAME = "megatron"
 
@@ -146,11 +148,11 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.saw(NAME)
         return
     if "elapsed time per iteration" in text:
-        _iterations(text, lineno, run)
+        _iterations(text, lineno, run, state)
     elif "time (ms)" in text:
-        _timers(text, lineno, run)
+        _timers(text, lineno, run, state)
     elif "memory (MB)" in text:
-        _memory(text, lineno, run)
+        _memory(text, lineno, run, state)
     elif "using world size" in text:
         _world(text, lineno, run)
     elif "Effective Tera Flops" in text:
@@ -161,8 +163,9 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         _misc(text, lineno, run)
 
 
-def _iterations(text: str, lineno: int, run: RunBuilder) -> None:
+def _iterations(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
     """One or several (glued) iteration records."""
+    layouts = _layouts(state, "iteration", _iteration_plan)
     # each header is searched from the end of the one before, as finditer does; nearly every line holds
     # one record, which then costs one search that finds nothing more instead of a list of matches
     header = _ITERATION_HEADER.search(text)
@@ -172,14 +175,54 @@ def _iterations(text: str, lineno: int, run: RunBuilder) -> None:
         stop = following.start() if following is not None else len(text)
         # Every field of an iteration record ends with "|": text after the last one is a field cut
         # short (a log read while it is written, or cut by a crash), whose number would be wrong.
-        fields = pipe_fields(text[start : text.rfind("|", start, stop) + 1])
-        metrics = _iteration_metrics(fields)
+        metrics, global_batch = _iteration_record(text[start : text.rfind("|", start, stop) + 1], layouts)
         run.saw(NAME)
         run.set_fact("train_iters", int(header["train_iters"]), NAME, lineno)
-        if "global batch size" in fields:
-            run.set_fact("global_batch_size", _whole(fields["global batch size"]), NAME, lineno)
+        if global_batch is not None:
+            run.set_fact("global_batch_size", global_batch, NAME, lineno)
         run.add_iteration(int(header["step"]), NAME, lineno, **metrics)
         header = following
+
+
+def _iteration_record(record: str, layouts: _Layouts) -> tuple[dict[str, Any], int | None]:
+    """The ITERATIONS_SCHEMA columns of an iteration record and its global batch size (None: none)."""
+    read = layouts.read(record)
+    if read is not None:
+        (columns, batch_index), values = read
+        try:
+            return _iteration_columns(columns, values), (
+                None if batch_index is None else _whole(pipe_number(values[batch_index]))
+            )
+        except ValueError:
+            pass  # a value that is no number: pipe_fields reads the record without that field
+    fields = pipe_fields(record)
+    layouts.learn(record, fields)
+    global_batch = fields.get("global batch size")
+    return _iteration_metrics(fields), None if global_batch is None else _whole(global_batch)
+
+
+def _iteration_plan(names: tuple[str, ...]) -> tuple[tuple[tuple[int, str], ...], int | None]:
+    """What an iteration layout's fields hold: (index, column) of those with a column, in their order,
+    and the index of the global batch size (None: not in this layout)."""
+    columns = tuple(
+        (index, ITERATION_FIELDS[name]) for index, name in enumerate(names) if name in ITERATION_FIELDS
+    )
+    return columns, names.index("global batch size") if "global batch size" in names else None
+
+
+def _iteration_columns(columns: tuple[tuple[int, str], ...], values: tuple[str, ...]) -> dict[str, Any]:
+    """``_iteration_metrics`` of a layout's value texts: same order, same conversions, and only the
+    values it reads are converted (ValueError for one that is no number)."""
+    metrics: dict[str, Any] = {}
+    for index, column in columns:
+        if metrics.get(column) is None:
+            text = values[index]
+            value = int(text) if text.lstrip("+-").isdigit() else float(text)  # pipe_number, inline
+            if column in _INT_METRICS:
+                metrics[column] = _whole(value)
+            else:
+                metrics[column] = value if value.__class__ is float else _real(value)
+    return metrics
 
 
 def _iteration_metrics(fields: dict[str, float]) -> dict[str, Any]:
@@ -211,33 +254,134 @@ def _real(value: float) -> float | None:
         return None
 
 
-def _timers(text: str, lineno: int, run: RunBuilder) -> None:
+def _timers(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
     breakdown = text.split("time (ms)", 1)[1]
     if ":" not in breakdown:  # every field has its ":": a bare "time (ms)" heading (half the lines) has none
         return
-    fields = pipe_fields(breakdown)
-    try:  # one conversion per field, without a call: only an integer too long for a float raises
-        timers = {name: float(value) for name, value in fields.items()}
-    except OverflowError:
-        timers = {name: ms for name, value in fields.items() if (ms := _real(value)) is not None}
+    layouts = _layouts(state, "timers", _timer_plan)
+    timers = _layout_timers(breakdown, layouts)
+    if timers is None:
+        fields = pipe_fields(breakdown)
+        layouts.learn(breakdown, fields)
+        try:  # one conversion per field, without a call: only an integer too long for a float raises
+            timers = {name: float(value) for name, value in fields.items()}
+        except OverflowError:
+            timers = {name: ms for name, value in fields.items() if (ms := _real(value)) is not None}
     if timers:
         run.add_timers(timers, NAME, lineno)
 
 
-def _memory(text: str, lineno: int, run: RunBuilder) -> None:
+def _layout_timers(breakdown: str, layouts: _Layouts) -> dict[str, float] | None:
+    """The timers of a breakdown of a known layout, as the general way reads them; None: read it so."""
+    read = layouts.read(breakdown)
+    if read is None:
+        return None
+    names, values = read
+    try:
+        timers = list(map(float, values))  # float of the text: pipe_fields' int of it, then float, unless...
+    except ValueError:
+        return None  # a value that is no number: pipe_fields reads the breakdown without that field
+    if math.inf in timers or -math.inf in timers:
+        return None  # ... an integer too long for a float, which the general way drops
+    if 0.0 in timers:  # ... or "-0": float says -0.0, its integer 0.0
+        timers = [float(pipe_number(value)) for value in values]
+    return dict(zip(names, timers, strict=True))
+
+
+def _memory(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
     """Memory of each rank after step N: the run keeps the largest rank's numbers."""
+    layouts = _layouts(state, "memory", _memory_plan)
     # searched from the end of the one before, as finditer does (one record a line, nearly always)
     match = _MEMORY.search(text)
     while match is not None:
         following = _MEMORY.search(text, match.end())
-        fields = pipe_fields(text[match.end() : following.start() if following is not None else len(text)])
+        record = text[match.end() : following.start() if following is not None else len(text)]
         step_number = int(match["step"])
-        for name, column in _MEMORY_COLUMNS:
-            value = fields.get(name)
+        for column, value in _memory_numbers(record, layouts):
             # a float is its own measurement: only an int needs _real's overflow test
-            if value is not None and (value.__class__ is float or (value := _real(value)) is not None):
+            if value.__class__ is float or (value := _real(value)) is not None:
                 run.raise_metric(step_number, column, value, NAME, lineno)
         match = following
+
+
+def _memory_numbers(record: str, layouts: _Layouts) -> list[tuple[str, int | float]]:
+    """(column, number) of the fields of a memory record the run keeps, in _MEMORY_COLUMNS' order."""
+    read = layouts.read(record)
+    if read is not None:
+        plan, values = read
+        try:
+            return [(column, pipe_number(values[index])) for index, column in plan]
+        except ValueError:
+            pass  # a value that is no number: pipe_fields reads the record without that field
+    fields = pipe_fields(record)
+    layouts.learn(record, fields)
+    return [(column, fields[name]) for name, column in _MEMORY_COLUMNS if name in fields]
+
+
+def _memory_plan(names: tuple[str, ...]) -> tuple[tuple[int, str], ...]:
+    """(index, column) of a memory layout's fields the run keeps, in _MEMORY_COLUMNS' order."""
+    return tuple((names.index(name), column) for name, column in _MEMORY_COLUMNS if name in names)
+
+
+def _timer_plan(names: tuple[str, ...]) -> tuple[str, ...]:
+    """A timer layout's names: the family reads every field."""
+    return names
+
+
+# Megatron prints the same fields on every iteration (timer, memory) line of a run: once a few records
+# of the same names were read the general way, a layout of those names (grammar.pipe_layout) reads the
+# next ones in one match. Compiling one costs about a millisecond, more than a short log's few records,
+# and names met once or twice (a setup timer) get none.
+_LAYOUT_AFTER = 4  # records of the same names read the general way before their layout is built
+_LAYOUT_TRIES = 8  # records of those names tried for it (a layout reads plain numbers only, no nan)
+# distinct names counted per kind and run: a log whose names keep changing gets no layouts
+_LAYOUT_NAMES = 256
+
+
+@dataclass
+class _Layouts:
+    """The layouts of one kind of record met in a run, each with ``plan`` of its names: what the family
+    reads of its fields."""
+
+    plan: Callable[[tuple[str, ...]], Any]
+    known: list[tuple[PipeLayout, Any]] = field(default_factory=list)
+    counts: dict[tuple[str, ...], int] = field(default_factory=dict)  # records read the general way
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a cache for reading the run: a worker process returns its run without compiled patterns
+        return _Layouts, (self.plan,)
+
+    def read(self, record: str) -> tuple[Any, tuple[str, ...]] | None:
+        """``(plan, value texts)`` of the first layout that reads ``record``; None: none does. The layout
+        that reads it moves first (a run's records of one kind mostly have one layout at a time)."""
+        known = self.known
+        for entry in known:
+            values = entry[0].values(record)
+            if values is not None:
+                if entry is not known[0]:
+                    known.remove(entry)
+                    known.insert(0, entry)
+                return entry[1], values
+        return None
+
+    def learn(self, record: str, fields: dict[str, Any]) -> None:
+        """Count a record read the general way; from the ``_LAYOUT_AFTER``-th of the same names on, one
+        whose fields are all plain numbers builds their layout (a few tries: a run printing nan)."""
+        names = tuple(fields)
+        count = self.counts.get(names, 0) + 1
+        if count > 1 or len(self.counts) < _LAYOUT_NAMES:
+            self.counts[names] = count
+        if _LAYOUT_AFTER <= count < _LAYOUT_AFTER + _LAYOUT_TRIES:
+            layout = pipe_layout(record)
+            if layout is not None:
+                self.known.insert(0, (layout, self.plan(layout.names)))
+
+
+def _layouts(state: dict, kind: str, plan: Callable[[tuple[str, ...]], Any]) -> _Layouts:
+    layouts = state.get(kind)
+    if layouts is None:
+        layouts = state[kind] = _Layouts(plan)
+    return layouts
 
 
 def _world(text: str, lineno: int, run: RunBuilder) -> None:

@@ -378,3 +378,158 @@ def test_scaled_edge_cases(text, unit, expected):
 def test_scaled_on_random_text(pieces, unit):
     text = "".join(pieces)
     assert repr(deepspeed._scaled(text, unit)) == repr(deepspeed._scaled_by_grammar(text, unit))
+
+
+def _by_layout(layout: grammar.PipeLayout, text: str) -> dict[str, float] | None:
+    """What a layout reads of ``text`` (None: it does not read it); a value text ``pipe_number`` refuses
+    is no number, so no field."""
+    values = layout.values(text)
+    if values is None:
+        return None
+    out: dict[str, float] = {}
+    for name, value in zip(layout.names, values, strict=True):
+        try:
+            out[name] = grammar.pipe_number(value)
+        except ValueError:
+            pass
+    return out
+
+
+def _layout_reads_as_pipe_fields(layout: grammar.PipeLayout, text: str) -> bool:
+    """Whether ``layout`` reads ``text``; when it does, it must read what ``pipe_fields`` reads."""
+    read = _by_layout(layout, text)
+    if read is not None:
+        # repr: tells 1 from 1.0, -0.0 from 0.0, and compares nan; the order of the keys counts too
+        assert repr(list(read.items())) == repr(list(grammar.pipe_fields(text).items())), (layout, text)
+    return read is not None
+
+
+def _records(line: str) -> list[str]:
+    """Records as Megatron cuts them from a line: from the first ``|``, to the end or to the last ``|``."""
+    record = line[line.index("|") :]
+    return [record, record[: record.rfind("|") + 1]]
+
+
+def test_pipe_layouts_of_real_lines_read_what_pipe_fields_reads():
+    """A layout built from each real record reads that record, and every other real record it reads,
+    as pipe_fields does."""
+    records = sorted({record for line in _pipe_lines() for record in _records(line)})
+    layouts = {}
+    for record in records:
+        layout = grammar.pipe_layout(record)
+        if layout is not None:
+            assert _layout_reads_as_pipe_fields(layout, record)
+            layouts.setdefault(layout.names, layout)
+    # the iteration, timer and memory lines of the real logs have a few dozen layouts
+    assert len(layouts) > 10
+    read = sum(
+        _layout_reads_as_pipe_fields(layout, record) for layout in layouts.values() for record in records
+    )
+    assert read > len(layouts)
+
+
+@pytest.mark.parametrize(
+    ("template", "text", "reads"),
+    [
+        (" | a: 1 | b c: 2.5 |", " | a: 3 | b c: 4e5 |", True),
+        (" | a: 1 | b c: 2.5 |", "| a :\t-3\r|\x0bb c:+4 ", True),  # any whitespace, either end
+        (" | a: 1 | b c: 2.5 |", " | A: 3 | b c: 4 |", False),  # names as written: the key would match...
+        (" | s: 1 |", " | \u017f: 1 |", False),  # ... but ſ (which matches s ignoring case) keys as ſ
+        (" | K: 1 |", " | \u212a: 1 |", False),
+        (" | a: 1 |", " | a: 1.2.3 |", True),  # no number: no field
+        (" | a: 1 |", " | a: +-5 |", True),
+        (" | a: 1 |", " | a: 1e |", True),
+        (" | a: 1 |", " | a: . |", True),
+        (" | a: 1 |", " | a: -0 |", True),
+        (" | a: 1 |", " | a: 1e999 |", True),
+        (" | a: 1 |", " | a: nan |", False),  # a number the loose value leaves to pipe_fields
+        (" | a: 1 |", " | a: \u0661 |", False),
+        (" | a: 1 |", " | a: 1_0 |", False),
+        (" | a: 1 |", " x | a: 1 |", False),  # text before the first "|"
+        (" | a: 1 |", " | a: 1 | x", False),  # text after the last field
+        (" | a: 1 |", " | a: 1 || ", False),
+        (" | a: 1 |", " | a: 1 \n| ", True),
+        (" | a: 1 | b: 2", " | a: 1 \n| b\n: 2\n", True),
+        (" | a: 1 |", " | a=b: 1 |", False),
+        (" | a: 1 |", " | a: 1 : 2 |", False),
+        (" | a: 1 |", " | a: 1" + "0" * 5000 + " |", False),  # too long for int(): pipe_fields raises
+    ],
+)
+def test_pipe_layout_edge_cases(template, text, reads):
+    layout = grammar.pipe_layout(template)
+    assert _layout_reads_as_pipe_fields(layout, template)
+    assert _layout_reads_as_pipe_fields(layout, text) is reads
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        " | a: 1 | a: 2 |",  # a repeated name keeps its last value
+        " | a: 1 | A: 2 |",
+        " | learning rate: N/A | b: 2 |",  # a field that is no number
+        " | a: nan |",
+        " | a: 1 | = b: 2 |",
+        "",
+        " | no fields |",
+    ],
+)
+def test_records_without_a_layout(template):
+    assert grammar.pipe_layout(template) is None
+
+
+_LAYOUT_PIECES = st.sampled_from(
+    [
+        "|",
+        " | ",
+        "a",
+        "b c",
+        "A",
+        "x",
+        ":",
+        ": ",
+        " ",
+        "\t",
+        "\n",
+        "=",
+        "1",
+        "25",
+        ".",
+        "-",
+        "+",
+        "e",
+        "E",
+        "nan",
+        "_",
+        "\u017f",
+    ]
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.lists(st.sampled_from(["a", "b c", "lm loss", "A", "\u017f"]), min_size=1, max_size=4, unique=True),
+    st.lists(_LAYOUT_PIECES, max_size=30),
+    st.lists(
+        st.tuples(
+            st.sampled_from([" ", "", "\t", "\n "]),
+            st.sampled_from(["1", "-0", "2.5e-3", "1.2.3", "+-1", "e", "nan", "7 x"]),
+        ),
+        min_size=4,
+        max_size=4,
+    ),
+)
+def test_pipe_layout_on_random_text(names, pieces, spaced_values):
+    """A layout of random names reads random text, and records of its names with random spacing and
+    values, as pipe_fields does."""
+    template = "".join(f" | {name}: 1" for name in names) + " |"
+    layout = grammar.pipe_layout(template)
+    if {name.lower() for name in names} != set(layout.names if layout else ()):
+        assert layout is None  # names that lower-case alike
+        return
+    _layout_reads_as_pipe_fields(layout, "".join(pieces))
+    record = "".join(
+        f"|{space}{name}{space}:{space}{value}{space}"
+        for name, (space, value) in zip(names, spaced_values, strict=False)
+    )
+    _layout_reads_as_pipe_fields(layout, " " + record)
+    _layout_reads_as_pipe_fields(layout, record + "|")
