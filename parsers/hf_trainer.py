@@ -162,17 +162,19 @@ def _state(run: RunBuilder) -> dict[str, Any]:
 
 def _number(value: Any) -> float | None:
     """A dict value as a float: 2021 logs print floats, today's print ``'4.705'`` strings."""
-    if value.__class__ is float:  # the common case, first: float() of a float is that float
+    # the common cases first: float() of a float is that float; a str (today's '4.705') is neither a bool
+    # nor a number, so its test goes before theirs (the union's isinstance is the slowest of them)
+    if value.__class__ is float:
         return value
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
     if isinstance(value, str):
         try:
             return float(value.replace(",", ""))
         except ValueError:
             return None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
     return None
 
 
@@ -206,8 +208,7 @@ def _set_final(run: RunBuilder, key: str, value: float | None, text: str, lineno
 
 
 def _read_dicts(run: RunBuilder, text: str, lineno: int) -> None:
-    for match in _DICT.finditer(text):
-        body = match.group(0)
+    for body in _DICT.findall(text):  # the dicts' texts, without building a match object for each
         if not _HOLDS_TRAINER_KEY(body):
             continue
         if not body.endswith("}"):
@@ -354,9 +355,10 @@ def _read_args_one_line(run: RunBuilder, text: str, lineno: int) -> None:
 
 #: per block, the lines that can change what it records (a regex of literals for the reader); the
 #: others are skipped by the block reader and carry no marker. None: every line (the metrics block ends
-#: at its first line that is not a metric).
+#: at its first line that is not a metric). A field is read from ``name=value``: its name with the ``=``
+#: leaves out the fields it begins (``fp16_full_eval=``, ``activation_checkpointing_kwargs=``, ...).
 _BLOCK_LINES: dict[str, str | None] = {
-    "args": "|".join(re.escape(text) for text in [")", *sorted(_ARGS_READ)]),
+    "args": "|".join(re.escape(text) for text in [")", *(f"{name}=" for name in sorted(_ARGS_READ))]),
     "config": "|".join(re.escape(text) for text in ["}", *(f'"{key}"' for key in sorted(_SHAPE_KEYS))]),
     "metrics": None,
 }
@@ -417,7 +419,7 @@ def metric_line(text: str) -> tuple[str, str] | None:
     """``(name, value)`` of a ``name = value`` line of the train metrics block, or None: what
     ``metric_record.parse_string(text)`` reads (tabs expanded alike), with its compiled equivalent."""
     match = _METRIC_LINE.match(text.expandtabs() if "\t" in text else text)
-    return None if match is None else (match["name"], match["value"])
+    return None if match is None else match.group("name", "value")  # one call for both
 
 
 def args_record(text: str) -> tuple[str, str] | None:
@@ -429,7 +431,7 @@ def args_record(text: str) -> tuple[str, str] | None:
     """
     text = text.expandtabs() if "\t" in text else text
     match = args_field.re.match(text.lstrip(" \n\r"))  # pyparsing's default whitespace, skipped first
-    return None if match is None else (match["name"], match["value"])
+    return None if match is None else match.group("name", "value")  # one call for both
 
 
 def _read_metric(run: RunBuilder, name: str, value: str, lineno: int) -> None:

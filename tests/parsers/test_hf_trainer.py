@@ -3,6 +3,7 @@
 Expected values were read off the files with the one-liners quoted beside them, not with the parser.
 """
 
+import re
 from pathlib import Path
 
 import pytest
@@ -258,3 +259,39 @@ def test_train_output_gives_the_final_step_and_full_precision_metrics():
         run.facts["final_samples_per_sec"] == 4.276
         and run.provenance["final_samples_per_sec"] == "hf-trainer:1"
     )
+
+
+_ARGS_LINE_PIECES = st.sampled_from(
+    [
+        *sorted(hf_trainer._ARGS_READ),
+        "_full_eval",
+        "_kwargs",
+        "x",
+        "=",
+        "True",
+        "4",
+        ",",
+        " ",
+        "\t",
+        ")",
+        "(",
+        "\r",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_ARGS_LINE_PIECES, max_size=8).map("".join))
+def test_the_args_block_asks_for_every_field_line_it_reads(text):
+    # the reader delivers only the lines matching the block's capture regex: every line whose field the
+    # block reads (or its closing ')') must match it
+    field = hf_trainer.args_record(text.strip())
+    if text.strip() == ")" or (field is not None and field[0] in hf_trainer._ARGS_READ):
+        assert re.search(hf_trainer._BLOCK_LINES["args"], text), text
+
+
+def test_the_args_block_leaves_out_fields_that_only_begin_with_a_read_name():
+    wanted = re.compile(hf_trainer._BLOCK_LINES["args"])
+    assert wanted.search("fp16=False,") and wanted.search("  activation_checkpointing=True,")
+    assert not wanted.search("fp16_full_eval=False,")
+    assert not wanted.search("activation_checkpointing_kwargs=None,")
