@@ -629,3 +629,38 @@ def test_a_user_config_is_read_while_a_fact_it_states_is_open():
     run = feed_lines(deepspeed.FAMILY, [*unsettled, '    "gradient_accumulation_steps": 2, '])
     assert deepspeed.NAME in run.capturing and run.facts["gas"] == 2
     assert run.provenance["gas"] == f"deepspeed:{len(unsettled) + 1}"
+
+
+def _first_label_by_loop(stripped: str) -> str | None:
+    """The definition ``_PROFILE_LABEL`` replaced: the first label of the table the line starts with."""
+    return next((label for label in deepspeed._PROFILE_LABELS if stripped.startswith(label)), None)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        *PROFILE_BLOCK,
+        "params of model = params per GPU * mp_size:                             2.63 K  ",
+        "params of model:   1.2 B",
+        "params of model = 3",
+        "data parallel size:   2",
+        "samples/second:    20397.83",
+        "  world size: 4",
+        "world size",
+        "",
+    ],
+)
+def test_profile_label_is_the_first_label_of_the_table(text):
+    stripped = text.strip()
+    match = deepspeed._PROFILE_LABEL.match(stripped)
+    assert (None if match is None else match.group()) == _first_label_by_loop(stripped)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from([*deepspeed._PROFILE_LABELS, "params of model", " ", "=", ":", "x"]), max_size=5)
+)
+def test_profile_label_of_random_text_is_the_first_label_of_the_table(pieces):
+    stripped = "".join(pieces).strip()
+    match = deepspeed._PROFILE_LABEL.match(stripped)
+    assert (None if match is None else match.group()) == _first_label_by_loop(stripped)
