@@ -61,6 +61,10 @@ _MICRO_BATCHES = re.compile(r"setting number of micro-batches to constant (?P<ga
 _EFFECTIVE_TFLOPS = re.compile(
     r"Effective Tera Flops per GPU: (?P<tflops>\d+(?:\.\d+)?) and total parameters (?P<params>\d+(?:\.\d+)?) B"
 )
+_INFINITY, _MINUS_INFINITY = math.inf, -math.inf
+# where a record may hold an integer minus zero ("-0", "-00"): a value of digits only is followed by
+# whitespace, "|" or the end (this finds more, e.g. "x-0 y", which only costs the slower way)
+_INTEGER_MINUS_ZERO = re.compile(r"-0++(?![0-9.eE])")
 _MEMORY = re.compile(r"after (?P<step>\d+) iterations\)? memory \(MB\)")
 #: memory-line field -> ITERATIONS_SCHEMA column.
 _MEMORY_COLUMNS = (("allocated", "mem_allocated_mb"), ("max allocated", "mem_max_allocated_mb"))
@@ -176,11 +180,12 @@ def _iterations(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
         # Every field of an iteration record ends with "|": text after the last one is a field cut
         # short (a log read while it is written, or cut by a crash), whose number would be wrong.
         metrics, global_batch = _iteration_record(text[start : text.rfind("|", start, stop) + 1], layouts)
+        step, train_iters = header.group("step", "train_iters")
         run.saw(NAME)
-        run.set_fact("train_iters", int(header["train_iters"]), NAME, lineno)
+        run.set_fact("train_iters", int(train_iters), NAME, lineno)
         if global_batch is not None:
             run.set_fact("global_batch_size", global_batch, NAME, lineno)
-        run.add_iteration(int(header["step"]), NAME, lineno, **metrics)
+        run.add_iteration(int(step), NAME, lineno, **metrics)
         header = following
 
 
@@ -201,26 +206,32 @@ def _iteration_record(record: str, layouts: _Layouts) -> tuple[dict[str, Any], i
     return _iteration_metrics(fields), None if global_batch is None else _whole(global_batch)
 
 
-def _iteration_plan(names: tuple[str, ...]) -> tuple[tuple[tuple[int, str], ...], int | None]:
-    """What an iteration layout's fields hold: (index, column) of those with a column, in their order,
-    and the index of the global batch size (None: not in this layout)."""
+def _iteration_plan(names: tuple[str, ...]) -> tuple[tuple[tuple[int, str, bool], ...], int | None]:
+    """What an iteration layout's fields hold: (index, column, whether a count) of those with a column,
+    in their order, and the index of the global batch size (None: not in this layout)."""
     columns = tuple(
-        (index, ITERATION_FIELDS[name]) for index, name in enumerate(names) if name in ITERATION_FIELDS
+        (index, ITERATION_FIELDS[name], ITERATION_FIELDS[name] in _INT_METRICS)
+        for index, name in enumerate(names)
+        if name in ITERATION_FIELDS
     )
     return columns, names.index("global batch size") if "global batch size" in names else None
 
 
-def _iteration_columns(columns: tuple[tuple[int, str], ...], values: tuple[str, ...]) -> dict[str, Any]:
-    """``_iteration_metrics`` of a layout's value texts: same order, same conversions, and only the
-    values it reads are converted (ValueError for one that is no number)."""
+def _iteration_columns(columns: tuple[tuple[int, str, bool], ...], values: tuple[str, ...]) -> dict[str, Any]:
+    """``_iteration_metrics`` of a layout's value texts: same order, same conversions (pipe_number's,
+    then _whole's or _real's, inline), and only the values it reads are converted (ValueError for one
+    that is no number)."""
     metrics: dict[str, Any] = {}
-    for index, column in columns:
+    for index, column, count in columns:
         if metrics.get(column) is None:
             text = values[index]
-            value = int(text) if text.lstrip("+-").isdigit() else float(text)  # pipe_number, inline
-            if column in _INT_METRICS:
-                metrics[column] = _whole(value)
+            if count:
+                # ASCII digits (the layout's values are ASCII) are pipe_number's int, which _whole keeps
+                metrics[column] = int(text) if text.isdigit() else _whole(pipe_number(text))
+            elif "." in text:  # not digits only: pipe_number's float, which _real keeps
+                metrics[column] = float(text)
             else:
+                value = pipe_number(text)
                 metrics[column] = value if value.__class__ is float else _real(value)
     return metrics
 
@@ -281,9 +292,9 @@ def _layout_timers(breakdown: str, layouts: _Layouts) -> dict[str, float] | None
         timers = list(map(float, values))  # float of the text: pipe_fields' int of it, then float, unless...
     except ValueError:
         return None  # a value that is no number: pipe_fields reads the breakdown without that field
-    if math.inf in timers or -math.inf in timers:
+    if _INFINITY in timers or _MINUS_INFINITY in timers:
         return None  # ... an integer too long for a float, which the general way drops
-    if 0.0 in timers:  # ... or "-0": float says -0.0, its integer 0.0
+    if 0.0 in timers and _INTEGER_MINUS_ZERO.search(breakdown):  # ... or "-0": float says -0.0, its int 0.0
         timers = [float(pipe_number(value)) for value in values]
     return dict(zip(names, timers, strict=True))
 
@@ -310,7 +321,12 @@ def _memory_numbers(record: str, layouts: _Layouts) -> list[tuple[str, int | flo
     if read is not None:
         plan, values = read
         try:
-            return [(column, pipe_number(values[index])) for index, column in plan]
+            # a text with a "." is not digits only: pipe_number's float
+            return [
+                (column, float(text) if "." in text else pipe_number(text))
+                for index, column in plan
+                for text in (values[index],)
+            ]
         except ValueError:
             pass  # a value that is no number: pipe_fields reads the record without that field
     fields = pipe_fields(record)

@@ -238,6 +238,8 @@ def test_layouts_read_the_real_logs_as_the_general_way(monkeypatch):
 # plain numbers (most of them, so that layouts are built and read), then the odd ones
 _VALUES = ["0", "12", "1.5", "2.5E-04", "-3", "+7", "0.00"] * 3 + [
     "-0",
+    "-00",
+    "-0e0",
     "-0.0",
     "1e999",
     "9" * 400,
