@@ -41,6 +41,7 @@ _EPOCH_TIME = re.compile(rf"Average Epoch time:[ \t\r\n]*+{NUMBER_FIRST_MATCH}[ 
 _PEAK_MEMORY = re.compile(rf"Average Peak CUDA memory:[ \t\r\n]*+{NUMBER_FIRST_MATCH}[ \t\r\n]*+MiB")
 
 _SCRIPT = re.compile(r"\b(?:benchmark|train)\.py\b")
+_ZERO_STAGE = re.compile(r"deepspeed_stage_(\d)")  # compiled once, not looked up in re's cache per line
 _SHAPE_FLAGS = {
     "n_layer": "num_layers",
     "n_head": "num_heads",
@@ -59,17 +60,20 @@ _PRECISION = {
 }
 
 
-def _read_command_line(run: RunBuilder, text: str, lineno: int) -> None:
-    flags = grammar.command_line_flags(text[_SCRIPT.search(text).start() :])
+def _read_command_line(run: RunBuilder, command: str, lineno: int) -> None:
+    """``command``: the line from the script's name on."""
+    flags = grammar.command_line_flags(command)
     for flag, fact in _SHAPE_FLAGS.items():
-        value = grammar.positive_int(flags.get(flag, ""))
+        if flag not in flags:
+            continue  # positive_int("") is None: no call for the flags the command leaves out
+        value = grammar.positive_int(flags[flag])
         if value is not None:
             run.set_fact(fact, value, NAME, lineno)
     _read_devices(run, flags, lineno)
     precision = _PRECISION.get(flags.get("precision", ""))
     if precision:
         run.set_fact("precision", precision, NAME, lineno)
-    strategy = re.search(r"deepspeed_stage_(\d)", flags.get("strategy", ""))
+    strategy = _ZERO_STAGE.search(flags.get("strategy", ""))
     if strategy:
         run.set_fact("zero_stage", int(strategy.group(1)), NAME, lineno)
     if "cpu_offload" in flags:
@@ -98,8 +102,9 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     for mib in peak_memories(text):
         run.set_fact("peak_memory_mib", mib, NAME, lineno)
         run.saw(NAME)
-    if "--n_layer" in text and _SCRIPT.search(text):
-        _read_command_line(run, text, lineno)
+    script = "--n_layer" in text and _SCRIPT.search(text)
+    if script:
+        _read_command_line(run, text[script.start() :], lineno)
 
 
 def epoch_times(text: str) -> list[int | float]:

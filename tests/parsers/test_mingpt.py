@@ -77,3 +77,19 @@ def test_garbage_lines_record_nothing(line):
     mingpt.parse_line(line, 1, run)
     assert run.facts == {}
     assert run.state.get("parse_errors") is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "facts"),
+    [
+        ("", {}),  # a shape flag left out is not read (positive_int("") would be None anyway)
+        ("--block_size 2048 --vocab_size 50257", {"seq_len": 2048, "vocab_size": 50257}),
+        ("--block_size 0 --vocab_size true", {}),  # not positive counts
+        ("--block_size", {}),  # a bare switch
+    ],
+)
+def test_shape_flags_present_or_left_out(flags, facts):
+    run = RunBuilder(path="train")
+    mingpt.parse_line(f"+ python benchmark.py --n_layer 2 {flags}", 1, run)
+    assert run.facts["num_layers"] == 2
+    assert {name: run.facts[name] for name in ("seq_len", "vocab_size") if name in run.facts} == facts
