@@ -171,11 +171,11 @@ def _iterations(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
     """One or several (glued) iteration records."""
     layouts = _layouts(state, "iteration", _iteration_plan)
     # each header is searched from the end of the one before, as finditer does; nearly every line holds
-    # one record, which then costs one search that finds nothing more instead of a list of matches
+    # one record, and a header has a "/": a record without one is the last (a find instead of a search)
     header = _ITERATION_HEADER.search(text)
     while header is not None:
         start = header.end()
-        following = _ITERATION_HEADER.search(text, start)
+        following = _ITERATION_HEADER.search(text, start) if text.find("/", start) >= 0 else None
         stop = following.start() if following is not None else len(text)
         # Every field of an iteration record ends with "|": text after the last one is a field cut
         # short (a log read while it is written, or cut by a crash), whose number would be wrong.
@@ -302,10 +302,11 @@ def _layout_timers(breakdown: str, layouts: _Layouts) -> dict[str, float] | None
 def _memory(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
     """Memory of each rank after step N: the run keeps the largest rank's numbers."""
     layouts = _layouts(state, "memory", _memory_plan)
-    # searched from the end of the one before, as finditer does (one record a line, nearly always)
+    # searched from the end of the one before, as finditer does (one record a line, nearly always, and
+    # a record without a further "memory (MB)" is the last: a find instead of a search)
     match = _MEMORY.search(text)
     while match is not None:
-        following = _MEMORY.search(text, match.end())
+        following = _MEMORY.search(text, match.end()) if text.find("memory (MB)", match.end()) >= 0 else None
         record = text[match.end() : following.start() if following is not None else len(text)]
         step_number = int(match["step"])
         for column, value in _memory_numbers(record, layouts):
