@@ -1,12 +1,15 @@
 """The shared grammar pieces, each alone, on real lines."""
 
 import math
+import shlex
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from logstat.parsers import grammar
 from logstat.parsers.grammar import dotted, eq_fields, literal, pipe_fields
+
+from tests.conftest import FIXTURES, SHARED_LOGS
 
 # shared/logs/bigscience/meg_ds_zero_gpt2_perf_n16_nbs48_ms48.out, first iteration line
 OLD_ITERATION = (
@@ -166,3 +169,89 @@ def test_command_line_flags_of_an_echoed_launch():
     }
     # An unclosed quote: split on spaces, quotes kept.
     assert grammar.command_line_flags("--name 'a b --gpus 8") == {"name": "'a", "gpus": "8"}
+
+
+def _flags_by_shlex(text: str) -> dict[str, str]:
+    """``command_line_flags`` as defined: shlex's words (plain splitting where quotes do not close)."""
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        words = text.split()
+    flags: dict[str, str] = {}
+    for index, word in enumerate(words):
+        if word.startswith("--"):
+            name, _, inline = word[2:].partition("=")
+            following = words[index + 1] if index + 1 < len(words) else ""
+            flags[name] = inline or ("" if following.startswith("--") else following)
+    return flags
+
+
+def test_command_line_flags_of_every_real_line_are_shlex_flags():
+    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    lines = [
+        line
+        for root in roots
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+        if "--" in line
+    ]
+    # counted independently: the fixtures echo launch commands with --flags (grep -c -- ' --')
+    assert sum(" --" in line for line in lines) > 50
+    for line in lines:
+        assert grammar.command_line_flags(line) == _flags_by_shlex(line), line
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "python train.py --a 1 --b=2 --c",
+        "python train.py --name 'x y' --z \"q r\"",
+        "--a b\\ c --d",
+        "--a\tb\r\n--c d",
+        "--a\x0bb --c",  # vertical tab: str.split splits there, shlex does not
+        "--a\xa0b --c",
+        "--a\x1cb",
+        "--a \u2003b",
+        "--a 'open",
+        "--a \\",
+        "",
+    ],
+)
+def test_command_line_flags_edge_cases(text):
+    assert grammar.command_line_flags(text) == _flags_by_shlex(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "--",
+                "-",
+                "a",
+                "b1",
+                "=",
+                " ",
+                "\t",
+                "\r",
+                "\n",
+                "'",
+                '"',
+                "\\",
+                "\x0b",
+                "\x0c",
+                "\x1f",
+                "\xa0",
+                "\x85",
+                "#",
+                ";",
+                "é",
+            ]
+        ),
+        max_size=25,
+    )
+)
+def test_command_line_flags_of_random_text_are_shlex_flags(pieces):
+    text = "".join(pieces)
+    assert grammar.command_line_flags(text) == _flags_by_shlex(text)
