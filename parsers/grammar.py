@@ -92,7 +92,7 @@ _LAYOUT_VALUE_CHARACTERS = "-+.0123456789eE"
 _LAYOUT_VALUE = r"\s*+:\s*+([-+.0-9eE]++)\s*+"
 # int() refuses an integer of more digits (Python's conversion limit): a longer record goes the
 # general way, where pipe_fields raises as it always did, even for a field its caller does not read.
-_LAYOUT_MAX_LENGTH = 4300
+LAYOUT_MAX_LENGTH = 4300
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class PipeLayout:
     def values(self, text: str) -> tuple[str, ...] | None:
         """The value texts of ``text``, by ``names``, if it has exactly these fields; else None. A value
         ``pipe_number`` refuses is no number (the record then needs ``pipe_fields``)."""
-        if len(text) > _LAYOUT_MAX_LENGTH:
+        if len(text) > LAYOUT_MAX_LENGTH:
             return None
         match = self.pattern.fullmatch(text)
         return None if match is None else match.groups()

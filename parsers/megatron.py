@@ -24,7 +24,7 @@ from typing import Any
 
 import pyparsing as pp
 from logstat.parsers.base import Family, RunBuilder
-from logstat.parsers.grammar import PipeLayout, dotted, literal, pipe_fields, pipe_layout, pipe_number
+from logstat.parsers.grammar import LAYOUT_MAX_LENGTH, dotted, literal, pipe_fields, pipe_layout, pipe_number
 
 NAME = "megatron"
 
@@ -361,7 +361,9 @@ class _Layouts:
     reads of its fields."""
 
     plan: Callable[[tuple[str, ...]], Any]
-    known: list[tuple[PipeLayout, Any]] = field(default_factory=list)
+    known: list[tuple[Callable[[str], re.Match[str] | None], Any]] = field(
+        default_factory=list
+    )  # fullmatch, plan
     counts: dict[tuple[str, ...], int] = field(default_factory=dict)  # records read the general way
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -371,14 +373,16 @@ class _Layouts:
     def read(self, record: str) -> tuple[Any, tuple[str, ...]] | None:
         """``(plan, value texts)`` of the first layout that reads ``record``; None: none does. The layout
         that reads it moves first (a run's records of one kind mostly have one layout at a time)."""
+        if len(record) > LAYOUT_MAX_LENGTH:
+            return None  # as PipeLayout.values, whose match is inlined here (a call less per layout tried)
         known = self.known
         for entry in known:
-            values = entry[0].values(record)
-            if values is not None:
+            match = entry[0](record)
+            if match is not None:
                 if entry is not known[0]:
                     known.remove(entry)
                     known.insert(0, entry)
-                return entry[1], values
+                return entry[1], match.groups()
         return None
 
     def learn(self, record: str, fields: dict[str, Any]) -> None:
@@ -391,7 +395,7 @@ class _Layouts:
         if _LAYOUT_AFTER <= count < _LAYOUT_AFTER + _LAYOUT_TRIES:
             layout = pipe_layout(record)
             if layout is not None:
-                self.known.insert(0, (layout, self.plan(layout.names)))
+                self.known.insert(0, (layout.pattern.fullmatch, self.plan(layout.names)))
 
 
 def _layouts(state: dict, kind: str, plan: Callable[[tuple[str, ...]], Any]) -> _Layouts:
