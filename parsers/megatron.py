@@ -296,7 +296,7 @@ def _layout_timers(breakdown: str, layouts: _Layouts) -> dict[str, float] | None
         return None  # ... an integer too long for a float, which the general way drops
     if 0.0 in timers and _INTEGER_MINUS_ZERO.search(breakdown):  # ... or "-0": float says -0.0, its int 0.0
         timers = [float(pipe_number(value)) for value in values]
-    return dict(zip(names, timers, strict=True))
+    return dict(zip(names, timers, strict=False))  # one value per name by construction (strict costs)
 
 
 def _memory(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
