@@ -193,6 +193,11 @@ class RunBuilder:
 LineReader = Callable[[str, int, RunBuilder], None]
 
 
+def is_guarded(parse_line: LineReader) -> bool:
+    """Whether ``parse_line`` was made safe by ``never_raises`` (it notes its own errors)."""
+    return getattr(parse_line, "never_raises", False)
+
+
 def never_raises(family: str) -> Callable[[LineReader], LineReader]:
     """A family's ``parse_line`` made safe: an error on one line is noted in ``parse_errors``
     (family, line number, error) and the parse goes on (mlcommons/logging's rule, STYLE.md 3)."""
@@ -205,6 +210,7 @@ def never_raises(family: str) -> Callable[[LineReader], LineReader]:
             except Exception as error:  # noqa: BLE001 - a bad line must never stop the parse
                 run.note(family, lineno, f"{type(error).__name__}: {error}")
 
+        guarded.never_raises = True  # type: ignore[attr-defined]
         return guarded
 
     return decorate

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 from logstat.parsers import manifest, registry
-from logstat.parsers.base import TIMER_FIELDS, Family, RunBuilder
+from logstat.parsers.base import TIMER_FIELDS, Family, LineReader, RunBuilder, is_guarded, never_raises
 from logstat.parsers.schema import ITERATIONS_SCHEMA, RUNS_SCHEMA, TIMERS_SCHEMA
 from logstat.parsers.source import ALL_ROUTES, SourceReport, marker_needles, records, routed_records
 
@@ -96,8 +96,11 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
     routes = tuple(marker_needles(list(family.markers)) or () for family in active)
     # The byte scan finds an ASCII marker exactly where the decoded text holds it (UTF-8 keeps ASCII as is).
     exact_masks = all(marker.isascii() for family in active for marker in family.markers)
-    by_marker = [(family, _marker_search(family.markers), 1 << index) for index, family in enumerate(active)]
-    by_mask: dict[int, list[tuple[Family, Callable[[str], object]]]] = {}
+    by_marker = [
+        (family, _safe_reader(family), _marker_search(family.markers), 1 << index)
+        for index, family in enumerate(active)
+    ]
+    by_mask: dict[int, list[tuple[LineReader, Callable[[str], object]]]] = {}
     patterns = tuple(dict.fromkeys(pattern for family in active for pattern in family.capture_patterns))
     for path in files.files:
         run.current_file = str(path)
@@ -113,19 +116,21 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
                     # a record that is its whole line needs no second search: the mask is that search
                     searched = exact_masks and mask != ALL_ROUTES and record == text
                     if run.capturing:
-                        for family, has_marker, bit in by_marker:
+                        for family, parse, has_marker, bit in by_marker:
                             if family.name in run.capturing or (
                                 mask & bit and (searched or has_marker(record))
                             ):
-                                _safe_parse(family, record, lineno, run)
+                                parse(record, lineno, run)
                         continue
                     # nobody captures (a family only ever captures itself): only the routed families look
                     routed = by_mask.get(mask)
                     if routed is None:
-                        routed = by_mask[mask] = [(f, search) for f, search, bit in by_marker if mask & bit]
-                    for family, has_marker in routed:
+                        routed = by_mask[mask] = [
+                            (parse, search) for _, parse, search, bit in by_marker if mask & bit
+                        ]
+                    for parse, has_marker in routed:
                         if searched or has_marker(record):
-                            _safe_parse(family, record, lineno, run)
+                            parse(record, lineno, run)
         except OSError as exc:
             report.problem = f"cannot read: {exc.strerror or exc}"
         run.capturing.clear()
@@ -177,14 +182,12 @@ def _marker_search(markers: tuple[str, ...]) -> Callable[[str], object]:
     return re.compile("|".join(re.escape(marker) for marker in markers)).search
 
 
-def _safe_parse(family: Family, record: str, lineno: int, run: RunBuilder) -> None:
-    """A family must never raise; if one does anyway, the line is noted, not fatal."""
-    try:
-        family.parse_line(record, lineno, run)
-    except Exception as exc:  # a bug in one family must not lose the other families' data
-        run.state.setdefault("parse_errors", []).append(
-            f"{family.name}:{lineno}: {type(exc).__name__}: {exc}"
-        )
+def _safe_reader(family: Family) -> LineReader:
+    """``family.parse_line`` guarded once: a family must never raise; if one does anyway, the line is
+    noted in ``parse_errors``, not fatal. A reader the family already guarded with ``never_raises`` is
+    used as is (a second guard would cost a call per record and note nothing more)."""
+    parse = family.parse_line
+    return parse if is_guarded(parse) else never_raises(family.name)(parse)
 
 
 def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
