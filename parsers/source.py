@@ -156,8 +156,10 @@ def _chunks(stream, report: SourceReport) -> Iterator[bytes]:
         if cut == 0:
             carry = block
             continue
-        carry = block[cut:]
-        yield block[:cut]
+        carry, chunk = block[cut:], block[:cut]
+        del block  # a copy is out: the block need not live on while the chunk is parsed
+        yield chunk
+        del chunk  # nor the chunk while the next one is read
 
 
 #: share of control characters and invalid UTF-8 above which a head holding NUL bytes is binary.
@@ -271,6 +273,9 @@ def routed_records(
             else:
                 lineno = yield from _chunk_lines(chunk, lineno, needles, routes, wanted)
             report.lines = lineno
+            # let go of this chunk before asking for the next: the reading thread is already reading
+            # the one after it, and a third chunk held here would raise the peak by CHUNK_BYTES
+            del chunk, searched
 
 
 def frame_readable(chunk: bytes) -> bool:
@@ -339,6 +344,7 @@ def _searched_ahead(
         while (item := pending.result()) is not None:
             pending = _read_ahead_pool().submit(read_and_search)
             yield item
+            del item  # not held while waiting for the next: the reader is done with it
     finally:
         wait([pending])  # the thread must be done with the stream before the caller closes it
 

@@ -278,4 +278,6 @@ def test_memory_does_not_grow_with_file_size(tmp_path):
     assert peak_large < 8 * chunk, (
         f"peak {peak_large / 2**20:.1f} MiB reading a 50 MiB file ({chunk >> 20} MiB chunks)"
     )
-    assert peak_large - peak_small < 1 << 20, (peak_small, peak_large)
+    # The read-ahead thread may be one chunk further along at the peak of one read than of the other
+    # (thread timing); holding the 30 MiB of extra lines would exceed this many times over.
+    assert peak_large - peak_small < 2 * chunk, (peak_small, peak_large)
