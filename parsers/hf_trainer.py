@@ -353,12 +353,26 @@ def _read_args_one_line(run: RunBuilder, text: str, lineno: int) -> None:
 # --- blocks --------------------------------------------------------------------------------------
 
 
+#: what Python's ``\s`` and ``str.strip()`` take for whitespace, in polars' (Rust) regex syntax: Rust's
+#: ``\s`` (Unicode White_Space) lacks the separators \x1c-\x1f that Python counts as whitespace.
+PYTHON_SPACE = r"[\s\x1c-\x1f]"
+#: the raw lines (polars searches them before launcher prefixes are cut and glued ranks split) that
+#: can hold a record the TrainingArguments block reads: a read field's ``name=`` where a stripped
+#: record can start (line start, after a CR, a launcher prefix's ':', whitespace), or a ``)`` with only
+#: whitespace between it and where a record can start and end (line end, a CR, the '[' of another
+#: rank's tag). A bare ``\)`` matched a line in six of a log (every "(ms)", every call), 30 times as
+#: many. tests/parsers/test_capture_patterns.py holds it to ``args_record`` on generated raw lines.
+_ARGS_LINES = (
+    rf"(?:^|:|{PYTHON_SPACE})(?:"
+    + "|".join(re.escape(f"{name}=") for name in sorted(_ARGS_READ))
+    + rf")|(?:^|[\r:]){PYTHON_SPACE}*\){PYTHON_SPACE}*(?:$|[\r\[])"
+)
 #: per block, the lines that can change what it records (a regex of literals for the reader); the
 #: others are skipped by the block reader and carry no marker. None: every line (the metrics block ends
 #: at its first line that is not a metric). A field is read from ``name=value``: its name with the ``=``
 #: leaves out the fields it begins (``fp16_full_eval=``, ``activation_checkpointing_kwargs=``, ...).
 _BLOCK_LINES: dict[str, str | None] = {
-    "args": "|".join(re.escape(text) for text in [")", *(f"{name}=" for name in sorted(_ARGS_READ))]),
+    "args": _ARGS_LINES,
     "config": "|".join(re.escape(text) for text in ["}", *(f'"{key}"' for key in sorted(_SHAPE_KEYS))]),
     "metrics": None,
 }

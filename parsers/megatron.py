@@ -114,8 +114,21 @@ CHECKPOINTING_ARGS = ("checkpoint_activations", "recompute_granularity")
 # Only these are kept from a dump of hundreds of arguments: the others would be converted and stored
 # for nothing (tests/parsers/test_megatron.py checks ``_end_arguments`` reads no other name).
 _KEPT_ARGS = frozenset(ARG_FACTS) | frozenset(PRECISION_ARGS) | frozenset(CHECKPOINTING_ARGS)
-#: the lines of an open dump that can hold a kept argument: those naming one (a regex of literals).
-_KEPT_ARG_LINES = "|".join(re.escape(name) for name in sorted(_KEPT_ARGS))
+#: what Python's ``\s`` and ``str.strip()`` take for whitespace, in polars' (Rust) regex syntax: Rust's
+#: ``\s`` (Unicode White_Space) lacks the separators \x1c-\x1f that Python counts as whitespace.
+PYTHON_SPACE = r"[\s\x1c-\x1f]"
+#: the lines of an open dump that can hold a kept argument (polars searches the raw line for it): a
+#: kept name where a record can start (line start, after a CR, a launcher prefix's ':' or ' ', the
+#: spaces or tabs ``dotted`` skips) and the start of ``arg_filler`` (dots after any whitespace, two
+#: whitespace characters, or a tab, which ``expandtabs`` may widen to two spaces). A name alone
+#: (``fp16``) matched six times as many lines: every mention in a log, and longer names that end in a
+#: kept one (``encoder_num_layers``, ``checkpoint_num_layers``). tests/parsers/test_capture_patterns.py
+#: holds it to ``dotted`` on generated raw lines.
+_KEPT_ARG_LINES = (
+    r"(?:^|[\t\r :])(?:"
+    + "|".join(re.escape(name) for name in sorted(_KEPT_ARGS))
+    + rf")(?:{PYTHON_SPACE}*\.\.|{PYTHON_SPACE}{{2}}|\t)"
+)
 
 
 #: lines that only come after the arguments dump: one of them ends a dump that lost its end line.

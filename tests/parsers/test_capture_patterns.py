@@ -1,0 +1,162 @@
+"""The capture regexes of Megatron's arguments dump and HF's TrainingArguments dump: polars (Rust regex)
+searches the raw lines for them, and the reader delivers only the lines they match while the block is
+open. Each must match every raw line holding a record its block reader acts on, whatever the launcher
+prefixes, glued ranks, carriage returns and whitespace (Python's, which Rust's ``\\s`` is not) around it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from logstat.parsers import grammar, hf_trainer, megatron
+from logstat.parsers.source import records
+
+#: every character Python's ``str.strip()`` removes (and ``re``'s ``\s`` matches)
+_CHARACTERS = [chr(code) for code in range(0x110000) if not 0xD800 <= code < 0xE000]  # no surrogates
+PYTHON_WHITESPACE = "".join(c for c in _CHARACTERS if c.isspace())
+# whitespace that launchers and loggers write, and the odd ones where Python and Rust disagree
+_SPACE = st.sampled_from(
+    [" ", " ", " ", "\t", "\x0b", "\x0c", "\x1c", "\x1f", "\x85", "\xa0", "\u2028", "\u3000"]
+)
+_SPACES = st.lists(_SPACE, max_size=4).map("".join)
+_PREFIX = st.sampled_from(
+    ["12: ", "0: ", "[default3]:", "[rank7]:", "10.0.0.2: ", "localhost: ", "node12: ", " "]
+)
+_PREFIXES = st.lists(_PREFIX, max_size=3).map("".join)
+_TAG = st.sampled_from(["[default0]:", "[rank1]:", "[default12]:"])
+# text around a record: its neighbours' records, or anything (names, dots, parentheses, separators)
+_NOISE = st.lists(
+    st.sampled_from(
+        ["a", "fp16", "_", ".", "..", "=", ")", "(", ":", "[", "]", "0", "é", "\r", *" \t\xa0\x1c"]
+    ),
+    max_size=8,
+).map("".join)
+
+
+def _value(draw) -> str:
+    return draw(
+        st.text(
+            alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\x1b"), max_size=6
+        )
+    )
+
+
+@st.composite
+def _megatron_record(draw) -> str:
+    """A record ``dotted`` reads, named by a kept argument (the filler as ``arg_filler`` allows)."""
+    name = draw(st.sampled_from(sorted(megatron._KEPT_ARGS)))
+    filler = draw(
+        st.one_of(
+            st.tuples(_SPACES, st.integers(2, 5), _SPACES).map(lambda t: t[0] + "." * t[1] + t[2]),
+            st.lists(_SPACE, min_size=2, max_size=4).map("".join),
+            st.just("\t"),
+        )
+    )
+    return draw(st.sampled_from(["", " ", "  ", "\t"])) + name + filler + _value(draw)
+
+
+@st.composite
+def _args_record(draw) -> str:
+    """A record the TrainingArguments block reads: a read field's ``name=value`` or its closing ``)``."""
+    body = draw(
+        st.one_of(
+            st.just(")"),
+            st.sampled_from(sorted(hf_trainer._ARGS_READ)).map(lambda name: name + "="),
+        )
+    )
+    if body != ")":
+        body += _value(draw) + draw(st.sampled_from(["", ","]))
+    return draw(_SPACES) + body + draw(_SPACES)
+
+
+@st.composite
+def _raw_line(draw, record: st.SearchStrategy[str]) -> str:
+    """``record`` as polars holds it in a raw line: prefixed, maybe glued between other ranks' records,
+    maybe one of several carriage-return pieces (a CR before the line's LF is dropped by the reader)."""
+    line = draw(_PREFIXES) + draw(record)
+    if draw(st.booleans()):
+        line = draw(_NOISE) + draw(_TAG) + line
+    if draw(st.booleans()):
+        line += draw(_SPACES) + draw(_TAG) + draw(_NOISE)
+    if draw(st.booleans()):
+        line = draw(_NOISE) + "\r" + line
+    if draw(st.booleans()):
+        line += "\r" + draw(_NOISE)
+    return line.removesuffix("\r")
+
+
+def _polars_matches(pattern: str, line: str) -> bool:
+    return bool(pl.Series([line]).str.contains(pattern)[0])
+
+
+def _megatron_reads(record: str) -> bool:
+    field = grammar.dotted(record)
+    return field is not None and field[0] in megatron._KEPT_ARGS
+
+
+def _args_block_reads(record: str) -> bool:
+    stripped = record.strip()
+    field = hf_trainer.args_record(stripped)
+    return stripped == ")" or (field is not None and field[0] in hf_trainer._ARGS_READ)
+
+
+_SETTINGS = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_SETTINGS
+@given(_raw_line(_megatron_record()))
+def test_the_dump_capture_matches_every_line_with_a_kept_argument(line):
+    assume(any(_megatron_reads(record) for record in records(line)))
+    assert _polars_matches(megatron._KEPT_ARG_LINES, line), repr(line)
+
+
+@_SETTINGS
+@given(_raw_line(_args_record()))
+def test_the_args_capture_matches_every_line_the_block_reads(line):
+    assume(any(_args_block_reads(record) for record in records(line)))
+    assert _polars_matches(hf_trainer._BLOCK_LINES["args"], line), repr(line)
+
+
+@_SETTINGS
+@given(
+    st.lists(st.sampled_from(["fp16", "bf16=", ")", " ", ".", "\t", ":", "[rank1]:", "\r", "x", "\xa0"])).map(
+        "".join
+    )
+)
+def test_both_captures_match_every_line_of_random_pieces_the_blocks_read(line):
+    line = line.removesuffix("\r")
+    pieces = records(line)
+    if any(_megatron_reads(record) for record in pieces):
+        assert _polars_matches(megatron._KEPT_ARG_LINES, line), repr(line)
+    if any(_args_block_reads(record) for record in pieces):
+        assert _polars_matches(hf_trainer._BLOCK_LINES["args"], line), repr(line)
+
+
+def test_python_space_is_what_python_strips():
+    # the patterns' whitespace class is Python's, written for Rust's regex engine
+    matched = pl.Series(_CHARACTERS).str.contains(f"^{megatron.PYTHON_SPACE}$")
+    assert "".join(c for c, hit in zip(_CHARACTERS, matched, strict=True) if hit) == PYTHON_WHITESPACE
+    assert megatron.PYTHON_SPACE == hf_trainer.PYTHON_SPACE
+
+
+def test_the_captures_leave_out_what_the_blocks_skip():
+    lines = [
+        "  encoder_num_layers .............................. 2",  # a longer name ending in a kept one
+        "INFO: using fp16 for the model",  # a kept name, no filler
+        "  fp16_lm_cross_entropy ........................... False",
+        "  time (ms) | forward: 12.3",
+        "some_call(x)",  # a ')' that is no record of its own
+        "    eval_steps=None,",
+        "    fp16_full_eval=False,",
+    ]
+    for line in lines:
+        assert not _polars_matches(megatron._KEPT_ARG_LINES, line), line
+        assert not _polars_matches(hf_trainer._BLOCK_LINES["args"], line), line
+    assert _polars_matches(megatron._KEPT_ARG_LINES, "[default3]:  fp16 ........... True")
+    assert _polars_matches(megatron._KEPT_ARG_LINES, "fp16\tTrue")
+    assert _polars_matches(hf_trainer._BLOCK_LINES["args"], ")")
+    assert _polars_matches(hf_trainer._BLOCK_LINES["args"], "x[rank0]: )\u3000[rank1]:fp16=True,")
+    assert re.search(hf_trainer._BLOCK_LINES["args"], "12: \x1cfp16=True,")  # Python's re reads it alike
