@@ -370,14 +370,18 @@ def search_chunk(
         lines = _line_frame(chunk)
     except pl.exceptions.PolarsError:
         return None  # whatever the CSV reader refuses, the Python cutter reads
-    marked = _marked(lines, needles, routes)
+    queries = [_marked_query(lines.lazy(), needles, routes)]
+    if patterns:
+        queries.append(_wanted_query(lines.lazy(), patterns))
+    # one call runs both (in parallel): each call to polars has a fixed cost a small file feels
+    marked, *found = pl.collect_all(queries)
     return SearchedChunk(
         lines=lines["line"],
         rows=marked["n"].to_list(),
         texts=marked["line"].to_list(),
         masks=marked["mask"].to_list(),
         singles=marked["single"].to_list(),
-        wanted=_wanted_rows(lines["line"], patterns),
+        wanted=_rows_per_pattern(found[0], patterns) if found else {},
     )
 
 
@@ -442,30 +446,55 @@ def _frame_chunk_lines(
 
 
 def _wanted_rows(lines: pl.Series, patterns: tuple[str, ...]) -> dict[str, list[int]]:
-    """Per regex of ``patterns``: the rows of ``lines`` matching it or holding colour codes. One pass
-    of all the regexes joined picks the candidate lines; each regex then runs on those only."""
+    """Per regex of ``patterns``: the rows of ``lines`` matching it or holding colour codes."""
     if not patterns:
         return {}
+    return _rows_per_pattern(
+        _wanted_query(lines.to_frame("line").with_row_index("n").lazy(), patterns).collect(), patterns
+    )
+
+
+def _wanted_query(lines: pl.LazyFrame, patterns: tuple[str, ...]) -> pl.LazyFrame:
+    """One row: per regex of ``patterns`` (column ``"0"``, ``"1"``, ...) the list of rows ``n`` of
+    ``lines`` matching it or holding colour codes. One pass of all the regexes joined picks the
+    candidate lines; each regex then runs on those only."""
+    candidates, per_pattern = _wanted_exprs(patterns)
+    return lines.filter(candidates).select(per_pattern)
+
+
+@cache
+def _wanted_exprs(patterns: tuple[str, ...]) -> tuple[pl.Expr, list[pl.Expr]]:
+    """``_wanted_query``'s expressions, built once per set of patterns (building them costs more than
+    running them on a small file)."""
     line = pl.col("line")
     colour = line.str.contains("\x1b", literal=True)
-    candidates = (
-        lines.to_frame("line")
-        .with_row_index("n")
-        .filter(line.str.contains("|".join(f"(?:{pattern})" for pattern in patterns)) | colour)
-    )
-    found = candidates.select(
-        "n",
-        *((line.str.contains(pattern) | colour).alias(str(index)) for index, pattern in enumerate(patterns)),
-    )
-    return {
-        pattern: found.filter(pl.col(str(index)))["n"].to_list() for index, pattern in enumerate(patterns)
-    }
+    candidates = line.str.contains("|".join(f"(?:{pattern})" for pattern in patterns)) | colour
+    per_pattern = [
+        pl.col("n").filter(line.str.contains(pattern) | colour).implode().alias(str(index))
+        for index, pattern in enumerate(patterns)
+    ]
+    return candidates, per_pattern
 
 
-def _marked(
-    lines: pl.DataFrame, needles: tuple[bytes, ...], routes: tuple[tuple[bytes, ...], ...]
-) -> pl.DataFrame:
-    """The rows of ``lines`` holding one of ``needles``, with their route ``mask`` (``routed_starts``)."""
+def _rows_per_pattern(found: pl.DataFrame, patterns: tuple[str, ...]) -> dict[str, list[int]]:
+    """``_wanted_query``'s one row as pattern -> rows."""
+    return dict(zip(patterns, found.row(0), strict=True))
+
+
+def _marked_query(
+    lines: pl.LazyFrame, needles: tuple[bytes, ...], routes: tuple[tuple[bytes, ...], ...]
+) -> pl.LazyFrame:
+    """The rows of ``lines`` holding one of ``needles``, with their route ``mask`` (``routed_starts``)
+    and their ``single_record``."""
+    marked, columns = _marked_exprs(needles, routes)
+    return lines.filter(marked).select(columns)
+
+
+@cache
+def _marked_exprs(
+    needles: tuple[bytes, ...], routes: tuple[tuple[bytes, ...], ...]
+) -> tuple[pl.Expr, list[pl.Expr | str]]:
+    """``_marked_query``'s expressions, built once per set of markers."""
     line = pl.col("line")
     bits = [
         line.str.contains(_needle_pattern(route)).cast(pl.Int64) * (1 << index)
@@ -473,17 +502,13 @@ def _marked(
         if route
     ]
     mask = pl.sum_horizontal(bits) if bits else pl.lit(ALL_ROUTES, dtype=pl.Int64)
-    return (
-        lines.lazy()
-        .filter(line.str.contains(_needle_pattern(needles)))
-        .select(
-            "n",
-            "line",
-            pl.when(line.str.contains("\x1b", literal=True)).then(ALL_ROUTES).otherwise(mask).alias("mask"),
-            single_record(line).alias("single"),
-        )
-        .collect()
-    )
+    columns = [
+        "n",
+        "line",
+        pl.when(line.str.contains("\x1b", literal=True)).then(ALL_ROUTES).otherwise(mask).alias("mask"),
+        single_record(line).alias("single"),
+    ]
+    return line.str.contains(_needle_pattern(needles)), columns
 
 
 def _chunk_lines(
