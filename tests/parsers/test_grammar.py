@@ -171,19 +171,13 @@ def test_command_line_flags_of_an_echoed_launch():
     assert grammar.command_line_flags("--name 'a b --gpus 8") == {"name": "'a", "gpus": "8"}
 
 
-def _flags_by_shlex(text: str) -> dict[str, str]:
-    """``command_line_flags`` as defined: shlex's words (plain splitting where quotes do not close)."""
+def _words_by_shlex(text: str) -> list[str]:
+    """The words ``command_line_flags`` reads, as defined: shlex's (plain splitting where quotes do not
+    close); its shortcut must give exactly these."""
     try:
-        words = shlex.split(text)
+        return shlex.split(text)
     except ValueError:
-        words = text.split()
-    flags: dict[str, str] = {}
-    for index, word in enumerate(words):
-        if word.startswith("--"):
-            name, _, inline = word[2:].partition("=")
-            following = words[index + 1] if index + 1 < len(words) else ""
-            flags[name] = inline or ("" if following.startswith("--") else following)
-    return flags
+        return text.split()
 
 
 def test_command_line_flags_of_every_real_line_are_shlex_flags():
@@ -199,7 +193,7 @@ def test_command_line_flags_of_every_real_line_are_shlex_flags():
     # counted independently: the fixtures echo launch commands with --flags (grep -c -- ' --')
     assert sum(" --" in line for line in lines) > 50
     for line in lines:
-        assert grammar.command_line_flags(line) == _flags_by_shlex(line), line
+        assert grammar._shell_words(line) == _words_by_shlex(line), line
 
 
 @pytest.mark.parametrize(
@@ -219,7 +213,7 @@ def test_command_line_flags_of_every_real_line_are_shlex_flags():
     ],
 )
 def test_command_line_flags_edge_cases(text):
-    assert grammar.command_line_flags(text) == _flags_by_shlex(text)
+    assert grammar._shell_words(text) == _words_by_shlex(text)
 
 
 @settings(max_examples=500, deadline=None)
@@ -254,4 +248,4 @@ def test_command_line_flags_edge_cases(text):
 )
 def test_command_line_flags_of_random_text_are_shlex_flags(pieces):
     text = "".join(pieces)
-    assert grammar.command_line_flags(text) == _flags_by_shlex(text)
+    assert grammar._shell_words(text) == _words_by_shlex(text)
