@@ -1,7 +1,10 @@
 """Reading many runs on every core.
 
 Runs are independent: all files of one run are read, in order, by one worker, so each run's result
-is exactly what the serial reader gives, and the results keep the order of the runs. Workers are
+is exactly what the serial reader gives, and the results keep the order of the runs. A worker turns
+its run into that run's rows of the three frames before sending it back: the parent only joins them,
+so the reading objects of hundreds of runs (their builders and states) never pile up in one process,
+and the rows are built on every core instead of after the last run. Workers are
 started with ``spawn``, not ``fork``: the parent already runs polars' thread pool, and forking a
 process that has threads can deadlock the child. A worker costs a fraction of a second to start, so
 small inputs are read in this process. Spawned workers re-import the caller's main module: a script
@@ -14,6 +17,7 @@ import os
 from collections.abc import Callable, Sequence
 from functools import cache
 
+import polars as pl
 from logstat.parsers import reader
 from logstat.parsers.base import Family
 from logstat.parsers.source import file_size
@@ -38,34 +42,37 @@ def default_workers(groups: Sequence[reader.RunFiles]) -> int:
     return min(cores, len(groups)) if total_bytes >= PARALLEL_MIN_BYTES else 1
 
 
-def read_runs(
+def read_frames(
     groups: Sequence[reader.RunFiles],
     *,
     family: str | None = None,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
-) -> list[reader.RunResult]:
-    """Read every run of ``groups`` (in order) with ``family`` forced or detected; ``workers`` processes
-    (None: one per core for big inputs, 1: this process only). ``progress(done, total)`` after each run."""
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """``reader.frames`` of every run of ``groups`` (in order), read with ``family`` forced or detected by
+    ``workers`` processes (None: one per core for big inputs, 1: this process only). ``progress(done,
+    total)`` after each run."""
     count = default_workers(groups) if workers is None else max(1, min(workers, len(groups)))
-    results: list[reader.RunResult] = []
     if count == 1:
         active = reader.active_families(family)
+        results: list[reader.RunResult] = []
         for files in groups:
             results.append(reader.read_run(files, active, forced=family))
             _report(progress, len(results), len(groups))
-        return results
+        return reader.frames(results)
     # here: parsing one small file should not pay for importing these
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    parts: list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]] = []
     # not multiprocessing.Pool: its worker-minding thread took ~1.7 ms of CPU per run read, on the
     # cores the readers need (a 1,000-file parse: ~1.7 s); the executor's thread wakes only for results
     with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for result in pool.map(_read_one, [(files, family) for files in groups]):
-            results.append(result)
-            _report(progress, len(results), len(groups))
-    return results
+        for part in pool.map(_frames_of_one, [(files, family) for files in groups]):
+            parts.append(part)
+            _report(progress, len(parts), len(groups))
+    # not rechunked: one copy of the rows in memory; the frames are read column by column anyway
+    return tuple(pl.concat([part[index] for part in parts], rechunk=False) for index in range(3))
 
 
 def _report(progress: Callable[[int, int], None] | None, done: int, total: int) -> None:
@@ -78,7 +85,10 @@ def _active(family: str | None) -> list[Family]:
     return reader.active_families(family)
 
 
-def _read_one(task: tuple[reader.RunFiles, str | None]) -> reader.RunResult:
-    """Worker side: families are resolved here by name (Family objects hold lambdas: not picklable)."""
+def _frames_of_one(
+    task: tuple[reader.RunFiles, str | None],
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Worker side: one run's frames. Families are resolved here by name (Family objects hold lambdas:
+    not picklable)."""
     files, family = task
-    return reader.read_run(files, _active(family), forced=family)
+    return reader.frames([reader.read_run(files, _active(family), forced=family)])

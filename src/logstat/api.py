@@ -122,8 +122,7 @@ def _read(
     from logstat.parsers import parallel, reader
 
     groups = reader.group_runs(files)
-    results = parallel.read_runs(groups, family=family, workers=workers, progress=progress)
-    runs, iterations, timers = reader.frames(results)
+    runs, iterations, timers = parallel.read_frames(groups, family=family, workers=workers, progress=progress)
     return ParseResult(
         runs=summarize(runs, iterations, warmup=warmup),
         iterations=iterations,
