@@ -14,7 +14,8 @@ that asks for workers must guard its top level with ``if __name__ == "__main__":
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import cache
 
 import polars as pl
@@ -67,12 +68,34 @@ def read_frames(
     parts: list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]] = []
     # not multiprocessing.Pool: its worker-minding thread took ~1.7 ms of CPU per run read, on the
     # cores the readers need (a 1,000-file parse: ~1.7 s); the executor's thread wakes only for results
-    with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with (
+        _polars_threads_per_worker(count),
+        ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool,
+    ):
         for part in pool.map(_frames_of_one, [(files, family) for files in groups]):
             parts.append(part)
             _report(progress, len(parts), len(groups))
     # not rechunked: one copy of the rows in memory; the frames are read column by column anyway
     return tuple(pl.concat([part[index] for part in parts], rechunk=False) for index in range(3))
+
+
+@contextmanager
+def _polars_threads_per_worker(workers: int) -> Iterator[None]:
+    """Workers started in this block give polars their share of the cores, not every core each: on a
+    small file polars' threads only take turns (the same wall time for half as much CPU again), CPU the
+    other workers' readers need. polars sizes its thread pool from the environment when it is imported,
+    which a spawned worker does after this process started it. A POLARS_MAX_THREADS the user set stays."""
+    if POLARS_THREADS in os.environ:
+        yield
+        return
+    os.environ[POLARS_THREADS] = str(max(1, usable_cores() // workers))
+    try:
+        yield
+    finally:
+        os.environ.pop(POLARS_THREADS, None)
+
+
+POLARS_THREADS = "POLARS_MAX_THREADS"
 
 
 def _report(progress: Callable[[int, int], None] | None, done: int, total: int) -> None:

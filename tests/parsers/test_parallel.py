@@ -1,0 +1,62 @@
+"""Reading runs in worker processes: how many workers, and how many polars threads each one gets."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import polars as pl
+import pytest
+from logstat.parsers import parallel, reader
+
+
+def _polars_pool_size(_: int) -> int:
+    return pl.thread_pool_size()
+
+
+def _worker_pool_sizes(workers: int) -> list[int]:
+    """The polars thread pool size of each of ``workers`` spawned the way ``read_frames`` spawns them."""
+    spawn = multiprocessing.get_context("spawn")
+    with parallel._polars_threads_per_worker(workers), ProcessPoolExecutor(workers, mp_context=spawn) as pool:
+        return list(pool.map(_polars_pool_size, range(workers * 4)))
+
+
+def test_each_worker_gets_its_share_of_the_cores(monkeypatch):
+    monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
+    cores = parallel.usable_cores()
+    assert set(_worker_pool_sizes(2)) == {max(1, cores // 2)}
+    # this process is left as it was: its own pool was sized at import, its environment is restored
+    assert "POLARS_MAX_THREADS" not in os.environ
+
+
+def test_a_users_polars_threads_setting_is_kept(monkeypatch):
+    monkeypatch.setenv("POLARS_MAX_THREADS", "3")
+    assert set(_worker_pool_sizes(2)) == {3}
+    assert os.environ["POLARS_MAX_THREADS"] == "3"
+
+
+def _runs(tmp_path: Path, count: int, size: int) -> list[reader.RunFiles]:
+    paths = []
+    for index in range(count):
+        path = tmp_path / f"run{index}.log"
+        path.write_bytes(b"x" * size)
+        paths.append(path)
+    return reader.group_runs(paths)
+
+
+@pytest.mark.parametrize(
+    ("runs", "bytes_each", "cores", "expected"),
+    [
+        (1, 10_000, 2, 1),  # one run: nothing to share
+        (3, 10_000, 2, 1),  # too few bytes: starting workers costs more than it saves
+        (3, 50_000, 2, 2),
+        (3, 50_000, 8, 3),  # no more workers than runs
+        (3, 50_000, 1, 1),
+    ],
+)
+def test_default_workers(tmp_path, monkeypatch, runs, bytes_each, cores, expected):
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 100_000)
+    monkeypatch.setattr(parallel, "usable_cores", lambda: cores)
+    assert parallel.default_workers(_runs(tmp_path, runs, bytes_each)) == expected
