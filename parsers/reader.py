@@ -113,8 +113,9 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
             ):
                 # polars already split most lines (one record, or none); the rest are split here
                 for record in records(text) if single is None else (single,) if single else ():
-                    # a record that is its whole line needs no second search: the mask is that search
-                    searched = exact_masks and mask != ALL_ROUTES and record == text
+                    # the mask is the search of a record polars split off, and of a record that is its
+                    # whole line: neither needs a second one
+                    searched = exact_masks and mask != ALL_ROUTES and (single is not None or record == text)
                     if run.capturing:
                         for family, parse, has_marker, bit in by_marker:
                             if family.name in run.capturing or (

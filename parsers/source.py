@@ -239,7 +239,9 @@ def routed_lines(
 ) -> Iterator[tuple[int, str, int]]:
     """``marked_lines`` plus, per line, the bit mask of ``routes`` it holds (see ``routed_starts``; 0 for
     an unmarked line read because ``wanted()`` asked for it); ``ALL_ROUTES`` when ``needles`` is None (no byte
-    scan), and for a line with colour codes (removing them can join a marker the raw bytes do not hold)."""
+    scan), and for a line with colour codes (removing them can join a marker the raw bytes do not hold).
+    Where polars split the line's one record off (``routed_records``' single), the mask is the record's:
+    a marker in a launcher prefix routes nothing."""
     for lineno, text, mask, _ in routed_records(path, needles, routes, wanted, report):
         yield lineno, text, mask
 
@@ -496,8 +498,12 @@ def _marked_exprs(
 ) -> tuple[pl.Expr, list[pl.Expr | str]]:
     """``_marked_query``'s expressions, built once per set of markers."""
     line = pl.col("line")
+    single = single_record(line)
+    # the routes of the record itself where polars split it off (the reader then needs no search of
+    # its own: a launcher prefix holding a marker routes nothing), else of the line
+    routed = pl.coalesce(single, line)
     bits = [
-        line.str.contains(_needle_pattern(route)).cast(pl.Int64) * (1 << index)
+        routed.str.contains(_needle_pattern(route)).cast(pl.Int64) * (1 << index)
         for index, route in enumerate(routes)
         if route
     ]
@@ -506,7 +512,7 @@ def _marked_exprs(
         "n",
         "line",
         pl.when(line.str.contains("\x1b", literal=True)).then(ALL_ROUTES).otherwise(mask).alias("mask"),
-        single_record(line).alias("single"),
+        single.alias("single"),
     ]
     return line.str.contains(_needle_pattern(needles)), columns
 

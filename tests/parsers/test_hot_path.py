@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from logstat.parsers import deepspeed, grammar, megatron, source
+from logstat.parsers import deepspeed, grammar, megatron, reader, source
+from logstat.parsers.base import Family
 
 from tests.conftest import FIXTURES, SHARED_LOGS
 
@@ -283,6 +284,33 @@ def test_iteration_header_pattern_on_random_text(pieces):
     assert _header_matches(megatron._ITERATION_HEADER, text) == _header_matches(
         megatron.iteration_header.re, text
     )
+
+
+def test_a_record_polars_splits_off_is_routed_by_its_own_markers(tmp_path):
+    """A launcher prefix is not part of the record: a marker only in the prefix (a host named like one)
+    routes the line nowhere, and a marker in the record routes it to its family, so the reader needs no
+    search of its own. A line Python splits (glued ranks) keeps the mask of the whole line."""
+    log = tmp_path / "job-1.out"
+    log.write_text("alpha1: nothing\nalpha1: beta here\n0: alpha\n[default0]:alpha[default1]:x\n")
+    got = list(
+        source.routed_records(
+            log,
+            (b"alpha", b"beta"),
+            ((b"alpha",), (b"beta",)),
+            lambda: False,
+            source.SourceReport(path=str(log)),
+        )
+    )
+    assert got == [
+        (1, "alpha1: nothing", 0, "nothing"),
+        (2, "alpha1: beta here", 0b10, "beta here"),
+        (3, "0: alpha", 0b01, "alpha"),
+        (4, "[default0]:alpha[default1]:x", 0b01, None),
+    ]
+    seen = []
+    family = Family(name="alpha", markers=("alpha",), parse_line=lambda text, n, run: seen.append((n, text)))
+    reader.read_run(reader.RunFiles(key=str(log), files=(log,)), [family])
+    assert seen == [(3, "alpha"), (4, "alpha")]
 
 
 def test_routed_lines_masks_marked_and_captured_lines(tmp_path):
