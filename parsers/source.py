@@ -51,6 +51,7 @@ _LEADING_PREFIX = re.compile(_leading_prefix(r"\s", r"\d"))
 # The same pattern for polars' (Rust) regex engine over ASCII lines, with the classes Python's
 # ``\s`` and ``\d`` have there; Rust's leftmost-first matching finds what Python's backtracking finds.
 _ASCII_LEADING_PREFIX = _leading_prefix(r"[\t\n\x0b\x0c\r\x1c-\x1f ]", "[0-9]")
+_ASCII_FIRST_TAG = r"^\[(?:default|rank)[0-9]+\]:"  # _BRACKET_TAG at the start of an ASCII line
 _ASCII_WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() removes from ASCII text
 # Bracketed tags are unambiguous, so a line holding several of them is several ranks' records glued
 # (also after trailing spaces: DeepSpeed pads values, "samples/second:   475.07  [default3]:...").
@@ -101,8 +102,13 @@ def records(text: str) -> list[str]:
 def single_record(line: pl.Expr) -> pl.Expr:
     """``records(line)`` computed by polars where a line is one record: the record (prefixes
     stripped), ``""`` when the line holds none, null when Python must split it (colour codes, carriage
-    returns, a ``]:`` that may glue ranks, non-ASCII text)."""
-    simple = ~line.str.contains(r"[^\x00-\x0c\x0e-\x1a\x1c-\x7f]") & ~line.str.contains("]:", literal=True)
+    returns, a ``]:`` that may glue ranks, non-ASCII text). A line that opens with a bracketed tag
+    holding the line's only ``]:`` (torchrun's ``--tee``, every line of such a log) glues nothing:
+    ``_GLUED_TAG`` splits only before a tag after the first character."""
+    one_tag_first = line.str.contains(_ASCII_FIRST_TAG) & (line.str.count_matches("]:", literal=True) == 1)
+    simple = ~line.str.contains(r"[^\x00-\x0c\x0e-\x1a\x1c-\x7f]") & (
+        ~line.str.contains("]:", literal=True) | one_tag_first
+    )
     record = line.str.replace(_ASCII_LEADING_PREFIX, "")
     blank = record.str.strip_chars(_ASCII_WHITESPACE) == ""
     return pl.when(simple).then(pl.when(blank).then(pl.lit("")).otherwise(record))

@@ -222,9 +222,13 @@ def test_single_record_by_polars_equals_records(text):
 
 
 def test_single_record_by_polars_takes_the_common_lines():
-    texts = ["12: iteration 3", "[default3]:x | y", "  ", "localhost: 10.0.0.2: z", "plain", "a\rb", "é 1: x"]
+    texts = [
+        "12: iteration 3", "[default3]:x | y", "  ", "localhost: 10.0.0.2: z", "plain", "a\rb", "é 1: x",
+        "[rank1]:0: x", "[default3]:x[default4]:y", "a [default3]:x", "[default3]:x]: y", " [default3]:x",
+    ]  # fmt: skip
     assert _single_record_by_polars(texts) == [
-        "iteration 3", None, "", "z", "plain", None, None,  # "]:" may glue ranks; CR; non-ASCII
+        "iteration 3", "x | y", "", "z", "plain", None, None,  # CR; non-ASCII
+        "x", None, None, None, None,  # a "]:" after the first character may glue ranks
     ]  # fmt: skip
     real = [
         line
