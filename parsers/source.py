@@ -28,6 +28,10 @@ from pathlib import Path
 import polars as pl
 
 CHUNK_BYTES = 4 << 20
+#: a chunk smaller than this is searched with re, not polars: a polars query has a fixed cost (1.3 to
+#: 3 ms a chunk) that re's search of a short .err file's lines, or of the last line of a file cut
+#: before its newline (a chunk of its own), stays well under; at 16 KiB the two cost the same
+PYTHON_SEARCH_BYTES = 8 << 10
 GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
 # "BZh" is plain text: bzip2 also needs its block size digit and a block (or end-of-stream) magic.
@@ -191,7 +195,9 @@ def routed_starts(
     (one family's markers), so the reader tries only the families a line names. polars' regex engine
     searches all needles in one pass (``_needle_pattern``); the per-route searches run on the marked
     lines only. Latin-1 gives one character per byte, so character offsets are byte offsets and the
-    (ASCII) needles match exactly where they match the bytes."""
+    (ASCII) needles match exactly where they match the bytes. A small chunk is searched with re."""
+    if len(chunk) < PYTHON_SEARCH_BYTES:
+        return _routed_starts_by_re(chunk, needles, routes)
     lines = pl.Series(chunk.decode("latin-1").split("\n"), dtype=pl.String)
     lengths = lines.str.len_chars() + 1
     frame = pl.DataFrame({"start": lengths.cum_sum() - lengths, "line": lines}).filter(
@@ -206,6 +212,29 @@ def routed_starts(
         return frame["start"].to_list(), []
     masks = frame.select(pl.sum_horizontal(bits).alias("mask"))["mask"]
     return frame["start"].to_list(), masks.to_list()
+
+
+def _routed_starts_by_re(
+    chunk: bytes, needles: tuple[bytes, ...], routes: tuple[tuple[bytes, ...], ...]
+) -> tuple[list[int], list[int]]:
+    """``routed_starts`` of a small chunk, a line at a time with re on the bytes (the same lines:
+    the needles are ASCII, as in polars' search of the latin-1 text)."""
+    has_needle = _bytes_search(needles)
+    route_searches = [(_bytes_search(route), 1 << index) for index, route in enumerate(routes) if route]
+    starts: list[int] = []
+    masks: list[int] = []
+    start = 0
+    for line in chunk.split(b"\n"):
+        if has_needle(line):
+            starts.append(start)
+            masks.append(sum(bit for search, bit in route_searches if search(line)))
+        start += len(line) + 1
+    return starts, masks if route_searches else []
+
+
+@cache
+def _bytes_search(needles: tuple[bytes, ...]) -> Callable[[bytes], re.Match[bytes] | None]:
+    return re.compile(b"|".join(re.escape(needle) for needle in needles)).search
 
 
 @cache
@@ -371,8 +400,8 @@ def search_chunk(
     patterns: tuple[str, ...] = (),
 ) -> SearchedChunk | None:
     """The marked lines of ``chunk`` found by polars, and the rows each of ``patterns`` wants; None
-    if polars cannot split the chunk exactly."""
-    if not frame_readable(chunk):
+    if polars cannot split the chunk exactly, or the chunk is small enough for re (``PYTHON_SEARCH_BYTES``)."""
+    if len(chunk) < PYTHON_SEARCH_BYTES or not frame_readable(chunk):
         return None
     try:
         lines = _line_frame(chunk)

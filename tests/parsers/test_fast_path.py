@@ -91,6 +91,9 @@ def test_fast_path_equals_reference_path(corpus, monkeypatch):
     reference = _reference_parse(corpus, monkeypatch)
     fast = _parse(corpus)
     _assert_same(fast, reference)
+    with monkeypatch.context() as patch:  # the small files too searched by polars, as big ones are
+        patch.setattr(source, "PYTHON_SEARCH_BYTES", 0)
+        _assert_same(_parse(corpus), reference)
     # The corpus did exercise the parsers: the glued file holds every step of its source
     # (counted here with plain substring search on the source's lines), each once.
     expected_steps = sum(ITERATION_MARKER in line for line in _lines(MEGATRON_3D))
@@ -100,11 +103,14 @@ def test_fast_path_equals_reference_path(corpus, monkeypatch):
     assert iterations["iteration"].to_list() == list(range(1, 50))
 
 
-def test_fast_path_across_chunk_boundaries(corpus, monkeypatch):
-    """Tiny chunks put lines, glued records and markers across chunk edges: results stay the same."""
+@pytest.mark.parametrize("search", ["polars", "re"])
+def test_fast_path_across_chunk_boundaries(corpus, monkeypatch, search):
+    """Tiny chunks put lines, glued records and markers across chunk edges: results stay the same,
+    whether polars searches the chunks or re does (as it does small ones)."""
     reference = _reference_parse(corpus, monkeypatch)
     with monkeypatch.context() as patch:
         patch.setattr(source, "CHUNK_BYTES", 1000)
+        patch.setattr(source, "PYTHON_SEARCH_BYTES", 0 if search == "polars" else 1 << 62)
         fast = _parse(corpus)
     _assert_same(fast, reference)
 

@@ -286,10 +286,11 @@ def test_iteration_header_pattern_on_random_text(pieces):
     )
 
 
-def test_a_record_polars_splits_off_is_routed_by_its_own_markers(tmp_path):
+def test_a_record_polars_splits_off_is_routed_by_its_own_markers(tmp_path, monkeypatch):
     """A launcher prefix is not part of the record: a marker only in the prefix (a host named like one)
     routes the line nowhere, and a marker in the record routes it to its family, so the reader needs no
     search of its own. A line Python splits (glued ranks) keeps the mask of the whole line."""
+    monkeypatch.setattr(source, "PYTHON_SEARCH_BYTES", 0)  # polars' search, as on a big file
     log = tmp_path / "job-1.out"
     log.write_text("alpha1: nothing\nalpha1: beta here\n0: alpha\n[default0]:alpha[default1]:x\n")
     got = list(
@@ -313,9 +314,10 @@ def test_a_record_polars_splits_off_is_routed_by_its_own_markers(tmp_path):
     assert seen == [(3, "alpha"), (4, "alpha")]
 
 
-def test_routed_lines_masks_marked_and_captured_lines(tmp_path):
+def test_routed_lines_masks_marked_and_captured_lines(tmp_path, monkeypatch):
     """Each line's mask names the routes whose markers it holds; an unmarked line read while a block
     is open has mask 0, a line with colour codes every route (removing them can join a marker)."""
+    monkeypatch.setattr(source, "PYTHON_SEARCH_BYTES", 0)  # polars' search, as on a big file
     log = tmp_path / "job-1.out"
     lines = [
         "alpha here",

@@ -7,7 +7,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from logstat.parsers.source import SourceReport, marked_lines, marker_needles, records, strip_prefixes
 
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, SHARED_LOGS
+
+
+@pytest.fixture(autouse=True)
+def polars_searches_every_chunk(monkeypatch):
+    """These tests hold polars' search to the Python cutter on small files: polars must search them
+    (outside these tests a chunk under PYTHON_SEARCH_BYTES is searched with re, see SEARCH_WAYS)."""
+    from logstat.parsers import source
+
+    monkeypatch.setattr(source, "PYTHON_SEARCH_BYTES", 0)
 
 
 def lines_of(path, markers=None, wants_all=lambda: False):
@@ -106,21 +115,41 @@ def test_undecodable_bytes_do_not_crash(tmp_path):
     assert got == [(1, "iteration \ufffd\ufffd 1")]
 
 
-def _records_both_ways(path, needles, routes, wants_all, monkeypatch):
-    """``routed_lines`` on polars' line frames and on the Python line cutter, records and report each."""
+#: how a chunk is searched: polars' line frame; the Python cutter on polars' marker search (chunks
+#: polars' reader cannot split); the Python cutter on re's marker search (small chunks)
+SEARCH_WAYS = {
+    "polars": {"PYTHON_SEARCH_BYTES": 0},
+    "python cutter": {"PYTHON_SEARCH_BYTES": 0, "frame_readable": lambda chunk: False},
+    "re": {"PYTHON_SEARCH_BYTES": 1 << 62},
+}
+
+
+def _every_way(monkeypatch, read):
+    """``read()`` with each of SEARCH_WAYS in place, by name."""
     from logstat.parsers import source
 
-    out = []
-    for readable in (source.frame_readable, lambda chunk: False):
+    out = {}
+    for way, settings in SEARCH_WAYS.items():
         with monkeypatch.context() as patch:
-            patch.setattr(source, "frame_readable", readable)
-            report = SourceReport(path=str(path))
-            lines = [
-                (n, records(text), mask)
-                for n, text, mask in source.routed_lines(path, needles, routes, wants_all, report)
-            ]
-            out.append((lines, report.lines))
+            for name, value in settings.items():
+                patch.setattr(source, name, value)
+            out[way] = read()
     return out
+
+
+def _records_every_way(path, needles, routes, wants_all, monkeypatch):
+    """``routed_lines`` of every way of SEARCH_WAYS (records and the report's line count), polars' first."""
+    from logstat.parsers import source
+
+    def read():
+        report = SourceReport(path=str(path))
+        lines = [
+            (n, records(text), mask)
+            for n, text, mask in source.routed_lines(path, needles, routes, wants_all, report)
+        ]
+        return lines, report.lines
+
+    return list(_every_way(monkeypatch, read).values())
 
 
 TRICKY = (
@@ -146,10 +175,10 @@ def test_polars_line_frames_equal_the_python_line_cutter(tmp_path, monkeypatch):
     path.write_bytes(TRICKY)
     assert source_frame_readable(TRICKY)
     routes = ((b"MARK",), (b"OTHER",))
-    frame_path, python_path = _records_both_ways(
+    frame_path, *python_paths = _records_every_way(
         path, (b"MARK", b"OTHER"), routes, lambda: False, monkeypatch
     )
-    assert frame_path == python_path
+    assert python_paths == [frame_path] * 2
     lines, count = frame_path
     assert [n for n, _, _ in lines] == [1, 4, 5, 6, 7, 8, 9] and count == 9
     assert lines[0] == (1, ["start MARK"], 1)
@@ -157,13 +186,13 @@ def test_polars_line_frames_equal_the_python_line_cutter(tmp_path, monkeypatch):
     assert lines[4] == (7, ["progress 1%", "progress 2% OTHER"], 2)
     # one separator byte sends its chunk to the Python cutter, with the same result
     path.write_bytes(TRICKY.replace(b"bad utf-8", b"unit\x1fsep"))
-    frame_path, python_path = _records_both_ways(path, (b"MARK",), routes, lambda: False, monkeypatch)
-    assert frame_path == python_path and len(frame_path[0]) == 6
+    frame_path, *python_paths = _records_every_way(path, (b"MARK",), routes, lambda: False, monkeypatch)
+    assert python_paths == [frame_path] * 2 and len(frame_path[0]) == 6
     # polars' reader drops a byte-order mark at the start: such a chunk is cut in Python, which keeps it
     path.write_bytes(b"\xef\xbb\xbf" + TRICKY)
     assert not source_frame_readable(path.read_bytes())
-    frame_path, python_path = _records_both_ways(path, (b"MARK",), routes, lambda: False, monkeypatch)
-    assert frame_path == python_path and frame_path[0][0] == (1, ["\ufeffstart MARK"], 1)
+    frame_path, *python_paths = _records_every_way(path, (b"MARK",), routes, lambda: False, monkeypatch)
+    assert python_paths == [frame_path] * 2 and frame_path[0][0] == (1, ["\ufeffstart MARK"], 1)
 
 
 def test_polars_line_frames_give_every_line_while_a_block_is_open(tmp_path, monkeypatch):
@@ -180,23 +209,45 @@ def test_polars_line_frames_give_every_line_while_a_block_is_open(tmp_path, monk
     def wants_all() -> bool:
         return state["open"]
 
-    results = []
-    for readable in (source.frame_readable, lambda chunk: False):
-        with monkeypatch.context() as patch:
-            patch.setattr(source, "frame_readable", readable)
-            seen = []
-            report = SourceReport(path=str(path))
-            for n, text, mask in source.routed_lines(
-                path, (b"OPEN", b"CLOSE", b"MARK"), ((b"MARK",),), wants_all, report
-            ):
-                seen.append((n, text.rstrip("\r"), mask))
-                if text in ("OPEN", "CLOSE"):
-                    state["open"] = text == "OPEN"
-            results.append((seen, report.lines))
-    assert results[0] == results[1]
+    def read():
+        seen = []
+        report = SourceReport(path=str(path))
+        for n, text, mask in source.routed_lines(
+            path, (b"OPEN", b"CLOSE", b"MARK"), ((b"MARK",),), wants_all, report
+        ):
+            seen.append((n, text.rstrip("\r"), mask))
+            if text in ("OPEN", "CLOSE"):
+                state["open"] = text == "OPEN"
+        return seen, report.lines
+
+    results = list(_every_way(monkeypatch, read).values())
+    assert results[1:] == [results[0]] * 2
     seen = results[0][0]
     assert [n for n, _, _ in seen[:43]] == list(range(2, 45))  # OPEN, 40 lines, an empty one, CLOSE
     assert seen[41] == (43, "", 0) and seen[42] == (44, "CLOSE", 0) and seen[43] == (45, "noise MARK", 1)
+
+
+def test_small_chunks_are_searched_by_re_with_polars_result(monkeypatch):
+    """routed_starts by re (chunks under PYTHON_SEARCH_BYTES) equals polars' on real log chunks cut
+    anywhere: the same marked lines, the same route masks."""
+    from logstat.parsers import registry, source
+
+    families = list(registry.families())
+    needles = source.marker_needles([m for family in families for m in family.markers])
+    routes = tuple(source.marker_needles(list(family.markers)) or () for family in families)
+    checked = marked = 0
+    logs = sorted(path for path in FIXTURES.rglob("*") if path.suffix in (".out", ".err", ".log"))
+    for path in logs + sorted(SHARED_LOGS.glob("*.out")):
+        data = path.read_bytes()
+        for start in range(0, min(len(data), 200_000), 3_000):
+            chunk = data[start : start + 7_000]
+            by_re = source._routed_starts_by_re(chunk, needles, routes)
+            assert by_re == source.routed_starts(chunk, needles, routes)  # polars: the autouse fixture
+            checked += 1
+            marked += len(by_re[0])
+    assert checked > 100 and marked > 1000
+    monkeypatch.setattr(source, "PYTHON_SEARCH_BYTES", 8 << 10)
+    assert source.search_chunk(b"MARK\n", (b"MARK",), ()) is None  # small: cut and searched in Python
 
 
 PREFIX_PIECES = [
@@ -321,5 +372,7 @@ def test_tiny_and_odd_files_read_the_same_both_ways(tmp_path, monkeypatch, conte
     the same on polars' line frames and on the Python cutter."""
     path = tmp_path / "edge.log"
     path.write_bytes(content)
-    frame_path, python_path = _records_both_ways(path, (b"MARK",), ((b"MARK",),), lambda: False, monkeypatch)
-    assert frame_path == python_path
+    frame_path, *python_paths = _records_every_way(
+        path, (b"MARK",), ((b"MARK",),), lambda: False, monkeypatch
+    )
+    assert python_paths == [frame_path] * 2
