@@ -109,9 +109,9 @@ def single_record(line: pl.Expr) -> pl.Expr:
     returns, a ``]:`` that may glue ranks, non-ASCII text). A line that opens with a bracketed tag
     holding the line's only ``]:`` (torchrun's ``--tee``, every line of such a log) glues nothing:
     ``_GLUED_TAG`` splits only before a tag after the first character."""
-    one_tag_first = line.str.contains(_ASCII_FIRST_TAG) & (line.str.count_matches("]:", literal=True) == 1)
+    separators = line.str.count_matches("]:", literal=True)
     simple = ~line.str.contains(r"[^\x00-\x0c\x0e-\x1a\x1c-\x7f]") & (
-        ~line.str.contains("]:", literal=True) | one_tag_first
+        (separators == 0) | ((separators == 1) & line.str.contains(_ASCII_FIRST_TAG))
     )
     record = line.str.replace(_ASCII_LEADING_PREFIX, "")
     blank = record.str.strip_chars(_ASCII_WHITESPACE) == ""
@@ -523,20 +523,22 @@ def _marked_query(
 ) -> pl.LazyFrame:
     """The rows of ``lines`` holding one of ``needles``, with their route ``mask`` (``routed_starts``)
     and their ``single_record``."""
-    marked, columns = _marked_exprs(needles, routes)
-    return lines.filter(marked).select(columns)
+    marked, single, columns = _marked_exprs(needles, routes)
+    # the record first, as a column of its own: the masks read it, and computed inside each of them
+    # it was computed once per route
+    return lines.filter(marked).with_columns(single).select(columns)
 
 
 @cache
 def _marked_exprs(
     needles: tuple[bytes, ...], routes: tuple[tuple[bytes, ...], ...]
-) -> tuple[pl.Expr, list[pl.Expr | str]]:
-    """``_marked_query``'s expressions, built once per set of markers."""
+) -> tuple[pl.Expr, pl.Expr, list[pl.Expr | str]]:
+    """``_marked_query``'s expressions, built once per set of markers: the marked lines, their
+    record, and the columns of the result."""
     line = pl.col("line")
-    single = single_record(line)
     # the routes of the record itself where polars split it off (the reader then needs no search of
     # its own: a launcher prefix holding a marker routes nothing), else of the line
-    routed = pl.coalesce(single, line)
+    routed = pl.coalesce(pl.col("single"), line)
     bits = [
         routed.str.contains(_needle_pattern(route)).cast(pl.Int64) * (1 << index)
         for index, route in enumerate(routes)
@@ -547,9 +549,9 @@ def _marked_exprs(
         "n",
         "line",
         pl.when(line.str.contains("\x1b", literal=True)).then(ALL_ROUTES).otherwise(mask).alias("mask"),
-        single.alias("single"),
+        "single",
     ]
-    return line.str.contains(_needle_pattern(needles)), columns
+    return line.str.contains(_needle_pattern(needles)), single_record(line).alias("single"), columns
 
 
 def _chunk_lines(
