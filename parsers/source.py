@@ -524,8 +524,7 @@ def _marked_query(
     """The rows of ``lines`` holding one of ``needles``, with their route ``mask`` (``routed_starts``)
     and their ``single_record``."""
     marked, single, columns = _marked_exprs(needles, routes)
-    # the record first, as a column of its own: the masks read it, and computed inside each of them
-    # it was computed once per route
+    # the record as a column of its own, computed once: every route's mask reads it
     return lines.filter(marked).with_columns(single).select(columns)
 
 
