@@ -12,15 +12,13 @@ import pytest
 from logstat.parsers import parallel, reader
 
 
-def _polars_pool_size(_: int) -> int:
-    return pl.thread_pool_size()
-
-
 def _worker_pool_sizes(workers: int) -> list[int]:
     """The polars thread pool size of each of ``workers`` spawned the way ``read_frames`` spawns them."""
     spawn = multiprocessing.get_context("spawn")
     with parallel._polars_threads_per_worker(workers), ProcessPoolExecutor(workers, mp_context=spawn) as pool:
-        return list(pool.map(_polars_pool_size, range(workers * 4)))
+        # polars' own function: a worker imports it without importing this test module, which a
+        # spawned process can do only when pytest was started as ``python -m pytest`` (cwd on sys.path)
+        return [future.result() for future in [pool.submit(pl.thread_pool_size) for _ in range(workers * 4)]]
 
 
 def test_each_worker_gets_its_share_of_the_cores(monkeypatch):
