@@ -14,26 +14,21 @@ from hypothesis import strategies as st
 from logstat.parsers import grammar, hf_trainer, megatron
 from logstat.parsers.source import records
 
+from tests.parsers.random_text import joined
+
 #: every character Python's ``str.strip()`` removes (and ``re``'s ``\s`` matches)
 _CHARACTERS = [chr(code) for code in range(0x110000) if not 0xD800 <= code < 0xE000]  # no surrogates
 PYTHON_WHITESPACE = "".join(c for c in _CHARACTERS if c.isspace())
 # whitespace that launchers and loggers write, and the odd ones where Python and Rust disagree
-_SPACE = st.sampled_from(
-    [" ", " ", " ", "\t", "\x0b", "\x0c", "\x1c", "\x1f", "\x85", "\xa0", "\u2028", "\u3000"]
-)
-_SPACES = st.lists(_SPACE, max_size=4).map("".join)
-_PREFIX = st.sampled_from(
-    ["12: ", "0: ", "[default3]:", "[rank7]:", "10.0.0.2: ", "localhost: ", "node12: ", " "]
-)
-_PREFIXES = st.lists(_PREFIX, max_size=3).map("".join)
+_SPACE = (" ", " ", " ", "\t", "\x0b", "\x0c", "\x1c", "\x1f", "\x85", "\xa0", "\u2028", "\u3000")
+_SPACES = joined(_SPACE, max_size=4)
+_PREFIX = ("12: ", "0: ", "[default3]:", "[rank7]:", "10.0.0.2: ", "localhost: ", "node12: ", " ")
+_PREFIXES = joined(_PREFIX, max_size=3)
 _TAG = st.sampled_from(["[default0]:", "[rank1]:", "[default12]:"])
 # text around a record: its neighbours' records, or anything (names, dots, parentheses, separators)
-_NOISE = st.lists(
-    st.sampled_from(
-        ["a", "fp16", "_", ".", "..", "=", ")", "(", ":", "[", "]", "0", "é", "\r", *" \t\xa0\x1c"]
-    ),
-    max_size=8,
-).map("".join)
+_NOISE = joined(
+    ["a", "fp16", "_", ".", "..", "=", ")", "(", ":", "[", "]", "0", "é", "\r", *" \t\xa0\x1c"], max_size=8
+)
 
 
 def _value(draw) -> str:
@@ -51,7 +46,7 @@ def _megatron_record(draw) -> str:
     filler = draw(
         st.one_of(
             st.tuples(_SPACES, st.integers(2, 5), _SPACES).map(lambda t: t[0] + "." * t[1] + t[2]),
-            st.lists(_SPACE, min_size=2, max_size=4).map("".join),
+            joined(_SPACE, min_size=2, max_size=4),
             st.just("\t"),
         )
     )
@@ -121,11 +116,7 @@ def test_the_args_capture_matches_every_line_the_block_reads(line):
 
 
 @_SETTINGS
-@given(
-    st.lists(st.sampled_from(["fp16", "bf16=", ")", " ", ".", "\t", ":", "[rank1]:", "\r", "x", "\xa0"])).map(
-        "".join
-    )
-)
+@given(joined(["fp16", "bf16=", ")", " ", ".", "\t", ":", "[rank1]:", "\r", "x", "\xa0"], max_size=None))
 def test_both_captures_match_every_line_of_random_pieces_the_blocks_read(line):
     line = line.removesuffix("\r")
     pieces = records(line)

@@ -19,6 +19,7 @@ from logstat.parsers.base import RunBuilder
 
 from tests.conftest import FIXTURES, SHARED_LOGS
 from tests.parsers.feeding import feed_file, feed_lines
+from tests.parsers.random_text import joined
 
 THROUGHPUT_LINE = (
     "[2026-11-21 21:47:07,715] [INFO] [timer.py:264:stop] epoch=0/micro_step=8/global_step=4, "
@@ -114,43 +115,41 @@ def test_throughput_edge_cases(text, expected):
     assert repr(list(deepspeed.throughput_records(text))) == repr(expected)
 
 
-_PIECES = st.sampled_from(
-    [
-        "epoch=",
-        "/micro_step=",
-        "/global_step=",
-        ", RunningAvgSamplesPerSec=",
-        ", CurrSamplesPerSec=",
-        ", MemAllocated=",
-        "GB, MaxMemAllocated=",
-        "GB",
-        "GB,",
-        ",",
-        "/",
-        "=",
-        "7",
-        "12",
-        " ",
-        "\t",
-        "\r",
-        "\n",
-        "1e-4",
-        "-2.5",
-        ".5",
-        "5.",
-        "nan",
-        "Inf",
-        "e",
-        "+",
-        "x",
-    ]
+_PIECES = (
+    "epoch=",
+    "/micro_step=",
+    "/global_step=",
+    ", RunningAvgSamplesPerSec=",
+    ", CurrSamplesPerSec=",
+    ", MemAllocated=",
+    "GB, MaxMemAllocated=",
+    "GB",
+    "GB,",
+    ",",
+    "/",
+    "=",
+    "7",
+    "12",
+    " ",
+    "\t",
+    "\r",
+    "\n",
+    "1e-4",
+    "-2.5",
+    ".5",
+    "5.",
+    "nan",
+    "Inf",
+    "e",
+    "+",
+    "x",
 )
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(_PIECES, max_size=30))
-def test_random_throughput_like_text_reads_the_same(pieces):
-    _same("".join(pieces))
+@given(joined(_PIECES, max_size=30))
+def test_random_throughput_like_text_reads_the_same(text):
+    _same(text)
 
 
 @settings(max_examples=300, deadline=None)
@@ -351,41 +350,39 @@ def test_print_record_edge_cases(record, monkeypatch):
     _same_print_reads("[config.py:1:print_user_config]" + record, monkeypatch)
 
 
-_PRINT_PIECES = st.sampled_from(
-    [
-        TAG,
-        "[config.py:12:print_user_config]",
-        ":print",
-        "[2021-05-26 04:38:20,034]",
-        " ",
-        "  ",
-        ".",
-        "....",
-        "\t",
-        "\r",
-        "\xa0",
-        "\x1c",
-        "name",
-        "_x9",
-        "7",
-        "json = ",
-        "DeepSpeedEngine configuration",
-        "{",
-        "}",
-        "[",
-        "]",
-        "'a': 1,",
-        "=",
-        "é",
-    ]
+_PRINT_PIECES = (
+    TAG,
+    "[config.py:12:print_user_config]",
+    ":print",
+    "[2021-05-26 04:38:20,034]",
+    " ",
+    "  ",
+    ".",
+    "....",
+    "\t",
+    "\r",
+    "\xa0",
+    "\x1c",
+    "name",
+    "_x9",
+    "7",
+    "json = ",
+    "DeepSpeedEngine configuration",
+    "{",
+    "}",
+    "[",
+    "]",
+    "'a': 1,",
+    "=",
+    "é",
 )
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(_PRINT_PIECES, max_size=20))
-def test_random_print_like_text_reads_the_same(pieces):
+@given(joined(_PRINT_PIECES, max_size=20))
+def test_random_print_like_text_reads_the_same(text):
     with pytest.MonkeyPatch.context() as monkeypatch:
-        _same_print_reads("".join(pieces), monkeypatch)
+        _same_print_reads(text, monkeypatch)
 
 
 # --- the dismissal of an attribute the dump reader does not read -----------------------------------
@@ -497,11 +494,9 @@ def test_every_real_json_line_reads_the_same_key():
 
 
 @settings(max_examples=500, deadline=None)
-@given(
-    st.lists(st.sampled_from(['"', "key", "stage", ":", ",", " ", "\t", "\n", "\xa0", "{", "}", "3", "null"]))
-)
-def test_random_json_like_text_reads_the_same_key(pieces):
-    _same_json_key("".join(pieces))
+@given(joined(['"', "key", "stage", ":", ",", " ", "\t", "\n", "\xa0", "{", "}", "3", "null"], max_size=None))
+def test_random_json_like_text_reads_the_same_key(text):
+    _same_json_key(text)
 
 
 # --- patterns opened on their literal, and _bool ------------------------------------------------------
@@ -543,28 +538,26 @@ def test_keyed_patterns_read_every_real_line_as_their_definitions():
 
 @settings(max_examples=400, deadline=None)
 @given(
-    st.lists(
-        st.sampled_from(
-            [
-                "offload_param=",
-                "offload_optimizer=",
-                "enabled=",
-                "None",
-                "x",
-                "_",
-                "é",
-                " ",
-                "=",
-                "(",
-                ")",
-                "True",
-            ]
-        ),
+    joined(
+        [
+            "offload_param=",
+            "offload_optimizer=",
+            "enabled=",
+            "None",
+            "x",
+            "_",
+            "é",
+            " ",
+            "=",
+            "(",
+            ")",
+            "True",
+        ],
         max_size=12,
     )
 )
-def test_keyed_patterns_read_random_text_as_their_definitions(pieces):
-    _same_keyed_reads("".join(pieces))
+def test_keyed_patterns_read_random_text_as_their_definitions(text):
+    _same_keyed_reads(text)
 
 
 def _bool_definition(text: str) -> bool | None:
@@ -573,13 +566,8 @@ def _bool_definition(text: str) -> bool | None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    st.lists(
-        st.sampled_from(["true", "False", "TRUE,", ",", " ", "\t", "\xa0", "\x1c", "x", "İ"]), max_size=6
-    )
-)
-def test_bool_reads_as_its_definition(pieces):
-    text = "".join(pieces)
+@given(joined(["true", "False", "TRUE,", ",", " ", "\t", "\xa0", "\x1c", "x", "İ"], max_size=6))
+def test_bool_reads_as_its_definition(text):
     assert deepspeed._bool(text) == _bool_definition(text)
 
 
@@ -657,10 +645,8 @@ def test_profile_label_is_the_first_label_of_the_table(text):
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    st.lists(st.sampled_from([*deepspeed._PROFILE_LABELS, "params of model", " ", "=", ":", "x"]), max_size=5)
-)
-def test_profile_label_of_random_text_is_the_first_label_of_the_table(pieces):
-    stripped = "".join(pieces).strip()
+@given(joined([*deepspeed._PROFILE_LABELS, "params of model", " ", "=", ":", "x"], max_size=5))
+def test_profile_label_of_random_text_is_the_first_label_of_the_table(text):
+    stripped = text.strip()
     match = deepspeed._PROFILE_LABEL.match(stripped)
     assert (None if match is None else match.group()) == _first_label_by_loop(stripped)

@@ -27,6 +27,7 @@ from polars.testing import assert_frame_equal
 
 from logstat.api import load_runs
 from tests.conftest import FIXTURES, SHARED_LOGS
+from tests.parsers.random_text import joined
 
 ITERATION_MARKER = "elapsed time per iteration"
 MEGATRON_3D = FIXTURES / "megatron" / "meg_ds_3d_gpt2_perf_n16-ds-on.out"
@@ -225,7 +226,7 @@ _DEEPSPEED_PIECES = [
 ]  # fmt: skip
 
 
-@given(st.lists(st.sampled_from(_DEEPSPEED_PIECES), max_size=25).map("".join))
+@given(joined(_DEEPSPEED_PIECES, max_size=25))
 def test_deepspeed_anchored_scan_equals_scan_string_on_any_text(text):
     _scans_agree(text)
 

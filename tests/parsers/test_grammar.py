@@ -10,6 +10,7 @@ from logstat.parsers import grammar
 from logstat.parsers.grammar import dotted, eq_fields, literal, pipe_fields
 
 from tests.conftest import FIXTURES, SHARED_LOGS
+from tests.parsers.random_text import joined
 
 # shared/logs/bigscience/meg_ds_zero_gpt2_perf_n16_nbs48_ms48.out, first iteration line
 OLD_ITERATION = (
@@ -120,35 +121,31 @@ def test_literal_reads_what_trying_each_conversion_reads(text):
 
 @settings(max_examples=500, deadline=None)
 @given(
-    st.lists(
-        st.sampled_from(
-            [
-                "1",
-                "0",
-                "42",
-                ".",
-                "e",
-                "E",
-                "-",
-                "+",
-                "_",
-                " ",
-                "nan",
-                "INF",
-                "inity",
-                "none",
-                "True",
-                "x",
-                "\u0661",
-            ]
-        ),
+    joined(
+        [
+            "1",
+            "0",
+            "42",
+            ".",
+            "e",
+            "E",
+            "-",
+            "+",
+            "_",
+            " ",
+            "nan",
+            "INF",
+            "inity",
+            "none",
+            "True",
+            "x",
+            "\u0661",
+        ],
         max_size=8,
     )
     | st.text(max_size=8)
 )
 def test_literal_on_random_text(text):
-    if isinstance(text, list):
-        text = "".join(text)
     assert repr(literal(text)) == repr(_literal_by_trying(text))
 
 
@@ -218,34 +215,31 @@ def test_command_line_flags_edge_cases(text):
 
 @settings(max_examples=500, deadline=None)
 @given(
-    st.lists(
-        st.sampled_from(
-            [
-                "--",
-                "-",
-                "a",
-                "b1",
-                "=",
-                " ",
-                "\t",
-                "\r",
-                "\n",
-                "'",
-                '"',
-                "\\",
-                "\x0b",
-                "\x0c",
-                "\x1f",
-                "\xa0",
-                "\x85",
-                "#",
-                ";",
-                "é",
-            ]
-        ),
+    joined(
+        [
+            "--",
+            "-",
+            "a",
+            "b1",
+            "=",
+            " ",
+            "\t",
+            "\r",
+            "\n",
+            "'",
+            '"',
+            "\\",
+            "\x0b",
+            "\x0c",
+            "\x1f",
+            "\xa0",
+            "\x85",
+            "#",
+            ";",
+            "é",
+        ],
         max_size=25,
     )
 )
-def test_command_line_flags_of_random_text_are_shlex_flags(pieces):
-    text = "".join(pieces)
+def test_command_line_flags_of_random_text_are_shlex_flags(text):
     assert grammar._shell_words(text) == _words_by_shlex(text)

@@ -13,6 +13,7 @@ from logstat.parsers import hf_trainer
 from logstat.parsers.base import RunBuilder
 
 from tests.parsers import feeding
+from tests.parsers.random_text import joined
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "hf_trainer"
 REAL = "hf_ds_gpt2_perf_n16_bs4-mbs8.out"
@@ -261,27 +262,25 @@ def test_train_output_gives_the_final_step_and_full_precision_metrics():
     )
 
 
-_ARGS_LINE_PIECES = st.sampled_from(
-    [
-        *sorted(hf_trainer._ARGS_READ),
-        "_full_eval",
-        "_kwargs",
-        "x",
-        "=",
-        "True",
-        "4",
-        ",",
-        " ",
-        "\t",
-        ")",
-        "(",
-        "\r",
-    ]
+_ARGS_LINE_PIECES = (
+    *sorted(hf_trainer._ARGS_READ),
+    "_full_eval",
+    "_kwargs",
+    "x",
+    "=",
+    "True",
+    "4",
+    ",",
+    " ",
+    "\t",
+    ")",
+    "(",
+    "\r",
 )
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(_ARGS_LINE_PIECES, max_size=8).map("".join))
+@given(joined(_ARGS_LINE_PIECES, max_size=8))
 def test_the_args_block_asks_for_every_field_line_it_reads(text):
     # the reader delivers only the lines matching the block's capture regex: every line whose field the
     # block reads (or its closing ')') must match it

@@ -18,6 +18,7 @@ from logstat.parsers import deepspeed, grammar, megatron, reader, source
 from logstat.parsers.base import Family
 
 from tests.conftest import FIXTURES, SHARED_LOGS
+from tests.parsers.random_text import joined
 
 
 def _by_grammar(text: str) -> list[tuple]:
@@ -89,43 +90,41 @@ def test_edge_cases(text, expected):
     assert repr(list(deepspeed.step_records(text))) == repr(expected)
 
 
-_PIECES = st.sampled_from(
-    [
-        "step=",
-        "step",
-        "=",
-        "7",
-        "12",
-        ", skipped=",
-        ",",
-        " skipped=",
-        "3",
-        ", lr=",
-        "[",
-        "]",
-        " ",
-        "\t",
-        "\r",
-        "1e-4",
-        "-2.5",
-        ".5",
-        "5.",
-        "nan",
-        "INF",
-        "e",
-        "+",
-        "/",
-        "_",
-        "x",
-        ", mom=[0.9]",
-    ]
+_PIECES = (
+    "step=",
+    "step",
+    "=",
+    "7",
+    "12",
+    ", skipped=",
+    ",",
+    " skipped=",
+    "3",
+    ", lr=",
+    "[",
+    "]",
+    " ",
+    "\t",
+    "\r",
+    "1e-4",
+    "-2.5",
+    ".5",
+    "5.",
+    "nan",
+    "INF",
+    "e",
+    "+",
+    "/",
+    "_",
+    "x",
+    ", mom=[0.9]",
 )
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(_PIECES, max_size=24))
-def test_random_step_like_text_reads_the_same(pieces):
-    _same("".join(pieces))
+@given(joined(_PIECES, max_size=24))
+def test_random_step_like_text_reads_the_same(text):
+    _same(text)
 
 
 @settings(max_examples=200, deadline=None)
@@ -176,34 +175,31 @@ def test_pipe_fields_pattern_edge_cases(text):
 
 @settings(max_examples=400, deadline=None)
 @given(
-    st.lists(
-        st.sampled_from(
-            [
-                "a",
-                "Lm loss",
-                " ",
-                "\t",
-                ":",
-                "|",
-                "=",
-                "\n",
-                "1",
-                "2.5",
-                "-",
-                "e3",
-                "nan",
-                "inf",
-                "N/A",
-                "K",
-                "é",
-                "\x1c",
-            ]
-        ),
+    joined(
+        [
+            "a",
+            "Lm loss",
+            " ",
+            "\t",
+            ":",
+            "|",
+            "=",
+            "\n",
+            "1",
+            "2.5",
+            "-",
+            "e3",
+            "nan",
+            "inf",
+            "N/A",
+            "K",
+            "é",
+            "\x1c",
+        ],
         max_size=30,
     )
 )
-def test_pipe_fields_pattern_on_random_text(pieces):
-    text = "".join(pieces)
+def test_pipe_fields_pattern_on_random_text(text):
     assert _pipe_matches(grammar._PIPE_FIELD, text) == _pipe_matches(grammar.pipe_field.re, text)
 
 
@@ -272,15 +268,12 @@ def test_iteration_header_pattern_edge_cases(text):
 
 @settings(max_examples=400, deadline=None)
 @given(
-    st.lists(
-        st.sampled_from(
-            ["iteration", "iter", "ation", " ", "\t", "1", "23", "/", "x", "_", "\u00e9", "-", "|"]
-        ),
+    joined(
+        ["iteration", "iter", "ation", " ", "\t", "1", "23", "/", "x", "_", "\u00e9", "-", "|"],
         max_size=20,
     )
 )
-def test_iteration_header_pattern_on_random_text(pieces):
-    text = "".join(pieces)
+def test_iteration_header_pattern_on_random_text(text):
     assert _header_matches(megatron._ITERATION_HEADER, text) == _header_matches(
         megatron.iteration_header.re, text
     )
@@ -397,16 +390,13 @@ def test_scaled_edge_cases(text, unit, expected):
 
 @settings(max_examples=400, deadline=None)
 @given(
-    st.lists(
-        st.sampled_from(
-            ["1", "2.5", ".", "e", "-", "+", " ", "\t", "K", "M", "m", "u", "s", "x", "nan", "Inf", "7"]
-        ),
+    joined(
+        ["1", "2.5", ".", "e", "-", "+", " ", "\t", "K", "M", "m", "u", "s", "x", "nan", "Inf", "7"],
         max_size=10,
     ),
     st.sampled_from(["", "s", "FLOPS"]),
 )
-def test_scaled_on_random_text(pieces, unit):
-    text = "".join(pieces)
+def test_scaled_on_random_text(text, unit):
     assert repr(deepspeed._scaled(text, unit)) == repr(deepspeed._scaled_by_grammar(text, unit))
 
 
@@ -507,38 +497,36 @@ def test_records_without_a_layout(template):
     assert grammar.pipe_layout(template) is None
 
 
-_LAYOUT_PIECES = st.sampled_from(
-    [
-        "|",
-        " | ",
-        "a",
-        "b c",
-        "A",
-        "x",
-        ":",
-        ": ",
-        " ",
-        "\t",
-        "\n",
-        "=",
-        "1",
-        "25",
-        ".",
-        "-",
-        "+",
-        "e",
-        "E",
-        "nan",
-        "_",
-        "\u017f",
-    ]
+_LAYOUT_PIECES = (
+    "|",
+    " | ",
+    "a",
+    "b c",
+    "A",
+    "x",
+    ":",
+    ": ",
+    " ",
+    "\t",
+    "\n",
+    "=",
+    "1",
+    "25",
+    ".",
+    "-",
+    "+",
+    "e",
+    "E",
+    "nan",
+    "_",
+    "\u017f",
 )
 
 
 @settings(max_examples=600, deadline=None)
 @given(
     st.lists(st.sampled_from(["a", "b c", "lm loss", "A", "\u017f"]), min_size=1, max_size=4, unique=True),
-    st.lists(_LAYOUT_PIECES, max_size=30),
+    joined(_LAYOUT_PIECES, max_size=30),
     st.lists(
         st.tuples(
             st.sampled_from([" ", "", "\t", "\n "]),
@@ -548,7 +536,7 @@ _LAYOUT_PIECES = st.sampled_from(
         max_size=4,
     ),
 )
-def test_pipe_layout_on_random_text(names, pieces, spaced_values):
+def test_pipe_layout_on_random_text(names, text, spaced_values):
     """A layout of random names reads random text, and records of its names with random spacing and
     values, as pipe_fields does."""
     template = "".join(f" | {name}: 1" for name in names) + " |"
@@ -556,7 +544,7 @@ def test_pipe_layout_on_random_text(names, pieces, spaced_values):
     if {name.lower() for name in names} != set(layout.names if layout else ()):
         assert layout is None  # names that lower-case alike
         return
-    _layout_reads_as_pipe_fields(layout, "".join(pieces))
+    _layout_reads_as_pipe_fields(layout, text)
     record = "".join(
         f"|{space}{name}{space}:{space}{value}{space}"
         for name, (space, value) in zip(names, spaced_values, strict=False)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from logstat.parsers import slurm
 from logstat.parsers.base import RunBuilder
 
+from tests.parsers.random_text import joined
 from tests.parsers.test_family_shortcuts import REAL
 
 #: the definition of a bare launcher kill line
@@ -89,14 +90,14 @@ def test_shortcuts_edge_cases(text):
     _same(text)
 
 
-_PIECES = st.sampled_from(
-    ["Killed", "Kill", "ed", "oom", "-", "_", "kill", "signal 9", "SIGKILL", "Killing subprocess", " ", "x", "9",
-     "é", "A100", "V100", "H100", "-SXM4", "-PCIE", " 80GB", "pcie", "a", "1", "00", "SLURM_", "MiB", "/"]
+_PIECES = (
+    "Killed", "Kill", "ed", "oom", "-", "_", "kill", "signal 9", "SIGKILL", "Killing subprocess", " ", "x", "9",
+    "é", "A100", "V100", "H100", "-SXM4", "-PCIE", " 80GB", "pcie", "a", "1", "00", "SLURM_", "MiB", "/",
 )  # fmt: skip
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(_PIECES, max_size=12).map("".join))
+@given(joined(_PIECES, max_size=12))
 def test_shortcuts_equal_their_definitions_on_random_pieces(text):
     _same(text)
 
@@ -126,13 +127,8 @@ def test_the_kill_shortcut_takes_what_its_pattern_matches(text, monkeypatch):
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    st.lists(
-        st.sampled_from(["Killing subprocess ", "1", "9", "١", "²", "½", "Ⅻ", " ", "\n", "a"]), max_size=6
-    )
-)
-def test_the_kill_shortcut_takes_what_its_pattern_matches_on_random_pieces(pieces):
-    text = "".join(pieces)
+@given(joined(["Killing subprocess ", "1", "9", "١", "²", "½", "Ⅻ", " ", "\n", "a"], max_size=6))
+def test_the_kill_shortcut_takes_what_its_pattern_matches_on_random_pieces(text):
     with pytest.MonkeyPatch.context() as monkeypatch:
         assert _takes_the_kill_shortcut(text, monkeypatch) == bool(LAUNCHER_KILL_DEFINITION.fullmatch(text))
 
@@ -142,12 +138,10 @@ def test_the_kill_shortcut_takes_what_its_pattern_matches_on_random_pieces(piece
 
 @settings(max_examples=500, deadline=None)
 @given(
-    st.lists(
-        st.sampled_from(
-            ["Error", "Exception", "Exit", "a", "A", "_", ".", ":", " ", "\t", "é", "9", "File", "("]
-        ),
+    joined(
+        ["Error", "Exception", "Exit", "a", "A", "_", ".", ":", " ", "\t", "é", "9", "File", "("],
         max_size=10,
-    ).map("".join)
+    )
 )
 def test_a_space_before_the_first_colon_means_no_exception_line(text):
     if " " in text.partition(":")[0]:  # _traceback_line's test before the pattern

@@ -4,10 +4,10 @@ import gzip
 
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 from logstat.parsers.source import SourceReport, marked_lines, marker_needles, records, strip_prefixes
 
 from tests.conftest import FIXTURES, SHARED_LOGS
+from tests.parsers.random_text import joined
 
 
 @pytest.fixture(autouse=True)
@@ -265,7 +265,7 @@ def _single_record_by_polars(texts: list[str]) -> list[str | None]:
     return frame.select(single_record(pl.col("line"))).to_series().to_list()
 
 
-@given(st.lists(st.sampled_from(PREFIX_PIECES), max_size=8).map("".join))
+@given(joined(PREFIX_PIECES, max_size=8))
 def test_single_record_by_polars_equals_records(text):
     (single,) = _single_record_by_polars([text])
     if single is not None:
