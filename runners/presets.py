@@ -1,7 +1,7 @@
 """The GPT-2 size presets of the seed's scripts: the single table of them in the project.
 
-Source: shared DESIGN.md "GPT-2 size presets used by the seed's scripts" (the ``MSIZE`` variable
-of seeds/001_gpt2_experiments_tables.md's Slurm scripts). Every preset has 32 heads, sequence
+Source: the ``MSIZE`` variable of the Slurm scripts behind the BigScience GPT-2 experiments document
+(fixtures/seeds/001_gpt2_experiments_tables.md) and the project's design brief, which lists them. Every preset has 32 heads, sequence
 length 1024 and the GPT-2 vocabulary of 50257 tokens; ``MSIZE`` is the size in billions (1e9).
 """
 
@@ -32,7 +32,7 @@ class Gpt2Preset:
     """Vocabulary v (unpadded)."""
 
 
-#: MSIZE -> (hidden, layers), exactly as DESIGN.md lists them.
+#: MSIZE -> (hidden, layers), exactly as the design brief lists them.
 _MSIZE_TABLE: dict[int, tuple[int, int]] = {
     7: (4096, 36),
     14: (6144, 32),

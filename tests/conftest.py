@@ -1,4 +1,4 @@
-"""Shared fixtures: paths to the bundled fixtures and to the real logs of shared/."""
+"""Shared fixtures: paths to the bundled fixtures, the real logs and the seed tables document."""
 
 from pathlib import Path
 
@@ -6,13 +6,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
-SHARED = ROOT.parent / "shared"
-SHARED_LOGS = SHARED / "logs" / "bigscience"
+#: the four unmodified 2021 BigScience logs (fixtures/bigscience/README.md says where they come from)
+REAL_LOGS = FIXTURES / "bigscience"
+#: the seed's GPT-2 experiments document, whose tables `logstat table` regenerates
+SEED_DOC = FIXTURES / "seeds" / "001_gpt2_experiments_tables.md"
 
 
 @pytest.fixture(scope="session")
-def shared_logs() -> Path:
-    """The four real Slurm logs of shared/logs/bigscience (skip with a reason when absent)."""
-    if not SHARED_LOGS.is_dir():
-        pytest.skip(f"real logs not found at {SHARED_LOGS}")
-    return SHARED_LOGS
+def real_logs() -> Path:
+    """The directory of the four real BigScience Slurm logs."""
+    assert REAL_LOGS.is_dir(), f"the bundled real logs are missing: {REAL_LOGS}"
+    return REAL_LOGS

@@ -1,7 +1,7 @@
 """Megatron-DeepSpeed 3D parallelism (TP x PP x DP): pretrain_gpt.py of a repository checkout.
 
 Flags are those of bigscience-workshop/Megatron-DeepSpeed's argument parser (the list in
-shared/reference/megatron-deepspeed-flags.tsv); the recipe is the seed's 52B benchmark script
+fixtures/reference/megatron-deepspeed-flags.tsv); the recipe is the seed's 52B benchmark script
 (seeds/001, "Megatron + Deepspeed 3D"): fp16, activation checkpointing, cosine decay, clip 1.0.
 Megatron derives gas = global / (micro * DP); the DeepSpeed JSON states the same three numbers.
 """

@@ -22,9 +22,9 @@ def altair_imported(r: subprocess.CompletedProcess) -> bool:
 
 
 @pytest.mark.slow  # parses four real logs and renders three charts to PNG and HTML (~10 s)
-def test_plot_writes_the_charts_of_the_real_logs(tmp_path, shared_logs):
+def test_plot_writes_the_charts_of_the_real_logs(tmp_path, real_logs):
     out = tmp_path / "plots"
-    r = logstat("plot", str(shared_logs), "--out", str(out))
+    r = logstat("plot", str(real_logs), "--out", str(out))
     assert r.returncode == 0, r.stderr
     names = sorted(p.name for p in out.iterdir())
     assert names == [
@@ -48,13 +48,13 @@ def test_plot_writes_the_charts_of_the_real_logs(tmp_path, shared_logs):
     assert altair_imported(r)
     # a second run into the same directory refuses and leaves the files alone
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
-    r = logstat("plot", str(shared_logs), "--out", str(out))
+    r = logstat("plot", str(real_logs), "--out", str(out))
     assert r.returncode == 1
     assert "gpu_days_100b.html exists; logstat never overwrites a file" in r.stderr
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
 
 
-def test_help_parse_and_table_do_not_import_altair(shared_logs):
+def test_help_parse_and_table_do_not_import_altair(real_logs):
     r = logstat("--help")
     assert r.returncode == 0
     assert not altair_imported(r)
@@ -62,7 +62,7 @@ def test_help_parse_and_table_do_not_import_altair(shared_logs):
     assert "Example:" in r.stdout and "never overwritten" in r.stdout
     assert not altair_imported(r)
     for command in ("table", "parse"):
-        r = logstat(command, str(shared_logs))
+        r = logstat(command, str(real_logs))
         assert r.returncode == 0, r.stderr
         assert not altair_imported(r), command
 

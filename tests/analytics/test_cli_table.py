@@ -6,9 +6,7 @@ import sys
 
 import pytest
 
-from tests.conftest import SHARED
-
-SEED_DOC = SHARED / "seeds" / "001_gpt2_experiments_tables.md"
+from tests.conftest import SEED_DOC
 
 
 def logstat(*args: str, cwd=None) -> subprocess.CompletedProcess:
@@ -20,8 +18,8 @@ def logstat(*args: str, cwd=None) -> subprocess.CompletedProcess:
     )
 
 
-def test_table_of_the_real_logs_shows_52_8_for_the_megatron_run(shared_logs):
-    r = logstat("table", str(shared_logs))
+def test_table_of_the_real_logs_shows_52_8_for_the_megatron_run(real_logs):
+    r = logstat("table", str(real_logs))
     assert r.returncode == 0, r.stderr
     rows = [line for line in r.stdout.splitlines() if line.startswith("|")]
     meg = [line for line in rows if "meg_gpt2_perf_n16.out" in line]
@@ -46,7 +44,7 @@ def test_table_of_the_real_logs_shows_52_8_for_the_megatron_run(shared_logs):
     # table never imports altair (only plot does)
     probe = "import sys; from logstat.cli import main\ntry: main()\nexcept SystemExit: pass\nprint('altair' in sys.modules, file=sys.stderr)"
     r2 = subprocess.run(
-        [sys.executable, "-c", probe, "table", str(shared_logs)], capture_output=True, text=True
+        [sys.executable, "-c", probe, "table", str(real_logs)], capture_output=True, text=True
     )
     assert r2.stderr.strip().endswith("False")
 

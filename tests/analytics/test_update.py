@@ -8,15 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from logstat.analytics.update import format_report, update_tflops_file, update_tflops_text
 
-from tests.conftest import SHARED
-
-SEED_DOC = SHARED / "seeds" / "001_gpt2_experiments_tables.md"
+from tests.conftest import SEED_DOC
 
 
 @pytest.fixture
 def seed_bytes() -> bytes:
-    if not SEED_DOC.is_file():
-        pytest.skip(f"seed document not found at {SEED_DOC}")
     return SEED_DOC.read_bytes()
 
 

@@ -5,7 +5,7 @@
 
 ``tests/parsers/test_fast_path.py`` holds the fast path equal to the read-every-line path of the same
 code; this script holds today's code equal to yesterday's, which that test cannot see (a family change,
-a narrower marker). It parses the fixtures, ``../shared/logs``, the fixtures with each framework
+a narrower marker). It parses the fixtures (the real logs of ``fixtures/bigscience`` included), the fixtures with each framework
 family forced, and, when ``make bench`` has built ``bench-corpus/``, 150 of its small files and the
 first 60 MB of its large one, and keeps the runs/iterations/timers frames under ``bench-corpus/golden/``
 (git-ignored). Not collected by pytest (no ``test_`` prefix).
@@ -33,9 +33,6 @@ HEAD_BYTES = 60_000_000
 def inputs() -> dict[str, tuple[list[Path], str | None]]:
     """Name -> (paths, forced family) of every input that exists here."""
     found: dict[str, tuple[list[Path], str | None]] = {"fixtures": ([ROOT / "fixtures"], None)}
-    shared = ROOT.parent / "shared" / "logs"
-    if shared.is_dir():
-        found["shared"] = ([shared], None)
     for family in ("megatron", "deepspeed", "hf-trainer"):
         found[f"fixtures-as-{family}"] = ([ROOT / "fixtures"], family)
     many = sorted((CORPUS / "many").glob("*"))[:SAMPLE_FILES]

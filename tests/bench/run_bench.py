@@ -4,7 +4,7 @@ Issue 6 asks that logstat, which reads every field of every log family, be no sl
 one-liner users run today (seed 001, "Maintenance"), which reads one number per file. This script:
 
 1. builds (once; a stamp file says which sources and sizes it was built from) a corpus under
-   ``bench-corpus/`` by repeating real logs (``fixtures/`` and ``../shared/logs/``): one large file,
+   ``bench-corpus/`` by repeating real logs (``fixtures/``, the real BigScience logs included): one large file,
    and ~1,000 small files of the same total size;
 2. times, interleaved run by run so that other load on the machine hits every tool alike, the
    perl one-liner, ``grep -c 'elapsed time per iteration'`` and ``logstat parse --tflops --format
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "bench-corpus"
 STAMP = CORPUS / "stamp.json"
 LOGSTAT = ROOT / ".venv" / "bin" / "logstat"
-SOURCE_DIRS = (ROOT / "fixtures", ROOT.parent / "shared" / "logs")
+SOURCE_DIRS = (ROOT / "fixtures",)
 LOG_SUFFIXES = (".out", ".err", ".log", ".txt")
 MIB = 1 << 20
 
@@ -153,7 +153,7 @@ def _rss_kb(pid: int) -> int:
 
 
 def source_logs() -> list[Path]:
-    """Real text logs to repeat: every log file of fixtures/ and ../shared/logs/ that holds text."""
+    """Real text logs to repeat: every log file of fixtures/ that holds text."""
     found = []
     for directory in SOURCE_DIRS:
         if directory.is_dir():
@@ -189,7 +189,7 @@ def build_corpus(size_mb: int, files: int) -> tuple[Path, Path, list[Path]]:
     """``(single_dir, many_dir, sources)``; reuses the existing corpus when the stamp matches."""
     sources = source_logs()
     if not sources:
-        sys.exit("bench: no source logs found under fixtures/ or ../shared/logs/")
+        sys.exit("bench: no source logs found under fixtures/")
     single, many = CORPUS / "single", CORPUS / "many"
     key = corpus_key(sources, size_mb, files)
     if STAMP.is_file() and json.loads(STAMP.read_text()) == key:

@@ -1,4 +1,4 @@
-"""DeepSpeed family on real lines: 2021 config dumps of the shared logs, today's (0.19.8) CPU runs.
+"""DeepSpeed family on real lines: 2021 config dumps of the real logs (fixtures/bigscience), today's (0.19.8) CPU runs.
 
 Expected values were read off the files with the one-liners quoted beside them, not with the parser.
 """
@@ -112,12 +112,12 @@ def test_megatron_deepspeed_zero3_dump():
     assert run.facts["offload_param"] is False and run.facts["offload_optimizer"] is False
 
 
-@pytest.mark.parametrize("where", ["fixture", "shared"])
+@pytest.mark.parametrize("where", ["fixture", "full"])
 def test_hf_log_three_launches_last_dump_wins(where, request):
     path = (
         DS.parent / "hf_trainer" / HF_REAL
         if where == "fixture"
-        else request.getfixturevalue("shared_logs") / HF_REAL
+        else request.getfixturevalue("real_logs") / HF_REAL
     )
     run = feed(path)
     # grep -n "print\]   \(train_batch_size\|train_micro_batch_size_per_gpu\) " -> 2048/32, 1024/16, then 512/8:
@@ -130,7 +130,7 @@ def test_hf_log_three_launches_last_dump_wins(where, request):
     assert run.facts["precision"] == "fp16"
     # last zero_config: "offload_param": {"device": "cpu", ...}, "offload_optimizer": {"device": "cpu", ...}
     assert run.facts["offload_param"] is True and run.facts["offload_optimizer"] is True
-    if where == "shared":
+    if where == "full":
         # grep -n "train_batch_size \.\.\.\.* 512" -> 1470; grep -n '"device": "cpu"' | tail -n +5 | head -2 -> 1486, 1494
         assert run.provenance["global_batch_size"] == "deepspeed:1470"
         assert run.provenance["offload_param"] == "deepspeed:1486"

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from logstat.parsers import deepspeed
 from logstat.parsers.base import RunBuilder
 
-from tests.conftest import FIXTURES, SHARED_LOGS
+from tests.conftest import FIXTURES
 from tests.parsers.feeding import feed_file, feed_lines
 from tests.parsers.random_text import joined
 
@@ -48,7 +48,7 @@ def _same(text: str) -> None:
 
 
 def _throughput_lines() -> list[str]:
-    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    roots = [FIXTURES]
     lines = []
     for root in roots:
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
@@ -290,7 +290,7 @@ def _same_print_reads(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _print_lines() -> list[str]:
-    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    roots = [FIXTURES]
     paths = [p for root in roots for p in sorted(root.rglob("*")) if p.is_file()]
     paths += [BENCH_HEAD] if BENCH_HEAD.is_file() else []
     lines = []
@@ -305,7 +305,7 @@ def test_every_real_print_line_reads_the_same(monkeypatch):
     for line in lines:
         _same_print_reads(line, monkeypatch)
     # most real print lines take the one search (the test would pass, uselessly, if none did); a clean
-    # checkout has 725 print lines (fixtures and shared logs), the bench head adds many more when built
+    # checkout has 725 print lines (fixtures, the real logs included), the bench head adds many more when built
     plain = sum(1 for line in lines if deepspeed._PLAIN_PRINT_RECORD.search(line))
     assert len(lines) >= 700 and plain > len(lines) // 2
 
@@ -481,7 +481,7 @@ def _same_json_key(text: str) -> None:
 
 
 def test_every_real_json_line_reads_the_same_key():
-    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    roots = [FIXTURES]
     paths = [p for root in roots for p in sorted(root.rglob("*")) if p.is_file()]
     paths += [BENCH_HEAD] if BENCH_HEAD.is_file() else []
     lines = set()
@@ -503,7 +503,7 @@ def test_random_json_like_text_reads_the_same_key(text):
 
 
 def _config_lines() -> list[str]:
-    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    roots = [FIXTURES]
     paths = [p for root in roots for p in sorted(root.rglob("*")) if p.is_file()]
     paths += [BENCH_HEAD] if BENCH_HEAD.is_file() else []
     lines = set()
@@ -580,7 +580,7 @@ def _fed(path: Path) -> tuple:
 
 
 def test_skipping_settled_json_values_changes_no_result(monkeypatch):
-    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    roots = [FIXTURES]
     paths = [p for root in roots for p in sorted(root.rglob("*")) if p.is_file()]
     skipped = []
     opened = deepspeed._read_print_value

@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 from logstat.parsers import hf_trainer, mingpt, source
 from logstat.parsers.base import RunBuilder
 
-from tests.conftest import FIXTURES, SHARED_LOGS
+from tests.conftest import FIXTURES
 from tests.parsers.random_text import joined
 
 
 def _real_records() -> list[str]:
-    """Every record (ranks split apart, as the families get them) of the bundled and shared real logs."""
-    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    """Every record (ranks split apart, as the families get them) of the bundled logs (the real ones included)."""
+    roots = [FIXTURES]
     paths = sorted(
         p
         for root in roots

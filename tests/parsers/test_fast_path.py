@@ -3,7 +3,7 @@
 The plain (reference) path decodes every line of a file and lets each family check its markers in
 Python; the fast path (``parsers/source.py``) searches raw byte chunks for the markers and decodes
 only the lines that hold one. Both read the same varied corpus: every fixture, the real logs of
-``../shared/logs``, several ranks' records glued into one line, launcher prefixes, carriage
+``fixtures/bigscience``, several ranks' records glued into one line, launcher prefixes, carriage
 returns, and gzip files. The frames must be equal, cell for cell; also when the runs are read by
 several worker processes.
 """
@@ -26,7 +26,7 @@ from logstat.parsers import deepspeed, grammar, hf_trainer, reader, registry, so
 from polars.testing import assert_frame_equal
 
 from logstat.api import load_runs
-from tests.conftest import FIXTURES, SHARED_LOGS
+from tests.conftest import FIXTURES
 from tests.parsers.random_text import joined
 
 ITERATION_MARKER = "elapsed time per iteration"
@@ -57,11 +57,9 @@ def _glued(lines: list[str]) -> str:
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    """Every fixture, the shared real logs, glued multi-rank files and gzip copies, in one tree."""
+    """Every fixture (the real logs included), glued multi-rank files and gzip copies, in one tree."""
     root = tmp_path_factory.mktemp("fast-path-corpus")
     shutil.copytree(FIXTURES, root / "fixtures")
-    if SHARED_LOGS.is_dir():
-        shutil.copytree(SHARED_LOGS, root / "shared")
     (root / "glued-3001.out").write_text(_glued(_lines(MEGATRON_3D)))
     (root / "glued-3002.out.gz").write_bytes(gzip.compress(_glued(_lines(MEGATRON_SMALL)).encode()))
     (root / "small-3003.out.gz").write_bytes(gzip.compress(MEGATRON_SMALL.read_bytes()))
@@ -137,8 +135,7 @@ def test_library_default_reads_in_process_even_for_an_unguarded_script(corpus, t
 
 
 def _real_lines() -> list[str]:
-    logs = sorted(SHARED_LOGS.glob("*.out")) if SHARED_LOGS.is_dir() else []
-    logs += sorted(p for p in FIXTURES.rglob("*") if p.suffix in (".out", ".err", ".log"))
+    logs = sorted(p for p in FIXTURES.rglob("*") if p.suffix in (".out", ".err", ".log"))
     return [record for path in logs for line in _lines(path) for record in source.records(line)]
 
 
@@ -234,8 +231,7 @@ def test_deepspeed_anchored_scan_equals_scan_string_on_any_text(text):
 def _noise_lines() -> list[bytes]:
     """Real log lines holding no family's marker: what most of a big log is made of."""
     markers = [m.encode() for family in registry.families() for m in family.markers]
-    logs = sorted(SHARED_LOGS.glob("*.out")) if SHARED_LOGS.is_dir() else []
-    logs += sorted(FIXTURES.rglob("*.out"))
+    logs = sorted(FIXTURES.rglob("*.out"))
     lines = []
     for path in logs:
         for line in path.read_bytes().splitlines():

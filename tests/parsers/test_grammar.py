@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from logstat.parsers import grammar
 from logstat.parsers.grammar import dotted, eq_fields, literal, pipe_fields
 
-from tests.conftest import FIXTURES, SHARED_LOGS
+from tests.conftest import FIXTURES
 from tests.parsers.random_text import joined
 
-# shared/logs/bigscience/meg_ds_zero_gpt2_perf_n16_nbs48_ms48.out, first iteration line
+# fixtures/bigscience/meg_ds_zero_gpt2_perf_n16_nbs48_ms48.out, first iteration line
 OLD_ITERATION = (
     " iteration        1/    1000 | elapsed time per iteration (ms): 121899.8 | learning rate: 1.875E-05 |"
     " lm loss: 1.252221E+01 | loss scale: 1024.0 | number of skipped iterations:   0 | number of nan iterations:   0 |"
@@ -178,7 +178,7 @@ def _words_by_shlex(text: str) -> list[str]:
 
 
 def test_command_line_flags_of_every_real_line_are_shlex_flags():
-    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    roots = [FIXTURES]
     lines = [
         line
         for root in roots

@@ -1,4 +1,4 @@
-"""HF Trainer family on real lines: the 2021 ZeRO-3 log of shared/, today's (transformers 5.23) CPU runs.
+"""HF Trainer family on real lines: the 2021 ZeRO-3 log (fixtures/bigscience, and its trimmed copy), today's (transformers 5.23) CPU runs.
 
 Expected values were read off the files with the one-liners quoted beside them, not with the parser.
 """
@@ -29,15 +29,15 @@ def feed_lines(lines: list[str]) -> RunBuilder:
     return feeding.feed_lines(hf_trainer.FAMILY, lines)
 
 
-@pytest.mark.parametrize("where", ["fixture", "shared"])
+@pytest.mark.parametrize("where", ["fixture", "full"])
 def test_real_2021_log_final_metrics(where, request):
-    path = FIXTURES / REAL if where == "fixture" else request.getfixturevalue("shared_logs") / REAL
+    path = FIXTURES / REAL if where == "fixture" else request.getfixturevalue("real_logs") / REAL
     run = feed(path)
     # grep -c "^{'train_runtime'" -> 16 (one per node); grep -n -m1 "^{'train_runtime'" ->
     # {'train_runtime': 273.0148, 'train_samples_per_second': 3.663, 'train_steps_per_second': 0.007, 'epoch': 1.0}
     assert run.facts["final_train_runtime_s"] == 273.0148
     assert run.facts["final_samples_per_sec"] == 3.663
-    first = {"fixture": 581, "shared": 1567}[where]  # grep -n -m1 "^{'train_runtime'"
+    first = {"fixture": 581, "full": 1567}[where]  # grep -n -m1 "^{'train_runtime'"
     assert run.provenance["final_train_runtime_s"] == f"hf-trainer:{first}"
     assert run.families_seen[hf_trainer.NAME] == 16
     # the log logged no training step dict, no TrainingArguments, no --config_overrides:

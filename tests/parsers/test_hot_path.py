@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from logstat.parsers import deepspeed, grammar, megatron, reader, source
 from logstat.parsers.base import Family
 
-from tests.conftest import FIXTURES, SHARED_LOGS
+from tests.conftest import FIXTURES
 from tests.parsers.random_text import joined
 
 
@@ -36,8 +36,8 @@ def _same(text: str) -> None:
 
 
 def _log_lines(keep) -> list[str]:
-    """Every line of the bundled and the shared real logs for which ``keep(line)`` holds."""
-    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    """Every line of the bundled logs (the real ones included) for which ``keep(line)`` holds."""
+    roots = [FIXTURES]
     lines = []
     for root in roots:
         for path in sorted(
@@ -345,7 +345,7 @@ def test_routed_lines_masks_marked_and_captured_lines(tmp_path, monkeypatch):
 
 def _profile_values() -> list[tuple[str, str]]:
     """``(value text, unit)`` of every flops-profiler summary line of the logs, as the family cuts them."""
-    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    roots = [FIXTURES]
     out = []
     for root in roots:
         for path in sorted(p for p in root.rglob("*") if p.is_file()):

@@ -1,4 +1,4 @@
-"""The Megatron family on real lines (shared/logs/bigscience, fixtures/megatron)."""
+"""The Megatron family on real lines (fixtures/bigscience, fixtures/megatron)."""
 
 from pathlib import Path
 
@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from logstat.parsers import megatron
 from logstat.parsers.base import RunBuilder
 
-from tests.conftest import FIXTURES, SHARED_LOGS
+from tests.conftest import FIXTURES
 from tests.parsers.feeding import feed_file, feed_lines
 
 # meg_gpt2_perf_n16.out line 341 and 342
@@ -214,7 +214,7 @@ def _read_with_layouts_after(monkeypatch, records: int, path: Path) -> str:
 
 
 def _megatron_logs() -> list[Path]:
-    roots = [FIXTURES] + ([SHARED_LOGS] if SHARED_LOGS.is_dir() else [])
+    roots = [FIXTURES]
     return sorted(
         path
         for root in roots

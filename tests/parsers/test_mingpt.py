@@ -1,4 +1,4 @@
-"""minGPT/Lightning benchmark family on the result blocks quoted in shared/seeds/004_mingpt_deepspeed_readme.md."""
+"""minGPT/Lightning benchmark family on the result blocks quoted in the minGPT DeepSpeed benchmark README (fixtures/mingpt/README.md)."""
 
 from pathlib import Path
 

@@ -5,12 +5,12 @@ import pytest
 
 from logstat.api import load_runs
 
-L = "/work/shared/logs/bigscience"
+L = "fixtures/bigscience"
 
 
 @pytest.fixture(scope="module")
-def rows(shared_logs):
-    runs = load_runs([shared_logs]).runs
+def rows(real_logs):
+    runs = load_runs([real_logs]).runs
     return {
         path.rsplit("/", 1)[1]: row
         for path, row in zip(runs["path"], runs.iter_rows(named=True), strict=True)
@@ -82,8 +82,8 @@ def test_meg_ds_3d_facts_and_numbers(rows):
     assert row["family"] == "megatron-deepspeed"
 
 
-def test_meg_ds_3d_iterations_and_memory(shared_logs):
-    its = load_runs([shared_logs / "meg_ds_3d_gpt2_perf_n16-ds-on.out"]).iterations
+def test_meg_ds_3d_iterations_and_memory(real_logs):
+    its = load_runs([real_logs / "meg_ds_3d_gpt2_perf_n16-ds-on.out"]).iterations
     assert its["iteration"].to_list() == list(range(1, 50))
     first = its.row(0, named=True)
     # grep -n "iteration        1/" -> line 901: elapsed 159778.9, lm-loss 1.244238E+01, lr 1.875E-05

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from logstat.parsers.source import SourceReport, marked_lines, marker_needles, records, strip_prefixes
 
-from tests.conftest import FIXTURES, SHARED_LOGS
+from tests.conftest import FIXTURES
 from tests.parsers.random_text import joined
 
 
@@ -237,7 +237,7 @@ def test_small_chunks_are_searched_by_re_with_polars_result(monkeypatch):
     routes = tuple(source.marker_needles(list(family.markers)) or () for family in families)
     checked = marked = 0
     logs = sorted(path for path in FIXTURES.rglob("*") if path.suffix in (".out", ".err", ".log"))
-    for path in logs + sorted(SHARED_LOGS.glob("*.out")):
+    for path in logs:
         data = path.read_bytes()
         for start in range(0, min(len(data), 200_000), 3_000):
             chunk = data[start : start + 7_000]

@@ -14,7 +14,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
-SHARED_LOGS = ROOT.parent / "shared" / "logs" / "bigscience"
 #: longest real line used whole; longer ones (64 ranks glued) are cut to this many characters.
 MAX_LINE_CHARS = 2000
 
@@ -38,14 +37,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 
 def _log_files() -> list[Path]:
     files = sorted(p for p in FIXTURES.rglob("*") if p.is_file() and p.suffix in (".out", ".err", ".log"))
-    if SHARED_LOGS.is_dir():
-        files += sorted(SHARED_LOGS.glob("*.out"))
     return files
 
 
 @cache
 def _real_lines() -> tuple[str, ...]:
-    """Every distinct non-blank line of the bundled fixtures and the shared real logs."""
+    """Every distinct non-blank line of the bundled fixtures (the real logs included)."""
     seen: dict[str, None] = {}
     for path in _log_files():
         for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
@@ -71,7 +68,7 @@ def _marker_lines() -> tuple[str, ...]:
 
 @pytest.fixture(scope="session")
 def real_lines() -> tuple[str, ...]:
-    """Every distinct non-blank line of fixtures/ and shared/logs/bigscience (cut at MAX_LINE_CHARS)."""
+    """Every distinct non-blank line of fixtures/ (cut at MAX_LINE_CHARS)."""
     return _real_lines()
 
 

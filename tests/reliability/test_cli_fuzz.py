@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from logstat.cli import COMMANDS, main
 
 ROOT = Path(__file__).resolve().parents[2]
-SEED_TABLES = ROOT.parent / "shared" / "seeds" / "001_gpt2_experiments_tables.md"
+SEED_TABLES = ROOT / "fixtures" / "seeds" / "001_gpt2_experiments_tables.md"
 #: examples per command; LOGSTAT_RELIABILITY_SCALE=10 searches ten times longer (make test uses 1).
 EXAMPLES = 40 * int(os.environ.get("LOGSTAT_RELIABILITY_SCALE", "1"))
 PROPERTY = settings(

@@ -1,6 +1,6 @@
 """Every registered family's ``parse_line`` never raises, whatever one line holds.
 
-Lines are arbitrary text, real lines (fixtures/ and shared/logs/bigscience) cut at every offset,
+Lines are arbitrary text, real lines (fixtures/, the real logs included) cut at every offset,
 real lines whose numbers are replaced by hostile ones (nan, inf, 1e+30, 1e400, huge and negative
 integers), and real lines of many ranks glued together. After the lines, the run's frames must
 still build (polars refuses, for one, an integer beyond int64) and the summary must compute.

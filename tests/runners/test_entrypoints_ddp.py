@@ -10,7 +10,7 @@ import pytest
 from logstat.runners.entrypoints import ddp_powersgd
 from logstat.runners.entrypoints.model import GPT2Shape, build_gpt2
 
-from tests.conftest import SHARED_LOGS
+from tests.conftest import REAL_LOGS
 from tests.runners.launch import flag_argv, torchrun
 
 TINY = {"hidden": 64, "layers": 2, "heads": 2, "seq": 32, "vocab": 128}
@@ -45,7 +45,7 @@ def ddp_argv(**overrides: str) -> list[str]:
 
 
 def test_iteration_line_has_megatrons_layout_field_for_field():
-    real = (SHARED_LOGS / "meg_gpt2_perf_n16.out").read_text().splitlines()[340]
+    real = (REAL_LOGS / "meg_gpt2_perf_n16.out").read_text().splitlines()[340]
     ours = ddp_powersgd.megatron_iteration_line(
         iteration=1,
         train_iters=1000,
@@ -66,7 +66,7 @@ def test_iteration_line_has_megatrons_layout_field_for_field():
 
 
 def test_arguments_dump_aligns_dots_like_megatron():
-    real = (SHARED_LOGS / "meg_gpt2_perf_n16.out").read_text().splitlines()
+    real = (REAL_LOGS / "meg_gpt2_perf_n16.out").read_text().splitlines()
     ours = ddp_powersgd.megatron_arguments_dump({"world_size": 64, "hidden_size": 8192, "DDP_impl": "local"})
     assert ours[0] == real[50] == "------------------------ arguments ------------------------"
     # Megatron sorts case-insensitively: DDP_impl between d... and h...

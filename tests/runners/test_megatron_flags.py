@@ -1,5 +1,5 @@
 """The rendered Megatron-DeepSpeed command against its argument parser's flag list
-(shared/reference/megatron-deepspeed-flags.tsv, read from pretrain_gpt.py at a named commit)."""
+(fixtures/reference/megatron-deepspeed-flags.tsv, read from pretrain_gpt.py at a named commit)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from logstat.runners.render import render
 from logstat.runners.spec import load_spec
 
-FLAGS_TSV = Path(__file__).resolve().parents[3] / "shared" / "reference" / "megatron-deepspeed-flags.tsv"
+FLAGS_TSV = Path(__file__).resolve().parents[2] / "fixtures" / "reference" / "megatron-deepspeed-flags.tsv"
 SWITCHES = {"store_true", "store_false"}
 
 

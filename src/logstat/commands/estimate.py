@@ -6,7 +6,10 @@ from logstat.errors import LogstatError
 
 
 @click.command()
-@click.option("--model", help="A GPT-2 size preset of the seed's scripts, e.g. 52B (DESIGN.md MSIZE table).")
+@click.option(
+    "--model",
+    help="A GPT-2 size preset of the seed's scripts (MSIZE, in billions), e.g. 52B; an unknown one lists them.",
+)
 @click.option("--hidden", type=int, help="Hidden size (instead of --model).")
 @click.option("--layers", type=int, help="Transformer layers (instead of --model).")
 @click.option("--seq-len", type=int, help="Sequence length [preset's, else 1024].")
