@@ -225,10 +225,25 @@ def estimate_text(plan: Plan) -> str:
     ]
     peak = peak_tflops(plan.gpu_model, plan.precision)
     if peak:
-        # The same definition as `logstat parse`'s mfu column: the seed's TFLOPs over the peak.
-        mfu = formulas.mfu(tflops_per_gpu=seed, peak_tflops=peak)
+        # The same definitions as `logstat parse`'s mfu and hfu columns: model FLOPs (no recomputed
+        # forward, PaLM's MFU) and the executed ones (eq. 3 as the run recomputes) over the peak.
+        model = formulas.tflops_per_gpu(
+            flops_per_iteration=formulas.megatron_flops_per_iteration(
+                global_batch=gbs,
+                seq_len=plan.seq_len,
+                layers=plan.layers,
+                hidden=plan.hidden,
+                vocab=plan.vocab,
+                checkpointing=False,
+            ),
+            sec_per_iter=plan.sec_per_iter,
+            gpus=plan.gpus,
+        )
+        mfu = formulas.flops_utilization(tflops_per_gpu=model, peak_tflops=peak)
+        hfu = formulas.flops_utilization(tflops_per_gpu=megatron, peak_tflops=peak)
         lines.append(
-            f"MFU: {mfu:.1%} of the {plan.gpu_model} {plan.precision} dense peak {peak:g} TFLOPs (seed formula)"
+            f"MFU: {mfu:.1%} of the {plan.gpu_model} {plan.precision} dense peak {peak:g} TFLOPs "
+            f"(model FLOPs {model:.1f} TFLOPs: eq. 3 without recomputation); HFU: {hfu:.1%} (eq. 3 as run)"
         )
     tokens_b = f"{plan.tokens / 1e9:g}B"
     gpu_days = formulas.gpu_days(days=days, gpus=plan.gpus)

@@ -42,6 +42,11 @@ def megatron_flops_per_iteration(
     With full activation recomputation: ``96*B*s*l*h^2 * (1 + s/(6h) + V/(16*l*h))``.
     Without it the transformer part is 3/4 of that (no recomputed forward) and the logits
     stay at 3 passes: ``72*B*s*l*h^2*(1 + s/(6h)) + 6*B*s*h*V``.
+
+    The count without recomputation is the *model* FLOPs of PaLM's MFU (Chowdhery et al. 2022,
+    "PaLM: Scaling Language Modeling with Pathways", appendix B): per token ``6N + 12*L*H*Q*T``
+    with N = 12*l*h^2 + V*h (the layers' weights and the logits) and H*Q = h, T = s. The count
+    with it is the *hardware* FLOPs (HFU): what the GPU executes, the recomputed forward included.
     """
     b, s, n_layers, h, v = global_batch, seq_len, layers, hidden, vocab
     if checkpointing:
@@ -54,8 +59,15 @@ def tflops_per_gpu(*, flops_per_iteration: float, sec_per_iter: float, gpus: int
     return flops_per_iteration / (sec_per_iter * gpus * 1e12)
 
 
-def mfu(*, tflops_per_gpu: float, peak_tflops: float) -> float:
-    """Model FLOPs utilisation: achieved / peak, a fraction (PaLM, Chowdhery et al. 2022, app. B)."""
+def flops_utilization(*, tflops_per_gpu: float, peak_tflops: float) -> float:
+    """Achieved TFLOP/s per GPU over the GPU's peak, a fraction (PaLM, Chowdhery et al. 2022, app. B).
+
+    It is the model FLOPs utilisation (MFU) when ``tflops_per_gpu`` counts the model FLOPs, which
+    do not depend on how the run trades memory for compute: no recomputed forward
+    (:func:`megatron_flops_per_iteration` with ``checkpointing=False``). Counting the recomputed
+    forward too gives the hardware FLOPs utilisation (HFU), 4/3 of the MFU's transformer part with
+    full activation recomputation.
+    """
     return tflops_per_gpu / peak_tflops
 
 

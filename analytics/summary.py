@@ -4,8 +4,16 @@ Steady state: the first ``warmup`` logged steps include start-up (compilation, a
 pipeline fill), so seconds per iteration is the median of the logged steps after them (DESIGN.md
 "Warm-up"). Where a log has no per-step time, it comes from samples/s: DeepSpeed's per-step
 throughput (median after warm-up) or HF Trainer's final ``train_samples_per_second``; the
-``sec_per_iter_source`` column says which. All arithmetic is in polars expressions built from the
-pure functions of :mod:`logstat.analytics.formulas`.
+``sec_per_iter_source`` column says which. DeepSpeed's flops profiler times one profiled
+micro-batch (its ``iter latency`` and ``samples/second``), not a step, so it is no source of them.
+
+MFU counts model FLOPs (PaLM's definition, no recomputed forward), HFU the hardware FLOPs of the
+run's activation checkpointing. A log's own TFLOP/s figure is shown beside logstat's, and a
+disagreement beyond ``TFLOPS_TOLERANCE`` is added to ``warnings`` with the likely counting rule
+behind it. The ZeRO model-state estimate is shown beside the logged peak allocated memory.
+
+All arithmetic is in polars expressions built from the pure functions of
+:mod:`logstat.analytics.formulas`.
 """
 
 from __future__ import annotations
@@ -16,6 +24,10 @@ from logstat.analytics.gpus import GPUS, peak_tflops
 from logstat.parsers.schema import RUNS_SCHEMA, SUMMARY_SCHEMA
 
 GIB_PER_GB = 2**30 / 1e9
+#: bytes of the MiB that Megatron's "memory (MB)", DeepSpeed's "GB" (back to MiB) and minGPT's MiB count.
+MIB = 2**20
+#: a log's own TFLOP/s further than this from logstat's count is reported in ``warnings``.
+TFLOPS_TOLERANCE = 0.10
 #: a logged model size further than this from ours is reported in ``model_size_note``.
 MODEL_SIZE_TOLERANCE = 0.005
 PRECISIONS = ("fp16", "bf16", "fp32")
@@ -35,10 +47,15 @@ def _measured(name: str) -> pl.Expr:
 def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
     """Per run: distinct steps, and medians of step time and samples/s over the steps after warm-up."""
     steady = pl.int_range(pl.len()).over("path") >= warmup
+    steady_tflops = pl.col("logged_tflops_per_gpu").filter(pl.col("steady"))
     return (
         iterations.sort("path", "iteration")
         .with_columns(
-            steady=steady, elapsed_ms=_measured("elapsed_ms"), samples_per_sec=_measured("samples_per_sec")
+            steady=steady,
+            elapsed_ms=_measured("elapsed_ms"),
+            samples_per_sec=_measured("samples_per_sec"),
+            logged_tflops_per_gpu=_measured("logged_tflops_per_gpu"),
+            mem_max_allocated_mb=_measured("mem_max_allocated_mb"),
         )
         .group_by("path")
         .agg(
@@ -48,6 +65,13 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
             steady_elapsed_ms=pl.col("elapsed_ms").filter(pl.col("steady")).median(),
             steady_samples_per_sec=pl.col("samples_per_sec").filter(pl.col("steady")).median(),
             steady_samples_steps=pl.col("samples_per_sec").filter(pl.col("steady")).count(),
+            steady_logged_tflops=steady_tflops.median(),
+            steady_logged_tflops_steps=steady_tflops.count(),
+            logged_tflops_family=pl.col("family")
+            .filter(pl.col("steady") & pl.col("logged_tflops_per_gpu").is_not_null())
+            .first(),
+            # the allocator's running peak: the largest of every logged step, warm-up included
+            max_allocated_mb=pl.col("mem_max_allocated_mb").max(),
         )
     )
 
@@ -97,7 +121,6 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         )
     )
     vocab = pl.coalesce(_f("vocab_size"), _f("padded_vocab_size"))
-    flops_vocab = pl.coalesce(_f("padded_vocab_size"), _f("vocab_size"))
     size_b = (
         formulas.gpt2_params(
             hidden=_f("hidden_size"), layers=_f("num_layers"), vocab=vocab, seq_len=_f("seq_len")
@@ -125,23 +148,21 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
                 checkpointing=ckpt,
             )
         ),
-        tflops_per_gpu_megatron=_by_checkpointing(
-            lambda ckpt: formulas.tflops_per_gpu(
-                flops_per_iteration=formulas.megatron_flops_per_iteration(
-                    global_batch=gbs,
-                    seq_len=_f("seq_len"),
-                    layers=_f("num_layers"),
-                    hidden=_f("hidden_size"),
-                    vocab=flops_vocab,
-                    checkpointing=ckpt,
-                ),
-                sec_per_iter=pl.col("sec_per_iter"),
-                gpus=_f("gpus"),
-            )
-        ),
+        tflops_per_gpu_megatron=_by_checkpointing(_megatron_tflops),
     )
+    # model FLOPs: no recomputed forward whatever the run's checkpointing (PaLM's MFU)
+    model_tflops = _megatron_tflops(checkpointing=False)
+    peak = _peak_expr()
     out = out.with_columns(
-        mfu=formulas.mfu(tflops_per_gpu=pl.col("tflops_per_gpu"), peak_tflops=_peak_expr())
+        mfu=formulas.flops_utilization(tflops_per_gpu=model_tflops, peak_tflops=peak),
+        hfu=formulas.flops_utilization(tflops_per_gpu=pl.col("tflops_per_gpu_megatron"), peak_tflops=peak),
+        logged_tflops_per_gpu=pl.col("steady_logged_tflops"),
+        model_state_gb_pred=_model_state_bytes() / 1e9,
+        mem_logged_gb=pl.coalesce(pl.col("max_allocated_mb"), _measured("peak_memory_mib")) * MIB / 1e9,
+        _model_tflops=model_tflops,
+    ).with_columns(
+        mem_pred_ratio=pl.col("model_state_gb_pred") / pl.col("mem_logged_gb"),
+        warnings=_with_note(pl.col("warnings"), _tflops_disagreement(warmup)),
     )
     return (
         out.with_columns(
@@ -150,6 +171,126 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         )
         .select([*RUNS_SCHEMA, *SUMMARY_SCHEMA])
         .cast(SUMMARY_SCHEMA)
+    )
+
+
+def _model_state_bytes() -> pl.Expr:
+    """ZeRO model-state bytes per GPU (:func:`formulas.zero_model_state_memory`) for the run's stage
+    and offloads, over the parameters of one TP x PP rank (no TP or PP in the log: 1). Null when the
+    stage, the model size, DP, or an offload the stage allows is unknown."""
+    stage = pl.col("zero_stage")
+    params = pl.col("model_size_b") * 1e9 / (_f("tp").fill_null(1) * _f("pp").fill_null(1))
+    dp = _f("dp")
+    cases: list[tuple[pl.Expr, pl.Expr]] = []
+    for zero_stage in (0, 1, 2, 3):
+        # an offload only ZeRO stage >= 1 (optimizer) or 3 (parameters) allows needs no flag below it
+        for offload_optimizer in (False, True) if zero_stage >= 1 else (False,):
+            for offload_param in (False, True) if zero_stage == 3 else (False,):
+                condition = stage == zero_stage
+                if zero_stage >= 1:
+                    condition &= pl.col("offload_optimizer") == offload_optimizer
+                if zero_stage == 3:
+                    condition &= pl.col("offload_param") == offload_param
+                memory = formulas.zero_model_state_memory(
+                    params=params,
+                    dp=dp,
+                    stage=zero_stage,
+                    offload_optimizer=offload_optimizer,
+                    offload_param=offload_param,
+                )
+                cases.append((condition, memory.gpu_bytes))
+    (first_condition, first_bytes), *others = cases
+    expr = pl.when(first_condition).then(first_bytes)
+    for condition, gpu_bytes in others:
+        expr = expr.when(condition).then(gpu_bytes)
+    return expr
+
+
+def _with_note(notes: pl.Expr, note: pl.Expr) -> pl.Expr:
+    """``notes`` (a list, maybe null) with ``note`` appended when it is not null."""
+    listed = notes.fill_null(pl.lit([], dtype=pl.List(pl.String)))
+    return pl.when(note.is_null()).then(notes).otherwise(listed.list.concat(pl.concat_list(note)))
+
+
+def _off_by(value: pl.Expr, reference: pl.Expr) -> pl.Expr:
+    """How far ``value`` is from ``reference``, as a fraction of it (0.1 = 10%)."""
+    return (value / reference - 1).abs()
+
+
+def _tflops_disagreement(warmup: int) -> pl.Expr:
+    """A note when the log's own TFLOP/s/GPU is off logstat's Narayanan eq. 3 count (the rule that,
+    like Megatron and DeepSpeed's profiler, counts attention and logits) by more than
+    ``TFLOPS_TOLERANCE``: both numbers, and the counting rule that explains the gap."""
+    logged = pl.col("logged_tflops_per_gpu")
+    ours = pl.col("tflops_per_gpu_megatron")
+    ckpt = pl.col("activation_checkpointing")
+    reason = (
+        pl.when(pl.col("logged_tflops_family") == "deepspeed")
+        .then(
+            pl.lit(
+                "DeepSpeed's flops profiler counts the FLOPs of one profiled micro-batch (3x its forward, plus "
+                "recompute_fwd_factor) over that micro-batch's fwd+bwd+step latency, not a whole step "
+                "(every micro-batch of the global batch) over the step time"
+            )
+        )
+        .when(ckpt & (_off_by(logged, pl.col("_model_tflops")) <= TFLOPS_TOLERANCE))
+        .then(
+            pl.format(
+                "the log counts model FLOPs without the recomputed forward ({} by that rule), as Megatron-LM's "
+                "num_floating_point_operations does; logstat counts the recomputation of activation checkpointing",
+                pl.col("_model_tflops").round_sig_figs(4),
+            )
+        )
+        .when(_off_by(logged, pl.col("tflops_per_gpu")) <= TFLOPS_TOLERANCE)
+        .then(
+            pl.format(
+                "the log counts like the seed formula ({} by that rule), without attention scores and logits",
+                pl.col("tflops_per_gpu").round_sig_figs(4),
+            )
+        )
+        .otherwise(
+            pl.lit(
+                "no counting rule of logstat's matches: the log's own step time differs, or its model has what "
+                "eq. 3 does not count (an FFN other than 4h, grouped-query attention, MoE, another vocabulary)"
+            )
+        )
+    )
+    direction = pl.when(logged > ours).then(pl.lit("above")).otherwise(pl.lit("below"))
+    return (
+        pl.when(logged.is_null() | ours.is_null() | (_off_by(logged, ours) <= TFLOPS_TOLERANCE))
+        .then(None)
+        .otherwise(
+            pl.format(
+                "tflops: the log's own {} TFLOP/s/GPU ({}, median of {} step(s) after the first {}) is {}% {} "
+                "logstat's {} (Narayanan et al. 2021 eq. 3{}); likely reason: {}",
+                logged.round_sig_figs(4),
+                pl.col("logged_tflops_family"),
+                pl.col("steady_logged_tflops_steps"),
+                pl.lit(warmup),
+                (_off_by(logged, ours) * 100).round(1),
+                direction,
+                ours.round_sig_figs(4),
+                pl.when(ckpt).then(pl.lit(", recomputed forward counted")).otherwise(pl.lit("")),
+                reason,
+            )
+        )
+    )
+
+
+def _megatron_tflops(checkpointing: bool) -> pl.Expr:
+    """TFLOP/s per GPU by Narayanan et al. eq. 3 at the steady-state step time; the logits count the
+    padded vocabulary the model computes when the log gives it."""
+    return formulas.tflops_per_gpu(
+        flops_per_iteration=formulas.megatron_flops_per_iteration(
+            global_batch=_f("global_batch_size"),
+            seq_len=_f("seq_len"),
+            layers=_f("num_layers"),
+            hidden=_f("hidden_size"),
+            vocab=pl.coalesce(_f("padded_vocab_size"), _f("vocab_size")),
+            checkpointing=checkpointing,
+        ),
+        sec_per_iter=pl.col("sec_per_iter"),
+        gpus=_f("gpus"),
     )
 
 

@@ -79,6 +79,17 @@ def _days_100b(gpu_days: bool) -> pl.Expr:
     return _fixed(formulas.gpu_days(days=days, gpus=pl.col("gpus")) if gpu_days else days, 0)
 
 
+def _memory_prediction() -> pl.Expr:
+    """``13.0/20.9 GB (0.62)``: the ZeRO model-state estimate, the logged peak allocated memory and
+    their ratio; empty when either is unknown."""
+    return pl.format(
+        "{}/{} GB ({})",
+        _fixed(pl.col("model_state_gb_pred"), 1),
+        _fixed(pl.col("mem_logged_gb"), 1),
+        _fixed(pl.col("mem_pred_ratio"), 2),
+    )
+
+
 def _notes() -> pl.Expr:
     """The log's file name (so a reader can check the row), and the status of a run that did not end ok;
     ``_name`` (set by :func:`render_tables`) adds the directories that tell same-named logs apart."""
@@ -119,7 +130,10 @@ COLUMNS: dict[str, Column] = {
         Column(header="Throughput", cell=_throughput),
         Column(header="TFlops", cell=lambda: _fixed(pl.col("tflops_per_gpu"), 1)),
         Column(header="TFlops Megatron", cell=lambda: _fixed(pl.col("tflops_per_gpu_megatron"), 1)),
+        Column(header="TFlops Logged", cell=lambda: _fixed(pl.col("logged_tflops_per_gpu"), 1)),
         Column(header="MFU", cell=lambda: pl.format("{}%", _fixed(pl.col("mfu") * 100, 1))),
+        Column(header="HFU", cell=lambda: pl.format("{}%", _fixed(pl.col("hfu") * 100, 1))),
+        Column(header="Mem pred/logged", cell=_memory_prediction),
         Column(header="Days 100B", cell=lambda: _days_100b(gpu_days=False)),
         Column(header="GPU-days 100B", cell=lambda: _days_100b(gpu_days=True)),
         Column(header="GPU", cell=lambda: pl.col("gpu_model"), right=False),
@@ -214,8 +228,21 @@ def _legend(group: pl.DataFrame, headers: Sequence[str]) -> str:
         )
     if "TFlops Megatron" in headers:
         parts.append("TFlops Megatron = Narayanan et al. 2021 eq. 3 (attention and logits counted)")
+    if "TFlops Logged" in headers:
+        parts.append(
+            "TFlops Logged = the log's own TFLOP/s per GPU (its counting rule), median after warm-up"
+        )
     if "MFU" in headers:
-        parts.append("MFU = TFlops / the GPU's dense fp16/bf16 peak")
+        parts.append(
+            "MFU = model FLOPs (eq. 3 without recomputation, PaLM's definition) / the GPU's dense fp16/bf16 peak"
+        )
+    if "HFU" in headers:
+        parts.append("HFU = FLOPs executed (eq. 3 with the run's recomputation) / the same peak")
+    if "Mem pred/logged" in headers:
+        parts.append(
+            "Mem pred/logged = ZeRO model-state estimate per GPU (16 bytes/param) / the logged peak allocated "
+            "memory, GB of 1e9 bytes, (their ratio)"
+        )
     if "Days 100B" in headers or "GPU-days 100B" in headers:
         parts.append("Days 100B = 100e9 / tokens per second / 86400 (seed 000), GPU-days = days * GPUs")
     if "Size" in headers:

@@ -10,7 +10,12 @@ Formats read from DeepSpeed's own source (0.3.x of the 2021 logs and today's 0.1
 - ``utils/timer.py`` ``ThroughputTimer``: ``epoch=E/micro_step=M/global_step=G, RunningAvgSamplesPerSec=X,
   CurrSamplesPerSec=Y, MemAllocated=aGB, MaxMemAllocated=bGB``.
 - ``runtime/pipe/engine.py``: ``steps: N loss: X iter time (s): T samples/sec: S``.
-- ``profiling/flops_profiler/profiler.py``: the ``DeepSpeed Flops Profiler`` summary block.
+- ``profiling/flops_profiler/profiler.py``: the ``DeepSpeed Flops Profiler`` summary block. Its
+  ``iter latency`` is the fwd+bwd+step time of the one micro-batch it profiled, and its
+  ``samples/second`` that micro-batch (micro batch x world size) over it: with gradient accumulation
+  neither is the step's, so neither is recorded as the step's time or samples/s (the step's are the
+  ThroughputTimer's ``CurrSamplesPerSec``, train_batch_size / step time). Its ``FLOPS per GPU``, a rate
+  over the same latency, is the step's ``logged_tflops_per_gpu``.
 
 DeepSpeed's ``world_size`` in its config dump is the *data-parallel* size (Megatron-DeepSpeed passes
 its mpu), so it is recorded as ``dp``; it is the GPU count only when no model parallelism is in play.
@@ -168,8 +173,6 @@ _PROFILE_LABELS: dict[str, str] = {
     "batch size per GPU:": "micro_batch_size",
     "params of model = params per GPU * mp_size:": "params_of_model",
     "params of model:": "params_of_model",
-    "iter latency:": "iter_latency_s",
-    "samples/second:": "samples_per_sec",
 }
 # The first label a line starts with, in the table's order (an alternation tries its branches in order at
 # the start, as a loop of startswith tests did, in one call instead of eight for most of a window's lines).
@@ -584,22 +587,18 @@ def _read_profile_line(run: RunBuilder, state: dict[str, Any], text: str, lineno
         return
     label = _PROFILE_LABEL.match(stripped)
     if label is not None:
-        _read_profile_value(run, profile, _PROFILE_LABELS[label.group()], stripped[label.end() :], lineno)
+        _read_profile_value(run, _PROFILE_LABELS[label.group()], stripped[label.end() :], lineno)
 
 
-def _read_profile_value(run: RunBuilder, profile: dict[str, Any], key: str, text: str, lineno: int) -> None:
+def _read_profile_value(run: RunBuilder, key: str, text: str, lineno: int) -> None:
     """The profiler's own numbers: its world size is the whole job (it prints dp and mp separately)."""
-    value = _scaled(text, "s" if key == "iter_latency_s" else "")
+    value = _scaled(text)
     if value is None:
         return
     if key in _PROFILE_FACTS:
         run.set_fact(_PROFILE_FACTS[key], int(value), NAME, lineno)
     elif key == "params_of_model":
         run.set_fact("logged_model_size", value / 1e9, NAME, lineno)
-    elif key == "iter_latency_s":
-        _record_profile_metrics(run, profile, lineno, elapsed_ms=value * 1000)
-    elif key == "samples_per_sec":
-        _record_profile_metrics(run, profile, lineno, samples_per_sec=value)
 
 
 def _record_profile_metrics(
@@ -706,9 +705,7 @@ FAMILY = Family(
         "model parallel size:",
         "batch size per GPU:",
         "params of model",
-        "iter latency:",
         "FLOPS per GPU =",
-        "samples/second:",
     ),
     parse_line=parse_line,
     evidence=evidence,

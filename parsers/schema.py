@@ -95,7 +95,12 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "model_size_note": pl.String,  # disagreement with the log's own line, if any
     "tflops_per_gpu": pl.Float64,  # seed formula (factor 4 with activation checkpointing, 3 without)
     "tflops_per_gpu_megatron": pl.Float64,  # Narayanan et al. 2021 eq. 3
-    "mfu": pl.Float64,  # fraction of the GPU model's dense peak; null when the GPU is unknown
+    "mfu": pl.Float64,  # model FLOPs (eq. 3 without recomputation, PaLM's MFU) / the GPU's dense peak
+    "hfu": pl.Float64,  # hardware FLOPs (eq. 3 with the run's recomputation) / the GPU's dense peak
+    "logged_tflops_per_gpu": pl.Float64,  # the log's own TFLOP/s/GPU, median of the steps after warm-up
+    "model_state_gb_pred": pl.Float64,  # ZeRO model-state estimate per GPU (16 bytes/param), 1e9 bytes
+    "mem_logged_gb": pl.Float64,  # logged peak allocated memory per GPU (largest rank), 1e9 bytes
+    "mem_pred_ratio": pl.Float64,  # model_state_gb_pred / mem_logged_gb (activations are not predicted)
 }
 
 

@@ -42,9 +42,14 @@ TFLOPS_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
     ("samples_per_sec", "samples/s", 2),
     ("tokens_per_sec", "tokens/s", 0),
     ("tflops_per_gpu", "TFLOPs/GPU", 1),
+    ("logged_tflops_per_gpu", "logged", 1),
     ("mfu", "MFU", 3),
+    ("hfu", "HFU", 3),
+    ("model_state_gb_pred", "mem pred GB", 1),
+    ("mem_logged_gb", "mem logged GB", 1),
+    ("mem_pred_ratio", "pred/logged", 2),
 )
-TFLOPS_ONLY = ("tflops_per_gpu", "tflops_per_gpu_megatron", "mfu")
+TFLOPS_ONLY = ("tflops_per_gpu", "tflops_per_gpu_megatron", "mfu", "hfu")
 
 
 def run_records(runs: pl.DataFrame, *, tflops: bool) -> pl.DataFrame:
@@ -122,8 +127,13 @@ def runs_text(runs: pl.DataFrame, *, tflops: bool, markdown: bool, warmup: int) 
             parts.append("")
         parts.append(
             f"TFLOPs/GPU: seed formula {quote('size_B*f*2*seq*GBS/(s_per_iter*GPUs*1e3)')}, f=4 with activation "
-            "checkpointing, 3 without; size from the shape in units of 1e9; MFU = TFLOPs/GPU / the GPU "
-            "model's dense peak ('-' when the GPU model is unknown)."
+            "checkpointing, 3 without; size from the shape in units of 1e9; logged: the log's own TFLOP/s/GPU "
+            "(median after --warmup; a disagreement over 10% with Narayanan et al. eq. 3 is a warning). "
+            "MFU: model FLOPs (eq. 3 without recomputation, PaLM's definition) / the GPU model's dense peak; "
+            "HFU: the FLOPs executed (eq. 3 with the run's recomputation) / the peak ('-' when the GPU model "
+            "is unknown). mem pred GB: ZeRO model-state estimate per GPU (16 bytes/param; stage, offload, "
+            "params / (TP*PP)); mem logged GB: the log's peak allocated memory (largest rank); pred/logged: "
+            "their ratio (activations and buffers make up the rest). GB = 1e9 bytes."
         )
     return "\n".join(parts) + "\n"
 

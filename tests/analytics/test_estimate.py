@@ -45,8 +45,16 @@ def test_the_52b_benchmark_estimate():
     assert "129 s/iteration = 8,128 tokens/s" in text
     # seed formula with the computed size: 51.9665 * 8 * 1024 * 1024 / (129 * 64e3) = 52.80
     assert "TFLOPs per GPU: 52.8 (seed formula, factor 4); 53.8 (Megatron eq. 3)" in text
-    # 52.80 / 125 = 0.4224: the same definition as the parse/table MFU column
-    assert "MFU: 42.2% of the V100-SXM2-32GB fp16 dense peak 125 TFLOPs (seed formula)" in text
+    # the same definitions as the parse/table MFU and HFU columns: model FLOPs (no recomputation)
+    # 72*B*s*l*h^2*(1 + s/6h) + 6*B*s*h*V = 3.336e17 per step / (129 s * 64 GPUs) = 40.4 TFLOPs,
+    # 32.3% of 125 (the seed's factor 4 made it 42.2%); HFU 53.8 / 125 = 43.0%
+    b, s, layers, h, v = 1024, 1024, 64, 8192, 50257
+    model = (72 * b * s * layers * h * h * (1 + s / (6 * h)) + 6 * b * s * h * v) / (129 * 64 * 1e12)
+    assert f"{model:.1f}" == "40.4" and f"{model / 125:.1%}" == "32.3%"
+    assert (
+        "MFU: 32.3% of the V100-SXM2-32GB fp16 dense peak 125 TFLOPs (model FLOPs 40.4 TFLOPs: eq. 3 without "
+        "recomputation); HFU: 43.0% (eq. 3 as run)"
+    ) in text
     # 100e9 / 8128.5 / 86400 = 142.39 days; * 64 = 9113 GPU-days
     assert text.endswith("Days for 100B tokens: 142.4 (9,113 GPU-days)\n")
 

@@ -84,8 +84,24 @@ def test_megatron_training_days_of_the_paper(params, tokens, gpus, tflops, days)
     assert round(value) == days
 
 
-def test_mfu_of_52_8_tflops_on_v100():
-    assert f.mfu(tflops_per_gpu=52.8, peak_tflops=peak_tflops("V100-SXM2-32GB")) == pytest.approx(52.8 / 125)
+def test_flops_utilization_of_52_8_tflops_on_v100():
+    value = f.flops_utilization(tflops_per_gpu=52.8, peak_tflops=peak_tflops("V100-SXM2-32GB"))
+    assert value == pytest.approx(52.8 / 125)
+
+
+@pytest.mark.parametrize(
+    ("layers", "hidden", "heads", "seq", "vocab"),
+    [(64, 8192, 32, 1024, 50257), (118, 18432, 48, 2048, 256000)],
+)
+def test_megatron_flops_without_recomputation_are_palms_model_flops(layers, hidden, heads, seq, vocab):
+    # PaLM (Chowdhery et al. 2022) appendix B: model FLOPs per token 6N + 12*L*H*Q*T, N the weights
+    # matmuls touch (12*l*h^2 in the layers, V*h for the logits), H heads of size Q = h/H, T = seq.
+    n = 12 * layers * hidden**2 + vocab * hidden
+    per_token = 6 * n + 12 * layers * heads * (hidden // heads) * seq
+    flops = f.megatron_flops_per_iteration(
+        global_batch=8, seq_len=seq, layers=layers, hidden=hidden, vocab=vocab, checkpointing=False
+    )
+    assert flops == pytest.approx(8 * seq * per_token, rel=1e-12)
 
 
 def test_gpu_peaks():

@@ -157,3 +157,23 @@ def test_size_of_a_model_under_a_million_parameters_is_in_thousands_not_0M():
     text = render_tables(tiny, columns=("GPUs", "Size", "Notes"))
     assert "|    2 | 110K | tiny.log |" in text
     assert "0M" not in text
+
+
+def test_memory_prediction_beside_the_logged_peak_and_the_utilizations():
+    # hand-set summary values: 41.27 GB predicted, 60.5 GB logged (ratio 0.682), MFU 0.3123, HFU 0.4164
+    zero = dict(
+        MEG_18B,
+        model_state_gb_pred=41.27,
+        mem_logged_gb=60.5,
+        mem_pred_ratio=41.27 / 60.5,
+        mfu=0.3123,
+        hfu=0.4164,
+        logged_tflops_per_gpu=97.46,
+    )
+    columns = parse_columns("GPUs,TFlops Logged,MFU,HFU,Mem pred/logged")
+    assert columns == ("GPUs", "TFlops Logged", "MFU", "HFU", "Mem pred/logged")
+    text = render_tables(frame(zero, dict(MEG_18B, path="/logs/other.out", gpus=32)), columns=columns)
+    assert "|   16 |          97.5 | 31.2% | 41.6% | 41.3/60.5 GB (0.68) |" in text
+    assert "|   32 |               |       |       |                     |" in text  # nothing known: empty
+    assert "Mem pred/logged = ZeRO model-state estimate per GPU (16 bytes/param) / the logged peak" in text
+    assert "MFU = model FLOPs (eq. 3 without recomputation, PaLM's definition)" in text

@@ -4,7 +4,9 @@ import csv
 import io
 import json
 import os
+import re
 import stat
+import statistics
 import subprocess
 import sys
 
@@ -170,7 +172,7 @@ def test_lines_that_could_not_be_read_are_warned_about_on_stderr(capsys, tmp_pat
     assert row["warnings"] == [
         "megatron:1: iteration=99999999999999999999999 does not fit a 64-bit integer; not recorded"
     ]
-    assert err == f"warning: {log}: 1 problem(s) reading it, first: {row['warnings'][0]}\n"
+    assert err == f"warning: {log}: 1 warning(s), first: {row['warnings'][0]}\n"
 
 
 def test_a_tiny_model_size_is_not_printed_as_zero(capsys):
@@ -226,3 +228,32 @@ def test_a_warmup_that_swallows_every_step_is_said_on_stderr(capsys):
     assert (
         code == 0 and err == ""
     )  # the default warm-up of 1 and a run that died after step 1: the seed's 'fail'
+
+
+def test_tflops_table_shows_the_zero_memory_estimate_beside_the_logged_peak(capsys):
+    log = FIXTURES / "megatron" / "meg_ds_3d_gpt2_perf_n16-ds-on.out"
+    code, out, _ = logstat(capsys, "parse", log, "--tflops")
+    header, _, row = out.splitlines()[:3]
+    cells = dict(zip(re.split(r"  +", header.strip()), re.split(r"  +", row.strip()), strict=True))
+    # ZeRO stage 0 of the 52B shape over TP 4 x PP 16: 16 bytes x 51,966,533,632 / 64 = 12.99e9 bytes;
+    # the largest "max allocated" of the memory lines: 19961.07 MiB = 20.93e9 bytes
+    logged_mib = max(float(v) for v in re.findall(r"\| max allocated: ([\d.]+) \|", log.read_text()))
+    assert code == 0 and logged_mib == pytest.approx(19961.072265625)
+    assert cells["mem pred GB"] == f"{16 * 51966533632 / 64 / 1e9:.1f}" == "13.0"
+    assert cells["mem logged GB"] == f"{logged_mib * 2**20 / 1e9:.1f}" == "20.9"
+    assert cells["pred/logged"] == f"{16 * 51966533632 / 64 / (logged_mib * 2**20):.2f}" == "0.62"
+    assert "mem pred GB: ZeRO model-state estimate per GPU" in out
+
+
+def test_a_logged_tflops_far_from_ours_is_a_warning_on_stderr(capsys, tmp_path):
+    # the H100 fixture with its own TFLOP/s lowered to 3/4: what a log counting no recomputation prints
+    text = (FIXTURES / "megatron" / "megatron_lm_h100-2001.out").read_text()
+    lowered = re.sub(r"\(TFLOP/s/GPU\): ([\d.]+)", lambda m: f"(TFLOP/s/GPU): {float(m[1]) * 0.75:.1f}", text)
+    log = tmp_path / "megatron_lm_model_flops-2002.out"
+    log.write_text(lowered)
+    code, out, err = logstat(capsys, "parse", log, "--format", "json", "--tflops")
+    row = json.loads(out)[0]
+    assert code == 0 and len(row["warnings"]) == 1
+    assert row["logged_tflops_per_gpu"] == pytest.approx(statistics.median([301.0, 301.2, 300.8, 301.0]))
+    assert err == f"warning: {log}: 1 warning(s), first: {row['warnings'][0]}\n"
+    assert "the log counts model FLOPs without the recomputed forward" in err

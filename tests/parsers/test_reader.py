@@ -209,4 +209,7 @@ def test_megatron_paper_tflops_agree_with_the_logged_throughput():
     b, s, layers, h, v = 256, 2048, 32, 4096, 50304
     flops = 96 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
     assert row["tflops_per_gpu_megatron"] == pytest.approx(flops / ((4661.0 + 4660.0) / 2 / 1000 * 16 * 1e12))
-    assert row["mfu"] == pytest.approx(row["tflops_per_gpu"] / 989.0)  # H100 SXM bf16 dense
+    # H100 SXM bf16 dense peak 989: MFU counts model FLOPs (no recomputed forward), HFU the executed ones
+    model = 72 * b * s * layers * h * h * (1 + s / (6 * h)) + 6 * b * s * h * v
+    assert row["mfu"] == pytest.approx(model / ((4661.0 + 4660.0) / 2 / 1000 * 16 * 1e12) / 989.0)
+    assert row["hfu"] == pytest.approx(row["tflops_per_gpu_megatron"] / 989.0)

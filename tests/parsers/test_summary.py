@@ -1,11 +1,20 @@
 """Summary columns from hand-built frames: the steady-state statistic and its source, model size and
-its note, TFLOPs by both formulas, MFU (null when the GPU is unknown)."""
+its note, TFLOPs by both formulas, MFU/HFU (null when the GPU is unknown), the log's own TFLOP/s
+beside logstat's, the ZeRO model-state estimate beside the logged memory; and the DeepSpeed
+throughput of the real fixtures, read off their lines here."""
+
+import re
+import statistics
+from pathlib import Path
 
 import polars as pl
 import pytest
 from logstat.analytics.summary import summarize
 from logstat.parsers.schema import ITERATIONS_SCHEMA, RUNS_SCHEMA
 
+from logstat.api import load_runs
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 SHAPE_52B = {"hidden_size": 8192, "num_layers": 64, "seq_len": 1024, "vocab_size": 50257}
 
 
@@ -72,15 +81,41 @@ def test_tflops_factor_follows_activation_checkpointing_and_is_null_when_unknown
     assert with_ckpt["tflops_per_gpu_megatron"] == pytest.approx(flops / (129 * 64 * 1e12))
 
 
+def model_flops_52b(batch: int) -> float:
+    """PaLM's model FLOPs of one step of the 52B shape (Chowdhery et al. 2022, app. B), by hand:
+    per token 6N + 12*L*H*Q*T, N = 12*l*h^2 + V*h, H*Q = h, T = seq; no recomputed forward."""
+    h, layers, v, s = 8192, 64, 50257, 1024
+    return batch * s * (6 * (12 * layers * h * h + v * h) + 12 * layers * h * s)
+
+
 def test_mfu_needs_a_known_gpu_and_uses_the_precision():
     base = {"path": "a", "gpus": 8, "global_batch_size": 8, "activation_checkpointing": False, **SHAPE_52B}
     its = iterations("a", elapsed_ms=[1.0, 1000.0])
+    model_tflops = model_flops_52b(8) / (1.0 * 8 * 1e12)
     a100 = one(runs(dict(base, gpu_model="A100-SXM4-80GB", precision="bf16")), its)
-    assert a100["mfu"] == pytest.approx(a100["tflops_per_gpu"] / 312.0)
+    assert a100["mfu"] == pytest.approx(model_tflops / 312.0)
     v100 = one(runs(dict(base, gpu_model="V100-SXM2-32GB", precision="fp16")), its)
-    assert v100["mfu"] == pytest.approx(v100["tflops_per_gpu"] / 125.0)
+    assert v100["mfu"] == pytest.approx(model_tflops / 125.0)
     assert one(runs(dict(base, gpu_model="TPU-v4")), its)["mfu"] is None
     assert one(runs(base), its)["mfu"] is None
+
+
+def test_mfu_is_the_same_with_and_without_checkpointing_and_hfu_counts_the_recomputation():
+    base = {"path": "a", "gpus": 64, "global_batch_size": 1024, "gpu_model": "V100-SXM2-32GB", **SHAPE_52B}
+    its = iterations("a", elapsed_ms=[1.0, 129000.0])
+    with_ckpt = one(runs(dict(base, activation_checkpointing=True)), its)
+    without = one(runs(dict(base, activation_checkpointing=False)), its)
+    unknown = one(runs(base), its)
+    mfu = model_flops_52b(1024) / (129 * 64 * 1e12) / 125
+    assert with_ckpt["mfu"] == pytest.approx(mfu)
+    assert without["mfu"] == pytest.approx(mfu)
+    assert unknown["mfu"] == pytest.approx(mfu)  # model FLOPs do not depend on the recomputation
+    # hardware FLOPs: Narayanan et al. eq. 3 with full recomputation, the layers' forward run twice
+    b, s, layers, h, v = 1024, 1024, 64, 8192, 50257
+    hardware = 96 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+    assert with_ckpt["hfu"] == pytest.approx(hardware / (129 * 64 * 1e12) / 125)
+    assert without["hfu"] == pytest.approx(mfu)
+    assert unknown["hfu"] is None
 
 
 def test_model_size_note_spots_the_2_pow_30_unit():
@@ -104,3 +139,180 @@ def test_padded_vocab_is_used_when_the_true_one_is_unknown():
     assert row["model_size_b"] == pytest.approx(
         (2 * (12 * 64 * 64 + 13 * 64) + 128 * 64 + 128 * 64 + 2 * 64) / 1e9
     )
+
+
+def _log_lines(path: Path, pattern: str) -> list[tuple[str, ...]]:
+    return [m.groups() for m in re.finditer(pattern, path.read_text(encoding="utf-8"))]
+
+
+@pytest.mark.parametrize("name", ["ds_zero1_fp32_2cpu.log", "ds_zero3_offload_bf16_2cpu.log"])
+def test_deepspeed_throughput_is_the_logs_own_samples_per_sec(name):
+    """DeepSpeed's ThroughputTimer prints CurrSamplesPerSec = train_batch_size / that step's time; the
+    flops profiler's "iter latency" (one profiled micro-batch's fwd+bwd+step) is no step time."""
+    path = FIXTURES / "deepspeed" / name
+    (batch,) = _log_lines(path, r"print\]   train_batch_size \.+ (\d+)")
+    first_step = min(int(s) for (s,) in _log_lines(path, r"\] step=(\d+), skipped") if int(s) > 0)
+    rates = [
+        float(rate)
+        for step, rate in _log_lines(
+            path, r"global_step=(\d+), RunningAvgSamplesPerSec=[\d.]+, CurrSamplesPerSec=([\d.]+)"
+        )
+        if int(step) > first_step  # --warmup 1 leaves out the first logged step
+    ]
+    assert len(rates) == 2
+    row = load_runs([path], warmup=1).runs.row(0, named=True)
+    assert row["samples_per_sec"] == pytest.approx(statistics.median(rates))
+    assert row["sec_per_iter"] == pytest.approx(int(batch[0]) / statistics.median(rates))
+    assert row["sec_per_iter_source"] == "global batch / median samples/s of 2 steps after the first 1"
+
+
+def test_deepspeed_profiler_tflops_is_the_logged_figure_and_memory_the_timer_lines():
+    path = FIXTURES / "deepspeed" / "ds_zero1_fp32_2cpu.log"
+    # "Profile Summary at step N:" then "FLOPS per GPU = 3 * fwd flops per GPU / iter latency:  V MFLOPS"
+    profiled = _log_lines(
+        path, r"Profile Summary at step (\d+):(?:.*\n)+?FLOPS per GPU = .*: +([\d.]+) MFLOPS"
+    )
+    assert [step for step, _ in profiled] == ["3", "4"]  # the first logged step is 2 (warm-up)
+    row = load_runs([path], warmup=1).runs.row(0, named=True)
+    assert row["logged_tflops_per_gpu"] == pytest.approx(
+        statistics.median(float(v) / 1e6 for _, v in profiled)
+    )
+    # "MaxMemAllocated=0.37GB": DeepSpeed's GB is 1024**3 bytes
+    peak = max(float(gb) for (gb,) in _log_lines(path, r"MaxMemAllocated=([\d.]+)GB"))
+    assert row["mem_logged_gb"] == pytest.approx(peak * 2**30 / 1e9)
+    assert row["model_state_gb_pred"] is None  # a 2-layer MLP: no transformer shape to count parameters from
+
+
+STEP = {"gpus": 16, "global_batch_size": 256, "activation_checkpointing": True}
+H100_SHAPE = {"hidden_size": 4096, "num_layers": 32, "seq_len": 2048, "padded_vocab_size": 50304}
+# a long sequence for its width: attention (s/6h = 0.67) puts eq. 3 far above the seed formula
+LONG_SEQ_SHAPE = {"hidden_size": 1024, "num_layers": 24, "seq_len": 4096, "padded_vocab_size": 50304}
+
+
+def _tflops_by_rule(shape: dict) -> dict[str, float]:
+    """TFLOP/s/GPU of ``shape`` at 4.66 s per step of 256 sequences on 16 GPUs by each counting rule, by hand."""
+    b, s, layers, h, v = (
+        256,
+        shape["seq_len"],
+        shape["num_layers"],
+        shape["hidden_size"],
+        shape["padded_vocab_size"],
+    )
+    per_gpu = 4.66 * 16 * 1e12
+    size = layers * (12 * h * h + 13 * h) + v * h + s * h + 2 * h
+    return {
+        "eq3_recompute": 96 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h)) / per_gpu,
+        "model": (72 * b * s * layers * h * h * (1 + s / (6 * h)) + 6 * b * s * h * v) / per_gpu,
+        "seed": size * 4 * 2 * s * b / per_gpu,
+    }
+
+
+def _with_logged(tflops: list[float], family: str = "megatron", shape: dict = H100_SHAPE) -> dict:
+    its = iterations("a", elapsed_ms=[9000.0] + [4660.0] * (len(tflops) - 1), logged_tflops_per_gpu=tflops)
+    its = its.with_columns(family=pl.lit(family))
+    return one(runs({"path": "a", **STEP, **shape}), its)
+
+
+def test_logged_tflops_beside_ours_and_no_warning_when_they_agree():
+    ours = _tflops_by_rule(H100_SHAPE)["eq3_recompute"]
+    row = _with_logged([150.0, ours * 1.08, ours * 1.09, ours * 1.07])
+    assert row["logged_tflops_per_gpu"] == pytest.approx(ours * 1.08)  # the warm-up step left out
+    assert row["tflops_per_gpu_megatron"] == pytest.approx(ours)
+    assert row["warnings"] is None  # 8% off: within 10%
+
+
+def _sig4(value: float) -> str:
+    return str(float(f"{value:.4g}"))
+
+
+@pytest.mark.parametrize(
+    ("rule", "family", "shape", "reason"),
+    [
+        ("model", "megatron", H100_SHAPE, "the log counts model FLOPs without the recomputed forward"),
+        ("seed", "megatron", LONG_SEQ_SHAPE, "the log counts like the seed formula"),
+        (0.5, "megatron", H100_SHAPE, "no counting rule of logstat's matches"),
+        (1.5, "megatron", H100_SHAPE, "no counting rule of logstat's matches"),
+        (
+            "model",
+            "deepspeed",
+            H100_SHAPE,
+            "DeepSpeed's flops profiler counts the FLOPs of one profiled micro-batch",
+        ),
+    ],
+)
+def test_logged_tflops_off_by_more_than_10_percent_is_a_warning_with_the_likely_reason(
+    rule, family, shape, reason
+):
+    counts = _tflops_by_rule(shape)
+    logged = counts[rule] if isinstance(rule, str) else counts["eq3_recompute"] * rule
+    row = _with_logged([1.0, logged, logged], family, shape)
+    ours = counts["eq3_recompute"]
+    assert abs(logged / ours - 1) > 0.1
+    (note,) = row["warnings"]
+    assert note.startswith(
+        f"tflops: the log's own {_sig4(logged)} TFLOP/s/GPU ({family}, median of 2 step(s) after the first 1) is "
+        f"{round(abs(logged / ours - 1) * 100, 1)}% {'above' if logged > ours else 'below'} logstat's {_sig4(ours)} (Narayanan et al. 2021 eq. 3, "
+        f"recomputed forward counted); likely reason: {reason}"
+    )
+    if rule in ("model", "seed") and family == "megatron":
+        assert f"({_sig4(counts[rule])} by that rule)" in note
+
+
+def test_the_real_megatron_lm_log_agrees_with_its_own_tflops():
+    # fixtures/megatron/megatron_lm_h100-2001.out steps 2-5: "throughput per GPU (TFLOP/s/GPU): 401.3,
+    # 401.6, 401.0, 401.4"; logstat's eq. 3 gives 401.27 at the median 4.6605 s
+    row = load_runs([FIXTURES / "megatron" / "megatron_lm_h100-2001.out"], warmup=1).runs.row(0, named=True)
+    assert row["logged_tflops_per_gpu"] == pytest.approx(statistics.median([401.3, 401.6, 401.0, 401.4]))
+    assert row["warnings"] == []
+
+
+@pytest.mark.parametrize(
+    ("facts", "psi_bytes"),
+    [
+        # Ψ = size / (TP*PP) held per GPU; N = DP. Rajbhandari et al. 2020, figure 1, K = 12
+        ({"zero_stage": 0}, lambda psi, n: 16 * psi),
+        ({"zero_stage": 1, "offload_optimizer": False}, lambda psi, n: 4 * psi + 12 * psi / n),
+        ({"zero_stage": 1, "offload_optimizer": True}, lambda psi, n: 4 * psi),
+        ({"zero_stage": 2, "offload_optimizer": False}, lambda psi, n: 2 * psi + 14 * psi / n),
+        ({"zero_stage": 3, "offload_optimizer": False, "offload_param": False}, lambda psi, n: 16 * psi / n),
+        ({"zero_stage": 3, "offload_optimizer": True, "offload_param": False}, lambda psi, n: 4 * psi / n),
+        ({"zero_stage": 3, "offload_optimizer": True, "offload_param": True}, lambda psi, n: 2 * psi / n),
+    ],
+)
+def test_zero_model_state_prediction_beside_the_logged_peak(facts, psi_bytes):
+    run = {"path": "a", "tp": 2, "pp": 4, "dp": 8, **SHAPE_52B, **facts}
+    row = one(runs(run), iterations("a", mem_max_allocated_mb=[30000.0, 31500.5, 31000.0]))
+    psi = 51966533632 / (2 * 4)
+    assert row["model_state_gb_pred"] == pytest.approx(psi_bytes(psi, 8) / 1e9)
+    assert row["mem_logged_gb"] == pytest.approx(31500.5 * 2**20 / 1e9)  # MiB, largest of every step
+    assert row["mem_pred_ratio"] == pytest.approx(psi_bytes(psi, 8) / (31500.5 * 2**20))
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        {},  # no ZeRO stage in the log
+        {"zero_stage": 2},  # whether the optimizer is offloaded is unknown
+        {"zero_stage": 3, "offload_optimizer": False},  # whether the parameters are offloaded is unknown
+        {"zero_stage": 1, "offload_optimizer": False, "dp": None},  # N unknown
+    ],
+)
+def test_zero_model_state_prediction_is_null_when_a_fact_is_unknown(facts):
+    run = {"path": "a", "dp": 8, **SHAPE_52B, **facts}
+    row = one(runs(run), iterations("a", mem_max_allocated_mb=[30000.0, 31000.0]))
+    assert row["model_state_gb_pred"] is None and row["mem_pred_ratio"] is None
+    assert row["mem_logged_gb"] == pytest.approx(31000.0 * 2**20 / 1e9)
+
+
+def test_zero_model_state_of_the_real_3d_log_and_its_peak_memory():
+    path = FIXTURES / "megatron" / "meg_ds_3d_gpt2_perf_n16-ds-on.out"
+    # ZeRO stage 0, TP 4 x PP 16 of the 52B shape: 16 bytes x 51,966,533,632 / 64 per GPU
+    predicted = 16 * 51966533632 / 64
+    logged = max(
+        float(mb) for (mb,) in _log_lines(path, r"\| max allocated: ([\d.]+) \|")
+    )  # MiB, largest rank
+    row = load_runs([path], warmup=1).runs.row(0, named=True)
+    assert (row["zero_stage"], row["tp"], row["pp"]) == (0, 4, 16)
+    assert row["model_state_gb_pred"] == pytest.approx(predicted / 1e9)
+    assert row["mem_logged_gb"] == pytest.approx(logged * 2**20 / 1e9)
+    assert row["mem_pred_ratio"] == pytest.approx(predicted / (logged * 2**20))

@@ -14,7 +14,12 @@ FORMATS = ("table", "json", "csv", "parquet", "markdown")
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--tflops", is_flag=True, help="Add model size, samples/s, tokens/s, TFLOPs per GPU and MFU.")
+@click.option(
+    "--tflops",
+    is_flag=True,
+    help="Add model size, samples/s, tokens/s, TFLOPs per GPU (and the log's own), MFU, HFU, and the ZeRO "
+    "model-state memory estimate beside the logged peak.",
+)
 @click.option("--iterations", is_flag=True, help="One row per logged iteration (with its family and line).")
 @click.option(
     "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format."
@@ -80,10 +85,11 @@ def parse(
 
 
 def _warn(runs) -> None:
-    """One stderr line per run with lines that could not be read (data stays on stdout)."""
+    """One stderr line per run with warnings (lines that could not be read, a log's own TFLOP/s that
+    disagrees with logstat's count); data stays on stdout."""
     for path, notes in zip(runs["path"], runs["warnings"], strict=True):
         if notes is not None and len(notes):
-            click.echo(f"warning: {path}: {len(notes)} problem(s) reading it, first: {notes[0]}", err=True)
+            click.echo(f"warning: {path}: {len(notes)} warning(s), first: {notes[0]}", err=True)
 
 
 def _progress():
