@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import polars as pl
 from logstat.analytics import formulas
+from logstat.analytics.update import GENERATED_MARK, SEED_SEQ_LEN
 from logstat.parsers.schema import run_names
 
 
@@ -116,6 +117,7 @@ COLUMNS: dict[str, Column] = {
         Column(header="Mic-BS", cell=lambda: _integer("micro_batch_size")),
         Column(header="Glob-BS", cell=lambda: _integer("global_batch_size")),
         Column(header="Seq", cell=lambda: _integer("seq_len")),
+        Column(header="Ckpt", cell=lambda: _yes_no("activation_checkpointing"), right=False),
         Column(header="Throughput", cell=_throughput),
         Column(header="TFlops", cell=lambda: _fixed(pl.col("tflops_per_gpu"), 1)),
         Column(header="TFlops Megatron", cell=lambda: _fixed(pl.col("tflops_per_gpu_megatron"), 1)),
@@ -195,9 +197,28 @@ def _markdown(headers: Sequence[str], rows: list[tuple[str | None, ...]]) -> lis
     return [line(headers), delimiter, *(line(r) for r in cells)]
 
 
+def _with_formula_facts(headers: tuple[str, ...], group: pl.DataFrame) -> tuple[str, ...]:
+    """The stack's columns, plus Seq and Ckpt after Glob-BS when a run's TFlops used a sequence
+    length other than the seed's 1024 or no activation checkpointing (factor 3): a reader (and
+    ``--update`` of a copy) sees every fact the TFlops formula read."""
+    if "TFlops" not in headers:
+        return headers
+    with_tflops = group.filter(pl.col("tflops_per_gpu").is_not_null())
+    extra = []
+    if "Seq" not in headers and (with_tflops["seq_len"] != SEED_SEQ_LEN).any():
+        extra.append("Seq")
+    if "Ckpt" not in headers and with_tflops["activation_checkpointing"].not_().any():
+        extra.append("Ckpt")
+    if not extra:
+        return headers
+    at = headers.index("Glob-BS") + 1 if "Glob-BS" in headers else headers.index("TFlops")
+    return (*headers[:at], *extra, *headers[at:])
+
+
 def _legend(group: pl.DataFrame, headers: Sequence[str]) -> str:
-    """The line under a table: which statistic and which formula its numbers use."""
-    parts = []
+    """The line under a table: that logstat made it (``--update`` reads this), which statistic and
+    which formula its numbers use."""
+    parts = [f"Table {GENERATED_MARK}, every number from each run's unrounded facts"]
     if "Throughput" in headers:
         # Each run's source names its own step count; the legend names the kinds of statistic.
         kinds = sorted(
@@ -237,8 +258,8 @@ def render_tables(runs: pl.DataFrame, *, columns: Sequence[str] | None = None) -
     titles = sorted(titled["_stack"].unique().to_list(), key=lambda t: (order.get(t, len(order)), t))
     out: list[str] = []
     for title in titles:
-        headers = tuple(columns) if columns else STACKS.get(title, _OTHER)
         group = titled.filter(pl.col("_stack") == title).sort(["gpus", "path"], nulls_last=True)
+        headers = tuple(columns) if columns else _with_formula_facts(STACKS.get(title, _OTHER), group)
         cells = group.select(COLUMNS[h.lower()].cell().alias(h) for h in headers)
         out += [f"### {title}", "", *_markdown(headers, cells.rows()), "", _legend(group, headers), ""]
     return "\n".join(out)

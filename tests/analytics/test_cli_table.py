@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.conftest import SHARED
+from tests.conftest import FIXTURES, SHARED
 
 SEED_DOC = SHARED / "seeds" / "001_gpt2_experiments_tables.md"
 
@@ -124,3 +124,19 @@ def test_table_errors(tmp_path):
 def test_help_has_an_example():
     r = logstat("table", "--help")
     assert r.returncode == 0 and "Example:" in r.stdout and "logstat table --update gpt2.md" in r.stdout
+
+
+def test_update_of_a_table_logstat_printed_changes_nothing(tmp_path):
+    # megatron_lm_h100-2001.out: seq 2048, 6.66B parameters; recomputed from the printed cells with
+    # the seed's seq 1024 its 374.5 TFlops would become 188.5 (and 376.9 with its own seq 2048)
+    printed = logstat("table", str(FIXTURES / "megatron"))
+    assert printed.returncode == 0, printed.stderr
+    assert "| 2048 |" in printed.stdout and "374.5" in printed.stdout
+    doc = tmp_path / "a.md"
+    doc.write_text(printed.stdout, encoding="utf-8")
+    r = logstat("table", "--update", str(doc))
+    assert r.returncode == 0, r.stderr
+    assert doc.read_text(encoding="utf-8") == printed.stdout
+    assert r.stdout == ""
+    assert "the rounded cells give 376.9 (seq 2048, factor 4): regenerate the table from the logs" in r.stderr
+    assert "changed 0, left alone 0 unreadable, 1 generated from logs (regenerate those)" in r.stderr
