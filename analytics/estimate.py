@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from logstat.analytics import formulas
+from logstat.analytics.display import mfu_text, tflops_text
 from logstat.analytics.gpus import GPUS, peak_tflops
 
 _MODEL_SIZE = re.compile(r"^(\d+)\s*[bB]?$")
@@ -221,14 +222,14 @@ def estimate_text(plan: Plan) -> str:
     lines += [
         "",
         f"Throughput: {plan.sec_per_iter:g} s/iteration = {tokens_s:,.0f} tokens/s",
-        f"TFLOPs per GPU: {seed:.1f} (seed formula, factor {factor}); {megatron:.1f} (Megatron eq. 3)",
+        f"TFLOPs per GPU: {tflops_text(seed)} (seed formula, factor {factor}); {tflops_text(megatron)} (Megatron eq. 3)",
     ]
     peak = peak_tflops(plan.gpu_model, plan.precision)
     if peak:
         # The same definition as `logstat parse`'s mfu column: the seed's TFLOPs over the peak.
         mfu = formulas.mfu(tflops_per_gpu=seed, peak_tflops=peak)
         lines.append(
-            f"MFU: {mfu:.1%} of the {plan.gpu_model} {plan.precision} dense peak {peak:g} TFLOPs (seed formula)"
+            f"MFU: {mfu_text(mfu)} of the {plan.gpu_model} {plan.precision} dense peak {peak:g} TFLOPs (seed formula)"
         )
     tokens_b = f"{plan.tokens / 1e9:g}B"
     gpu_days = formulas.gpu_days(days=days, gpus=plan.gpus)

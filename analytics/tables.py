@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import polars as pl
 from logstat.analytics import formulas
+from logstat.analytics.display import mfu_text, tflops_text
 from logstat.analytics.update import GENERATED_MARK, SEED_SEQ_LEN
 from logstat.parsers.schema import run_names
 
@@ -74,6 +75,12 @@ def _throughput() -> pl.Expr:
     )
 
 
+def _shown(name: str, text: Callable[[float | None], str | None]) -> pl.Expr:
+    """The column as :mod:`logstat.analytics.display` writes it for a reader (one definition for
+    every command; a table has a handful of rows, so a Python call per cell costs nothing)."""
+    return pl.col(name).map_elements(text, return_dtype=pl.String, skip_nulls=True)
+
+
 def _days_100b(gpu_days: bool) -> pl.Expr:
     """Days (or GPU-days) to train 100B tokens at the run's tokens/s (seed 000's "jours pour 100b tokens")."""
     days = formulas.days_to_train(tokens=100e9, tokens_per_sec=pl.col("tokens_per_sec"))
@@ -119,9 +126,9 @@ COLUMNS: dict[str, Column] = {
         Column(header="Seq", cell=lambda: _integer("seq_len")),
         Column(header="Ckpt", cell=lambda: _yes_no("activation_checkpointing"), right=False),
         Column(header="Throughput", cell=_throughput),
-        Column(header="TFlops", cell=lambda: _fixed(pl.col("tflops_per_gpu"), 1)),
-        Column(header="TFlops Megatron", cell=lambda: _fixed(pl.col("tflops_per_gpu_megatron"), 1)),
-        Column(header="MFU", cell=lambda: pl.format("{}%", _fixed(pl.col("mfu") * 100, 1))),
+        Column(header="TFlops", cell=lambda: _shown("tflops_per_gpu", tflops_text)),
+        Column(header="TFlops Megatron", cell=lambda: _shown("tflops_per_gpu_megatron", tflops_text)),
+        Column(header="MFU", cell=lambda: _shown("mfu", mfu_text)),
         Column(header="Days 100B", cell=lambda: _days_100b(gpu_days=False)),
         Column(header="GPU-days 100B", cell=lambda: _days_100b(gpu_days=True)),
         Column(header="GPU", cell=lambda: pl.col("gpu_model"), right=False),

@@ -11,16 +11,21 @@ import json
 import math
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
 
+from logstat.analytics.display import mfu_text, tflops_text
 from logstat.errors import LogstatError
 from logstat.files import write_new
 from logstat.parsers.schema import run_names
 
-#: (column, heading, decimals) of the readable run table; None decimals = as is.
-RUN_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
+#: how a value of the readable run table is written: decimals, None = as is, or a function
+#: of :mod:`logstat.analytics.display` (the TFLOPs and MFU format every command shares).
+Shown = int | None | Callable[[float | None], str | None]
+#: (column, heading, how shown) of the readable run table.
+RUN_COLUMNS: tuple[tuple[str, str, Shown], ...] = (
     ("name", "run", None),
     ("family", "family", None),
     ("status", "status", None),
@@ -37,12 +42,12 @@ RUN_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
     ("iterations", "iters", None),
     ("sec_per_iter", "s/iter", 2),
 )
-TFLOPS_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
+TFLOPS_COLUMNS: tuple[tuple[str, str, Shown], ...] = (
     ("model_size_b", "size B", 2),
     ("samples_per_sec", "samples/s", 2),
     ("tokens_per_sec", "tokens/s", 0),
-    ("tflops_per_gpu", "TFLOPs/GPU", 1),
-    ("mfu", "MFU", 3),
+    ("tflops_per_gpu", "TFLOPs/GPU", tflops_text),
+    ("mfu", "MFU", mfu_text),
 )
 TFLOPS_ONLY = ("tflops_per_gpu", "tflops_per_gpu_megatron", "mfu")
 
@@ -56,9 +61,11 @@ def run_records(runs: pl.DataFrame, *, tflops: bool) -> pl.DataFrame:
 HUGE = 1e15
 
 
-def _cell(value, decimals: int | None) -> str:
+def _cell(value, decimals: Shown) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if callable(decimals):
+        return decimals(value) or "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float) and abs(value) >= HUGE:
