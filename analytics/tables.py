@@ -15,7 +15,7 @@ import polars as pl
 from logstat.analytics import formulas
 from logstat.analytics.display import mfu_text, tflops_text
 from logstat.analytics.update import GENERATED_MARK, SEED_SEQ_LEN
-from logstat.parsers.schema import run_names
+from logstat.parsers.schema import run_labels
 
 
 def _fixed(expr: pl.Expr, decimals: int) -> pl.Expr:
@@ -88,8 +88,9 @@ def _days_100b(gpu_days: bool) -> pl.Expr:
 
 
 def _notes() -> pl.Expr:
-    """The log's file name (so a reader can check the row), and the status of a run that did not end ok;
-    ``_name`` (set by :func:`render_tables`) adds the directories that tell same-named logs apart."""
+    """The run's name (so a reader can check the row), and the status of a run that did not end ok;
+    ``_name`` (set by :func:`render_tables`) is the spec name and run id of a ``logstat run``
+    directory, else the log's file name with the directories that tell same-named logs apart."""
     name = pl.col("_name")
     status = pl.col("status")
     return (
@@ -140,6 +141,7 @@ _MEGATRON = ("GPUs", "Size", "DP", "PP", "PP Chunks", "Mic-BS", "Glob-BS", "Thro
 _ZERO = ("GPUs", "Size", "TP", "DP", "Mic-BS", "Glob-BS", "Throughput", "TFlops", "Notes")
 _HF = ("GPUs", "Size", "Zero", "Opt Offl", "Par Offl", "Mic-BS", "Glob-BS", "Throughput", "TFlops", "Notes")
 _OTHER = ("GPUs", "Size", "TP", "DP", "PP", "Mic-BS", "Glob-BS", "Throughput", "TFlops", "Notes")
+_DDP = ("GPUs", "Size", "DP", "Mic-BS", "Glob-BS", "Throughput", "TFlops", "Notes")
 
 #: stack title -> the seed's columns for it, in the order the seed's sections come.
 STACKS: dict[str, tuple[str, ...]] = {
@@ -149,14 +151,23 @@ STACKS: dict[str, tuple[str, ...]] = {
     "HF Trainer + DeepSpeed": _HF,
     "DeepSpeed": _ZERO,
     "minGPT": _OTHER,
+    "PyTorch DDP + PowerSGD": _DDP,
 }
+
+#: a `logstat run` stack (its manifest's ``stack``) whose logs borrow another family's format:
+#: the DDP + PowerSGD entry point writes Megatron's log lines, but it is not Megatron.
+RUNNER_STACKS = {"ddp-powersgd": "PyTorch DDP + PowerSGD"}
 
 
 def stack_title() -> pl.Expr:
-    """The seed section a run belongs to, from its log family and parallelism."""
+    """The seed section a run belongs to: its runner stack when its manifest names one of
+    :data:`RUNNER_STACKS`, else its log family and parallelism."""
     family = pl.col("family")
+    runner = pl.col("stack").replace_strict(RUNNER_STACKS, default=None, return_dtype=pl.String)
     return (
-        pl.when(family == "megatron")
+        pl.when(runner.is_not_null())
+        .then(runner)
+        .when(family == "megatron")
         .then(pl.lit("Megatron"))
         .when((family == "megatron-deepspeed") & (pl.col("pp").fill_null(1) > 1))
         .then(pl.lit("Megatron + DeepSpeed 3D"))
@@ -260,7 +271,7 @@ def render_tables(runs: pl.DataFrame, *, columns: Sequence[str] | None = None) -
     """
     if runs.is_empty():
         return ""
-    titled = runs.with_columns(stack_title().alias("_stack"), _name=run_names(runs["path"]))
+    titled = runs.with_columns(stack_title().alias("_stack"), _name=run_labels(runs))
     order = {title: i for i, title in enumerate(STACKS)}
     titles = sorted(titled["_stack"].unique().to_list(), key=lambda t: (order.get(t, len(order)), t))
     out: list[str] = []

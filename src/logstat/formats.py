@@ -19,7 +19,7 @@ import polars as pl
 from logstat.analytics.display import mfu_text, tflops_text
 from logstat.errors import LogstatError
 from logstat.files import write_new
-from logstat.parsers.schema import run_names
+from logstat.parsers.schema import label_of_path, run_labels
 
 #: how a value of the readable run table is written: decimals, None = as is, or a function
 #: of :mod:`logstat.analytics.display` (the TFLOPs and MFU format every command shares).
@@ -108,7 +108,7 @@ def runs_text(runs: pl.DataFrame, *, tflops: bool, markdown: bool, warmup: int) 
     """The readable run table, then the reasons of runs that did not end well, then what the
     statistics are."""
     columns = RUN_COLUMNS + (TFLOPS_COLUMNS if tflops else ())
-    frame = runs.with_columns(name=run_names(runs["path"]))
+    frame = runs.with_columns(name=run_labels(runs))
     parts = [text_table(frame, columns, markdown=markdown), ""]
     # markdown: one list item per note (plain lines would run into one paragraph) and the quoted log
     # line as code (its '*** JOB ... CANCELLED ***' would render as emphasis)
@@ -160,9 +160,13 @@ def _code_span(text: str) -> str:
     return f"{ticks} {text} {ticks}"
 
 
-def iterations_text(iterations: pl.DataFrame, *, markdown: bool) -> str:
+def iterations_text(iterations: pl.DataFrame, runs: pl.DataFrame, *, markdown: bool) -> str:
+    """One row per logged step; ``path`` shows the name of its run in ``runs`` (:func:`run_labels`)."""
     columns = [(name, name, None) for name in iterations.columns]
-    frame = iterations.with_columns(run_names(iterations["path"]))
+    names = label_of_path(runs)
+    frame = iterations.with_columns(
+        pl.col("path").replace_strict(names, default=None, return_dtype=pl.String)
+    )
     return text_table(frame, columns, markdown=markdown) + "\n"
 
 

@@ -226,3 +226,16 @@ def test_a_warmup_that_swallows_every_step_is_said_on_stderr(capsys):
     assert (
         code == 0 and err == ""
     )  # the default warm-up of 1 and a run that died after step 1: the seed's 'fail'
+
+
+def test_run_labels_use_spec_name_and_run_id_and_keep_log_names_where_they_would_collide():
+    from logstat.parsers.schema import run_labels
+
+    runs = pl.DataFrame(
+        {
+            "path": ["/r/a/1/train.log", "/r/b/2/slurm-7.out", "/r/b/2/train.log", "/x/meg.out"],
+            "spec_name": ["tiny", "big", "big", None],
+            "run_id": ["1", "2", "2", None],
+        }
+    )
+    assert run_labels(runs).to_list() == ["tiny/1", "slurm-7.out", "2/train.log", "meg.out"]

@@ -68,7 +68,12 @@ def parse(
         click.echo(line, err=True)
     if iterations:
         frame = result.iterations
-        formats.write(frame, fmt, lambda markdown: formats.iterations_text(frame, markdown=markdown), output)
+        formats.write(
+            frame,
+            fmt,
+            lambda markdown: formats.iterations_text(frame, result.runs, markdown=markdown),
+            output,
+        )
         return
     runs = formats.run_records(result.runs, tflops=tflops)
     formats.write(
