@@ -39,7 +39,7 @@ def _yes_no(name: str) -> pl.Expr:
     return pl.when(pl.col(name)).then(pl.lit("Y")).when(pl.col(name).not_()).then(pl.lit("N"))
 
 
-def _size() -> pl.Expr:
+def size_text() -> pl.Expr:
     """``52B`` like the seed; one decimal below 10B (``7.5B``), ``350M`` below 1B, and ``110K`` below
     1M (a tiny test model would otherwise read ``0M``, as if it had no parameters)."""
     size_b = pl.col("model_size_b")
@@ -114,7 +114,7 @@ COLUMNS: dict[str, Column] = {
     c.header.lower(): c
     for c in (
         Column(header="GPUs", cell=lambda: _integer("gpus")),
-        Column(header="Size", cell=_size),
+        Column(header="Size", cell=size_text),
         Column(header="TP", cell=lambda: _integer("tp")),
         Column(header="DP", cell=lambda: _integer("dp")),
         Column(header="PP", cell=lambda: _integer("pp")),
