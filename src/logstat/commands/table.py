@@ -72,7 +72,7 @@ def table(
             "from logs, each run's factor (4 or 3) follows its own activation checkpointing"
         )
     from logstat.analytics.tables import parse_columns, render_tables
-    from logstat.api import load_runs
+    from logstat.progress import load_with_progress
 
     try:
         chosen = parse_columns(columns)
@@ -82,7 +82,7 @@ def table(
         if not Path("runs").is_dir():
             raise LogstatError("logstat table: give the log files or directories to read (no ./runs here)")
         paths = (Path("runs"),)
-    result = load_runs(paths, family=family, warmup=warmup)
+    result = load_with_progress(paths, family=family, warmup=warmup)
     if result.runs.is_empty():
         raise LogstatError(f"logstat table: no log files under {', '.join(map(str, paths))}")
     from logstat.formats import warmup_warnings
