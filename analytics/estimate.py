@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from logstat.analytics import formulas
+from logstat.analytics.display import mfu_text, tflops_text
 from logstat.analytics.gpus import GPUS, peak_tflops
 
 _MODEL_SIZE = re.compile(r"^(\d+)\s*[bB]?$")
@@ -221,7 +222,7 @@ def estimate_text(plan: Plan) -> str:
     lines += [
         "",
         f"Throughput: {plan.sec_per_iter:g} s/iteration = {tokens_s:,.0f} tokens/s",
-        f"TFLOPs per GPU: {seed:.1f} (seed formula, factor {factor}); {megatron:.1f} (Megatron eq. 3)",
+        f"TFLOPs per GPU: {tflops_text(seed)} (seed formula, factor {factor}); {tflops_text(megatron)} (Megatron eq. 3)",
     ]
     peak = peak_tflops(plan.gpu_model, plan.precision)
     if peak:
@@ -242,8 +243,8 @@ def estimate_text(plan: Plan) -> str:
         mfu = formulas.flops_utilization(tflops_per_gpu=model, peak_tflops=peak)
         hfu = formulas.flops_utilization(tflops_per_gpu=megatron, peak_tflops=peak)
         lines.append(
-            f"MFU: {mfu:.1%} of the {plan.gpu_model} {plan.precision} dense peak {peak:g} TFLOPs "
-            f"(model FLOPs {model:.1f} TFLOPs: eq. 3 without recomputation); HFU: {hfu:.1%} (eq. 3 as run)"
+            f"MFU: {mfu_text(mfu)} of the {plan.gpu_model} {plan.precision} dense peak {peak:g} TFLOPs "
+            f"(model FLOPs {tflops_text(model)} TFLOPs: eq. 3 without recomputation); HFU: {mfu_text(hfu)} (eq. 3 as run)"
         )
     tokens_b = f"{plan.tokens / 1e9:g}B"
     gpu_days = formulas.gpu_days(days=days, gpus=plan.gpus)

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 import polars as pl
 from logstat.analytics import formulas
-from logstat.parsers.schema import run_names
+from logstat.analytics.display import mfu_text, tflops_text
+from logstat.analytics.update import GENERATED_MARK, SEED_SEQ_LEN
+from logstat.parsers.schema import run_labels
 
 
 def _fixed(expr: pl.Expr, decimals: int) -> pl.Expr:
@@ -37,7 +39,7 @@ def _yes_no(name: str) -> pl.Expr:
     return pl.when(pl.col(name)).then(pl.lit("Y")).when(pl.col(name).not_()).then(pl.lit("N"))
 
 
-def _size() -> pl.Expr:
+def size_text() -> pl.Expr:
     """``52B`` like the seed; one decimal below 10B (``7.5B``), ``350M`` below 1B, and ``110K`` below
     1M (a tiny test model would otherwise read ``0M``, as if it had no parameters)."""
     size_b = pl.col("model_size_b")
@@ -73,6 +75,12 @@ def _throughput() -> pl.Expr:
     )
 
 
+def _shown(name: str, text: Callable[[float | None], str | None]) -> pl.Expr:
+    """The column as :mod:`logstat.analytics.display` writes it for a reader (one definition for
+    every command; a table has a handful of rows, so a Python call per cell costs nothing)."""
+    return pl.col(name).map_elements(text, return_dtype=pl.String, skip_nulls=True)
+
+
 def _days_100b(gpu_days: bool) -> pl.Expr:
     """Days (or GPU-days) to train 100B tokens at the run's tokens/s (seed 000's "jours pour 100b tokens")."""
     days = formulas.days_to_train(tokens=100e9, tokens_per_sec=pl.col("tokens_per_sec"))
@@ -91,8 +99,9 @@ def _memory_prediction() -> pl.Expr:
 
 
 def _notes() -> pl.Expr:
-    """The log's file name (so a reader can check the row), and the status of a run that did not end ok;
-    ``_name`` (set by :func:`render_tables`) adds the directories that tell same-named logs apart."""
+    """The run's name (so a reader can check the row), and the status of a run that did not end ok;
+    ``_name`` (set by :func:`render_tables`) is the spec name and run id of a ``logstat run``
+    directory, else the log's file name with the directories that tell same-named logs apart."""
     name = pl.col("_name")
     status = pl.col("status")
     return (
@@ -116,7 +125,7 @@ COLUMNS: dict[str, Column] = {
     c.header.lower(): c
     for c in (
         Column(header="GPUs", cell=lambda: _integer("gpus")),
-        Column(header="Size", cell=_size),
+        Column(header="Size", cell=size_text),
         Column(header="TP", cell=lambda: _integer("tp")),
         Column(header="DP", cell=lambda: _integer("dp")),
         Column(header="PP", cell=lambda: _integer("pp")),
@@ -127,12 +136,13 @@ COLUMNS: dict[str, Column] = {
         Column(header="Mic-BS", cell=lambda: _integer("micro_batch_size")),
         Column(header="Glob-BS", cell=lambda: _integer("global_batch_size")),
         Column(header="Seq", cell=lambda: _integer("seq_len")),
+        Column(header="Ckpt", cell=lambda: _yes_no("activation_checkpointing"), right=False),
         Column(header="Throughput", cell=_throughput),
-        Column(header="TFlops", cell=lambda: _fixed(pl.col("tflops_per_gpu"), 1)),
-        Column(header="TFlops Megatron", cell=lambda: _fixed(pl.col("tflops_per_gpu_megatron"), 1)),
-        Column(header="TFlops Logged", cell=lambda: _fixed(pl.col("logged_tflops_per_gpu"), 1)),
-        Column(header="MFU", cell=lambda: pl.format("{}%", _fixed(pl.col("mfu") * 100, 1))),
-        Column(header="HFU", cell=lambda: pl.format("{}%", _fixed(pl.col("hfu") * 100, 1))),
+        Column(header="TFlops", cell=lambda: _shown("tflops_per_gpu", tflops_text)),
+        Column(header="TFlops Megatron", cell=lambda: _shown("tflops_per_gpu_megatron", tflops_text)),
+        Column(header="TFlops Logged", cell=lambda: _shown("logged_tflops_per_gpu", tflops_text)),
+        Column(header="MFU", cell=lambda: _shown("mfu", mfu_text)),
+        Column(header="HFU", cell=lambda: _shown("hfu", mfu_text)),
         Column(header="Mem pred/logged", cell=_memory_prediction),
         Column(header="Days 100B", cell=lambda: _days_100b(gpu_days=False)),
         Column(header="GPU-days 100B", cell=lambda: _days_100b(gpu_days=True)),
@@ -145,6 +155,7 @@ _MEGATRON = ("GPUs", "Size", "DP", "PP", "PP Chunks", "Mic-BS", "Glob-BS", "Thro
 _ZERO = ("GPUs", "Size", "TP", "DP", "Mic-BS", "Glob-BS", "Throughput", "TFlops", "Notes")
 _HF = ("GPUs", "Size", "Zero", "Opt Offl", "Par Offl", "Mic-BS", "Glob-BS", "Throughput", "TFlops", "Notes")
 _OTHER = ("GPUs", "Size", "TP", "DP", "PP", "Mic-BS", "Glob-BS", "Throughput", "TFlops", "Notes")
+_DDP = ("GPUs", "Size", "DP", "Mic-BS", "Glob-BS", "Throughput", "TFlops", "Notes")
 
 #: stack title -> the seed's columns for it, in the order the seed's sections come.
 STACKS: dict[str, tuple[str, ...]] = {
@@ -154,14 +165,23 @@ STACKS: dict[str, tuple[str, ...]] = {
     "HF Trainer + DeepSpeed": _HF,
     "DeepSpeed": _ZERO,
     "minGPT": _OTHER,
+    "PyTorch DDP + PowerSGD": _DDP,
 }
+
+#: a `logstat run` stack (its manifest's ``stack``) whose logs borrow another family's format:
+#: the DDP + PowerSGD entry point writes Megatron's log lines, but it is not Megatron.
+RUNNER_STACKS = {"ddp-powersgd": "PyTorch DDP + PowerSGD"}
 
 
 def stack_title() -> pl.Expr:
-    """The seed section a run belongs to, from its log family and parallelism."""
+    """The seed section a run belongs to: its runner stack when its manifest names one of
+    :data:`RUNNER_STACKS`, else its log family and parallelism."""
     family = pl.col("family")
+    runner = pl.col("stack").replace_strict(RUNNER_STACKS, default=None, return_dtype=pl.String)
     return (
-        pl.when(family == "megatron")
+        pl.when(runner.is_not_null())
+        .then(runner)
+        .when(family == "megatron")
         .then(pl.lit("Megatron"))
         .when((family == "megatron-deepspeed") & (pl.col("pp").fill_null(1) > 1))
         .then(pl.lit("Megatron + DeepSpeed 3D"))
@@ -209,9 +229,28 @@ def _markdown(headers: Sequence[str], rows: list[tuple[str | None, ...]]) -> lis
     return [line(headers), delimiter, *(line(r) for r in cells)]
 
 
+def _with_formula_facts(headers: tuple[str, ...], group: pl.DataFrame) -> tuple[str, ...]:
+    """The stack's columns, plus Seq and Ckpt after Glob-BS when a run's TFlops used a sequence
+    length other than the seed's 1024 or no activation checkpointing (factor 3): a reader (and
+    ``--update`` of a copy) sees every fact the TFlops formula read."""
+    if "TFlops" not in headers:
+        return headers
+    with_tflops = group.filter(pl.col("tflops_per_gpu").is_not_null())
+    extra = []
+    if "Seq" not in headers and (with_tflops["seq_len"] != SEED_SEQ_LEN).any():
+        extra.append("Seq")
+    if "Ckpt" not in headers and with_tflops["activation_checkpointing"].not_().any():
+        extra.append("Ckpt")
+    if not extra:
+        return headers
+    at = headers.index("Glob-BS") + 1 if "Glob-BS" in headers else headers.index("TFlops")
+    return (*headers[:at], *extra, *headers[at:])
+
+
 def _legend(group: pl.DataFrame, headers: Sequence[str]) -> str:
-    """The line under a table: which statistic and which formula its numbers use."""
-    parts = []
+    """The line under a table: that logstat made it (``--update`` reads this), which statistic and
+    which formula its numbers use."""
+    parts = [f"Table {GENERATED_MARK}, every number from each run's unrounded facts"]
     if "Throughput" in headers:
         # Each run's source names its own step count; the legend names the kinds of statistic.
         kinds = sorted(
@@ -259,13 +298,13 @@ def render_tables(runs: pl.DataFrame, *, columns: Sequence[str] | None = None) -
     """
     if runs.is_empty():
         return ""
-    titled = runs.with_columns(stack_title().alias("_stack"), _name=run_names(runs["path"]))
+    titled = runs.with_columns(stack_title().alias("_stack"), _name=run_labels(runs))
     order = {title: i for i, title in enumerate(STACKS)}
     titles = sorted(titled["_stack"].unique().to_list(), key=lambda t: (order.get(t, len(order)), t))
     out: list[str] = []
     for title in titles:
-        headers = tuple(columns) if columns else STACKS.get(title, _OTHER)
         group = titled.filter(pl.col("_stack") == title).sort(["gpus", "path"], nulls_last=True)
+        headers = tuple(columns) if columns else _with_formula_facts(STACKS.get(title, _OTHER), group)
         cells = group.select(COLUMNS[h.lower()].cell().alias(h) for h in headers)
         out += [f"### {title}", "", *_markdown(headers, cells.rows()), "", _legend(group, headers), ""]
     return "\n".join(out)

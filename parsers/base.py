@@ -66,6 +66,9 @@ class RunBuilder:
     completion: tuple[str, int, str] | None = None  # (evidence, line, file): the run reached its end
     capturing: set[str] = field(default_factory=set)  # families that asked for more lines (open blocks)
     capture_lines: dict[str, str] = field(default_factory=dict)  # family -> regex of the lines it needs
+    # steps whose row a metric line (memory, profiler) opened: their step's own record, printed later
+    # (ranks' lines arrive out of order), takes the row's line, so `--iterations` points at the record
+    metric_only_steps: set[int] = field(default_factory=set)
 
     def saw(self, family: str) -> None:
         """Count one record of ``family`` (family detection uses these counts)."""
@@ -101,6 +104,9 @@ class RunBuilder:
         row = self.iterations.get(step)
         if row is None:
             row = self.iterations[step] = self._new_row(step, family, lineno)
+        elif self.metric_only_steps and step in self.metric_only_steps:
+            self.metric_only_steps.discard(step)
+            row.update(self._new_row(step, family, lineno))
         for key, value in metrics.items():
             if value is None or row.get(key) is not None:
                 continue
@@ -109,6 +115,14 @@ class RunBuilder:
                 continue
             row[key] = value
         self.last_iteration = step
+
+    def add_step_metrics(self, step: int, family: str, lineno: int, **metrics: Any) -> None:
+        """Metrics of ``step`` printed apart from its iteration record (the flops profiler's summary):
+        like :meth:`add_iteration`, but the step's record, if one comes later, takes the row's line."""
+        opens = step not in self.iterations
+        self.add_iteration(step, family, lineno, **metrics)
+        if opens and step in self.iterations:
+            self.metric_only_steps.add(step)
 
     def add_timers(self, timers: dict[str, float], family: str, lineno: int) -> None:
         """Record a timer breakdown for the last step seen (Megatron prints it after the step line)."""
@@ -137,6 +151,7 @@ class RunBuilder:
         row = self.iterations.get(step)
         if row is None:
             row = self.iterations[step] = self._new_row(step, family, lineno)
+            self.metric_only_steps.add(step)
         if row.get(name) is None or value > row[name]:
             row[name] = value
 

@@ -576,7 +576,7 @@ def _read_profile_line(run: RunBuilder, state: dict[str, Any], text: str, lineno
     # the window's other lines (most of it) are tested with the C substring and prefix tests first
     step = _PROFILE_STEP.search(text) if "Profile Summary at step " in text else None
     if step:
-        profile["step"] = int(step.group(1))
+        profile["step"], profile["step_line"] = int(step.group(1)), lineno
         return
     stripped = text.strip()
     if stripped.startswith("FLOPS per GPU = ") and _PROFILE_FLOPS_LABEL.match(stripped):
@@ -608,7 +608,8 @@ def _record_profile_metrics(
     step = profile.get("step")
     if step is None or all(value is None for value in metrics.values()):
         return
-    run.add_iteration(step, NAME, lineno, **metrics)
+    # the row points at "Profile Summary at step N", the line that says which step these are
+    run.add_step_metrics(step, NAME, profile["step_line"], **metrics)
     run.saw(NAME)
 
 

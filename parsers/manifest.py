@@ -42,7 +42,14 @@ SPEC_FACTS: dict[str, tuple[str, str]] = {
 }
 
 #: fact name -> top-level manifest key.
-TOP_FACTS: dict[str, str] = {"gpus": "world_size", "dp": "dp", "job_id": "slurm_job_id"}
+TOP_FACTS: dict[str, str] = {
+    "gpus": "world_size",
+    "dp": "dp",
+    "job_id": "slurm_job_id",
+    "stack": "stack",
+    "spec_name": "spec_name",
+    "run_id": "run_id",
+}
 
 
 def find(log_path: Path) -> Path | None:
@@ -62,6 +69,9 @@ def facts(manifest: dict[str, Any]) -> dict[str, Any]:
     for fact, key in TOP_FACTS.items():
         if manifest.get(key) is not None:
             out[fact] = manifest[key]
+    if "run_id" not in out and isinstance(manifest.get("run_dir"), str) and manifest["run_dir"].strip("/\\"):
+        # manifests without a run_id key: the run directory's own name, <UTC time>-<short id>
+        out["run_id"] = manifest["run_dir"].replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
     cluster = spec.get("cluster") if isinstance(spec.get("cluster"), dict) else {}
     if cluster.get("use_gpus") is False:
         out.pop("gpu_model", None)  # a CPU run has no GPU model, whatever the spec's cluster says

@@ -47,6 +47,9 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     "final_steps": pl.Int64,  # HF Trainer's global_step / max_steps reached
     "avg_epoch_time_s": pl.Float64,  # minGPT/Lightning benchmark
     "peak_memory_mib": pl.Float64,  # minGPT/Lightning benchmark
+    "stack": pl.String,  # a `logstat run` directory's runner stack (manifest): megatron-deepspeed, hf-zero3, ddp-powersgd
+    "spec_name": pl.String,  # a `logstat run` directory's spec name (manifest)
+    "run_id": pl.String,  # a `logstat run` directory's name, <UTC time>-<short id> (manifest)
     "provenance": pl.String,  # JSON object: fact name -> "family:line" (or "manifest")
     "warnings": pl.List(
         pl.String
@@ -125,3 +128,21 @@ def run_names(paths: pl.Series) -> pl.Series:
                 names[path] = suffix
         depth += 1
     return paths.replace_strict(names, default=None, return_dtype=pl.String)
+
+
+def run_labels(runs: pl.DataFrame) -> pl.Series:
+    """The name a reader sees for each run of ``runs``: ``spec name/run id`` for a run of a
+    ``logstat run`` directory (its manifest says both: the path under ``runs/``), else the log's
+    :func:`run_names`. Two runs that would share a label (two logs of one run directory) keep the
+    log names that tell them apart."""
+    by_log = run_names(runs["path"])
+    by_run = pl.concat_str([runs["spec_name"], runs["run_id"]], separator="/")
+    shared = by_run.is_duplicated() & by_run.is_not_null()
+    return pl.select(
+        pl.when(by_run.is_null() | shared).then(by_log).otherwise(by_run).alias("path")
+    ).to_series()
+
+
+def label_of_path(runs: pl.DataFrame) -> dict[str, str]:
+    """Run path -> :func:`run_labels`, to name the iterations and timers of ``runs``."""
+    return dict(zip(runs["path"].to_list(), run_labels(runs).to_list(), strict=True))

@@ -11,16 +11,21 @@ import json
 import math
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
 
+from logstat.analytics.display import mfu_text, tflops_text
 from logstat.errors import LogstatError
 from logstat.files import write_new
-from logstat.parsers.schema import run_names
+from logstat.parsers.schema import label_of_path, run_labels
 
-#: (column, heading, decimals) of the readable run table; None decimals = as is.
-RUN_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
+#: how a value of the readable run table is written: decimals, None = as is, or a function
+#: of :mod:`logstat.analytics.display` (the TFLOPs and MFU format every command shares).
+Shown = int | None | Callable[[float | None], str | None]
+#: (column, heading, how shown) of the readable run table.
+RUN_COLUMNS: tuple[tuple[str, str, Shown], ...] = (
     ("name", "run", None),
     ("family", "family", None),
     ("status", "status", None),
@@ -37,14 +42,14 @@ RUN_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
     ("iterations", "iters", None),
     ("sec_per_iter", "s/iter", 2),
 )
-TFLOPS_COLUMNS: tuple[tuple[str, str, int | None], ...] = (
+TFLOPS_COLUMNS: tuple[tuple[str, str, Shown], ...] = (
     ("model_size_b", "size B", 2),
     ("samples_per_sec", "samples/s", 2),
     ("tokens_per_sec", "tokens/s", 0),
-    ("tflops_per_gpu", "TFLOPs/GPU", 1),
-    ("logged_tflops_per_gpu", "logged", 1),
-    ("mfu", "MFU", 3),
-    ("hfu", "HFU", 3),
+    ("tflops_per_gpu", "TFLOPs/GPU", tflops_text),
+    ("logged_tflops_per_gpu", "logged", tflops_text),
+    ("mfu", "MFU", mfu_text),
+    ("hfu", "HFU", mfu_text),
     ("model_state_gb_pred", "mem pred GB", 1),
     ("mem_logged_gb", "mem logged GB", 1),
     ("mem_pred_ratio", "pred/logged", 2),
@@ -61,9 +66,11 @@ def run_records(runs: pl.DataFrame, *, tflops: bool) -> pl.DataFrame:
 HUGE = 1e15
 
 
-def _cell(value, decimals: int | None) -> str:
+def _cell(value, decimals: Shown) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if callable(decimals):
+        return decimals(value) or "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float) and abs(value) >= HUGE:
@@ -106,7 +113,7 @@ def runs_text(runs: pl.DataFrame, *, tflops: bool, markdown: bool, warmup: int) 
     """The readable run table, then the reasons of runs that did not end well, then what the
     statistics are."""
     columns = RUN_COLUMNS + (TFLOPS_COLUMNS if tflops else ())
-    frame = runs.with_columns(name=run_names(runs["path"]))
+    frame = runs.with_columns(name=run_labels(runs))
     parts = [text_table(frame, columns, markdown=markdown), ""]
     # markdown: one list item per note (plain lines would run into one paragraph) and the quoted log
     # line as code (its '*** JOB ... CANCELLED ***' would render as emphasis)
@@ -163,9 +170,13 @@ def _code_span(text: str) -> str:
     return f"{ticks} {text} {ticks}"
 
 
-def iterations_text(iterations: pl.DataFrame, *, markdown: bool) -> str:
+def iterations_text(iterations: pl.DataFrame, runs: pl.DataFrame, *, markdown: bool) -> str:
+    """One row per logged step; ``path`` shows the name of its run in ``runs`` (:func:`run_labels`)."""
     columns = [(name, name, None) for name in iterations.columns]
-    frame = iterations.with_columns(run_names(iterations["path"]))
+    names = label_of_path(runs)
+    frame = iterations.with_columns(
+        pl.col("path").replace_strict(names, default=None, return_dtype=pl.String)
+    )
     return text_table(frame, columns, markdown=markdown) + "\n"
 
 

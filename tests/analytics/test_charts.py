@@ -77,7 +77,7 @@ def test_gpu_days_for_100b_tokens_by_hand():
     # 100e9 tokens / (1048576 / 129 tokens/s) / 86400 s = 142.38 days; * 64 GPUs = 9112.5 GPU-days
     assert a["days"] == pytest.approx(100e9 * 129 / 1048576 / 86400)
     assert a["gpu_days"] == pytest.approx(64 * 100e9 * 129 / 1048576 / 86400)
-    assert a["configuration"] == "megatron, 52.0B, TP4, no ZeRO, mbs 4"
+    assert a["configuration"] == "Megatron, 52B, TP 4, no ZeRO, mbs 4, seq ?"
 
 
 def test_configuration_of_a_tiny_model_is_not_0_0B():
@@ -90,7 +90,8 @@ def test_configuration_of_a_tiny_model_is_not_0_0B():
         schema={**RUNS_SCHEMA, **SUMMARY_SCHEMA},
     )
     configurations = dict(gpu_days_data(runs).select("run", "configuration").iter_rows())
-    assert [configurations[f"{name}.out"].split(", ")[1] for name in sizes] == ["110K", "13M", "0.8B"]
+    # sizes written as the tables write them
+    assert [configurations[f"{name}.out"].split(", ")[1] for name in sizes] == ["110K", "13M", "774M"]
 
 
 def test_gpu_days_chart_holds_the_runs_and_has_title_axes_legend():
@@ -100,7 +101,10 @@ def test_gpu_days_chart_holds_the_runs_and_has_title_axes_legend():
     lines, labels = spec["layer"]
     assert lines["encoding"]["x"]["title"] == "GPUs"
     assert lines["encoding"]["y"]["title"] == "GPU-days for 100B tokens (days x GPUs)"
-    assert lines["encoding"]["color"]["title"] == "Configuration"
+    assert (
+        lines["encoding"]["color"]["title"]
+        == "Configuration family (stack, size, TP, ZeRO, micro batch, seq)"
+    )
     assert labels["encoding"]["text"]["field"] == "run"
     assert sorted(r["run"] for r in chart_rows(chart)) == ["a.out", "b.out"]
 
@@ -117,9 +121,15 @@ def test_loss_chart_holds_the_logged_losses():
 def test_timer_chart_medians_per_iteration_timers_only():
     data = timer_data(TIMERS)
     # setup (no iteration) is left out; forward-compute median of 30000, 32000, 40000
-    assert data.rows() == [("a.out", "forward-compute", 32000.0, 3), ("a.out", "optimizer", 50.0, 1)]
+    assert data.select("run", "timer", "median_ms", "steps").rows() == [
+        ("a.out", "forward-compute", 32000.0, 3),
+        ("a.out", "optimizer", 50.0, 1),
+    ]
     spec = timer_chart(TIMERS).to_dict()
-    assert spec["title"].startswith("Per-iteration time breakdown")
+    assert (
+        spec["title"]
+        == "Time per iteration by timer, median over the logged steps (the logs' timer lines, 1 run)"
+    )
     assert spec["spec"]["encoding"]["x"]["title"] == "Time per iteration (ms, median)"
 
 
@@ -159,3 +169,86 @@ def test_write_charts_writes_every_format_and_never_overwrites(tmp_path):
     assert {p: p.read_bytes() for p in written} == before
     with pytest.raises(ValueError, match="format\\(s\\) jpg unknown"):
         write_charts(charts, tmp_path / "other", formats=("jpg",))
+
+
+def _runs(*rows: dict) -> pl.DataFrame:
+    return pl.DataFrame(list(rows), schema={**RUNS_SCHEMA, **SUMMARY_SCHEMA})
+
+
+def test_gpu_days_chart_joins_each_configuration_family_across_gpu_counts():
+    ddp = dict(
+        family="megatron", stack="ddp-powersgd", spec_name="ddp7b", tp=1, zero_stage=0, micro_batch_size=2
+    )
+    meg = dict(family="megatron-deepspeed", tp=4, pp=4, micro_batch_size=4)
+    runs = _runs(
+        # a DDP + PowerSGD spec run on 8 and 16 GPUs (Megatron-format logs): one family
+        dict(
+            path="/r/ddp7b/1/train.log",
+            run_id="1",
+            gpus=8,
+            model_size_b=7.07,
+            seq_len=1024,
+            tokens_per_sec=8e3,
+            **ddp,
+        ),
+        dict(
+            path="/r/ddp7b/2/train.log",
+            run_id="2",
+            gpus=16,
+            model_size_b=7.07,
+            seq_len=1024,
+            tokens_per_sec=15e3,
+            **ddp,
+        ),
+        # a 3D run on 32 and 64 GPUs: Megatron pads the vocabulary by TP, so the two sizes differ a little
+        dict(path="/l/m32.out", gpus=32, model_size_b=51.97, seq_len=2048, tokens_per_sec=4e3, **meg),
+        dict(path="/l/m64.out", gpus=64, model_size_b=52.01, seq_len=2048, tokens_per_sec=8e3, **meg),
+    )
+    data = gpu_days_data(runs)
+    families = dict(data.group_by("configuration", maintain_order=True).agg("run").iter_rows())
+    assert families == {
+        "Megatron + DeepSpeed 3D, 52B, TP 4, no ZeRO, mbs 4, seq 2048": ["m32.out", "m64.out"],
+        "PyTorch DDP + PowerSGD, 7.1B, TP 1, ZeRO 0, mbs 2, seq 1024": ["ddp7b/1", "ddp7b/2"],
+    }
+    lines, _ = gpu_days_chart(runs).to_dict()["layer"]
+    assert lines["mark"]["type"] == "line" and lines["encoding"]["color"]["field"] == "configuration"
+
+
+def test_gpu_days_tooltips_write_tflops_and_mfu_as_the_tables_do():
+    run = dict(
+        path="/l/t.out", family="megatron", gpus=2, tokens_per_sec=1e3, tflops_per_gpu=0.0123, mfu=0.379
+    )
+    [row] = chart_rows(gpu_days_chart(_runs(run)))
+    assert (row["tflops"], row["mfu"]) == ("0.0123", "37.9%")
+
+
+def test_timer_chart_draws_only_runs_with_timings_each_on_its_own_axis():
+    timers = pl.DataFrame(
+        [
+            dict(path="/l/meg.out", iteration=1, timer="forward-compute", ms=32000.0, family="megatron"),
+            dict(path="/l/ds.log", iteration=2, timer="fwd", ms=0.19, family="deepspeed"),
+            dict(path="/l/ds.log", iteration=2, timer="step", ms=9.34, family="deepspeed"),
+            # a run whose every timer reads 0: nothing to draw, no empty panel
+            dict(path="/l/zero.log", iteration=2, timer="fwd", ms=0.0, family="deepspeed"),
+        ],
+        schema=TIMERS_SCHEMA,
+    )
+    data = timer_data(timers)
+    assert sorted(data["run"].unique()) == ["ds.log", "meg.out"]
+    spec = timer_chart(timers).to_dict()
+    assert spec["title"] == (
+        "Time per iteration by timer, median over the logged steps (DeepSpeed and Megatron timer lines, 2 runs)"
+    )
+    assert spec["resolve"]["scale"]["x"] == "independent"
+
+
+def test_timer_chart_title_names_the_runs_families():
+    # DeepSpeed's engine prints "time (ms) | fwd: ..." in Megatron's format: the run is DeepSpeed's
+    timers = pl.DataFrame(
+        [dict(path="/l/ds.log", iteration=2, timer="fwd", ms=0.19, family="megatron")], schema=TIMERS_SCHEMA
+    )
+    spec = timer_chart(timers, families={"/l/ds.log": "deepspeed"}).to_dict()
+    assert (
+        spec["title"]
+        == "Time per iteration by timer, median over the logged steps (DeepSpeed timer lines, 1 run)"
+    )

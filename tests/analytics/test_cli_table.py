@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.conftest import SEED_DOC
+from tests.conftest import FIXTURES, SEED_DOC
 
 
 def logstat(*args: str, cwd=None) -> subprocess.CompletedProcess:
@@ -122,3 +122,49 @@ def test_table_errors(tmp_path):
 def test_help_has_an_example():
     r = logstat("table", "--help")
     assert r.returncode == 0 and "Example:" in r.stdout and "logstat table --update gpt2.md" in r.stdout
+
+
+def test_update_of_a_table_logstat_printed_changes_nothing(tmp_path):
+    # megatron_lm_h100-2001.out: seq 2048, 6.66B parameters; recomputed from the printed cells with
+    # the seed's seq 1024 its 374.5 TFlops would become 188.5 (and 376.9 with its own seq 2048)
+    printed = logstat("table", str(FIXTURES / "megatron"))
+    assert printed.returncode == 0, printed.stderr
+    assert "| 2048 |" in printed.stdout and "374.5" in printed.stdout
+    doc = tmp_path / "a.md"
+    doc.write_text(printed.stdout, encoding="utf-8")
+    r = logstat("table", "--update", str(doc))
+    assert r.returncode == 0, r.stderr
+    assert doc.read_text(encoding="utf-8") == printed.stdout
+    assert r.stdout == ""
+    assert "the rounded cells give 376.9 (seq 2048, factor 4): regenerate the table from the logs" in r.stderr
+    assert "changed 0, left alone 0 unreadable, 1 generated from logs (regenerate those)" in r.stderr
+
+
+RUN_DIR = FIXTURES / "runs" / "gpt2-tiny-ddp-powersgd" / "20261125T012907Z-6cbe0f"
+
+
+def test_a_local_ddp_run_has_its_own_section_and_is_named_by_spec_and_run_id():
+    # its train.log is in Megatron's format; its manifest says stack ddp-powersgd and spec
+    # gpt2-tiny-ddp-powersgd, and the run directory is 20261125T012907Z-6cbe0f
+    r = logstat("table", str(FIXTURES / "runs"), str(FIXTURES / "megatron" / "meg_gpt2_perf_n16.out"))
+    assert r.returncode == 0, r.stderr
+    sections = re.findall(r"^### (.*)$", r.stdout, re.MULTILINE)
+    assert sections == ["Megatron", "PyTorch DDP + PowerSGD"]
+    ddp = r.stdout.split("### PyTorch DDP + PowerSGD")[1]
+    # 110,336 parameters (the log's own count); 2 GPUs, DP 2, micro batch 2, global batch 8, seq 32;
+    # the median of steps 2-5 (176.1, 230.8, 128.4, 96.5 ms) is 152.25 ms;
+    # TFlops 0.000110336 * 4 * 2 * 32 * 8 / (0.15225 * 2 * 1e3) = 0.000742
+    assert (
+        "|    2 | 110K |   2 |      2 |       8 |  32 |     0.152s | 0.000742 | gpt2-tiny-ddp-powersgd/20261125T012907Z-6cbe0f |"
+        in ddp
+    )
+    assert "train.log" not in r.stdout
+
+
+def test_parse_names_the_run_and_its_iterations_by_spec_and_run_id():
+    r = logstat("parse", str(RUN_DIR))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[2].split()[0] == "gpt2-tiny-ddp-powersgd/20261125T012907Z-6cbe0f"
+    r = logstat("parse", str(RUN_DIR), "--iterations")
+    rows = [line.split()[0] for line in r.stdout.splitlines()[2:]]
+    assert rows == ["gpt2-tiny-ddp-powersgd/20261125T012907Z-6cbe0f"] * 5

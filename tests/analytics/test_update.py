@@ -165,3 +165,79 @@ def test_tables_in_fenced_code_blocks_are_text():
     assert result.tables == 1 and [c.line for c in result.changed] == [
         n + fenced.count("\n") for n in (5, 6, 8, 9)
     ]
+
+
+def _generated(columns=None, **overrides) -> str:
+    """The markdown ``logstat table`` prints for one 16-GPU run of seq 2048 (a Megatron-LM H100 log's facts)."""
+    import polars as pl
+    from logstat.analytics.tables import render_tables
+    from logstat.parsers.schema import RUNS_SCHEMA, SUMMARY_SCHEMA
+
+    size_b, sec = 6.66, 4.66
+    run = {
+        "path": "/logs/megatron_lm_h100-2001.out",
+        "family": "megatron",
+        "status": "ok",
+        "gpus": 16,
+        "dp": 2,
+        "pp": 2,
+        "gas": 64,
+        "micro_batch_size": 2,
+        "global_batch_size": 256,
+        "seq_len": 2048,
+        "activation_checkpointing": True,
+        "model_size_b": size_b,
+        "sec_per_iter": sec,
+        "sec_per_iter_source": "median of 4 logged step times after the first 1",
+        # 6.66 * 8 * 2048 * 256 / (4.66 * 16e3) = 374.66
+        "tflops_per_gpu": size_b * 8 * 2048 * 256 / (sec * 16e3),
+        **overrides,
+    }
+    return render_tables(pl.DataFrame([run], schema={**RUNS_SCHEMA, **SUMMARY_SCHEMA}), columns=columns)
+
+
+def test_a_generated_table_comes_back_unchanged_and_rows_it_cannot_reproduce_are_reported():
+    text = _generated()
+    assert "| 6.7B |" in text and "|  374.7 |" in text
+    result = update_tflops_text(text)
+    assert result.text == text and result.changed == []
+    # the rounded cells give 6.7 * 8 * 2048 * 256 / (4.66 * 16e3) = 376.90, not the run's 374.66
+    [skipped] = result.skipped
+    assert skipped.line == 5
+    assert "376.9 (seq 2048, factor 4)" in skipped.reason and "regenerate" in skipped.reason
+
+
+def test_a_generated_table_without_its_seq_column_is_never_recomputed_with_seq_1024():
+    # the user's own --columns, no Seq: the seed's seq 1024 would halve the run's TFlops (188.5)
+    text = _generated(columns=("GPUs", "Size", "Glob-BS", "Throughput", "TFlops", "Notes"))
+    assert "Seq" not in text and "|  374.7 |" in text
+    result = update_tflops_text(text)
+    assert result.text == text and result.changed == []
+    [skipped] = result.skipped
+    assert "the rounded cells give 188.5 (seq 1024, factor 4)" in skipped.reason
+
+
+def test_seq_and_ckpt_columns_a_copied_table_shows_are_read_per_row():
+    generated = _generated(
+        activation_checkpointing=False, tflops_per_gpu=6.66 * 6 * 2048 * 256 / (4.66 * 16e3)
+    )
+    header = generated.split("\n")[2]
+    assert [c.strip() for c in header.split("|")[1:-1]] == [
+        "GPUs",
+        "Size",
+        "DP",
+        "PP",
+        "PP Chunks",
+        "Mic-BS",
+        "Glob-BS",
+        "Seq",
+        "Ckpt",
+        "Throughput",
+        "TFlops",
+        "Notes",
+    ]
+    # pasted into a hand-kept document without the legend: a table like the seed's, recomputed
+    # from its cells, with the row's own seq 2048 and factor 3: 6.7*3*2*2048*256/(4.66*16e3) = 282.68
+    pasted = "\n".join(generated.split("\n")[:5]) + "\n"
+    result = update_tflops_text(pasted)
+    assert [(c.old, c.new) for c in result.changed] == [("281.0", "282.7")]

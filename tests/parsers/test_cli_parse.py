@@ -257,3 +257,16 @@ def test_a_logged_tflops_far_from_ours_is_a_warning_on_stderr(capsys, tmp_path):
     assert row["logged_tflops_per_gpu"] == pytest.approx(statistics.median([301.0, 301.2, 300.8, 301.0]))
     assert err == f"warning: {log}: 1 warning(s), first: {row['warnings'][0]}\n"
     assert "the log counts model FLOPs without the recomputed forward" in err
+
+
+def test_run_labels_use_spec_name_and_run_id_and_keep_log_names_where_they_would_collide():
+    from logstat.parsers.schema import run_labels
+
+    runs = pl.DataFrame(
+        {
+            "path": ["/r/a/1/train.log", "/r/b/2/slurm-7.out", "/r/b/2/train.log", "/x/meg.out"],
+            "spec_name": ["tiny", "big", "big", None],
+            "run_id": ["1", "2", "2", None],
+        }
+    )
+    assert run_labels(runs).to_list() == ["tiny/1", "slurm-7.out", "2/train.log", "meg.out"]

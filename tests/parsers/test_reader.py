@@ -213,3 +213,31 @@ def test_megatron_paper_tflops_agree_with_the_logged_throughput():
     model = 72 * b * s * layers * h * h * (1 + s / (6 * h)) + 6 * b * s * h * v
     assert row["mfu"] == pytest.approx(model / ((4661.0 + 4660.0) / 2 / 1000 * 16 * 1e12) / 989.0)
     assert row["hfu"] == pytest.approx(row["tflops_per_gpu_megatron"] / 989.0)
+
+
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        # the 3D run's ranks print "(after 1 iterations) memory (MB)" on lines 665-670, before the
+        # "iteration 1/ 1000" record on line 671
+        (FIXTURES / "megatron" / "meg_ds_3d_gpt2_perf_n16-ds-on.out", {1: 671, 2: 674}),
+        # step 3 is known only from the flops profiler: "Profile Summary at step 3:" (line 188), not
+        # its "iter latency:" value (line 211); steps 2 and 4 from their "step=N," records
+        (FIXTURES / "deepspeed" / "ds_zero1_fp32_2cpu.log", {2: 178, 3: 188, 4: 226}),
+        (
+            FIXTURES / "runs" / "gpt2-tiny-ddp-powersgd" / "20261125T012907Z-6cbe0f" / "train.log",
+            {1: 40, 5: 44},
+        ),
+    ],
+)
+def test_iteration_rows_point_at_the_iteration_record(log, expected):
+    iterations = load_runs([log]).iterations
+    lines = dict(zip(iterations["iteration"], iterations["line"], strict=True))
+    assert {step: lines[step] for step in expected} == expected
+    text = log.read_text(encoding="utf-8").split("\n")
+    for step, line in expected.items():
+        assert (
+            f"{step}/" in text[line - 1]
+            or f"step={step}," in text[line - 1]
+            or f"at step {step}:" in text[line - 1]
+        )

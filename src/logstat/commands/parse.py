@@ -8,7 +8,6 @@ import click
 
 from logstat.errors import LogstatError
 
-PROGRESS_MIN_RUNS = 20
 FORMATS = ("table", "json", "csv", "parquet", "markdown")
 
 
@@ -66,14 +65,22 @@ def parse(
         raise LogstatError(
             f"no log files (*.out, *.err, *.log, *.txt, .gz/.xz/.bz2 of those) under {', '.join(paths)}"
         )
+    from logstat.progress import progress_bar, run_sizes
+
     # workers=None: one reader process per core for big inputs (this console script is import-safe).
-    result = load_files(files, family=family, warmup=warmup, progress=_progress(), workers=None)
+    progress = progress_bar(run_sizes(files)) if sys.stderr.isatty() else None
+    result = load_files(files, family=family, warmup=warmup, progress=progress, workers=None)
     _warn(result.runs)
     for line in formats.warmup_warnings(result.runs, warmup):
         click.echo(line, err=True)
     if iterations:
         frame = result.iterations
-        formats.write(frame, fmt, lambda markdown: formats.iterations_text(frame, markdown=markdown), output)
+        formats.write(
+            frame,
+            fmt,
+            lambda markdown: formats.iterations_text(frame, result.runs, markdown=markdown),
+            output,
+        )
         return
     runs = formats.run_records(result.runs, tflops=tflops)
     formats.write(
@@ -90,18 +97,3 @@ def _warn(runs) -> None:
     for path, notes in zip(runs["path"], runs["warnings"], strict=True):
         if notes is not None and len(notes):
             click.echo(f"warning: {path}: {len(notes)} warning(s), first: {notes[0]}", err=True)
-
-
-def _progress():
-    """A progress line on stderr, only for a terminal and many runs."""
-    if not sys.stderr.isatty():
-        return None
-
-    def show(done: int, total: int) -> None:
-        if total >= PROGRESS_MIN_RUNS:
-            end = "\n" if done == total else ""
-            click.echo(f"\rparsed {done}/{total} runs", err=True, nl=False)
-            if end:
-                click.echo("", err=True)
-
-    return show

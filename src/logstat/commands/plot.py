@@ -47,9 +47,9 @@ def plot(
       logstat plot logs/ --out plots-svg/ --format svg --format html
     """
     from logstat.analytics.charts import charts_of, write_charts
-    from logstat.api import load_runs
+    from logstat.progress import load_with_progress
 
-    result = load_runs(paths, family=family, warmup=warmup)
+    result = load_with_progress(paths, family=family, warmup=warmup)
     if result.runs.is_empty():
         raise LogstatError(f"logstat plot: no log files under {', '.join(map(str, paths))}")
     charts = charts_of(result.runs, result.iterations, result.timers)

@@ -43,7 +43,9 @@ def table(
     With --update FILE.md, recompute instead the TFlops cells of every table of FILE.md that has
     GPUs, Size, Glob-BS, Throughput and TFlops columns, from each row's own cells (the seed's
     "secret formula"), keeping every other byte; the file is replaced atomically. Changed rows are
-    listed on stdout with their line number, rows that cannot be read (e.g. OOM) on stderr.
+    listed on stdout with their line number, rows that cannot be read (e.g. OOM) on stderr. A table
+    this command generated (its legend says so) keeps its numbers: they came from each run's
+    unrounded facts, and a row its rounded cells do not reproduce is reported, not rewritten.
 
     \b
     Example:
@@ -70,7 +72,7 @@ def table(
             "from logs, each run's factor (4 or 3) follows its own activation checkpointing"
         )
     from logstat.analytics.tables import parse_columns, render_tables
-    from logstat.api import load_runs
+    from logstat.progress import load_with_progress
 
     try:
         chosen = parse_columns(columns)
@@ -80,7 +82,7 @@ def table(
         if not Path("runs").is_dir():
             raise LogstatError("logstat table: give the log files or directories to read (no ./runs here)")
         paths = (Path("runs"),)
-    result = load_runs(paths, family=family, warmup=warmup)
+    result = load_with_progress(paths, family=family, warmup=warmup)
     if result.runs.is_empty():
         raise LogstatError(f"logstat table: no log files under {', '.join(map(str, paths))}")
     from logstat.formats import warmup_warnings
@@ -109,8 +111,10 @@ def _update(path: Path, *, dry_run: bool, checkpointing: bool) -> None:
     for line in format_report(result, name=str(path)):
         click.echo(line)
     verb = "would change" if dry_run else "changed"
+    from_logs = sum(s.from_logs for s in result.skipped)
+    generated = f", {from_logs} generated from logs (regenerate those)" if from_logs else ""
     click.echo(
         f"{path}: {result.tables} TFlops tables, {result.rows} rows read, {verb} {len(result.changed)}, "
-        f"left alone {len(result.skipped)} unreadable",
+        f"left alone {len(result.skipped) - from_logs} unreadable{generated}",
         err=True,
     )
