@@ -130,6 +130,8 @@ EXPECTED = {
         9,
         2,
     ),
+    # c10d's rendezvous retries are warnings that name a connection reset: the log simply stops
+    "c10d-warnings-3018.out": ("incomplete", "log stops after iteration 2 of 1000", "", 4, 2),
 }
 
 #: file -> the lines of its ``consequences`` (the evidence that followed from the reason), read by eye:
@@ -157,6 +159,7 @@ CONSEQUENCES = {
     "hf-final-metrics-atexit-3015.out": [],
     "mpirun-384-ranks-3016.out.gz": [4995],  # mpirun's "Primary job  terminated normally, but ..."
     "timelimit-signal-traceback-3017.out": [41],  # torchrun's SignalException
+    "c10d-warnings-3018.out": [],
 }
 
 
@@ -199,6 +202,8 @@ def test_parse_json_reports_status_reason_and_evidence_line(capsys):
         evidence = lines[line - 1]
         if status == "ok":
             assert "train_runtime" in evidence, name
+        elif status == "incomplete":
+            assert evidence.startswith(" iteration        2/"), name
         else:
             assert start.split(": ", 1)[-1][:40] in evidence, name
         consequences = row["consequences"]
