@@ -14,6 +14,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 #: the frames store integers as int64: a longer one (a garbled or hostile number) is not recorded.
@@ -43,8 +44,17 @@ class Family:
 
 #: fields of a ``RunBuilder.timer_rows`` tuple, in order.
 TIMER_FIELDS = ("iteration", "timer", "ms", "family", "line", "source_path")
-#: a later failure replaces an earlier one of lower severity (an unknown status counts as "failed").
-_FAILURE_SEVERITY = {"incomplete": 0, "failed": 1, "cancelled": 2}
+#: What a failure event says about how a run ended (``RunBuilder.fail``), strongest first. A root cause
+#: explains the end (a worker's exception, CUDA OOM, an NCCL watchdog timeout, the cgroup OOM killer, a
+#: time limit, a node failure, a user's cancel); the other three follow from one: EFFECT says how a
+#: process ended (killed by signal 9, a peer's connection reset), REPORT only that one failed (a
+#: launcher's exit code or ChildFailedError, Slurm's ``DUE TO TASK FAILURE``, mpirun's summary), CLEANUP
+#: is a launcher stopping its other workers. The run's reason is the first event of the strongest weight
+#: in line order: the first root cause when there is one.
+CAUSE, EFFECT, REPORT, CLEANUP = 3, 2, 1, 0
+#: the ``consequences`` column: at most this many evidence lines, one per kind, each cut to REASON_CHARS.
+MAX_CONSEQUENCES = 5
+REASON_CHARS = 300
 
 
 @dataclass
@@ -58,7 +68,11 @@ class RunBuilder:
     # One tuple per timer (fields TIMER_FIELDS), not a dict: a long Megatron log has ~800k per GB.
     timer_rows: list[tuple] = field(default_factory=list)
     families_seen: dict[str, int] = field(default_factory=dict)
-    failure: tuple[str, str, int] | None = None  # (status, reason, line)
+    failure: tuple[str, str, int] | None = None  # (status, reason, line): the strongest, first event
+    failure_weight: int = -1  # CAUSE, EFFECT, REPORT or CLEANUP of ``failure``
+    failure_kind: str = ""  # what kind of event ``failure`` is ("exception", "killed", ...)
+    # the other failure events, one per kind: (file number, line, kind, quoted line), see fail()
+    consequences: list[tuple[int, int, str, str]] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)  # per-family scratch (multi-line blocks)
     last_iteration: int | None = None
     current_file: str = ""  # the file being read (a run may be a job's .out and .err)
@@ -155,12 +169,44 @@ class RunBuilder:
         if row.get(name) is None or value > row[name]:
             row[name] = value
 
-    def fail(self, status: str, reason: str, lineno: int) -> None:
-        """Record what ended the run; a later failure of higher severity replaces an earlier one."""
-        severity = _FAILURE_SEVERITY
-        if self.failure is None or severity.get(status, 1) > severity.get(self.failure[0], 1):
-            self.failure = (status, reason.strip()[:300], lineno)
+    def fail(self, status: str, reason: str, lineno: int, *, weight: int = CAUSE, kind: str = "") -> None:
+        """Record a failure event: it becomes the run's ``failure`` when it is stronger (``weight``) than
+        the one on record, else it is kept as a consequence (the first of its ``kind``; none of the
+        failure's own kind, which repeats it: the same error on another rank, the same watchdog line)."""
+        reason = reason.strip()[:REASON_CHARS]
+        if self.failure is None or weight > self.failure_weight:
+            before = (self.failure_kind, self.failure, self.failure_path)
+            self.failure = (status, reason, lineno)
+            self.failure_weight, self.failure_kind = weight, kind
             self.failure_path = self.current_file
+            if before[1] is not None:  # the weaker evidence on record follows from this one
+                self._consequence(before[0], before[1][1], before[1][2], before[2])
+        else:
+            self._consequence(kind, reason, lineno, self.current_file)
+
+    def replace_failure(self, status: str, reason: str, lineno: int) -> None:
+        """A chained traceback's last exception in place of its first (the one the process died of),
+        with the same weight and kind."""
+        self.failure = (status, reason.strip()[:REASON_CHARS], lineno)
+        self.failure_path = self.current_file
+
+    def _consequence(self, kind: str, reason: str, lineno: int, path: str | None) -> None:
+        if kind == self.failure_kind or len(self.consequences) >= MAX_CONSEQUENCES:
+            return
+        if any(known == kind for _, _, known, _ in self.consequences):
+            return
+        files = self.state.setdefault("failure_files", {})
+        number = files.setdefault(path, len(files))
+        self.consequences.append((number, lineno, kind, reason))
+
+    def consequence_lines(self) -> list[str]:
+        """The consequences in reading order, each quoted as ``file:line: evidence``."""
+        names = {number: path for path, number in self.state.get("failure_files", {}).items()}
+        quoted = []
+        for number, lineno, _, reason in sorted(self.consequences):
+            where = f"{Path(names[number]).name}:{lineno}" if names.get(number) else f"line {lineno}"
+            quoted.append(f"{where}: {reason}"[:REASON_CHARS])
+        return quoted
 
     def complete(self, evidence: str, lineno: int) -> None:
         """Record that the run reached its end (final metrics, "after training is done")."""

@@ -269,6 +269,7 @@ def runs_row(result: RunResult) -> dict:
         reason=reason,
         reason_line=line,
         reason_path=reason_path,
+        consequences=run.consequence_lines(),
         provenance=run.provenance_json(),
         warnings=warnings_of(result),
     )

@@ -18,6 +18,9 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     "reason": pl.String,  # the evidence line (quoted) or why nothing was read
     "reason_line": pl.Int64,  # line number of the evidence
     "reason_path": pl.String,  # the file holding the evidence line (a job's .err, say)
+    # the other failure evidence, downstream of the reason (a launcher's exit, Slurm's cancel, another
+    # rank's error), quoted as "file:line: evidence" in reading order; one per kind, at most 5
+    "consequences": pl.List(pl.String),
     "gpus": pl.Int64,  # world size
     "gpus_per_node": pl.Int64,
     "nodes": pl.Int64,

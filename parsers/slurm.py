@@ -4,22 +4,58 @@ Facts: ``SLURM_JOB_ID=...`` (the file name's ``%j`` is read by the reader), ``se
 ``+ NNODES=16`` and ``+ GPUS_PER_NODE=4``, the GPU model from nvidia-smi tables or ``GPU 0: NVIDIA
 A100-SXM4-80GB`` lines, and a launch script's ``Model size: 52B`` echo (seed 001).
 
-Failures, each quoted as the run's ``reason``: CUDA out of memory; NCCL timeouts and watchdog
-aborts; ``CANCELLED AT ... DUE TO TIME LIMIT`` (failed: time limit); ``CANCELLED AT ...`` otherwise
-(cancelled); node failures and ``srun: error``; a Python traceback (its last exception line); a
-killed process (OOM killer, ``Killed``, signal 9, the launcher killing its workers).
+Failures are events, each either a root cause or one of its consequences (weights in parsers/base.py):
+
+- causes: a worker's exception (a traceback's exception line; the last one of a chained traceback),
+  CUDA out of memory, an NCCL watchdog timeout or NCCL error, the cgroup OOM killer's ``oom_kill
+  event``, ``CANCELLED AT ... DUE TO TIME LIMIT`` / ``NODE FAILURE`` (failed), a cancel without a
+  failure before it (cancelled), srun's node failure or other errors, argparse's ``<prog>: error:``;
+- consequences: a kill (``Killed``, signal 9, SIGKILL), a peer's connection reset or aborted NCCL
+  communicator, a signal's exception; then reports that a worker failed (a launcher's exit code,
+  ChildFailedError, CalledProcessError, ``DUE TO TASK FAILURE``, mpirun's summary, ``srun: error:
+  ...: task 3: Exited with exit code 1``); last the launcher killing its other workers.
+
+The run's reason is the first event of the strongest weight in line order, so the first cause when
+there is one, whatever follows. A time limit's line comes after the training's last lines and before
+what the kill makes the processes print (their tracebacks, torch elastic's SignalException): those come
+after it and are its consequences; an exception before it is what the job died (or hung) of.
+Tracebacks Python prints and ignores (``Exception ignored in ...``, logging's ``--- Logging error
+---``) and warnings that name an error are not failures.
 """
 
 from __future__ import annotations
 
 import re
 
-from logstat.parsers.base import Family, RunBuilder
+from logstat.parsers.base import CAUSE, CLEANUP, EFFECT, REPORT, Family, RunBuilder
 
 NAME = "slurm"
+#: lines a traceback may go without a frame before it is given up (its exception line was lost)
 TRACEBACK_MAX_LINES = 400
 #: exceptions with which launchers end when a worker failed (the worker's lines say why).
 LAUNCHER_EXCEPTIONS = ("ChildFailedError", "CalledProcessError")
+#: an exception raised because the process got a signal (torch elastic's agent under scancel or a time limit)
+SIGNAL_EXCEPTIONS = ("SignalException", "got signal:")
+#: what a rank prints when a peer died first (gloo/c10d sockets, NCCL's abort of a communicator)
+PEER_FAILURES = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "NCCL communicator was aborted",
+    "ncclRemoteError",
+    "remote process exited",
+)
+#: Open MPI's mpirun after a rank failed (help-mpirun.txt, help-errmgr-base.txt)
+MPIRUN_ENDS = ("exited on signal", "exited with non-zero status", "terminated normally, but")
+#: lines right before a traceback that Python printed and ignored: the unraisable hook's (``__del__``,
+#: atexit callbacks: "Exception ignored in: <...>", "Exception ignored in atexit callback: <...>") and
+#: logging's failure to emit a record (Handler.handleError)
+HARMLESS_TRACEBACKS = ("Exception ignored in", "--- Logging error ---")
+#: the lines of an open traceback that can change what is recorded: a frame (``File "..."``), another
+#: header, and an exception line (_EXCEPTION ends its name on one of these words); the reader delivers
+#: only these (polars searches them) instead of every line while a traceback is open
+TRACEBACK_LINES = 'File "|Traceback|Error|Exception|Interrupt|Exit|Failure'
+#: the lines between the tracebacks of a chained exception (traceback.py, pythonrun.c)
+CHAINED_TRACEBACKS = ("During handling of the above exception", "The above exception was the direct cause")
 
 _SET_X = re.compile(r"^\+\s*(?:export\s+)?(?P<name>[A-Z_]+)=(?P<value>\S+)")
 _ENV = re.compile(r"\b(?P<name>SLURM_JOB_?ID|SLURM_NNODES|SLURM_GPUS_ON_NODE)=(?P<value>\d+)")
@@ -48,6 +84,13 @@ _SMI_MEMORY = re.compile(r"(?<!\d)(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
 
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)\b(?::|$)")
 _NCCL_FAILURE = re.compile(r"[Tt]ime(d )?out|timeout|[Ee]rror")
+#: srun's ``srun: error: <node>: task 3: Exited with exit code 1`` / ``tasks 0-3: Killed``
+_SRUN_TASK = re.compile(r"\btasks? [\d,-]+: (?P<how>.*)")
+#: argparse's ``<prog>: error: <message>`` (prog: the script's name), not a scheduler's own errors
+_ARGPARSE_ERROR = re.compile(r"(?!(?:srun|slurmstepd|sbatch|salloc):)[\w.-]+: error: ")
+#: a warning: Python's ``file.py:12: UserWarning: ...``, logging's ``WARNING:``/`` - WARNING - ``/
+#: ``[WARNING]`` and glog's ``W1121 22:02:01.99 ...`` / ``[W1121 ...`` / ``[W ProcessGroupNCCL.cpp:...]``
+_WARNING = re.compile(r"^\s*\[?W(?:\d{4} | )|\[WARNING\]|\bWARNING[:\]]| - WARNING - |\w+Warning: ")
 # r"\bKilled\b|oom[-_]kill|..." with every alternative opening on a literal, so that re scans a line for
 # the first letters of the alternatives only (a leading \b made it try all of them at every position:
 # 2.6 -> 0.4 us on a 90-character line); the look-behind checks the word boundary before "Killed"
@@ -85,7 +128,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     # as every other line fails startswith at once. No other test below can match such a line: straight
     # to their branch for killed processes
     if not in_traceback and text.startswith("Killing subprocess ") and text[19:].isdecimal():
-        if not state.get("failure_from_launcher"):  # else the launcher killing its other workers: skipped
+        if not state.get("launcher_killing"):  # else the launcher killing its other workers: skipped
             _launcher_killed(text, lineno, run, state)
         return
     # An indented line inside a traceback is a frame's source (`    raise torch.OutOfMemoryError(`),
@@ -93,90 +136,178 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     oom = ("CUDA out of memory" in text or "OutOfMemoryError" in text) and not (
         in_traceback and text[:1].isspace()
     )
-    if in_traceback and not oom and _traceback_line(text, lineno, run, state):
+    # a harmless traceback's exception line is consumed there, even an OOM's
+    if in_traceback and (not oom or state.get("harmless")) and _traceback_line(text, lineno, run, state):
         return
     if oom:
         if in_traceback:
             _end_traceback(run, state)
-        _fail(run, state, "failed", f"CUDA out of memory: {text.strip()}", lineno)
+        _event(run, text, lineno, "CUDA out of memory: ", CAUSE, "cuda oom")
     elif "CANCELLED AT" in text:
-        if "TIME LIMIT" in text:
-            _fail(run, state, "failed", f"time limit: {text.strip()}", lineno)
-        elif "NODE FAIL" in text:
-            _fail(run, state, "failed", f"node failure: {text.strip()}", lineno)
-        else:
-            _fail(run, state, "cancelled", text.strip(), lineno)
+        _cancelled(text, lineno, run)
     elif "Watchdog caught" in text or ("NCCL" in text and _NCCL_FAILURE.search(text)):
-        _fail(run, state, "failed", f"NCCL timeout/error: {text.strip()}", lineno)
+        # the first rank's watchdog is the cause; a communicator aborted because a peer failed is not
+        peer = any(failure in text for failure in PEER_FAILURES)
+        _event(
+            run, text, lineno, "NCCL timeout/error: ", EFFECT if peer else CAUSE, "peer" if peer else "nccl"
+        )
     elif "srun: error" in text or "NODE_FAIL" in text:
-        _fail(run, state, "failed", text.strip(), lineno)
-    elif "exits with return code" in text:
-        _fail(run, state, "failed", f"worker failed: {text.strip()}", lineno)
+        _srun_error(text, lineno, run)
+    elif "exits with return code" in text:  # DeepSpeed's launcher, after a worker failed
+        _event(run, text, lineno, "worker failed: ", REPORT, "launcher exit")
+    elif (
+        "exited on signal" in text
+        or "exited with non-zero status" in text
+        or "terminated normally, but" in text
+    ):
+        # MPIRUN_ENDS (the tests are written out: a generator over the tuple costs more per line)
+        _event(run, text, lineno, "", EFFECT if "exited on signal" in text else REPORT, "mpirun")
     elif _KILLED.search(text):
         _killed(text, lineno, run, state)
+    elif "by peer" in text:  # c10d/gloo socket errors of a rank whose peer died
+        _event(run, text, lineno, "", EFFECT, "peer")
     elif "Traceback (most recent call last)" in text:
-        state.update(in_traceback=True, traceback_start=lineno)
-        run.capture(NAME)
+        # a traceback right after Python's "Exception ignored in ..." (or logging's "--- Logging error
+        # ---") is printed and ignored; one right after "During handling of the above exception ..."
+        # continues the traceback before it
+        state.update(
+            in_traceback=True,
+            traceback_last=lineno,
+            harmless=0 <= lineno - state.get("harmless_at", -9) <= 2,
+            chained=0 <= lineno - state.get("chained_at", -9) <= 3,
+        )
+        run.capture(NAME, lines=TRACEBACK_LINES)
+    elif "Exception ignored in" in text or "--- Logging error ---" in text:  # HARMLESS_TRACEBACKS
+        state["harmless_at"] = lineno
+    elif (
+        "During handling of the above exception" in text or "The above exception was the direct cause" in text
+    ):
+        state["chained_at"] = lineno
+    elif ": error: " in text:
+        if _ARGPARSE_ERROR.match(text.strip()):  # a worker's (or a launcher's) command line was refused
+            _event(run, text, lineno, "", CAUSE, "arguments")
     else:
         _context(text, lineno, run, state)
 
 
+def _event(
+    run: RunBuilder, text: str, lineno: int, label: str, weight: int, kind: str, status: str = "failed"
+) -> None:
+    """A failure event read from one line, quoted after ``label``; a warning (a Python warning or a
+    line logged at warning level) that names an error is none."""
+    if _WARNING.search(text):
+        return
+    run.saw(NAME)
+    run.fail(status, label + text.strip(), lineno, weight=weight, kind=kind)
+
+
+def _cancelled(text: str, lineno: int, run: RunBuilder) -> None:
+    """slurmstepd's ``*** JOB|STEP <id> ON <node> CANCELLED AT <time> [DUE TO <why>] ***``."""
+    if "TIME LIMIT" in text:
+        _event(run, text, lineno, "time limit: ", CAUSE, "time limit")
+    elif "NODE FAIL" in text:
+        _event(run, text, lineno, "node failure: ", CAUSE, "node failure")
+    elif "TASK FAILURE" in text or ("*** STEP" in text and "DUE TO" not in text and run.failure is not None):
+        # Slurm ending a job (or srun a step, after "srun: Terminating StepId=...") because a task
+        # failed: the task's own lines say why
+        _event(run, text, lineno, "", REPORT, "slurm cancel")
+    elif "PREEMPTION" in text:
+        _event(run, text, lineno, "preempted: ", CAUSE, "cancelled", "cancelled")
+    else:  # scancel by a user or an admin, a requeue
+        _event(run, text, lineno, "", CAUSE, "cancelled", "cancelled")
+
+
+def _srun_error(text: str, lineno: int, run: RunBuilder) -> None:
+    """srun's errors: a node failure is a cause; a task's end (``task 3: Exited with exit code 1``,
+    ``task 3: Killed``) follows from what the task printed before; other errors (a step that could not
+    start) are causes."""
+    if "Node failure" in text or "NODE_FAIL" in text:
+        _event(run, text, lineno, "", CAUSE, "node failure")
+        return
+    task = _SRUN_TASK.search(text)
+    if task is None:
+        _event(run, text, lineno, "", CAUSE, "srun")
+    else:
+        _event(run, text, lineno, "", REPORT if task["how"].startswith("Exited") else EFFECT, "srun task")
+
+
 def _killed(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
-    """A killed process (OOM killer, ``Killed``, signal 9, the launcher killing its workers)."""
-    launcher = "Killing subprocess" in text
-    if launcher and state.get("failure_from_launcher"):
-        return  # the launcher killing its other workers, one line each: the first one is kept
-    _fail(run, state, "failed", f"killed: {text.strip()}", lineno)
-    if launcher and run.failure is not None and run.failure[2] == lineno:
-        # DeepSpeed's launcher kills the other workers after one failed; a later line says how
-        state["failure_from_launcher"] = True
+    """A killed process: the cgroup OOM killer's event is a cause; a kill itself (``Killed``, signal 9,
+    SIGKILL) says how a process ended; the launcher killing its workers follows a failure."""
+    if "Killing subprocess" in text:
+        if state.get("launcher_killing"):
+            return  # the launcher killing its other workers, one line each: the first one is kept
+        state["launcher_killing"] = True
+        _event(run, text, lineno, "killed: ", CLEANUP, "launcher kill")
+    elif "oom-kill" in text or "oom_kill" in text:
+        _event(run, text, lineno, "killed: ", CAUSE, "oom-kill")
+    else:
+        _event(run, text, lineno, "killed: ", EFFECT, "killed")
 
 
 def _launcher_killed(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
     """``_killed`` of a bare ``Killing subprocess N`` while no kill of the launcher is on record, without
-    its tests that such a line answers already (it is a launcher kill, has no space to strip, and the
-    ``failure_from_launcher`` that ``_fail`` resets is not set): a line costs a call less per worker."""
+    its tests that such a line answers already (it is a launcher kill, no warning, nothing to strip):
+    a line costs a call less per worker."""
+    state["launcher_killing"] = True
     run.saw(NAME)
-    run.fail("failed", "killed: " + text, lineno)
-    if run.failure is not None and run.failure[2] == lineno:
-        state["failure_from_launcher"] = True
-
-
-def _fail(run: RunBuilder, state: dict, status: str, reason: str, lineno: int) -> None:
-    run.saw(NAME)
-    if state.pop("failure_from_launcher", False):
-        run.failure = None  # the launcher only said that a worker failed; this line says how
-    run.fail(status, reason, lineno)
+    run.fail("failed", "killed: " + text, lineno, weight=CLEANUP, kind="launcher kill")
 
 
 def _traceback_line(text: str, lineno: int, run: RunBuilder, state: dict) -> bool:
     """Inside a traceback: wait for its exception line. True when the line was consumed."""
     stripped = text.strip()
-    if lineno - state.get("traceback_start", lineno) > TRACEBACK_MAX_LINES:
+    if stripped.startswith(('File "', "Traceback (most recent call last)")):
+        # another frame, or another rank's traceback: hundreds of ranks' interleaved tracebacks are one
+        # long block, given up only after TRACEBACK_MAX_LINES lines without a frame
+        state["traceback_last"] = lineno
+        return True
+    if lineno - state.get("traceback_last", lineno) > TRACEBACK_MAX_LINES:
         _end_traceback(run, state)
         return False
     # _EXCEPTION reads a dotted name up to the line's first ':' or its end: a line with a space before
-    # that (a frame's `File "x.py", line 3, in f`, most source lines) is none, without running the pattern
+    # that (most source lines) is none, without running the pattern
     if " " in stripped.partition(":")[0] or not _EXCEPTION.match(stripped):
         return True
+    harmless, chained = state.get("harmless"), state.get("chained")
     _end_traceback(run, state)
+    if harmless:
+        return True
     run.saw(NAME)
-    # A chained traceback ends with the exception that ended the run: the last one replaces the
-    # earlier ones as long as the failure on record came from a traceback.
-    # A launcher's own exception (torchrun's ChildFailedError, DeepSpeed launcher's CalledProcessError)
-    # only says that a worker failed: it never replaces the worker's evidence, and later evidence
-    # (torchrun's root cause, e.g. "Signal 9 (SIGKILL) received by PID") replaces it.
-    launcher = any(name in stripped for name in LAUNCHER_EXCEPTIONS)
-    if run.failure is None or (state.get("failure_from_traceback") and not launcher):
-        run.failure = None
-        run.fail("failed", stripped, lineno)
-        state["failure_from_traceback"] = True
-        state["failure_from_launcher"] = launcher
+    weight, kind = _exception_weight(stripped)
+    failure = run.failure
+    if (
+        chained
+        and failure is not None
+        and run.failure_kind == kind == "exception"
+        and failure[2] == state.get("last_exception")
+        and run.failure_path == run.current_file
+    ):
+        # A chained traceback ends with the exception the process died of (raised while handling, or
+        # from, the one before it, which is that exception's context): it replaces that one
+        run.replace_failure("failed", stripped, lineno)
+    else:
+        run.fail("failed", stripped, lineno, weight=weight, kind=kind)
+    state["last_exception"] = lineno
     return True
 
 
+def _exception_weight(line: str) -> tuple[int, str]:
+    """``(weight, kind)`` of a traceback's exception line: a launcher's own exception (torchrun's
+    ChildFailedError, DeepSpeed's runner's CalledProcessError) only says that a worker failed; a signal
+    (torch elastic's SignalException) or a peer's end (connection reset) says how a process ended; any
+    other exception is a cause."""
+    if any(name in line for name in LAUNCHER_EXCEPTIONS):
+        return REPORT, "launcher"
+    if any(name in line for name in SIGNAL_EXCEPTIONS):
+        return EFFECT, "signal"
+    if any(failure in line for failure in PEER_FAILURES):
+        return EFFECT, "peer"
+    return CAUSE, "exception"
+
+
 def _end_traceback(run: RunBuilder, state: dict) -> None:
-    state["in_traceback"] = False
+    state["in_traceback"] = state["harmless"] = state["chained"] = False
     run.capture(NAME, False)
 
 
@@ -245,7 +376,13 @@ FAMILY = Family(
         "SIGKILL",
         "Killing subprocess",
         "exits with return code",
+        *MPIRUN_ENDS,
+        "Connection reset by peer",
+        "Connection closed by peer",
         "Traceback (most recent call last)",
+        *HARMLESS_TRACEBACKS,
+        *CHAINED_TRACEBACKS,
+        ": error: ",  # argparse's "<prog>: error: <message>"
         "NNODES=",
         "GPUS_PER_NODE=",
         "SLURM_JOB",
@@ -257,6 +394,7 @@ FAMILY = Family(
         "MiB /",
     ),
     parse_line=parse_line,
+    capture_patterns=(TRACEBACK_LINES,),
     description="Slurm / launcher context: job id, nodes, GPU model, and failures (OOM, NCCL, time limit, ...)",
     context=True,
 )

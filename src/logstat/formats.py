@@ -121,6 +121,9 @@ def runs_text(runs: pl.DataFrame, *, tflops: bool, markdown: bool, warmup: int) 
     for row in frame.filter(pl.col("status") != "ok").iter_rows(named=True):
         where = f" ({Path(row['reason_path']).name}:{row['reason_line']})" if row["reason_line"] else ""
         parts.append(f"{item}{row['name']}: {row['status']}{where}: {quote(row['reason'])}")
+        # what followed from it (a launcher's exit, Slurm's cancel, other ranks' errors), under it
+        sub = "  - " if markdown else "    "
+        parts.extend(f"{sub}then {quote(evidence)}" for evidence in row.get("consequences") or ())
     for row in frame.filter(pl.col("model_size_note").is_not_null()).iter_rows(named=True):
         parts.append(f"{item}{row['name']}: model size: {row['model_size_note']}")
     if markdown and parts[-1]:

@@ -53,7 +53,7 @@ def test_grouping_keeps_other_files_apart(tmp_path):
         ("timelimit-1003.out", "failed", "DUE TO TIME LIMIT", 3),
         ("cancelled-1004.out", "cancelled", "CANCELLED AT 2021-05-26T09:12:44", 1),
         ("traceback-1005.out", "failed", "FileNotFoundError: [Errno 2]", 0),
-        ("killed-1006.out", "failed", "Killed", 1),
+        ("killed-1006.out", "failed", "Detected 1 oom-kill event(s)", 1),
         ("nodefail-1007.out", "failed", "Node failure on r7i4n2", 1),
         ("interleaved-1008.out", "incomplete", "log stops after iteration 3 of 1000", 3),
         ("empty-1009.out", "empty", "empty file", 0),

@@ -130,8 +130,10 @@ def test_bare_launcher_kill_lines_take_the_killed_branch_and_the_first_is_kept()
     earlier = feed(
         "srun: error: task 3: Exited with exit code 1", "Killing subprocess 1", "Killing subprocess 2"
     )
+    # srun's report outranks the launcher's cleanup, which is kept once as a consequence
     assert earlier.failure == ("failed", "srun: error: task 3: Exited with exit code 1", 1)
-    assert earlier.families_seen["slurm"] == 3  # each kill counted, none replaces the earlier failure
+    assert earlier.families_seen["slurm"] == 2
+    assert earlier.consequence_lines() == ["line 2: killed: Killing subprocess 1"]
 
 
 def test_a_kill_line_with_other_evidence_or_inside_a_traceback_is_read_in_full():

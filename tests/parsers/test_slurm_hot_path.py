@@ -204,4 +204,5 @@ def test_bare_kill_lines_read_as_killed_reads_them(lines):
     assert fast.families_seen == reference.families_seen
     assert fast.facts == reference.facts
     state, expected = fast.state.get(slurm.NAME, {}), reference.state.get(slurm.NAME, {})
-    assert bool(state.get("failure_from_launcher")) == bool(expected.get("failure_from_launcher"))
+    assert bool(state.get("launcher_killing")) == bool(expected.get("launcher_killing"))
+    assert fast.consequences == reference.consequences

@@ -5,6 +5,7 @@ message texts of NCCL, srun and slurmstepd) and fixtures/slurm/ (the parser help
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from pathlib import Path
@@ -66,7 +67,105 @@ EXPECTED = {
         2,
         1,
     ),
+    "nccl-watchdog-task-failure-3009.out": (
+        "failed",
+        "NCCL timeout/error: [E1121 22:14:31.392847512 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught",
+        "Timeout(ms)=600000",
+        3,
+        2,
+    ),
+    "torchrun-argparse-3010.out": (
+        "failed",
+        "worker.py: error: argument --position-embedding-type: invalid choice: 'alibi'",
+        "(choose from 'learned_absolute', 'rope')",
+        8,
+        0,
+    ),
+    "deepspeed-launcher-argparse-3011.out": (
+        "failed",
+        "worker.py: error: argument --position-embedding-type: invalid choice: 'alibi'",
+        "",
+        11,
+        0,
+    ),
+    "oomkill-after-sigkill-3012.out": (
+        "failed",
+        "killed: slurmstepd: error: Detected 1 oom-kill event(s) in StepId=3012.0.",
+        "cgroup out-of-memory handler",
+        51,
+        2,
+    ),
+    "torchrun-gloo-peer-reset-3013.out": (
+        "failed",
+        "FileNotFoundError: [Errno 2] No such file or directory: '/gpfsscratch/rech/eha/",
+        "meg-gpt2_text_document.idx",
+        12,
+        2,
+    ),
+    "torchrun-oom-atexit-3014.out": (
+        "failed",
+        "CUDA out of memory: torch.OutOfMemoryError: CUDA out of memory.",
+        "Tried to allocate 2.00 GiB",
+        14,
+        2,
+    ),
+    "hf-final-metrics-atexit-3015.out": (
+        "ok",
+        "final train metrics logged (final_train_runtime_s=11.23)",
+        "",
+        8,
+        2,
+    ),
+    "mpirun-384-ranks-3016.out.gz": (
+        "failed",
+        "FileNotFoundError: [Errno 2] No such file or directory: '/gpfs/oscar-en/shard_0263_text_document.idx'",
+        "",
+        22,
+        0,
+    ),
+    "timelimit-signal-traceback-3017.out": (
+        "failed",
+        "time limit: slurmstepd: error: *** JOB 3017 ON r7i4n1 CANCELLED AT 2021-05-26T13:00:21 DUE TO TIME LIMIT ***",
+        "",
+        9,
+        2,
+    ),
+    # c10d's rendezvous retries are warnings that name a connection reset: the log simply stops
+    "c10d-warnings-3018.out": ("incomplete", "log stops after iteration 2 of 1000", "", 4, 2),
 }
+
+#: file -> the lines of its ``consequences`` (the evidence that followed from the reason), read by eye:
+#: one per kind of event, in line order; the reason's own kind (the same error of another rank, a
+#: watchdog line repeated by ``what():``) is not repeated.
+CONSEQUENCES = {
+    "torchrun-oom-3001.out": [34],  # ChildFailedError
+    "torchrun-sigkill-3002.out": [28],  # ChildFailedError; its "Signal 9 (SIGKILL)" line repeats line 46
+    "torchrun-traceback-3003.out": [32],
+    "deepspeed-launcher-sigkill-3004.out": [12],  # the first "Killing subprocess"
+    "nccl-watchdog-torch2-3005.out": [],
+    "srun-task-killed-3006.out": [],
+    "nodefail-slurmstepd-3007.out": [],
+    "oomkill-cgroup2-3008.out": [],
+    "nccl-watchdog-task-failure-3009.out": [
+        10,
+        11,
+        13,
+    ],  # rank 6's ncclRemoteError, srun, DUE TO TASK FAILURE
+    "torchrun-argparse-3010.out": [28],
+    "deepspeed-launcher-argparse-3011.out": [16, 18],  # Killing subprocess, exits with return code = 2
+    "oomkill-after-sigkill-3012.out": [28, 46, 50],  # ChildFailedError, SIGKILL, srun's exit code
+    "torchrun-gloo-peer-reset-3013.out": [21, 41],  # rank 0's "Connection closed by peer", ChildFailedError
+    "torchrun-oom-atexit-3014.out": [40, 49],  # ChildFailedError, rank 0's SIGKILL
+    "hf-final-metrics-atexit-3015.out": [],
+    "mpirun-384-ranks-3016.out.gz": [4995],  # mpirun's "Primary job  terminated normally, but ..."
+    "timelimit-signal-traceback-3017.out": [41],  # torchrun's SignalException
+    "c10d-warnings-3018.out": [],
+}
+
+
+def lines_of(path: Path) -> list[str]:
+    data = path.read_bytes()
+    return (gzip.decompress(data) if path.suffix == ".gz" else data).decode().split("\n")
 
 
 def logstat(capsys, *args) -> tuple[int, str, str]:
@@ -85,7 +184,8 @@ def parsed_failures() -> dict[str, dict]:
 
 
 def test_every_failure_fixture_has_an_expectation():
-    assert sorted(p.name for p in FAILURES.glob("*.out")) == sorted(EXPECTED)
+    logs = [*FAILURES.glob("*.out"), *FAILURES.glob("*.out.gz")]
+    assert sorted(p.name for p in logs) == sorted(EXPECTED) == sorted(CONSEQUENCES)
 
 
 def test_parse_json_reports_status_reason_and_evidence_line(capsys):
@@ -98,8 +198,19 @@ def test_parse_json_reports_status_reason_and_evidence_line(capsys):
         got = (row["status"], row["reason"][: len(start)], part in row["reason"], row["reason_line"])
         assert got == (status, start, True, line), name
         assert row["iterations"] == iterations, name
-        evidence = (FAILURES / name).read_bytes().decode().split("\n")[line - 1]
-        assert start.split(": ", 1)[-1][:40] in evidence, name
+        lines = lines_of(FAILURES / name)
+        evidence = lines[line - 1]
+        if status == "ok":
+            assert "train_runtime" in evidence, name
+        elif status == "incomplete":
+            assert evidence.startswith(" iteration        2/"), name
+        else:
+            assert start.split(": ", 1)[-1][:40] in evidence, name
+        consequences = row["consequences"]
+        assert [int(c.split(":")[1]) for c in consequences] == CONSEQUENCES[name], name
+        for quoted, at in zip(consequences, CONSEQUENCES[name], strict=True):
+            assert quoted.startswith(f"{name}:{at}: "), name
+            assert lines[at - 1].strip()[-30:] in quoted or lines[at - 1].strip()[:40] in quoted, name
 
 
 def test_parse_table_lists_every_failed_run_with_its_reason(capsys):
@@ -108,13 +219,19 @@ def test_parse_table_lists_every_failed_run_with_its_reason(capsys):
     for name, (status, start, *_rest) in EXPECTED.items():
         row = next(line for line in out.splitlines() if line.startswith(name))
         assert row.split()[2] == status
-        reason = next(line for line in out.splitlines() if line.startswith(f"{name}: {status}"))
-        assert start[:60] in reason
+        if status == "ok":
+            assert not any(line.startswith(f"{name}: ") for line in out.splitlines()), name
+            continue
+        notes = out.split(f"\n{name}: {status}", 1)[1].split("\n")
+        assert start[:60] in notes[0]
+        # each consequence on its own line under the reason
+        then = [line for line in notes[1 : 1 + len(CONSEQUENCES[name])] if line.startswith("    then ")]
+        assert [int(line.split(":")[1]) for line in then] == CONSEQUENCES[name], name
 
 
 def test_table_marks_failed_runs_and_drops_none(capsys, parsed_failures):
     """Every run is a row; its Notes say the status; Throughput is `fail` exactly where no step
-    after warm-up was timed (the seed's perl printed `fail` for such runs)."""
+    after warm-up was timed in a run that did not end ok (the seed's perl printed `fail` for such runs)."""
     code, out, err = logstat(capsys, "table", FAILURES, SLURM)
     assert code == 0
     table_rows = [line for line in out.splitlines() if re.match(r"\|\s*[\d ]*\|", line) and ".out" in line]
@@ -124,7 +241,8 @@ def test_table_marks_failed_runs_and_drops_none(capsys, parsed_failures):
         if run["status"] != "ok":
             assert f"{name} ({run['status']})" in cells
         timed = run["sec_per_iter"] is not None
-        assert (" fail |" in cells) == (not timed), name
+        # an ok run without a step time did not fail (analytics.tables): its cell is empty
+        assert (" fail |" in cells) == (not timed and run["status"] != "ok"), name
 
 
 def _cut_after_line(path: Path, line: int, tmp_path: Path) -> Path:
@@ -181,3 +299,18 @@ def test_the_evidence_of_a_finished_job_points_into_the_file_holding_it(tmp_path
     assert (row["status"], Path(row["reason_path"]).name) == ("ok", "job-5.out")
     evidence = fixture.read_bytes().decode().split("\n")[row["reason_line"] - 1]
     assert "train_runtime" in evidence or "train_samples_per_second" in evidence
+
+
+def test_384_interleaved_rank_tracebacks_give_the_first_ranks_exception(parsed_failures):
+    """mpirun's 384 ranks fail together: the reason is the first exception line in the file (found
+    here by a plain scan), not the last rank's, and mpirun's summary is kept as a consequence."""
+    name = "mpirun-384-ranks-3016.out.gz"
+    lines = lines_of(FAILURES / name)
+    assert sum("Traceback (most recent call last):" in line for line in lines) == 384
+    assert sum(line.count("FileNotFoundError") for line in lines) == 384
+    first = next(n for n, line in enumerate(lines, 1) if line.startswith("FileNotFoundError"))
+    row = parsed_failures[name]
+    assert (row["status"], row["reason_line"]) == ("failed", first)
+    assert row["reason"] == lines[first - 1].strip()
+    mpirun = next(n for n, line in enumerate(lines, 1) if "terminated normally, but" in line)
+    assert row["consequences"] == [f"{name}:{mpirun}: {lines[mpirun - 1]}"]

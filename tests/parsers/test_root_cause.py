@@ -1,0 +1,295 @@
+"""What ended a run: the first root cause is the reason, what followed from it the consequences.
+
+Each line is in the format of the tool that prints it (slurmstepd's and srun's format strings of the
+installed Slurm, torch elastic's api.py and errors/__init__.py, DeepSpeed's launch.py, argparse, Open MPI's
+help texts, CPython's unraisable hook and logging.Handler.handleError); the files with these formats
+end to end are fixtures/failures/ (tests/reliability/test_failures.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+from logstat.parsers import slurm
+from logstat.parsers.base import MAX_CONSEQUENCES, RunBuilder
+
+from tests.parsers.feeding import feed_lines
+
+STEP = "slurmstepd: error: *** STEP 7.0 ON r7i4n1 CANCELLED AT 2021-05-26T12:03:11"
+JOB = "slurmstepd: error: *** JOB 7 ON r7i4n1 CANCELLED AT 2021-05-26T12:03:11"
+TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "pretrain_gpt.py", line 149, in <module>',
+    "    main()",
+]
+WATCHDOG = (
+    "[E1121 22:14:31.392847512 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=4097, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600017 milliseconds "
+    "before timing out."
+)
+
+
+def feed(*lines: str) -> RunBuilder:
+    return feed_lines(slurm.FAMILY, lines)
+
+
+def reason(run: RunBuilder) -> tuple[str, int]:
+    assert run.failure is not None
+    return run.failure[0], run.failure[2]
+
+
+# --- Slurm's cancel lines ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("lines", "status", "line"),
+    [
+        # a task's failure, then Slurm's cancel because of it: failed, at the task's evidence
+        ([WATCHDOG, f"{STEP} DUE TO TASK FAILURE ***"], "failed", 1),
+        ([*TRACEBACK, "ValueError: bad", f"{JOB} DUE TO TASK FAILURE ***"], "failed", 4),
+        # srun (--kill-on-bad-exit) ends a step after a task's exit: its bare STEP cancel follows from it
+        (
+            [
+                "srun: error: r7i4n1: task 3: Exited with exit code 1",
+                "srun: Terminating StepId=7.0",
+                f"{STEP} ***",
+            ],
+            "failed",
+            1,
+        ),
+        # only Slurm's line: still failed (a task failed), quoted
+        ([f"{STEP} DUE TO TASK FAILURE ***"], "failed", 1),
+        # a user's scancel: the job's line first; the steps' lines follow it
+        ([f"{JOB} ***", f"{STEP} ***"], "cancelled", 1),
+        ([f"{STEP} ***"], "cancelled", 1),
+        # a cancel outranks srun's report of a task that ended before it
+        (["srun: error: task 3: Exited with exit code 1", f"{JOB} ***"], "cancelled", 2),
+        ([f"{JOB} DUE TO PREEMPTION ***"], "cancelled", 1),
+        ([f"{JOB} DUE TO TIME LIMIT ***"], "failed", 1),
+    ],
+)
+def test_slurm_cancels(lines, status, line):
+    assert reason(feed(*lines)) == (status, line)
+
+
+def test_a_time_limit_outranks_the_tracebacks_of_its_signal_in_any_order():
+    """torch elastic's agent raises SignalException when Slurm's SIGTERM arrives: whether its traceback
+    is written before or after slurmstepd's line, the time limit is the reason."""
+    signal = "torch.distributed.elastic.multiprocessing.api.SignalException: Process 2386 got signal: 15"
+    limit = f"{JOB} DUE TO TIME LIMIT ***"
+    after = feed(limit, *TRACEBACK, signal)
+    before = feed(*TRACEBACK, signal, limit)
+    assert reason(after) == ("failed", 1) and after.failure[1].startswith("time limit: ")
+    assert reason(before) == ("failed", 5) and before.failure[1].startswith("time limit: ")
+    assert after.consequence_lines() == [f"line 5: {signal}"]
+    assert before.consequence_lines() == [f"line 4: {signal}"]
+
+
+def test_an_exception_before_a_time_limit_is_what_the_job_died_of():
+    run = feed(*TRACEBACK, "ValueError: bad", f"{JOB} DUE TO TIME LIMIT ***")
+    assert run.failure == ("failed", "ValueError: bad", 4)
+    assert run.consequence_lines() == [f"line 5: time limit: {JOB} DUE TO TIME LIMIT ***"]
+
+
+# --- launchers and kills ----------------------------------------------------------------------------
+
+
+def test_the_oom_killer_is_the_cause_of_the_kill_before_or_after_it():
+    kill = "/var/spool/slurmd/job1006/slurm_script: line 58: 2186571 Killed   python -u pretrain_gpt.py"
+    event = (
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=1006.batch. Some of your processes may "
+        "have been killed by the cgroup out-of-memory handler."
+    )
+    for lines, line in (([kill, event], 2), ([event, kill], 1)):
+        run = feed(*lines)
+        assert run.failure == ("failed", f"killed: {event}", line)
+        assert run.consequence_lines() == [f"line {3 - line}: killed: {kill}"]
+
+
+def test_torchrun_signal_summary_is_the_reason_only_without_a_cause():
+    """torchrun's error summary (errors/__init__.py): ChildFailedError says a worker failed, its root
+    cause's ``exitcode : -9 ... (SIGKILL)`` how it ended; the worker's own exception outranks both."""
+    summary = [
+        *TRACEBACK,
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "Root Cause (first observed failure):",
+        "  exitcode  : -9 (pid: 2460)  (SIGKILL)",
+        "  traceback : Signal 9 (SIGKILL) received by PID 2460",
+    ]
+    alone = feed(*summary)
+    assert alone.failure == ("failed", "killed: exitcode  : -9 (pid: 2460)  (SIGKILL)", 6)
+    assert alone.consequence_lines() == [
+        "line 4: torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"
+    ]
+    worker = feed("usage: train.py [-h] [--attention {flash,sdpa}]", "train.py: error: argument --attention: "
+                  "invalid choice: 'xformers' (choose from 'flash', 'sdpa')", *summary)  # fmt: skip
+    assert reason(worker) == ("failed", 2)
+    assert [line.split(":")[0] for line in worker.consequence_lines()] == ["line 6", "line 8"]
+
+
+def test_deepspeed_launcher_exit_outranks_its_cleanup():
+    run = feed(
+        "[2021-05-26 10:00:00,000] [INFO] [launch.py:253:sigkill_handler] Killing subprocess 4443",
+        "[2021-05-26 10:00:00,001] [INFO] [launch.py:253:sigkill_handler] Killing subprocess 4444",
+        "[2021-05-26 10:00:00,002] [ERROR] [launch.py:259:sigkill_handler] ['python', 'train.py'] exits with "
+        "return code = 1",
+    )
+    assert reason(run) == ("failed", 3) and run.failure[1].startswith("worker failed: ")
+    assert run.consequence_lines() == [
+        "line 1: killed: [2021-05-26 10:00:00,000] [INFO] [launch.py:253:sigkill_handler] Killing subprocess 4443"
+    ]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "test.c:1:10: fatal error: libaio.h: No such file or directory",  # DeepSpeed's op builder probe
+        '/tmp/x/fused.cu(12): error: identifier "half2" is undefined',  # nvcc
+        "build.ninja:3: error: expected '=', got eof",
+        "x.py:12: UserWarning: retrying after error: connection refused",
+    ],
+)
+def test_compiler_and_tool_errors_are_not_argparse_errors(line):
+    assert feed(line).failure is None
+
+
+def test_mpirun_lines_are_consequences_of_the_ranks_exception():
+    mpirun = [
+        "Primary job  terminated normally, but 1 process returned",
+        "a non-zero exit code. Per user-direction, the job has been aborted.",
+        "mpirun detected that one or more processes exited with non-zero status, thus causing",
+        "mpirun noticed that process rank 3 with PID 4242 on node r7i4n1 exited on signal 9 (Killed).",
+    ]
+    alone = feed(*mpirun)
+    assert reason(alone) == ("failed", 4)  # the signal says how a rank ended; the summaries only that it did
+    run = feed(*TRACEBACK, "RuntimeError: rank 3 diverged", *mpirun)
+    assert run.failure == ("failed", "RuntimeError: rank 3 diverged", 4)
+    assert run.consequence_lines() == [
+        f"line 5: {mpirun[0]}"
+    ]  # mpirun's first line; the others repeat its kind
+
+
+# --- tracebacks ---------------------------------------------------------------------------------------
+
+
+def test_another_ranks_later_traceback_does_not_replace_the_first():
+    run = feed(
+        *TRACEBACK,
+        "ValueError: rank 0 cannot read its shard",
+        *TRACEBACK,
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection reset by peer [10.0.0.2]:1234",
+        *TRACEBACK,
+        "ValueError: rank 2 cannot read its shard",
+    )
+    assert run.failure == ("failed", "ValueError: rank 0 cannot read its shard", 4)
+    # the peer's error is a consequence; rank 2's identical error repeats the reason's kind
+    assert [c.split(":")[0] for c in run.consequence_lines()] == ["line 8"]
+
+
+def test_a_connection_reset_before_the_cause_does_not_become_the_reason():
+    run = feed(
+        "[E socket.cpp:957] [c10d] The client socket has failed: Connection reset by peer",
+        *TRACEBACK,
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+    )
+    assert reason(run) == ("failed", 5) and run.failure[1].startswith("CUDA out of memory: ")
+    assert run.consequence_lines()[0].startswith("line 1: [E socket.cpp:957]")
+
+
+def test_interleaved_tracebacks_longer_than_the_window_keep_their_exception():
+    """384 ranks' tracebacks interleaved: the first exception line comes thousands of lines after the
+    first header, every line between them a frame of some rank."""
+    frames = ['  File "pretrain_gpt.py", line 149, in <module>', "    main()"] * 1000
+    run = feed("Traceback (most recent call last):", *frames, "FileNotFoundError: [Errno 2] shard_0007.idx")
+    assert run.failure == ("failed", "FileNotFoundError: [Errno 2] shard_0007.idx", 2002)
+    stale = feed(
+        "Traceback (most recent call last):",
+        *["some output"] * (slurm.TRACEBACK_MAX_LINES + 1),
+        "KeyError: 'x'",
+    )
+    assert stale.failure is None and not stale.capturing  # no frame for too long: given up
+
+
+@pytest.mark.parametrize(
+    "opening",
+    [
+        "Exception ignored in atexit callback: <function close_tensorboard at 0x7f4b66fda2a0>",  # 3.11
+        "Exception ignored in atexit callback <function close_tensorboard at 0x7f4b66fda2a0>:",  # 3.13
+        "Exception ignored in: <function CheckpointWriter.__del__ at 0x7f4b66e244a0>",
+        "--- Logging error ---",
+    ],
+)
+def test_ignored_tracebacks_are_no_failure_and_do_not_replace_one(opening):
+    harmless = [opening, *TRACEBACK, "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB"]
+    assert feed(*harmless).failure is None
+    oom = feed(
+        *TRACEBACK, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", *harmless
+    )
+    assert reason(oom) == ("failed", 4) and oom.consequences == []
+    later = feed(*harmless, *TRACEBACK, "ValueError: bad")  # the next traceback is read again
+    assert later.failure == ("failed", "ValueError: bad", 9)
+
+
+def test_a_chain_replaces_only_its_own_first_exception():
+    chained = [
+        *TRACEBACK,
+        "KeyError: 'hidden_size'",
+        "",
+        "The above exception was the direct cause of the following exception:",
+        "",
+        *TRACEBACK,
+        "ValueError: config has no hidden_size",
+    ]
+    assert feed(*chained).failure == ("failed", "ValueError: config has no hidden_size", 11)
+    # an OOM is the cause even when handling it raised another exception
+    oom = feed(*TRACEBACK, "torch.OutOfMemoryError: CUDA out of memory.", "", *chained[5:])
+    assert reason(oom) == ("failed", 4)
+
+
+@pytest.mark.parametrize(
+    "warning",
+    [
+        # torch elastic's api.py (torch 2.0-2.3 formatted the signals as Signals.SIGKILL), glog format
+        "W0526 10:00:00.123000 140 torch/distributed/elastic/multiprocessing/api.py:889] Unable to shutdown "
+        "process 2250 via Signals.SIGTERM, forcefully exiting via Signals.SIGKILL",
+        "[W ProcessGroupNCCL.cpp:1856] Warning: NCCL Error 2 on a retry; the communicator is reused",
+        "[2021-05-26 10:00:00,000] [WARNING] [stage3.py:1850:step] CUDA out of memory on a retry; flushing the cache",
+        "/x/torch/cuda/__init__.py:128: UserWarning: CUDA out of memory on the probe, Error 2 (Triggered internally)",
+        "06/01/2021 12:00:00 - WARNING - __main__ - process Killed earlier; resuming from checkpoint",
+    ],
+)
+def test_warnings_naming_an_error_are_no_failure(warning):
+    assert feed(warning).failure is None
+
+
+def test_consequences_are_capped_one_per_kind():
+    run = feed(
+        *TRACEBACK,
+        "ValueError: bad",
+        "srun: error: r1: task 0: Exited with exit code 1",
+        "srun: error: r2: task 4: Exited with exit code 1",
+        "srun: error: r1: task 1: Killed",
+        "exits with return code = 1",
+        "mpirun noticed that process rank 3 with PID 1 on node n exited on signal 9 (Killed).",
+        "Connection reset by peer",
+        "slurmstepd: error: *** STEP 7.0 ON n CANCELLED AT 2021 DUE TO TASK FAILURE ***",
+        "/var/spool/slurmd/job7/slurm_script: line 58: 42 Killed   python",
+    )
+    kinds = [kind for _, _, kind, _ in run.consequences]
+    assert kinds == ["srun task", "launcher exit", "mpirun", "peer", "slurm cancel"][:MAX_CONSEQUENCES]
+    assert run.failure == ("failed", "ValueError: bad", 4)
+
+
+@pytest.mark.parametrize("marker", slurm.MPIRUN_ENDS)
+def test_every_mpirun_marker_is_read_as_mpiruns_end(marker):
+    assert feed(f"mpirun: the job {marker}").failure_kind == "mpirun"
+
+
+@pytest.mark.parametrize("marker", slurm.HARMLESS_TRACEBACKS)
+def test_every_harmless_marker_makes_the_next_traceback_harmless(marker):
+    assert feed(f"{marker}: <function f>", *TRACEBACK, "ValueError: x").failure is None
+
+
+@pytest.mark.parametrize("marker", slurm.CHAINED_TRACEBACKS)
+def test_every_chain_marker_chains_the_next_traceback(marker):
+    run = feed(*TRACEBACK, "KeyError: 'a'", "", f"{marker}:", "", *TRACEBACK, "ValueError: b")
+    assert run.failure == ("failed", "ValueError: b", 11)
