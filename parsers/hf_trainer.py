@@ -142,8 +142,14 @@ _SHAPE_KEYS = {
     "n_positions": "seq_len",
     "max_position_embeddings": "seq_len",
 }
+#: the model-config keys read (``_read_shape``): the shape, and 2021's ``gradient_checkpointing`` attribute.
+_CONFIG_KEYS = (*_SHAPE_KEYS, "gradient_checkpointing")
 #: final metrics (dict keys and train-metrics block keys) -> fact.
-_FINAL_FACTS = {"train_runtime": "final_train_runtime_s", "train_samples_per_second": "final_samples_per_sec"}
+_FINAL_FACTS = {
+    "train_runtime": "final_train_runtime_s",
+    "train_samples_per_second": "final_samples_per_sec",
+    "train_steps_per_second": "final_steps_per_sec",
+}
 
 
 def _state(run: RunBuilder) -> dict[str, Any]:
@@ -156,6 +162,7 @@ def _state(run: RunBuilder) -> dict[str, Any]:
             "logged": 0,
             "args": {},
             "final_digits": {},
+            "overridden": set(),
         }
     return state
 
@@ -373,7 +380,7 @@ _ARGS_LINES = (
 #: leaves out the fields it begins (``fp16_full_eval=``, ``activation_checkpointing_kwargs=``, ...).
 _BLOCK_LINES: dict[str, str | None] = {
     "args": _ARGS_LINES,
-    "config": "|".join(re.escape(text) for text in ["}", *(f'"{key}"' for key in sorted(_SHAPE_KEYS))]),
+    "config": "|".join(re.escape(text) for text in ["}", *(f'"{key}"' for key in sorted(_CONFIG_KEYS))]),
     "metrics": None,
 }
 
@@ -411,7 +418,9 @@ def _read_block_line(run: RunBuilder, state: dict[str, Any], text: str, lineno: 
         _read_args_field(run, state, field[0], field[1], lineno)
         return True
     if block == "config":
-        if stripped.startswith("}"):
+        # json.dumps(indent=2): only the closing brace of the config itself is not indented; a nested
+        # object's (2021's gpt2 task_specific_params) is, and keys after it are the config's own
+        if text[:1] == "}":
             _close_block(run)
             return True
         item = _CONFIG_JSON.match(text)
@@ -454,7 +463,7 @@ def _read_metric(run: RunBuilder, name: str, value: str, lineno: int) -> None:
         if seconds is None:
             run.note(NAME, lineno, f"train_runtime not a duration: {value!r}")
         _set_final(run, name, seconds, value, lineno)
-    elif name == "train_samples_per_second":
+    elif name in ("train_samples_per_second", "train_steps_per_second"):
         _set_final(run, name, _number(value), value, lineno)
     run.saw(NAME)
 
@@ -489,15 +498,30 @@ def number_of(match: re.Match[str]) -> int | float:
 # --- model shape ---------------------------------------------------------------------------------
 
 
-def _read_shape(run: RunBuilder, key: str, raw: str, lineno: int) -> None:
-    fact = _SHAPE_KEYS.get(key)
-    if fact is None:
-        return  # most keys of a model config are not shape facts: their values need no reading
-    value = grammar.positive_int(raw.strip().strip("\"'"))
-    if value is None:
-        return
-    if fact == "seq_len" and _state(run).get("block_size_line"):
+def _read_shape(run: RunBuilder, key: str, raw: str, lineno: int, *, override: bool = False) -> None:
+    """One model-config key, from ``--config_overrides``/``Overriding config:`` (``override``) or from a
+    printed config. An overridden fact is not replaced by a printed config: run_clm builds the model from
+    the model type's default config plus the overrides, and the config printed after the override line is
+    the base one (the tokenizer loads the hub's ``gpt2`` config: n_embd 768, n_layer 12), while the keys
+    not overridden (vocab_size, n_positions) are the same in both."""
+    if key == "gradient_checkpointing":  # a config attribute in transformers < 4.11 (2021's GPT2Config)
+        fact, value = "activation_checkpointing", grammar.literal(raw.strip().strip("\"'"))
+        if not isinstance(value, bool):
+            return
+    else:
+        fact = _SHAPE_KEYS.get(key)
+        if fact is None:
+            return  # most keys of a model config are not shape facts: their values need no reading
+        value = grammar.positive_int(raw.strip().strip("\"'"))
+        if value is None:
+            return
+    state = _state(run)
+    if fact == "seq_len" and state.get("block_size_line"):
         return  # --block_size is the length trained on; n_positions only the longest possible
+    if override:
+        state["overridden"].add(fact)
+    elif fact in state["overridden"]:
+        return
     run.set_fact(fact, value, NAME, lineno)
     run.saw(NAME)
 
@@ -507,7 +531,7 @@ def _read_overrides(run: RunBuilder, overrides: str, lineno: int) -> None:
     for item in overrides.strip().strip("\"'").split(","):
         key, _, value = item.partition("=")
         if value:
-            _read_shape(run, key.strip(), value, lineno)
+            _read_shape(run, key.strip(), value, lineno, override=True)
 
 
 def _read_command_line(run: RunBuilder, text: str, lineno: int) -> None:
@@ -542,6 +566,66 @@ def _read_command_line(run: RunBuilder, text: str, lineno: int) -> None:
 def _switch_on(flags: dict[str, str], name: str) -> bool:
     """HfArgumentParser booleans: a bare ``--fp16`` or ``--fp16 true``."""
     return name in flags and flags[name].lower() in ("", "true", "1", "yes")
+
+
+# --- progress bar and world size ----------------------------------------------------------------
+
+#: an update of a tqdm bar without description (the Trainer's ``tqdm(total=max_steps)``):
+#: ``' 45%|████▌     | 450/1000 [1:02:30<1:16:23,  8.33s/it]'``. tqdm's ``format_meter`` writes
+#: ``| {n}/{total} [{elapsed}<{remaining}, {rate_fmt}{postfix}]``, the rate ``{rate:5.2f}it/s``, or
+#: ``{1/rate:5.2f}s/it`` when a step takes over a second; ``?it/s`` before the first step is no rate.
+_TRAINING_BAR = re.compile(r"\s*\d{1,3}%\|[^|]*\| *(\d+)/(\d+) \[[^\],]*, *(\d+\.\d+)(s/it|it/s)\]")
+#: the world size as launchers and DeepSpeed print it: ``dist_world_size=64`` (DeepSpeed's launcher),
+#: ``world_size=64`` (DeepSpeed's MPI discovery, torch elastic's workers), ``WORLD_SIZE=64`` (the
+#: environment, a ``set -x`` echo), torch elastic's ``global_world_sizes=[64, 64, ...]``; the look-behind
+#: keeps out a node's (``LOCAL_WORLD_SIZE``), a role's, the node count (``group_world_size``) and
+#: DeepSpeed's data-parallel ``dp_world_size``.
+_WORLD_SIZE = re.compile(
+    r"(?<!\w)(?:dist_world_size|world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)"
+)
+#: launchers whose ``--nnodes`` defaults to one node (torch.distributed.launch, torch.distributed.run).
+_TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")
+
+
+def _read_progress(run: RunBuilder, text: str, lineno: int) -> None:
+    """tqdm's rate of the training bar, the last update wins (its closing update shows the whole bar's
+    average). The training bar is the one whose total is the planned optimization steps (the banner's
+    ``Total optimization steps``, ``max_steps``), else the first bar: the Trainer opens it first, at
+    the start of training, and evaluation bars come later."""
+    bar = _TRAINING_BAR.match(text)
+    if bar is None:
+        return
+    total, rate = int(bar[2]), float(bar[3])
+    planned = run.facts.get("train_iters")
+    if total != (planned if planned else _state(run).setdefault("bar_total", total)) or rate <= 0:
+        return
+    run.set_fact("progress_sec_per_iter", rate if bar[4] == "s/it" else 1 / rate, NAME, lineno)
+
+
+def _read_world_size(run: RunBuilder, text: str, lineno: int) -> None:
+    """The GPU count from a launcher's or DeepSpeed's world size (a job's context, not HF evidence)."""
+    match = _WORLD_SIZE.search(text)
+    if match:
+        world = int(match[1] or match[2])
+        if world > 0:
+            run.set_fact("gpus", world, NAME, lineno)
+
+
+def _read_launcher(run: RunBuilder, text: str, lineno: int) -> None:
+    """``--nproc_per_node 4 --nnodes 16``: GPUs per node and nodes, and their product the GPU count. A
+    torch launcher's command line without ``--nnodes`` runs on one node (its default); a range
+    (``--nnodes 1:4``, elastic) or ``--nproc_per_node gpu`` is no count."""
+    flags = grammar.command_line_flags(text)
+    per_node = grammar.positive_int(flags.get("nproc_per_node") or flags.get("nproc-per-node") or "")
+    nodes = grammar.positive_int(flags.get("nnodes", ""))
+    if nodes is None and "nnodes" not in flags and any(name in text for name in _TORCH_LAUNCHERS):
+        nodes = 1
+    if per_node is not None:
+        run.set_fact("gpus_per_node", per_node, NAME, lineno)
+    if nodes is not None:
+        run.set_fact("nodes", nodes, NAME, lineno)
+    if per_node is not None and nodes is not None:
+        run.set_fact("gpus", per_node * nodes, NAME, lineno)
 
 
 # --- entry point ---------------------------------------------------------------------------------
@@ -582,6 +666,12 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         _read_overrides(run, text.split("Overriding config:", 1)[1], lineno)
     elif "--config_overrides" in text or "--per_device_train_batch_size" in text:
         _read_command_line(run, text, lineno)
+    if "--nproc" in text:
+        _read_launcher(run, text, lineno)
+    elif "orld_size" in text or "WORLD_SIZE=" in text:
+        _read_world_size(run, text, lineno)
+    if "it/s]" in text or "s/it]" in text:
+        _read_progress(run, text, lineno)
 
 
 def _read_banner(run: RunBuilder, label: str, value: int, lineno: int) -> None:
@@ -629,6 +719,15 @@ FAMILY = Family(
         "Total optimization steps",
         "Number of trainable parameters",
         "TrainOutput(global_step=",
+        # launch context: the GPU count (HF Trainer prints none; the banner's total batch gives DP only)
+        "--nproc_per_node",
+        "--nproc-per-node",
+        "world_size=",
+        "WORLD_SIZE=",
+        "global_world_sizes=",
+        # tqdm's training bar: its rate is the step time of a run whose final metrics are missing
+        "it/s]",
+        "s/it]",
     ),
     parse_line=parse_line,
     evidence=evidence,
