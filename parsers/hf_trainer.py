@@ -163,6 +163,8 @@ def _state(run: RunBuilder) -> dict[str, Any]:
             "args": {},
             "final_digits": {},
             "overridden": set(),
+            "bars": {},
+            "bar_last": None,
         }
     return state
 
@@ -273,6 +275,9 @@ def plain_dict(body: str) -> dict[str, Any] | None:
 
 
 def _read_logged(run: RunBuilder, logged: dict[str, Any], body: str, lineno: int) -> None:
+    state = _state(run)
+    if state["bar_last"] is not None and ("loss" in logged or "train_runtime" in logged):
+        state["dict_bar"] = state["bar_last"]
     if "train_runtime" in logged or "train_samples_per_second" in logged:
         for key in _FINAL_FACTS:
             if key in logged:
@@ -587,19 +592,35 @@ _WORLD_SIZE = re.compile(
 _TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")
 
 
-def _read_progress(run: RunBuilder, text: str, lineno: int) -> None:
-    """tqdm's rate of the training bar, the last update wins (its closing update shows the whole bar's
-    average). The training bar is the one whose total is the planned optimization steps (the banner's
-    ``Total optimization steps``, ``max_steps``), else the first bar: the Trainer opens it first, at
-    the start of training, and evaluation bars come later."""
+def _keep_progress(state: dict[str, Any], text: str, lineno: int) -> None:
+    """Keep the last update of each bar (by its total) for ``finish``: a bar prints an update per step or
+    tenth of a second, and only the last one is read (a few string operations each, no pattern)."""
+    head = text.partition(" [")[0]
+    total = state["bar_last"] = head[head.rfind("/") + 1 :]
+    state["bars"][total] = (text, lineno)
+
+
+def _training_bar_total(run: RunBuilder, state: dict[str, Any]) -> str | None:
+    """The total of the Trainer's bar: the planned optimization steps the Trainer stated (its banner's
+    ``Total optimization steps``, ``max_steps``: the bar is ``tqdm(total=max_steps)``), else the bar
+    updated last before a logged training dict (``ProgressCallback`` writes its dicts through that bar)."""
+    if run.provenance.get("train_iters", "").startswith(NAME + ":"):
+        return str(run.facts["train_iters"])
+    return state.get("dict_bar")
+
+
+def finish(run: RunBuilder) -> None:
+    """tqdm's rate of the training bar's last update (its closing update shows the whole bar's average);
+    a bar with a description is not the Trainer's."""
+    state = _state(run)
+    total = _training_bar_total(run, state)
+    if total is None or total not in state["bars"]:
+        return
+    text, lineno = state["bars"][total]
     bar = _TRAINING_BAR.match(text)
-    if bar is None:
-        return
-    total, rate = int(bar[2]), float(bar[3])
-    planned = run.facts.get("train_iters")
-    if total != (planned if planned else _state(run).setdefault("bar_total", total)) or rate <= 0:
-        return
-    run.set_fact("progress_sec_per_iter", rate if bar[4] == "s/it" else 1 / rate, NAME, lineno)
+    if bar is not None and bar[2] == total and float(bar[3]) > 0:
+        rate = float(bar[3])
+        run.set_fact("progress_sec_per_iter", rate if bar[4] == "s/it" else 1 / rate, NAME, lineno)
 
 
 def _read_world_size(run: RunBuilder, text: str, lineno: int) -> None:
@@ -635,6 +656,10 @@ def _read_launcher(run: RunBuilder, text: str, lineno: int) -> None:
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Read one line of HF Trainer output into ``run``; never raises."""
     state = _state(run)
+    if "it/s]" in text or "s/it]" in text:
+        _keep_progress(state, text, lineno)
+        if "%|" in text and "{'" not in text:
+            return  # a progress bar's update, nothing else
     # a block is read only while its capture is on: the reader ends every capture with its file, so a
     # block left open at the end of a job's .out does not read its .err (whose line numbers start again)
     if state["block"] is not None and NAME in run.capturing and _read_block_line(run, state, text, lineno):
@@ -670,8 +695,6 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         _read_launcher(run, text, lineno)
     elif "orld_size" in text or "WORLD_SIZE=" in text:
         _read_world_size(run, text, lineno)
-    if "it/s]" in text or "s/it]" in text:
-        _read_progress(run, text, lineno)
 
 
 def _read_banner(run: RunBuilder, label: str, value: int, lineno: int) -> None:
@@ -731,6 +754,7 @@ FAMILY = Family(
     ),
     parse_line=parse_line,
     evidence=evidence,
+    finish=finish,
     capture_patterns=tuple(lines for lines in _BLOCK_LINES.values() if lines is not None),
     description="HF Trainer: logged dicts, train metrics, TrainingArguments dump, --config_overrides shape",
 )

@@ -379,6 +379,27 @@ def test_tqdm_lines_that_are_not_the_training_bar_rate():
         ]
     )
     assert "progress_sec_per_iter" not in run.facts
+    # no planned steps stated: the training bar is the one updated last before a training dict (the
+    # Trainer's ProgressCallback writes its dicts through it), not another loop's bar before it
+    other = "  4%|▍         | 4/100 [00:01<00:29,  3.30it/s]"
+    run = feed_lines(
+        [
+            other,
+            " 33%|███▎      | 2/6 [00:02<00:05,  1.29s/it]",
+            "{'loss': 4.7, 'learning_rate': 5e-05, 'epoch': 0.5}",
+            "100%|██████████| 6/6 [00:07<00:00,  1.26s/it]",
+            other,
+        ]
+    )
+    assert (
+        run.facts["progress_sec_per_iter"] == 1.26
+        and run.provenance["progress_sec_per_iter"] == "hf-trainer:4"
+    )
+    # without a dict nor planned steps, no bar is known to be the Trainer's
+    assert (
+        "progress_sec_per_iter"
+        not in feed_lines([other, "100%|██████████| 6/6 [00:07<00:00,  1.26s/it]"]).facts
+    )
 
 
 def test_gpu_count_from_launchers_and_world_sizes():
