@@ -13,7 +13,13 @@ Formats read from transformers' own source (``trainer_callback.py``, ``trainer_p
   (older versions: the dataclass repr on one line).
 - ``***** Running training *****``: ``Instantaneous batch size per device = 8`` and friends.
 - The model shape: ``--config_overrides n_embd=...,n_layer=...`` on the echoed command line or
-  ``Overriding config: ...`` (run_clm), and the printed ``GPT2Config {...}`` JSON.
+  ``Overriding config: ...`` (run_clm), and the printed ``GPT2Config {...}`` JSON; an overridden key is
+  never replaced by a config printed later (2021's run_clm printed the tokenizer's base gpt2 config next).
+- tqdm's progress bar (``ProgressCallback``): `` 45%|████▌     | 450/1000 [1:02:30<1:16:23,  8.33s/it]``;
+  the last update of the training bar is read once the run's files are read (``finish``).
+- Launch context, for the GPU count (a Trainer prints none): ``--nproc_per_node 4 --nnodes 16``,
+  ``WORLD_SIZE=64``, DeepSpeed's launcher ``dist_world_size=64``, ``world_size=64``, torch elastic's
+  ``global_world_sizes=[...]``; these are no evidence of the HF Trainer.
 
 Dicts carry no step number: the n-th distinct training dict is step ``n * logging_steps``
 (``logging_steps`` from the TrainingArguments dump; step 1 first when ``logging_first_step``);
@@ -612,7 +618,9 @@ def _training_bar_total(run: RunBuilder, state: dict[str, Any]) -> str | None:
 def finish(run: RunBuilder) -> None:
     """tqdm's rate of the training bar's last update (its closing update shows the whole bar's average);
     a bar with a description is not the Trainer's."""
-    state = _state(run)
+    state = run.state.get(NAME)
+    if state is None:
+        return  # no line of this family: nothing kept
     total = _training_bar_total(run, state)
     if total is None or total not in state["bars"]:
         return

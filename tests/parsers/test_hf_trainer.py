@@ -402,6 +402,38 @@ def test_tqdm_lines_that_are_not_the_training_bar_rate():
     )
 
 
+_BAR_PIECES = (
+    "100",
+    "%|",
+    "█",
+    " ",
+    "|",
+    "6",
+    "/",
+    "0",
+    " [",
+    "00:07",
+    "<",
+    ", ",
+    "1.26",
+    "s/it",
+    "it/s",
+    "]",
+    "?",
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(joined(_BAR_PIECES, max_size=14), joined(_BAR_PIECES, max_size=14))
+def test_any_progress_text_is_kept_and_finished_without_an_error(bar, other):
+    # feed_lines calls finish: it must neither raise nor record a rate the training bar's pattern does not read
+    run = feed_lines(["  Total optimization steps = 6", other, bar, "{'loss': 4.7, 'epoch': 0.5}", bar])
+    assert run.state.get("parse_errors") is None
+    rate = run.facts.get("progress_sec_per_iter")
+    if rate is not None:
+        assert any(hf_trainer._TRAINING_BAR.match(text) for text in (bar, other)) and rate > 0
+
+
 def test_gpu_count_from_launchers_and_world_sizes():
     def gpus(line: str) -> tuple:
         facts = feed_lines([line]).facts
