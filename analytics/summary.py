@@ -3,9 +3,11 @@
 Steady state: the first ``warmup`` logged steps include start-up (compilation, allocator warm-up,
 pipeline fill), so seconds per iteration is the median of the logged steps after them (DESIGN.md
 "Warm-up"). Where a log has no per-step time, it comes from samples/s: DeepSpeed's per-step
-throughput (median after warm-up) or HF Trainer's final ``train_samples_per_second``; the
-``sec_per_iter_source`` column says which. DeepSpeed's flops profiler times one profiled
-micro-batch (its ``iter latency`` and ``samples/second``), not a step, so it is no source of them.
+throughput (median after warm-up) or HF Trainer's final ``train_samples_per_second`` (the seed's
+``glob_bs / samples_per_second``), else HF's ``train_runtime / steps``, ``1 / train_steps_per_second``
+or tqdm's rate of the training bar; the ``sec_per_iter_source`` column says which. DeepSpeed's flops
+profiler times one profiled micro-batch (its ``iter latency`` and ``samples/second``), not a step, so
+it is no source of them.
 
 MFU counts model FLOPs (PaLM's definition, no recomputed forward), HFU the hardware FLOPs of the
 run's activation checkpointing. A log's own TFLOP/s figure is shown beside logstat's, and a
@@ -95,7 +97,10 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
     from_final = formulas.sec_per_iter_from_samples(
         global_batch=gbs, samples_per_sec=_measured("final_samples_per_sec")
     )
-    sec_per_iter = pl.coalesce(from_elapsed, from_samples, from_final)
+    from_runtime, from_steps_rate, from_progress = _hf_step_time()
+    sec_per_iter = pl.coalesce(
+        from_elapsed, from_samples, from_final, from_runtime, from_steps_rate, from_progress
+    )
     source = (
         pl.when(from_elapsed.is_not_null())
         .then(
@@ -113,6 +118,12 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         )
         .when(from_final.is_not_null())
         .then(pl.lit("global batch / final train_samples_per_second"))
+        .when(from_runtime.is_not_null())
+        .then(pl.format("final train_runtime / {} steps", _hf_steps().cast(pl.Int64)))
+        .when(from_steps_rate.is_not_null())
+        .then(pl.lit("1 / final train_steps_per_second"))
+        .when(from_progress.is_not_null())
+        .then(pl.lit("tqdm rate of the training progress bar (last update)"))
         .when(pl.col("logged_steps") > 0)
         .then(
             pl.format(
@@ -292,6 +303,27 @@ def _megatron_tflops(checkpointing: bool) -> pl.Expr:
         sec_per_iter=pl.col("sec_per_iter"),
         gpus=_f("gpus"),
     )
+
+
+def _hf_steps() -> pl.Expr:
+    """The steps HF Trainer's final metrics cover: the step ``Trainer.train()`` returned, else the planned
+    ``max_steps`` (``speed_metrics`` is given ``max_steps`` as the step count)."""
+    return pl.coalesce(_f("final_steps"), _f("train_iters"))
+
+
+def _hf_step_time() -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    """Seconds per step of an HF Trainer run whose logged dicts carry no time: ``train_runtime / steps``,
+    ``1 / train_steps_per_second``, and tqdm's rate of the training bar, in that order of preference.
+
+    ``train_steps_per_second`` is ``steps / train_runtime`` rounded to 3 decimals (``speed_metrics``;
+    today's dicts print it ``.4g``): 0.007 for a 137 s step, so ``train_runtime / steps`` is preferred
+    where the steps are known and agree with it (a run resumed from a checkpoint timed fewer steps)."""
+    steps = _hf_steps()
+    runtime = _measured("final_train_runtime_s")
+    logged_rate = _measured("final_steps_per_sec")
+    agrees = logged_rate.is_null() | ((steps / runtime - logged_rate).abs() <= 0.0005 + 0.0005 * logged_rate)
+    from_runtime = pl.when((steps > 0) & agrees).then(runtime / steps)
+    return from_runtime, 1 / logged_rate, _measured("progress_sec_per_iter")
 
 
 def _by_checkpointing(build) -> pl.Expr:

@@ -37,6 +37,9 @@ class Family:
     """One line for ``--family`` help and error messages."""
     context: bool = False
     """True for launcher/cluster context (Slurm): such a family is never a run's primary family."""
+    finish: Callable[[RunBuilder], None] | None = None
+    """Called once after every file of a run was read: a family that kept a record for the end (the last
+    of many progress-bar updates, not worth reading each) reads it; never raises."""
     capture_patterns: tuple[str, ...] = ()
     """The regexes the family passes to ``RunBuilder.capture(lines=...)``: the reader searches each
     chunk for them ahead of time (a pattern not listed here is searched when asked for)."""

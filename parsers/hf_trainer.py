@@ -13,7 +13,13 @@ Formats read from transformers' own source (``trainer_callback.py``, ``trainer_p
   (older versions: the dataclass repr on one line).
 - ``***** Running training *****``: ``Instantaneous batch size per device = 8`` and friends.
 - The model shape: ``--config_overrides n_embd=...,n_layer=...`` on the echoed command line or
-  ``Overriding config: ...`` (run_clm), and the printed ``GPT2Config {...}`` JSON.
+  ``Overriding config: ...`` (run_clm), and the printed ``GPT2Config {...}`` JSON; an overridden key is
+  never replaced by a config printed later (2021's run_clm printed the tokenizer's base gpt2 config next).
+- tqdm's progress bar (``ProgressCallback``): `` 45%|████▌     | 450/1000 [1:02:30<1:16:23,  8.33s/it]``;
+  the last update of the training bar is read once the run's files are read (``finish``).
+- Launch context, for the GPU count (a Trainer prints none): ``--nproc_per_node 4 --nnodes 16``,
+  ``WORLD_SIZE=64``, DeepSpeed's launcher ``dist_world_size=64``, ``world_size=64``, torch elastic's
+  ``global_world_sizes=[...]``; these are no evidence of the HF Trainer.
 
 Dicts carry no step number: the n-th distinct training dict is step ``n * logging_steps``
 (``logging_steps`` from the TrainingArguments dump; step 1 first when ``logging_first_step``);
@@ -142,8 +148,14 @@ _SHAPE_KEYS = {
     "n_positions": "seq_len",
     "max_position_embeddings": "seq_len",
 }
+#: the model-config keys read (``_read_shape``): the shape, and 2021's ``gradient_checkpointing`` attribute.
+_CONFIG_KEYS = (*_SHAPE_KEYS, "gradient_checkpointing")
 #: final metrics (dict keys and train-metrics block keys) -> fact.
-_FINAL_FACTS = {"train_runtime": "final_train_runtime_s", "train_samples_per_second": "final_samples_per_sec"}
+_FINAL_FACTS = {
+    "train_runtime": "final_train_runtime_s",
+    "train_samples_per_second": "final_samples_per_sec",
+    "train_steps_per_second": "final_steps_per_sec",
+}
 
 
 def _state(run: RunBuilder) -> dict[str, Any]:
@@ -156,6 +168,9 @@ def _state(run: RunBuilder) -> dict[str, Any]:
             "logged": 0,
             "args": {},
             "final_digits": {},
+            "overridden": set(),
+            "bars": {},
+            "bar_last": None,
         }
     return state
 
@@ -266,6 +281,9 @@ def plain_dict(body: str) -> dict[str, Any] | None:
 
 
 def _read_logged(run: RunBuilder, logged: dict[str, Any], body: str, lineno: int) -> None:
+    state = _state(run)
+    if state["bar_last"] is not None and ("loss" in logged or "train_runtime" in logged):
+        state["dict_bar"] = state["bar_last"]
     if "train_runtime" in logged or "train_samples_per_second" in logged:
         for key in _FINAL_FACTS:
             if key in logged:
@@ -373,7 +391,7 @@ _ARGS_LINES = (
 #: leaves out the fields it begins (``fp16_full_eval=``, ``activation_checkpointing_kwargs=``, ...).
 _BLOCK_LINES: dict[str, str | None] = {
     "args": _ARGS_LINES,
-    "config": "|".join(re.escape(text) for text in ["}", *(f'"{key}"' for key in sorted(_SHAPE_KEYS))]),
+    "config": "|".join(re.escape(text) for text in ["}", *(f'"{key}"' for key in sorted(_CONFIG_KEYS))]),
     "metrics": None,
 }
 
@@ -411,7 +429,9 @@ def _read_block_line(run: RunBuilder, state: dict[str, Any], text: str, lineno: 
         _read_args_field(run, state, field[0], field[1], lineno)
         return True
     if block == "config":
-        if stripped.startswith("}"):
+        # json.dumps(indent=2): only the closing brace of the config itself is not indented; a nested
+        # object's (2021's gpt2 task_specific_params) is, and keys after it are the config's own
+        if text[:1] == "}":
             _close_block(run)
             return True
         item = _CONFIG_JSON.match(text)
@@ -454,7 +474,7 @@ def _read_metric(run: RunBuilder, name: str, value: str, lineno: int) -> None:
         if seconds is None:
             run.note(NAME, lineno, f"train_runtime not a duration: {value!r}")
         _set_final(run, name, seconds, value, lineno)
-    elif name == "train_samples_per_second":
+    elif name in ("train_samples_per_second", "train_steps_per_second"):
         _set_final(run, name, _number(value), value, lineno)
     run.saw(NAME)
 
@@ -489,15 +509,30 @@ def number_of(match: re.Match[str]) -> int | float:
 # --- model shape ---------------------------------------------------------------------------------
 
 
-def _read_shape(run: RunBuilder, key: str, raw: str, lineno: int) -> None:
-    fact = _SHAPE_KEYS.get(key)
-    if fact is None:
-        return  # most keys of a model config are not shape facts: their values need no reading
-    value = grammar.positive_int(raw.strip().strip("\"'"))
-    if value is None:
-        return
-    if fact == "seq_len" and _state(run).get("block_size_line"):
+def _read_shape(run: RunBuilder, key: str, raw: str, lineno: int, *, override: bool = False) -> None:
+    """One model-config key, from ``--config_overrides``/``Overriding config:`` (``override``) or from a
+    printed config. An overridden fact is not replaced by a printed config: run_clm builds the model from
+    the model type's default config plus the overrides, and the config printed after the override line is
+    the base one (the tokenizer loads the hub's ``gpt2`` config: n_embd 768, n_layer 12), while the keys
+    not overridden (vocab_size, n_positions) are the same in both."""
+    if key == "gradient_checkpointing":  # a config attribute in transformers < 4.11 (2021's GPT2Config)
+        fact, value = "activation_checkpointing", grammar.literal(raw.strip().strip("\"'"))
+        if not isinstance(value, bool):
+            return
+    else:
+        fact = _SHAPE_KEYS.get(key)
+        if fact is None:
+            return  # most keys of a model config are not shape facts: their values need no reading
+        value = grammar.positive_int(raw.strip().strip("\"'"))
+        if value is None:
+            return
+    state = _state(run)
+    if fact == "seq_len" and state.get("block_size_line"):
         return  # --block_size is the length trained on; n_positions only the longest possible
+    if override:
+        state["overridden"].add(fact)
+    elif fact in state["overridden"]:
+        return
     run.set_fact(fact, value, NAME, lineno)
     run.saw(NAME)
 
@@ -507,7 +542,7 @@ def _read_overrides(run: RunBuilder, overrides: str, lineno: int) -> None:
     for item in overrides.strip().strip("\"'").split(","):
         key, _, value = item.partition("=")
         if value:
-            _read_shape(run, key.strip(), value, lineno)
+            _read_shape(run, key.strip(), value, lineno, override=True)
 
 
 def _read_command_line(run: RunBuilder, text: str, lineno: int) -> None:
@@ -544,6 +579,84 @@ def _switch_on(flags: dict[str, str], name: str) -> bool:
     return name in flags and flags[name].lower() in ("", "true", "1", "yes")
 
 
+# --- progress bar and world size ----------------------------------------------------------------
+
+#: an update of a tqdm bar without description (the Trainer's ``tqdm(total=max_steps)``):
+#: ``' 45%|████▌     | 450/1000 [1:02:30<1:16:23,  8.33s/it]'``. tqdm's ``format_meter`` writes
+#: ``| {n}/{total} [{elapsed}<{remaining}, {rate_fmt}{postfix}]``, the rate ``{rate:5.2f}it/s``, or
+#: ``{1/rate:5.2f}s/it`` when a step takes over a second; ``?it/s`` before the first step is no rate.
+_TRAINING_BAR = re.compile(r"\s*\d{1,3}%\|[^|]*\| *(\d+)/(\d+) \[[^\],]*, *(\d+\.\d+)(s/it|it/s)\]")
+#: the world size as launchers and DeepSpeed print it: ``dist_world_size=64`` (DeepSpeed's launcher),
+#: ``world_size=64`` (DeepSpeed's MPI discovery, torch elastic's workers), ``WORLD_SIZE=64`` (the
+#: environment, a ``set -x`` echo), torch elastic's ``global_world_sizes=[64, 64, ...]``; the look-behind
+#: keeps out a node's (``LOCAL_WORLD_SIZE``), a role's, the node count (``group_world_size``) and
+#: DeepSpeed's data-parallel ``dp_world_size``.
+_WORLD_SIZE = re.compile(
+    r"(?<!\w)(?:dist_world_size|world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)"
+)
+#: launchers whose ``--nnodes`` defaults to one node (torch.distributed.launch, torch.distributed.run).
+_TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")
+
+
+def _keep_progress(state: dict[str, Any], text: str, lineno: int) -> None:
+    """Keep the last update of each bar (by its total) for ``finish``: a bar prints an update per step or
+    tenth of a second, and only the last one is read (a few string operations each, no pattern)."""
+    head = text.partition(" [")[0]
+    total = state["bar_last"] = head[head.rfind("/") + 1 :]
+    state["bars"][total] = (text, lineno)
+
+
+def _training_bar_total(run: RunBuilder, state: dict[str, Any]) -> str | None:
+    """The total of the Trainer's bar: the planned optimization steps the Trainer stated (its banner's
+    ``Total optimization steps``, ``max_steps``: the bar is ``tqdm(total=max_steps)``), else the bar
+    updated last before a logged training dict (``ProgressCallback`` writes its dicts through that bar)."""
+    if run.provenance.get("train_iters", "").startswith(NAME + ":"):
+        return str(run.facts["train_iters"])
+    return state.get("dict_bar")
+
+
+def finish(run: RunBuilder) -> None:
+    """tqdm's rate of the training bar's last update (its closing update shows the whole bar's average);
+    a bar with a description is not the Trainer's."""
+    state = run.state.get(NAME)
+    if state is None:
+        return  # no line of this family: nothing kept
+    total = _training_bar_total(run, state)
+    if total is None or total not in state["bars"]:
+        return
+    text, lineno = state["bars"][total]
+    bar = _TRAINING_BAR.match(text)
+    if bar is not None and bar[2] == total and float(bar[3]) > 0:
+        rate = float(bar[3])
+        run.set_fact("progress_sec_per_iter", rate if bar[4] == "s/it" else 1 / rate, NAME, lineno)
+
+
+def _read_world_size(run: RunBuilder, text: str, lineno: int) -> None:
+    """The GPU count from a launcher's or DeepSpeed's world size (a job's context, not HF evidence)."""
+    match = _WORLD_SIZE.search(text)
+    if match:
+        world = int(match[1] or match[2])
+        if world > 0:
+            run.set_fact("gpus", world, NAME, lineno)
+
+
+def _read_launcher(run: RunBuilder, text: str, lineno: int) -> None:
+    """``--nproc_per_node 4 --nnodes 16``: GPUs per node and nodes, and their product the GPU count. A
+    torch launcher's command line without ``--nnodes`` runs on one node (its default); a range
+    (``--nnodes 1:4``, elastic) or ``--nproc_per_node gpu`` is no count."""
+    flags = grammar.command_line_flags(text)
+    per_node = grammar.positive_int(flags.get("nproc_per_node") or flags.get("nproc-per-node") or "")
+    nodes = grammar.positive_int(flags.get("nnodes", ""))
+    if nodes is None and "nnodes" not in flags and any(name in text for name in _TORCH_LAUNCHERS):
+        nodes = 1
+    if per_node is not None:
+        run.set_fact("gpus_per_node", per_node, NAME, lineno)
+    if nodes is not None:
+        run.set_fact("nodes", nodes, NAME, lineno)
+    if per_node is not None and nodes is not None:
+        run.set_fact("gpus", per_node * nodes, NAME, lineno)
+
+
 # --- entry point ---------------------------------------------------------------------------------
 
 
@@ -551,6 +664,10 @@ def _switch_on(flags: dict[str, str], name: str) -> bool:
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Read one line of HF Trainer output into ``run``; never raises."""
     state = _state(run)
+    if "it/s]" in text or "s/it]" in text:
+        _keep_progress(state, text, lineno)
+        if "%|" in text and "{'" not in text:
+            return  # a progress bar's update, nothing else
     # a block is read only while its capture is on: the reader ends every capture with its file, so a
     # block left open at the end of a job's .out does not read its .err (whose line numbers start again)
     if state["block"] is not None and NAME in run.capturing and _read_block_line(run, state, text, lineno):
@@ -582,6 +699,10 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         _read_overrides(run, text.split("Overriding config:", 1)[1], lineno)
     elif "--config_overrides" in text or "--per_device_train_batch_size" in text:
         _read_command_line(run, text, lineno)
+    if "--nproc" in text:
+        _read_launcher(run, text, lineno)
+    elif "orld_size" in text or "WORLD_SIZE=" in text:
+        _read_world_size(run, text, lineno)
 
 
 def _read_banner(run: RunBuilder, label: str, value: int, lineno: int) -> None:
@@ -629,9 +750,19 @@ FAMILY = Family(
         "Total optimization steps",
         "Number of trainable parameters",
         "TrainOutput(global_step=",
+        # launch context: the GPU count (HF Trainer prints none; the banner's total batch gives DP only)
+        "--nproc_per_node",
+        "--nproc-per-node",
+        "world_size=",
+        "WORLD_SIZE=",
+        "global_world_sizes=",
+        # tqdm's training bar: its rate is the step time of a run whose final metrics are missing
+        "it/s]",
+        "s/it]",
     ),
     parse_line=parse_line,
     evidence=evidence,
+    finish=finish,
     capture_patterns=tuple(lines for lines in _BLOCK_LINES.values() if lines is not None),
     description="HF Trainer: logged dicts, train metrics, TrainingArguments dump, --config_overrides shape",
 )

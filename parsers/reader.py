@@ -142,6 +142,9 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
         fact_files.update(
             {name: str(path) for name, at in run.provenance.items() if stated_before.get(name) != at}
         )
+    for family in active:
+        if family.finish is not None:
+            family.finish(run)
     job_id = job_id_from_name(Path(files.key))
     if job_id:
         run.set_fact("job_id", job_id, "filename", 0)

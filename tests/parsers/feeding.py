@@ -18,6 +18,8 @@ def feed_file(family: Family, path: Path, run: RunBuilder | None = None) -> RunB
             for record in records(raw.decode("utf-8", "replace")):
                 if family.name in run.capturing or any(marker in record for marker in family.markers):
                     family.parse_line(record, lineno, run)
+    if family.finish is not None:
+        family.finish(run)
     return run
 
 
@@ -26,4 +28,6 @@ def feed_lines(family: Family, lines: Iterable[str], *, path: str = "lines") -> 
     run = RunBuilder(path=path)
     for lineno, line in enumerate(lines, 1):
         family.parse_line(line, lineno, run)
+    if family.finish is not None:
+        family.finish(run)
     return run

@@ -19,6 +19,10 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "hf_trainer"
 REAL = "hf_ds_gpt2_perf_n16_bs4-mbs8.out"
 PRINTER = FIXTURES / "hf_gpt2_tiny_printer_cpu.log"
 TQDM_DS = FIXTURES / "hf_gpt2_tiny_ds_zero2_2cpu.log"
+TORCHRUN_TQDM = FIXTURES / "hf_gpt2_tiny_torchrun_2cpu_tqdm.log"
+TORCHRUN_FAILED = FIXTURES / "hf_gpt2_tiny_torchrun_2cpu_failed.log"
+CONSTRUCTED_25B = FIXTURES / "constructed_hf_ds_gpt2_max_size_n4_25b.out"
+DS_LAUNCHER = FIXTURES.parent / "failures" / "deepspeed-launcher-sigkill-3004.out"
 
 
 def feed(path: Path, run: RunBuilder | None = None) -> RunBuilder:
@@ -294,3 +298,175 @@ def test_the_args_block_leaves_out_fields_that_only_begin_with_a_read_name():
     assert wanted.search("fp16=False,") and wanted.search("  activation_checkpointing=True,")
     assert not wanted.search("fp16_full_eval=False,")
     assert not wanted.search("activation_checkpointing_kwargs=None,")
+
+
+def _line(path: Path, number: int) -> str:
+    return path.read_text(encoding="utf-8").splitlines()[number - 1]
+
+
+def test_2021_config_override_wins_over_the_base_gpt2_config_printed_after_it():
+    run = feed(CONSTRUCTED_25B)
+    facts = run.facts
+    # grep -n "Overriding config" -> 29..32 (one per node): "n_embd=7168,n_head=32,n_layer=40,n_positions=1024,
+    # gradient_checkpointing=true,use_cache=False"; then each node's tokenizer loads the hub's gpt2 config:
+    # grep -n '"n_embd"\|"n_layer"\|"gradient_checkpointing"' -> 768, 12, false (lines 43-50, ... 157-164)
+    assert (facts["hidden_size"], facts["num_layers"], facts["num_heads"], facts["seq_len"]) == (
+        7168,
+        40,
+        32,
+        1024,
+    )
+    assert run.provenance["hidden_size"] == run.provenance["num_layers"] == "hf-trainer:32"
+    assert (
+        facts["activation_checkpointing"] is True
+        and run.provenance["activation_checkpointing"] == "hf-trainer:32"
+    )
+    # not overridden: read from the printed config, after its nested task_specific_params object
+    # (grep -n '"vocab_size"' -> 68, 106, 144, 182)
+    assert facts["vocab_size"] == 50257 and run.provenance["vocab_size"] == "hf-trainer:182"
+    # the banner (grep -n "Total optimization steps" -> 384..387) and the final dicts (388..391)
+    assert facts["train_iters"] == 2 and facts["final_steps_per_sec"] == 0.017
+    assert hf_trainer.NAME not in run.capturing and run.state.get("parse_errors") is None
+
+
+def test_a_printed_config_without_override_is_the_model_and_a_later_override_replaces_it():
+    block = ["Model config GPT2Config {", '  "n_embd": 768,', '  "n_layer": 12,', "}", ""]
+    run = feed_lines(block)
+    assert (run.facts["hidden_size"], run.facts["num_layers"]) == (768, 12)
+    run = feed_lines([*block, "Overriding config: n_embd=1024,n_layer=24"])
+    assert (run.facts["hidden_size"], run.facts["num_layers"]) == (1024, 24)
+    assert run.provenance["hidden_size"] == "hf-trainer:6"
+
+
+def test_train_steps_per_second_is_a_final_fact():
+    # 2021: {'train_runtime': 273.0148, 'train_samples_per_second': 3.663, 'train_steps_per_second': 0.007, ...} (581)
+    assert feed(FIXTURES / REAL).facts["final_steps_per_sec"] == 0.007
+    # today: the dict's '0.692' (line 119) and the block's "train_steps_per_second   =      0.692" (3 digits each):
+    # the first stays
+    run = feed(TORCHRUN_TQDM)
+    assert (
+        run.facts["final_steps_per_sec"] == 0.692
+        and run.provenance["final_steps_per_sec"] == "hf-trainer:119"
+    )
+
+
+def test_tqdm_rate_of_the_training_bar_last_update_wins():
+    # s/it (steps over a second): sed -n 120p | tr '\r' '\n' -> "100%|██████████| 6/6 [00:08<00:00,  1.44s/it]" last,
+    # the bar's closing update; the evaluation bar after it (128: "3/3 [00:00<00:00, 118.68it/s]") is another total
+    run = feed(TORCHRUN_TQDM)
+    assert run.facts["progress_sec_per_iter"] == 1.44
+    assert run.provenance["progress_sec_per_iter"] == "hf-trainer:120"
+    # it/s: sed -n 358p -> "100%|██████████| 6/6 [00:01<00:00,  4.22it/s]" last; the planned 6 steps from the banner
+    run = feed(TQDM_DS)
+    assert run.facts["progress_sec_per_iter"] == pytest.approx(1 / 4.22)
+    assert run.provenance["progress_sec_per_iter"] == "hf-trainer:358"
+    # a run that failed at step 4: its bar's last update (127) " 50%|█████     | 3/6 [00:05<00:05,  1.90s/it]"
+    run = feed(TORCHRUN_FAILED)
+    assert (
+        run.facts["progress_sec_per_iter"] == 1.9
+        and run.provenance["progress_sec_per_iter"] == "hf-trainer:127"
+    )
+
+
+def test_tqdm_lines_that_are_not_the_training_bar_rate():
+    run = feed_lines(
+        [
+            "  Total optimization steps = 6",
+            "  0%|          | 0/6 [00:00<?, ?it/s]",  # no rate yet
+            "Map: 100%|██████████| 64/64 [00:00<00:00, 5063.59 examples/s]",  # datasets' bar: a description
+            "Downloading: 100%|██████████| 6/6 [00:00<00:00, 4.35it/s]",  # a description: not the Trainer's
+            "100%|██████████| 3/3 [00:00<00:00, 118.68it/s]",  # evaluation: 3 batches, not the 6 planned steps
+        ]
+    )
+    assert "progress_sec_per_iter" not in run.facts
+    # no planned steps stated: the training bar is the one updated last before a training dict (the
+    # Trainer's ProgressCallback writes its dicts through it), not another loop's bar before it
+    other = "  4%|▍         | 4/100 [00:01<00:29,  3.30it/s]"
+    run = feed_lines(
+        [
+            other,
+            " 33%|███▎      | 2/6 [00:02<00:05,  1.29s/it]",
+            "{'loss': 4.7, 'learning_rate': 5e-05, 'epoch': 0.5}",
+            "100%|██████████| 6/6 [00:07<00:00,  1.26s/it]",
+            other,
+        ]
+    )
+    assert (
+        run.facts["progress_sec_per_iter"] == 1.26
+        and run.provenance["progress_sec_per_iter"] == "hf-trainer:4"
+    )
+    # without a dict nor planned steps, no bar is known to be the Trainer's
+    assert (
+        "progress_sec_per_iter"
+        not in feed_lines([other, "100%|██████████| 6/6 [00:07<00:00,  1.26s/it]"]).facts
+    )
+
+
+_BAR_PIECES = (
+    "100",
+    "%|",
+    "█",
+    " ",
+    "|",
+    "6",
+    "/",
+    "0",
+    " [",
+    "00:07",
+    "<",
+    ", ",
+    "1.26",
+    "s/it",
+    "it/s",
+    "]",
+    "?",
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(joined(_BAR_PIECES, max_size=14), joined(_BAR_PIECES, max_size=14))
+def test_any_progress_text_is_kept_and_finished_without_an_error(bar, other):
+    # feed_lines calls finish: it must neither raise nor record a rate the training bar's pattern does not read
+    run = feed_lines(["  Total optimization steps = 6", other, bar, "{'loss': 4.7, 'epoch': 0.5}", bar])
+    assert run.state.get("parse_errors") is None
+    rate = run.facts.get("progress_sec_per_iter")
+    if rate is not None:
+        assert any(hf_trainer._TRAINING_BAR.match(text) for text in (bar, other)) and rate > 0
+
+
+def test_gpu_count_from_launchers_and_world_sizes():
+    def gpus(line: str) -> tuple:
+        facts = feed_lines([line]).facts
+        return facts.get("gpus"), facts.get("nodes"), facts.get("gpus_per_node")
+
+    # set -x echo of torch.distributed.run (line 3), with --nnodes, and without it (its default is one node)
+    assert gpus(_line(TORCHRUN_TQDM, 3)) == (2, 1, 2)
+    assert gpus(_line(TORCHRUN_FAILED, 5)) == (2, 1, 2)
+    # "+ export WORLD_SIZE=2" (set -x), torch elastic's "  global_world_sizes=[2, 2]", DeepSpeed's launcher
+    assert gpus(_line(TORCHRUN_FAILED, 3))[0] == 2
+    assert gpus(_line(TORCHRUN_TQDM, 39))[0] == 2
+    assert gpus(_line(DS_LAUNCHER, 4))[0] == 2  # "[INFO] [launch.py:170:main] dist_world_size=2"
+    # DeepSpeed's comm.py mpi_discovery format, and the 2021 torch.distributed.launch flags with '='
+    line = "Discovered MPI settings of world_rank=0, local_rank=0, world_size=64, master_addr=10.0.0.1, master_port=29500"
+    assert gpus(line)[0] == 64
+    assert gpus(
+        "python -u -m torch.distributed.launch --nproc_per_node=4 --nnodes=16 --node_rank 3 run_clm.py"
+    ) == (
+        64,
+        16,
+        4,
+    )
+    # a node's, a role's, the node count (elastic's "  group_world_size=1", line 34), DP: no GPU count
+    for line in (
+        _line(TORCHRUN_TQDM, 34),
+        "LOCAL_WORLD_SIZE=4",
+        "role_world_size=8",
+        "\t self.dp_world_size=2",
+        "torchrun --nproc_per_node gpu --nnodes 1:4 train.py",  # elastic range, "as many as GPUs"
+    ):
+        assert gpus(line)[0] is None, line
+    # the whole file: the launcher, then elastic's rendezvous (line 39), the later statement recorded
+    run = feed(TORCHRUN_TQDM)
+    assert run.facts["gpus"] == 2 and run.provenance["gpus"] == "hf-trainer:39"
+    # launch context is no evidence of the HF Trainer (a Megatron job has launchers too)
+    assert feed_lines([_line(TORCHRUN_TQDM, 3), _line(TORCHRUN_TQDM, 39)]).families_seen == {}

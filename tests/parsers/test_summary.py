@@ -65,6 +65,30 @@ def test_sec_per_iter_from_deepspeed_samples_and_hf_final_metrics():
     assert row["iterations"] == 0
 
 
+def test_hf_step_time_without_a_global_batch_runtime_per_step_then_steps_per_second_then_tqdm():
+    no_steps = iterations("other", elapsed_ms=[1.0])
+    # speed_metrics: train_steps_per_second = round(steps / runtime, 3); 6 / 8.669 = 0.692
+    hf = {"path": "hf", "final_train_runtime_s": 8.669, "final_steps_per_sec": 0.692, "train_iters": 6}
+    row = one(runs(hf), no_steps)
+    assert row["sec_per_iter"] == pytest.approx(8.669 / 6)
+    assert row["sec_per_iter_source"] == "final train_runtime / 6 steps"
+    # TrainOutput's global_step, when printed, is the step count before max_steps
+    row = one(runs(dict(hf, final_steps=6, train_iters=60)), no_steps)
+    assert row["sec_per_iter"] == pytest.approx(8.669 / 6)
+    # a resumed run timed fewer steps than planned: 60 / 8.669 = 6.92 is no 0.692, so 1 / 0.692
+    row = one(runs(dict(hf, train_iters=60)), no_steps)
+    assert row["sec_per_iter"] == pytest.approx(1 / 0.692)
+    assert row["sec_per_iter_source"] == "1 / final train_steps_per_second"
+    # no final metrics (the run failed): tqdm's last rate
+    failed = {"path": "hf", "progress_sec_per_iter": 1.9, "train_iters": 6}
+    row = one(runs(failed), no_steps)
+    assert row["sec_per_iter"] == 1.9
+    assert row["sec_per_iter_source"] == "tqdm rate of the training progress bar (last update)"
+    # the seed's glob_bs / samples_per_second stays first when the global batch is known
+    row = one(runs(dict(hf, global_batch_size=96, final_samples_per_sec=11.07)), no_steps)
+    assert row["sec_per_iter"] == pytest.approx(96 / 11.07)
+
+
 def test_tflops_factor_follows_activation_checkpointing_and_is_null_when_unknown():
     base = {"path": "a", "gpus": 64, "global_batch_size": 1024, **SHAPE_52B}
     its = iterations("a", elapsed_ms=[1.0, 129000.0])
