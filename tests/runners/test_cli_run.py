@@ -198,3 +198,59 @@ def test_local_run_of_the_tiny_hf_zero3_spec(tmp_path):
     assert "train batch size: 8 | micro batch size per gpu: 2 | gradient accumulation steps: 2" in log
     assert "partitioned: True" in log
     assert json.loads((run_dir / "manifest.json").read_text())["exit_code"] == 0
+
+
+def processes_in(directory: Path) -> list[int]:
+    """Pids of this user's processes whose working directory is ``directory`` (a local run's launcher
+    and workers run in the run directory)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if Path(os.readlink(entry / "cwd")) == directory:
+                    found.append(int(entry.name))
+            except OSError:
+                continue  # gone, or not ours
+    return found
+
+
+def is_worker(pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"torch.distributed.run" not in argv and b"logstat.runners.entrypoints.ddp_powersgd" in argv
+
+
+@pytest.mark.slow
+def test_a_local_run_whose_worker_dies_exits_non_zero(tmp_path):
+    """A worker killed mid-run (as by the OOM killer): logstat exits non-zero, so make's `&&` stops."""
+    import signal
+    import time
+
+    command = [str(LOGSTAT), "run", "gpt2-tiny-ddp-powersgd", "--backend", "local", "--set", "steps=100000"]
+    started = subprocess.Popen(command, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    spec_dir = tmp_path / "runs" / "gpt2-tiny-ddp-powersgd"
+    run_dir = None
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            logs = list(spec_dir.glob("*/train.log"))
+            if logs and " iteration " in logs[0].read_text():
+                run_dir = logs[0].parent
+                break
+            time.sleep(0.5)
+        assert run_dir is not None, "the run never logged an iteration"
+        worker = next(pid for pid in processes_in(run_dir) if is_worker(pid))
+        os.kill(worker, signal.SIGKILL)
+        stdout, _ = started.communicate(timeout=120)
+    finally:
+        if started.poll() is None:
+            started.kill()
+        for pid in processes_in(run_dir) if run_dir else []:
+            os.kill(pid, signal.SIGKILL)
+    assert started.returncode != 0
+    assert stdout.strip() == str(run_dir)  # the run directory is still named, for the log
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["exit_code"] not in (0, None)
