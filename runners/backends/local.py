@@ -53,6 +53,7 @@ def preflight(run: RenderedRun) -> None:
                 f"cluster.gpus_per_node={spec.cluster.gpus_per_node} but this host has {gpus} GPU(s)"
             )
         return
+    _refuse_precision_deepspeed_cpu_lacks(run)
     needed_gib = cpu_model_state_gib(run)
     available_gib = available_memory_gib()
     if available_gib is not None and needed_gib > CPU_MEMORY_SHARE * available_gib:
@@ -61,6 +62,42 @@ def preflight(run: RenderedRun) -> None:
             f"processes; this host has {available_gib:.1f} GiB available (at most {CPU_MEMORY_SHARE:.0%} "
             f"usable): too big to run on CPU{tiny}"
         )
+
+
+def _refuse_precision_deepspeed_cpu_lacks(run: RenderedRun) -> None:
+    """A DeepSpeed stack on CPU runs on DeepSpeed's CPU accelerator: refuse a half precision it lacks
+    (its fp16 needs oneDNN fp16 support), which would otherwise fail in every worker after start-up."""
+    precision = run.spec.train.precision
+    if run.deepspeed_config is None or precision not in ("fp16", "bf16"):
+        return
+    if deepspeed_cpu_supports(precision, python=run.python) is False:
+        raise LogstatError(
+            f"train.precision={precision!r}: DeepSpeed's CPU accelerator (this host has no CUDA GPU) "
+            f"does not support {precision} here; use train.precision=fp32, or a GPU host"
+        )
+
+
+def deepspeed_cpu_supports(precision: str, *, python: str) -> bool | None:
+    """DeepSpeed's CPU accelerator's own answer (``is_fp16_supported()``/``is_bf16_supported()``),
+    asked in a child process as the run's workers will be (importing deepspeed here would fix this
+    process's accelerator and print its banner); None when it cannot be asked."""
+    code = (
+        "from deepspeed.accelerator import get_accelerator; "
+        f"print(bool(get_accelerator().is_{precision}_supported()))"
+    )
+    try:
+        done = subprocess.run(
+            [python, "-c", code],
+            env={**os.environ, "DS_ACCELERATOR": "cpu"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    answer = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
+    return {"True": True, "False": False}.get(answer[0]) if answer else None
 
 
 def launch(run: RenderedRun, *, wait: bool = True, echo: Callable[[str], None] = stderr_echo) -> LaunchResult:

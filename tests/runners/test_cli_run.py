@@ -254,3 +254,21 @@ def test_a_local_run_whose_worker_dies_exits_non_zero(tmp_path):
     assert stdout.strip() == str(run_dir)  # the run directory is still named, for the log
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["exit_code"] not in (0, None)
+
+
+def test_local_refuses_fp16_that_deepspeeds_cpu_accelerator_lacks(tmp_path):
+    """On CPU, DeepSpeed runs on its CPU accelerator; fp16 there needs oneDNN fp16 support. A spec asking
+    for it is refused before a run directory exists, naming the field (it used to fail in every worker)."""
+    if cuda_available():
+        pytest.skip("this host has CUDA")
+    from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
+
+    if CPU_Accelerator().is_fp16_supported():
+        pytest.skip("DeepSpeed's CPU accelerator supports fp16 on this host")
+    done = logstat(
+        "run", "gpt2-tiny-hf-zero3", "--backend", "local", "--set", "train.precision=fp16", cwd=tmp_path
+    )
+    line = one_line_error(done)
+    assert line.startswith("Error: train.precision='fp16': DeepSpeed's CPU accelerator")
+    assert "use train.precision=fp32" in line
+    assert list(tmp_path.iterdir()) == []
