@@ -158,6 +158,8 @@ class EstimateSpec:
 
     tflops_per_gpu: float | None = None
     """Achieved TFLOPs/GPU to assume for the days estimate (e.g. the seed's measured 52.8)."""
+    sec_per_iter: float | None = None
+    """Or the measured/assumed seconds per iteration (one global batch); give one of the two."""
     tokens: float = 100e9
     """Tokens the days estimate is for (seed 000 reports days for 100B tokens)."""
 

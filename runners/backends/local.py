@@ -53,7 +53,6 @@ def preflight(run: RenderedRun) -> None:
                 f"cluster.gpus_per_node={spec.cluster.gpus_per_node} but this host has {gpus} GPU(s)"
             )
         return
-    _refuse_precision_deepspeed_cpu_lacks(run)
     needed_gib = cpu_model_state_gib(run)
     available_gib = available_memory_gib()
     if available_gib is not None and needed_gib > CPU_MEMORY_SHARE * available_gib:
@@ -62,6 +61,7 @@ def preflight(run: RenderedRun) -> None:
             f"processes; this host has {available_gib:.1f} GiB available (at most {CPU_MEMORY_SHARE:.0%} "
             f"usable): too big to run on CPU{tiny}"
         )
+    _refuse_precision_deepspeed_cpu_lacks(run)
 
 
 def _refuse_precision_deepspeed_cpu_lacks(run: RenderedRun) -> None:
@@ -160,7 +160,7 @@ def cuda_device_count() -> int:
 
 
 def cpu_model_state_gib(run: RenderedRun) -> float:
-    """Model-state memory of all processes of a CPU run (GiB): ZeRO's 16 bytes/param accounting.
+    """Model-state memory of all processes of a CPU run (GiB), by the spec's optimizer and precision.
 
     formulas.zero_model_state_memory per process (its TP*PP share, partitioned over DP by the
     ZeRO stage; what offload moves to "CPU" is on this host too), times the processes.
