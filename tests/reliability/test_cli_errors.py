@@ -96,6 +96,9 @@ CASES: dict[str, tuple[list[str], str]] = {
         "estimate.tflops_per_gpu=inf",
     ),
     "run-nan-tokens": (["run", SPEC, "--set", "estimate.tokens=nan", "--dry-run"], "estimate.tokens=nan"),
+    "rerun-missing-run": (["rerun", "{tmp}/nope", "--dry-run"], "nope"),
+    "rerun-not-a-run-dir": (["rerun", "{tmp}/empty", "--dry-run"], "not a run directory"),
+    "rerun-run-dir-without-backend": (["rerun", "{tmp}/listed"], "not an object"),
     "status-missing-dir": (["status", "{tmp}/nope"], "nope"),
     "status-missing-runs-root": (["status", "--runs-root", "{tmp}/nope"], "--runs-root"),
     "status-not-a-run-dir": (["status", "{tmp}/empty"], "empty"),
@@ -128,6 +131,7 @@ def workdir(tmp_path, monkeypatch) -> Path:
     for name, manifest in (("listed", "[1, 2]"), ("injected", '{"slurm_job_id": "12; touch PWNED"}')):
         (tmp_path / name).mkdir()
         (tmp_path / name / "manifest.json").write_text(manifest)
+    (tmp_path / "listed" / "spec.toml").write_text('name = "x"\n')
     (tmp_path / "notes.md").write_text("# Notes\n\nNo table here.\n")
     (tmp_path / "charts").mkdir()
     (tmp_path / "charts" / "loss.html").write_text("mine\n")
