@@ -2,8 +2,10 @@
 
 :func:`check` collects every problem at once (a user fixes them in one go); :func:`validate`
 raises them as one :class:`SpecError` and returns the warnings. :func:`estimate` gives the
-numbers printed with a plan: parameters, model-state memory per GPU, pipeline efficiency and,
-given an assumed TFLOPs/GPU, days to train the spec's token budget.
+numbers of a plan: parameters, model-state memory per GPU (by optimizer and precision), pipeline
+efficiency and, given an assumed TFLOPs/GPU or seconds per iteration, TFLOPs, MFU, run time and
+days to train the spec's token budget. These two are the one planner: ``logstat run``, ``logstat
+estimate`` and sweeps all go through them.
 """
 
 from __future__ import annotations

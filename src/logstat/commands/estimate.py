@@ -8,8 +8,8 @@ import click
 
 from logstat.errors import LogstatError
 
-#: option -> (spec field it sets, how its value is written for --set); the defaults without SPEC are
-#: those of logstat.analytics.estimate.BASE_SPEC.
+#: option -> the spec field it sets (as a --set override); without SPEC the fields not given keep
+#: the values of logstat.analytics.estimate.BASE_SPEC.
 FIELDS = {
     "seq_len": "model.seq_len",
     "vocab": "model.vocab_size",
