@@ -137,6 +137,74 @@ def megatron_training_days(*, tokens: float, params: float, gpus: int, tflops_pe
 FP16_PARAM_BYTES = 2
 FP16_GRAD_BYTES = 2
 ADAM_FP32_STATE_BYTES = 12  # fp32 master weights, momentum and variance
+FP32_BYTES = 4
+#: Optimizers by their fp32 states per parameter: (keeps a momentum, keeps a full second moment).
+#: Adam/AdamW: momentum and variance (Kingma & Ba 2015; Loshchilov & Hutter 2019); SGD: a momentum
+#: buffer (Megatron's --sgd-momentum 0.9); Adafactor: no momentum (beta1 = 0, Shazeer & Stern 2018
+#: section 5, torch.optim.Adafactor) and a *factored* second moment, counted by the caller.
+OPTIMIZER_STATES = {
+    "adam": (True, True),
+    "adamw": (True, True),
+    "sgd": (True, False),
+    "adafactor": (False, False),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelStateBytes:
+    """Bytes per parameter of each model state ZeRO partitions (stage 3, 2, 1 in this order)."""
+
+    weights: float
+    """The weights the forward pass uses (2 in fp16/bf16, 4 in fp32)."""
+    grads: float
+    """Their gradients (same precision as the weights)."""
+    optimizer: float
+    """Everything the optimizer keeps: ZeRO's K (12 for mixed-precision Adam)."""
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer
+
+
+def model_state_bytes_per_param(
+    *, optimizer: str, mixed_precision: bool, factored_second_moment_per_param: float = 0.0
+) -> ModelStateBytes:
+    """Bytes per parameter of weights, gradients and optimizer states, by optimizer and precision.
+
+    Mixed precision (fp16/bf16) keeps 2-byte weights and gradients and an fp32 master copy of the
+    weights in the optimizer (Rajbhandari et al. 2020, section 3.1: Adam's K = 4 + 4 + 4 = 12, 16
+    bytes/param in all); fp32 training keeps 4-byte weights and gradients and no master copy. The
+    optimizer adds 4 bytes per fp32 state element: Adam/AdamW 4 + 4 (momentum, variance), SGD with
+    momentum 4 (2 + 2 + 4 + 4 = 12 mixed), Adafactor (Shazeer & Stern 2018, "Adafactor: Adaptive
+    Learning Rates with Sublinear Memory Cost") only its factored second moment, rows + cols per
+    matrix instead of rows * cols: ``factored_second_moment_per_param`` is that element count over
+    the parameters (see :func:`gpt2_adafactor_second_moment_elements`), so mixed-precision Adafactor
+    is 2 + 2 + 4 + O((rows+cols)/(rows*cols)).
+    """
+    if optimizer not in OPTIMIZER_STATES:
+        raise ValueError(f"optimizer={optimizer!r} is unknown; known: {', '.join(OPTIMIZER_STATES)}")
+    momentum, full_second_moment = OPTIMIZER_STATES[optimizer]
+    second_moment = 1.0 if full_second_moment else factored_second_moment_per_param
+    master = 1 if mixed_precision else 0
+    weight_bytes = FP16_PARAM_BYTES if mixed_precision else FP32_BYTES
+    return ModelStateBytes(
+        weights=weight_bytes,
+        grads=weight_bytes,
+        optimizer=FP32_BYTES * (master + momentum + second_moment),
+    )
+
+
+def gpt2_adafactor_second_moment_elements(*, hidden: int, layers: int, vocab: int, seq_len: int) -> int:
+    """Adafactor's second-moment elements for a GPT-2 (:func:`gpt2_params` shapes): ``29*l*h + v + s + 4h``.
+
+    torch.optim.Adafactor (Shazeer & Stern 2018, algorithm 4) keeps a row and a column factor
+    (rows + cols elements) for every tensor of 2 or more dimensions and a full variance for vectors.
+    Matrices (transformers' GPT2 Conv1D shapes): per layer (h, 3h), (h, h), (h, 4h), (4h, h) -> 16h;
+    token (v, h) and position (s, h) embeddings -> v + s + 2h. Vectors: per layer 13h (biases and
+    layer norms), final layer norm 2h.
+    """
+    h = hidden
+    return layers * (16 * h + 13 * h) + (vocab + h) + (seq_len + h) + 2 * h
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,23 +212,31 @@ class ZeroMemory:
     """Model-state memory of one GPU (and what offload keeps on the host instead)."""
 
     gpu_bytes: float
-    """fp16 parameters, fp16 gradients and Adam states held on the GPU."""
+    """Weights, gradients and optimizer states held on the GPU."""
     cpu_bytes: float
     """The part moved to CPU memory by optimizer/parameter offload."""
 
 
 def zero_model_state_memory(
-    *, params: float, dp: int, stage: int, offload_optimizer: bool = False, offload_param: bool = False
+    *,
+    params: float,
+    dp: int,
+    stage: int,
+    state_bytes: ModelStateBytes,
+    offload_optimizer: bool = False,
+    offload_param: bool = False,
 ) -> ZeroMemory:
-    """Model-state bytes per GPU under ZeRO with mixed-precision Adam (16 bytes/parameter).
+    """Model-state bytes per GPU under ZeRO, given the bytes per parameter of each state.
 
     ``params`` is Ψ held by this GPU's model-parallel rank (the model's count / (TP*PP)), ``dp``
-    is N, the data-parallel degree ZeRO partitions over. Stage 0: 16Ψ; stage 1 (optimizer states
-    partitioned): 4Ψ + 12Ψ/N; stage 2 (+ gradients): 2Ψ + 14Ψ/N; stage 3 (+ parameters): 16Ψ/N.
-    Optimizer offload moves the 12-bytes optimizer part to CPU (ZeRO-Offload, stages 1-3);
-    parameter offload moves the fp16 parameter partition too (ZeRO-Infinity, stage 3 only).
-    Activations and buffers are not counted. Source: Rajbhandari et al. 2020, figure 1;
-    shared DESIGN.md "ZeRO model-state memory"; seeds/002_deepspeed_notes.md (16 bytes/param).
+    is N, the data-parallel degree ZeRO partitions over; ``state_bytes`` the weights' (W), the
+    gradients' (G) and the optimizer's (K) bytes per parameter (:func:`model_state_bytes_per_param`).
+    Stage 0: (W+G+K)Ψ; stage 1 (optimizer states partitioned): (W+G)Ψ + KΨ/N; stage 2
+    (+ gradients): WΨ + (G+K)Ψ/N; stage 3 (+ weights): (W+G+K)Ψ/N. With mixed-precision Adam
+    (W=2, G=2, K=12): 16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N. Optimizer offload moves the K part to CPU
+    (ZeRO-Offload, stages 1-3); parameter offload moves the weight partition too (ZeRO-Infinity,
+    stage 3 only). Activations and buffers are not counted. Source: Rajbhandari et al. 2020,
+    figure 1 and section 3.1; shared DESIGN.md "ZeRO model-state memory"; seeds/002_deepspeed_notes.md.
     """
     if stage not in (0, 1, 2, 3):
         raise ValueError(f"zero stage={stage} must be 0, 1, 2 or 3")
@@ -169,8 +245,8 @@ def zero_model_state_memory(
     if offload_param and stage != 3:
         raise ValueError(f"offload_param needs zero stage 3, not {stage} (DeepSpeed's ZeRO-Infinity)")
     n = dp
-    param_b = FP16_PARAM_BYTES * params / (n if stage >= 3 else 1)
-    grad_b = FP16_GRAD_BYTES * params / (n if stage >= 2 else 1)
-    optim_b = ADAM_FP32_STATE_BYTES * params / (n if stage >= 1 else 1)
+    param_b = state_bytes.weights * params / (n if stage >= 3 else 1)
+    grad_b = state_bytes.grads * params / (n if stage >= 2 else 1)
+    optim_b = state_bytes.optimizer * params / (n if stage >= 1 else 1)
     on_cpu = (optim_b if offload_optimizer else 0.0) + (param_b if offload_param else 0.0)
     return ZeroMemory(gpu_bytes=param_b + grad_b + optim_b - on_cpu, cpu_bytes=on_cpu)

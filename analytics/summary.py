@@ -20,6 +20,8 @@ All arithmetic is in polars expressions built from the pure functions of
 
 from __future__ import annotations
 
+import itertools
+
 import polars as pl
 from logstat.analytics import formulas
 from logstat.analytics.gpus import GPUS, peak_tflops
@@ -187,25 +189,29 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
 
 def _model_state_bytes() -> pl.Expr:
     """ZeRO model-state bytes per GPU (:func:`formulas.zero_model_state_memory`) for the run's stage
-    and offloads, over the parameters of one TP x PP rank (no TP or PP in the log: 1). Null when the
-    stage, the model size, DP, or an offload the stage allows is unknown."""
+    and offloads, over the parameters of one TP x PP rank (no TP or PP in the log: 1), with Adam's
+    states (the optimizer of every family logstat reads; logs seldom name it): mixed precision unless
+    the run trained in fp32. Null when the stage, the model size, DP, or an offload the stage allows
+    is unknown."""
     stage = pl.col("zero_stage")
     params = pl.col("model_size_b") * 1e9 / (_f("tp").fill_null(1) * _f("pp").fill_null(1))
-    dp = _f("dp")
+    mixed_precision = pl.col("precision").fill_null("fp16") != "fp32"
     cases: list[tuple[pl.Expr, pl.Expr]] = []
-    for zero_stage in (0, 1, 2, 3):
+    for zero_stage, mixed in itertools.product((0, 1, 2, 3), (True, False)):
+        state_bytes = formulas.model_state_bytes_per_param(optimizer="adam", mixed_precision=mixed)
         # an offload only ZeRO stage >= 1 (optimizer) or 3 (parameters) allows needs no flag below it
         for offload_optimizer in (False, True) if zero_stage >= 1 else (False,):
             for offload_param in (False, True) if zero_stage == 3 else (False,):
-                condition = stage == zero_stage
+                condition = (stage == zero_stage) & (mixed_precision == mixed)
                 if zero_stage >= 1:
                     condition &= pl.col("offload_optimizer") == offload_optimizer
                 if zero_stage == 3:
                     condition &= pl.col("offload_param") == offload_param
                 memory = formulas.zero_model_state_memory(
                     params=params,
-                    dp=dp,
+                    dp=_f("dp"),
                     stage=zero_stage,
+                    state_bytes=state_bytes,
                     offload_optimizer=offload_optimizer,
                     offload_param=offload_param,
                 )

@@ -1,7 +1,8 @@
 """manifest.json: what ran, where, with what — so that `logstat parse` need not guess run facts.
 
 Holds package versions, the git revision and dirty flag of logstat (and of the Megatron-DeepSpeed
-checkout when used), the host, the Slurm variables, the exact commands, ``slurm_job_id`` once
+checkout when used), the host, the Slurm variables, the launch environment that changes a run
+(NCCL_*, OMP_*, MASTER_PORT...; never a variable named like a credential), the exact commands, ``slurm_job_id`` once
 known, and the resolved spec under ``spec``. The Slurm backend calls :func:`update_manifest`
 to add the job id; updates replace the file atomically.
 """
@@ -66,6 +67,7 @@ def build_manifest(run: RenderedRun, *, backend: str, command: Sequence[str]) ->
         "git": repos,
         "host": host_facts(),
         "slurm": slurm_variables(),
+        "launch_environment": launch_environment(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "spec": spec_to_dict(spec),
     }
@@ -148,6 +150,31 @@ def host_facts() -> dict[str, Any]:
     }
 
 
+#: Variables that change what a run does: communication (NCCL, gloo), threads, devices, the
+#: launcher's rendezvous, the libraries' switches, hashing, and what code is imported.
+LAUNCH_PREFIXES = (
+    "NCCL_", "GLOO_", "OMP_", "KMP_", "MKL_", "CUDA_", "CUBLAS_", "CUDNN_", "TORCH_", "TORCHELASTIC_",
+    "PYTORCH_", "DS_", "SLURM_", "HF_", "TRANSFORMERS_", "ACCELERATE_",
+)  # fmt: skip
+LAUNCH_NAMES = (
+    "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
+    "PYTHONHASHSEED", "PYTHONPATH", "LD_LIBRARY_PATH", "MEGATRON_DEEPSPEED_DIR",
+)  # fmt: skip
+#: Parts of a name that mark a credential: such a variable is never written (case-insensitive).
+SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+
+
+def launch_environment() -> dict[str, str]:
+    """The launching environment's variables that change a run (LAUNCH_PREFIXES, LAUNCH_NAMES),
+    without any whose name looks like a credential (SECRET_MARKERS): e.g. HF_TOKEN is left out."""
+    return {
+        key: value
+        for key, value in sorted(os.environ.items())
+        if (key.startswith(LAUNCH_PREFIXES) or key in LAUNCH_NAMES)
+        and not any(marker in key.upper() for marker in SECRET_MARKERS)
+    }
+
+
 def slurm_variables() -> dict[str, str]:
     """Every ``SLURM_*`` variable of the launching environment (empty outside Slurm)."""
-    return {key: value for key, value in sorted(os.environ.items()) if key.startswith("SLURM_")}
+    return {key: value for key, value in launch_environment().items() if key.startswith("SLURM_")}

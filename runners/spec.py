@@ -158,6 +158,8 @@ class EstimateSpec:
 
     tflops_per_gpu: float | None = None
     """Achieved TFLOPs/GPU to assume for the days estimate (e.g. the seed's measured 52.8)."""
+    sec_per_iter: float | None = None
+    """Or the measured/assumed seconds per iteration (one global batch); give one of the two."""
     tokens: float = 100e9
     """Tokens the days estimate is for (seed 000 reports days for 100B tokens)."""
 
@@ -242,11 +244,23 @@ def load_spec(name_or_path: str | Path, overrides: Iterable[str] = ()) -> Spec:
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"spec {path} is not valid TOML: {exc}") from exc
     raw.setdefault("name", path.stem)
+    return build_spec(raw, overrides, source=str(path))
+
+
+def build_spec(raw: dict[str, Any], overrides: Iterable[str] = (), *, source: str = "spec") -> Spec:
+    """A resolved spec from a TOML-shaped dict and ``section.field=value`` overrides; every bad
+    override is reported at once, then every bad key of the result."""
     overrides = list(overrides)
+    errors = []
     for override in overrides:
-        apply_override(raw, override)
+        try:
+            apply_override(raw, override)
+        except SpecError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise SpecError("; ".join(errors))
     _note_overrides(raw, overrides)
-    return resolve(spec_from_dict(raw, source=str(path)))
+    return resolve(spec_from_dict(raw, source=source))
 
 
 def _note_overrides(raw: dict[str, Any], overrides: list[str]) -> None:
@@ -283,26 +297,32 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
 
 
 def spec_from_dict(raw: Mapping[str, Any], *, source: str = "spec") -> Spec:
-    """Build a :class:`Spec` from a TOML-shaped dict; unknown keys and wrong types are refused."""
-    unknown = set(raw) - _TOP_LEVEL - set(SECTIONS)
+    """Build a :class:`Spec` from a TOML-shaped dict; unknown keys, wrong types and missing fields
+    are refused all at once (a user fixes them in one go), each naming its key."""
+    problems: list[str] = []
+    unknown = sorted(set(raw) - _TOP_LEVEL - set(SECTIONS))
     if unknown:
-        raise SpecError(
-            f"{source}: unknown key {sorted(unknown)[0]!r} (keys: {', '.join(sorted(_TOP_LEVEL))})"
-        )
+        keys = ", ".join(sorted(_TOP_LEVEL | set(SECTIONS)))
+        problems.append(f"unknown key{'s' if len(unknown) > 1 else ''} {_quoted(unknown)} (keys: {keys})")
     sections = {}
     for name, cls in SECTIONS.items():
         value = raw.get(name, {})
         if not isinstance(value, Mapping):
-            raise SpecError(f"{source}: [{name}] must be a table, not {value!r}")
-        sections[name] = _build(cls, value, prefix=f"{name}.", source=source)
+            problems.append(f"[{name}] must be a table, not {value!r}")
+            continue
+        sections[name] = _build(cls, value, prefix=f"{name}.", problems=problems)
     top = {k: v for k, v in raw.items() if k in _TOP_LEVEL}
     hints = typing.get_type_hints(Spec)
-    for key in ("name", "stack", "steps"):
-        if key not in top:
-            raise SpecError(f"{source}: {key} is required")
+    problems += [f"{key} is required" for key in ("name", "stack", "steps") if key not in top]
     for key, value in top.items():
-        _check_type(value, hints[key], key, source)
+        _check_type(value, hints[key], key, problems)
+    if problems:
+        raise SpecError(f"{source}: " + "; ".join(problems))
     return Spec(**top, **sections)
+
+
+def _quoted(keys: list[str]) -> str:
+    return ", ".join(repr(key) for key in keys)
 
 
 def resolve(spec: Spec) -> Spec:
@@ -353,20 +373,22 @@ def spec_to_toml(spec: Spec) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _build(cls: type, values: Mapping[str, Any], *, prefix: str, source: str) -> Any:
+def _build(cls: type, values: Mapping[str, Any], *, prefix: str, problems: list[str]) -> Any:
+    """An instance of section ``cls``, or None with what is wrong added to ``problems``."""
     hints = typing.get_type_hints(cls)
-    unknown = set(values) - set(hints)
+    before = len(problems)
+    unknown = sorted(set(values) - set(hints))
     if unknown:
-        raise SpecError(
-            f"{source}: unknown key {prefix}{sorted(unknown)[0]} (fields: {', '.join(sorted(hints))})"
+        keys = [prefix + key for key in unknown]
+        problems.append(
+            f"unknown key{'s' if len(keys) > 1 else ''} {', '.join(keys)} (fields: {', '.join(sorted(hints))})"
         )
     for key, value in values.items():
-        _check_type(value, hints[key], prefix + key, source)
+        if key in hints:
+            _check_type(value, hints[key], prefix + key, problems)
     required = [f.name for f in dataclasses.fields(cls) if _is_required(f)]
-    missing = [name for name in required if name not in values]
-    if missing:
-        raise SpecError(f"{source}: {prefix}{missing[0]} is required")
-    return cls(**values)
+    problems += [f"{prefix}{name} is required" for name in required if name not in values]
+    return cls(**values) if len(problems) == before else None
 
 
 def _is_required(f: dataclasses.Field) -> bool:
@@ -379,7 +401,7 @@ def _base_types(hint: Any) -> tuple[type, ...]:
     return (hint,)
 
 
-def _check_type(value: Any, hint: Any, key: str, source: str) -> None:
+def _check_type(value: Any, hint: Any, key: str, problems: list[str]) -> None:
     kinds = _base_types(hint)
     if bool in kinds and isinstance(value, bool):
         return
@@ -390,7 +412,7 @@ def _check_type(value: Any, hint: Any, key: str, source: str) -> None:
     if str in kinds and isinstance(value, str):
         return
     wanted = " or ".join(_KIND_NAMES[k] for k in kinds)
-    raise SpecError(f"{source}: {key}={value!r} must be {wanted}")
+    problems.append(f"{key}={value!r} must be {wanted}")
 
 
 _KIND_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}

@@ -2,8 +2,10 @@
 
 :func:`check` collects every problem at once (a user fixes them in one go); :func:`validate`
 raises them as one :class:`SpecError` and returns the warnings. :func:`estimate` gives the
-numbers printed with a plan: parameters, model-state memory per GPU, pipeline efficiency and,
-given an assumed TFLOPs/GPU, days to train the spec's token budget.
+numbers of a plan: parameters, model-state memory per GPU (by optimizer and precision), pipeline
+efficiency and, given an assumed TFLOPs/GPU or seconds per iteration, TFLOPs, MFU, run time and
+days to train the spec's token budget. These two are the one planner: ``logstat run``, ``logstat
+estimate`` and sweeps all go through them.
 """
 
 from __future__ import annotations
@@ -12,14 +14,17 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from logstat.analytics import formulas
-from logstat.analytics.gpus import GPUS
+from logstat.analytics.gpus import GPUS, peak_tflops
 from logstat.runners.spec import SECTIONS, Spec, SpecError
 
 from logstat.errors import LogstatError
 
 PRECISIONS = ("fp32", "fp16", "bf16")
+#: Precisions trained with 2-byte weights and an fp32 master copy (mixed precision).
+HALF_PRECISIONS = ("fp16", "bf16")
 #: Seed 002: "if you set gas=8*PP you should get 90% pipeline efficiency".
 GAS_PER_PP_STAGE = 8
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -140,8 +145,15 @@ def _check_positive(spec: Spec, report: Report) -> None:
         report.refuse("batch.global_batch", spec.batch.global_batch, "must be >= 1")
     # TOML and --set read nan and inf as floats (nan > 0 is False)
     reals = {"train.lr": spec.train.lr, "estimate.tokens": spec.estimate.tokens}
-    if spec.estimate.tflops_per_gpu is not None:
-        reals["estimate.tflops_per_gpu"] = spec.estimate.tflops_per_gpu
+    for name in ("tflops_per_gpu", "sec_per_iter"):
+        if getattr(spec.estimate, name) is not None:
+            reals[f"estimate.{name}"] = getattr(spec.estimate, name)
+    if spec.estimate.tflops_per_gpu is not None and spec.estimate.sec_per_iter is not None:
+        report.refuse(
+            "estimate.sec_per_iter",
+            spec.estimate.sec_per_iter,
+            "and estimate.tflops_per_gpu both give the speed: give one (the other follows from it)",
+        )
     for name, value in reals.items():
         if not value > 0:
             report.refuse(name, value, "must be > 0")
@@ -184,6 +196,9 @@ def _check_batch(spec: Spec, report: Report) -> None:
 
 def _check_training(spec: Spec, report: Report) -> None:
     train, pp = spec.train, spec.parallel.pp
+    if train.optimizer not in formulas.OPTIMIZER_STATES:
+        known = ", ".join(formulas.OPTIMIZER_STATES)
+        report.refuse("train.optimizer", train.optimizer, f"is unknown (optimizers: {known})")
     if train.precision not in PRECISIONS:
         report.refuse("train.precision", train.precision, f"must be one of {', '.join(PRECISIONS)}")
     if train.zero_stage not in (0, 1, 2, 3):
@@ -211,7 +226,7 @@ def _check_stack(spec: Spec, report: Report) -> None:
         return
     stack = get_stack(spec.stack)
     train = spec.train
-    if train.optimizer not in stack.optimizers:
+    if train.optimizer in formulas.OPTIMIZER_STATES and train.optimizer not in stack.optimizers:
         report.refuse(
             "train.optimizer",
             train.optimizer,
@@ -250,6 +265,8 @@ def _warn(spec: Spec, report: Report) -> None:
             f"batch.gas={gas} < 8*parallel.pp={GAS_PER_PP_STAGE * pp}: pipeline efficiency "
             f"gas/(gas+PP-1) = {efficiency:.1%}, under 90% (seed 002)"
         )
+    plan = _estimate(spec)
+    _warn_time_limit(spec, plan, report)
     gpu_model = spec.cluster.gpu_model
     if gpu_model is None or not spec.cluster.use_gpus:
         return
@@ -259,13 +276,50 @@ def _warn(spec: Spec, report: Report) -> None:
             f"cluster.gpu_model={gpu_model!r} is not in logstat.analytics.gpus ({', '.join(GPUS)}): memory not checked"
         )
         return
-    memory_gib = model_state_gib_per_gpu(spec)
-    if memory_gib > gpu.memory_gib:
+    if plan.model_state_gib_per_gpu > gpu.memory_gib:
         report.warnings.append(
-            f"ZeRO model-state memory estimate {memory_gib:.1f} GiB per GPU (train.zero_stage={spec.train.zero_stage}, "
-            f"DP={spec.dp}, TP*PP={spec.parallel.tp * spec.parallel.pp}) exceeds the {gpu.name}'s "
-            f"{gpu.memory_gib:g} GiB, before activations"
+            f"ZeRO model-state memory estimate {plan.model_state_gib_per_gpu:.1f} GiB per GPU "
+            f"(train.zero_stage={spec.train.zero_stage}, DP={spec.dp}, TP*PP={spec.parallel.tp * spec.parallel.pp}, "
+            f"train.optimizer={spec.train.optimizer}: {plan.state_bytes.total:.4g} bytes/param) exceeds the "
+            f"{gpu.name}'s {gpu.memory_gib:g} GiB, before activations"
         )
+
+
+def _warn_time_limit(spec: Spec, plan: Estimate, report: Report) -> None:
+    limit_s = slurm_time_limit_s(spec.cluster.time_limit)
+    if plan.run_time_s is None or limit_s is None or plan.run_time_s <= limit_s:
+        return
+    source = (
+        "estimate.sec_per_iter"
+        if spec.estimate.sec_per_iter is not None
+        else f"at the assumed estimate.tflops_per_gpu={spec.estimate.tflops_per_gpu:g}"
+    )
+    report.warnings.append(
+        f"cluster.time_limit={spec.cluster.time_limit!r} ({_hours(limit_s)}) is shorter than the estimated run "
+        f"time steps={spec.steps} x {plan.sec_per_iter:.1f} s/iteration ({source}) = {_hours(plan.run_time_s)}: "
+        "Slurm would cancel the job before its last step"
+    )
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h"
+
+
+def slurm_time_limit_s(text: str) -> int | None:
+    """Seconds of a Slurm time limit (sbatch --time: minutes, minutes:seconds, hours:minutes:seconds,
+    days-hours, days-hours:minutes, days-hours:minutes:seconds); None for 0 (no limit) or a bad value."""
+    if not _SLURM_TIME.fullmatch(text):
+        return None
+    days, _, clock = text.rpartition("-")
+    parts = [int(part) for part in clock.split(":")]
+    if days:
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+    elif len(parts) == 3:
+        hours, minutes, seconds = parts
+    else:
+        hours, (minutes, seconds) = 0, (parts + [0])[:2]
+    total = int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
+    return total or None
 
 
 def parameter_count(spec: Spec) -> int:
@@ -276,15 +330,40 @@ def parameter_count(spec: Spec) -> int:
     )
 
 
-def model_state_memory_per_rank(spec: Spec) -> formulas.ZeroMemory:
+def model_state_bytes(spec: Spec) -> formulas.ModelStateBytes:
+    """Bytes per parameter of weights, gradients and optimizer states for the spec's optimizer and
+    precision (formulas.model_state_bytes_per_param; Adafactor's factored second moment counted on
+    the spec's GPT-2 shapes)."""
+    model, train = spec.model, spec.train
+    factored = 0.0
+    if train.optimizer == "adafactor":
+        elements = formulas.gpt2_adafactor_second_moment_elements(
+            hidden=model.hidden_size, layers=model.num_layers, vocab=model.vocab_size, seq_len=model.seq_len
+        )
+        factored = elements / parameter_count(spec)
+    return formulas.model_state_bytes_per_param(
+        optimizer=train.optimizer,
+        mixed_precision=train.precision in HALF_PRECISIONS,
+        factored_second_moment_per_param=factored,
+    )
+
+
+def model_state_memory_per_rank(spec: Spec, **zero: Any) -> formulas.ZeroMemory:
     """Model-state bytes of one rank: its TP*PP share of the parameters under ZeRO over DP
-    (formulas.zero_model_state_memory; offloaded bytes are its ``cpu_bytes``)."""
+    (formulas.zero_model_state_memory; offloaded bytes are its ``cpu_bytes``). ``zero`` may replace
+    ``stage``, ``offload_optimizer`` and ``offload_param`` (the estimate's table of all stages)."""
+    train = spec.train
+    settings = {
+        "stage": train.zero_stage,
+        "offload_optimizer": train.offload_optimizer,
+        "offload_param": train.offload_param,
+        **zero,
+    }
     return formulas.zero_model_state_memory(
         params=parameter_count(spec) / (spec.parallel.tp * spec.parallel.pp),
         dp=spec.dp or 1,
-        stage=spec.train.zero_stage,
-        offload_optimizer=spec.train.offload_optimizer,
-        offload_param=spec.train.offload_param,
+        state_bytes=model_state_bytes(spec),
+        **settings,
     )
 
 
@@ -295,52 +374,136 @@ def model_state_gib_per_gpu(spec: Spec) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class Estimate:
-    """The numbers printed with a plan."""
+    """The numbers of a plan: what ``logstat estimate`` and a dry run print, what a sweep compares."""
 
     params: int
     """Parameters of the model (formulas.gpt2_params)."""
+    params_per_rank: float
+    """Ψ of one TP x PP rank: params / (TP * PP)."""
+    dp: int
+    """Data-parallel degree world / (TP * PP)."""
+    global_batch: int
+    """Samples per iteration: micro * gas * DP."""
+    state_bytes: formulas.ModelStateBytes
+    """Bytes per parameter of weights, gradients and optimizer states (by optimizer and precision)."""
+    model_state: formulas.ZeroMemory
+    """Model-state bytes of one rank on the GPU and offloaded to CPU."""
     model_state_gib_per_gpu: float
     """ZeRO model-state memory per GPU, GiB (activations not counted)."""
     pipeline_efficiency: float
     """gas / (gas + PP - 1), a fraction."""
     tflops_per_gpu: float | None
-    """Assumed achieved TFLOPs/GPU (estimate.tflops_per_gpu), None when not given."""
+    """Achieved TFLOPs/GPU by the seed formula: assumed (estimate.tflops_per_gpu) or from estimate.sec_per_iter."""
+    megatron_tflops_per_gpu: float | None
+    """The same speed by Megatron's eq. 3 (attention and logits counted)."""
     sec_per_iter: float | None
-    """Seconds per iteration implied by the assumed TFLOPs (seed formula solved for time)."""
+    """Seconds per iteration: given, or implied by the assumed TFLOPs (seed formula solved for time)."""
+    tokens_per_sec: float | None
+    """global batch * seq len / sec_per_iter."""
+    model_tflops_per_gpu: float | None
+    """Model FLOPs per second per GPU: eq. 3 without recomputation (PaLM's MFU numerator)."""
+    mfu: float | None
+    """model_tflops_per_gpu / the dense peak of cluster.gpu_model in train.precision (None when unknown)."""
+    hfu: float | None
+    """megatron_tflops_per_gpu (eq. 3 as the run recomputes) / that peak (None when unknown)."""
+    peak_tflops: float | None
+    """That peak."""
     days: float | None
     """Days to train estimate.tokens tokens at that speed."""
+    gpu_days: float | None
+    """days * GPUs."""
+    run_time_s: float | None
+    """steps * sec_per_iter: the job's training time (start-up not counted)."""
     tokens: float
     """The token budget of ``days``."""
 
 
 def estimate(spec: Spec) -> Estimate:
-    """The plan's estimate; the days need an assumed TFLOPs/GPU (the seed's measured ones for its specs)."""
+    """The plan's estimate, after the checks of :func:`check` (a SpecError lists its problems); the
+    speed-dependent numbers need estimate.tflops_per_gpu or estimate.sec_per_iter."""
+    validate(spec)
+    return _estimate(spec)
+
+
+def _estimate(spec: Spec) -> Estimate:
+    """The estimate of a spec that passed the checks (DP divides, counts are positive)."""
     if spec.dp is None or spec.batch.global_batch is None:
         raise LogstatError(f"spec {spec.name!r}: no estimate for a spec whose DP does not divide")
-    params = parameter_count(spec)
-    assumed = spec.estimate.tflops_per_gpu
-    sec_per_iter = days = None
-    if assumed:
+    params, model, gbs = parameter_count(spec), spec.model, spec.batch.global_batch
+    checkpointing, gpus = spec.train.activation_checkpointing, spec.world_size
+    tflops_at_one_second = formulas.seed_tflops_per_gpu(
+        size_b=params / 1e9,
+        seq_len=model.seq_len,
+        global_batch=gbs,
+        sec_per_iter=1.0,
+        gpus=gpus,
+        checkpointing=checkpointing,
+    )
+    sec_per_iter = spec.estimate.sec_per_iter
+    if sec_per_iter is None and spec.estimate.tflops_per_gpu:
         # The seed's TFLOPs formula at 1 s/iteration, divided by the assumed TFLOPs, is the s/iteration.
-        tflops_at_one_second = formulas.seed_tflops_per_gpu(
-            size_b=params / 1e9,
-            seq_len=spec.model.seq_len,
-            global_batch=spec.batch.global_batch,
-            sec_per_iter=1.0,
-            gpus=spec.world_size,
-            checkpointing=spec.train.activation_checkpointing,
+        sec_per_iter = tflops_at_one_second / spec.estimate.tflops_per_gpu
+    speed: dict[str, float | None] = dict.fromkeys(
+        (
+            "tflops_per_gpu",
+            "megatron_tflops_per_gpu",
+            "model_tflops_per_gpu",
+            "tokens_per_sec",
+            "mfu",
+            "hfu",
+            "days",
+            "gpu_days",
+            "run_time_s",
         )
-        sec_per_iter = tflops_at_one_second / assumed
+    )
+    peak = peak_tflops(spec.cluster.gpu_model, spec.train.precision) if spec.cluster.gpu_model else None
+    if sec_per_iter:
+        executed, model_tflops = (
+            formulas.tflops_per_gpu(
+                flops_per_iteration=formulas.megatron_flops_per_iteration(
+                    global_batch=gbs,
+                    seq_len=model.seq_len,
+                    layers=model.num_layers,
+                    hidden=model.hidden_size,
+                    vocab=model.vocab_size,
+                    checkpointing=recomputed,
+                ),
+                sec_per_iter=sec_per_iter,
+                gpus=gpus,
+            )
+            for recomputed in (checkpointing, False)
+        )
         tokens_per_sec = formulas.tokens_per_sec(
-            global_batch=spec.batch.global_batch, seq_len=spec.model.seq_len, sec_per_iter=sec_per_iter
+            global_batch=gbs, seq_len=model.seq_len, sec_per_iter=sec_per_iter
         )
         days = formulas.days_to_train(tokens=spec.estimate.tokens, tokens_per_sec=tokens_per_sec)
+        tflops = tflops_at_one_second / sec_per_iter
+        speed = {
+            "tflops_per_gpu": tflops,
+            "megatron_tflops_per_gpu": executed,
+            "model_tflops_per_gpu": model_tflops,
+            "tokens_per_sec": tokens_per_sec,
+            # the definitions of `logstat parse`'s mfu and hfu columns (analytics.summary)
+            "mfu": formulas.flops_utilization(tflops_per_gpu=model_tflops, peak_tflops=peak)
+            if peak
+            else None,
+            "hfu": formulas.flops_utilization(tflops_per_gpu=executed, peak_tflops=peak) if peak else None,
+            "days": days,
+            "gpu_days": formulas.gpu_days(days=days, gpus=gpus),
+            "run_time_s": spec.steps * sec_per_iter,
+        }
+    memory = model_state_memory_per_rank(spec)
     return Estimate(
         params=params,
-        model_state_gib_per_gpu=model_state_gib_per_gpu(spec),
+        params_per_rank=params / (spec.parallel.tp * spec.parallel.pp),
+        dp=spec.dp,
+        global_batch=gbs,
+        state_bytes=model_state_bytes(spec),
+        model_state=memory,
+        model_state_gib_per_gpu=memory.gpu_bytes / GIB,
         pipeline_efficiency=formulas.pipeline_efficiency(gas=spec.batch.gas, pp=spec.parallel.pp),
-        tflops_per_gpu=assumed,
         sec_per_iter=sec_per_iter,
-        days=days,
+        peak_tflops=peak,
         tokens=spec.estimate.tokens,
+        **speed,
     )

@@ -107,8 +107,10 @@ def launch_spec(
     runs_root: Path | None = None,
     python: str | None = None,
     echo: Callable[[str], None] = stderr_echo,
+    reruns: Path | None = None,
 ) -> LaunchResult:
-    """Load, validate, render and launch a spec: the library function behind ``logstat run``.
+    """Load, validate, render and launch a spec: the library function behind ``logstat run``
+    (and ``logstat rerun``, which names in ``reruns`` the run directory it launches again).
 
     Nothing is created before the spec is valid and the backend's preflight accepts it; the run
     directory is then created (never reused) with the spec, script, DeepSpeed JSON and manifest.
@@ -130,7 +132,14 @@ def launch_spec(
     if backend != "dry-run":
         get_stack(spec.stack).launch_check(spec)
     if backend != "dry-run":
-        create_run_dir(run, build_manifest(run, backend=backend, command=planned_command(backend, run)))
+        manifest = build_manifest(run, backend=backend, command=planned_command(backend, run))
+        if reruns is not None:
+            manifest["reruns"] = {
+                "run_dir": str(reruns),
+                "spec_name": reruns.parent.name,
+                "run_id": reruns.name,
+            }
+        create_run_dir(run, manifest)
         echo(f"run directory: {run.run_dir}")
     return launch(run, wait=wait, echo=echo)
 

@@ -51,13 +51,15 @@ def summary(run: RenderedRun, plan: Estimate) -> str:
         f"pipeline efficiency {plan.pipeline_efficiency:.1%} (gas/(gas+PP-1))",
     ]
     if plan.days is not None:
-        lines.append(
-            f"# estimate: {plan.days:.0f} days for {plan.tokens / 1e9:g}B tokens at an assumed "
-            f"{plan.tflops_per_gpu:g} TFLOPs/GPU ({plan.sec_per_iter:.1f} s/iteration; estimate.tflops_per_gpu)"
+        speed = (
+            f"an assumed {plan.tflops_per_gpu:g} TFLOPs/GPU ({plan.sec_per_iter:.1f} s/iteration; estimate.tflops_per_gpu)"
+            if spec.estimate.sec_per_iter is None
+            else f"{plan.sec_per_iter:g} s/iteration ({plan.tflops_per_gpu:.1f} TFLOPs/GPU; estimate.sec_per_iter)"
         )
+        lines.append(f"# estimate: {plan.days:.0f} days for {plan.tokens / 1e9:g}B tokens at {speed}")
     else:
         lines.append(
-            "# estimate: days to train not estimated (set estimate.tflops_per_gpu to an expected TFLOPs/GPU)"
+            "# estimate: days to train not estimated (set estimate.tflops_per_gpu or estimate.sec_per_iter)"
         )
     lines += [f"# warning: {warning}" for warning in run.warnings]
     return "\n".join(lines)

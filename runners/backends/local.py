@@ -61,6 +61,43 @@ def preflight(run: RenderedRun) -> None:
             f"processes; this host has {available_gib:.1f} GiB available (at most {CPU_MEMORY_SHARE:.0%} "
             f"usable): too big to run on CPU{tiny}"
         )
+    _refuse_precision_deepspeed_cpu_lacks(run)
+
+
+def _refuse_precision_deepspeed_cpu_lacks(run: RenderedRun) -> None:
+    """A DeepSpeed stack on CPU runs on DeepSpeed's CPU accelerator: refuse a half precision it lacks
+    (its fp16 needs oneDNN fp16 support), which would otherwise fail in every worker after start-up."""
+    precision = run.spec.train.precision
+    if run.deepspeed_config is None or precision not in ("fp16", "bf16"):
+        return
+    if deepspeed_cpu_supports(precision, python=run.python) is False:
+        raise LogstatError(
+            f"train.precision={precision!r}: DeepSpeed's CPU accelerator (this host has no CUDA GPU) "
+            f"does not support {precision} here; use train.precision=fp32, or a GPU host"
+        )
+
+
+def deepspeed_cpu_supports(precision: str, *, python: str) -> bool | None:
+    """DeepSpeed's CPU accelerator's own answer (``is_fp16_supported()``/``is_bf16_supported()``),
+    asked in a child process as the run's workers will be (importing deepspeed here would fix this
+    process's accelerator and print its banner); None when it cannot be asked."""
+    code = (
+        "from deepspeed.accelerator import get_accelerator; "
+        f"print(bool(get_accelerator().is_{precision}_supported()))"
+    )
+    try:
+        done = subprocess.run(
+            [python, "-c", code],
+            env={**os.environ, "DS_ACCELERATOR": "cpu"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    answer = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
+    return {"True": True, "False": False}.get(answer[0]) if answer else None
 
 
 def launch(run: RenderedRun, *, wait: bool = True, echo: Callable[[str], None] = stderr_echo) -> LaunchResult:
@@ -123,7 +160,7 @@ def cuda_device_count() -> int:
 
 
 def cpu_model_state_gib(run: RenderedRun) -> float:
-    """Model-state memory of all processes of a CPU run (GiB): ZeRO's 16 bytes/param accounting.
+    """Model-state memory of all processes of a CPU run (GiB), by the spec's optimizer and precision.
 
     formulas.zero_model_state_memory per process (its TP*PP share, partitioned over DP by the
     ZeRO stage; what offload moves to "CPU" is on this host too), times the processes.

@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "plot": "logstat.commands.plot:plot",
     "estimate": "logstat.commands.estimate:estimate",
     "run": "logstat.commands.run:run",
+    "rerun": "logstat.commands.rerun:rerun",
     "status": "logstat.commands.status:status",
     "cancel": "logstat.commands.status:cancel",
 }
@@ -60,7 +61,11 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
     try:
-        cli.main(args=args, prog_name="logstat", standalone_mode=False)
+        # Outside standalone mode click catches a command's Exit(code) and returns the code instead
+        # of exiting with it: a failed run would exit 0 and make's `&&` chains would go on.
+        code = cli.main(args=args, prog_name="logstat", standalone_mode=False)
+        if isinstance(code, int) and code != 0:
+            sys.exit(code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.NoArgsIsHelpError as exc:

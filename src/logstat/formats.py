@@ -235,13 +235,23 @@ def _write_new(output: str, data: bytes) -> None:
     """Write ``data`` to the new file ``output`` atomically: a temporary file in the same directory,
     then a hard link that fails if ``output`` exists. A write cut short (disk full, Ctrl-C) leaves no
     partial file under the user's name, and nothing the user made is overwritten."""
-    target = Path(output)
-    exists = f"--output {output}: file exists; logstat never overwrites a file (choose a new name)"
-    if target.exists() or target.is_symlink():
-        raise LogstatError(exists)
-    if not target.parent.is_dir():
-        raise LogstatError(f"--output {output}: directory {target.parent} does not exist")
+    target = refuse_unwritable_output(output)
     try:
         write_new(target, data)
     except FileExistsError:
-        raise LogstatError(exists) from None
+        raise LogstatError(_exists(output)) from None
+
+
+def refuse_unwritable_output(output: str) -> Path:
+    """``output`` as a path, or a LogstatError when it exists or its directory does not: called
+    before any log is read (minutes on a big corpus), and again just before writing."""
+    target = Path(output)
+    if target.exists() or target.is_symlink():
+        raise LogstatError(_exists(output))
+    if not target.parent.is_dir():
+        raise LogstatError(f"--output {output}: directory {target.parent} does not exist")
+    return target
+
+
+def _exists(output: str) -> str:
+    return f"--output {output}: file exists; logstat never overwrites a file (choose a new name)"

@@ -22,6 +22,21 @@ def test_estimate_of_the_seed_52b_benchmark():
     assert r.stderr == ""
 
 
+def test_estimate_applies_the_checks_of_run():
+    """ZeRO 3 with PP > 1 is refused by `logstat run`; the estimate used to print it."""
+    r = logstat("estimate", *SEED_52B, "--gas", "256", "--zero", "3")
+    assert r.returncode == 1 and r.stdout == ""
+    assert "train.zero_stage=3 with parallel.pp=16: ZeRO stages 2 and 3 do not work" in r.stderr
+
+
+def test_estimate_of_a_spec_warns_as_run_does():
+    # 1000 steps at the spec's assumed 46.7 TFLOPs/GPU take 40.5 h, over its 6 h limit
+    r = logstat("estimate", "gpt2-52b-megatron-ds", "--set", "steps=1000")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.startswith("warning: cluster.time_limit='06:00:00' (6.0 h) is shorter than the estimated")
+    assert "Days for 100B tokens: 161.0" in r.stdout
+
+
 def test_bad_input_is_one_line_on_stderr_and_exit_1():
     r = logstat("estimate", "--model", "53B", "--gpus", "64")
     assert r.returncode == 1
@@ -31,7 +46,7 @@ def test_bad_input_is_one_line_on_stderr_and_exit_1():
         "presets: 7, 14, 18, 25, 30, 39, 52, 65, 81, 97, 116, 136, 158, 181, 206"
     ]
     r = logstat("estimate", "--hidden", "4096", "--gpus", "8")
-    assert r.returncode == 1 and "give --model (e.g. 52B) or both --hidden and --layers" in r.stderr
+    assert r.returncode == 1 and "give both --hidden and --layers" in r.stderr
 
 
 def test_help_has_an_example():

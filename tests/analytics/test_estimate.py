@@ -1,7 +1,11 @@
-"""`logstat estimate` numbers against hand computations (the seed's 52B benchmark)."""
+"""`logstat estimate` numbers against hand computations (the seed's 52B benchmark): the text of the
+one planner (logstat.runners.validate), on the spec the options describe."""
+
+import copy
 
 import pytest
-from logstat.analytics.estimate import Plan, estimate_text, preset_shape, validate
+from logstat.analytics.estimate import BASE_SPEC, estimate_text, preset_msize
+from logstat.runners.spec import SpecError, build_spec
 
 
 def memory_rows(text: str) -> dict[str, list[str]]:
@@ -11,32 +15,31 @@ def memory_rows(text: str) -> dict[str, list[str]]:
     return {c[0]: c[1:] for c in cells}
 
 
-def seed_52b(**overrides) -> Plan:
-    label, shape = preset_shape("52B")
-    fields = dict(gpus=64, tp=4, pp=16, zero_stage=1, micro_batch=4, gas=256, sec_per_iter=129.0)
-    fields.update(overrides)
-    return Plan(label=label, **shape, **fields)
+def planned(*overrides: str):
+    return build_spec(copy.deepcopy(BASE_SPEC), overrides)
 
 
-def test_preset_shape_comes_from_the_runners_presets():
-    assert preset_shape("52B") == (
-        "GPT-2 52B preset",
-        {"hidden": 8192, "layers": 64, "seq_len": 1024, "vocab": 50257},
-    )
-    assert preset_shape("7")[1]["hidden"] == 4096
+SEED_52B = ("model.preset=52", "cluster.gpus_per_node=64", "parallel.tp=4", "parallel.pp=16", "train.zero_stage=1",
+            "batch.micro=4", "batch.gas=256", "estimate.sec_per_iter=129.0")  # fmt: skip
+
+
+def test_preset_msize_comes_from_the_runners_presets():
+    assert preset_msize("52B") == 52 and preset_msize("7") == 7
     with pytest.raises(ValueError, match="no GPT-2 preset of size 53B; presets: 7, 14"):
-        preset_shape("53B")
+        preset_msize("53B")
     with pytest.raises(ValueError, match="not a preset size like 52B"):
-        preset_shape("big")
+        preset_msize("big")
 
 
 def test_the_52b_benchmark_estimate():
-    text = estimate_text(seed_52b(gpu_model="V100-SXM2-32GB"))
+    text = estimate_text(planned(*SEED_52B, "cluster.gpu_model=V100-SXM2-32GB"))
+    assert "Model: GPT-2 52B preset: hidden 8192, layers 64" in text
     assert "Parameters: 51.97B (51,966,533,632)" in text
     assert "Parallelism: 64 GPUs = TP 4 x PP 16 x DP 1" in text
     assert "Global batch: 1024 = micro batch 4 x gas 256 x DP 1" in text
     assert "Pipeline efficiency: 94.5% = gas/(gas+PP-1) = 256/271" in text  # 256/271 = 0.9446
     # Ψ per rank = 51966533632 / 64 = 811.98M; ZeRO 1 with N = 1 keeps all 16 bytes: 12.99 GB
+    assert "adam in fp16: 2 + 2 + 12 = 16 bytes/param" in text
     assert "Ψ = 0.812B per TP x PP rank, partitioned over N = DP = 1" in text
     # offloaded: 4Ψ = 3.25 GB stay, 12Ψ = 9.74 GB go
     assert memory_rows(text)["1 (this run)"] == ["13.0", "3.2", "-", "9.7"]
@@ -62,10 +65,8 @@ def test_the_52b_benchmark_estimate():
 def test_zero_memory_with_data_parallelism():
     # 8 GPUs, DP 8, the 7B preset (h 4096, l 36): Ψ = 36*(12*4096^2+13*4096) + 50257*4096 + 1024*4096 + 2*4096
     psi = 36 * (12 * 4096**2 + 13 * 4096) + 50257 * 4096 + 1024 * 4096 + 2 * 4096
-    label, shape = preset_shape("7B")
-    text = estimate_text(
-        Plan(label=label, **shape, gpus=8, zero_stage=3, offload_optimizer=True, offload_param=True)
-    )
+    text = estimate_text(planned("model.preset=7", "cluster.gpus_per_node=8", "train.zero_stage=3",
+                                 "train.offload_optimizer=true", "train.offload_param=true"))  # fmt: skip
     rows = memory_rows(text)
     assert rows["3 (this run)"] == [f"{n * psi / 8 / 1e9:.1f}" for n in (16, 4, 2, 14)]
     stage2 = [(2 * psi + 14 * psi / 8) / 1e9, (2 * psi + 2 * psi / 8) / 1e9, None, 12 * psi / 8 / 1e9]
@@ -74,20 +75,28 @@ def test_zero_memory_with_data_parallelism():
     assert "TFLOPs and days: give --sec-per-iter" in text
 
 
-def test_layers_not_divisible_by_pp_is_noted():
-    assert "layers=64 is not divisible by pp=3" in estimate_text(seed_52b(gpus=12, pp=3, tp=4))
+def test_memory_follows_the_optimizer():
+    # SGD with momentum, mixed precision: 2 + 2 + 4 + 4 = 12 bytes/param; 7B on 8 GPUs at ZeRO 0
+    psi = 36 * (12 * 4096**2 + 13 * 4096) + 50257 * 4096 + 1024 * 4096 + 2 * 4096
+    text = estimate_text(planned("model.preset=7", "cluster.gpus_per_node=8", "train.optimizer=sgd"))
+    assert "sgd in fp16: 2 + 2 + 8 = 12 bytes/param" in text
+    assert memory_rows(text)["0 (this run)"][0] == f"{12 * psi / 1e9:.1f}"
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"gpus": 63}, "gpus=63 must be a multiple of tp\\*pp=4\\*16=64"),
-        ({"gas": 0}, "gas=0 must be at least 1"),
-        ({"sec_per_iter": 0.0}, "sec_per_iter=0.0 must be positive"),
-        ({"gpu_model": "V99"}, "gpu_model='V99' is unknown"),
-        ({"zero_stage": 2, "offload_param": True}, "offload_param needs zero stage 3"),
+        (("cluster.gpus_per_node=63",), r"\(tp=4 \* pp=16\) does not divide the world size"),
+        (("batch.gas=0",), "batch.gas=0 must be >= 1"),
+        (("estimate.sec_per_iter=0",), "estimate.sec_per_iter=0.0 must be > 0"),
+        (("train.zero_stage=2",), "ZeRO stages 2 and 3 do not work with pipeline parallelism"),
+        (("parallel.pp=3", "cluster.gpus_per_node=12"), "parallel.pp=3 does not divide model.num_layers=64"),
+        (
+            ("train.optimizer=adafactor",),
+            "train.optimizer='adafactor' is not one of stack megatron-deepspeed's",
+        ),
     ],
 )
-def test_impossible_plans_name_the_field(overrides, message):
-    with pytest.raises(ValueError, match=message):
-        validate(seed_52b(**overrides))
+def test_impossible_plans_are_refused_as_run_refuses_them(overrides, message):
+    with pytest.raises(SpecError, match=message):
+        estimate_text(planned(*SEED_52B, *overrides))

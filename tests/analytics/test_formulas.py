@@ -156,43 +156,96 @@ def test_batch_arithmetic_of_the_seed_tables():
     assert f.global_batch(micro_batch=48, gas=1, dp=16) == 768
 
 
+ADAM = f.model_state_bytes_per_param(optimizer="adam", mixed_precision=True)
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "mixed_precision", "factored", "weights", "grads", "optimizer_bytes"),
+    [
+        # ZeRO section 3.1: mixed-precision Adam keeps 2 + 2 + K, K = 12 (fp32 master, momentum, variance)
+        ("adam", True, 0.0, 2, 2, 12),
+        ("adamw", True, 0.0, 2, 2, 12),
+        # SGD with momentum: 2 + 2 + 4 (master) + 4 (momentum) = 12 bytes/param
+        ("sgd", True, 0.0, 2, 2, 8),
+        # Adafactor: no momentum, factored second moment (here 0.01 element per parameter)
+        ("adafactor", True, 0.01, 2, 2, 4 + 4 * 0.01),
+        # fp32: no master copy; weights and gradients 4 bytes
+        ("adam", False, 0.0, 4, 4, 8),
+        ("sgd", False, 0.0, 4, 4, 4),
+        ("adafactor", False, 0.01, 4, 4, 4 * 0.01),
+    ],
+)
+def test_model_state_bytes_follow_the_optimizer(
+    optimizer, mixed_precision, factored, weights, grads, optimizer_bytes
+):
+    found = f.model_state_bytes_per_param(
+        optimizer=optimizer, mixed_precision=mixed_precision, factored_second_moment_per_param=factored
+    )
+    assert (found.weights, found.grads) == (weights, grads)
+    assert found.optimizer == pytest.approx(optimizer_bytes)
+
+
+def test_an_unknown_optimizer_is_refused_with_the_known_ones():
+    with pytest.raises(ValueError, match="optimizer='lamb' is unknown; known: adam, adamw, sgd, adafactor"):
+        f.model_state_bytes_per_param(optimizer="lamb", mixed_precision=True)
+
+
+def test_zero_memory_of_sgd_and_adafactor_by_hand():
+    psi, n = 1e9, 8
+    sgd = f.model_state_bytes_per_param(optimizer="sgd", mixed_precision=True)
+    assert f.zero_model_state_memory(params=psi, dp=n, stage=0, state_bytes=sgd).gpu_bytes == 12 * psi
+    assert f.zero_model_state_memory(params=psi, dp=n, stage=1, state_bytes=sgd).gpu_bytes == pytest.approx(
+        4 * psi + 8 * psi / n
+    )
+    adafactor = f.model_state_bytes_per_param(
+        optimizer="adafactor", mixed_precision=True, factored_second_moment_per_param=0.001
+    )
+    assert f.zero_model_state_memory(params=psi, dp=1, stage=0, state_bytes=adafactor).gpu_bytes == (
+        pytest.approx(8.004 * psi)
+    )
+
+
 @pytest.mark.parametrize(
     ("stage", "gb"),
     # ZeRO paper figure 1: Ψ = 7.5B, N_d = 64, K = 12: 120 GB, 31.4 GB, 16.6 GB, 1.88 GB
     [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)],
 )
 def test_zero_memory_of_the_zero_paper_example(stage, gb):
-    memory = f.zero_model_state_memory(params=7.5e9, dp=64, stage=stage)
+    memory = f.zero_model_state_memory(params=7.5e9, dp=64, stage=stage, state_bytes=ADAM)
     assert round(memory.gpu_bytes / 1e9, 1) == gb
     assert memory.cpu_bytes == 0
 
 
 def test_zero_memory_formulas_by_hand():
     psi, n = 1e9, 8
-    assert f.zero_model_state_memory(params=psi, dp=n, stage=0).gpu_bytes == 16 * psi
-    assert f.zero_model_state_memory(params=psi, dp=n, stage=1).gpu_bytes == pytest.approx(
+    assert f.zero_model_state_memory(params=psi, dp=n, stage=0, state_bytes=ADAM).gpu_bytes == 16 * psi
+    assert f.zero_model_state_memory(params=psi, dp=n, stage=1, state_bytes=ADAM).gpu_bytes == pytest.approx(
         4 * psi + 12 * psi / n
     )
-    assert f.zero_model_state_memory(params=psi, dp=n, stage=2).gpu_bytes == pytest.approx(
+    assert f.zero_model_state_memory(params=psi, dp=n, stage=2, state_bytes=ADAM).gpu_bytes == pytest.approx(
         2 * psi + 14 * psi / n
     )
-    assert f.zero_model_state_memory(params=psi, dp=n, stage=3).gpu_bytes == pytest.approx(16 * psi / n)
+    assert f.zero_model_state_memory(params=psi, dp=n, stage=3, state_bytes=ADAM).gpu_bytes == pytest.approx(
+        16 * psi / n
+    )
 
 
 def test_zero_offload_moves_the_optimizer_and_parameters_to_cpu():
     psi, n = 1e9, 8
-    s2 = f.zero_model_state_memory(params=psi, dp=n, stage=2, offload_optimizer=True)
+    s2 = f.zero_model_state_memory(params=psi, dp=n, stage=2, state_bytes=ADAM, offload_optimizer=True)
     assert s2.gpu_bytes == pytest.approx(2 * psi + 2 * psi / n)
     assert s2.cpu_bytes == pytest.approx(12 * psi / n)
-    s3 = f.zero_model_state_memory(params=psi, dp=n, stage=3, offload_optimizer=True, offload_param=True)
+    s3 = f.zero_model_state_memory(
+        params=psi, dp=n, stage=3, state_bytes=ADAM, offload_optimizer=True, offload_param=True
+    )
     assert s3.gpu_bytes == pytest.approx(2 * psi / n)  # only the fp16 gradient partition stays
     assert s3.cpu_bytes == pytest.approx(14 * psi / n)
 
 
 def test_zero_memory_rejects_impossible_settings():
     with pytest.raises(ValueError, match="stage=4"):
-        f.zero_model_state_memory(params=1e9, dp=8, stage=4)
+        f.zero_model_state_memory(params=1e9, dp=8, state_bytes=ADAM, stage=4)
     with pytest.raises(ValueError, match="offload_param needs zero stage 3"):
-        f.zero_model_state_memory(params=1e9, dp=8, stage=2, offload_param=True)
+        f.zero_model_state_memory(params=1e9, dp=8, state_bytes=ADAM, stage=2, offload_param=True)
     with pytest.raises(ValueError, match="offload_optimizer"):
-        f.zero_model_state_memory(params=1e9, dp=8, stage=0, offload_optimizer=True)
+        f.zero_model_state_memory(params=1e9, dp=8, state_bytes=ADAM, stage=0, offload_optimizer=True)

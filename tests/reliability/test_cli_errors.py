@@ -25,7 +25,7 @@ INTERNAL = "run with --debug for the traceback"
 
 #: id -> (arguments, a part the one-line message must hold). ``{tmp}`` is a fresh directory holding
 #: ``existing.csv`` (a file), ``empty/`` (a directory without logs), ``fifo.out`` (a named pipe),
-#: ``notes.md`` (markdown without tables), ``bad.toml`` (not TOML) and ``purged-9.out`` (a symbolic link
+#: ``notes.md`` (markdown without tables), ``charts/loss.html`` (a chart), ``bad.toml`` (not TOML) and ``purged-9.out`` (a symbolic link
 #: to a file that is gone, as after a scratch purge); ``listed/`` and ``injected/`` are run directories whose
 #: manifest.json is a JSON list, or names a job id holding shell syntax.
 CASES: dict[str, tuple[list[str], str]] = {
@@ -43,6 +43,15 @@ CASES: dict[str, tuple[list[str], str]] = {
     "parse-output-exists": (
         ["parse", str(LOG), "-o", "{tmp}/existing.csv", "--format", "csv"],
         "existing.csv",
+    ),
+    # an output that exists is refused before any log is read (here: before the missing log is found)
+    "parse-output-exists-before-reading": (
+        ["parse", "{tmp}/nope.out", "-o", "{tmp}/existing.csv"],
+        "existing.csv",
+    ),
+    "parse-output-dir-missing-before-reading": (
+        ["parse", "{tmp}/nope.out", "-o", "{tmp}/nodir/a.csv"],
+        "nodir",
     ),
     "parse-dir-without-logs": (["parse", "{tmp}/empty"], "empty"),
     "table-missing-path": (["table", "{tmp}/nope"], "nope"),
@@ -63,6 +72,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "plot-without-out": (["plot", str(LOG)], "--out"),
     "plot-unknown-format": (["plot", str(LOG), "--out", "{tmp}/plots", "--format", "gif"], "gif"),
     "plot-out-is-a-file": (["plot", str(LOG), "--out", "{tmp}/existing.csv"], "existing.csv"),
+    "plot-chart-exists-before-reading": (["plot", "{tmp}/nope", "--out", "{tmp}/charts"], "loss.html"),
     "estimate-without-gpus": (["estimate", "--model", "52B"], "--gpus"),
     "estimate-unknown-preset": (["estimate", "--model", "53B", "--gpus", "64"], "53B"),
     "estimate-zero-stage-5": (["estimate", "--model", "52B", "--gpus", "64", "--zero", "5"], "--zero"),
@@ -86,6 +96,9 @@ CASES: dict[str, tuple[list[str], str]] = {
         "estimate.tflops_per_gpu=inf",
     ),
     "run-nan-tokens": (["run", SPEC, "--set", "estimate.tokens=nan", "--dry-run"], "estimate.tokens=nan"),
+    "rerun-missing-run": (["rerun", "{tmp}/nope", "--dry-run"], "nope"),
+    "rerun-not-a-run-dir": (["rerun", "{tmp}/empty", "--dry-run"], "not a run directory"),
+    "rerun-run-dir-without-backend": (["rerun", "{tmp}/listed"], "not an object"),
     "status-missing-dir": (["status", "{tmp}/nope"], "nope"),
     "status-missing-runs-root": (["status", "--runs-root", "{tmp}/nope"], "--runs-root"),
     "status-not-a-run-dir": (["status", "{tmp}/empty"], "empty"),
@@ -118,7 +131,10 @@ def workdir(tmp_path, monkeypatch) -> Path:
     for name, manifest in (("listed", "[1, 2]"), ("injected", '{"slurm_job_id": "12; touch PWNED"}')):
         (tmp_path / name).mkdir()
         (tmp_path / name / "manifest.json").write_text(manifest)
+    (tmp_path / "listed" / "spec.toml").write_text('name = "x"\n')
     (tmp_path / "notes.md").write_text("# Notes\n\nNo table here.\n")
+    (tmp_path / "charts").mkdir()
+    (tmp_path / "charts" / "loss.html").write_text("mine\n")
     (tmp_path / "bad.toml").write_text("[model\nhidden = \n")
     monkeypatch.chdir(tmp_path)
     return tmp_path

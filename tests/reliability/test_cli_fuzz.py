@@ -94,6 +94,14 @@ OPTIONS: dict[str, list[list[str] | tuple]] = {
         ("--backend", ["dry-run", "k8s"]),
         ("--runs-dir", ["{new}", "{file}"]),
     ],
+    "rerun": [
+        (
+            "--set",
+            ["steps=3", "parallel.pp=7", "batch.micro=x", "nonsense", "cluster.job_name=$(touch PWNED)"],
+        ),
+        ("--backend", ["dry-run", "k8s"]),
+        ("--runs-dir", ["{new}", "{file}", "{empty}"]),
+    ],
     "status": [("--runs-root", ["{empty}", "{file}", "{nope}"]), ["--json"]],
     "cancel": [],
 }
@@ -110,6 +118,7 @@ ARGUMENTS: dict[str, list[str]] = {
         "{empty}",
         "{log}",
     ],
+    "rerun": ["{empty}", "{listed}", "{nope}", "{file}", "gpt2-tiny-ddp-powersgd 1a2b3c", "1a2b3c"],
     "status": ["{empty}", "{listed}", "{injected}", "{nope}", "{file}"],
     "cancel": ["{empty}", "{listed}", "{injected}", "{nope}", "{file}"],
 }
@@ -123,6 +132,7 @@ BASE: dict[str, list[str]] = {
     "plot": ["{logs}", "--out", "{new}", "--format", "html"],
     "estimate": ["--model", "52B", "--gpus", "64", "--tp", "4", "--pp", "16", "--sec-per-iter", "129"],
     "run": ["gpt2-tiny-ddp-powersgd"],
+    "rerun": ["{empty}"],
     "status": ["{empty}"],
     "cancel": ["{listed}"],
 }
@@ -140,7 +150,7 @@ def command_lines(draw, command: str) -> list[str]:
             args += [option[0], draw(st.sampled_from(option[1]))]
         else:
             args += option
-    if command == "run":
+    if command in ("run", "rerun"):
         args.append("--dry-run")  # never launch anything
     if command == "table" and draw(st.booleans()):
         args += ["--update", draw(st.sampled_from(["{seed_md}", "{notes}", "{nope}.md"]))]

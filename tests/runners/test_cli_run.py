@@ -198,3 +198,77 @@ def test_local_run_of_the_tiny_hf_zero3_spec(tmp_path):
     assert "train batch size: 8 | micro batch size per gpu: 2 | gradient accumulation steps: 2" in log
     assert "partitioned: True" in log
     assert json.loads((run_dir / "manifest.json").read_text())["exit_code"] == 0
+
+
+def processes_in(directory: Path) -> list[int]:
+    """Pids of this user's processes whose working directory is ``directory`` (a local run's launcher
+    and workers run in the run directory)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if Path(os.readlink(entry / "cwd")) == directory:
+                    found.append(int(entry.name))
+            except OSError:
+                continue  # gone, or not ours
+    return found
+
+
+def is_worker(pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"torch.distributed.run" not in argv and b"logstat.runners.entrypoints.ddp_powersgd" in argv
+
+
+@pytest.mark.slow
+def test_a_local_run_whose_worker_dies_exits_non_zero(tmp_path):
+    """A worker killed mid-run (as by the OOM killer): logstat exits non-zero, so make's `&&` stops."""
+    import signal
+    import time
+
+    command = [str(LOGSTAT), "run", "gpt2-tiny-ddp-powersgd", "--backend", "local", "--set", "steps=100000"]
+    started = subprocess.Popen(command, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    spec_dir = tmp_path / "runs" / "gpt2-tiny-ddp-powersgd"
+    run_dir = None
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            logs = list(spec_dir.glob("*/train.log"))
+            if logs and " iteration " in logs[0].read_text():
+                run_dir = logs[0].parent
+                break
+            time.sleep(0.5)
+        assert run_dir is not None, "the run never logged an iteration"
+        worker = next(pid for pid in processes_in(run_dir) if is_worker(pid))
+        os.kill(worker, signal.SIGKILL)
+        stdout, _ = started.communicate(timeout=120)
+    finally:
+        if started.poll() is None:
+            started.kill()
+        for pid in processes_in(run_dir) if run_dir else []:
+            os.kill(pid, signal.SIGKILL)
+    assert started.returncode != 0
+    assert stdout.strip() == str(run_dir)  # the run directory is still named, for the log
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["exit_code"] not in (0, None)
+
+
+def test_local_refuses_fp16_that_deepspeeds_cpu_accelerator_lacks(tmp_path):
+    """On CPU, DeepSpeed runs on its CPU accelerator; fp16 there needs oneDNN fp16 support. A spec asking
+    for it is refused before a run directory exists, naming the field (it used to fail in every worker)."""
+    if cuda_available():
+        pytest.skip("this host has CUDA")
+    from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
+
+    if CPU_Accelerator().is_fp16_supported():
+        pytest.skip("DeepSpeed's CPU accelerator supports fp16 on this host")
+    done = logstat(
+        "run", "gpt2-tiny-hf-zero3", "--backend", "local", "--set", "train.precision=fp16", cwd=tmp_path
+    )
+    line = one_line_error(done)
+    assert line.startswith("Error: train.precision='fp16': DeepSpeed's CPU accelerator")
+    assert "use train.precision=fp32" in line
+    assert list(tmp_path.iterdir()) == []

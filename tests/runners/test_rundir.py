@@ -34,6 +34,30 @@ def test_run_dir_path_is_spec_name_then_utc_time_and_short_id(tmp_path):
     assert run_dir_path(tmp_path, "x") != run_dir_path(tmp_path, "x")  # a fresh id each time
 
 
+def test_manifest_records_the_launch_environment_but_never_a_credential(tmp_path, monkeypatch):
+    setting = {
+        "NCCL_DEBUG": "INFO",
+        "NCCL_SOCKET_IFNAME": "ib0",
+        "OMP_NUM_THREADS": "4",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        "DS_ACCELERATOR": "cpu",
+        "MASTER_ADDR": "node7",
+        "MASTER_PORT": "29500",
+        "PYTHONHASHSEED": "0",
+    }
+    credentials = {"HF_TOKEN": "hf_x", "DS_API_Key": "k", "NCCL_SECRET": "s", "TORCH_PASSWORD_FILE": "p"}
+    for name, value in {**setting, **credentials, "EDITOR": "vi"}.items():
+        monkeypatch.setenv(name, value)
+    run = make_run(tmp_path)
+    create_run_dir(run, build_manifest(run, backend="local", command=["echo"]))
+    recorded = read_manifest(run.run_dir)["launch_environment"]
+    assert {name: recorded.get(name) for name in setting} == setting
+    assert not set(credentials) & set(recorded) and "EDITOR" not in recorded
+    text = run.manifest_path.read_text()
+    assert "hf_x" not in text and "TOKEN" not in text
+
+
 def test_create_run_dir_writes_spec_script_config_and_manifest(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     monkeypatch.setenv("SLURM_NNODES", "1")

@@ -112,6 +112,26 @@ def test_unknown_key_is_refused_with_the_valid_ones(tmp_path):
         load_spec(write(tmp_path, MINIMAL.replace("micro = 2", "mirco = 2")))
 
 
+def test_every_unknown_key_is_reported_at_once(tmp_path):
+    text = MINIMAL.replace("micro = 2", "mirco = 2\nglobal = 8").replace(
+        'name = "m"', 'stepz = 3\nname = "m"'
+    )
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, text))
+    message = str(info.value)
+    assert "unknown keys batch.global, batch.mirco (fields: gas, global_batch, micro)" in message
+    assert "batch.micro is required" in message
+    assert "unknown key 'stepz' (keys: " in message
+
+
+def test_every_bad_override_is_reported_at_once():
+    with pytest.raises(SpecError) as info:
+        load_spec("gpt2-52b-megatron-ds", ["parallel.dp=2", "paralel.pp=2", "batch.micro=two"])
+    message = str(info.value)
+    assert "unknown field 'dp'" in message and "unknown section 'paralel'" in message
+    assert "batch.micro must be an integer" in message
+
+
 def test_wrong_type_is_refused(tmp_path):
     with pytest.raises(SpecError, match=r"batch.micro='2' must be an integer"):
         load_spec(write(tmp_path, MINIMAL.replace("micro = 2", 'micro = "2"')))

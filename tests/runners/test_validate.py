@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from logstat.runners.spec import SpecError, load_spec
-from logstat.runners.validate import check, estimate, validate
+from logstat.runners.validate import check, estimate, slurm_time_limit_s, validate
 
 BASE = "gpt2-52b-megatron-ds"  # 16 x 4 GPUs, TP 4, PP 16, DP 1, mbs 4, gas 256, gbs 1024, 64 layers, 32 heads
 
@@ -162,16 +162,91 @@ def test_no_warning_at_8_pp():
 
 
 def test_warning_when_zero_memory_exceeds_the_gpu():
-    # 52B on DDP: 16 bytes/param on every GPU. Params by hand: l(12h^2+13h) + vh + sh + 2h.
+    # 52B on DDP with fp16 Adafactor: 2 (weights) + 2 (grads) + 4 (fp32 master) bytes/param on every GPU,
+    # plus Adafactor's factored second moment: 4 bytes per element, rows+cols per matrix, full vectors.
     h, layers, v, s = 8192, 64, 50257, 1024
     params = layers * (12 * h * h + 13 * h) + v * h + s * h + 2 * h
-    gib = 16 * params / 2**30
+    matrices = layers * ((h + 3 * h) + (h + h) + (h + 4 * h) + (4 * h + h)) + (v + h) + (s + h)
+    vectors = layers * 13 * h + 2 * h
+    state_bytes = 2 + 2 + 4 + 4 * (matrices + vectors) / params
+    gib = state_bytes * params / 2**30
     report = check(load_spec("gpt2-52b-ddp-powersgd"))
     assert report.warnings == [
-        f"ZeRO model-state memory estimate {gib:.1f} GiB per GPU (train.zero_stage=0, DP=64, TP*PP=1) exceeds "
-        "the V100-SXM2-32GB's 32 GiB, before activations"
+        f"ZeRO model-state memory estimate {gib:.1f} GiB per GPU (train.zero_stage=0, DP=64, TP*PP=1, "
+        f"train.optimizer=adafactor: {state_bytes:.4g} bytes/param) exceeds the V100-SXM2-32GB's 32 GiB, "
+        "before activations"
     ]
-    assert f"{gib:.1f}" == "774.4"
+    assert f"{gib:.1f}" == "387.2"  # not Adam's 16 bytes/param (774.4 GiB)
+
+
+def test_sgd_keeps_12_bytes_per_param_not_adams_16():
+    # Megatron with SGD + momentum, fp16: 2 + 2 + 4 (master) + 4 (momentum); ZeRO 0 on a TP*PP = 64 slice
+    plan = estimate(load_spec(BASE, ["train.optimizer=sgd"]))
+    assert plan.state_bytes.total == 12
+    assert plan.model_state_gib_per_gpu == pytest.approx(12 * 51_966_533_632 / 64 / 2**30)
+
+
+def test_adafactor_second_moment_count_is_torchs_own():
+    """The factored-state count of the planner against the state torch.optim.Adafactor really keeps
+    for a GPT-2 built the way the DDP entry point builds it."""
+    import torch
+    from logstat.analytics.formulas import gpt2_adafactor_second_moment_elements
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    h, layers, v, s = 64, 2, 128, 32
+    model = GPT2LMHeadModel(GPT2Config(n_embd=h, n_layer=layers, n_head=2, n_positions=s, vocab_size=v))
+    optimizer = torch.optim.Adafactor(model.parameters(), lr=1e-3)
+    model(
+        input_ids=torch.zeros(1, s, dtype=torch.long), labels=torch.zeros(1, s, dtype=torch.long)
+    ).loss.backward()
+    optimizer.step()
+    held = sum(
+        tensor.numel()
+        for state in optimizer.state.values()
+        for name, tensor in state.items()
+        if name in ("row_var", "col_var", "variance")
+    )
+    assert held == gpt2_adafactor_second_moment_elements(hidden=h, layers=layers, vocab=v, seq_len=s)
+
+
+def test_warning_when_the_time_limit_is_shorter_than_the_run():
+    # 1000 steps at the assumed 46.7 TFLOPs/GPU: 145.85 s each = 40.5 h, over the 6 h limit
+    report = check(load_spec(BASE, ["steps=1000"]))
+    assert report.warnings == [
+        "cluster.time_limit='06:00:00' (6.0 h) is shorter than the estimated run time steps=1000 x 145.9 "
+        "s/iteration (at the assumed estimate.tflops_per_gpu=46.7) = 40.5 h: Slurm would cancel the job "
+        "before its last step"
+    ]
+    measured = check(
+        load_spec(BASE, ["estimate.tflops_per_gpu=none", "estimate.sec_per_iter=129", "steps=200"])
+    )
+    assert measured.warnings == [
+        "cluster.time_limit='06:00:00' (6.0 h) is shorter than the estimated run time steps=200 x 129.0 "
+        "s/iteration (estimate.sec_per_iter) = 7.2 h: Slurm would cancel the job before its last step"
+    ]
+    assert check(load_spec(BASE, ["steps=100"])).warnings == []  # 4.05 h
+    assert check(load_spec(BASE, ["steps=1000", "cluster.time_limit=0"])).warnings == []  # 0: no limit
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30", 1800), ("30:15", 1815), ("06:00:00", 21600), ("2-12", 216000), ("1-01:30", 91800),
+     ("1-00:00:07", 86407), ("0", None), ("6 hours", None)],
+)  # fmt: skip
+def test_slurm_time_limits(text, seconds):
+    assert slurm_time_limit_s(text) == seconds
+
+
+def test_speed_given_twice_is_refused():
+    assert refused(BASE, "estimate.sec_per_iter=129") == (
+        "estimate.sec_per_iter=129.0 and estimate.tflops_per_gpu both give the speed: give one "
+        "(the other follows from it)"
+    )
+
+
+def test_estimate_refuses_what_run_refuses():
+    with pytest.raises(SpecError, match="parallel.pp=7 does not divide model.num_layers=64"):
+        estimate(load_spec(BASE, ["parallel.pp=7"]))
 
 
 def test_zero_3_memory_fits_and_does_not_warn():

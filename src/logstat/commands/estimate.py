@@ -1,80 +1,153 @@
 """`logstat estimate`: parameters, ZeRO memory, pipeline efficiency, TFLOPs and days of a planned run."""
 
+from __future__ import annotations
+
+import copy
+
 import click
 
 from logstat.errors import LogstatError
 
+#: option -> the spec field it sets (as a --set override); without SPEC the fields not given keep
+#: the values of logstat.analytics.estimate.BASE_SPEC.
+FIELDS = {
+    "seq_len": "model.seq_len",
+    "vocab": "model.vocab_size",
+    "tp": "parallel.tp",
+    "pp": "parallel.pp",
+    "zero_stage": "train.zero_stage",
+    "micro_batch": "batch.micro",
+    "gas": "batch.gas",
+    "sec_per_iter": "estimate.sec_per_iter",
+    "tokens": "estimate.tokens",
+    "gpu_model": "cluster.gpu_model",
+    "precision": "train.precision",
+    "checkpointing": "train.activation_checkpointing",
+    "optimizer": "train.optimizer",
+    "stack": "stack",
+}
+#: options that change the global batch, which is then derived again
+BATCH_SHAPING = ("tp", "pp", "micro_batch", "gas", "gpus")
+
 
 @click.command()
+@click.argument("spec", required=False)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="SECTION.FIELD=VALUE",
+    help="Override a field of SPEC (or of the options' plan), as `logstat run --set` does (repeatable).",
+)
 @click.option(
     "--model",
     help="A GPT-2 size preset of the seed's scripts (MSIZE, in billions), e.g. 52B; an unknown one lists them.",
 )
 @click.option("--hidden", type=int, help="Hidden size (instead of --model).")
 @click.option("--layers", type=int, help="Transformer layers (instead of --model).")
-@click.option("--seq-len", type=int, help="Sequence length [preset's, else 1024].")
-@click.option("--vocab", type=int, help="Vocabulary size [preset's, else 50257].")
-@click.option("--gpus", type=int, required=True, help="World size.")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree.")
-@click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree.")
-@click.option(
-    "--zero", "zero_stage", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage."
-)
+@click.option("--seq-len", type=int, help="Sequence length [1024].")
+@click.option("--vocab", type=int, help="Vocabulary size [50257].")
+@click.option("--gpus", type=int, help="World size (required without SPEC).")
+@click.option("--tp", type=int, help="Tensor-parallel degree [1].")
+@click.option("--pp", type=int, help="Pipeline-parallel degree [1].")
+@click.option("--zero", "zero_stage", type=click.IntRange(0, 3), help="ZeRO stage [0].")
 @click.option("--offload-optimizer", is_flag=True, help="ZeRO-Offload: optimizer states in CPU memory.")
 @click.option("--offload-param", is_flag=True, help="Parameters in CPU memory too (ZeRO stage 3).")
-@click.option("--micro-batch", type=int, default=1, show_default=True, help="Micro batch per GPU.")
-@click.option(
-    "--gas", type=int, default=1, show_default=True, help="Gradient accumulation steps (PP chunks)."
-)
+@click.option("--micro-batch", type=int, help="Micro batch per GPU [1].")
+@click.option("--gas", type=int, help="Gradient accumulation steps (PP chunks) [1].")
 @click.option("--sec-per-iter", type=float, help="Measured or assumed seconds per iteration (global batch).")
-@click.option("--tokens", type=float, default=100e9, show_default=True, help="Tokens to train, for the days.")
+@click.option("--tokens", type=float, help="Tokens to train, for the days [100e9].")
 @click.option("--gpu", "gpu_model", help="GPU model for MFU, e.g. V100-SXM2-32GB, A100-SXM4-80GB, H100-SXM.")
 @click.option(
     "--precision",
-    type=click.Choice(["fp16", "bf16"]),
-    default="fp16",
-    show_default=True,
-    help="Which dense peak of --gpu the MFU divides by.",
+    type=click.Choice(["fp32", "fp16", "bf16"]),
+    help="Training precision; MFU divides by its peak [fp16].",
+)
+@click.option(
+    "--optimizer",
+    type=click.Choice(["adam", "adamw", "sgd", "adafactor"]),
+    help="Optimizer, for the bytes of its states per parameter [adam].",
+)
+@click.option(
+    "--stack",
+    help="Stack whose rules apply: megatron-deepspeed, hf-zero3, ddp-powersgd [megatron-deepspeed].",
 )
 @click.option(
     "--checkpointing/--no-checkpointing",
-    default=True,
-    show_default=True,
-    help="Activation checkpointing (seed formula factor 4, else 3).",
+    default=None,
+    help="Activation checkpointing (seed formula factor 4, else 3) [on].",
 )
 def estimate(
+    spec: str | None,
+    overrides: tuple[str, ...],
     model: str | None,
     hidden: int | None,
     layers: int | None,
-    seq_len: int | None,
-    vocab: int | None,
+    gpus: int | None,
+    offload_optimizer: bool,
+    offload_param: bool,
     **options: object,
 ) -> None:
-    """Estimate a planned run: parameter count, model-state memory per GPU by ZeRO stage, pipeline
-    efficiency, and with --sec-per-iter the TFLOPs per GPU and the days to train 100B tokens.
+    """Estimate a planned run: parameter count, model-state memory per GPU by ZeRO stage (by the
+    optimizer's bytes per parameter), pipeline efficiency, and with --sec-per-iter the TFLOPs per
+    GPU and the days to train 100B tokens. The plan passes the checks of `logstat run` (one planner):
+    refusals name the spec field; warnings (memory, pipeline bubble, time limit) go to stderr.
+
+    Describe the run with options, or give a SPEC (a TOML file or a shipped spec's name, as for
+    `logstat run`) which the options and --set then override.
 
     \b
     Example:
       logstat estimate --model 52B --gpus 64 --tp 4 --pp 16 --zero 1 --micro-batch 4 --gas 256 --sec-per-iter 129
       logstat estimate --hidden 4096 --layers 30 --gpus 8 --zero 3 --gpu A100-SXM4-80GB --precision bf16
+      logstat estimate gpt2-52b-megatron-ds --set steps=1000
     """
-    from logstat.analytics.estimate import Plan, estimate_text, preset_shape
+    from logstat.analytics.estimate import BASE_SPEC, estimate_text, preset_msize
+    from logstat.analytics.gpus import GPUS
+    from logstat.runners.spec import build_spec, load_spec
+    from logstat.runners.validate import check
 
+    settings: list[str] = []
     try:
         if model is not None:
             if hidden is not None or layers is not None:
                 raise ValueError("give either --model or --hidden/--layers, not both")
-            label, shape = preset_shape(model)
-        elif hidden is not None and layers is not None:
-            label, shape = "", {"hidden": hidden, "layers": layers, "seq_len": 1024, "vocab": 50257}
-        else:
-            raise ValueError("give --model (e.g. 52B) or both --hidden and --layers")
-        if seq_len is not None:
-            shape["seq_len"] = seq_len
-        if vocab is not None:
-            shape["vocab"] = vocab
-        plan = Plan(label=label, **shape, **options)
-        text = estimate_text(plan)
+            settings += [
+                f"model.preset={preset_msize(model)}",
+                "model.hidden_size=none",
+                "model.num_layers=none",
+            ]
+        elif hidden is not None or layers is not None:
+            if hidden is None or layers is None:
+                raise ValueError("give both --hidden and --layers (or --model)")
+            settings += ["model.preset=none", f"model.hidden_size={hidden}", f"model.num_layers={layers}"]
+        elif spec is None:
+            raise ValueError("give --model (e.g. 52B) or both --hidden and --layers, or a SPEC")
+        if spec is None and gpus is None:
+            raise ValueError("give --gpus (the world size), or a SPEC")
     except ValueError as exc:
         raise LogstatError(f"logstat estimate: {exc}") from None
-    click.echo(text, nl=False)
+    gpu_model = options.get("gpu_model")
+    if gpu_model is not None and gpu_model not in GPUS:
+        raise LogstatError(f"logstat estimate: --gpu {gpu_model!r} is unknown; known: {', '.join(GPUS)}")
+    if gpus is not None:
+        settings += ["cluster.nodes=1", f"cluster.gpus_per_node={gpus}"]
+    for name, value in options.items():
+        if value is not None:
+            settings.append(
+                f"{FIELDS[name]}={value!r}" if isinstance(value, float) else f"{FIELDS[name]}={value}"
+            )
+    if offload_optimizer:
+        settings.append("train.offload_optimizer=true")
+    if offload_param:
+        settings.append("train.offload_param=true")
+    if gpus is not None or any(options.get(name) is not None for name in BATCH_SHAPING):
+        settings.append("batch.global_batch=none")
+    if spec is None:
+        planned = build_spec(copy.deepcopy(BASE_SPEC), [*settings, *overrides], source="logstat estimate")
+    else:
+        planned = load_spec(spec, [*settings, *overrides])
+    report = check(planned)
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(estimate_text(planned), nl=False)

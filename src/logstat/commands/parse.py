@@ -60,6 +60,8 @@ def parse(
 
     if output is None and fmt == "parquet" and sys.stdout.isatty():
         raise LogstatError("--format parquet is binary: give --output FILE (not written to a terminal)")
+    if output is not None:
+        formats.refuse_unwritable_output(output)
     files = find_logs(paths)
     if not files:
         raise LogstatError(

@@ -6,6 +6,13 @@ import click
 
 from logstat.errors import LogstatError
 
+#: chart file stem -> why a chart is not drawn (logstat.analytics.charts.charts_of draws them).
+CHARTS = {
+    "gpu_days_100b": "no run with a measured throughput",
+    "loss": "no logged loss",
+    "time_breakdown": "no Megatron timer lines",
+}
+
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
@@ -46,19 +53,20 @@ def plot(
       logstat plot logs/ --out plots/
       logstat plot logs/ --out plots-svg/ --format svg --format html
     """
-    from logstat.analytics.charts import charts_of, write_charts
+    from logstat.analytics.charts import charts_of, planned_files, write_charts
     from logstat.progress import load_with_progress
 
+    # before the logs are read (minutes on a big corpus): a chart file that exists is never replaced
+    existing = [path for path in planned_files(list(CHARTS), out_dir, formats) if path.exists()]
+    if existing:
+        raise LogstatError(
+            f"logstat plot: {existing[0]} exists; logstat never overwrites a file (choose another --out)"
+        )
     result = load_with_progress(paths, family=family, warmup=warmup)
     if result.runs.is_empty():
         raise LogstatError(f"logstat plot: no log files under {', '.join(map(str, paths))}")
     charts = charts_of(result.runs, result.iterations, result.timers)
-    missing = {
-        "gpu_days_100b": "no run with a measured throughput",
-        "loss": "no logged loss",
-        "time_breakdown": "no Megatron timer lines",
-    }
-    for stem, why in missing.items():
+    for stem, why in CHARTS.items():
         if stem not in charts:
             click.echo(f"logstat plot: no {stem} chart: {why}", err=True)
     if not charts:
