@@ -182,6 +182,7 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
         fact_files.update(
             {name: str(path) for name, at in run.provenance.items() if stated_before.get(name) != at}
         )
+    run.settle_launches()
     job_id = job_id_from_name(Path(files.key))
     if job_id:
         run.set_fact("job_id", job_id, "filename", 0)
