@@ -1,6 +1,6 @@
 """Megatron logs that are not one clean training launch: evaluation progress lines, a zero-shot
 evaluation run, and several launches appended to one file (last launch wins per step). Fixtures in
-fixtures/megatron/ (README names their formats)."""
+fixtures/megatron_launches/ (README names their formats)."""
 
 import polars as pl
 from logstat.parsers.base import RunBuilder
@@ -8,7 +8,7 @@ from logstat.parsers.base import RunBuilder
 from logstat.api import load_runs
 from tests.conftest import FIXTURES
 
-MEGATRON = FIXTURES / "megatron"
+MEGATRON = FIXTURES / "megatron_launches"
 
 
 def test_relaunch_after_a_new_arguments_dump_replaces_the_steps_it_logs_again():
