@@ -190,7 +190,7 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
     derive_facts(run)
     scores = {family.name: family.evidence(run) or run.families_seen.get(family.name, 0) for family in active}
     result.families = sorted(name for name, score in scores.items() if score > 0)
-    result.family = registry.get(forced).name if forced else registry.primary(scores)
+    result.family = registry.get(forced).name if forced else registry.primary(scores, registry.supplied(run))
     return result
 
 
