@@ -15,8 +15,8 @@ Lines read (real examples in fixtures/megatron/):
 
 Not training steps: ``Evaluating iter N/M`` (evaluation), ``> working on iteration: N`` (zero-shot tasks),
 ``validation loss at iteration N``, checkpoint lines. Several launches appended to one file (a requeued
-job, a resume from a checkpoint): an arguments dump after training steps, or a step lower than the last
-one logged, starts a new launch, whose rows replace those of the steps an earlier launch logged too.
+job, a resume from a checkpoint): an arguments dump after training steps starts a new launch, whose rows
+replace those of the steps an earlier launch logged too.
 """
 
 from __future__ import annotations
@@ -164,7 +164,10 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     if text == BARE_TIMERS:  # a sixth of Megatron's lines: nothing to read, so no further tests
         return
     if " arguments --" in text and "end of arguments" not in text:
-        if state.pop("top_step", None) is not None:  # a dump after training steps: the job started again
+        # A dump after training steps: the job started again, appending to the same log. Only the dump
+        # says so: a step lower than the last is no proof (a garbled line, a rank's late print), and
+        # merging it first-wins keeps the values already read.
+        if state.pop("logged_steps", False):
             run.new_launch()
         state.update(in_args=True, args={})
         # only the dump lines naming a kept argument change anything (and the marked lines end it)
@@ -201,14 +204,7 @@ def _iterations(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
         # short (a log read while it is written, or cut by a crash), whose number would be wrong.
         metrics, global_batch = _iteration_record(text[start : text.rfind("|", start, stop) + 1], layouts)
         step, train_iters = int(header["step"]), header["train_iters"]
-        top = state.get("top_step")
-        if top is None or step > top:
-            state["top_step"] = step
-        elif step < top:
-            # back to an earlier step: a relaunch whose arguments dump was lost (one rank prints the
-            # iteration lines, in order); it resumed from a checkpoint before the last step logged
-            run.new_launch()
-            state["top_step"] = step
+        state["logged_steps"] = True
         run.saw(NAME)
         run.set_fact("train_iters", int(train_iters), NAME, lineno)
         if global_batch is not None:

@@ -3,6 +3,7 @@ evaluation run, and several launches appended to one file (last launch wins per 
 fixtures/megatron_launches/ (README names their formats)."""
 
 import polars as pl
+from logstat.parsers import megatron
 from logstat.parsers.base import RunBuilder
 
 from logstat.api import load_runs
@@ -27,22 +28,40 @@ def test_relaunch_after_a_new_arguments_dump_replaces_the_steps_it_logs_again():
     assert row["sec_per_iter"] == 4.6952
 
 
-def test_a_step_logged_again_without_a_dump_is_a_relaunch_and_its_old_timers_go():
-    """The last rank's output of a job whose wrapper relaunched it (the arguments dump is in rank 0's
-    file): steps 1, 2, 3, then 2 and 3 again with their timers."""
-    result = load_runs([MEGATRON / "meg_gpt2_last_rank_relaunch-2003.out"])
+def test_a_relaunch_in_the_2021_format_replaces_the_steps_and_their_timers():
+    """Steps 1, 2, 3 with their timers, a killed task, then a relaunch (its own arguments dump) that
+    logs steps 2 and 3 again."""
+    result = load_runs([MEGATRON / "meg_gpt2_relaunch-2003.out"])
     its = result.iterations
     assert its["iteration"].to_list() == [1, 2, 3]
     assert its["elapsed_ms"].to_list() == [155483.8, 131774.2, 130412.9]
     assert its["loss_scale"].to_list() == [4294967296.0, 4294967296.0, 2147483648.0]
+    assert its["line"].to_list() == [143, 292, 294]
     timers = result.timers
     assert timers.group_by("iteration").agg(pl.len(), pl.col("line").unique()).sort("iteration").rows() == [
-        (1, 11, [2]),
-        (2, 11, [8]),
-        (3, 11, [10]),
+        (1, 11, [144]),
+        (2, 11, [293]),
+        (3, 11, [295]),
     ]
     forward = timers.filter(pl.col("timer") == "forward-compute").sort("iteration")["ms"].to_list()
     assert forward == [32054.16, 33001.50, 32950.25]
+
+
+def test_a_lower_step_without_a_new_dump_merges_into_the_rows_read():
+    """Only a new arguments dump starts a launch: a stray (garbled, late) line of an earlier step keeps
+    the values already read (tests/reliability/test_hostile_files.py feeds such lines)."""
+    run = RunBuilder(path="x")
+    for lineno, text in enumerate(
+        [
+            " iteration        1/    1000 | elapsed time per iteration (ms): 10.0 |",
+            " iteration        2/    1000 | elapsed time per iteration (ms): 20.0 |",
+            " iteration        1/    1000 | elapsed time per iteration (ms): nan | lm loss: 2.5 |",
+        ],
+        start=1,
+    ):
+        megatron.parse_line(text, lineno, run)
+    assert {step: row["elapsed_ms"] for step, row in run.iterations.items()} == {1: 10.0, 2: 20.0}
+    assert run.launch == 0
 
 
 def test_zero_shot_evaluation_logs_no_training_step():
