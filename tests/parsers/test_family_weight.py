@@ -14,6 +14,8 @@ from tests.conftest import FIXTURES
     [
         # step 1: the engine's step=N lines every steps_per_print (10) of 30 steps
         ("ds_chat_step1_sft_opt-1.3b_training.log", [10, 20, 30], [9.329525557848999e-06, 7.861470886815466e-06, 5.579796293819115e-06]),
+        # step 2: the same engine lines around the reward model's prints
+        ("ds_chat_step2_reward_opt-350m_training.log", [10, 20, 30], [4.8321309709624795e-05, 4.3412574136823785e-05, 3.581077891045823e-05]),
         # step 3: actor and critic engines both log steps 10 and 20; the actor's line comes first
         ("ds_chat_step3_rlhf_opt-1.3b_training.log", [10, 20], [9.65e-07, 1.93e-06]),
     ],
