@@ -86,6 +86,11 @@ class RunBuilder:
     # steps whose row a metric line (memory, profiler) opened: their step's own record, printed later
     # (ranks' lines arrive out of order), takes the row's line, so `--iterations` points at the record
     metric_only_steps: set[int] = field(default_factory=set)
+    launch: int = 0  # how often the training started again in the run's files (``new_launch``)
+    # step -> launch of its row, for the rows of launches after the first
+    step_launch: dict[int, int] = field(default_factory=dict)
+    launch_timer_starts: list[int] = field(default_factory=list)  # where each later launch's timer rows start
+    superseded: bool = False  # a later launch replaced a step's row: ``settle_launches`` drops its old timers
 
     def saw(self, family: str) -> None:
         """Count one record of ``family`` (family detection uses these counts)."""
@@ -119,11 +124,11 @@ class RunBuilder:
         ):
             return
         row = self.iterations.get(step)
-        if row is None:
-            row = self.iterations[step] = self._new_row(step, family, lineno)
+        if row is None or (self.launch and self.step_launch.get(step, 0) != self.launch):
+            row = self._new_row(step, family, lineno)
         elif self.metric_only_steps and step in self.metric_only_steps:
             self.metric_only_steps.discard(step)
-            row.update(self._new_row(step, family, lineno))
+            row.update(family=family, line=lineno, source_path=self.current_file or None)
         for key, value in metrics.items():
             if value is None or row.get(key) is not None:
                 continue
@@ -153,8 +158,35 @@ class RunBuilder:
         return [dict(zip(TIMER_FIELDS, row, strict=True)) for row in self.timer_rows]
 
     def _new_row(self, step: int, family: str, lineno: int) -> dict[str, Any]:
-        """A new iteration row with its provenance: family, line and the file holding the line."""
-        return {"iteration": step, "family": family, "line": lineno, "source_path": self.current_file or None}
+        """A new iteration row of ``step`` with its provenance (family, line and the file holding the
+        line), in place of any row an earlier launch logged for the step."""
+        row = {"iteration": step, "family": family, "line": lineno, "source_path": self.current_file or None}
+        if self.launch:
+            self.superseded |= step in self.iterations
+            self.step_launch[step] = self.launch
+        self.iterations[step] = row
+        return row
+
+    def new_launch(self) -> None:
+        """The training started again in the same log (a relaunch appending to its job's file, a resume
+        from a checkpoint): a step it logs again replaces the earlier launch's row (last launch wins),
+        where the many ranks printing a step within one launch merge (first print wins)."""
+        self.launch += 1
+        self.launch_timer_starts.append(len(self.timer_rows))
+
+    def settle_launches(self) -> None:
+        """Drop the timer rows of the steps a later launch logged again (after the last line is read)."""
+        if not self.superseded:
+            return
+        bounds = [0, *self.launch_timer_starts, len(self.timer_rows)]
+        kept: list[tuple] = []
+        for launch in range(len(bounds) - 1):
+            kept.extend(
+                row
+                for row in self.timer_rows[bounds[launch] : bounds[launch + 1]]
+                if self.step_launch.get(row[0], 0) <= launch
+            )
+        self.timer_rows = kept
 
     def raise_metric(self, step: int, name: str, value: float, family: str, lineno: int) -> None:
         """Keep the largest ``value`` of a per-rank metric of ``step`` (memory: the peak rank matters)."""
@@ -166,8 +198,8 @@ class RunBuilder:
             self.fits(name, value, family, lineno)  # notes the line
             return
         row = self.iterations.get(step)
-        if row is None:
-            row = self.iterations[step] = self._new_row(step, family, lineno)
+        if row is None or (self.launch and self.step_launch.get(step, 0) != self.launch):
+            row = self._new_row(step, family, lineno)
             self.metric_only_steps.add(step)
         if row.get(name) is None or value > row[name]:
             row[name] = value

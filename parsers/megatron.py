@@ -12,6 +12,11 @@ Lines read (real examples in fixtures/megatron/):
   size: 16`` (old: ``using world size: 64 and model-parallel size: 4``), ``using torch.float16 for
   parameters``, ``padded vocab (size: 50257) with 431 dummy tokens (new size: 50688)``, ``setting number
   of micro-batches to constant 256``, ``Effective Tera Flops per GPU: 41.94 and total parameters 52.005 B``.
+
+Not training steps: ``Evaluating iter N/M`` (evaluation), ``> working on iteration: N`` (zero-shot tasks),
+``validation loss at iteration N``, checkpoint lines. Several launches appended to one file (a requeued
+job, a resume from a checkpoint): an arguments dump after training steps starts a new launch, whose rows
+replace those of the steps an earlier launch logged too.
 """
 
 from __future__ import annotations
@@ -159,6 +164,11 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     if text == BARE_TIMERS:  # a sixth of Megatron's lines: nothing to read, so no further tests
         return
     if " arguments --" in text and "end of arguments" not in text:
+        # A dump after training steps: the job started again, appending to the same log. Only the dump
+        # says so: a step lower than the last is no proof (a garbled line, a rank's late print), and
+        # merging it first-wins keeps the values already read.
+        if state.pop("logged_steps", False):
+            run.new_launch()
         state.update(in_args=True, args={})
         # only the dump lines naming a kept argument change anything (and the marked lines end it)
         run.capture(NAME, lines=_KEPT_ARG_LINES)
@@ -193,12 +203,13 @@ def _iterations(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
         # Every field of an iteration record ends with "|": text after the last one is a field cut
         # short (a log read while it is written, or cut by a crash), whose number would be wrong.
         metrics, global_batch = _iteration_record(text[start : text.rfind("|", start, stop) + 1], layouts)
-        step, train_iters = header.group("step", "train_iters")
+        step, train_iters = int(header["step"]), header["train_iters"]
+        state["logged_steps"] = True
         run.saw(NAME)
         run.set_fact("train_iters", int(train_iters), NAME, lineno)
         if global_batch is not None:
             run.set_fact("global_batch_size", global_batch, NAME, lineno)
-        run.add_iteration(int(step), NAME, lineno, **metrics)
+        run.add_iteration(step, NAME, lineno, **metrics)
         header = following
 
 

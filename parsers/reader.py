@@ -1,8 +1,12 @@
 """Files -> runs -> frames: group a job's files, stream their lines through the families, build rows.
 
-One Slurm job is one run: ``%x-%j.out`` and ``%x-%j.err`` of the same job (same name stem in the
-same directory) are read together, ``.out`` first, so the iterations of the one and the failure
-in the other end up in one row. Every other log file is a run of its own.
+One batch job is one run: its output and error files (same name stem in the same directory) are read
+together, output first, so the iterations of the one and the failure in the other end up in one row.
+The schedulers name them: Slurm ``%x-%j.out`` / ``%x-%j.err`` (``slurm-%j.out`` by default), LSF
+``*.stdout`` / ``*.stderr`` as job scripts commonly ask with ``-o``/``-e``, PBS Pro / Torque and SGE / UGE
+(and ABCI, which ran both) ``name.o12345`` / ``name.e12345`` (an array task adds ``.3``, Torque ``-3``;
+SGE's parallel-environment ``name.po12345`` / ``name.pe12345`` belong to the job too). Every other log
+file (``*.log``, ``*.txt``) is a run of its own.
 """
 
 from __future__ import annotations
@@ -19,8 +23,17 @@ from logstat.parsers.base import TIMER_FIELDS, Family, LineReader, RunBuilder, i
 from logstat.parsers.schema import ITERATIONS_SCHEMA, RUNS_SCHEMA, TIMERS_SCHEMA
 from logstat.parsers.source import ALL_ROUTES, SourceReport, marker_needles, records, routed_records
 
-LOG_SUFFIXES = (".out", ".err", ".log", ".txt")
+#: suffix -> (naming convention, order): a job's output (0) and error (1) file of one convention and
+#: one stem are one run (``.out`` pairs with ``.err``, ``.stdout`` with ``.stderr``).
+STREAM_SUFFIXES = {".out": ("out", 0), ".err": ("out", 1), ".stdout": ("stdout", 0), ".stderr": ("stdout", 1)}
+#: suffixes of logs that are a run of their own.
+SINGLE_SUFFIXES = (".log", ".txt")
+LOG_SUFFIXES = (*STREAM_SUFFIXES, *SINGLE_SUFFIXES)
 _JOB_ID_IN_NAME = re.compile(r"[-_.](\d{2,})$")
+# PBS / SGE job output: ``<name>.o<job>`` (``e`` for errors, ``po``/``pe`` for SGE's parallel environment),
+# an array task's index after the job number (``.3``; Torque ``-3``).
+_SCHEDULER_STREAM = re.compile(r"(?P<stem>.+)\.(?P<stream>p?[oe])(?P<job>\d+(?:[.-]\d+)?)")
+_SCHEDULER_STREAM_ORDER = {"o": 0, "e": 1, "po": 2, "pe": 3}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,41 +61,68 @@ class RunResult:
 COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2")
 
 
-def _base(path: Path) -> tuple[str, str]:
-    """``(stem, suffix)`` with ``.gz``/``.xz``/``.bz2`` looked through: ``job-12.out.gz`` -> ``("job-12", ".out")``."""
+def _uncompressed_name(path: Path) -> str:
+    """The file name with ``.gz``/``.xz``/``.bz2`` looked through: ``job-12.out.gz`` -> ``job-12.out``."""
     name = path.name
     for compressed in COMPRESSED_SUFFIXES:
         if name.endswith(compressed):
-            name = name[: -len(compressed)]
-            break
-    stem, dot, suffix = name.rpartition(".")
-    return (stem, "." + suffix) if dot else (name, "")
+            return name[: -len(compressed)]
+    return name
+
+
+def _base(path: Path) -> tuple[str, str]:
+    """``(stem, suffix)`` with ``.gz``/``.xz``/``.bz2`` looked through: ``job-12.out.gz`` -> ``("job-12", ".out")``."""
+    stem, dot, suffix = _uncompressed_name(path).rpartition(".")
+    return (stem, "." + suffix) if dot else (suffix, "")
+
+
+def _scheduler_stream(path: Path) -> re.Match[str] | None:
+    """The name of a PBS or SGE job's output or error file, split (``stem``, ``stream``, ``job``)."""
+    return _SCHEDULER_STREAM.fullmatch(_uncompressed_name(path))
 
 
 def is_log_file(path: Path) -> bool:
     """Whether a file found while walking a directory looks like a log (by its name)."""
-    return _base(path)[1] in LOG_SUFFIXES
+    return _base(path)[1] in LOG_SUFFIXES or _scheduler_stream(path) is not None
+
+
+def _job_stream(path: Path) -> tuple[tuple[str, str], int] | None:
+    """``((convention, stem), order)`` of a job stream file, None for a log of its own: files with the
+    same key in one directory are one job's streams, read in ``order`` (output first)."""
+    stem, suffix = _base(path)
+    if suffix in STREAM_SUFFIXES:
+        convention, order = STREAM_SUFFIXES[suffix]
+        return (convention, stem), order
+    match = _scheduler_stream(path)
+    if match is None:
+        return None
+    return ("scheduler", f"{match['stem']}.{match['job']}"), _SCHEDULER_STREAM_ORDER[match["stream"]]
 
 
 def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
-    """Group files into runs: a job's ``.out`` and ``.err`` (same stem, same directory) are one."""
-    groups: dict[tuple[Path, str], list[Path]] = {}
+    """Group files into runs: a job's output and error files (same stem, same directory) are one."""
+    groups: dict[tuple[Path, tuple[str, str]], list[tuple[int, Path]]] = {}
     singles: list[RunFiles] = []
     for path in paths:
-        stem, suffix = _base(path)
-        if suffix in (".out", ".err"):
-            groups.setdefault((path.parent, stem), []).append(path)
+        stream = _job_stream(path)
+        if stream is not None:
+            key, order = stream
+            groups.setdefault((path.parent, key), []).append((order, path))
         else:
             singles.append(RunFiles(key=str(path), files=(path,)))
     runs = list(singles)
     for files in groups.values():
-        ordered = sorted(files, key=lambda p: (_base(p)[1] != ".out", p.name))
+        ordered = [path for _, path in sorted(files, key=lambda item: (item[0], item[1].name))]
         runs.append(RunFiles(key=str(ordered[0]), files=tuple(ordered)))
     return sorted(runs, key=lambda r: r.key)
 
 
 def job_id_from_name(path: Path) -> str | None:
-    """The job id Slurm's ``%j`` put in a file name (``name-123456.out``), if any."""
+    """The job id the scheduler put in a file name: Slurm's ``%j`` (``name-123456.out``), PBS's and
+    SGE's ``name.o123456`` (with an array task's index: ``123456.3``), if any."""
+    match = _scheduler_stream(path)
+    if match is not None:
+        return match["job"]
     match = _JOB_ID_IN_NAME.search(_base(path)[0])
     return match.group(1) if match else None
 
@@ -145,6 +185,7 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
     for family in active:
         if family.finish is not None:
             family.finish(run)
+    run.settle_launches()
     job_id = job_id_from_name(Path(files.key))
     if job_id:
         run.set_fact("job_id", job_id, "filename", 0)
@@ -152,7 +193,7 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
     derive_facts(run)
     scores = {family.name: family.evidence(run) or run.families_seen.get(family.name, 0) for family in active}
     result.families = sorted(name for name, score in scores.items() if score > 0)
-    result.family = registry.get(forced).name if forced else registry.primary(scores)
+    result.family = registry.get(forced).name if forced else registry.primary(scores, registry.supplied(run))
     return result
 
 

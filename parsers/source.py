@@ -60,8 +60,13 @@ _ASCII_WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() remove
 # Bracketed tags are unambiguous, so a line holding several of them is several ranks' records glued
 # (also after trailing spaces: DeepSpeed pads values, "samples/second:   475.07  [default3]:...").
 _GLUED_TAG = re.compile(r"(?<=.)(?=" + _BRACKET_TAG + ")")
-# Colour and cursor codes (ANSI CSI sequences) that coloured loggers and progress bars write.
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+# Escape sequences (ECMA-48) that coloured loggers, rich and progress bars write: CSI (colours, cursor
+# moves), OSC up to its terminator (rich's file hyperlinks, window titles) and the short ones (``ESC ( B``
+# of ``tput sgr0``, ``ESC 7``). rich colours the parts of a record, so a code can sit inside a marker
+# (``\x1b[33mstep\x1b[0m=``, ``time \x1b[1m(\x1b[0mms``): chunks are read without them.
+_ESCAPE = r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[ -/]*[0-~])"
+_ANSI = re.compile(_ESCAPE)
+_ANSI_BYTES = re.compile(_ESCAPE.encode())
 
 
 @dataclass
@@ -74,6 +79,13 @@ class SourceReport:
     problem: str | None = None
     """Why (part of) the file could not be read: binary content, a truncated gzip stream, ..."""
     compressed: bool = False
+
+
+def without_escapes(chunk: bytes) -> bytes:
+    """``chunk`` without its escape sequences (colour codes), so that the marker search, which looks at
+    the raw bytes, finds a marker a colour code cut in two. A chunk without ESC is returned as it is: one
+    byte search, no copy. No sequence holds a newline: line numbers stay."""
+    return _ANSI_BYTES.sub(b"", chunk) if b"\x1b" in chunk else chunk
 
 
 def strip_prefixes(text: str) -> str:
@@ -295,7 +307,9 @@ def routed_records(
     stream, report.compressed = open_log(path)
     # a file of one chunk has nothing to read ahead: handing work to a thread would only cost
     ahead = report.compressed or file_size(path) > CHUNK_BYTES
-    searched_chunks = _searched_ahead(_chunks(stream, report), needles, routes, patterns, ahead=ahead)
+    # the escape sequences go in the reading thread, before the search (map is lazy: it runs there too)
+    plain_chunks = map(without_escapes, _chunks(stream, report))
+    searched_chunks = _searched_ahead(plain_chunks, needles, routes, patterns, ahead=ahead)
     # closing: the read-ahead thread is done with the stream before the stream is closed
     with stream, closing(searched_chunks) as chunks:
         lineno = 0  # lines before the chunk: its newlines, plus an unterminated last line if it was read

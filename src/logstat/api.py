@@ -10,7 +10,7 @@ result.timers       # Megatron's per-step timer breakdown, long format
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,20 +33,22 @@ class ParseResult:
     """How many leading logged steps the steady-state statistics skipped."""
 
 
-def find_logs(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """The log files named by ``paths``: files as given, directories walked recursively for
-    ``*.out``, ``*.err``, ``*.log``, ``*.txt`` (and ``.gz``, ``.xz``, ``.bz2`` of those). A path that does not exist
-    is an error naming it."""
-    from logstat.parsers.reader import is_log_file
+#: what ``find_logs`` tells ``skipped`` about a path the walk did not take: the path and why.
+SkipReport = Callable[[Path, str], None]
 
+
+def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None = None) -> list[Path]:
+    """The log files named by ``paths``: files as given, directories walked recursively for the files
+    named like logs (``logstat.parsers.reader.is_log_file``: ``*.out``, ``*.err``, ``*.log``, ``*.txt``,
+    ``*.stdout``, ``*.stderr``, PBS/SGE ``name.o123`` / ``name.e123``, and ``.gz``, ``.xz``, ``.bz2`` of
+    those). Every path the walk passes over (another name, a hidden file or directory, a symbolic link to
+    a directory, which is not followed, a special file) is handed to ``skipped`` with the reason. A path
+    that does not exist is an error naming it."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            # the name tests first: a stat only for the files named like logs, not every checkpoint shard
-            found.extend(
-                sorted(p for p in path.rglob("*") if is_log_file(p) and not _hidden(p, path) and _listable(p))
-            )
+            found.extend(sorted(_walk(path, skipped or _ignore)))
         elif path.is_file():
             found.append(path)
         elif path.exists():
@@ -58,14 +60,47 @@ def find_logs(paths: Iterable[str | os.PathLike]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
+def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
+    """The log files under ``root``; what is passed over goes to ``skipped``. A hidden directory (a
+    ``.git``) is one report, not one per file in it."""
+    from logstat.parsers.reader import is_log_file
+
+    for directory, subdirectories, files in os.walk(root, onerror=lambda error: _unreadable(error, skipped)):
+        here = Path(directory)
+        for name in sorted(subdirectories):
+            if name.startswith("."):
+                skipped(here / name, "hidden directory")
+            elif (here / name).is_symlink():
+                skipped(here / name, "symbolic link to a directory (not followed)")
+        # sorted in place: os.walk descends in this order, so the reports come in a stable order
+        subdirectories[:] = sorted(
+            d for d in subdirectories if not d.startswith(".") and not (here / d).is_symlink()
+        )
+        for name in sorted(files):
+            path = here / name
+            if name.startswith("."):
+                skipped(path, "hidden file")
+            elif not is_log_file(path):
+                skipped(path, "not named like a log")
+            elif _listable(path):  # the name test first: a stat only for the files named like logs
+                yield path
+            else:
+                skipped(path, "not a regular file")
+
+
+def _unreadable(error: OSError, skipped: SkipReport) -> None:
+    """A directory the walk cannot list is reported, not silently missing."""
+    skipped(Path(error.filename), f"cannot list: {error.strerror or error}")
+
+
+def _ignore(path: Path, reason: str) -> None:
+    """The ``skipped`` of a caller that does not ask."""
+
+
 def _listable(path: Path) -> bool:
     """A regular file, or a symlink whose target is gone (a log on a purged scratch file system):
     that one becomes a row saying it cannot be read, rather than silently missing from the table."""
     return path.is_file() or (path.is_symlink() and not path.exists())
-
-
-def _hidden(path: Path, root: Path) -> bool:
-    return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
 def load_runs(

@@ -156,7 +156,7 @@ TRICKY = (
     b"start MARK\r\n"  # CRLF
     b"\n\n"  # empty lines count
     b"bad utf-8 \xff\xe2\x82 MARK\n"
-    b"ansi \x1b[32mMARK\x1b[0m\n"  # colour codes: every route may match
+    b"ansi \x1b[32mMA\x1b[0mRK\x1b[0m\n"  # colour codes, one inside the marker: read without them
     b'quoted "MARK, x" ; # MARK\n'  # CSV quoting and comments mean nothing here
     b"progress 1%\rprogress 2% OTHER\r\n"
     b"[default0]:MARK 1[default1]:OTHER 2\n"
@@ -182,7 +182,7 @@ def test_polars_line_frames_equal_the_python_line_cutter(tmp_path, monkeypatch):
     lines, count = frame_path
     assert [n for n, _, _ in lines] == [1, 4, 5, 6, 7, 8, 9] and count == 9
     assert lines[0] == (1, ["start MARK"], 1)
-    assert lines[2] == (5, ["ansi MARK"], -1)
+    assert lines[2] == (5, ["ansi MARK"], 1)
     assert lines[4] == (7, ["progress 1%", "progress 2% OTHER"], 2)
     # one separator byte sends its chunk to the Python cutter, with the same result
     path.write_bytes(TRICKY.replace(b"bad utf-8", b"unit\x1fsep"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -34,6 +35,12 @@ FORMATS = ("table", "json", "csv", "parquet", "markdown")
 @click.option(
     "--output", "-o", default=None, help="Write to this new file (never overwrites) instead of stdout."
 )
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="Say on stderr which files under the directories were not read, and why (other names, hidden).",
+)
 def parse(
     paths: tuple[str, ...],
     tflops: bool,
@@ -42,12 +49,14 @@ def parse(
     family: str | None,
     warmup: int,
     output: str | None,
+    verbose: bool,
 ) -> None:
     """Parse training logs (files or directories, plain or .gz/.xz/.bz2) into one row per run.
 
-    A job's .out and .err are one run. Family (Megatron, Megatron-DeepSpeed, DeepSpeed, HF Trainer,
-    minGPT) is detected per file. s/iter is the median of the logged steps after the first
-    --warmup ones.
+    A job's output and error files are one run (Slurm .out/.err, LSF .stdout/.stderr, PBS/SGE
+    name.o123/name.e123); --verbose lists the files of the directories that were not read. Family
+    (Megatron, Megatron-DeepSpeed, DeepSpeed, HF Trainer, minGPT) is detected per file. s/iter is the
+    median of the logged steps after the first --warmup ones.
 
     \b
     Example:
@@ -62,10 +71,11 @@ def parse(
         raise LogstatError("--format parquet is binary: give --output FILE (not written to a terminal)")
     if output is not None:
         formats.refuse_unwritable_output(output)
-    files = find_logs(paths)
+    files = find_logs(paths, skipped=_say_skipped if verbose else None)
     if not files:
         raise LogstatError(
-            f"no log files (*.out, *.err, *.log, *.txt, .gz/.xz/.bz2 of those) under {', '.join(paths)}"
+            f"no log files (*.out, *.err, *.stdout, *.stderr, *.log, *.txt, PBS/SGE name.o123 / name.e123,"
+            f" .gz/.xz/.bz2 of those) under {', '.join(paths)}"
         )
     from logstat.progress import progress_bar, run_sizes
 
@@ -91,6 +101,10 @@ def parse(
         lambda markdown: formats.runs_text(result.runs, tflops=tflops, markdown=markdown, warmup=warmup),
         output,
     )
+
+
+def _say_skipped(path: Path, reason: str) -> None:
+    click.echo(f"skipped: {path}: {reason}", err=True)
 
 
 def _warn(runs) -> None:

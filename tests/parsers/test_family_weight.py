@@ -1,0 +1,76 @@
+"""The primary family is weighed by what its records supplied, not by which banner came first: the
+family that gave the run's numbers (iteration rows, measured results) wins over families that only
+describe the run (a banner, command-line flags, a config dump)."""
+
+import pytest
+from logstat.parsers import registry
+
+from logstat.api import load_runs
+from tests.conftest import FIXTURES
+
+
+@pytest.mark.parametrize(
+    ("path", "steps", "lrs"),
+    [
+        # step 1: the engine's step=N lines every steps_per_print (10) of 30 steps
+        ("ds_chat_step1_sft_opt-1.3b_training.log", [10, 20, 30], [9.329525557848999e-06, 7.861470886815466e-06, 5.579796293819115e-06]),
+        # step 2: the same engine lines around the reward model's prints
+        ("ds_chat_step2_reward_opt-350m_training.log", [10, 20, 30], [4.8321309709624795e-05, 4.3412574136823785e-05, 3.581077891045823e-05]),
+        # step 3: actor and critic engines both log steps 10 and 20; the actor's line comes first
+        ("ds_chat_step3_rlhf_opt-1.3b_training.log", [10, 20], [9.65e-07, 1.93e-06]),
+    ],
+)  # fmt: skip
+def test_deepspeed_chat_is_deepspeed_though_its_flags_look_like_hf_trainer(path, steps, lrs):
+    result = load_runs([FIXTURES / "deepspeed" / path])
+    row = result.runs.row(0, named=True)
+    # the launcher's echoed command line holds --per_device_train_batch_size: HF Trainer has evidence
+    assert row["families"] == ["deepspeed", "hf-trainer"]
+    assert row["family"] == "deepspeed"
+    its = result.iterations
+    assert its["iteration"].to_list() == steps and its["lr"].to_list() == lrs
+    assert set(its["family"]) == {"deepspeed"}
+
+
+def test_hf_trainer_run_without_step_rows_is_named_by_its_final_metrics():
+    """The real BigScience HF Trainer + DeepSpeed ZeRO-3 log: DeepSpeed's config dump states most
+    facts, but the run's numbers are the Trainer's train_runtime and train_samples_per_second."""
+    row = load_runs([FIXTURES / "hf_trainer" / "hf_ds_gpt2_perf_n16_bs4-mbs8.out"]).runs.row(0, named=True)
+    assert row["family"] == "hf-trainer" and row["iterations"] == 0
+    assert row["final_train_runtime_s"] is not None
+
+
+@pytest.mark.parametrize(
+    ("scores", "numbers", "family"),
+    [
+        # HF Trainer logs a dict every 500 steps, DeepSpeed a step line every 10: the framework wins
+        ({"hf-trainer": 4, "deepspeed": 60}, {"hf-trainer": 2, "deepspeed": 50}, "hf-trainer"),
+        # HF Trainer's flags only: DeepSpeed's numbers decide
+        ({"hf-trainer": 1, "deepspeed": 60}, {"deepspeed": 50}, "deepspeed"),
+        # minGPT's averages over a DeepSpeed engine's progress lines
+        ({"mingpt": 3, "deepspeed": 40}, {"mingpt": 2, "deepspeed": 30}, "mingpt"),
+        # Megatron's arguments dump with DeepSpeed's step rows: the combined name
+        ({"megatron": 1, "deepspeed": 9}, {"deepspeed": 5}, "megatron-deepspeed"),
+        ({"megatron": 9, "deepspeed": 9}, {"megatron": 5, "deepspeed": 5}, "megatron-deepspeed"),
+        # an HF Trainer run that also shows Megatron's and DeepSpeed's evidence is not renamed by the mix
+        ({"megatron": 1, "deepspeed": 1, "hf-trainer": 3}, {"hf-trainer": 2}, "hf-trainer"),
+        # no family supplied numbers: the first with evidence, in registry order
+        ({"deepspeed": 1, "hf-trainer": 1}, {}, "hf-trainer"),
+        ({"slurm": 3}, {"slurm": 1}, "unknown"),  # context is never primary
+        ({}, {}, "unknown"),
+    ],
+)
+def test_primary_weighs_numbers_over_mere_evidence(scores, numbers, family):
+    assert registry.primary(scores, numbers) == family
+
+
+def test_supplied_counts_the_rows_each_family_logged_first_and_its_result_facts():
+    from logstat.parsers.base import RunBuilder
+
+    run = RunBuilder(path="x")
+    run.add_iteration(10, "deepspeed", 1, lr=1.0)
+    run.add_iteration(10, "hf-trainer", 2, loss=2.0)  # merged into DeepSpeed's row of the step
+    run.add_iteration(20, "hf-trainer", 3, loss=1.5)
+    run.add_iteration(30, "deepspeed", 4, lr=0.5)
+    run.set_fact("final_train_runtime_s", 12.5, "hf-trainer", 5)
+    run.set_fact("micro_batch_size", 4, "deepspeed", 6)  # a description, not a number of the run
+    assert registry.supplied(run) == {"deepspeed": 2, "hf-trainer": 2}

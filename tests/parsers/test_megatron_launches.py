@@ -1,0 +1,103 @@
+"""Megatron logs that are not one clean training launch: evaluation progress lines, a zero-shot
+evaluation run, and several launches appended to one file (last launch wins per step). Fixtures in
+fixtures/megatron_launches/ (README names their formats)."""
+
+import polars as pl
+from logstat.parsers import megatron
+from logstat.parsers.base import RunBuilder
+
+from logstat.api import load_runs
+from tests.conftest import FIXTURES
+
+MEGATRON = FIXTURES / "megatron_launches"
+
+
+def test_relaunch_after_a_new_arguments_dump_replaces_the_steps_it_logs_again():
+    """Launch 1 logs steps 10, 20, 30 and is preempted; launch 2 resumes from the step-20 checkpoint and
+    logs 30 and 40. Evaluating iter 1/2, 2/2 after steps 20 and 40 are no training steps."""
+    result = load_runs([MEGATRON / "megatron_lm_relaunch-2002.out"])
+    its = result.iterations
+    assert its["iteration"].to_list() == [10, 20, 30, 40]
+    assert its["elapsed_ms"].to_list() == [4712.4, 4688.1, 4701.5, 4695.2]  # step 30 of launch 2, not 5198.7
+    assert its["loss"].to_list() == [10.42137, 9.314206, 8.698834, 8.21557]
+    assert its["logged_tflops_per_gpu"].to_list() == [397.0, 399.1, 397.9, 398.5]
+    assert its["line"].to_list() == [34, 35, 79, 80]
+    row = result.runs.row(0, named=True)
+    assert (row["iterations"], row["train_iters"], row["family"]) == (4, 40, "megatron")
+    # median of the steps after the first: 4688.1, 4701.5, 4695.2 ms
+    assert row["sec_per_iter"] == 4.6952
+
+
+def test_a_relaunch_in_the_2021_format_replaces_the_steps_and_their_timers():
+    """Steps 1, 2, 3 with their timers, a killed task, then a relaunch (its own arguments dump) that
+    logs steps 2 and 3 again."""
+    result = load_runs([MEGATRON / "meg_gpt2_relaunch-2003.out"])
+    its = result.iterations
+    assert its["iteration"].to_list() == [1, 2, 3]
+    assert its["elapsed_ms"].to_list() == [155483.8, 131774.2, 130412.9]
+    assert its["loss_scale"].to_list() == [4294967296.0, 4294967296.0, 2147483648.0]
+    assert its["line"].to_list() == [143, 292, 294]
+    timers = result.timers
+    assert timers.group_by("iteration").agg(pl.len(), pl.col("line").unique()).sort("iteration").rows() == [
+        (1, 11, [144]),
+        (2, 11, [293]),
+        (3, 11, [295]),
+    ]
+    forward = timers.filter(pl.col("timer") == "forward-compute").sort("iteration")["ms"].to_list()
+    assert forward == [32054.16, 33001.50, 32950.25]
+
+
+def test_a_lower_step_without_a_new_dump_merges_into_the_rows_read():
+    """Only a new arguments dump starts a launch: a stray (garbled, late) line of an earlier step keeps
+    the values already read (tests/reliability/test_hostile_files.py feeds such lines)."""
+    run = RunBuilder(path="x")
+    for lineno, text in enumerate(
+        [
+            " iteration        1/    1000 | elapsed time per iteration (ms): 10.0 |",
+            " iteration        2/    1000 | elapsed time per iteration (ms): 20.0 |",
+            " iteration        1/    1000 | elapsed time per iteration (ms): nan | lm loss: 2.5 |",
+        ],
+        start=1,
+    ):
+        megatron.parse_line(text, lineno, run)
+    assert {step: row["elapsed_ms"] for step, row in run.iterations.items()} == {1: 10.0, 2: 20.0}
+    assert run.launch == 0
+
+
+def test_zero_shot_evaluation_logs_no_training_step():
+    """tasks/zeroshot_gpt prints ``> working on iteration: N`` every log interval: 65 lines, no step."""
+    text = (MEGATRON / "megatron_zeroshot_lambada-2004.out").read_text()
+    assert text.count("> working on iteration:") == 65
+    result = load_runs([MEGATRON / "megatron_zeroshot_lambada-2004.out"])
+    assert result.iterations.height == 0
+    row = result.runs.row(0, named=True)
+    assert (row["family"], row["num_layers"], row["iterations"]) == ("megatron", 24, 0)
+
+
+def test_ranks_printing_one_step_still_merge_first_print_wins():
+    run = RunBuilder(path="x")
+    run.add_iteration(5, "megatron", 1, elapsed_ms=10.0)
+    run.add_iteration(5, "megatron", 2, elapsed_ms=99.0, loss=2.0)
+    assert run.iterations[5] == {
+        "iteration": 5, "family": "megatron", "line": 1, "source_path": None, "elapsed_ms": 10.0, "loss": 2.0,
+    }  # fmt: skip
+    run.new_launch()
+    run.add_iteration(5, "megatron", 3, elapsed_ms=11.0)
+    run.add_iteration(5, "megatron", 4, elapsed_ms=98.0)
+    run.raise_metric(5, "mem_max_allocated_mb", 7.0, "megatron", 5)
+    assert run.iterations[5] == {
+        "iteration": 5, "family": "megatron", "line": 3, "source_path": None, "elapsed_ms": 11.0,
+        "mem_max_allocated_mb": 7.0,
+    }  # fmt: skip
+
+
+def test_without_a_relaunch_the_timers_are_left_as_they_are():
+    run = RunBuilder(path="x")
+    run.add_iteration(1, "megatron", 1)
+    run.add_timers({"a": 1.0}, "megatron", 2)
+    run.new_launch()
+    run.add_timers({"setup": 3.0}, "megatron", 3)  # before the new launch's first step: kept
+    run.add_iteration(2, "megatron", 4)
+    run.add_timers({"a": 2.0}, "megatron", 5)
+    run.settle_launches()
+    assert [(row[0], row[1]) for row in run.timer_rows] == [(1, "a"), (1, "setup"), (2, "a")]

@@ -1,0 +1,130 @@
+"""The directory walk: every scheduler's job output is found and a job's files are one run; whatever the
+walk passes over is named on stderr with --verbose (fixtures/schedulers/README.md names the formats)."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from logstat.parsers.reader import group_runs, is_log_file, job_id_from_name
+
+from logstat.api import find_logs
+from tests.conftest import FIXTURES
+from tests.parsers.test_cli_parse import logstat
+
+SCHEDULERS = FIXTURES / "schedulers"
+
+
+def test_every_schedulers_job_output_is_one_run_with_its_job_id(capsys):
+    code, out, err = logstat(capsys, "parse", SCHEDULERS, "--format", "json")
+    assert code == 0 and err == ""
+    runs = {Path(row["path"]).name: row for row in json.loads(out)}
+    assert {name: [Path(p).name for p in row["paths"]] for name, row in runs.items()} == {
+        "gpt-4002.out": ["gpt-4002.out"],
+        "gpt.4006.stdout": ["gpt.4006.stdout", "gpt.4006.stderr"],
+        "pretrain_gpt.o4003": ["pretrain_gpt.o4003", "pretrain_gpt.e4003"],
+        "slurm-4001.out": ["slurm-4001.out"],
+        "train.sh.o4004": ["train.sh.o4004", "train.sh.e4004"],
+        "train.sh.o4005.2": ["train.sh.o4005.2"],
+    }
+    assert {name: row["job_id"] for name, row in runs.items()} == {
+        "gpt-4002.out": "4002",
+        "gpt.4006.stdout": "4006",
+        "pretrain_gpt.o4003": "4003",
+        "slurm-4001.out": "4001",
+        "train.sh.o4004": "4004",
+        "train.sh.o4005.2": "4005.2",
+    }
+    # the iteration lines each file holds (3, 2, 2, 1, 3 and 2 in the order above)
+    assert {name: row["iterations"] for name, row in runs.items()} == {
+        "gpt-4002.out": 2,
+        "gpt.4006.stdout": 2,
+        "pretrain_gpt.o4003": 2,
+        "slurm-4001.out": 3,
+        "train.sh.o4004": 1,
+        "train.sh.o4005.2": 3,
+    }
+    # the traceback of a PBS job's .e file is the reason of its row
+    assert runs["pretrain_gpt.o4003"]["reason"].startswith("CUDA out of memory")
+
+
+def test_pairs_of_each_naming_convention_and_array_tasks_stay_apart():
+    names = [
+        "a.o10", "a.e10", "a.o11",  # PBS: two jobs of one name
+        "b.sh.o20.1", "b.sh.e20.1", "b.sh.o20.2",  # SGE array tasks
+        "c.o30-4", "c.e30-4",  # Torque array task
+        "d.o40", "d.e40", "d.po40", "d.pe40",  # SGE parallel environment files of one job
+        "e.stdout", "e.stderr", "e.out",  # LSF's pair and a Slurm .out of the same stem
+        "f.o50.gz", "f.e50",  # a compressed half
+    ]  # fmt: skip
+    root = Path("/logs")
+    assert all(is_log_file(root / name) for name in names)
+    groups = group_runs([root / name for name in names])
+    assert [[p.name for p in g.files] for g in groups] == [
+        ["a.o10", "a.e10"],
+        ["a.o11"],
+        ["b.sh.o20.1", "b.sh.e20.1"],
+        ["b.sh.o20.2"],
+        ["c.o30-4", "c.e30-4"],
+        ["d.o40", "d.e40", "d.po40", "d.pe40"],
+        ["e.out"],
+        ["e.stdout", "e.stderr"],
+        ["f.o50.gz", "f.e50"],
+    ]
+    assert [job_id_from_name(Path(g.key)) for g in groups] == [
+        "10", "11", "20.1", "20.2", "30-4", "40", None, None, "50",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["a.o", "x.pt", "model.bin", "notes.md", "run.o12x", "o12", "README"])
+def test_names_that_are_no_job_output_are_not_logs(name):
+    assert not is_log_file(Path("/logs") / name)
+
+
+@pytest.fixture
+def cluttered(tmp_path):
+    """The scheduler fixtures among what a run directory also holds."""
+    root = tmp_path / "runs"
+    shutil.copytree(SCHEDULERS, root)
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD.out").write_text("ref: refs/heads/main\n")
+    (root / ".nfs000000000abc0001").write_text("")
+    (root / "checkpoints").mkdir()
+    (root / "checkpoints" / "model.pt").write_bytes(b"PK\x03\x04\x00\x00binary")
+    (root / "shared").symlink_to(root / "checkpoints")
+    os.mkfifo(root / "pipe.out")
+    return root
+
+
+def test_verbose_names_every_file_the_walk_passed_over(capsys, cluttered):
+    code, out, err = logstat(capsys, "parse", cluttered, "--verbose", "--format", "json")
+    assert code == 0
+    assert len(json.loads(out)) == 6
+    assert err.splitlines() == [
+        f"skipped: {cluttered / '.git'}: hidden directory",
+        f"skipped: {cluttered / 'shared'}: symbolic link to a directory (not followed)",
+        f"skipped: {cluttered / '.nfs000000000abc0001'}: hidden file",
+        f"skipped: {cluttered / 'README.md'}: not named like a log",
+        f"skipped: {cluttered / 'pipe.out'}: not a regular file",
+        f"skipped: {cluttered / 'checkpoints' / 'model.pt'}: not named like a log",
+    ]
+
+
+def test_without_verbose_the_walk_says_nothing_and_finds_the_same(capsys, cluttered):
+    code, out, err = logstat(capsys, "parse", cluttered, "--format", "json")
+    assert code == 0 and err == "" and len(json.loads(out)) == 6
+
+
+def test_find_logs_hands_each_skipped_path_and_reason_to_the_caller(cluttered):
+    skipped: list[tuple[str, str]] = []
+    found = find_logs([cluttered], skipped=lambda path, why: skipped.append((path.name, why)))
+    assert [p.name for p in found] == sorted(p.name for p in SCHEDULERS.iterdir() if p.name != "README.md")
+    assert sorted(skipped) == [
+        (".git", "hidden directory"),
+        (".nfs000000000abc0001", "hidden file"),
+        ("README.md", "not named like a log"),
+        ("model.pt", "not named like a log"),
+        ("pipe.out", "not a regular file"),
+        ("shared", "symbolic link to a directory (not followed)"),
+    ]
