@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "plot": "logstat.commands.plot:plot",
     "estimate": "logstat.commands.estimate:estimate",
     "run": "logstat.commands.run:run",
+    "sweep": "logstat.commands.sweep:sweep",
     "status": "logstat.commands.status:status",
     "cancel": "logstat.commands.status:cancel",
 }
