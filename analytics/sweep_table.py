@@ -58,7 +58,7 @@ def render_sweep_table(
     cells = frame.select(
         _cell(header).alias(f"c{i}") for i, header in enumerate(shown) if header not in varied
     )
-    best = _best(frame["tflops_per_gpu"])
+    best = _best(frame)
     table_rows = []
     for number, extra in enumerate(extras):
         computed = iter(cells.row(number))
@@ -68,7 +68,8 @@ def render_sweep_table(
                 row.append(_value_text(extra["values"].get(grid[varied.index(header)])))
                 continue
             text = next(computed)
-            if header == "TFlops" and best is not None and frame["tflops_per_gpu"][number] == best:
+            is_best = best is not None and frame["tflops_per_gpu"][number] == best
+            if header == "TFlops" and is_best and frame["status"][number] not in ("failed", "cancelled"):
                 text = f"**{text}**"
             row.append(text)
         table_rows.append(tuple(row))
@@ -121,18 +122,23 @@ def _rows(
     return [tuple(row[c] for c in runs.columns) for _, row, _ in found], [extra for _, _, extra in found]
 
 
+def _oom() -> pl.Expr:
+    """The log says CUDA out of memory (the parser's reason)."""
+    reason = pl.col("reason").fill_null("")
+    return (pl.col("status") == "failed") & reason.str.contains(OOM_REASON, literal=True)
+
+
 def _cell(header: str) -> pl.Expr:
     kind = pl.col("_kind")
+    if header == "TFlops":  # empty on an OOM row, as the seed's: that configuration does not run
+        return pl.when(_oom()).then(pl.lit(None, pl.String)).otherwise(COLUMNS["tflops"].cell())
     if header == "Throughput":
-        oom = (pl.col("status") == "failed") & pl.col("reason").fill_null("").str.contains(
-            OOM_REASON, literal=True
-        )
         return (
             pl.when(kind == "pruned")
             .then(pl.lit(_NOTE_PRUNED))
             .when(kind == "no-log")
             .then(pl.lit(_NOTE_NO_LOG))
-            .when(oom)
+            .when(_oom())
             .then(pl.lit("OOM"))
             .otherwise(COLUMNS["throughput"].cell())
         )
@@ -141,8 +147,15 @@ def _cell(header: str) -> pl.Expr:
     return COLUMNS[header.lower()].cell()
 
 
-def _best(tflops: pl.Series) -> float | None:
-    finite = [value for value in tflops.to_list() if _number(value)]
+def _best(frame: pl.DataFrame) -> float | None:
+    """The highest TFlops of a run that did not fail or get cancelled (what it measured before it
+    ended is no configuration to pick)."""
+    ended_badly = {"failed", "cancelled"}
+    finite = [
+        row["tflops_per_gpu"]
+        for row in frame.select("tflops_per_gpu", "status").iter_rows(named=True)
+        if _number(row["tflops_per_gpu"]) and row["status"] not in ended_badly
+    ]
     return max(finite) if finite else None
 
 
