@@ -303,3 +303,152 @@ def test_status_of_a_sweep_shows_every_point(tmp_path):
     assert rows[1]["reason"] == "refused: model.num_heads=3 does not divide model.hidden_size=64"
     done = logstat("cancel", str(sweep_dir), cwd=tmp_path)
     assert done.returncode == 1 and "no Slurm job array" in done.stderr
+
+
+# --- real sweeps of the tiny DDP + PowerSGD spec (2 CPU processes per point) -------------------
+
+#: 2 x 3 = 6 points; 3 heads do not divide the hidden size 64: 2 pruned, 4 run.
+TINY_SWEEP = ("--grid", "batch.micro=1,2", "--grid", "model.num_heads=2,3,4", "--set", "steps=3")
+
+
+def tiny_params() -> int:
+    h, layers, vocab, seq = 64, 2, 128, 32  # runners/specs/gpt2-tiny-ddp-powersgd.toml
+    return layers * (12 * h * h + 13 * h) + vocab * h + seq * h + 2 * h
+
+
+def assert_tiny_sweep_table(sweep_dir: Path, log_name) -> None:
+    """`logstat table SWEEP_DIR`: every point a row, measured numbers recomputed from each log."""
+    done = logstat("table", str(sweep_dir), cwd=sweep_dir)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    header = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert header == [
+        "GPUs",
+        "Size",
+        "Mic-BS",
+        "model.num_heads",
+        "DP",
+        "Glob-BS",
+        "Throughput",
+        "TFlops",
+        "Notes",
+    ]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[4:10]]
+    assert [(r[2], r[3]) for r in rows] == [(m, h) for m in ("1", "2") for h in ("2", "3", "4")]
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    dirs = {(p["values"]["batch.micro"], p["values"]["model.num_heads"]): p["dir"] for p in record["points"]}
+    measured = {}
+    for row in rows:
+        micro, heads = int(row[2]), int(row[3])
+        if heads == 3:
+            assert (
+                row[6] == "pruned"
+                and row[8] == "refused: model.num_heads=3 does not divide model.hidden_size=64"
+            )
+            continue
+        log = sweep_dir / dirs[(micro, heads)] / log_name(dirs[(micro, heads)])
+        seconds = median_step_seconds(log)
+        global_batch = micro * 2 * 2  # micro * gas 2 * DP 2
+        tflops = tiny_params() / 1e9 * 4 * 2 * 32 * global_batch / (seconds * 2 * 1e3)
+        measured[row[3], row[2]] = tflops
+        assert row[:2] == ["2", "110K"] and row[4:6] == ["2", str(global_batch)]
+        assert row[6] == f"{seconds:.3f}s"
+        assert row[7].strip("*") == f"{tflops:.1f}"
+        assert row[8] == f"{dirs[(micro, heads)]}/{log.name}"
+    best = max(measured.values())
+    assert [row[7].startswith("**") for row in rows if row[3] != "3"] == [
+        measured[row[3], row[2]] == best for row in rows if row[3] != "3"
+    ]
+
+
+@pytest.mark.slow
+def test_a_local_sweep_runs_the_points_one_after_another(tmp_path):
+    done = logstat(
+        "sweep",
+        "gpt2-tiny-ddp-powersgd",
+        *TINY_SWEEP,
+        "--backend",
+        "local",
+        "--runs-dir",
+        "runs",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    sweep_dir = Path(done.stdout.strip())
+    assert sweep_dir.parent == tmp_path / "runs" / "gpt2-tiny-ddp-powersgd"
+    assert "2 x 3 = 6 points, 4 kept, 2 pruned" in done.stderr
+    assert [line for line in done.stderr.splitlines() if "local run completed (exit 0)" in line] != []
+    started = [read_manifest(sweep_dir / f"{task:02d}")["started_utc"] for task in range(4)]
+    assert started == sorted(started)  # one after another, in task order
+    assert_tiny_sweep_table(sweep_dir, log_name=lambda name: "train.log")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_slurm_sweep_is_one_job_array(tmp_path):
+    done = logstat(
+        "sweep",
+        "gpt2-tiny-ddp-powersgd",
+        *TINY_SWEEP,
+        "--set",
+        f"cluster.master_port={_free_port()}",
+        "--backend",
+        "slurm",
+        "--max-parallel",
+        "2",
+        "--wait",
+        "--runs-dir",
+        "runs",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    sweep_dir = Path(done.stdout.strip())
+    script = (sweep_dir / "sweep.sbatch").read_text()
+    assert "#SBATCH --array=0-3%2\n" in script
+    [array] = json.loads((sweep_dir / "sweep.json").read_text())["arrays"]
+    job = array["job_id"]
+    assert array["tasks"] == [0, 1, 2, 3]
+    for task in range(4):
+        assert read_manifest(sweep_dir / f"{task:02d}")["slurm_job_id"] == f"{job}_{task}"
+        assert (sweep_dir / f"{task:02d}" / f"slurm-{job}_{task}.out").is_file()
+    status = logstat("status", str(sweep_dir), "--json", cwd=tmp_path)
+    rows = [json.loads(line) for line in status.stdout.splitlines()]
+    assert [(r["task"], r["job_id"], r["state"]) for r in rows] == [
+        (0, f"{job}_0", "COMPLETED"),
+        (None, None, "PRUNED"),
+        (1, f"{job}_1", "COMPLETED"),
+        (2, f"{job}_2", "COMPLETED"),
+        (None, None, "PRUNED"),
+        (3, f"{job}_3", "COMPLETED"),
+    ]
+    assert_tiny_sweep_table(sweep_dir, log_name=lambda name: f"slurm-{job}_{int(name)}.out")
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_cancel_of_a_sweep_cancels_its_array(tmp_path):
+    import time
+
+    plan = sweeps.plan_sweep("gpt2-tiny-ddp-powersgd", [sweeps.parse_axis("batch.micro=1,2,3")])
+    sweep_dir, runs = sweeps.create_sweep(plan, backend="slurm", runs_root=tmp_path)
+    for run in runs:  # points that would outlast the test: only a cancel ends them
+        os.chmod(run.script_path, 0o644)
+        run.script_path.write_text("echo started; sleep 600\n")
+    [array] = sweeps.submit_arrays(sweep_dir, runs, width=2, max_parallel=1)
+    deadline = time.monotonic() + 60
+    while "RUNNING" not in {s.state for s in sweeps.sweep_status(sweep_dir)}:
+        assert time.monotonic() < deadline, sweeps.sweep_status(sweep_dir)
+        time.sleep(0.5)
+    done = logstat("cancel", str(sweep_dir), cwd=tmp_path)
+    assert done.returncode == 0 and f"scancel {array['job_id']}" in done.stderr, done.stderr
+    while {s.state for s in sweeps.sweep_status(sweep_dir)} != {"CANCELLED"}:
+        assert time.monotonic() < deadline + 60, sweeps.sweep_status(sweep_dir)
+        time.sleep(0.5)
