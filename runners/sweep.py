@@ -347,7 +347,7 @@ def format_plan(plan: SweepPlan) -> str:
     lines = [
         f"# sweep {plan.spec_name} ({plan.stack}): {sizes} = {len(plan.points)} points, "
         f"{len(kept)} kept, {len(pruned)} pruned",
-        f"# base: {plan.spec_path}" + "".join(f" --set {o}" for o in plan.overrides),
+        f"# base: {_shown_path(plan.spec_path)}" + "".join(f" --set {o}" for o in plan.overrides),
     ]
     if plan.recipe:
         lines.append(f"# recipe {plan.recipe}: {RECIPES[plan.recipe]}")
@@ -391,6 +391,15 @@ def _plan_table(plan: SweepPlan) -> list[str]:
         ).rstrip()
 
     return [line(headers), *(line(row) for row in rows)]
+
+
+def _shown_path(path: Path) -> str:
+    """A path relative to the working directory when it is under it (shorter, and the same on
+    every checkout), else absolute."""
+    try:
+        return str(Path(path).absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _memory(gib: float) -> str:

@@ -452,3 +452,22 @@ def test_cancel_of_a_sweep_cancels_its_array(tmp_path):
     while {s.state for s in sweeps.sweep_status(sweep_dir)} != {"CANCELLED"}:
         assert time.monotonic() < deadline + 60, sweeps.sweep_status(sweep_dir)
         time.sleep(0.5)
+
+
+def test_the_readme_shows_the_current_plan_of_the_seeds_52b_sweep():
+    repo = Path(__file__).resolve().parents[2]
+    readme = (repo / "README.md").read_text()
+    block = readme.split("$ logstat sweep gpt2-52b-megatron-ds --set batch.global_batch=none \\\n", 1)[1]
+    command_rest, _, shown = block.partition("\n")
+    args = command_rest.split()
+    assert args[:6] == [
+        "--grid",
+        "batch.micro=4,6,8",
+        "--grid",
+        "batch.gas=256,512",
+        "--grid",
+        "parallel.pp=16,32",
+    ]
+    done = logstat("sweep", "gpt2-52b-megatron-ds", "--set", "batch.global_batch=none", *args, cwd=repo)
+    assert done.returncode == 0, done.stderr
+    assert shown.split("```", 1)[0] == done.stdout
