@@ -497,6 +497,18 @@ def read_sweep(sweep_dir: Path) -> dict[str, Any]:
     return record
 
 
+def find_sweep_dirs(root: Path) -> list[Path]:
+    """Sweep directories under ``root`` (``runs/<spec>/sweep-*/``) that submitted a job array."""
+    found = []
+    for path in sorted(Path(root).glob(f"*/*/{SWEEP_FILE}")):
+        try:
+            if read_sweep(path.parent).get("arrays"):
+                found.append(path.parent)
+        except LogstatError:
+            continue  # an unreadable sweep.json is reported when named explicitly, not when scanning
+    return found
+
+
 def is_sweep_dir(path: Path) -> bool:
     return (Path(path) / SWEEP_FILE).is_file()
 

@@ -316,6 +316,12 @@ def tiny_params() -> int:
     return layers * (12 * h * h + 13 * h) + vocab * h + seq * h + 2 * h
 
 
+def assert_rounded(cell: str, value: float) -> None:
+    """``cell`` is ``value`` rounded to the decimals the cell shows (however many the table chose)."""
+    decimals = len(cell.partition(".")[2])
+    assert abs(float(cell) - value) <= 0.5 * 10**-decimals + 1e-12, (cell, value)
+
+
 def assert_tiny_sweep_table(sweep_dir: Path, log_name) -> None:
     """`logstat table SWEEP_DIR`: every point a row, measured numbers recomputed from each log."""
     done = logstat("table", str(sweep_dir), cwd=sweep_dir)
@@ -353,7 +359,7 @@ def assert_tiny_sweep_table(sweep_dir: Path, log_name) -> None:
         measured[row[3], row[2]] = tflops
         assert row[:2] == ["2", "110K"] and row[4:6] == ["2", str(global_batch)]
         assert row[6] == f"{seconds:.3f}s"
-        assert row[7].strip("*") == f"{tflops:.1f}"
+        assert_rounded(row[7].strip("*"), tflops)
         assert row[8] == f"{dirs[(micro, heads)]}/{log.name}"
     best = max(measured.values())
     assert [row[7].startswith("**") for row in rows if row[3] != "3"] == [
@@ -429,6 +435,8 @@ def test_a_slurm_sweep_is_one_job_array(tmp_path):
         (None, None, "PRUNED"),
         (3, f"{job}_3", "COMPLETED"),
     ]
+    listed = logstat("status", "--runs-root", "runs", "--json", cwd=tmp_path)  # every submitted sweep
+    assert [json.loads(line)["job_id"] for line in listed.stdout.splitlines()] == [r["job_id"] for r in rows]
     assert_tiny_sweep_table(sweep_dir, log_name=lambda name: f"slurm-{job}_{int(name)}.out")
 
 

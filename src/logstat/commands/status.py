@@ -32,7 +32,7 @@ def status(run_dirs: tuple[Path, ...], runs_root: Path, as_json: bool) -> None:
 
     A sweep directory (logstat sweep) shows each of its points: pruned ones with their rule,
     launched ones with their array task's state. With no RUN_DIR, every run under --runs-root
-    whose manifest holds a Slurm job id.
+    whose manifest holds a Slurm job id, and every sweep that submitted a job array.
 
     \b
     Example:
@@ -45,7 +45,9 @@ def status(run_dirs: tuple[Path, ...], runs_root: Path, as_json: bool) -> None:
         if given == click.core.ParameterSource.COMMANDLINE and not runs_root.is_dir():
             # a mistyped --runs-root would otherwise read as "nothing submitted", exit 0
             raise LogstatError(f"--runs-root {runs_root}: no such directory")
-        run_dirs = tuple(find_run_dirs(runs_root))
+        from logstat.runners.sweep import find_sweep_dirs
+
+        run_dirs = (*find_run_dirs(runs_root), *find_sweep_dirs(runs_root))
         if not run_dirs:
             click.echo(f"no runs submitted to Slurm under {runs_root}/", err=True)
             return

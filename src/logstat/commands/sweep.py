@@ -150,7 +150,7 @@ def sweep(
         )
     click.echo(str(sweep_dir))
     if failed:
-        raise click.exceptions.Exit(1)
+        raise SystemExit(1)  # not click's Exit: outside standalone mode click returns its code
 
 
 def _number(value: object) -> float:
