@@ -539,6 +539,17 @@ def backend_check_for(backend: str) -> Callable[[Spec], None] | None:
     return refuse
 
 
+def nothing_kept_message(plan: SweepPlan) -> str:
+    """Why a sweep has nothing to launch: how many points each rule pruned, and the first reason."""
+    counts: dict[str, int] = {}
+    for point in plan.pruned:
+        counts[point.rule or ""] = counts.get(point.rule or "", 0) + 1
+    rules = ", ".join(f"{n} {rule}" for rule, n in counts.items())
+    first = plan.pruned[0] if plan.pruned else None
+    example = f"; point {first.index}: {first.reason}" if first else ""
+    return f"every point of the sweep is pruned ({rules}): nothing to launch (--dry-run shows each rule){example}"
+
+
 def create_sweep(plan: SweepPlan, *, backend: str, runs_root: Path, python: str | None = None):
     """Create the sweep directory: sweep.json, plan.txt and a run directory per kept point.
 
@@ -552,7 +563,7 @@ def create_sweep(plan: SweepPlan, *, backend: str, runs_root: Path, python: str 
 
     kept = plan.kept
     if not kept:
-        raise LogstatError("every point of the sweep is pruned: nothing to launch (see the plan above)")
+        raise LogstatError(nothing_kept_message(plan))
     sweep_dir = sweep_dir_path(runs_root, plan.spec_name)
     sweep_dir.parent.mkdir(parents=True, exist_ok=True)
     try:

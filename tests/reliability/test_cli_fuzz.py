@@ -96,6 +96,28 @@ OPTIONS: dict[str, list[list[str] | tuple]] = {
     ],
     "status": [("--runs-root", ["{empty}", "{file}", "{nope}"]), ["--json"]],
     "cancel": [],
+    "sweep": [
+        (
+            "--grid",
+            [
+                "batch.micro=1,2",
+                "batch.micro=0,x",
+                "parallel.tp=1,2,2",
+                "model.num_heads=2,3",
+                "batch.micor=1",
+                "nonsense",
+                "cluster.job_name=$(touch PWNED),b",
+                "train.lr=inf,nan",
+            ],
+        ),
+        ("--set", ["parallel.pp=7", "batch.micro=2", "nonsense", "batch.global_batch=none"]),
+        ("--backend", ["dry-run", "k8s"]),
+        ("--min-pipeline-efficiency", ["0.8", "2", "nan", "-1"]),
+        ("--max-parallel", ["0", "2"]),
+        ("--recipe", ["shaden", "bogus"]),
+        ("--runs-dir", ["{new}", "{file}"]),
+        ["--wait"],
+    ],
 }
 ARGUMENTS: dict[str, list[str]] = {
     "parse": PATHS,
@@ -112,6 +134,7 @@ ARGUMENTS: dict[str, list[str]] = {
     ],
     "status": ["{empty}", "{listed}", "{injected}", "{nope}", "{file}"],
     "cancel": ["{empty}", "{listed}", "{injected}", "{nope}", "{file}"],
+    "sweep": ["gpt2-tiny-ddp-powersgd", "gpt2-52b-megatron-ds", "{nope}.toml", "{bad_toml}", "{empty}"],
 }
 
 
@@ -125,6 +148,7 @@ BASE: dict[str, list[str]] = {
     "run": ["gpt2-tiny-ddp-powersgd"],
     "status": ["{empty}"],
     "cancel": ["{listed}"],
+    "sweep": ["gpt2-tiny-ddp-powersgd", "--grid", "batch.micro=1,2"],
 }
 
 
@@ -140,7 +164,7 @@ def command_lines(draw, command: str) -> list[str]:
             args += [option[0], draw(st.sampled_from(option[1]))]
         else:
             args += option
-    if command == "run":
+    if command in ("run", "sweep"):
         args.append("--dry-run")  # never launch anything
     if command == "table" and draw(st.booleans()):
         args += ["--update", draw(st.sampled_from(["{seed_md}", "{notes}", "{nope}.md"]))]

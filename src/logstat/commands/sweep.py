@@ -126,6 +126,8 @@ def sweep(
     if dry_run or backend == "dry-run":
         click.echo(sweeps.format_plan(plan), nl=False)
         return
+    if not plan.kept:
+        raise LogstatError(sweeps.nothing_kept_message(plan))
     click.echo(sweeps.format_plan(plan), nl=False, err=True)
     sweep_dir, runs = sweeps.create_sweep(plan, backend=backend, runs_root=runs_dir)
     stderr_echo(f"sweep directory: {sweep_dir}")
