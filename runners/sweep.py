@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import secrets
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -49,6 +50,9 @@ SWEEP_VERSION = 1
 #: Default floor of the pipeline efficiency gas/(gas+PP-1): seed 002 recommends gas = 8*PP (~89%);
 #: the seed's own performance runs went down to 82% (PP 8, 32 chunks), its max-size runs (gas 4) far lower.
 DEFAULT_MIN_PIPELINE_EFFICIENCY = 0.8
+
+#: Grids beyond this are refused before any point is built (Slurm's default MaxArraySize is 1001).
+MAX_POINTS = 4096
 
 #: Why a point was pruned (the plan, sweep.json and the table name these).
 RULE_REFUSED = "refused"
@@ -189,6 +193,14 @@ def _text_of(value: Any) -> str:
     return str(value)
 
 
+def refuse_repeated(axes: Sequence[Axis], option: str = "--grid") -> None:
+    """One source of axes (the command line, a recipe) names each field once."""
+    keys = [axis.key for axis in axes]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise LogstatError(f"{option} {repeated[0]} is given twice")
+
+
 def merge_axes(first: Sequence[Axis], then: Sequence[Axis]) -> list[Axis]:
     """``first`` (the spec's grid) with ``then`` (the command line's) replacing axes of the same field."""
     merged = {axis.key: axis for axis in first}
@@ -243,16 +255,20 @@ def plan_sweep(
     """
     if not axes:
         raise LogstatError("a sweep needs at least one --grid section.field=v1,v2 (or a [sweep.grid] table)")
+    refuse_repeated(axes)
     keys = [axis.key for axis in axes]
-    doubled = sorted({key for key in keys if keys.count(key) > 1})
-    if doubled:
-        raise LogstatError(f"--grid {doubled[0]} is given twice")
     set_keys = {override.partition("=")[0].strip() for override in overrides}
     both = sorted(set_keys & set(keys))
     if both:
         raise LogstatError(f"{both[0]} is both a --set and a --grid field: give it in one place")
     if not 0 <= min_pipeline_efficiency <= 1:
         raise LogstatError(f"--min-pipeline-efficiency {min_pipeline_efficiency} must be between 0 and 1")
+    size = math.prod(len(axis.values) for axis in axes)
+    if size > MAX_POINTS:
+        raise LogstatError(
+            f"the grid has {size:,} points ({' x '.join(str(len(a.values)) for a in axes)}), more than "
+            f"{MAX_POINTS:,}: split the sweep"
+        )
     spec_path = find_spec(spec_ref)
     base = load_spec(spec_path, overrides)
     points = []

@@ -102,6 +102,23 @@ CASES: dict[str, tuple[list[str], str]] = {
         ["sweep", SPEC, "--set", "batch.micro=1", "--grid", "batch.micro=1,2", "--dry-run"],
         "batch.micro is both",
     ),
+    "sweep-field-twice": (
+        ["sweep", SPEC, "--grid", "batch.micro=1,2", "--grid", "batch.micro=4", "--dry-run"],
+        "--grid batch.micro is given twice",
+    ),
+    "sweep-too-many-points": (
+        [
+            "sweep",
+            SPEC,
+            *[
+                a
+                for f in ("micro", "gas")
+                for a in ("--grid", f"batch.{f}={','.join(map(str, range(1, 102)))}")
+            ],
+            "--dry-run",
+        ],
+        "10,201 points",
+    ),
     "sweep-unknown-recipe": (["sweep", SPEC, "--recipe", "bogus", "--dry-run"], "bogus"),
     "sweep-everything-pruned": (
         ["sweep", SPEC, "--grid", "parallel.pp=7,9", "--backend", "local"],

@@ -100,6 +100,7 @@ def sweep(
         sweeps.recipe_settings(recipe, spec_path, overrides) if recipe is not None else ([], [])
     )
     command_axes = [sweeps.parse_axis(text) for text in grid]
+    sweeps.refuse_repeated(command_axes)
     # Later wins for the same field: the spec's [sweep.grid], the recipe, then --grid; a --set of
     # the user fixes a field a recipe or the spec's grid would vary (a --set and a --grid of one
     # field is refused by the plan).
