@@ -236,6 +236,32 @@ def recipe_settings(
     return sets, axes
 
 
+def assemble_grid(
+    spec_path: Path,
+    section: Mapping[str, Any],
+    command_axes: Sequence[Axis],
+    *,
+    overrides: Sequence[str] = (),
+    recipe: str | None = None,
+) -> tuple[list[str], list[Axis]]:
+    """The sweep's (recipe ``--set`` overrides, axes) from its three sources.
+
+    For one field, later wins: the spec's ``[sweep.grid]``, the recipe, then ``--grid``. A user's
+    ``--set`` fixes a field that the spec's grid or the recipe would vary (a ``--set`` and a
+    ``--grid`` of one field is refused by :func:`plan_sweep`); a recipe's ``--set`` gives way to
+    the user's and to any axis of its field.
+    """
+    refuse_repeated(command_axes)
+    recipe_sets, recipe_axes = recipe_settings(recipe, spec_path, overrides) if recipe else ([], [])
+    axes = merge_axes(merge_axes(section_axes(section, str(spec_path)), recipe_axes), command_axes)
+    user_keys = {override.partition("=")[0].strip() for override in overrides}
+    command_keys = {axis.key for axis in command_axes}
+    axes = [axis for axis in axes if axis.key not in user_keys or axis.key in command_keys]
+    axis_keys = {axis.key for axis in axes}
+    sets = [text for text in recipe_sets if text.partition("=")[0] not in user_keys | axis_keys]
+    return sets, axes
+
+
 # --- planning --------------------------------------------------------------------------------
 
 

@@ -479,3 +479,21 @@ def test_the_readme_shows_the_current_plan_of_the_seeds_52b_sweep():
     done = logstat("sweep", "gpt2-52b-megatron-ds", "--set", "batch.global_batch=none", *args, cwd=repo)
     assert done.returncode == 0, done.stderr
     assert shown.split("```", 1)[0] == done.stdout
+
+
+def test_the_grid_comes_from_the_spec_the_recipe_and_the_command_line_later_winning(tmp_path):
+    spec = tmp_path / "mine.toml"
+    shipped = sweeps.find_spec("gpt2-52b-megatron-ds").read_text()
+    spec.write_text(shipped + "\n[sweep.grid]\nbatch.micro = [4, 6]\nparallel.tp = [2, 4]\n")
+    section = sweeps.sweep_section(spec)
+    sets, axes = sweeps.assemble_grid(
+        spec, section, [sweeps.parse_axis("batch.gas=64,128")], overrides=["parallel.tp=4"], recipe="shaden"
+    )
+    # the recipe's micro 1,2 replaces the spec's 4,6; --grid replaces the recipe's chunks; the user's
+    # --set fixes TP (the spec's TP axis is dropped, and so is the recipe's TP = GPUs per node)
+    assert [(a.key, a.values) for a in axes] == [("batch.micro", ("1", "2")), ("batch.gas", ("64", "128"))]
+    assert sets == ["parallel.pp=16", "batch.global_batch=none"]
+    with pytest.raises(LogstatError, match="--grid batch.gas is given twice"):
+        sweeps.assemble_grid(
+            spec, section, [sweeps.parse_axis("batch.gas=1"), sweeps.parse_axis("batch.gas=2")]
+        )

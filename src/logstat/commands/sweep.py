@@ -96,21 +96,8 @@ def sweep(
         raise LogstatError("--wait and --max-parallel go with --backend slurm")
     spec_path = find_spec(spec)
     section = sweeps.sweep_section(spec_path)
-    recipe_sets, recipe_axes = (
-        sweeps.recipe_settings(recipe, spec_path, overrides) if recipe is not None else ([], [])
-    )
     command_axes = [sweeps.parse_axis(text) for text in grid]
-    sweeps.refuse_repeated(command_axes)
-    # Later wins for the same field: the spec's [sweep.grid], the recipe, then --grid; a --set of
-    # the user fixes a field a recipe or the spec's grid would vary (a --set and a --grid of one
-    # field is refused by the plan).
-    axes = sweeps.merge_axes(sweeps.section_axes(section, str(spec_path)), recipe_axes)
-    axes = sweeps.merge_axes(axes, command_axes)
-    user_keys = {override.partition("=")[0].strip() for override in overrides}
-    command_keys = {axis.key for axis in command_axes}
-    axes = [axis for axis in axes if axis.key not in user_keys or axis.key in command_keys]
-    axis_keys = {axis.key for axis in axes}
-    sets = [s for s in recipe_sets if s.partition("=")[0] not in user_keys | axis_keys]
+    sets, axes = sweeps.assemble_grid(spec_path, section, command_axes, overrides=overrides, recipe=recipe)
     floor = min_pipeline_efficiency
     if floor is None:
         floor = _number(section.get("min_pipeline_efficiency", sweeps.DEFAULT_MIN_PIPELINE_EFFICIENCY))
