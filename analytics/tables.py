@@ -211,11 +211,14 @@ def parse_columns(spec: str | None) -> tuple[str, ...] | None:
     return tuple(COLUMNS[name.lower()].header for name in names)
 
 
-def _markdown(headers: Sequence[str], rows: list[tuple[str | None, ...]]) -> list[str]:
-    """A GitHub table, padded so that it reads as a table in plain text too."""
+def _markdown(
+    headers: Sequence[str], rows: list[tuple[str | None, ...]], right: Sequence[bool] | None = None
+) -> list[str]:
+    """A GitHub table, padded so that it reads as a table in plain text too; ``right`` says which
+    columns are right-aligned (default: as :data:`COLUMNS` says of each header)."""
     cells = [[(v or "").replace("|", "\\|") for v in row] for row in rows]
     widths = [max([len(h), 3, *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
-    right = [COLUMNS[h.lower()].right for h in headers]
+    right = list(right) if right is not None else [COLUMNS[h.lower()].right for h in headers]
 
     def line(values: Sequence[str]) -> str:
         padded = (v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right, strict=True))

@@ -24,6 +24,8 @@ from logstat.runners.presets import GPT2_NUM_HEADS, GPT2_PRESETS, GPT2_SEQ_LEN, 
 
 from logstat.errors import LogstatError
 
+#: The spec TOML's table of sweep settings (grid, thresholds), read by logstat.runners.sweep.
+SWEEP_SECTION = "sweep"
 #: Where the shipped specs live; ``logstat run NAME`` looks here when NAME is not a path.
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 
@@ -250,6 +252,9 @@ def load_spec(name_or_path: str | Path, overrides: Iterable[str] = ()) -> Spec:
 def build_spec(raw: dict[str, Any], overrides: Iterable[str] = (), *, source: str = "spec") -> Spec:
     """A resolved spec from a TOML-shaped dict and ``section.field=value`` overrides; every bad
     override is reported at once, then every bad key of the result."""
+    # A spec's [sweep] table is read by `logstat sweep` (logstat.runners.sweep); the spec itself,
+    # as `logstat run` launches it, is the sweep's base point.
+    raw.pop(SWEEP_SECTION, None)
     overrides = list(overrides)
     errors = []
     for override in overrides:
@@ -274,21 +279,22 @@ def _note_overrides(raw: dict[str, Any], overrides: list[str]) -> None:
             raw["description"] = f"{described} (then --set {changes})"
 
 
-def apply_override(raw: dict[str, Any], override: str) -> None:
-    """Set ``section.field=value`` (or ``field=value``) in a raw spec dict, typed by the field."""
+def apply_override(raw: dict[str, Any], override: str, *, option: str = "--set") -> None:
+    """Set ``section.field=value`` (or ``field=value``) in a raw spec dict, typed by the field;
+    errors name ``option``, the command-line option the override came from."""
     key, sep, text = override.partition("=")
     key = key.strip()
     if not sep:
-        raise SpecError(f"--set {override!r} must look like section.field=value")
+        raise SpecError(f"{option} {override!r} must look like section.field=value")
     section, _, name = key.rpartition(".")
     owner = SECTIONS.get(section) if section else Spec
     if owner is None:
-        raise SpecError(f"--set {key}: unknown section {section!r} (sections: {', '.join(SECTIONS)})")
+        raise SpecError(f"{option} {key}: unknown section {section!r} (sections: {', '.join(SECTIONS)})")
     hints = typing.get_type_hints(owner)
     if name not in hints or (owner is Spec and name in SECTIONS):
         valid = ", ".join(sorted(set(hints) - (set(SECTIONS) if owner is Spec else set())))
-        raise SpecError(f"--set {key}: unknown field {name!r} (fields: {valid})")
-    value = _parse_text(text.strip(), hints[name], key)
+        raise SpecError(f"{option} {key}: unknown field {name!r} (fields: {valid})")
+    value = _parse_text(text.strip(), hints[name], key, option)
     target = raw.setdefault(section, {}) if section else raw
     if value is None:  # TOML has no null: an absent key is the field's default (None)
         target.pop(name, None)
@@ -420,7 +426,7 @@ _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
 
-def _parse_text(text: str, hint: Any, key: str) -> Any:
+def _parse_text(text: str, hint: Any, key: str, option: str = "--set") -> Any:
     kinds = _base_types(hint)
     optional = len(kinds) != len(typing.get_args(hint) or (hint,))
     if optional and text.lower() in {"none", "null"}:
@@ -436,7 +442,7 @@ def _parse_text(text: str, hint: Any, key: str) -> Any:
         if kind is float:
             return float(text)
     except ValueError:
-        raise SpecError(f"--set {key}={text!r}: {key} must be {_KIND_NAMES[kind]}") from None
+        raise SpecError(f"{option} {key}={text!r}: {key} must be {_KIND_NAMES[kind]}") from None
     return text
 
 

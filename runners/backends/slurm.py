@@ -92,7 +92,12 @@ def preflight(run: RenderedRun) -> None:
 
 def submit_command(run: RenderedRun) -> list[str]:
     """The exact submission command (also what the manifest records)."""
-    return ["sbatch", "--parsable", str(run.script_path)]
+    return sbatch_command(run.script_path)
+
+
+def sbatch_command(script: Path) -> list[str]:
+    """``sbatch --parsable SCRIPT``: the job id alone on stdout."""
+    return ["sbatch", "--parsable", str(script)]
 
 
 def launch(
@@ -161,16 +166,33 @@ def _no_cluster_hint(error: str) -> str:
 
 def submit(run: RenderedRun) -> str:
     """``sbatch --parsable`` the script from the run directory; the job id, recorded in the manifest."""
-    done = _slurm(submit_command(run), cwd=run.run_dir)
+    try:
+        job_id = submit_script(run.script_path, cwd=run.run_dir)
+    except SubmitError as exc:
+        update_manifest(run.run_dir, slurm_submit_error=exc.error)
+        raise
+    update_manifest(run.run_dir, slurm_job_id=job_id, slurm_submitted_utc=utc_now())
+    return job_id
+
+
+class SubmitError(LogstatError):
+    """sbatch refused a script; ``error`` is its message on one line."""
+
+    def __init__(self, message: str, error: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+def submit_script(script: Path, *, cwd: Path) -> str:
+    """``sbatch --parsable SCRIPT`` run in ``cwd``; the job id (an array's job id for a job array)."""
+    done = _slurm(sbatch_command(script), cwd=cwd)
     if done.returncode != 0:
         error = _one_line(done.stderr or done.stdout) or f"exit code {done.returncode}"
-        update_manifest(run.run_dir, slurm_submit_error=error)
-        raise LogstatError(f"sbatch refused {run.script_path}: {error}{_no_cluster_hint(error)}")
+        raise SubmitError(f"sbatch refused {script}: {error}{_no_cluster_hint(error)}", error)
     # --parsable prints "jobid" or "jobid;cluster".
     job_id = done.stdout.strip().split(";")[0]
     if not job_id.isdigit():
-        raise LogstatError(f"sbatch printed no job id for {run.script_path}: {done.stdout.strip()!r}")
-    update_manifest(run.run_dir, slurm_job_id=job_id, slurm_submitted_utc=utc_now())
+        raise LogstatError(f"sbatch printed no job id for {script}: {done.stdout.strip()!r}")
     return job_id
 
 
@@ -239,9 +261,10 @@ _JOB_ID = re.compile(r"\d+(?:_\d+)?")
 def job_info(job_id: str) -> JobInfo | None:
     """The job as ``scontrol show job`` shows it (until slurmctld forgets it, MinJobAge after its end)."""
     done = _slurm(["scontrol", "--oneliner", "show", "job", job_id])
-    if done.returncode != 0 or f"JobId={job_id} " not in done.stdout:
+    record = _job_record(done.stdout, job_id) if done.returncode == 0 else None
+    if record is None:
         return None
-    fields = dict(_FIELD.findall(done.stdout))
+    fields = dict(_FIELD.findall(record))
     state = fields.get("JobState", "UNKNOWN")
     info = JobInfo(
         job_id=job_id,
@@ -254,6 +277,14 @@ def job_info(job_id: str) -> JobInfo | None:
     if state in FINAL_STATES:
         info = replace(info, exit_code=exit_code(state, fields.get("ExitCode", "")))
     return info
+
+
+def _job_record(text: str, job_id: str) -> str | None:
+    """The line of ``scontrol --oneliner show job`` about ``job_id``: ``JobId=ID`` for a job, and
+    for an array task ``A_T`` (whose own JobId is another number) ``ArrayJobId=A ArrayTaskId=T``."""
+    array_id, _, task = job_id.partition("_")
+    wanted = f"ArrayJobId={array_id} ArrayTaskId={task} " if task else f"JobId={job_id} "
+    return next((line for line in text.splitlines() if wanted in line + " "), None)
 
 
 def exit_code(state: str, slurm_exit_code: str) -> int | None:
@@ -388,13 +419,18 @@ def cancel_run(run_dir: Path) -> str:
     if not manifest.get("slurm_job_id"):
         raise LogstatError(f"{run_dir}: manifest.json has no slurm_job_id (was it run with --backend slurm?)")
     job_id = _job_id_of(manifest, run_dir)
+    cancel_job(job_id)
+    update_manifest(run_dir, slurm_cancel_requested_utc=utc_now())
+    return str(job_id)
+
+
+def cancel_job(job_id: str) -> None:
+    """``scancel JOB_ID`` (a job, an array task ``A_T``, or a whole array ``A``)."""
     if shutil.which("scancel") is None:
         raise LogstatError("`scancel` is not on PATH: cannot cancel Slurm jobs from this machine")
     done = _slurm(["scancel", str(job_id)])
     if done.returncode != 0:
         raise LogstatError(f"scancel {job_id} failed: {_one_line(done.stderr or done.stdout)}")
-    update_manifest(run_dir, slurm_cancel_requested_utc=utc_now())
-    return str(job_id)
 
 
 # --- helpers ---------------------------------------------------------------------------------

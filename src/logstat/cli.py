@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "estimate": "logstat.commands.estimate:estimate",
     "run": "logstat.commands.run:run",
     "rerun": "logstat.commands.rerun:rerun",
+    "sweep": "logstat.commands.sweep:sweep",
     "status": "logstat.commands.status:status",
     "cancel": "logstat.commands.status:cancel",
 }

@@ -108,6 +108,42 @@ CASES: dict[str, tuple[list[str], str]] = {
     "cancel-manifest-not-an-object": (["cancel", "{tmp}/listed"], "not an object"),
     "status-job-id-not-a-job-id": (["status", "{tmp}/injected"], "is not a Slurm job id"),
     "cancel-job-id-not-a-job-id": (["cancel", "{tmp}/injected"], "is not a Slurm job id"),
+    "sweep-without-grid": (["sweep", SPEC, "--dry-run"], "--grid"),
+    "sweep-unknown-field": (["sweep", SPEC, "--grid", "batch.micor=1,2", "--dry-run"], "micor"),
+    "sweep-bad-value": (["sweep", SPEC, "--grid", "batch.micro=1,x", "--dry-run"], "batch.micro='x'"),
+    "sweep-set-and-grid": (
+        ["sweep", SPEC, "--set", "batch.micro=1", "--grid", "batch.micro=1,2", "--dry-run"],
+        "batch.micro is both",
+    ),
+    "sweep-field-twice": (
+        ["sweep", SPEC, "--grid", "batch.micro=1,2", "--grid", "batch.micro=4", "--dry-run"],
+        "--grid batch.micro is given twice",
+    ),
+    "sweep-too-many-points": (
+        [
+            "sweep",
+            SPEC,
+            *[
+                a
+                for f in ("micro", "gas")
+                for a in ("--grid", f"batch.{f}={','.join(map(str, range(1, 102)))}")
+            ],
+            "--dry-run",
+        ],
+        "10,201 points",
+    ),
+    "sweep-unknown-recipe": (["sweep", SPEC, "--recipe", "bogus", "--dry-run"], "bogus"),
+    "sweep-everything-pruned": (
+        ["sweep", SPEC, "--grid", "parallel.pp=7,9", "--backend", "local"],
+        "every point of the sweep is pruned (2 refused)",
+    ),
+    "sweep-floor-out-of-range": (
+        ["sweep", SPEC, "--grid", "batch.micro=1,2", "--min-pipeline-efficiency", "2", "--dry-run"],
+        "between 0 and 1",
+    ),
+    "status-sweep-record-broken": (["status", "{tmp}/badsweep"], "not a sweep record"),
+    "cancel-sweep-record-broken": (["cancel", "{tmp}/badsweep"], "not a sweep record"),
+    "table-sweep-record-broken": (["table", "{tmp}/badsweep"], "not a sweep record"),
     "unknown-command": (["frobnicate"], "frobnicate"),
 }
 
@@ -135,6 +171,8 @@ def workdir(tmp_path, monkeypatch) -> Path:
     (tmp_path / "notes.md").write_text("# Notes\n\nNo table here.\n")
     (tmp_path / "charts").mkdir()
     (tmp_path / "charts" / "loss.html").write_text("mine\n")
+    (tmp_path / "badsweep").mkdir()
+    (tmp_path / "badsweep" / "sweep.json").write_text("[1]")
     (tmp_path / "bad.toml").write_text("[model\nhidden = \n")
     monkeypatch.chdir(tmp_path)
     return tmp_path

@@ -104,6 +104,28 @@ OPTIONS: dict[str, list[list[str] | tuple]] = {
     ],
     "status": [("--runs-root", ["{empty}", "{file}", "{nope}"]), ["--json"]],
     "cancel": [],
+    "sweep": [
+        (
+            "--grid",
+            [
+                "batch.micro=1,2",
+                "batch.micro=0,x",
+                "parallel.tp=1,2,2",
+                "model.num_heads=2,3",
+                "batch.micor=1",
+                "nonsense",
+                "cluster.job_name=$(touch PWNED),b",
+                "train.lr=inf,nan",
+            ],
+        ),
+        ("--set", ["parallel.pp=7", "batch.micro=2", "nonsense", "batch.global_batch=none"]),
+        ("--backend", ["dry-run", "k8s"]),
+        ("--min-pipeline-efficiency", ["0.8", "2", "nan", "-1"]),
+        ("--max-parallel", ["0", "2"]),
+        ("--recipe", ["shaden", "bogus"]),
+        ("--runs-dir", ["{new}", "{file}"]),
+        ["--wait"],
+    ],
 }
 ARGUMENTS: dict[str, list[str]] = {
     "parse": PATHS,
@@ -121,6 +143,7 @@ ARGUMENTS: dict[str, list[str]] = {
     "rerun": ["{empty}", "{listed}", "{nope}", "{file}", "gpt2-tiny-ddp-powersgd 1a2b3c", "1a2b3c"],
     "status": ["{empty}", "{listed}", "{injected}", "{nope}", "{file}"],
     "cancel": ["{empty}", "{listed}", "{injected}", "{nope}", "{file}"],
+    "sweep": ["gpt2-tiny-ddp-powersgd", "gpt2-52b-megatron-ds", "{nope}.toml", "{bad_toml}", "{empty}"],
 }
 
 
@@ -135,6 +158,7 @@ BASE: dict[str, list[str]] = {
     "rerun": ["{empty}"],
     "status": ["{empty}"],
     "cancel": ["{listed}"],
+    "sweep": ["gpt2-tiny-ddp-powersgd", "--grid", "batch.micro=1,2"],
 }
 
 
@@ -150,7 +174,7 @@ def command_lines(draw, command: str) -> list[str]:
             args += [option[0], draw(st.sampled_from(option[1]))]
         else:
             args += option
-    if command in ("run", "rerun"):
+    if command in ("run", "rerun", "sweep"):
         args.append("--dry-run")  # never launch anything
     if command == "table" and draw(st.booleans()):
         args += ["--update", draw(st.sampled_from(["{seed_md}", "{notes}", "{nope}.md"]))]

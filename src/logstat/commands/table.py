@@ -71,6 +71,18 @@ def table(
             "logstat table: --checkpointing/--no-checkpointing go with --update FILE.md; "
             "from logs, each run's factor (4 or 3) follows its own activation checkpointing"
         )
+    from logstat.runners.sweep import is_sweep_dir
+
+    sweeps = [path for path in paths if is_sweep_dir(path)]
+    if sweeps:
+        if len(sweeps) != len(paths) or columns is not None:
+            raise LogstatError(
+                "logstat table: a sweep directory's table has its own columns (the swept fields); "
+                "give only sweep directories, without --columns"
+            )
+        for sweep_dir in sweeps:
+            click.echo(_sweep_table(sweep_dir, family=family, warmup=warmup), nl=False)
+        return
     from logstat.analytics.tables import parse_columns, render_tables
     from logstat.progress import load_with_progress
 
@@ -90,6 +102,23 @@ def table(
     for line in warmup_warnings(result.runs, warmup):
         click.echo(line, err=True)
     click.echo(render_tables(result.runs, columns=chosen), nl=False)
+
+
+def _sweep_table(sweep_dir: Path, *, family: str | None, warmup: int) -> str:
+    """The table of one sweep: every point, its measured numbers from the logs of its run directory."""
+    from logstat.analytics.sweep_table import render_sweep_table
+    from logstat.api import load_runs
+    from logstat.formats import warmup_warnings
+    from logstat.runners.sweep import read_sweep
+
+    record = read_sweep(sweep_dir)
+    point_dirs = [sweep_dir / point["dir"] for point in record["points"] if point.get("dir")]
+    result = load_runs([d for d in point_dirs if d.is_dir()], family=family, warmup=warmup)
+    for line in warmup_warnings(result.runs, warmup):
+        click.echo(line, err=True)
+    grid = list(record.get("grid") or {})
+    title = f"{record.get('spec_name', 'sweep')} sweep: {', '.join(grid)} ({Path(sweep_dir).name})"
+    return render_sweep_table(record["points"], result.runs, title=title, grid=grid)
 
 
 def _given(name: str) -> bool:
