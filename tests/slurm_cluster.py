@@ -87,37 +87,40 @@ def _run(
     )
 
 
-def missing_programs() -> list[str]:
-    return [name for name in REQUIRED_PROGRAMS if shutil.which(name) is None]
+def missing_programs(programs: tuple[str, ...] = REQUIRED_PROGRAMS) -> list[str]:
+    return [name for name in programs if shutil.which(name) is None]
 
 
-def ensure_packages() -> None:
-    """Install Debian's slurm-wlm and munge when a program is missing (root + apt-get only)."""
-    if not missing_programs():
+def ensure_packages(
+    programs: tuple[str, ...] = REQUIRED_PROGRAMS, packages: tuple[str, ...] = PACKAGES
+) -> None:
+    """Install Debian ``packages`` (slurm-wlm and munge by default) when one of ``programs`` is
+    missing (root + apt-get only); ClusterUnavailable says why it could not."""
+    if not missing_programs(programs):
         return
     if shutil.which("apt-get") is None:
-        raise ClusterUnavailable(f"Slurm programs missing ({', '.join(missing_programs())}) and no apt-get")
+        raise ClusterUnavailable(f"programs missing ({', '.join(missing_programs(programs))}) and no apt-get")
     if os.geteuid() != 0:
         raise ClusterUnavailable(
-            f"Slurm programs missing ({', '.join(missing_programs())}); apt-get needs root"
+            f"programs missing ({', '.join(missing_programs(programs))}); apt-get needs root"
         )
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     with _locked(INSTALL_LOCK):
-        if not missing_programs():  # another session installed them while we waited
+        if not missing_programs(programs):  # another session installed them while we waited
             return
         wait_for_dpkg_lock = ["-o", "DPkg::Lock::Timeout=300"]  # another apt-get may be running
         for args in (
             ["apt-get", *wait_for_dpkg_lock, "update"],
-            ["apt-get", *wait_for_dpkg_lock, "install", "-y", "--no-install-recommends", *PACKAGES],
+            ["apt-get", *wait_for_dpkg_lock, "install", "-y", "--no-install-recommends", *packages],
         ):
             print(f"slurm_cluster: {' '.join(args)}", file=sys.stderr)
             result = _run(args, env=env, timeout=900)
             if result.returncode != 0:
                 tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
                 raise ClusterUnavailable(f"`{' '.join(args)}` failed: {' / '.join(tail)}")
-    if missing_programs():
+    if missing_programs(programs):
         raise ClusterUnavailable(
-            f"still missing after installing {PACKAGES}: {', '.join(missing_programs())}"
+            f"still missing after installing {packages}: {', '.join(missing_programs(programs))}"
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +41,17 @@ def slurm_cluster() -> Iterator:
             yield cluster
     except slurm_cluster_module.ClusterUnavailable as exc:
         pytest.skip(f"no Slurm cluster: {exc}")
+
+
+@pytest.fixture(scope="session")
+def shellcheck() -> str:
+    """The path of shellcheck, installed from Debian's package when it is missing (as the Slurm
+    packages are); skips with the reason where it cannot be installed (not root, no apt-get)."""
+    try:
+        slurm_cluster_module.ensure_packages(programs=("shellcheck",), packages=("shellcheck",))
+    except slurm_cluster_module.ClusterUnavailable as exc:
+        pytest.skip(f"no shellcheck: {exc}")
+    return shutil.which("shellcheck")
 
 
 @pytest.fixture(autouse=True)

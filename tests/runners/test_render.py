@@ -7,7 +7,6 @@ import dataclasses
 import importlib
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -35,12 +34,10 @@ def test_rendered_scripts_pass_bash_n(name, tmp_path):
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_rendered_scripts_pass_shellcheck(name, tmp_path):
-    if shutil.which("shellcheck") is None:
-        pytest.skip("shellcheck is not installed (Debian package shellcheck: apt-get install -y shellcheck)")
+def test_rendered_scripts_pass_shellcheck(name, tmp_path, shellcheck):
     script = tmp_path / "run.sbatch"
     script.write_text(rendered(name, tmp_path, f"cluster.job_name={HOSTILE}").sbatch_script)
-    done = subprocess.run(["shellcheck", "--shell=bash", str(script)], capture_output=True, text=True)
+    done = subprocess.run([shellcheck, "--shell=bash", str(script)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
 
 

@@ -48,6 +48,7 @@ def rerun(
       logstat rerun runs/gpt2-tiny-ddp-powersgd/20260101T120000Z-1a2b3c --set steps=10
       logstat rerun "gpt2-tiny-ddp-powersgd 1a2b3c" --backend slurm
     """
+    from logstat.commands.run import report_launch
     from logstat.runners.backends import stderr_echo
     from logstat.runners.rerun import rerun as rerun_run
 
@@ -59,9 +60,4 @@ def rerun(
         runs_root=runs_dir,
         echo=stderr_echo,
     )
-    if result.message:
-        click.echo(result.message, err=True)
-    if result.run_dir is not None:
-        click.echo(str(result.run_dir))
-    if not result.ok:
-        raise click.exceptions.Exit(result.exit_code or 1)
+    report_launch(result)

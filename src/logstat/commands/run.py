@@ -1,8 +1,14 @@
 """`logstat run`: validate, render and launch an experiment spec."""
 
+from __future__ import annotations
+
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from logstat.runners.backends import LaunchResult
 
 
 @click.command()
@@ -55,6 +61,12 @@ def run(
         runs_root=runs_dir,
         echo=stderr_echo,
     )
+    report_launch(result)
+
+
+def report_launch(result: LaunchResult) -> None:
+    """The launch's message on stderr, its run directory on stdout, and its exit code (non-zero
+    when the run failed, so that make's && chains stop)."""
     if result.message:
         click.echo(result.message, err=True)
     if result.run_dir is not None:
