@@ -95,7 +95,7 @@ def test_missing_programs_without_apt_get_is_a_skip_reason_not_a_crash(tmp_path:
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty PATH: no Slurm, no apt-get
     assert sc.missing_programs() == list(sc.REQUIRED_PROGRAMS)
     with pytest.raises(
-        sc.ClusterUnavailable, match=r"Slurm programs missing \(munged, mungekey, .*\) and no apt-get"
+        sc.ClusterUnavailable, match=r"programs missing \(munged, mungekey, .*\) and no apt-get"
     ):
         sc.ensure_packages()
 
