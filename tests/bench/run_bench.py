@@ -328,7 +328,7 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=1024, help="corpus size in MiB (default 1024)")
     parser.add_argument("--files", type=int, default=1000, help="number of small files (default 1000)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per tool (default 3)")
-    parser.add_argument("--cases", default="single,many", help="single, many or both (default both)")
+    parser.add_argument("--cases", default="single,many", help="single, many, or single,many (the default)")
     parser.add_argument("--tools", default="perl,grep,logstat", help="tools to time (default all three)")
     parser.add_argument(
         "--startup-runs", type=int, default=5, help="timed runs of each start-up path (default 5)"
@@ -337,12 +337,15 @@ def main() -> None:
     if not LOGSTAT.exists():
         sys.exit(f"bench: {LOGSTAT} not found: run `make install` first")
     tools = [tool.strip() for tool in args.tools.split(",") if tool.strip()]
+    wanted = [case.strip() for case in args.cases.split(",")]
+    if not wanted or not set(wanted) <= {"single", "many"}:
+        sys.exit(f"bench: --cases {args.cases!r}: a comma-separated list of 'single' and 'many'")
     single, many, sources = build_corpus(args.size_mb, args.files)
     load_before = os.getloadavg()
     cases = {}
-    for case in args.cases.split(","):
-        directory = {"single": single, "many": many}[case.strip()]
-        label = "one large file" if case.strip() == "single" else "many small files"
+    for case in wanted:
+        directory = {"single": single, "many": many}[case]
+        label = "one large file" if case == "single" else "many small files"
         cases[label] = (directory, bench_case(directory, tools, args.runs))
     startup_results = startup(args.startup_runs)
     load_after = os.getloadavg()
