@@ -81,6 +81,8 @@ class RunBuilder:
     current_file: str = ""  # the file being read (a run may be a job's .out and .err)
     failure_path: str | None = None  # the file holding the failure evidence line
     completion: tuple[str, int, str] | None = None  # (evidence, line, file): the run reached its end
+    # (evidence, line, file): a launcher said its workers exited cleanly; weaker than ``completion``
+    clean_exit: tuple[str, int, str] | None = None
     capturing: set[str] = field(default_factory=set)  # families that asked for more lines (open blocks)
     capture_lines: dict[str, str] = field(default_factory=dict)  # family -> regex of the lines it needs
     # steps whose row a metric line (memory, profiler) opened: their step's own record, printed later
@@ -246,6 +248,14 @@ class RunBuilder:
     def complete(self, evidence: str, lineno: int) -> None:
         """Record that the run reached its end (final metrics, "after training is done")."""
         self.completion = (evidence.strip()[:300], lineno, self.current_file)
+
+    def exited_cleanly(self, evidence: str, lineno: int) -> None:
+        """Record a launcher's word that its workers exited with code 0 (DeepSpeed's ``Process N exits
+        successfully.``, torch elastic's ``worker group successfully finished``): the run is ``ok`` when
+        nothing failed, but unlike :meth:`complete` it never outweighs a failure (one worker can exit
+        cleanly while another fails). The first such line is kept."""
+        if self.clean_exit is None:
+            self.clean_exit = (evidence.strip()[:300], lineno, self.current_file)
 
     def capture(self, family: str, on: bool = True, *, lines: str | None = None) -> None:
         """Ask for more than the lines with a marker while a multi-line block is open: every line, or

@@ -261,6 +261,9 @@ def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
         )
     if completion is not None:
         return "ok", completion[0], completion[1], completion[2]
+    if run.clean_exit is not None:
+        evidence, line, where = run.clean_exit
+        return "ok", f"the launcher reported a clean exit: {evidence}", line, where
     if problems:
         first = problems[0]
         return "incomplete", f"{first.problem}; read up to line {first.lines}", None, first.path

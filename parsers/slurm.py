@@ -21,6 +21,10 @@ what the kill makes the processes print (their tracebacks, torch elastic's Signa
 after it and are its consequences; an exception before it is what the job died (or hung) of.
 Tracebacks Python prints and ignores (``Exception ignored in ...``, logging's ``--- Logging error
 ---``) and warnings that name an error are not failures.
+
+A launcher's word that its workers exited with code 0 (DeepSpeed's ``Process N exits successfully.``,
+torch elastic's ``worker group successfully finished``) makes a run ``ok`` when nothing failed; it never
+outweighs a failure.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ PEER_FAILURES = (
     "ncclRemoteError",
     "remote process exited",
 )
+#: a launcher's word that a worker exited with code 0: DeepSpeed's launcher (launch.py, ``Process N exits
+#: successfully.``) and torch elastic's agent (``[default] worker group successfully finished. Waiting ...``)
+CLEAN_EXITS = ("exits successfully", "worker group successfully finished")
 #: Open MPI's mpirun after a rank failed (help-mpirun.txt, help-errmgr-base.txt)
 MPIRUN_ENDS = ("exited on signal", "exited with non-zero status", "terminated normally, but")
 #: lines right before a traceback that Python printed and ignored: the unraisable hook's (``__del__``,
@@ -153,6 +160,9 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         )
     elif "srun: error" in text or "NODE_FAIL" in text:
         _srun_error(text, lineno, run)
+    elif "exits successfully" in text or "worker group successfully finished" in text:  # CLEAN_EXITS
+        run.saw(NAME)
+        run.exited_cleanly(text, lineno)
     elif "exits with return code" in text:  # DeepSpeed's launcher, after a worker failed
         _event(run, text, lineno, "worker failed: ", REPORT, "launcher exit")
     elif (
@@ -376,6 +386,7 @@ FAMILY = Family(
         "SIGKILL",
         "Killing subprocess",
         "exits with return code",
+        *CLEAN_EXITS,
         *MPIRUN_ENDS,
         "Connection reset by peer",
         "Connection closed by peer",

@@ -293,3 +293,36 @@ def test_every_harmless_marker_makes_the_next_traceback_harmless(marker):
 def test_every_chain_marker_chains_the_next_traceback(marker):
     run = feed(*TRACEBACK, "KeyError: 'a'", "", f"{marker}:", "", *TRACEBACK, "ValueError: b")
     assert run.failure == ("failed", "ValueError: b", 11)
+
+
+# --- a launcher's clean exit ---------------------------------------------------------------------
+
+DS_CLEAN = "[2023-04-19 05:22:25,365] [INFO] [launch.py:460:main] Process 1187 exits successfully."
+ELASTIC_CLEAN = (
+    "I1125 01:33:34.617000 23285 torch/distributed/elastic/agent/server/api.py:932] [default] worker group "
+    "successfully finished. Waiting 300 seconds for other agents to finish."
+)
+
+
+@pytest.mark.parametrize("clean", [DS_CLEAN, ELASTIC_CLEAN])
+def test_a_launchers_clean_exit_makes_a_run_that_nothing_ended_ok(tmp_path, clean):
+    from logstat.api import load_runs
+
+    log = tmp_path / "train-41.out"
+    log.write_text(f"step 1\n{clean}\n{clean}\n")
+    row = load_runs([log]).runs.row(0, named=True)
+    # the first of the launcher's lines is the evidence
+    assert (row["status"], row["reason_line"]) == ("ok", 2)
+    assert row["reason"] == f"the launcher reported a clean exit: {clean}"
+
+
+@pytest.mark.parametrize("order", ["exit first", "failure first"])
+def test_a_clean_exit_of_one_worker_never_outweighs_another_workers_failure(tmp_path, order):
+    from logstat.api import load_runs
+
+    failure = [*TRACEBACK, "ValueError: bad"]
+    lines = [DS_CLEAN, *failure] if order == "exit first" else [*failure, DS_CLEAN]
+    log = tmp_path / "train-42.out"
+    log.write_text("\n".join(lines) + "\n")
+    row = load_runs([log]).runs.row(0, named=True)
+    assert (row["status"], row["reason"]) == ("failed", "ValueError: bad")
