@@ -29,7 +29,9 @@ STREAM_SUFFIXES = {".out": ("out", 0), ".err": ("out", 1), ".stdout": ("stdout",
 #: suffixes of logs that are a run of their own.
 SINGLE_SUFFIXES = (".log", ".txt")
 LOG_SUFFIXES = (*STREAM_SUFFIXES, *SINGLE_SUFFIXES)
-_JOB_ID_IN_NAME = re.compile(r"[-_.](\d{2,})$")
+# Slurm's %j at the end of the name (``slurm-123456``, ``name-123456``, or the whole stem ``123456``), an
+# array task's %A_%a (``slurm-123456_7``); not the day of a date (``run_2024-01-01``)
+_JOB_ID_IN_NAME = re.compile(r"(?:^|(?<!\d{4}-\d{2})[-_.])(\d{2,}(?:_\d+)?)$")
 # PBS / SGE job output: ``<name>.o<job>`` (``e`` for errors, ``po``/``pe`` for SGE's parallel environment),
 # an array task's index after the job number (``.3``; Torque ``-3``).
 _SCHEDULER_STREAM = re.compile(r"(?P<stem>.+)\.(?P<stream>p?[oe])(?P<job>\d+(?:[.-]\d+)?)")
@@ -118,8 +120,9 @@ def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
 
 
 def job_id_from_name(path: Path) -> str | None:
-    """The job id the scheduler put in a file name: Slurm's ``%j`` (``name-123456.out``), PBS's and
-    SGE's ``name.o123456`` (with an array task's index: ``123456.3``), if any."""
+    """The job id the scheduler put in a file name: Slurm's ``%j`` (``name-123456.out``, ``123456.out``)
+    or ``%A_%a`` of an array task (``slurm-123456_7.out``), PBS's and SGE's ``name.o123456`` (with an
+    array task's index: ``123456.3``), if any."""
     match = _scheduler_stream(path)
     if match is not None:
         return match["job"]

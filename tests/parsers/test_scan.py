@@ -128,3 +128,19 @@ def test_find_logs_hands_each_skipped_path_and_reason_to_the_caller(cluttered):
         ("pipe.out", "not a regular file"),
         ("shared", "symbolic link to a directory (not followed)"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("name", "job_id"),
+    [
+        ("slurm-123456.out", "123456"),  # sbatch's default, slurm-%j.out
+        ("gpt2-52b-123456.out", "123456"),  # %x-%j.out
+        ("123456.out", "123456"),  # -o %j.out
+        ("slurm-123456_7.out", "123456_7"),  # an array task, slurm-%A_%a.out: Slurm writes its id so
+        ("train-123456_7.err.gz", "123456_7"),
+        ("run_2024-01-01.log", None),  # a date, not a job
+        ("run.log", None),
+    ],
+)
+def test_the_job_id_of_a_slurm_output_name(name, job_id):
+    assert job_id_from_name(Path("/logs") / name) == job_id
