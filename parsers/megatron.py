@@ -3,7 +3,8 @@
 Lines read (real examples in fixtures/megatron/):
 - `` iteration  2/ 1000 | consumed samples: 2048 | elapsed time per iteration (ms): 129028.8 | ...``
   (old versions lack consumed samples; ``lm loss`` or ``lm-loss``; newer ones add
-  ``throughput per GPU (TFLOP/s/GPU)``; a timestamp may precede it);
+  ``throughput per GPU (TFLOP/s/GPU)``; BigScience's fork (BLOOM) prints ``elapsed time per iteration
+  (s)``, ``samples per second`` and ``TFLOPs``; a timestamp may precede it);
 - ``time (ms) | forward-compute: 32054.16 | ...`` (timers of the step logged just before);
 - ``[Rank 0] (after 1 iterations) memory (MB) | allocated: ... | max allocated: ...`` and the old
   ``after 1 iterations memory (MB) | ...``;
@@ -78,6 +79,8 @@ _DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp
 #: iteration-line field (lower case) -> ITERATIONS_SCHEMA column.
 ITERATION_FIELDS: dict[str, str] = {
     "elapsed time per iteration (ms)": "elapsed_ms",
+    # BigScience's Megatron-DeepSpeed (BLOOM's runs) prints seconds: _iterations turns them into ms
+    "elapsed time per iteration (s)": "elapsed_s",
     "learning rate": "lr",
     "lm loss": "loss",
     "lm-loss": "loss",
@@ -203,6 +206,9 @@ def _iterations(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
         # Every field of an iteration record ends with "|": text after the last one is a field cut
         # short (a log read while it is written, or cut by a crash), whose number would be wrong.
         metrics, global_batch = _iteration_record(text[start : text.rfind("|", start, stop) + 1], layouts)
+        seconds = metrics.pop("elapsed_s", None)
+        if seconds is not None and metrics.get("elapsed_ms") is None:
+            metrics["elapsed_ms"] = seconds * 1000.0
         step, train_iters = int(header["step"]), header["train_iters"]
         state["logged_steps"] = True
         run.saw(NAME)

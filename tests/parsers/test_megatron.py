@@ -55,6 +55,25 @@ def test_lm_dash_loss_and_grad_norm():
     assert row["loss"] == 12.44238 and row["grad_norm"] == 0.0 and row["lr"] == 1.875e-05
 
 
+# BigScience's Megatron-DeepSpeed (BLOOM, tr11) training_log: "elapsed time per iteration (s): {:.2f}",
+# "samples per second: {:.3f}", "TFLOPs: {:.2f}"
+BLOOM_ITERATION = (
+    " iteration     2000/  115311 | consumed samples:      2252800 | consumed tokens:   4613734400 |"
+    " elapsed time per iteration (s): 105.22 | learning rate: 6.000E-05 | global batch size:  2048 |"
+    " lm loss: 3.073468E+00 | grad norm: 0.423 | num zeros: 0.0 | number of skipped iterations:   0 |"
+    " number of nan iterations:   0 | samples per second: 19.465 | TFLOPs: 149.57 |"
+)
+
+
+def test_an_iteration_time_in_seconds_is_read_in_ms():
+    # the layout way too: five records teach a layout, the fifth is read through it
+    run = feed(*(BLOOM_ITERATION.replace("2000/", f"{2000 + n}/") for n in range(5)))
+    for step in range(2000, 2005):
+        row = run.iterations[step]
+        assert row["elapsed_ms"] == 105.22 * 1000.0 and "elapsed_s" not in row
+        assert row["samples_per_sec"] == 19.465 and row["logged_tflops_per_gpu"] == 149.57
+
+
 def test_timers_belong_to_the_step_logged_before():
     run = feed(ITERATION_1, TIMERS_1)
     timers = {t["timer"]: (t["iteration"], t["ms"]) for t in run.timers}
