@@ -301,11 +301,13 @@ def _megatron_tflops(checkpointing: bool) -> pl.Expr:
     SwiGLU and MoE top-k; a fact the log does not give is the GPT-2 default of eq. 3 (no GQA, h/a per
     head, 4h, no SwiGLU, no MoE). The logits count the padded vocabulary the model computes when the
     log gives it. Without the head count the attention is eq. 3's whatever the other facts say (its
-    widths are read per head)."""
-    hidden, heads = _f("hidden_size"), _f("num_heads")
+    widths are read per head). A count of 0 or less (a garbled line) is no fact."""
+    hidden, heads = _f("hidden_size"), _counted("num_heads")
     heads_known = heads.is_not_null()
-    query_groups = pl.when(heads_known).then(pl.coalesce(_f("num_query_groups"), heads)).otherwise(1.0)
-    kv_channels = pl.when(heads_known).then(pl.coalesce(_f("kv_channels"), hidden / heads)).otherwise(hidden)
+    query_groups = pl.when(heads_known).then(pl.coalesce(_counted("num_query_groups"), heads)).otherwise(1.0)
+    kv_channels = (
+        pl.when(heads_known).then(pl.coalesce(_counted("kv_channels"), hidden / heads)).otherwise(hidden)
+    )
     swiglu = pl.col("swiglu").fill_null(False)
 
     def flops(gated: bool) -> pl.Expr:
@@ -319,9 +321,9 @@ def _megatron_tflops(checkpointing: bool) -> pl.Expr:
             heads=heads.fill_null(1.0),
             query_groups=query_groups,
             kv_channels=kv_channels,
-            ffn_hidden=pl.coalesce(_f("ffn_hidden_size"), 4 * hidden),
+            ffn_hidden=pl.coalesce(_counted("ffn_hidden_size"), 4 * hidden),
             swiglu=gated,
-            moe_topk=_f("moe_topk").fill_null(1.0),
+            moe_topk=_counted("moe_topk").fill_null(1.0),
         )
 
     return formulas.tflops_per_gpu(
@@ -329,6 +331,12 @@ def _megatron_tflops(checkpointing: bool) -> pl.Expr:
         sec_per_iter=pl.col("sec_per_iter"),
         gpus=_f("gpus"),
     )
+
+
+def _counted(name: str) -> pl.Expr:
+    """A count of the model's shape as a float, null unless positive."""
+    value = _f(name)
+    return pl.when(value > 0).then(value)
 
 
 def _hf_steps() -> pl.Expr:

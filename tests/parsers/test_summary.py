@@ -427,3 +427,24 @@ def test_gqa_swiglu_moe_runs_count_their_shape_and_hfu_adds_the_recomputed_forwa
     h, s, b, layers, v = 8192, 8192, 64, 80, 128256
     eq3 = (72 * b * s * layers * h * h * (1 + s / (6 * h)) + 6 * b * s * h * v) / (20 * 64 * 1e12)
     assert round(1 - eq3 / logged, 2) == (0.44 if topk else 0.05)
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        {},  # a 2021 log: none of the new facts
+        {
+            "num_heads": 32,
+            "kv_channels": 128,
+            "ffn_hidden_size": 16384,
+            "swiglu": False,
+        },  # GPT-2's spelled out
+        {"num_heads": None, "num_query_groups": 8, "kv_channels": 64},  # widths per head, heads unknown
+        {"num_heads": 0, "num_query_groups": 8, "kv_channels": 128},  # garbled counts are no facts
+        {"num_heads": 32, "kv_channels": 0, "ffn_hidden_size": -1, "moe_topk": 0},
+    ],
+)
+def test_unknown_or_garbled_shape_facts_count_as_eq_3(facts):
+    ours = _tflops_by_rule(H100_SHAPE)
+    row = _with_logged([1.0, 1.0], shape={**H100_SHAPE, **facts})
+    assert row["tflops_per_gpu_megatron"] == pytest.approx(ours["eq3_recompute"], rel=1e-12)
