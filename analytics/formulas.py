@@ -34,24 +34,58 @@ def seed_tflops_per_gpu(
 
 
 def megatron_flops_per_iteration(
-    *, global_batch: int, seq_len: int, layers: int, hidden: int, vocab: int, checkpointing: bool
+    *,
+    global_batch: int,
+    seq_len: int,
+    layers: int,
+    hidden: int,
+    vocab: int,
+    checkpointing: bool,
+    heads: int | None = None,
+    query_groups: int | None = None,
+    kv_channels: int | None = None,
+    ffn_hidden: int | None = None,
+    swiglu: bool = False,
+    moe_topk: int = 1,
 ) -> float:
-    """Model FLOPs of one iteration, Narayanan et al. 2021, "Efficient Large-Scale Language
-    Model Training on GPU Clusters Using Megatron-LM", eq. 3.
+    """FLOPs of one iteration: Megatron-LM's ``num_floating_point_operations``, which generalizes
+    Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training on GPU Clusters Using
+    Megatron-LM") eq. 3 to today's model shapes, plus the recomputed forward when ``checkpointing``.
 
-    With full activation recomputation: ``96*B*s*l*h^2 * (1 + s/(6h) + V/(16*l*h))``.
-    Without it the transformer part is 3/4 of that (no recomputed forward) and the logits
-    stay at 3 passes: ``72*B*s*l*h^2*(1 + s/(6h)) + 6*B*s*h*V``.
+    Megatron-LM, megatron/training/training.py ``num_floating_point_operations`` (core_r0.7.0 on),
+    without recomputation:
+    ``12*B*s*l*h^2 * [(1 + g/a + s/h) * (kv*a/h) + (ffn/h) * topk * (3/2 if swiglu else 1) + V/(2*l*h)]``:
+    per layer the query and output projections (1), the key and value projections of ``g`` query
+    groups (g/a), the attention scores and their product with the values (s/h), all scaled by the
+    query projection width ``kv*a`` over ``h``; the MLP (``ffn`` wide, three matrices with SwiGLU instead
+    of two, ``topk`` experts per token with MoE); the logits (V/(2lh)). 12 = 2 FLOPs per
+    multiply-add x 3 passes (forward, backward = 2x forward) x the 2 matrices of each term.
+    Defaults are the GPT-2 shape of eq. 3: ``query_groups`` None (no grouped-query attention: g = a),
+    ``kv_channels`` None (h/a), ``ffn_hidden`` None (4h), no SwiGLU, ``moe_topk`` 1 (no MoE); ``heads``
+    is needed only with ``query_groups`` or ``kv_channels``. With them the count is eq. 3's
+    ``72*B*s*l*h^2*(1 + s/(6h)) + 6*B*s*h*V``.
+
+    With full activation recomputation (``checkpointing``), which Megatron-LM's count leaves out, the
+    layers' forward runs twice: the layer part is 4 passes instead of 3 (4/3 of it), the logits stay
+    at 3 (the output layer is not recomputed). With the defaults this is eq. 3 as printed:
+    ``96*B*s*l*h^2 * (1 + s/(6h) + V/(16*l*h))``.
 
     The count without recomputation is the *model* FLOPs of PaLM's MFU (Chowdhery et al. 2022,
     "PaLM: Scaling Language Modeling with Pathways", appendix B): per token ``6N + 12*L*H*Q*T``
-    with N = 12*l*h^2 + V*h (the layers' weights and the logits) and H*Q = h, T = s. The count
-    with it is the *hardware* FLOPs (HFU): what the GPU executes, the recomputed forward included.
+    with N the weights matmuls touch and H*Q = h, T = s for the defaults. The count with it is the
+    *hardware* FLOPs (HFU): what the GPU executes, the recomputed forward included.
     """
     b, s, n_layers, h, v = global_batch, seq_len, layers, hidden, vocab
-    if checkpointing:
-        return 96 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (16 * n_layers * h))
-    return 72 * b * s * n_layers * h * h * (1 + s / (6 * h)) + 6 * b * s * h * v
+    # Written with * and / of the arguments only: exact on fractions.Fraction, and valid on polars
+    # expressions (the caller fills a run's unknown shape facts with these defaults).
+    query_width = 1 if kv_channels is None else kv_channels * heads / h
+    key_value_share = 1 if query_groups is None else query_groups / heads
+    mlp = (4 if ffn_hidden is None else ffn_hidden / h) * moe_topk
+    if swiglu:
+        mlp = mlp * 3 / 2
+    one_pass_of_layers = 4 * b * s * n_layers * h * h * ((1 + key_value_share + s / h) * query_width + mlp)
+    logits = 6 * b * s * h * v
+    return (4 if checkpointing else 3) * one_pass_of_layers + logits
 
 
 def tflops_per_gpu(*, flops_per_iteration: float, sec_per_iter: float, gpus: int) -> float:

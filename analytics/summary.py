@@ -235,8 +235,8 @@ def _off_by(value: pl.Expr, reference: pl.Expr) -> pl.Expr:
 
 
 def _tflops_disagreement(warmup: int) -> pl.Expr:
-    """A note when the log's own TFLOP/s/GPU is off logstat's Narayanan eq. 3 count (the rule that,
-    like Megatron and DeepSpeed's profiler, counts attention and logits) by more than
+    """A note when the log's own TFLOP/s/GPU is off logstat's count (Megatron-LM's, Narayanan et al.
+    eq. 3 generalized: like Megatron and DeepSpeed's profiler, it counts attention and logits) by more than
     ``TFLOPS_TOLERANCE``: both numbers, and the counting rule that explains the gap."""
     logged = pl.col("logged_tflops_per_gpu")
     ours = pl.col("tflops_per_gpu_megatron")
@@ -268,7 +268,8 @@ def _tflops_disagreement(warmup: int) -> pl.Expr:
         .otherwise(
             pl.lit(
                 "no counting rule of logstat's matches: the log's own step time differs, or its model has what "
-                "eq. 3 does not count (an FFN other than 4h, grouped-query attention, MoE, another vocabulary)"
+                "logstat's count does not know (a shape fact the log does not print, shared experts, multi-latent "
+                "attention, another vocabulary)"
             )
         )
     )
@@ -279,7 +280,7 @@ def _tflops_disagreement(warmup: int) -> pl.Expr:
         .otherwise(
             pl.format(
                 "tflops: the log's own {} TFLOP/s/GPU ({}, median of {} step(s) after the first {}) is {}% {} "
-                "logstat's {} (Narayanan et al. 2021 eq. 3{}); likely reason: {}",
+                "logstat's {} (Megatron-LM's count, Narayanan et al. 2021 eq. 3 generalized{}); likely reason: {}",
                 logged.round_sig_figs(4),
                 pl.col("logged_tflops_family"),
                 pl.col("steady_logged_tflops_steps"),
@@ -295,20 +296,47 @@ def _tflops_disagreement(warmup: int) -> pl.Expr:
 
 
 def _megatron_tflops(checkpointing: bool) -> pl.Expr:
-    """TFLOP/s per GPU by Narayanan et al. eq. 3 at the steady-state step time; the logits count the
-    padded vocabulary the model computes when the log gives it."""
-    return formulas.tflops_per_gpu(
-        flops_per_iteration=formulas.megatron_flops_per_iteration(
+    """TFLOP/s per GPU by Megatron-LM's count (:func:`formulas.megatron_flops_per_iteration`) at the
+    steady-state step time, with the run's grouped-query attention, attention width, FFN width,
+    SwiGLU and MoE top-k; a fact the log does not give is the GPT-2 default of eq. 3 (no GQA, h/a per
+    head, 4h, no SwiGLU, no MoE). The logits count the padded vocabulary the model computes when the
+    log gives it. Without the head count the attention is eq. 3's whatever the other facts say (its
+    widths are read per head). A count of 0 or less (a garbled line) is no fact."""
+    hidden, heads = _f("hidden_size"), _counted("num_heads")
+    heads_known = heads.is_not_null()
+    query_groups = pl.when(heads_known).then(pl.coalesce(_counted("num_query_groups"), heads)).otherwise(1.0)
+    kv_channels = (
+        pl.when(heads_known).then(pl.coalesce(_counted("kv_channels"), hidden / heads)).otherwise(hidden)
+    )
+    swiglu = pl.col("swiglu").fill_null(False)
+
+    def flops(gated: bool) -> pl.Expr:
+        return formulas.megatron_flops_per_iteration(
             global_batch=_f("global_batch_size"),
             seq_len=_f("seq_len"),
             layers=_f("num_layers"),
-            hidden=_f("hidden_size"),
+            hidden=hidden,
             vocab=pl.coalesce(_f("padded_vocab_size"), _f("vocab_size")),
             checkpointing=checkpointing,
-        ),
+            heads=heads.fill_null(1.0),
+            query_groups=query_groups,
+            kv_channels=kv_channels,
+            ffn_hidden=pl.coalesce(_counted("ffn_hidden_size"), 4 * hidden),
+            swiglu=gated,
+            moe_topk=_counted("moe_topk").fill_null(1.0),
+        )
+
+    return formulas.tflops_per_gpu(
+        flops_per_iteration=pl.when(swiglu).then(flops(True)).otherwise(flops(False)),
         sec_per_iter=pl.col("sec_per_iter"),
         gpus=_f("gpus"),
     )
+
+
+def _counted(name: str) -> pl.Expr:
+    """A count of the model's shape as a float, null unless positive."""
+    value = _f(name)
+    return pl.when(value > 0).then(value)
 
 
 def _hf_steps() -> pl.Expr:

@@ -269,17 +269,22 @@ def _legend(group: pl.DataFrame, headers: Sequence[str]) -> str:
             "f = 4 with activation checkpointing, 3 without"
         )
     if "TFlops Megatron" in headers:
-        parts.append("TFlops Megatron = Narayanan et al. 2021 eq. 3 (attention and logits counted)")
+        parts.append(
+            "TFlops Megatron = Megatron-LM's num_floating_point_operations (Narayanan et al. 2021 eq. 3 with "
+            "the run's GQA, FFN width, SwiGLU, MoE top-k; attention and logits counted), recomputation included"
+        )
     if "TFlops Logged" in headers:
         parts.append(
             "TFlops Logged = the log's own TFLOP/s per GPU (its counting rule), median after warm-up"
         )
     if "MFU" in headers:
         parts.append(
-            "MFU = model FLOPs (eq. 3 without recomputation, PaLM's definition) / the GPU's dense fp16/bf16 peak"
+            "MFU = model FLOPs (Megatron-LM's count without recomputation, PaLM's definition) / the GPU's dense fp16/bf16 peak"
         )
     if "HFU" in headers:
-        parts.append("HFU = FLOPs executed (eq. 3 with the run's recomputation) / the same peak")
+        parts.append(
+            "HFU = FLOPs executed (Megatron-LM's count with the run's recomputation) / the same peak"
+        )
     if "Mem pred/logged" in headers:
         parts.append(
             "Mem pred/logged = ZeRO model-state estimate per GPU (16 bytes/param) / the logged peak allocated "

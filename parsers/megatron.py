@@ -112,6 +112,7 @@ ARG_FACTS: dict[str, str] = {
     "num_layers": "num_layers",
     "num_attention_heads": "num_heads",
     "padded_vocab_size": "padded_vocab_size",
+    "kv_channels": "kv_channels",
     "vocab_size": "vocab_size",
     "zero_stage": "zero_stage",
     "train_iters": "train_iters",
@@ -119,9 +120,13 @@ ARG_FACTS: dict[str, str] = {
 #: dump arguments other than ARG_FACTS that ``_precision`` and ``_checkpointing`` read.
 PRECISION_ARGS = ("bf16", "fp16")
 CHECKPOINTING_ARGS = ("checkpoint_activations", "recompute_granularity")
+#: dump arguments ``_gqa_swiglu_moe`` reads: the model-shape facts other than plain integers.
+SHAPE_ARGS = ("group_query_attention", "num_query_groups", "swiglu", "num_experts", "moe_router_topk")
 # Only these are kept from a dump of hundreds of arguments: the others would be converted and stored
 # for nothing (tests/parsers/test_megatron.py checks ``_end_arguments`` reads no other name).
-_KEPT_ARGS = frozenset(ARG_FACTS) | frozenset(PRECISION_ARGS) | frozenset(CHECKPOINTING_ARGS)
+_KEPT_ARGS = (
+    frozenset(ARG_FACTS) | frozenset(PRECISION_ARGS) | frozenset(CHECKPOINTING_ARGS) | frozenset(SHAPE_ARGS)
+)
 #: what Python's ``\s`` and ``str.strip()`` take for whitespace, in polars' (Rust) regex syntax: Rust's
 #: ``\s`` (Unicode White_Space) lacks the separators \x1c-\x1f that Python counts as whitespace.
 PYTHON_SPACE = r"[\s\x1c-\x1f]"
@@ -493,6 +498,8 @@ def _end_arguments(state: dict, lineno: int, run: RunBuilder) -> None:
     checkpointing = _checkpointing(args)
     if checkpointing is not None:
         run.set_fact("activation_checkpointing", checkpointing[0], NAME, checkpointing[1])
+    for fact, (value, line) in _gqa_swiglu_moe(args).items():
+        run.set_fact(fact, value, NAME, line)
 
 
 def _precision(args: dict[str, tuple[Any, int]]) -> tuple[str, int] | None:
@@ -502,6 +509,32 @@ def _precision(args: dict[str, tuple[Any, int]]) -> tuple[str, int] | None:
     if "fp16" in args and "bf16" in args:
         return "fp32", args["fp16"][1]
     return None
+
+
+def _gqa_swiglu_moe(args: dict[str, tuple[Any, int]]) -> dict[str, tuple[Any, int]]:
+    """The facts of today's Megatron-LM model shapes (the arguments Megatron-LM's
+    ``num_floating_point_operations`` reads): ``num_query_groups`` only with ``group_query_attention
+    True`` (without it Megatron-LM prints its unused default 1), ``swiglu``, and ``moe_topk`` (from
+    ``moe_router_topk``) only when ``num_experts`` is a number (None is a dense model; Megatron-DeepSpeed's
+    list ``[1]`` is another option, DeepSpeed-MoE's)."""
+    gqa, groups = args.get("group_query_attention"), _positive(args.get("num_query_groups"))
+    swiglu = args.get("swiglu")
+    experts, topk = _positive(args.get("num_experts")), _positive(args.get("moe_router_topk"))
+    facts: dict[str, tuple[Any, int]] = {}
+    if gqa is not None and gqa[0] is True and groups is not None:
+        facts["num_query_groups"] = groups
+    if swiglu is not None and isinstance(swiglu[0], bool):
+        facts["swiglu"] = swiglu
+    if experts is not None and topk is not None:
+        facts["moe_topk"] = topk
+    return facts
+
+
+def _positive(arg: tuple[Any, int] | None) -> tuple[int, int] | None:
+    """A dumped argument (value, line) whose value is a positive integer, else None."""
+    if arg is None or arg[0].__class__ is not int or arg[0] <= 0:
+        return None
+    return arg
 
 
 def _checkpointing(args: dict[str, tuple[Any, int]]) -> tuple[bool, int] | None:

@@ -37,6 +37,10 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     "num_heads": pl.Int64,
     "vocab_size": pl.Int64,
     "padded_vocab_size": pl.Int64,
+    "num_query_groups": pl.Int64,  # grouped-query attention's key/value heads; null when GQA is off
+    "kv_channels": pl.Int64,  # width of an attention head (Megatron's default h / heads)
+    "swiglu": pl.Boolean,  # gated MLP of three matrices (Megatron's --swiglu)
+    "moe_topk": pl.Int64,  # experts a token is routed to; null without MoE
     "zero_stage": pl.Int64,
     "offload_optimizer": pl.Boolean,
     "offload_param": pl.Boolean,
@@ -102,9 +106,9 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "model_size_b": pl.Float64,  # computed from the shape, units of 1e9
     "model_size_note": pl.String,  # disagreement with the log's own line, if any
     "tflops_per_gpu": pl.Float64,  # seed formula (factor 4 with activation checkpointing, 3 without)
-    "tflops_per_gpu_megatron": pl.Float64,  # Narayanan et al. 2021 eq. 3
-    "mfu": pl.Float64,  # model FLOPs (eq. 3 without recomputation, PaLM's MFU) / the GPU's dense peak
-    "hfu": pl.Float64,  # hardware FLOPs (eq. 3 with the run's recomputation) / the GPU's dense peak
+    "tflops_per_gpu_megatron": pl.Float64,  # Megatron-LM's count (eq. 3 generalized), the run's recomputation
+    "mfu": pl.Float64,  # model FLOPs (that count without recomputation, PaLM's MFU) / the GPU's dense peak
+    "hfu": pl.Float64,  # hardware FLOPs (that count with the run's recomputation) / the GPU's dense peak
     "logged_tflops_per_gpu": pl.Float64,  # the log's own TFLOP/s/GPU, median of the steps after warm-up
     "model_state_gb_pred": pl.Float64,  # ZeRO model-state estimate per GPU (16 bytes/param), 1e9 bytes
     "mem_logged_gb": pl.Float64,  # logged peak allocated memory per GPU (largest rank), 1e9 bytes

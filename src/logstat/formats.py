@@ -138,9 +138,10 @@ def runs_text(runs: pl.DataFrame, *, tflops: bool, markdown: bool, warmup: int) 
         parts.append(
             f"TFLOPs/GPU: seed formula {quote('size_B*f*2*seq*GBS/(s_per_iter*GPUs*1e3)')}, f=4 with activation "
             "checkpointing, 3 without; size from the shape in units of 1e9; logged: the log's own TFLOP/s/GPU "
-            "(median after --warmup; a disagreement over 10% with Narayanan et al. eq. 3 is a warning). "
-            "MFU: model FLOPs (eq. 3 without recomputation, PaLM's definition) / the GPU model's dense peak; "
-            "HFU: the FLOPs executed (eq. 3 with the run's recomputation) / the peak ('-' when the GPU model "
+            "(median after --warmup; a disagreement over 10% with Megatron-LM's count, Narayanan et al. eq. 3 "
+            "generalized to the run's GQA, FFN, SwiGLU and MoE, is a warning). "
+            "MFU: model FLOPs (that count without recomputation, PaLM's definition) / the GPU model's dense peak; "
+            "HFU: the FLOPs executed (that count with the run's recomputation) / the peak ('-' when the GPU model "
             "is unknown). mem pred GB: ZeRO model-state estimate per GPU (16 bytes/param; stage, offload, "
             "params / (TP*PP)); mem logged GB: the log's peak allocated memory (largest rank); pred/logged: "
             "their ratio (activations and buffers make up the rest). GB = 1e9 bytes."

@@ -1,5 +1,7 @@
 """Each formula against a hand computation written here, with the numbers of the seeds and papers."""
 
+from fractions import Fraction
+
 import pytest
 from logstat.analytics import formulas as f
 from logstat.analytics.gpus import peak_tflops
@@ -69,6 +71,91 @@ def test_megatron_flops_without_recomputation():
     )
     # 3 passes (forward + 2x backward) of 24*B*s*l*h^2*(1 + s/6h) plus 3 * 2*B*s*h*V for the logits.
     assert flops == pytest.approx(3 * 24 * b * s * layers * h * h * (1 + s / (6 * h)) + 3 * 2 * b * s * h * v)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+@pytest.mark.parametrize(
+    ("b", "s", "layers", "h", "heads", "v"),
+    [(1024, 1024, 64, 8192, 32, 50688), (8, 2048, 24, 2048, 16, 51200), (16, 1024, 48, 1600, 25, 50257)],
+)
+def test_megatron_lm_count_with_gpt2_defaults_is_eq_3_exactly(checkpointing, b, s, layers, h, heads, v):
+    # eq. 3 as Narayanan et al. 2021 print it (with recomputation), and its 3-pass layer part without,
+    # in exact rational arithmetic: the generalized count must be the same number, not a close one.
+    b, s, layers, h, v = (Fraction(x) for x in (b, s, layers, h, v))
+    if checkpointing:
+        eq3 = 96 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+    else:
+        eq3 = 72 * b * s * layers * h * h * (1 + s / (6 * h)) + 6 * b * s * h * v
+    shape = dict(global_batch=b, seq_len=s, layers=layers, hidden=h, vocab=v, checkpointing=checkpointing)
+    assert f.megatron_flops_per_iteration(**shape) == eq3
+    # the GPT-2 facts spelled out (a 2021 dump's kv_channels h/a, ffn 4h, a query group per head)
+    spelled = f.megatron_flops_per_iteration(
+        **shape,
+        heads=Fraction(heads),
+        query_groups=Fraction(heads),
+        kv_channels=h / heads,
+        ffn_hidden=4 * h,
+        swiglu=False,
+        moe_topk=1,
+    )
+    assert spelled == eq3
+    assert isinstance(spelled, Fraction)  # no float crept in: the equality above is exact
+    # in floats the two orders of operations agree to the last digit or two
+    floats = {k: (float(x) if isinstance(x, Fraction) else x) for k, x in shape.items()}
+    assert f.megatron_flops_per_iteration(**floats) == pytest.approx(float(eq3), rel=1e-15, abs=0)
+
+
+# Llama-3-8B's shape (Meta's config.json): h 4096, 32 layers, 32 heads, 8 key/value heads of 128, FFN
+# 14336 with SwiGLU, vocabulary 128256; 8192 tokens per sequence, 128 sequences per step.
+LLAMA3_8B = dict(h=4096, layers=32, heads=32, groups=8, kv=128, ffn=14336, v=128256, s=8192, b=128)
+
+
+def _llama_matmul_flops(*, recomputed_forward: bool) -> int:
+    """Counted here by matrix products, per token and layer, in multiply-adds (2 FLOPs each)."""
+    m = LLAMA3_8B
+    q_and_out = 2 * m["h"] * m["heads"] * m["kv"]  # query projection h x 4096, output 4096 x h
+    k_and_v = 2 * m["h"] * m["groups"] * m["kv"]  # 8 groups of 128 for keys and values
+    scores_and_mix = 2 * m["s"] * m["heads"] * m["kv"]  # Q K^T and softmax(.) V over s positions
+    swiglu_mlp = 3 * m["h"] * m["ffn"]  # gate, up (h x ffn) and down (ffn x h)
+    layer = q_and_out + k_and_v + scores_and_mix + swiglu_mlp
+    logits = m["h"] * m["v"]
+    tokens = m["b"] * m["s"]
+    layer_passes = 4 if recomputed_forward else 3  # forward + backward (2x), + recomputed forward
+    return 2 * tokens * (layer_passes * m["layers"] * layer + 3 * logits)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_megatron_lm_count_of_a_llama_3_8b_shape(checkpointing):
+    m = LLAMA3_8B
+    expected = _llama_matmul_flops(recomputed_forward=checkpointing)
+    shape = dict(
+        global_batch=m["b"],
+        seq_len=m["s"],
+        layers=m["layers"],
+        hidden=m["h"],
+        vocab=m["v"],
+        checkpointing=checkpointing,
+        heads=m["heads"],
+        query_groups=m["groups"],
+        kv_channels=m["kv"],
+        ffn_hidden=m["ffn"],
+        swiglu=True,
+    )
+    exact = f.megatron_flops_per_iteration(
+        **{k: Fraction(x) if type(x) is int else x for k, x in shape.items()}
+    )
+    assert exact == expected
+    assert f.megatron_flops_per_iteration(**shape) == pytest.approx(expected, rel=1e-15, abs=0)
+
+
+def test_megatron_lm_count_of_moe_routes_each_token_through_topk_mlps():
+    # Mixtral-8x7B-like: h 4096, ffn 14336 SwiGLU, 8 experts, top-2: the MLP term doubles, nothing else
+    shape = dict(global_batch=4, seq_len=4096, layers=32, hidden=4096, vocab=32000, checkpointing=False)
+    gqa = dict(heads=32, query_groups=8, kv_channels=128, ffn_hidden=14336, swiglu=True)
+    dense = f.megatron_flops_per_iteration(**shape, **gqa)
+    moe = f.megatron_flops_per_iteration(**shape, **gqa, moe_topk=2)
+    mlp_per_token_layer = 2 * 3 * 3 * 4096 * 14336  # 3 passes x 2 FLOPs x 3 matrices
+    assert moe - dense == pytest.approx(4 * 4096 * 32 * mlp_per_token_layer, rel=1e-12)
 
 
 @pytest.mark.parametrize(

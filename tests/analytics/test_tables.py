@@ -177,4 +177,4 @@ def test_memory_prediction_beside_the_logged_peak_and_the_utilizations():
     assert "|   16 |          97.5 | 31.2% | 41.6% | 41.3/60.5 GB (0.68) |" in text
     assert "|   32 |               |       |       |                     |" in text  # nothing known: empty
     assert "Mem pred/logged = ZeRO model-state estimate per GPU (16 bytes/param) / the logged peak" in text
-    assert "MFU = model FLOPs (eq. 3 without recomputation, PaLM's definition)" in text
+    assert "MFU = model FLOPs (Megatron-LM's count without recomputation, PaLM's definition)" in text

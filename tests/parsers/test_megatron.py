@@ -174,7 +174,7 @@ def test_the_end_of_a_dump_reads_only_the_kept_arguments():
 
     # empty: every lookup is made (none is cut short by a found value)
     megatron._end_arguments({"in_args": True, "args": Recording()}, 2, RunBuilder(path="x"))
-    assert set(megatron.ARG_FACTS) | {"bf16", "fp16", "recompute_granularity"} <= asked
+    assert set(megatron.ARG_FACTS) | {"bf16", "fp16", "recompute_granularity", *megatron.SHAPE_ARGS} <= asked
     assert asked <= megatron._KEPT_ARGS
 
 
@@ -190,6 +190,90 @@ def test_the_end_of_a_dump_reads_only_the_kept_arguments():
 def test_activation_checkpointing_from_args(lines, expected):
     run = feed("---- arguments ----", *lines, "---- end of arguments ----")
     assert run.facts.get("activation_checkpointing") is expected
+
+
+def _dump(**arguments: object) -> RunBuilder:
+    """A Megatron-LM arguments dump (``_print_args``: 48 columns of name and dots, sorted) of ``arguments``."""
+    lines = sorted(f"  {name} {'.' * (48 - len(name))} {value}" for name, value in arguments.items())
+    return feed(
+        "------------------------ arguments ------------------------",
+        *lines,
+        "-------------------- end of arguments ---------------------",
+    )
+
+
+SHAPE_FACTS = ("num_query_groups", "kv_channels", "swiglu", "moe_topk")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        # Llama-3-8B: GQA with 8 groups of 128, SwiGLU, dense (num_experts None: its topk default is unused)
+        (
+            dict(
+                group_query_attention=True,
+                num_query_groups=8,
+                kv_channels=128,
+                swiglu=True,
+                num_experts=None,
+                moe_router_topk=2,
+            ),
+            dict(num_query_groups=8, kv_channels=128, swiglu=True, moe_topk=None),
+        ),
+        # Mixtral-like MoE: 8 experts, each token routed to 2
+        (
+            dict(
+                group_query_attention=True,
+                num_query_groups=8,
+                kv_channels=128,
+                swiglu=True,
+                num_experts=8,
+                moe_router_topk=2,
+            ),
+            dict(num_query_groups=8, kv_channels=128, swiglu=True, moe_topk=2),
+        ),
+        # GQA off: Megatron-LM prints its unused default of 1 query group
+        (
+            dict(
+                group_query_attention=False,
+                num_query_groups=1,
+                kv_channels=128,
+                swiglu=False,
+                num_experts=None,
+                moe_router_topk=2,
+            ),
+            dict(num_query_groups=None, kv_channels=128, swiglu=False, moe_topk=None),
+        ),
+        # Megatron-DeepSpeed's DeepSpeed-MoE option is a list (nargs='+'), [1] by default: not Megatron-LM's MoE
+        (
+            dict(num_experts="[1]", kv_channels=256),
+            dict(num_query_groups=None, kv_channels=256, swiglu=None, moe_topk=None),
+        ),
+        # a 2021 dump: none of them but kv_channels (h/a)
+        (
+            dict(hidden_size=8192, kv_channels=256),
+            dict(num_query_groups=None, kv_channels=256, swiglu=None, moe_topk=None),
+        ),
+        # nonsense values are no facts
+        (
+            dict(
+                group_query_attention=True,
+                num_query_groups=0,
+                swiglu="maybe",
+                num_experts=8,
+                moe_router_topk="None",
+            ),
+            dict(num_query_groups=None, kv_channels=None, swiglu=None, moe_topk=None),
+        ),
+    ],
+)
+def test_gqa_swiglu_and_moe_facts_of_the_arguments_dump(arguments, expected):
+    run = _dump(**arguments)
+    assert {fact: run.facts.get(fact) for fact in SHAPE_FACTS} == expected
+    if expected["num_query_groups"] is not None:
+        # provenance: the num_query_groups line, 1-based after the dump's title line
+        line = 2 + sorted(arguments, key=str.lower).index("num_query_groups")
+        assert run.provenance["num_query_groups"] == f"megatron:{line}"
 
 
 def test_misc_fact_lines():

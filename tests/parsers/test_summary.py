@@ -275,7 +275,7 @@ def test_logged_tflops_off_by_more_than_10_percent_is_a_warning_with_the_likely_
     (note,) = row["warnings"]
     assert note.startswith(
         f"tflops: the log's own {_sig4(logged)} TFLOP/s/GPU ({family}, median of 2 step(s) after the first 1) is "
-        f"{round(abs(logged / ours - 1) * 100, 1)}% {'above' if logged > ours else 'below'} logstat's {_sig4(ours)} (Narayanan et al. 2021 eq. 3, "
+        f"{round(abs(logged / ours - 1) * 100, 1)}% {'above' if logged > ours else 'below'} logstat's {_sig4(ours)} (Megatron-LM's count, Narayanan et al. 2021 eq. 3 generalized, "
         f"recomputed forward counted); likely reason: {reason}"
     )
     if rule in ("model", "seed") and family == "megatron":
@@ -340,3 +340,111 @@ def test_zero_model_state_of_the_real_3d_log_and_its_peak_memory():
     assert row["model_state_gb_pred"] == pytest.approx(predicted / 1e9)
     assert row["mem_logged_gb"] == pytest.approx(logged * 2**20 / 1e9)
     assert row["mem_pred_ratio"] == pytest.approx(predicted / (logged * 2**20))
+
+
+LLAMA_LOG = FIXTURES / "megatron_llama" / "megatron_lm_llama3_8b_h100-2005.out"
+
+
+def test_a_llama_3_8b_megatron_lm_log_agrees_with_its_own_tflops():
+    # The fixture's shape (its arguments dump): h 4096, 32 layers, 32 heads of 128, 8 query groups, SwiGLU
+    # FFN 14336, padded vocab 128256, seq 8192, global batch 128, 8 H100, no recomputation. FLOPs of a step
+    # counted by matrix products per token and layer, in multiply-adds (2 FLOPs each), 3 passes:
+    h, a, g, kv, ffn, v, s, b, layers = 4096, 32, 8, 128, 14336, 128256, 8192, 128, 32
+    layer = 2 * h * a * kv + 2 * h * g * kv + 2 * s * a * kv + 3 * h * ffn  # q+out, k+v, scores+mix, MLP
+    flops = 2 * 3 * b * s * (layers * layer + h * v)
+    assert flops == 60_726_027_202_068_480
+    steps = [
+        (float(ms), float(tflops))
+        for ms, tflops in _log_lines(
+            LLAMA_LOG,
+            r"elapsed time per iteration \(ms\): ([\d.]+) \| throughput per GPU \(TFLOP/s/GPU\): ([\d.]+)",
+        )
+    ]
+    assert len(steps) == 6
+    sec = statistics.median(ms for ms, _ in steps[1:]) / 1000  # after the first (warm-up) step
+    row = load_runs([LLAMA_LOG], warmup=1).runs.row(0, named=True)
+    assert (row["num_query_groups"], row["kv_channels"], row["swiglu"], row["moe_topk"]) == (
+        8,
+        128,
+        True,
+        None,
+    )
+    assert row["activation_checkpointing"] is False and row["gpu_model"] == "H100-SXM"
+    assert row["sec_per_iter"] == pytest.approx(sec, rel=1e-12)
+    assert row["tflops_per_gpu_megatron"] == pytest.approx(flops / (sec * 8 * 1e12), rel=1e-12)
+    assert row["mfu"] == pytest.approx(flops / (sec * 8 * 1e12) / 989, rel=1e-12)
+    assert row["hfu"] == pytest.approx(row["mfu"], rel=1e-12)  # nothing recomputed
+    # each logged figure is the count at its own step time, to the printed decimal
+    for ms, logged in steps:
+        assert logged == round(flops / (ms / 1000 * 8 * 1e12), 1)
+    assert row["logged_tflops_per_gpu"] == pytest.approx(statistics.median(t for _, t in steps[1:]))
+    assert row["warnings"] == []
+
+
+# Llama-3-70B-like: h 8192, 80 layers, 64 heads of 128, 8 query groups, SwiGLU FFN 28672, vocab 128256
+LLAMA_70B = {
+    "hidden_size": 8192,
+    "num_layers": 80,
+    "num_heads": 64,
+    "num_query_groups": 8,
+    "kv_channels": 128,
+    "ffn_hidden_size": 28672,
+    "swiglu": True,
+    "seq_len": 8192,
+    "padded_vocab_size": 128256,
+}
+
+
+def _llama_70b_flops(*, recomputed: bool, topk: int = 1) -> int:
+    """FLOPs of a step of 64 sequences by matrix products per token, in multiply-adds (2 FLOPs each)."""
+    h, a, g, kv, ffn, v, s, b, layers = 8192, 64, 8, 128, 28672, 128256, 8192, 64, 80
+    layer = 2 * h * a * kv + 2 * h * g * kv + 2 * s * a * kv + 3 * h * ffn * topk
+    return 2 * b * s * ((4 if recomputed else 3) * layers * layer + 3 * h * v)
+
+
+@pytest.mark.parametrize(("checkpointing", "topk"), [(False, None), (True, None), (False, 2), (None, None)])
+def test_gqa_swiglu_moe_runs_count_their_shape_and_hfu_adds_the_recomputed_forward(checkpointing, topk):
+    run = {"path": "a", "gpus": 64, "global_batch_size": 64, "gpu_model": "H100-SXM", "precision": "bf16"}
+    run.update(LLAMA_70B, activation_checkpointing=checkpointing, moe_topk=topk)
+    model = _llama_70b_flops(recomputed=False, topk=topk or 1)
+    # the log counts like Megatron-LM (no recomputed forward), at 20 s per step after a slow first one
+    logged = model / (20 * 64 * 1e12)
+    its = iterations("a", elapsed_ms=[30000.0, 20000.0, 20000.0], logged_tflops_per_gpu=[1.0, logged, logged])
+    row = one(runs(run), its.with_columns(family=pl.lit("megatron")))
+    assert row["mfu"] == pytest.approx(logged / 989, rel=1e-12)
+    if checkpointing is None:  # unknown recomputation: no hardware count
+        assert row["tflops_per_gpu_megatron"] is None and row["hfu"] is None
+        return
+    hardware = _llama_70b_flops(recomputed=checkpointing, topk=topk or 1) / (20 * 64 * 1e12)
+    assert row["tflops_per_gpu_megatron"] == pytest.approx(hardware, rel=1e-12)
+    assert row["hfu"] == pytest.approx(hardware / 989, rel=1e-12)
+    if checkpointing:  # the log leaves the recomputed forward out, as Megatron-LM does, and the note says so
+        (note,) = row["warnings"]
+        assert "likely reason: the log counts model FLOPs without the recomputed forward" in note
+    else:
+        assert row["warnings"] is None  # hand-built frame: no warnings, none added
+    # eq. 3 alone (FFN 4h, no GQA, no SwiGLU, no MoE): 5% below a dense run's own figure, 44% below top-2 MoE's
+    h, s, b, layers, v = 8192, 8192, 64, 80, 128256
+    eq3 = (72 * b * s * layers * h * h * (1 + s / (6 * h)) + 6 * b * s * h * v) / (20 * 64 * 1e12)
+    assert round(1 - eq3 / logged, 2) == (0.44 if topk else 0.05)
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        {},  # a 2021 log: none of the new facts
+        {
+            "num_heads": 32,
+            "kv_channels": 128,
+            "ffn_hidden_size": 16384,
+            "swiglu": False,
+        },  # GPT-2's spelled out
+        {"num_heads": None, "num_query_groups": 8, "kv_channels": 64},  # widths per head, heads unknown
+        {"num_heads": 0, "num_query_groups": 8, "kv_channels": 128},  # garbled counts are no facts
+        {"num_heads": 32, "kv_channels": 0, "ffn_hidden_size": -1, "moe_topk": 0},
+    ],
+)
+def test_unknown_or_garbled_shape_facts_count_as_eq_3(facts):
+    ours = _tflops_by_rule(H100_SHAPE)
+    row = _with_logged([1.0, 1.0], shape={**H100_SHAPE, **facts})
+    assert row["tflops_per_gpu_megatron"] == pytest.approx(ours["eq3_recompute"], rel=1e-12)
