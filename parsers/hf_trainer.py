@@ -147,9 +147,16 @@ _SHAPE_KEYS = {
     "vocab_size": "vocab_size",
     "n_positions": "seq_len",
     "max_position_embeddings": "seq_len",
+    "num_key_value_heads": "num_query_groups",  # grouped-query attention (Llama 2 70B, Llama 3, Mistral)
 }
-#: the model-config keys read (``_read_shape``): the shape, and 2021's ``gradient_checkpointing`` attribute.
-_CONFIG_KEYS = (*_SHAPE_KEYS, "gradient_checkpointing")
+#: ``hidden_act`` values of the models whose MLP is gated (``down(act(gate(x)) * up(x))``, three matrices
+#: of ``intermediate_size``): transformers' Llama, Mistral, Mixtral, Qwen2, Phi-3, OLMo, DeepSeek, Granite
+#: and the other Llama-style models use SiLU there; GPT-2, GPT-NeoX, OPT and BLOOM have two matrices and
+#: another activation (Gemma's gated GELU is not told apart: counted as two matrices)
+_GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu"})
+#: the model-config keys read (``_read_shape``): the shape, the activation that tells a gated MLP, and
+#: 2021's ``gradient_checkpointing`` attribute.
+_CONFIG_KEYS = (*_SHAPE_KEYS, "hidden_act", "gradient_checkpointing")
 #: final metrics (dict keys and train-metrics block keys) -> fact.
 _FINAL_FACTS = {
     "train_runtime": "final_train_runtime_s",
@@ -519,6 +526,8 @@ def _read_shape(run: RunBuilder, key: str, raw: str, lineno: int, *, override: b
         fact, value = "activation_checkpointing", grammar.literal(raw.strip().strip("\"'"))
         if not isinstance(value, bool):
             return
+    elif key == "hidden_act":
+        fact, value = "swiglu", raw.strip().strip("\"'").lower() in _GATED_ACTIVATIONS
     else:
         fact = _SHAPE_KEYS.get(key)
         if fact is None:

@@ -470,3 +470,32 @@ def test_gpu_count_from_launchers_and_world_sizes():
     assert run.facts["gpus"] == 2 and run.provenance["gpus"] == "hf-trainer:39"
     # launch context is no evidence of the HF Trainer (a Megatron job has launchers too)
     assert feed_lines([_line(TORCHRUN_TQDM, 3), _line(TORCHRUN_TQDM, 39)]).families_seen == {}
+
+
+def test_a_llama_style_config_gives_the_gated_mlp_and_grouped_query_attention():
+    # PretrainedConfig.to_json_string (indent 2, keys sorted) of a LlamaConfig, as the Trainer logs it
+    block = [
+        "Model config LlamaConfig {",
+        '  "hidden_act": "silu",',
+        '  "hidden_size": 4096,',
+        '  "intermediate_size": 14336,',
+        '  "max_position_embeddings": 8192,',
+        '  "model_type": "llama",',
+        '  "num_attention_heads": 32,',
+        '  "num_hidden_layers": 32,',
+        '  "num_key_value_heads": 8,',
+        '  "vocab_size": 128256',
+        "}",
+    ]
+    facts = feed_lines(block).facts
+    assert facts["ffn_hidden_size"] == 14336 and facts["swiglu"] is True
+    assert (facts["num_heads"], facts["num_query_groups"]) == (32, 8)
+    # GPT-2's config names its activation activation_function: its two-matrix MLP is no gated one
+    gpt2 = feed_lines(
+        ["Model config GPT2Config {", '  "activation_function": "gelu_new",', '  "n_embd": 768,', "}"]
+    )
+    assert "swiglu" not in gpt2.facts
+    gelu = feed_lines(
+        ["Model config GPTNeoXConfig {", '  "hidden_act": "gelu",', '  "intermediate_size": 24576,', "}"]
+    )
+    assert gelu.facts["swiglu"] is False
