@@ -9,7 +9,7 @@ import click
 from logstat.errors import LogstatError
 
 #: option -> the spec field it sets (as a --set override); without SPEC the fields not given keep
-#: the values of logstat.analytics.estimate.BASE_SPEC.
+#: the values of logstat.runners.plan_text.BASE_SPEC.
 FIELDS = {
     "seq_len": "model.seq_len",
     "vocab": "model.vocab_size",
@@ -102,8 +102,8 @@ def estimate(
       logstat estimate --hidden 4096 --layers 30 --gpus 8 --zero 3 --gpu A100-SXM4-80GB --precision bf16
       logstat estimate gpt2-52b-megatron-ds --set steps=1000
     """
-    from logstat.analytics.estimate import BASE_SPEC, estimate_text, preset_msize
     from logstat.analytics.gpus import GPUS
+    from logstat.runners.plan_text import BASE_SPEC, estimate_text, preset_msize
     from logstat.runners.spec import build_spec, load_spec
     from logstat.runners.validate import check
 

@@ -4,7 +4,7 @@ one planner (logstat.runners.validate), on the spec the options describe."""
 import copy
 
 import pytest
-from logstat.analytics.estimate import BASE_SPEC, estimate_text, preset_msize
+from logstat.runners.plan_text import BASE_SPEC, estimate_text, preset_msize
 from logstat.runners.spec import SpecError, build_spec
 
 
