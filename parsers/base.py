@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import polars as pl
+from logstat.parsers.kinds import PEAK, PYTHON_EVENTS, RECORD, STEP_METRICS, RecordKind
 
 #: the frames store integers as int64: a longer one (a garbled or hostile number) is not recorded.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -41,11 +43,14 @@ class Family:
     """Called once after every file of a run was read: a family that kept a record for the end (the last
     of many progress-bar updates, not worth reading each) reads it; never raises."""
     capture_patterns: tuple[str, ...] = ()
+    kinds: tuple[RecordKind, ...] = ()
+    """The family's per-step records read column-wise (``kinds.RecordKind``): ``parse_line`` never sees
+    them, but while its own block is open (``capture``), to end the block."""
     """The regexes the family passes to ``RunBuilder.capture(lines=...)``: the reader searches each
     chunk for them ahead of time (a pattern not listed here is searched when asked for)."""
 
 
-#: fields of a ``RunBuilder.timer_rows`` tuple, in order.
+#: the columns of ``RunBuilder.timers``, in order.
 TIMER_FIELDS = ("iteration", "timer", "ms", "family", "line", "source_path")
 #: What a failure event says about how a run ended (``RunBuilder.fail``), strongest first. A root cause
 #: explains the end (a worker's exception, CUDA OOM, an NCCL watchdog timeout, the cgroup OOM killer, a
@@ -62,14 +67,15 @@ REASON_CHARS = 300
 
 @dataclass
 class RunBuilder:
-    """Facts, iterations, timers and failures of one run as its lines are read."""
+    """Facts, steps, timers and failures of one run as its lines are read.
+
+    Steps and timers are events (``kinds``' schemas) in reading order: the column-wise records of the
+    record kinds and the calls of the Python families. ``settle.settle_runs`` merges them once every file was read:
+    ``iterations``, ``timers`` and ``last_iteration`` are known from then on."""
 
     path: str
     facts: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, str] = field(default_factory=dict)
-    iterations: dict[int, dict[str, Any]] = field(default_factory=dict)
-    # One tuple per timer (fields TIMER_FIELDS), not a dict: a long Megatron log has ~800k per GB.
-    timer_rows: list[tuple] = field(default_factory=list)
     families_seen: dict[str, int] = field(default_factory=dict)
     failure: tuple[str, str, int] | None = None  # (status, reason, line): the strongest, first event
     failure_weight: int = -1  # CAUSE, EFFECT, REPORT or CLEANUP of ``failure``
@@ -77,26 +83,40 @@ class RunBuilder:
     # the other failure events, one per kind: (file number, line, kind, quoted line), see fail()
     consequences: list[tuple[int, int, str, str]] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)  # per-family scratch (multi-line blocks)
-    last_iteration: int | None = None
     current_file: str = ""  # the file being read (a run may be a job's .out and .err)
+    files: list[str] = field(default_factory=list)  # the files read, in order (``kinds.order_key``'s index)
     failure_path: str | None = None  # the file holding the failure evidence line
     completion: tuple[str, int, str] | None = None  # (evidence, line, file): the run reached its end
     # (evidence, line, file): a launcher said its workers exited cleanly; weaker than ``completion``
     clean_exit: tuple[str, int, str] | None = None
     capturing: set[str] = field(default_factory=set)  # families that asked for more lines (open blocks)
     capture_lines: dict[str, str] = field(default_factory=dict)  # family -> regex of the lines it needs
-    # steps whose row a metric line (memory, profiler) opened: their step's own record, printed later
-    # (ranks' lines arrive out of order), takes the row's line, so `--iterations` points at the record
-    metric_only_steps: set[int] = field(default_factory=set)
-    launch: int = 0  # how often the training started again in the run's files (``new_launch``)
-    # step -> launch of its row, for the rows of launches after the first
-    step_launch: dict[int, int] = field(default_factory=dict)
-    launch_timer_starts: list[int] = field(default_factory=list)  # where each later launch's timer rows start
-    superseded: bool = False  # a later launch replaced a step's row: ``settle_launches`` drops its old timers
+    position: int = 0  # ``kinds.order_key`` of the record being read: the order of the events it makes
+    event_index: int = 0  # events the record made so far (the reader sets it to 0 per record)
+    # step events of the Python families: (order, step, mode, family, line, file, metrics)
+    step_events: list[tuple] = field(default_factory=list)
+    # the record kinds' records polars split off, (order, text, kind) frames, until they are read
+    kind_records: list[pl.DataFrame] = field(default_factory=list)
+    pending_records: int = 0  # rows of kind_records
+    kind_events: dict[str, list[pl.DataFrame]] = field(default_factory=dict)  # events of records read early
+    # records of a kind that Python split off a line (glued ranks, small chunks): (order, text, kind)
+    deferred: list[tuple[int, str, int]] = field(default_factory=list)
+    # facts a record kind states too: every statement of the Python families, (order, family, value, line)
+    fact_statements: dict[str, list[tuple[int, str, Any, int]]] = field(default_factory=dict)
+    launch_candidates: list[tuple[int, str]] = field(default_factory=list)  # (order, family), see new_launch
+    # after ``settle``
+    iteration_frame: pl.DataFrame | None = None
+    timer_frame: pl.DataFrame | None = None
+    last_iteration: int | None = None
 
     def saw(self, family: str) -> None:
         """Count one record of ``family`` (family detection uses these counts)."""
         self.families_seen[family] = self.families_seen.get(family, 0) + 1
+
+    def _order(self) -> int:
+        order = self.position + PYTHON_EVENTS + min(self.event_index, 127)
+        self.event_index += 1
+        return order
 
     def set_fact(self, name: str, value: Any, family: str, lineno: int, *, override: bool = False) -> None:
         """Record a run fact. The first family to state a fact wins over other families (DeepSpeed's
@@ -109,6 +129,9 @@ class RunBuilder:
         if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
             self.fits(name, value, family, lineno)
             return
+        statements = self.fact_statements.get(name)
+        if statements is not None and not override:
+            statements.append((self.position, family, value, lineno))
         facts = self.facts
         if not override and name in facts:
             owner = self.provenance.get(name, "").partition(":")[0]
@@ -117,94 +140,63 @@ class RunBuilder:
         facts[name] = value
         self.provenance[name] = f"{family}:{lineno}"
 
-    def add_iteration(self, step: int, family: str, lineno: int, **metrics: Any) -> None:
-        """Record metrics of training step ``step``; repeated steps (many ranks) merge, first value wins."""
-        # The range tests inline what fits() decides for a plain int, without a call per value; fits()
-        # still decides (and notes the line) for anything else.
-        if not (step.__class__ is int and INT64_MIN <= step <= INT64_MAX) and not self.fits(
-            "iteration", step, family, lineno
-        ):
-            return
-        row = self.iterations.get(step)
-        if row is None or (self.launch and self.step_launch.get(step, 0) != self.launch):
-            row = self._new_row(step, family, lineno)
-        elif self.metric_only_steps and step in self.metric_only_steps:
-            self.metric_only_steps.discard(step)
-            row.update(family=family, line=lineno, source_path=self.current_file or None)
-        for key, value in metrics.items():
-            if value is None or row.get(key) is not None:
-                continue
-            if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
-                self.fits(key, value, family, lineno)
-                continue
-            row[key] = value
-        self.last_iteration = step
+    def add_iteration(self, step: int | None, family: str, lineno: int, **metrics: Any) -> None:
+        """Record metrics of training step ``step`` (None: the last step logged before); repeated steps
+        (many ranks) merge, first value wins (``settle.settle_runs``)."""
+        self._step_event(step, RECORD, family, lineno, metrics)
 
     def add_step_metrics(self, step: int, family: str, lineno: int, **metrics: Any) -> None:
         """Metrics of ``step`` printed apart from its iteration record (the flops profiler's summary):
         like :meth:`add_iteration`, but the step's record, if one comes later, takes the row's line."""
-        opens = step not in self.iterations
-        self.add_iteration(step, family, lineno, **metrics)
-        if opens and step in self.iterations:
-            self.metric_only_steps.add(step)
-
-    def add_timers(self, timers: dict[str, float], family: str, lineno: int) -> None:
-        """Record a timer breakdown for the last step seen (Megatron prints it after the step line)."""
-        step, source_path = self.last_iteration, self.current_file or None
-        for name, ms in timers.items():
-            self.timer_rows.append((step, sys.intern(name), ms, family, lineno, source_path))
-
-    @property
-    def timers(self) -> list[dict[str, Any]]:
-        """The recorded timers as dicts (``TIMER_FIELDS``), for reading a few; frames use ``timer_rows``."""
-        return [dict(zip(TIMER_FIELDS, row, strict=True)) for row in self.timer_rows]
-
-    def _new_row(self, step: int, family: str, lineno: int) -> dict[str, Any]:
-        """A new iteration row of ``step`` with its provenance (family, line and the file holding the
-        line), in place of any row an earlier launch logged for the step."""
-        row = {"iteration": step, "family": family, "line": lineno, "source_path": self.current_file or None}
-        if self.launch:
-            self.superseded |= step in self.iterations
-            self.step_launch[step] = self.launch
-        self.iterations[step] = row
-        return row
-
-    def new_launch(self) -> None:
-        """The training started again in the same log (a relaunch appending to its job's file, a resume
-        from a checkpoint): a step it logs again replaces the earlier launch's row (last launch wins),
-        where the many ranks printing a step within one launch merge (first print wins)."""
-        self.launch += 1
-        self.launch_timer_starts.append(len(self.timer_rows))
-
-    def settle_launches(self) -> None:
-        """Drop the timer rows of the steps a later launch logged again (after the last line is read)."""
-        if not self.superseded:
-            return
-        bounds = [0, *self.launch_timer_starts, len(self.timer_rows)]
-        kept: list[tuple] = []
-        for launch in range(len(bounds) - 1):
-            kept.extend(
-                row
-                for row in self.timer_rows[bounds[launch] : bounds[launch + 1]]
-                if self.step_launch.get(row[0], 0) <= launch
-            )
-        self.timer_rows = kept
+        self._step_event(step, STEP_METRICS, family, lineno, metrics)
 
     def raise_metric(self, step: int, name: str, value: float, family: str, lineno: int) -> None:
         """Keep the largest ``value`` of a per-rank metric of ``step`` (memory: the peak rank matters)."""
-        if not (step.__class__ is int and INT64_MIN <= step <= INT64_MAX) and not self.fits(
-            "iteration", step, family, lineno
-        ):
+        self._step_event(step, PEAK, family, lineno, {name: value})
+
+    def _step_event(self, step: int | None, mode: int, family: str, lineno: int, metrics: dict) -> None:
+        if step is not None and not self.fits("iteration", step, family, lineno):
             return
-        if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
-            self.fits(name, value, family, lineno)  # notes the line
-            return
-        row = self.iterations.get(step)
-        if row is None or (self.launch and self.step_launch.get(step, 0) != self.launch):
-            row = self._new_row(step, family, lineno)
-            self.metric_only_steps.add(step)
-        if row.get(name) is None or value > row[name]:
-            row[name] = value
+        kept = {}
+        for key, value in metrics.items():
+            if value is not None and self.fits(key, value, family, lineno):
+                kept[key] = value
+        self.step_events.append((self._order(), step, mode, family, lineno, len(self.files) - 1, kept))
+
+    def new_launch(self, family: str) -> None:
+        """The training may have started again in the same log (an arguments dump: a relaunch appending
+        to its job's file, a resume from a checkpoint). It did if ``family`` logged a step since its
+        previous such call: then a step it logs again replaces the earlier launch's row (last launch
+        wins), where the many ranks printing a step within one launch merge (first print wins)."""
+        self.launch_candidates.append((self.position, family))
+
+    def defer(self, text: str, kind: int) -> None:
+        """A record of record kind ``kind`` that Python split off its line: read column-wise with the run's other records."""
+        self.deferred.append((self._order(), text, kind))
+
+    def settle(self, kinds: tuple[RecordKind, ...] = ()) -> RunBuilder:
+        """``settle.settle_runs`` of this run alone (the reader settles runs together); returns the run."""
+        from logstat.parsers.settle import settle_runs  # settle reads RunBuilders: imported when called
+
+        settle_runs([self], kinds)
+        return self
+
+    @property
+    def iterations(self) -> dict[int, dict[str, Any]]:
+        """The settled rows by step, each without its null columns (for reading a few)."""
+        if self.iteration_frame is None:
+            return {}
+        return {
+            row["iteration"]: {key: value for key, value in row.items() if value is not None}
+            for row in self.iteration_frame.iter_rows(named=True)
+        }
+
+    @property
+    def timers(self) -> list[dict[str, Any]]:
+        """The settled timers as dicts (``TIMER_FIELDS``), for reading a few."""
+        if self.timer_frame is None:
+            return []
+        return self.timer_frame.select(TIMER_FIELDS).to_dicts()
 
     def fail(self, status: str, reason: str, lineno: int, *, weight: int = CAUSE, kind: str = "") -> None:
         """Record a failure event: it becomes the run's ``failure`` when it is stronger (``weight``) than

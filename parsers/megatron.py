@@ -22,28 +22,25 @@ replace those of the steps an earlier launch logged too.
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-import pyparsing as pp
+import polars as pl
 from logstat.parsers.base import Family, RunBuilder
-from logstat.parsers.grammar import LAYOUT_MAX_LENGTH, dotted, literal, pipe_fields, pipe_layout, pipe_number
+from logstat.parsers.grammar import dotted, literal
+from logstat.parsers.kinds import (
+    PEAK,
+    RECORD,
+    STEP_METRICS_SCHEMA,
+    Events,
+    RecordKind,
+    as_count,
+    as_real,
+    pipe_fields,
+    too_long,
+)
 
 NAME = "megatron"
-
-# One token, so lines are scanned with its compiled pattern (``iteration_header.re``): several
-# ranks' records can be glued in one line, and pyparsing's scan_string is too slow for big logs.
-iteration_header = pp.Regex(r"\biteration\s+(?P<step>\d+)\s*/\s*(?P<train_iters>\d+)").set_name(
-    "iteration_header"
-)
-# ``iteration_header`` for the hot path, same matches: a pattern that starts with ``\b`` is tried at
-# every position of a line, one that starts with a literal word is searched for the word first (about
-# three times faster on iteration lines); the lookbehind is the same word boundary before "iteration".
-# tests/parsers/test_hot_path.py checks both patterns find the same headers on the real logs.
-_ITERATION_HEADER = re.compile(r"iteration(?<=\biteration)\s+(?P<step>\d+)\s*/\s*(?P<train_iters>\d+)")
 
 # "using world size: 64, data-parallel-size: 1, tensor-model-parallel size: 4, pipeline-model-parallel
 # size: 16"; newer versions insert context-parallel and encoder sizes, so the pairs are read one by one.
@@ -67,11 +64,6 @@ _MICRO_BATCHES = re.compile(r"setting number of micro-batches to constant (?P<ga
 _EFFECTIVE_TFLOPS = re.compile(
     r"Effective Tera Flops per GPU: (?P<tflops>\d+(?:\.\d+)?) and total parameters (?P<params>\d+(?:\.\d+)?) B"
 )
-_INFINITY, _MINUS_INFINITY = math.inf, -math.inf
-# where a record may hold an integer minus zero ("-0", "-00"): a value of digits only is followed by
-# whitespace, "|" or the end (this finds more, e.g. "x-0 y", which only costs the slower way)
-_INTEGER_MINUS_ZERO = re.compile(r"-0++(?![0-9.eE])")
-_MEMORY = re.compile(r"after (?P<step>\d+) iterations\)? memory \(MB\)")
 #: memory-line field -> ITERATIONS_SCHEMA column.
 _MEMORY_COLUMNS = (("allocated", "mem_allocated_mb"), ("max allocated", "mem_max_allocated_mb"))
 _DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32"}
@@ -93,7 +85,6 @@ ITERATION_FIELDS: dict[str, str] = {
     "tflops": "logged_tflops_per_gpu",
     "samples per second": "samples_per_sec",
 }
-_INT_METRICS = {"skipped", "nan"}
 
 #: arguments-dump name (matched whole) -> RUNS_SCHEMA fact. ``ffn_hidden_size`` is not ``hidden_size``
 #: and ``checkpoint_num_layers`` is not ``num_layers``: only exact names map.
@@ -145,9 +136,12 @@ _KEPT_ARG_LINES = (
 
 
 #: lines that only come after the arguments dump: one of them ends a dump that lost its end line.
-#: Megatron's timer heading alone, printed when no timer ran (half its timer lines): it has no field.
-BARE_TIMERS = "time (ms)"
 AFTER_ARGUMENTS = ("elapsed time per iteration", "time (ms)", "memory (MB)", "after training is done")
+#: the lines an open dump needs: those naming a kept argument, and those that end it (a per-step record is
+#: read column-wise, so the reader delivers it only when asked)
+_DUMP_LINES = "|".join(
+    [_KEPT_ARG_LINES, *(re.escape(marker) for marker in ("end of arguments", *AFTER_ARGUMENTS))]
+)
 
 
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
@@ -166,29 +160,20 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             return
         if not any(marker in text for marker in AFTER_ARGUMENTS):
             return
-        # The dump lost its end line (cut by a relaunch, or glued into another rank's output):
-        # it ended before this training line, which is read as usual.
+        # The dump lost its end line (cut by a relaunch, or glued into another rank's output): it
+        # ended before this training line (a per-step record is read column-wise, KINDS).
         _end_arguments(state, lineno, run)
-    if text == BARE_TIMERS:  # a sixth of Megatron's lines: nothing to read, so no further tests
-        return
     if " arguments --" in text and "end of arguments" not in text:
         # A dump after training steps: the job started again, appending to the same log. Only the dump
         # says so: a step lower than the last is no proof (a garbled line, a rank's late print), and
         # merging it first-wins keeps the values already read.
-        if state.pop("logged_steps", False):
-            run.new_launch()
+        run.new_launch(NAME)
         state.update(in_args=True, args={})
-        # only the dump lines naming a kept argument change anything (and the marked lines end it)
-        run.capture(NAME, lines=_KEPT_ARG_LINES)
+        # only the dump lines naming a kept argument change anything, and the lines that end it
+        run.capture(NAME, lines=_DUMP_LINES)
         run.saw(NAME)
         return
-    if "elapsed time per iteration" in text:
-        _iterations(text, lineno, run, state)
-    elif "time (ms)" in text:
-        _timers(text, lineno, run, state)
-    elif "memory (MB)" in text:
-        _memory(text, lineno, run, state)
-    elif "using world size" in text:
+    if "using world size" in text:
         _world(text, lineno, run)
     elif "Effective Tera Flops" in text:
         _effective_tflops(text, lineno, run)
@@ -198,246 +183,200 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         _misc(text, lineno, run)
 
 
-def _iterations(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
-    """One or several (glued) iteration records."""
-    layouts = _layouts(state, "iteration", _iteration_plan)
-    # each header is searched from the end of the one before, as finditer does; nearly every line holds
-    # one record, and a header has a "/": a record without one is the last (a find instead of a search)
-    header = _ITERATION_HEADER.search(text)
-    while header is not None:
-        start = header.end()
-        following = _ITERATION_HEADER.search(text, start) if text.find("/", start) >= 0 else None
-        stop = following.start() if following is not None else len(text)
-        # Every field of an iteration record ends with "|": text after the last one is a field cut
-        # short (a log read while it is written, or cut by a crash), whose number would be wrong.
-        metrics, global_batch = _iteration_record(text[start : text.rfind("|", start, stop) + 1], layouts)
-        seconds = metrics.pop("elapsed_s", None)
-        if seconds is not None and metrics.get("elapsed_ms") is None:
-            metrics["elapsed_ms"] = seconds * 1000.0
-        step, train_iters = int(header["step"]), header["train_iters"]
-        state["logged_steps"] = True
-        run.saw(NAME)
-        run.set_fact("train_iters", int(train_iters), NAME, lineno)
-        if global_batch is not None:
-            run.set_fact("global_batch_size", global_batch, NAME, lineno)
-        run.add_iteration(step, NAME, lineno, **metrics)
-        header = following
+# --- the per-step records, read column-wise (kinds.RecordKind) ----------------------------------
+
+#: an iteration record's header; a line may hold several records (ranks glued without a tag)
+ITERATION_HEADER = r"\biteration\s+(\d+)\s*/\s*(\d+)"
+#: a memory record's header (``[Rank 0] (after 1 iterations) memory (MB)``, old: ``after 1 iterations memory (MB)``)
+MEMORY_HEADER = r"after (\d+) iterations\)? memory \(MB\)"
+#: iteration-record fields that are counts (the rest are measurements)
+COUNT_FIELDS = ("number of skipped iterations", "number of nan iterations", "global batch size")
+#: a separator no record holds, put before each header to split a line's records apart
+_RECORD_SEPARATOR = "\x00"
 
 
-def _iteration_record(record: str, layouts: _Layouts) -> tuple[dict[str, Any], int | None]:
-    """The ITERATIONS_SCHEMA columns of an iteration record and its global batch size (None: none)."""
-    read = layouts.read(record)
-    if read is not None:
-        (columns, batch_index), values = read
-        try:
-            return _iteration_columns(columns, values), (
-                None if batch_index is None else _whole(pipe_number(values[batch_index]))
-            )
-        except ValueError:
-            pass  # a value that is no number: pipe_fields reads the record without that field
-    fields = pipe_fields(record)
-    layouts.learn(record, fields)
-    global_batch = fields.get("global batch size")
-    return _iteration_metrics(fields), None if global_batch is None else _whole(global_batch)
-
-
-def _iteration_plan(names: tuple[str, ...]) -> tuple[tuple[tuple[int, str, bool], ...], int | None]:
-    """What an iteration layout's fields hold: (index, column, whether a count) of those with a column,
-    in their order, and the index of the global batch size (None: not in this layout)."""
-    columns = tuple(
-        (index, ITERATION_FIELDS[name], ITERATION_FIELDS[name] in _INT_METRICS)
-        for index, name in enumerate(names)
-        if name in ITERATION_FIELDS
+def _split_at(records: pl.LazyFrame, header: str) -> pl.LazyFrame:
+    """Each header's record (up to the next header), with its ``item`` (index in the line) and the
+    header's groups ``first`` / ``second``, and ``body``: the text after the header."""
+    return (
+        records.select(
+            "order",
+            piece=pl.col("text")
+            .str.replace_all(header, _RECORD_SEPARATOR + "${0}")
+            .str.split(_RECORD_SEPARATOR),
+        )
+        .explode("piece")
+        .with_columns(item=pl.int_range(pl.len()).over("order"))
+        .filter(pl.col("item") > 0)
+        .with_columns(
+            first=pl.col("piece").str.extract("^" + header, 1),
+            second=pl.col("piece").str.extract("^" + header, 2)
+            if header.count("(") - header.count(r"\(") > 1
+            else None,
+            body=pl.col("piece").str.replace("^" + header, ""),
+            order=pl.col("order") + pl.col("item") - 1,
+        )
+        .drop_nulls("first")
     )
-    return columns, names.index("global batch size") if "global batch size" in names else None
 
 
-def _iteration_columns(columns: tuple[tuple[int, str, bool], ...], values: tuple[str, ...]) -> dict[str, Any]:
-    """``_iteration_metrics`` of a layout's value texts: same order, same conversions (pipe_number's,
-    then _whole's or _real's, inline), and only the values it reads are converted (ValueError for one
-    that is no number)."""
-    metrics: dict[str, Any] = {}
-    for index, column, count in columns:
-        if metrics.get(column) is None:
-            text = values[index]
-            if count:
-                # ASCII digits (the layout's values are ASCII) are pipe_number's int, which _whole keeps
-                metrics[column] = int(text) if text.isdigit() else _whole(pipe_number(text))
-            elif "." in text:  # not digits only: pipe_number's float, which _real keeps
-                metrics[column] = float(text)
-            else:
-                value = pipe_number(text)
-                metrics[column] = value if value.__class__ is float else _real(value)
-    return metrics
+def _too_long_notes(frame: pl.LazyFrame, text: pl.Expr, name: str) -> pl.LazyFrame:
+    """A note per integer of ``text`` beyond int64 (as ``RunBuilder.fits`` notes one)."""
+    return frame.filter(too_long(text)).select(
+        "order",
+        family=pl.lit(NAME),
+        message=pl.format("{}={} does not fit a 64-bit integer; not recorded", pl.lit(name), text),
+    )
 
 
-def _iteration_metrics(fields: dict[str, float]) -> dict[str, Any]:
-    """ITERATIONS_SCHEMA columns of an iteration record's fields; of two names of one column (``lm
-    loss`` and ``loss``), the first with a usable value wins."""
-    metrics: dict[str, Any] = {}
-    for name, value in fields.items():
-        column = ITERATION_FIELDS.get(name)
-        if column is not None and metrics.get(column) is None:
-            if column in _INT_METRICS:
-                metrics[column] = _whole(value)
-            else:  # a float is its own measurement: only an int needs _real's overflow test
-                metrics[column] = value if value.__class__ is float else _real(value)
-    return metrics
+def read_iterations(records: pl.LazyFrame) -> Events:
+    """``iteration N/M | name: value | ...`` records: a step event each (its ITERATION_FIELDS columns),
+    and the facts ``train_iters`` and ``global_batch_size``. Every field ends with ``|``: text after the
+    last one is a field cut short (a log read while written, or cut by a crash) and is not read."""
+    headers = (
+        _split_at(records, ITERATION_HEADER)
+        .with_columns(body=pl.col("body").str.extract(r"^(.*\|)", 1).fill_null(""))
+        .collect()
+    )
+    named = ITERATION_FIELDS | {"global batch size": "global batch"}
+    fields = (
+        pipe_fields(headers.lazy(), pl.col("body"))
+        .filter(pl.col("name").is_in(list(named)))
+        .with_columns(column=pl.col("name").replace_strict(named, return_dtype=pl.String))
+        .collect()
+    )
+    counts = fields.filter(pl.col("name").is_in(COUNT_FIELDS))
+    # of two names of one column (lm loss, loss), the first with a usable value
+    values = (
+        fields.with_columns(
+            number=pl.when(pl.col("name").is_in(COUNT_FIELDS))
+            .then(as_count(pl.col("value")).cast(pl.Float64))
+            .otherwise(as_real(pl.col("value")))
+        )
+        .drop_nulls("number")
+        .sort("order", "position")
+        .unique(["order", "column"], keep="first", maintain_order=True)
+    )
+    wide = (
+        values.pivot(on="column", index="order", values="number")
+        if values.height
+        else pl.DataFrame(schema={"order": pl.Int64})
+    )
+    columns = [
+        column for column in (*STEP_METRICS_SCHEMA, "elapsed_s", "global batch") if column not in wide.columns
+    ]
+    steps = headers.select("order", "first", "second").join(
+        wide.with_columns([pl.lit(None, dtype=pl.Float64).alias(column) for column in columns]),
+        on="order",
+        how="left",
+    )
+    step_events = steps.filter(~too_long(pl.col("first"))).select(
+        "order",
+        step=pl.col("first").cast(pl.Int64),
+        mode=pl.lit(RECORD, dtype=pl.Int8),
+        family=pl.lit(NAME),
+        **{
+            column: pl.col(column).cast(dtype)
+            for column, dtype in STEP_METRICS_SCHEMA.items()
+            if column != "elapsed_ms"
+        },
+        elapsed_ms=pl.coalesce("elapsed_ms", pl.col("elapsed_s") * 1000.0),
+    )
+    facts = pl.concat(
+        [
+            steps.filter(~too_long(pl.col("second"))).select(
+                "order",
+                fact=pl.lit("train_iters"),
+                value=pl.col("second").cast(pl.Int64),
+                family=pl.lit(NAME),
+            ),
+            steps.drop_nulls("global batch").select(
+                "order",
+                fact=pl.lit("global_batch_size"),
+                value=pl.col("global batch").cast(pl.Int64),
+                family=pl.lit(NAME),
+            ),
+        ]
+    )
+    notes = pl.concat(
+        [
+            _too_long_notes(steps.lazy(), pl.col("second"), "train_iters").collect(),
+            _too_long_notes(steps.lazy(), pl.col("first"), "iteration").collect(),
+            _too_long_notes(counts.lazy(), pl.col("value"), "count").collect(),
+        ]
+    )
+    return Events(steps=[step_events], facts=[facts], notes=[notes])
 
 
-def _whole(value: float) -> int | None:
-    """A count field as an integer; None when the line says nan or inf (a garbled line)."""
-    if isinstance(value, int):
-        return value
-    return int(value) if math.isfinite(value) else None
+def read_timers(records: pl.LazyFrame) -> Events:
+    """``time (ms) | name: ms | ...``: a timer event per field (of the step logged before it). The bare
+    heading, printed when no timer ran (half of Megatron's timer lines), has none."""
+    breakdowns = records.select("order", body=pl.col("text").str.extract(r"time \(ms\)(.*)$", 1)).filter(
+        pl.col("body").str.contains(":", literal=True)
+    )
+    timers = pipe_fields(breakdowns, pl.col("body")).select(
+        "order", "position", timer="name", ms=as_real(pl.col("value")), family=pl.lit(NAME)
+    )
+    return Events(timers=[timers.drop_nulls("ms").collect()])
 
 
-def _real(value: float) -> float | None:
-    """A measurement as a float; None for an integer too long for one (a garbled line)."""
-    try:
-        return float(value)
-    except OverflowError:
-        return None
+def read_memory(records: pl.LazyFrame) -> Events:
+    """``(after N iterations) memory (MB) | allocated: ... | max allocated: ...`` of each rank: a peak
+    event per record (the run keeps the largest rank's numbers)."""
+    headers = _split_at(records, MEMORY_HEADER)
+    fields = pipe_fields(headers, pl.col("body")).filter(
+        pl.col("name").is_in([name for name, _ in _MEMORY_COLUMNS])
+    )
+    values = fields.group_by("order").agg(
+        [
+            pl.col("value").filter(pl.col("name") == name).first().pipe(as_real).alias(column)
+            for name, column in _MEMORY_COLUMNS
+        ]
+    )
+    events = (
+        headers.filter(~too_long(pl.col("first")))
+        .select("order", "first")
+        .join(values, on="order")
+        .select(
+            "order",
+            *[column for _, column in _MEMORY_COLUMNS],
+            step=pl.col("first").cast(pl.Int64),
+            mode=pl.lit(PEAK, dtype=pl.Int8),
+            family=pl.lit(NAME),
+        )
+    )
+    notes = _too_long_notes(headers, pl.col("first"), "iteration")
+    step_frame, note_frame = pl.collect_all([events, notes])
+    return Events(steps=[step_frame], notes=[note_frame])
 
 
-def _timers(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
-    breakdown = text.split("time (ms)", 1)[1]
-    if ":" not in breakdown:  # every field has its ":": a bare "time (ms)" heading (half the lines) has none
-        return
-    layouts = _layouts(state, "timers", _timer_plan)
-    timers = _layout_timers(breakdown, layouts)
-    if timers is None:
-        fields = pipe_fields(breakdown)
-        layouts.learn(breakdown, fields)
-        try:  # one conversion per field, without a call: only an integer too long for a float raises
-            timers = {name: float(value) for name, value in fields.items()}
-        except OverflowError:
-            timers = {name: ms for name, value in fields.items() if (ms := _real(value)) is not None}
-    if timers:
-        run.add_timers(timers, NAME, lineno)
-
-
-def _layout_timers(breakdown: str, layouts: _Layouts) -> dict[str, float] | None:
-    """The timers of a breakdown of a known layout, as the general way reads them; None: read it so."""
-    read = layouts.read(breakdown)
-    if read is None:
-        return None
-    names, values = read
-    try:
-        timers = list(map(float, values))  # float of the text: pipe_fields' int of it, then float, unless...
-    except ValueError:
-        return None  # a value that is no number: pipe_fields reads the breakdown without that field
-    if _INFINITY in timers or _MINUS_INFINITY in timers:
-        return None  # ... an integer too long for a float, which the general way drops
-    if 0.0 in timers and _INTEGER_MINUS_ZERO.search(breakdown):  # ... or "-0": float says -0.0, its int 0.0
-        timers = [float(pipe_number(value)) for value in values]
-    return dict(zip(names, timers, strict=False))  # one value per name by construction (strict costs)
-
-
-def _memory(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
-    """Memory of each rank after step N: the run keeps the largest rank's numbers."""
-    layouts = _layouts(state, "memory", _memory_plan)
-    # searched from the end of the one before, as finditer does (one record a line, nearly always, and
-    # a record without a further "memory (MB)" is the last: a find instead of a search)
-    match = _MEMORY.search(text)
-    while match is not None:
-        following = _MEMORY.search(text, match.end()) if text.find("memory (MB)", match.end()) >= 0 else None
-        record = text[match.end() : following.start() if following is not None else len(text)]
-        step_number = int(match["step"])
-        for column, value in _memory_numbers(record, layouts):
-            # a float is its own measurement: only an int needs _real's overflow test
-            if value.__class__ is float or (value := _real(value)) is not None:
-                run.raise_metric(step_number, column, value, NAME, lineno)
-        match = following
-
-
-def _memory_numbers(record: str, layouts: _Layouts) -> list[tuple[str, int | float]]:
-    """(column, number) of the fields of a memory record the run keeps, in _MEMORY_COLUMNS' order."""
-    read = layouts.read(record)
-    if read is not None:
-        plan, values = read
-        try:
-            # a text with a "." is not digits only: pipe_number's float
-            return [
-                (column, float(text) if "." in text else pipe_number(text))
-                for index, column in plan
-                for text in (values[index],)
-            ]
-        except ValueError:
-            pass  # a value that is no number: pipe_fields reads the record without that field
-    fields = pipe_fields(record)
-    layouts.learn(record, fields)
-    return [(column, fields[name]) for name, column in _MEMORY_COLUMNS if name in fields]
-
-
-def _memory_plan(names: tuple[str, ...]) -> tuple[tuple[int, str], ...]:
-    """(index, column) of a memory layout's fields the run keeps, in _MEMORY_COLUMNS' order."""
-    return tuple((names.index(name), column) for name, column in _MEMORY_COLUMNS if name in names)
-
-
-def _timer_plan(names: tuple[str, ...]) -> tuple[str, ...]:
-    """A timer layout's names: the family reads every field."""
-    return names
-
-
-# Megatron prints the same fields on every iteration (timer, memory) line of a run: once a few records
-# of the same names were read the general way, a layout of those names (grammar.pipe_layout) reads the
-# next ones in one match. Compiling one costs about a millisecond, more than a short log's few records,
-# and names met once or twice (a setup timer) get none.
-_LAYOUT_AFTER = 4  # records of the same names read the general way before their layout is built
-_LAYOUT_TRIES = 8  # records of those names tried for it (a layout reads plain numbers only, no nan)
-# distinct names counted per kind and run: a log whose names keep changing gets no layouts
-_LAYOUT_NAMES = 256
-
-
-@dataclass
-class _Layouts:
-    """The layouts of one kind of record met in a run, each with ``plan`` of its names: what the family
-    reads of its fields."""
-
-    plan: Callable[[tuple[str, ...]], Any]
-    known: list[tuple[Callable[[str], re.Match[str] | None], Any]] = field(
-        default_factory=list
-    )  # fullmatch, plan
-    counts: dict[tuple[str, ...], int] = field(default_factory=dict)  # records read the general way
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # a cache for reading the run: a worker process returns its run without compiled patterns
-        return _Layouts, (self.plan,)
-
-    def read(self, record: str) -> tuple[Any, tuple[str, ...]] | None:
-        """``(plan, value texts)`` of the first layout that reads ``record``; None: none does. The layout
-        that reads it moves first (a run's records of one kind mostly have one layout at a time)."""
-        if len(record) > LAYOUT_MAX_LENGTH:
-            return None  # as PipeLayout.values, whose match is inlined here (a call less per layout tried)
-        known = self.known
-        for entry in known:
-            match = entry[0](record)
-            if match is not None:
-                if entry is not known[0]:
-                    known.remove(entry)
-                    known.insert(0, entry)
-                return entry[1], match.groups()
-        return None
-
-    def learn(self, record: str, fields: dict[str, Any]) -> None:
-        """Count a record read the general way; from the ``_LAYOUT_AFTER``-th of the same names on, one
-        whose fields are all plain numbers builds their layout (a few tries: a run printing nan)."""
-        names = tuple(fields)
-        count = self.counts.get(names, 0) + 1
-        if count > 1 or len(self.counts) < _LAYOUT_NAMES:
-            self.counts[names] = count
-        if _LAYOUT_AFTER <= count < _LAYOUT_AFTER + _LAYOUT_TRIES:
-            layout = pipe_layout(record)
-            if layout is not None:
-                self.known.insert(0, (layout.pattern.fullmatch, self.plan(layout.names)))
-
-
-def _layouts(state: dict, kind: str, plan: Callable[[tuple[str, ...]], Any]) -> _Layouts:
-    layouts = state.get(kind)
-    if layouts is None:
-        layouts = state[kind] = _Layouts(plan)
-    return layouts
+#: what opens an arguments dump: a line holding it is never a per-step record
+_DUMP_OPENER = " arguments --"
+KINDS = (
+    RecordKind(
+        family=NAME,
+        name="iteration",
+        marker="elapsed time per iteration",
+        unless=(_DUMP_OPENER,),
+        read=read_iterations,
+        facts=("train_iters", "global_batch_size"),
+        evidence=True,
+    ),
+    RecordKind(
+        family=NAME,
+        name="timers",
+        marker="time (ms)",
+        unless=("elapsed time per iteration", _DUMP_OPENER),
+        read=read_timers,
+    ),
+    RecordKind(
+        family=NAME,
+        name="memory",
+        marker="memory (MB)",
+        unless=("elapsed time per iteration", "time (ms)", _DUMP_OPENER),
+        read=read_memory,
+    ),
+)
 
 
 def _world(text: str, lineno: int, run: RunBuilder) -> None:
@@ -465,8 +404,8 @@ def _effective_tflops(text: str, lineno: int, run: RunBuilder) -> None:
     if match is None:
         return
     run.set_fact("logged_model_size", float(match["params"]), NAME, lineno)
-    if run.last_iteration is not None:
-        run.add_iteration(run.last_iteration, NAME, lineno, logged_tflops_per_gpu=float(match["tflops"]))
+    # the step logged last before the line (None: settled column-wise with the steps)
+    run.add_iteration(None, NAME, lineno, logged_tflops_per_gpu=float(match["tflops"]))
 
 
 def _misc(text: str, lineno: int, run: RunBuilder) -> None:
@@ -572,6 +511,7 @@ FAMILY = Family(
     ),
     parse_line=parse_line,
     evidence=evidence,
-    capture_patterns=(_KEPT_ARG_LINES,),
+    capture_patterns=(_DUMP_LINES,),
+    kinds=KINDS,
     description="Megatron-LM / Megatron-DeepSpeed: iteration lines, timers, memory, arguments dump",
 )

@@ -59,8 +59,8 @@ def read_frames(
     if count == 1:
         active = reader.active_families(family)
         results: list[reader.RunResult] = []
-        for files in groups:
-            results.append(reader.read_run(files, active, forced=family))
+        for batch in _batches(groups, 1):
+            results.extend(reader.read_runs(batch, active, forced=family))
             _report(progress, len(results), len(groups))
         return reader.frames(results)
     # here: parsing one small file should not pay for importing these
@@ -74,9 +74,11 @@ def read_frames(
         _polars_threads_per_worker(count),
         ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool,
     ):
-        for part in pool.map(_frames_of_one, [(files, family) for files in groups]):
+        done = 0
+        for batch, part in pool.map(_frames_of_batch, [(batch, family) for batch in _batches(groups, count)]):
             parts.append(part)
-            _report(progress, len(parts), len(groups))
+            done += batch
+            _report(progress, done, len(groups))
     # not rechunked: one copy of the rows in memory; the frames are read column by column anyway
     return tuple(pl.concat([part[index] for part in parts], rechunk=False) for index in range(3))
 
@@ -107,10 +109,21 @@ def _active(family: str | None) -> list[Family]:
     return reader.active_families(family)
 
 
-def _frames_of_one(
-    task: tuple[reader.RunFiles, str | None],
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Worker side: one run's frames. Families are resolved here by name (Family objects hold lambdas:
-    not picklable)."""
-    files, family = task
-    return reader.frames([reader.read_run(files, _active(family), forced=family)])
+def _frames_of_batch(
+    task: tuple[list[reader.RunFiles], str | None],
+) -> tuple[int, tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]]:
+    """Worker side: a batch of runs and their frames. Families are resolved here by name (Family objects
+    hold lambdas: not picklable)."""
+    batch, family = task
+    return len(batch), reader.frames(reader.read_runs(batch, _active(family), forced=family))
+
+
+#: runs settled together: their records are read in one polars query (a query costs milliseconds)
+BATCH_RUNS = 64
+
+
+def _batches(groups: Sequence[reader.RunFiles], workers: int) -> list[list[reader.RunFiles]]:
+    """``groups`` in order, cut into batches of at most BATCH_RUNS, at least four per worker when
+    there are workers to share them (the last ones finish together)."""
+    size = max(1, min(BATCH_RUNS, -(-len(groups) // (4 * workers)) if workers > 1 else BATCH_RUNS))
+    return [list(groups[start : start + size]) for start in range(0, len(groups), size)]

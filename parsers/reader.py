@@ -14,18 +14,21 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from operator import itemgetter
 from pathlib import Path
 
 import polars as pl
 from logstat.parsers import manifest, registry
-from logstat.parsers.base import TIMER_FIELDS, Family, LineReader, RunBuilder, is_guarded, never_raises
+from logstat.parsers.base import Family, LineReader, RunBuilder, is_guarded, never_raises
+from logstat.parsers.kinds import LINE_SHIFT, RecordKind, order_key
 from logstat.parsers.schema import ITERATIONS_SCHEMA, RUNS_SCHEMA, TIMERS_SCHEMA
+from logstat.parsers.settle import ITERATION_COLUMNS, TIMER_COLUMNS, declared_facts, flush, settle_runs
 from logstat.parsers.source import ALL_ROUTES, SourceReport, marker_needles, records, routed_records
 
 #: suffix -> (naming convention, order): a job's output (0) and error (1) file of one convention and
 #: one stem are one run (``.out`` pairs with ``.err``, ``.stdout`` with ``.stderr``).
 STREAM_SUFFIXES = {".out": ("out", 0), ".err": ("out", 1), ".stdout": ("stdout", 0), ".stderr": ("stdout", 1)}
+#: chunks of kind records a run holds before they are read into events (~4 MiB of lines each)
+BATCH_CHUNKS = 24
 #: suffixes of logs that are a run of their own.
 SINGLE_SUFFIXES = (".log", ".txt")
 LOG_SUFFIXES = (*STREAM_SUFFIXES, *SINGLE_SUFFIXES)
@@ -131,8 +134,27 @@ def job_id_from_name(path: Path) -> str | None:
 
 
 def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None) -> RunResult:
-    """Stream every file of a run through the ``active`` families (only lines with their markers);
+    """``read_runs`` of one run."""
+    return read_runs([files], active, forced=forced)[0]
+
+
+def read_runs(groups: list[RunFiles], active: list[Family], *, forced: str | None = None) -> list[RunResult]:
+    """Stream every file of each run through the ``active`` families (only lines with their markers),
+    then settle the runs' steps, timers and facts together (column-wise, one query for them all);
     ``forced`` names the primary family instead of the evidence."""
+    kinds = tuple(kind for family in active for kind in family.kinds)
+    results = [_stream_run(files, active, kinds, index) for index, files in enumerate(groups)]
+    settle_runs([result.run for result in results], kinds)
+    for result in results:
+        _conclude(result, active, forced)
+    return results
+
+
+def _stream_run(
+    files: RunFiles, active: list[Family], kinds: tuple[RecordKind, ...], index: int
+) -> RunResult:
+    """Read a run's files: the Python families read their lines, the kinds' records are kept (a long
+    log's are read into events in batches, ``index``: the run's place among those settled together)."""
     run = RunBuilder(path=files.key)
     result = RunResult(run=run, files=files)
     needles = marker_needles([m for family in active for m in family.markers])
@@ -144,26 +166,57 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
         (family, _safe_reader(family), _marker_search(family.markers), 1 << index)
         for index, family in enumerate(active)
     ]
-    by_mask: dict[int, list[tuple[LineReader, Callable[[str], object]]]] = {}
+    by_mask: dict[int, list[tuple[str, LineReader, Callable[[str], object]]]] = {}
     patterns = tuple(dict.fromkeys(pattern for family in active for pattern in family.capture_patterns))
-    for path in files.files:
+    kind_bits = tuple(1 << index for index, family in enumerate(active) for _ in family.kinds)
+    run.fact_statements = declared_facts(kinds)
+    counted = 0  # frames of run.kind_records counted as their families' records
+    unseen: list[tuple[int, str, int]] = []  # see _count_evidence
+    for file_index, path in enumerate(files.files):
+        file_base = order_key(file_index, 0)
         run.current_file = str(path)
+        run.files.append(str(path))
         report = SourceReport(path=str(path))
         result.reports.append(report)
         stated_before = dict(run.provenance)
         try:
-            for lineno, text, mask, single in routed_records(
-                path, needles, routes, run.wanted_lines, report, patterns=patterns
+            for lineno, text, mask, single, _taken in routed_records(
+                path,
+                needles,
+                routes,
+                run.wanted_lines,
+                report,
+                patterns=patterns,
+                kinds=kinds,
+                kind_bits=kind_bits,
+                kind_records=run.kind_records,
+                file_index=file_index,
             ):
+                if len(run.kind_records) > counted:
+                    counted = _count_evidence(run, kinds, counted, unseen)
+                    if counted > BATCH_CHUNKS:
+                        flush(run, index, kinds)
+                        counted = 0
                 # polars already split most lines (one record, or none); the rest are split here
-                for record in records(text) if single is None else (single,) if single else ():
+                for record_index, record in enumerate(
+                    records(text) if single is None else (single,) if single else ()
+                ):
+                    # order_key(file_index, lineno, record_index), inline: a call per record costs
+                    run.position = file_base + (lineno << LINE_SHIFT) + (min(record_index, 255) << 8)
+                    run.event_index = 0
+                    if unseen:
+                        _see(run, unseen)
+                    # a marked record polars did not split off is tested for a record kind here
+                    kind_family = (
+                        _deferred_kind(run, kinds, record) if single is None and mask and kinds else None
+                    )
                     # the mask is the search of a record polars split off, and of a record that is its
                     # whole line: neither needs a second one
                     searched = exact_masks and mask != ALL_ROUTES and (single is not None or record == text)
-                    if run.capturing:
+                    if run.capturing or kind_family is not None:
                         for family, parse, has_marker, bit in by_marker:
                             if family.name in run.capturing or (
-                                mask & bit and (searched or has_marker(record))
+                                family.name != kind_family and mask & bit and (searched or has_marker(record))
                             ):
                                 parse(record, lineno, run)
                         continue
@@ -178,6 +231,8 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
                             parse(record, lineno, run)
         except OSError as exc:
             report.problem = f"cannot read: {exc.strerror or exc}"
+        run.position = order_key(file_index + 1, 0)
+        _see(run, unseen)
         run.capturing.clear()
         run.capture_lines.clear()
         # which file stated each fact (a job's final metrics may be in its .out, warnings in its .err)
@@ -185,10 +240,18 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
         fact_files.update(
             {name: str(path) for name, at in run.provenance.items() if stated_before.get(name) != at}
         )
+    return result
+
+
+def _conclude(result: RunResult, active: list[Family], forced: str | None) -> None:
+    """What follows from a settled run: the families' last words (after the steps and facts: a family may
+    weigh what it kept against them, the planned steps), the file name's job id, the manifest, derived
+    facts, and the primary family."""
+    run, files = result.run, result.files
+    run.position, run.event_index = order_key(len(files.files), 0), 0
     for family in active:
         if family.finish is not None:
             family.finish(run)
-    run.settle_launches()
     job_id = job_id_from_name(Path(files.key))
     if job_id:
         run.set_fact("job_id", job_id, "filename", 0)
@@ -197,7 +260,6 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
     scores = {family.name: family.evidence(run) or run.families_seen.get(family.name, 0) for family in active}
     result.families = sorted(name for name, score in scores.items() if score > 0)
     result.family = registry.get(forced).name if forced else registry.primary(scores, registry.supplied(run))
-    return result
 
 
 def derive_facts(run: RunBuilder) -> None:
@@ -221,6 +283,46 @@ def derive_facts(run: RunBuilder) -> None:
         per_step = facts["micro_batch_size"] * facts["dp"]
         if facts["global_batch_size"] % per_step == 0:
             run.set_fact("gas", facts["global_batch_size"] // per_step, "derived", 0)
+
+
+def _deferred_kind(run: RunBuilder, kinds: tuple[RecordKind, ...], record: str) -> str | None:
+    """If ``record`` is of one of ``kinds``, defer it to the column-wise read and name its family (which
+    then does not read it in Python)."""
+    for index, kind in enumerate(kinds):
+        if kind.holds(record):
+            run.defer(record, index)
+            if kind.evidence:
+                run.saw(kind.family)
+            return kind.family
+    return None
+
+
+def _count_evidence(
+    run: RunBuilder, kinds: tuple[RecordKind, ...], counted: int, unseen: list[tuple[int, str, int]]
+) -> int:
+    """Count the records of the kinds that are evidence in the frames of ``run.kind_records`` after the
+    first ``counted`` (a chunk's) as their families' records; returns how many frames are counted. A
+    family not seen yet is seen from its first such record on: ``(order, family, count)`` in ``unseen``,
+    for the reader to count when it passes that record (families ask what was seen before a line)."""
+    for frame in run.kind_records[counted:]:
+        summary = frame.group_by("kind").agg(pl.len(), pl.col("order").min())
+        for kind, count, first in summary.iter_rows():
+            family = kinds[kind].family
+            if not kinds[kind].evidence:
+                continue
+            if family in run.families_seen:
+                run.families_seen[family] += count
+            else:
+                unseen.append((first, family, count))
+    unseen.sort()
+    return len(run.kind_records)
+
+
+def _see(run: RunBuilder, unseen: list[tuple[int, str, int]]) -> None:
+    """Count the families of ``unseen`` whose first record comes before the record being read."""
+    while unseen and unseen[0][0] < run.position:
+        _, family, count = unseen.pop(0)
+        run.families_seen[family] = run.families_seen.get(family, 0) + count
 
 
 def _marker_search(markers: tuple[str, ...]) -> Callable[[str], object]:
@@ -341,23 +443,23 @@ def warnings_of(result: RunResult) -> list[str]:
 def frames(results: list[RunResult]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """``(runs, iterations, timers)`` frames of the read runs, each with its declared schema."""
     runs = pl.DataFrame([runs_row(r) for r in results], schema=RUNS_SCHEMA, strict=False)
-    iteration_rows = [
-        {name: row.get(name) for name in ITERATIONS_SCHEMA} | {"path": r.files.key}
-        for r in results
-        for _, row in sorted(r.run.iterations.items())
-    ]
-    # Column by column: a long log has a timer row per timer per step (~800k in 1 GB of Megatron
-    # output), and a second dict per row would double the peak memory of the parse.
-    timer_columns: dict[str, list] = {name: [] for name in TIMERS_SCHEMA}
-    for r in results:
-        rows = r.run.timer_rows
-        timer_columns["path"].extend([r.files.key] * len(rows))
-        for index, name in enumerate(TIMER_FIELDS):
-            # a field at a time: zip(*rows) transposes them all in one call at four times the cost
-            timer_columns[name].extend(map(itemgetter(index), rows))
-    iterations = pl.DataFrame(iteration_rows, schema=ITERATIONS_SCHEMA, strict=False)
-    timers = pl.DataFrame(timer_columns, schema=TIMERS_SCHEMA, strict=False)
+    iterations = _stacked(results, "iteration_frame", ITERATION_COLUMNS, ITERATIONS_SCHEMA)
+    timers = _stacked(results, "timer_frame", TIMER_COLUMNS, TIMERS_SCHEMA)
     return runs, iterations, timers
+
+
+def _stacked(results: list[RunResult], name: str, columns: tuple[str, ...], schema: dict) -> pl.DataFrame:
+    """The runs' settled frames ``name`` stacked, each with its run's ``path``, in ``schema``."""
+    stacked = [
+        frame.with_columns(path=pl.lit(result.files.key))
+        for result in results
+        if (frame := getattr(result.run, name)) is not None and frame.height
+    ]
+    if not stacked:
+        return pl.DataFrame(schema=schema)
+    return pl.concat(stacked, how="vertical_relaxed").select(
+        [pl.col(column).cast(dtype) for column, dtype in schema.items()]
+    )
 
 
 def active_families(family: str | None) -> list[Family]:

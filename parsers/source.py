@@ -26,6 +26,7 @@ from functools import cache
 from pathlib import Path
 
 import polars as pl
+from logstat.parsers.kinds import RecordKind, kind_index, order_key
 
 CHUNK_BYTES = 4 << 20
 #: a chunk smaller than this is searched with re, not polars: a polars query has a fixed cost (1.3 to
@@ -289,7 +290,7 @@ def routed_lines(
     scan), and for a line with colour codes (removing them can join a marker the raw bytes do not hold).
     Where polars split the line's one record off (``routed_records``' single), the mask is the record's:
     a marker in a launcher prefix routes nothing."""
-    for lineno, text, mask, _ in routed_records(path, needles, routes, wanted, report):
+    for lineno, text, mask, _, _ in routed_records(path, needles, routes, wanted, report):
         yield lineno, text, mask
 
 
@@ -301,15 +302,25 @@ def routed_records(
     report: SourceReport,
     *,
     patterns: tuple[str, ...] = (),
-) -> Iterator[tuple[int, str, int, str | None]]:
+    kinds: tuple[RecordKind, ...] = (),
+    kind_bits: tuple[int, ...] = (),
+    kind_records: list[pl.DataFrame] | None = None,
+    file_index: int = 0,
+) -> Iterator[tuple[int, str, int, str | None, bool]]:
     """``routed_lines`` plus the line's ``single_record`` where polars found it (None: split the line
-    with ``records``). ``patterns``: the regexes ``wanted()`` may return, searched with each chunk."""
+    with ``records``) and whether polars took that record as one of ``kinds``: such a record goes to
+    ``kind_records`` (frames of ``order``, ``text``, ``kind``; ordered as the ``file_index``-th file of
+    the run), and its line is delivered only while ``wanted()`` asks for more lines, with the route bit
+    of the kind's family (``kind_bits``) cleared. ``patterns``: the regexes ``wanted()`` may return,
+    searched with each chunk."""
     stream, report.compressed = open_log(path)
     # a file of one chunk has nothing to read ahead: handing work to a thread would only cost
     ahead = report.compressed or file_size(path) > CHUNK_BYTES
     # the escape sequences go in the reading thread, before the search (map is lazy: it runs there too)
     plain_chunks = map(without_escapes, _chunks(stream, report))
-    searched_chunks = _searched_ahead(plain_chunks, needles, routes, patterns, ahead=ahead)
+    searched_chunks = _searched_ahead(
+        plain_chunks, needles, routes, patterns, (kinds, kind_bits), ahead=ahead
+    )
     # closing: the read-ahead thread is done with the stream before the stream is closed
     with stream, closing(searched_chunks) as chunks:
         lineno = 0  # lines before the chunk: its newlines, plus an unterminated last line if it was read
@@ -320,6 +331,9 @@ def routed_records(
                 return
             first = False
             if searched is not None:
+                if kind_records is not None and searched.kind_records.height:
+                    shift = order_key(file_index, lineno)
+                    kind_records.append(searched.kind_records.with_columns(pl.col("order") + shift))
                 lineno = yield from _frame_chunk_lines(chunk, searched, lineno, any(routes), wanted)
             else:
                 lineno = yield from _chunk_lines(chunk, lineno, needles, routes, wanted)
@@ -355,6 +369,13 @@ class SearchedChunk:
     wanted: dict[str, list[int]]
     """Per regex an open block may want: the rows matching it, or holding colour codes (whose removal
     may join a match). Filled ahead for the families' declared patterns, else when first asked for."""
+    taken: list[bool]
+    """Per marked line: polars read its record as a record kind."""
+    kind_rows: list[int]
+    """Rows of records polars read as a record kind that no other family's marker routes to Python:
+    delivered only while a block is open (it may end there)."""
+    kind_records: pl.DataFrame
+    """The kinds' records (``order``: ``order_key`` of file 0, line ``row + 1``; ``text``; ``kind``)."""
 
 
 def file_size(path: os.PathLike) -> int:
@@ -370,6 +391,7 @@ def _searched_ahead(
     needles: tuple[bytes, ...] | None,
     routes: tuple[tuple[bytes, ...], ...],
     patterns: tuple[str, ...],
+    kinds: tuple[tuple[RecordKind, ...], tuple[int, ...]],
     *,
     ahead: bool,
 ) -> Iterator[tuple[bytes, SearchedChunk | None]]:
@@ -384,7 +406,7 @@ def _searched_ahead(
 
     def read_and_search() -> tuple[bytes, SearchedChunk | None] | None:
         chunk = next(chunks, None)
-        return None if chunk is None else (chunk, search_chunk(chunk, needles, routes, patterns))
+        return None if chunk is None else (chunk, search_chunk(chunk, needles, routes, patterns, kinds))
 
     if not ahead:
         while (item := read_and_search()) is not None:
@@ -412,27 +434,38 @@ def search_chunk(
     needles: tuple[bytes, ...],
     routes: tuple[tuple[bytes, ...], ...],
     patterns: tuple[str, ...] = (),
+    kinds: tuple[tuple[RecordKind, ...], tuple[int, ...]] = ((), ()),
 ) -> SearchedChunk | None:
-    """The marked lines of ``chunk`` found by polars, and the rows each of ``patterns`` wants; None
-    if polars cannot split the chunk exactly, or the chunk is small enough for re (``PYTHON_SEARCH_BYTES``)."""
+    """The marked lines of ``chunk`` found by polars, the rows each of ``patterns`` wants, and the
+    records of ``kinds`` (the kinds and their families' route bits); None if polars cannot
+    split the chunk exactly, or the chunk is small enough for re (``PYTHON_SEARCH_BYTES``)."""
     if len(chunk) < PYTHON_SEARCH_BYTES or not frame_readable(chunk):
         return None
     try:
         lines = _line_frame(chunk)
     except pl.exceptions.PolarsError:
         return None  # whatever the CSV reader refuses, the Python cutter reads
-    queries = [_marked_query(lines.lazy(), needles, routes)]
+    record_kinds, kind_bits = kinds
+    queries = [_marked_query(lines.lazy(), needles, routes, record_kinds, kind_bits)]
     if patterns:
         queries.append(_wanted_query(lines.lazy(), patterns))
     # one call runs both (in parallel): each call to polars has a fixed cost a small file feels
     marked, *found = pl.collect_all(queries)
+    of_kinds = marked.filter(pl.col("kind") >= 0)
+    records = of_kinds.select(
+        order=(pl.col("n").cast(pl.Int64) + 1) * order_key(0, 1), text="single", kind="kind"
+    )
+    python = marked.filter((pl.col("kind") < 0) | (pl.col("mask") != 0))
     return SearchedChunk(
         lines=lines["line"],
-        rows=marked["n"].to_list(),
-        texts=marked["line"].to_list(),
-        masks=marked["mask"].to_list(),
-        singles=marked["single"].to_list(),
+        rows=python["n"].to_list(),
+        texts=python["line"].to_list(),
+        masks=python["mask"].to_list(),
+        singles=python["single"].to_list(),
         wanted=_rows_per_pattern(found[0], patterns) if found else {},
+        taken=(python["kind"] >= 0).to_list(),
+        kind_rows=of_kinds.filter(pl.col("mask") == 0)["n"].to_list(),
+        kind_records=records,
     )
 
 
@@ -454,46 +487,70 @@ def _line_frame(chunk: bytes) -> pl.DataFrame:
 
 def _frame_chunk_lines(
     chunk: bytes, searched: SearchedChunk, lineno: int, routed: bool, wanted: Callable[[], bool | str]
-) -> Iterator[tuple[int, str, int, str | None]]:
-    """``_chunk_lines`` of a chunk polars searched, with each line's ``single_record``: Python sees
-    only the marked lines and the lines an open block wants (``wanted``, see ``marked_lines``).
-    ``routed``: the masks say which routes a line holds. Returns the line count after the chunk."""
-    rows, texts, masks, singles = searched.rows, searched.texts, searched.masks, searched.singles
-    total, count = len(searched.lines), len(rows)
+) -> Iterator[tuple[int, str, int, str | None, bool]]:
+    """``_chunk_lines`` of a chunk polars searched, with each line's ``single_record`` and whether polars
+    read it as a record kind: Python sees only the marked lines it must read, and the lines an open block
+    wants (``wanted``, see ``marked_lines``; the kinds' lines among them). ``routed``: the masks say which
+    routes a line holds. Returns the line count after the chunk."""
+    rows, texts, masks, singles, taken = (
+        searched.rows,
+        searched.texts,
+        searched.masks,
+        searched.singles,
+        searched.taken,
+    )
+    kind_rows = searched.kind_rows
+    total, count, kind_count = len(searched.lines), len(rows), len(kind_rows)
     window_start, window = 0, []
-    pos = index = last_read = 0  # next line to look at; first marked row at or after it; lines read
+    pos = index = kind_index = last_read = (
+        0  # next line to look at; first marked (kind) row at or after it; lines read
+    )
     while True:
         while index < count and rows[index] < pos:
             index += 1
         next_marked = rows[index] if index < count else total
         want = wanted()
+        if want:  # an open block may end at a kind's line: those are delivered too
+            while kind_index < kind_count and kind_rows[kind_index] < pos:
+                kind_index += 1
+            next_kind = kind_rows[kind_index] if kind_index < kind_count else total
+        else:
+            next_kind = total
         if want is True:
-            pos = min(pos, next_marked)
+            pos = min(pos, next_marked, next_kind)
         elif want:
             matching = searched.wanted.get(want)
             if matching is None:  # a regex no family declared: searched now, once per chunk
                 matching = searched.wanted[want] = _wanted_rows(searched.lines, (want,))[want]
             at = bisect_left(matching, pos)
-            pos = min(matching[at] if at < len(matching) else total, next_marked)
+            pos = min(matching[at] if at < len(matching) else total, next_marked, next_kind)
         else:
             pos = next_marked
         if pos >= total:
             break
         if pos == next_marked:
-            text, mask, single = texts[index], masks[index], singles[index]
+            text, mask, single, kind = texts[index], masks[index], singles[index], taken[index]
+        elif pos == next_kind:
+            text = searched.lines[pos]
+            text, mask, single, kind = text, 0, single_record_of(text), True
         else:
             if not window_start <= pos < window_start + len(window):
                 window_start = pos
                 window = searched.lines.slice(pos, CAPTURE_WINDOW).to_list()
             # an unmarked line: Python splits it (a polars query per window costs more than it saves)
-            text, single = window[pos - window_start] or "", None
+            text, single, kind = window[pos - window_start] or "", None, False
             mask = 0 if routed and "\x1b" not in text else ALL_ROUTES
-        yield lineno + pos + 1, text, mask, single
+        yield lineno + pos + 1, text, mask, single, kind
         pos += 1
         last_read = pos
     # the line count holds an unterminated last line only if it was read (as the Python cutter counts)
     unterminated_read = not chunk.endswith(b"\n") and last_read == total
     return lineno + chunk.count(b"\n") + unterminated_read
+
+
+def single_record_of(line: str) -> str:
+    """The one record of a line polars split off as one (``single_record``), prefixes stripped."""
+    return strip_prefixes(line).rstrip("\n")
 
 
 def _wanted_rows(lines: pl.Series, patterns: tuple[str, ...]) -> dict[str, list[int]]:
@@ -533,13 +590,31 @@ def _rows_per_pattern(found: pl.DataFrame, patterns: tuple[str, ...]) -> dict[st
 
 
 def _marked_query(
-    lines: pl.LazyFrame, needles: tuple[bytes, ...], routes: tuple[tuple[bytes, ...], ...]
+    lines: pl.LazyFrame,
+    needles: tuple[bytes, ...],
+    routes: tuple[tuple[bytes, ...], ...],
+    kinds: tuple[RecordKind, ...] = (),
+    kind_bits: tuple[int, ...] = (),
 ) -> pl.LazyFrame:
-    """The rows of ``lines`` holding one of ``needles``, with their route ``mask`` (``routed_starts``)
-    and their ``single_record``."""
+    """The rows of ``lines`` holding one of ``needles``, with their route ``mask`` (``routed_starts``),
+    their ``single_record`` and the index of the record ``kind`` of that record (-1: none; a line
+    Python must split is none here). A kind's record is no longer routed to its family."""
     marked, single, columns = _marked_exprs(needles, routes)
-    # the record as a column of its own, computed once: every route's mask reads it
-    return lines.filter(marked).with_columns(single).select(columns)
+    frame = lines.filter(marked).with_columns(single).select(columns)
+    if not kinds:
+        return frame.with_columns(kind=pl.lit(-1, dtype=pl.Int32))
+    kind = kind_index(kinds, pl.col("single")).fill_null(-1)
+    own_bit = pl.lit(0, dtype=pl.Int64)
+    for index in reversed(range(len(kinds))):
+        own_bit = (
+            pl.when(pl.col("kind") == index).then(pl.lit(kind_bits[index], dtype=pl.Int64)).otherwise(own_bit)
+        )
+    # a colour-coded line is routed to every family (ALL_ROUTES): polars did not split it, so no kind
+    return frame.with_columns(
+        kind=pl.when(pl.col("mask") == ALL_ROUTES).then(-1).otherwise(kind)
+    ).with_columns(
+        mask=pl.when(pl.col("kind") >= 0).then(pl.col("mask") & ~own_bit).otherwise(pl.col("mask"))
+    )
 
 
 @cache
@@ -573,7 +648,7 @@ def _chunk_lines(
     needles: tuple[bytes, ...] | None,
     routes: tuple[tuple[bytes, ...], ...],
     wanted: Callable[[], bool | str],
-) -> Iterator[tuple[int, str, int, None]]:
+) -> Iterator[tuple[int, str, int, None, bool]]:
     """The (marked) lines of one chunk, cut and decoded one by one in Python: the reference path, and
     the path of chunks polars' reader cannot split exactly. Returns the line count after the chunk."""
     starts, masks = routed_starts(chunk, needles, routes) if needles is not None else ([], [])
@@ -601,7 +676,7 @@ def _chunk_lines(
         end = size if end < 0 else end
         lineno += 1
         text = chunk[start:end].decode("utf-8", errors="replace")
-        yield lineno, text, ALL_ROUTES if "\x1b" in text else mask, None
+        yield lineno, text, ALL_ROUTES if "\x1b" in text else mask, None, False
         pos = end + 1
     if pos < size:
         lineno += chunk.count(b"\n", pos, size)

@@ -156,6 +156,7 @@ def test_records_glued_by_two_ranks_in_one_line():
         "[2026-11-21 21:47:07,757] [INFO] [logging.py:123:log_dist] [Rank 0] step=6, skip"
     )
     deepspeed.parse_line(steps, 8, run)
+    run.settle()
     assert sorted(run.iterations) == [2, 4]
     assert run.iterations[4]["lr"] == 0.0005 and run.iterations[4]["skipped"] == 1
 
@@ -167,6 +168,7 @@ def test_skipped_counts_are_per_logged_step():
         deepspeed.parse_line(
             f"[Rank 0] step={step}, skipped={skipped}, lr=[5e-05], mom=[[0.9, 0.999]]", lineno, run
         )
+    run.settle()
     assert {step: row["skipped"] for step, row in run.iterations.items()} == {10: 3, 20: 0, 30: 2}
 
 
@@ -174,6 +176,7 @@ def test_pipeline_engine_steps_line():
     # format of deepspeed/runtime/pipe/engine.py: f'steps: {n} loss: {x:0.4f} iter time (s): {t:0.3f} samples/sec: {s:0.3f}'
     run = RunBuilder(path="pipe")
     deepspeed.parse_line("steps: 10 loss: 9.8765 iter time (s): 12.345 samples/sec: 82.948", 3, run)
+    run.settle()
     assert run.iterations[10]["loss"] == 9.8765
     assert run.iterations[10]["elapsed_ms"] == pytest.approx(12345.0)
     assert run.iterations[10]["samples_per_sec"] == 82.948

@@ -192,7 +192,7 @@ def test_a_profile_of_an_earlier_file_still_opens_its_window_in_the_next():
     for lineno, line in enumerate(PROFILE_BLOCK, 100):
         deepspeed.parse_line(line, lineno, run)
     deepspeed.parse_line("FLOPS per GPU = 3 * fwd flops per GPU / iter latency:  12.5 TFLOPS", 1, run)
-    assert run.iterations[3]["logged_tflops_per_gpu"] == 12.5
+    assert run.settle().iterations[3]["logged_tflops_per_gpu"] == 12.5
 
 
 def _dump(*attributes: str) -> list[str]:

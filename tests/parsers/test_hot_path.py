@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from logstat.parsers import deepspeed, grammar, megatron, reader, source
+from logstat.parsers import deepspeed, grammar, reader, source
 from logstat.parsers.base import Family
 
 from tests.conftest import FIXTURES
@@ -238,48 +238,6 @@ def _header_matches(pattern, text: str) -> list[tuple]:
     return [(m.start(), m.end(), m["step"], m["train_iters"]) for m in pattern.finditer(text)]
 
 
-def test_iteration_header_pattern_finds_what_the_grammar_token_finds():
-    lines = _log_lines(lambda line: "iteration" in line)
-    found = 0
-    for line in lines:
-        want = _header_matches(megatron.iteration_header.re, line)
-        assert _header_matches(megatron._ITERATION_HEADER, line) == want, line
-        found += len(want)
-    # counted independently: each "elapsed time per iteration" field belongs to one header
-    elapsed = sum(line.count("elapsed time per iteration") for line in lines)
-    assert elapsed > 100
-    assert found >= elapsed
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        " iteration        1/    1000 | consumed samples: 1024 |",
-        "iteration 1/2",
-        "xiteration 1/2 _iteration 3/4 -iteration 5/6 \u00e9iteration 7/8 \u017fiteration 9/10",
-        "iteration 1/2iteration 3/4 | iteration 5 / 6iteration\t7/8",
-        "iterationiteration 1/2 iteration\n3/4 iteration 5/ x",
-    ],
-)
-def test_iteration_header_pattern_edge_cases(text):
-    assert _header_matches(megatron._ITERATION_HEADER, text) == _header_matches(
-        megatron.iteration_header.re, text
-    )
-
-
-@settings(max_examples=400, deadline=None)
-@given(
-    joined(
-        ["iteration", "iter", "ation", " ", "\t", "1", "23", "/", "x", "_", "\u00e9", "-", "|"],
-        max_size=20,
-    )
-)
-def test_iteration_header_pattern_on_random_text(text):
-    assert _header_matches(megatron._ITERATION_HEADER, text) == _header_matches(
-        megatron.iteration_header.re, text
-    )
-
-
 def test_a_record_polars_splits_off_is_routed_by_its_own_markers(tmp_path, monkeypatch):
     """A launcher prefix is not part of the record: a marker only in the prefix (a host named like one)
     routes the line nowhere, and a marker in the record routes it to its family, so the reader needs no
@@ -297,10 +255,10 @@ def test_a_record_polars_splits_off_is_routed_by_its_own_markers(tmp_path, monke
         )
     )
     assert got == [
-        (1, "alpha1: nothing", 0, "nothing"),
-        (2, "alpha1: beta here", 0b10, "beta here"),
-        (3, "0: alpha", 0b01, "alpha"),
-        (4, "[default0]:alpha[default1]:x", 0b01, None),
+        (1, "alpha1: nothing", 0, "nothing", False),
+        (2, "alpha1: beta here", 0b10, "beta here", False),
+        (3, "0: alpha", 0b01, "alpha", False),
+        (4, "[default0]:alpha[default1]:x", 0b01, None, False),
     ]
     seen = []
     family = Family(name="alpha", markers=("alpha",), parse_line=lambda text, n, run: seen.append((n, text)))

@@ -3,8 +3,6 @@
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from logstat.parsers import megatron
 from logstat.parsers.base import RunBuilder
 
@@ -40,7 +38,6 @@ def test_iteration_line():
         "iteration": 1,
         "family": "megatron",
         "line": 1,
-        "source_path": None,
         "elapsed_ms": 155483.8,
         "lr": 0.0,
         "loss_scale": 4294967296.0,
@@ -328,16 +325,6 @@ def _megatron_logs() -> list[Path]:
     )
 
 
-def test_layouts_read_the_real_logs_as_the_general_way(monkeypatch):
-    """Records read by a layout (after the first record of their names, or never) give the same run."""
-    logs = _megatron_logs()
-    assert len(logs) >= 5
-    for path in logs:
-        general = _read_with_layouts_after(monkeypatch, 10**9, path)
-        assert _read_with_layouts_after(monkeypatch, 1, path) == general, path
-        assert _read_with_layouts_after(monkeypatch, 2, path) == general, path
-
-
 # plain numbers (most of them, so that layouts are built and read), then the odd ones
 _VALUES = ["0", "12", "1.5", "2.5E-04", "-3", "+7", "0.00"] * 3 + [
     "-0",
@@ -366,26 +353,3 @@ def _line(kind: int, step: int, values: list[str]) -> str:
     if kind == 1:
         return f"time (ms) | forward-compute: {a} | backward-compute: {b} | optimizer: {c} | batch-generator: {d}"
     return f"[Rank {step}] (after {step} iterations) memory (MB) | allocated: {a} | max allocated: {b} | reserved: {c} | max reserved: {d}"
-
-
-@settings(max_examples=150, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.integers(0, 2), st.integers(1, 5), st.lists(st.sampled_from(_VALUES), min_size=4, max_size=4)
-        ),
-        min_size=1,
-        max_size=40,
-    )
-)
-def test_layouts_read_random_records_as_the_general_way(records):
-    """Iteration, timer and memory lines of one layout with numbers of every kind (zero and minus zero,
-    too long for a float, nan, not numbers at all) give the same run with and without layouts."""
-    lines = [_line(kind, step, values) for kind, step, values in records]
-    runs = []
-    for after in (10**9, 1, 3):
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(megatron, "_LAYOUT_AFTER", after)
-            runs.append(_everything(feed(*lines)))
-    assert runs[1] == runs[0]
-    assert runs[2] == runs[0]

@@ -8,6 +8,7 @@ from logstat.parsers.base import RunBuilder
 
 from logstat.api import load_runs
 from tests.conftest import FIXTURES
+from tests.parsers.feeding import feed_lines
 
 MEGATRON = FIXTURES / "megatron_launches"
 
@@ -50,18 +51,15 @@ def test_a_relaunch_in_the_2021_format_replaces_the_steps_and_their_timers():
 def test_a_lower_step_without_a_new_dump_merges_into_the_rows_read():
     """Only a new arguments dump starts a launch: a stray (garbled, late) line of an earlier step keeps
     the values already read (tests/reliability/test_hostile_files.py feeds such lines)."""
-    run = RunBuilder(path="x")
-    for lineno, text in enumerate(
+    run = feed_lines(
+        megatron.FAMILY,
         [
             " iteration        1/    1000 | elapsed time per iteration (ms): 10.0 |",
             " iteration        2/    1000 | elapsed time per iteration (ms): 20.0 |",
             " iteration        1/    1000 | elapsed time per iteration (ms): nan | lm loss: 2.5 |",
         ],
-        start=1,
-    ):
-        megatron.parse_line(text, lineno, run)
+    )
     assert {step: row["elapsed_ms"] for step, row in run.iterations.items()} == {1: 10.0, 2: 20.0}
-    assert run.launch == 0
 
 
 def test_zero_shot_evaluation_logs_no_training_step():
@@ -78,26 +76,33 @@ def test_ranks_printing_one_step_still_merge_first_print_wins():
     run = RunBuilder(path="x")
     run.add_iteration(5, "megatron", 1, elapsed_ms=10.0)
     run.add_iteration(5, "megatron", 2, elapsed_ms=99.0, loss=2.0)
-    assert run.iterations[5] == {
-        "iteration": 5, "family": "megatron", "line": 1, "source_path": None, "elapsed_ms": 10.0, "loss": 2.0,
+    assert run.settle().iterations[5] == {
+        "iteration": 5, "family": "megatron", "line": 1, "elapsed_ms": 10.0, "loss": 2.0,
     }  # fmt: skip
-    run.new_launch()
+    run = RunBuilder(path="x")
+    run.add_iteration(5, "megatron", 1, elapsed_ms=10.0)
+    run.position += 1 << 16
+    run.new_launch("megatron")
+    run.position += 1 << 16
     run.add_iteration(5, "megatron", 3, elapsed_ms=11.0)
     run.add_iteration(5, "megatron", 4, elapsed_ms=98.0)
     run.raise_metric(5, "mem_max_allocated_mb", 7.0, "megatron", 5)
-    assert run.iterations[5] == {
-        "iteration": 5, "family": "megatron", "line": 3, "source_path": None, "elapsed_ms": 11.0,
-        "mem_max_allocated_mb": 7.0,
+    assert run.settle().iterations[5] == {
+        "iteration": 5, "family": "megatron", "line": 3, "elapsed_ms": 11.0, "mem_max_allocated_mb": 7.0,
     }  # fmt: skip
 
 
 def test_without_a_relaunch_the_timers_are_left_as_they_are():
-    run = RunBuilder(path="x")
-    run.add_iteration(1, "megatron", 1)
-    run.add_timers({"a": 1.0}, "megatron", 2)
-    run.new_launch()
-    run.add_timers({"setup": 3.0}, "megatron", 3)  # before the new launch's first step: kept
-    run.add_iteration(2, "megatron", 4)
-    run.add_timers({"a": 2.0}, "megatron", 5)
-    run.settle_launches()
-    assert [(row[0], row[1]) for row in run.timer_rows] == [(1, "a"), (1, "setup"), (2, "a")]
+    run = feed_lines(
+        megatron.FAMILY,
+        [
+            " iteration        1/    1000 | elapsed time per iteration (ms): 10.0 |",
+            "time (ms) | a: 1.0",
+            "------------------------ arguments ------------------------",
+            "-------------------- end of arguments ---------------------",
+            "time (ms) | setup: 3.0",  # before the new launch's first step: kept
+            " iteration        2/    1000 | elapsed time per iteration (ms): 20.0 |",
+            "time (ms) | a: 2.0",
+        ],
+    )
+    assert [(row["iteration"], row["timer"]) for row in run.timers] == [(1, "a"), (1, "setup"), (2, "a")]

@@ -340,7 +340,7 @@ def test_declared_block_patterns_are_searched_ahead_with_the_same_result(tmp_pat
     for patterns in ((), ("kept",), ("other", "kept")):
         state = {"open": False}
         lines = []
-        for n, text, _, _ in source.routed_records(
+        for n, text, _, _, _ in source.routed_records(
             path,
             (b"OPEN", b"CLOSE"),
             (),

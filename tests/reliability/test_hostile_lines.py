@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from logstat.analytics.summary import summarize
 from logstat.parsers import megatron, registry
 from logstat.parsers.base import RunBuilder
+from logstat.parsers.kinds import order_key
 from logstat.parsers.reader import RunFiles, RunResult, frames
 from logstat.parsers.source import records
 
@@ -66,11 +67,17 @@ family_params = pytest.mark.parametrize("family", FAMILIES, ids=[family.name for
 
 
 def feed(family, texts, run: RunBuilder | None = None) -> RunBuilder:
-    """Give ``texts`` to ``family.parse_line`` directly (not through the reader's safety net)."""
+    """Give ``texts`` to the family as the reader does (its record kinds read column-wise), but without
+    the reader's safety net around ``parse_line``."""
     run = run or RunBuilder(path="hostile.out")
     for lineno, text in enumerate(texts, start=1):
-        family.parse_line(text, lineno, run)
-    return run
+        run.position, run.event_index = order_key(0, lineno), 0
+        kind = next((number for number, kind in enumerate(family.kinds) if kind.holds(text)), None)
+        if kind is None or family.name in run.capturing:
+            family.parse_line(text, lineno, run)
+        if kind is not None:
+            run.defer(text, kind)
+    return run.settle(family.kinds)
 
 
 def build_frames(*runs: RunBuilder):
