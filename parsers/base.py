@@ -23,6 +23,22 @@ from logstat.parsers.kinds import PEAK, PYTHON_EVENTS, RECORD, STEP_METRICS, Rec
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
+@dataclass(frozen=True)
+class CaptureLines:
+    """The lines an open block asks for (``RunBuilder.capture(lines=...)``) when many of them only
+    overwrite what the one before set (a traceback's frames: only the last one's line number is read).
+
+    ``regex`` is what a plain ``lines`` regex is: it matches every line that can change what the family
+    records. ``collapse`` (for polars' engine, searched in a line's one record, launcher prefixes
+    stripped) promises more: while the block is open, a line delivered for ``regex`` whose one record
+    matches ``collapse`` changes nothing that the next line the family is handed does not overwrite
+    (or make moot), when that line's record matches ``collapse`` too, marked or not. So of consecutive
+    such lines the reader may hand over only the last one."""
+
+    regex: str
+    collapse: str
+
+
 @dataclass(frozen=True, kw_only=True)
 class Family:
     """A log family: how to recognise its lines and how to read them."""
@@ -42,12 +58,12 @@ class Family:
     finish: Callable[[RunBuilder], None] | None = None
     """Called once after every file of a run was read: a family that kept a record for the end (the last
     of many progress-bar updates, not worth reading each) reads it; never raises."""
-    capture_patterns: tuple[str, ...] = ()
+    capture_patterns: tuple[str | CaptureLines, ...] = ()
+    """The regexes the family passes to ``RunBuilder.capture(lines=...)``: the reader searches each
+    chunk for them ahead of time (a pattern not listed here is searched when asked for)."""
     kinds: tuple[RecordKind, ...] = ()
     """The family's per-step records read column-wise (``kinds.RecordKind``): ``parse_line`` never sees
     them, but while its own block is open (``capture``), to end the block."""
-    """The regexes the family passes to ``RunBuilder.capture(lines=...)``: the reader searches each
-    chunk for them ahead of time (a pattern not listed here is searched when asked for)."""
 
 
 #: the columns of ``RunBuilder.timers``, in order.
@@ -90,7 +106,8 @@ class RunBuilder:
     # (evidence, line, file): a launcher said its workers exited cleanly; weaker than ``completion``
     clean_exit: tuple[str, int, str] | None = None
     capturing: set[str] = field(default_factory=set)  # families that asked for more lines (open blocks)
-    capture_lines: dict[str, str] = field(default_factory=dict)  # family -> regex of the lines it needs
+    # family -> regex of the lines it needs
+    capture_lines: dict[str, str | CaptureLines] = field(default_factory=dict)
     position: int = 0  # ``kinds.order_key`` of the record being read: the order of the events it makes
     event_index: int = 0  # events the record made so far (the reader sets it to 0 per record)
     # step events of the Python families: (order, step, mode, family, line, file, metrics)
@@ -249,10 +266,11 @@ class RunBuilder:
         if self.clean_exit is None:
             self.clean_exit = (evidence.strip()[:300], lineno, self.current_file)
 
-    def capture(self, family: str, on: bool = True, *, lines: str | None = None) -> None:
+    def capture(self, family: str, on: bool = True, *, lines: str | CaptureLines | None = None) -> None:
         """Ask for more than the lines with a marker while a multi-line block is open: every line, or
         with ``lines`` (a regex of literals, for polars' engine) only the lines it matches. ``lines``
-        must match every line that can change what the family records; more lines are always safe."""
+        must match every line that can change what the family records; more lines are always safe.
+        A ``CaptureLines`` also says which of those lines only overwrite each other."""
         if on:
             self.capturing.add(family)
             if lines is None:
@@ -263,7 +281,7 @@ class RunBuilder:
             self.capturing.discard(family)
             self.capture_lines.pop(family, None)
 
-    def wanted_lines(self) -> bool | str:
+    def wanted_lines(self) -> bool | str | CaptureLines:
         """The lines the reader must deliver beyond the marked ones: none (False), every line (True),
         or those matching the one open block's regex."""
         if not self.capturing:

@@ -231,6 +231,7 @@ def _stream_run(
                             parse(record, lineno, run)
         except OSError as exc:
             report.problem = f"cannot read: {exc.strerror or exc}"
+        counted = _count_evidence(run, kinds, counted, unseen)  # chunks after the last line delivered
         run.position = order_key(file_index + 1, 0)
         _see(run, unseen)
         run.capturing.clear()

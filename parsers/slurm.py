@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 
-from logstat.parsers.base import CAUSE, CLEANUP, EFFECT, REPORT, Family, RunBuilder
+from logstat.parsers.base import CAUSE, CLEANUP, EFFECT, REPORT, CaptureLines, Family, RunBuilder
 
 NAME = "slurm"
 #: lines a traceback may go without a frame before it is given up (its exception line was lost)
@@ -61,6 +61,13 @@ HARMLESS_TRACEBACKS = ("Exception ignored in", "--- Logging error ---")
 #: header, and an exception line (_EXCEPTION ends its name on one of these words); the reader delivers
 #: only these (polars searches them) instead of every line while a traceback is open
 TRACEBACK_LINES = 'File "|Traceback|Error|Exception|Interrupt|Exit|Failure'
+#: and of those, the ones that inside a traceback only move ``traceback_last`` on (a frame, another rank's
+#: header: _traceback_line's test, as Rust's ``\s`` is part of what Python's strip() removes) or end it
+#: (a marked frame naming an OOM): of such lines one after another only the last one's line is ever read,
+#: so the reader hands over only that one. Most lines of hundreds of ranks' interleaved tracebacks are so
+TRACEBACK_CAPTURE = CaptureLines(
+    TRACEBACK_LINES, collapse=r'^\s*(?:File "|Traceback \(most recent call last\))'
+)
 #: the lines between the tracebacks of a chained exception (traceback.py, pythonrun.c)
 CHAINED_TRACEBACKS = ("During handling of the above exception", "The above exception was the direct cause")
 
@@ -186,7 +193,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             harmless=0 <= lineno - state.get("harmless_at", -9) <= 2,
             chained=0 <= lineno - state.get("chained_at", -9) <= 3,
         )
-        run.capture(NAME, lines=TRACEBACK_LINES)
+        run.capture(NAME, lines=TRACEBACK_CAPTURE)
     elif "Exception ignored in" in text or "--- Logging error ---" in text:  # HARMLESS_TRACEBACKS
         state["harmless_at"] = lineno
     elif (
@@ -405,7 +412,7 @@ FAMILY = Family(
         "MiB /",
     ),
     parse_line=parse_line,
-    capture_patterns=(TRACEBACK_LINES,),
+    capture_patterns=(TRACEBACK_CAPTURE,),
     description="Slurm / launcher context: job id, nodes, GPU model, and failures (OOM, NCCL, time limit, ...)",
     context=True,
 )

@@ -24,8 +24,10 @@ from contextlib import closing
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 import polars as pl
+from logstat.parsers.base import CaptureLines
 from logstat.parsers.kinds import RecordKind, kind_index, order_key
 
 CHUNK_BYTES = 4 << 20
@@ -356,6 +358,17 @@ UTF8_BOM = b"\xef\xbb\xbf"
 CAPTURE_WINDOW = 256
 
 
+class WantedRows(NamedTuple):
+    """The rows of a chunk an open block wants (``SearchedChunk.wanted``)."""
+
+    delivered: list[int]
+    """The rows matching its regex, or holding colour codes, but ``collapsed``."""
+    collapsed: list[int] = []
+    """The rows a ``CaptureLines`` lets go: each matches ``collapse`` and so does the next row of the
+    regex (in the chunk), so that row overwrites what it would set. Where a marked row that is not one
+    of the regex's comes between, the reader hands over the collapsed row before it after all."""
+
+
 @dataclass(frozen=True)
 class SearchedChunk:
     """A chunk's lines as polars split them, and its marked lines: 0-based rows, texts, route masks."""
@@ -366,7 +379,7 @@ class SearchedChunk:
     masks: list[int]
     singles: list[str | None]
     """``single_record`` of each marked line."""
-    wanted: dict[str, list[int]]
+    wanted: dict[str | CaptureLines, WantedRows]
     """Per regex an open block may want: the rows matching it, or holding colour codes (whose removal
     may join a match). Filled ahead for the families' declared patterns, else when first asked for."""
     taken: list[bool]
@@ -519,11 +532,17 @@ def _frame_chunk_lines(
         if want is True:
             pos = min(pos, next_marked, next_kind)
         elif want:
-            matching = searched.wanted.get(want)
-            if matching is None:  # a regex no family declared: searched now, once per chunk
-                matching = searched.wanted[want] = _wanted_rows(searched.lines, (want,))[want]
+            rows_wanted = searched.wanted.get(want)
+            if rows_wanted is None:  # a regex no family declared: searched now, once per chunk
+                rows_wanted = searched.wanted[want] = _wanted_rows(searched.lines, (want,))[want]
+            matching = rows_wanted.delivered
             at = bisect_left(matching, pos)
-            pos = min(matching[at] if at < len(matching) else total, next_marked, next_kind)
+            # a kind's row delivered while a block is open is read like a marked row
+            next_read = min(next_marked, next_kind)
+            following = min(matching[at] if at < len(matching) else total, next_read)
+            if rows_wanted.collapsed and following == next_read < total:  # a marked row is next
+                following = _uncollapsed(rows_wanted, pos, next_read)
+            pos = following
         else:
             pos = next_marked
         if pos >= total:
@@ -553,7 +572,31 @@ def single_record_of(line: str) -> str:
     return strip_prefixes(line).rstrip("\n")
 
 
-def _wanted_rows(lines: pl.Series, patterns: tuple[str, ...]) -> dict[str, list[int]]:
+def _uncollapsed(rows_wanted: WantedRows, pos: int, marked: int) -> int:
+    """The row to hand over next, from ``pos`` on, when it would be the ``marked`` row: the last
+    collapsed row before it, if the marked row is not one of the regex's rows. A collapsed row counts
+    on the next row of the regex to overwrite what it sets; a marked row between them (a launcher's
+    kill, another family's record) may read it first."""
+    collapsed = rows_wanted.collapsed
+    before = bisect_left(collapsed, marked) - 1
+    if before < 0 or collapsed[before] < pos:
+        return marked
+    # one of the regex's rows is delivered or collapsed itself: then it is the row the collapsed row
+    # counted on (any row of the regex in between would have been handed over before)
+    if _holds(rows_wanted.delivered, marked) or _holds(collapsed, marked):
+        return marked
+    return collapsed[before]
+
+
+def _holds(rows: list[int], row: int) -> bool:
+    """Whether the sorted ``rows`` hold ``row``."""
+    at = bisect_left(rows, row)
+    return at < len(rows) and rows[at] == row
+
+
+def _wanted_rows(
+    lines: pl.Series, patterns: tuple[str | CaptureLines, ...]
+) -> dict[str | CaptureLines, WantedRows]:
     """Per regex of ``patterns``: the rows of ``lines`` matching it or holding colour codes."""
     if not patterns:
         return {}
@@ -562,31 +605,63 @@ def _wanted_rows(lines: pl.Series, patterns: tuple[str, ...]) -> dict[str, list[
     )
 
 
-def _wanted_query(lines: pl.LazyFrame, patterns: tuple[str, ...]) -> pl.LazyFrame:
+def _wanted_query(lines: pl.LazyFrame, patterns: tuple[str | CaptureLines, ...]) -> pl.LazyFrame:
     """One row: per regex of ``patterns`` (column ``"0"``, ``"1"``, ...) the list of rows ``n`` of
-    ``lines`` matching it or holding colour codes. One pass of all the regexes joined picks the
-    candidate lines; each regex then runs on those only."""
-    candidates, per_pattern = _wanted_exprs(patterns)
-    return lines.filter(candidates).select(per_pattern)
+    ``lines`` matching it or holding colour codes, but those a ``CaptureLines`` collapses (column
+    ``"0 collapsed"``, ...). One pass of all the regexes joined picks the candidate lines; each regex
+    then runs on those only."""
+    candidates, wanted, collapsing, per_pattern = _wanted_exprs(patterns)
+    # a column per step: polars runs the record's expressions once, where one select of them all
+    # cost as much as the whole search of the regexes again
+    return lines.filter(candidates).with_columns(wanted).with_columns(collapsing).select(per_pattern)
 
 
 @cache
-def _wanted_exprs(patterns: tuple[str, ...]) -> tuple[pl.Expr, list[pl.Expr]]:
+def _wanted_exprs(
+    patterns: tuple[str | CaptureLines, ...],
+) -> tuple[pl.Expr, list[pl.Expr], list[pl.Expr], list[pl.Expr]]:
     """``_wanted_query``'s expressions, built once per set of patterns (building them costs more than
-    running them on a small file)."""
+    running them on a small file): the candidate lines; for each ``CaptureLines``, the lines it wants
+    and, of those, the ones whose record matches its ``collapse``; the result's columns."""
     line = pl.col("line")
     colour = line.str.contains("\x1b", literal=True)
-    candidates = line.str.contains("|".join(f"(?:{pattern})" for pattern in patterns)) | colour
-    per_pattern = [
-        pl.col("n").filter(line.str.contains(pattern) | colour).implode().alias(str(index))
-        for index, pattern in enumerate(patterns)
-    ]
-    return candidates, per_pattern
+    regexes = [_regex(pattern) for pattern in patterns]
+    candidates = line.str.contains("|".join(f"(?:{regex})" for regex in regexes)) | colour
+    wanted, collapsing, per_pattern = [], [], []
+    for index, (pattern, regex) in enumerate(zip(patterns, regexes, strict=True)):
+        if isinstance(pattern, str):
+            per_pattern.append(
+                pl.col("n").filter(line.str.contains(regex) | colour).implode().alias(str(index))
+            )
+            continue
+        wanted_name, collapsing_name = f"{index} wanted", f"{index} collapsing"
+        wanted.append((line.str.contains(regex) | colour).alias(wanted_name))
+        # a line polars does not split into one record (colour codes among others) is never collapsed
+        record_matches = single_record(line).str.contains(pattern.collapse).fill_null(False)
+        collapsing.append((pl.col(wanted_name) & record_matches).alias(collapsing_name))
+        # of the wanted rows, those followed by another one whose record matches: it overwrites them
+        matching = pl.col(collapsing_name).filter(pl.col(wanted_name))
+        collapsed = matching & matching.shift(-1, fill_value=False)
+        rows = pl.col("n").filter(pl.col(wanted_name))
+        per_pattern.append(rows.filter(~collapsed).implode().alias(str(index)))
+        per_pattern.append(rows.filter(collapsed).implode().alias(f"{index} collapsed"))
+    return candidates, wanted, collapsing, per_pattern
 
 
-def _rows_per_pattern(found: pl.DataFrame, patterns: tuple[str, ...]) -> dict[str, list[int]]:
+def _regex(pattern: str | CaptureLines) -> str:
+    """The regex of the lines a pattern wants."""
+    return pattern if isinstance(pattern, str) else pattern.regex
+
+
+def _rows_per_pattern(
+    found: pl.DataFrame, patterns: tuple[str | CaptureLines, ...]
+) -> dict[str | CaptureLines, WantedRows]:
     """``_wanted_query``'s one row as pattern -> rows."""
-    return dict(zip(patterns, found.row(0), strict=True))
+    row = found.row(0, named=True)
+    return {
+        pattern: WantedRows(row[str(index)], row.get(f"{index} collapsed", []))
+        for index, pattern in enumerate(patterns)
+    }
 
 
 def _marked_query(
