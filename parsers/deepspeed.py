@@ -192,7 +192,7 @@ _PROFILE_STEP = re.compile(r"Profile Summary at step (\d+)")
 def _state(run: RunBuilder) -> dict[str, Any]:
     state = run.state.get(NAME)  # not setdefault: building the default on every line cost ~3% of a parse
     if state is None:
-        state = run.state[NAME] = {"dumps": 0, "dump_line": None, "dump_facts": set(), "skipped_total": 0}
+        state = run.state[NAME] = {"dumps": 0, "dump_facts": set(), "skipped_total": 0}
     return state
 
 
@@ -294,6 +294,7 @@ def _read_world_size(run: RunBuilder, value: str, lineno: int) -> None:
 
 
 def _start_dump(state: dict[str, Any]) -> None:
+    """A new dump: its values replace the earlier dump's (``dumps`` counts them; 0 until the first)."""
     state["dumps"] += 1
     state["dump_facts"] = set()
     state["precision_flags"] = {}
@@ -315,7 +316,6 @@ _NAMES_READ = (
 def _read_print_record(run: RunBuilder, state: dict[str, Any], record: str, lineno: int) -> None:
     if _DUMP_HEADER in record and record.strip().startswith(_DUMP_HEADER):  # the C substring test first
         _start_dump(state)
-        state["dump_line"] = lineno
         return
     user_config = _USER_CONFIG.match(record) if "json = " in record else None  # the pattern's literal first
     parsed = ("json", user_config.group(1)) if user_config else grammar.dotted(record.strip())
@@ -336,9 +336,8 @@ def _json_value_facts(name: str) -> frozenset[str]:
 
 def _read_print_value(run: RunBuilder, state: dict[str, Any], name: str, value: str, lineno: int) -> None:
     """One ``name ..... value`` attribute of a dump (``value`` stripped, glued records cut off)."""
-    if state["dump_line"] is None:
+    if not state["dumps"]:
         _start_dump(state)  # a dump whose header line was lost in the interleaving
-    state["dump_line"] = lineno
     if state["json_path"] or NAME in run.capturing:
         _close_json(run, state)
     if name in _NAMES_READ:  # most of a dump's attributes are not: for them the bookkeeping is all
@@ -614,14 +613,14 @@ def _record_profile_metrics(
 
 
 def _dismissible(run: RunBuilder, state: dict[str, Any], name: str, line: str) -> bool:
-    """Whether ``_read_print_value`` would only note the line of a plain print record ending ``line``
+    """Whether ``_read_print_value`` would do nothing with a plain print record ending ``line``
     (most of a dump): an attribute it does not read, in a dump already started, with no JSON value open,
     whose value does not open one. The value ends the line, so a line ending neither in "{" nor in a
     space has a value that, stripped, does not end in "{"."""
     return (
         name not in _NAMES_READ
         and line[-1] not in "{ "
-        and state["dump_line"] is not None
+        and state["dumps"]
         and not state["json_path"]
         and NAME not in run.capturing
     )
@@ -632,10 +631,7 @@ def _read_print_tags(run: RunBuilder, state: dict[str, Any], text: str, lineno: 
     plain = _PLAIN_PRINT_RECORD.search(text) if text.count(":print") == 1 else None
     if plain is not None:
         name = plain["name"]
-        if _dismissible(run, state, name, text):
-            # all _read_print_value does here (tests/parsers/test_deepspeed_hot_path.py holds it so)
-            state["dump_line"] = lineno
-        else:
+        if not _dismissible(run, state, name, text):
             _read_print_value(run, state, name, plain["value"].rstrip(" "), lineno)
         run.saw(NAME)
         return 1
