@@ -342,11 +342,14 @@ def _read_print_value(run: RunBuilder, state: dict[str, Any], name: str, value: 
         _close_json(run, state)
     if name in _NAMES_READ:  # most of a dump's attributes are not: for them the bookkeeping is all
         _read_named_value(run, state, name, value, lineno)  # (it reads no JSON state: first, see below)
-    # the value continues on the following lines, which carry no marker: ask for those that can matter;
-    # none can when every fact its keys could set is settled in this dump already (_set leaves those
-    # alone), as for most user configs (json = {...}, restating the attributes above it, a third of a
-    # dump's lines): the value is then not read at all (the value is stripped)
-    if value.endswith("{") and not _json_value_facts(name) <= state["dump_facts"]:
+    # the value continues on the following lines, which carry no marker: ask for those that can matter.
+    # Only for an attribute the family reads: the others' lines do not reach it (FAMILY's markers), and
+    # the multi-line values DeepSpeed prints for them (activation_checkpointing_config,
+    # flops_profiler_config, autotuning_config) hold no key _read_json_value reads. None can matter when
+    # every fact its keys could set is settled in this dump already (_set leaves those alone), as for
+    # most user configs (json = {...}, restating the attributes above it, a third of a dump's lines): the
+    # value is then not read at all (the value is stripped)
+    if value.endswith("{") and name in _NAMES_READ and not _json_value_facts(name) <= state["dump_facts"]:
         state["json_path"], state["json_line"] = [name], lineno
         run.capture(NAME, lines=_JSON_LINES)
 
@@ -382,9 +385,23 @@ _JSON_VALUE_KEYS = frozenset(
     ("offload_param", "offload_optimizer", "device", "enabled", "stage", "cpu_offload", "cpu_offload_params")
 ) | frozenset(_JSON_FACTS)
 _QUOTED_JSON_VALUE_KEY = re.compile("|".join(f'"{key}"' for key in sorted(_JSON_VALUE_KEYS)))
-#: the lines of an open JSON value that can change anything: a brace, or a key the reader reads.
+#: what Python's ``\s`` and ``str.strip()`` take for whitespace, in polars' (Rust) regex syntax: Rust's
+#: ``\s`` (Unicode White_Space) lacks the separators \x1c-\x1f that Python counts as whitespace.
+_PYTHON_SPACE = r"[\s\x1c-\x1f]"
+#: the raw lines (polars searches them before launcher prefixes are cut and glued ranks split) that can
+#: change what an open JSON value records: a key the reader reads; a key whose value opens an object
+#: (``"fp16": {``: ``_JSON_KEY``'s value starts right after the colon and its spaces); a record that
+#: starts with ``}`` after whitespace (where a record can start: the line's start, a CR, the ':' ending
+#: a launcher prefix or a rank's tag), which closes one; and a print record, which ends the value
+#: (``_read_print_value``; its own markers route only the attributes the family reads). A bare "{" or
+#: "}" matched every line of a one-line dict and every brace of the other attributes' values.
 _JSON_LINES = "|".join(
-    [re.escape("{"), re.escape("}")] + [re.escape(f'"{key}"') for key in sorted(_JSON_VALUE_KEYS)]
+    [
+        rf'"{_PYTHON_SPACE}*:{_PYTHON_SPACE}*\{{',
+        rf"(?:^|[\r:]){_PYTHON_SPACE}*\}}",
+        re.escape(":print"),
+        *(re.escape(f'"{key}"') for key in sorted(_JSON_VALUE_KEYS)),
+    ]
 )
 
 
@@ -615,11 +632,9 @@ def _record_profile_metrics(
 def _dismissible(run: RunBuilder, state: dict[str, Any], name: str, line: str) -> bool:
     """Whether ``_read_print_value`` would do nothing with a plain print record ending ``line``
     (most of a dump): an attribute it does not read, in a dump already started, with no JSON value open,
-    whose value does not open one. The value ends the line, so a line ending neither in "{" nor in a
-    space has a value that, stripped, does not end in "{"."""
+    (the value of an attribute it does not read is never opened)."""
     return (
         name not in _NAMES_READ
-        and line[-1] not in "{ "
         and state["dumps"]
         and not state["json_path"]
         and NAME not in run.capturing
@@ -641,6 +656,21 @@ def _read_print_tags(run: RunBuilder, state: dict[str, Any], text: str, lineno: 
         _read_print_record(run, state, text[tag.end() : end], lineno)
         run.saw(NAME)
     return len(tags)
+
+
+#: how the filler after an attribute's name can start (``grammar.dotted``: dots, or two spaces, tabs
+#: expanded): DeepSpeed's printer writes a space and the dots, or two spaces for a name of 29 characters
+#: or more. Other whitespace right after a name (a form feed, a non-ASCII space) is no printer's.
+_FILLER_STARTS = ("  ", " .", " \t", "..", "\t")
+#: the config printer's lines that can change what the family records: the dump's header (a later dump
+#: replaces an earlier one), and the attributes it reads, ``json = `` among them. Any other attribute
+#: changes nothing once a dump started; until then, the first attribute read starts it, with the same
+#: result. While a JSON value is open its capture (``_JSON_LINES``) takes every print line, which ends it.
+_PRINT_MARKERS = (
+    _DUMP_HEADER,
+    "json = ",
+    *(name + start for name in sorted(_NAMES_READ) for start in _FILLER_STARTS),
+)
 
 
 @never_raises(NAME)
@@ -688,8 +718,7 @@ def evidence(run: RunBuilder) -> int:
 FAMILY = Family(
     name=NAME,
     markers=(
-        ":print]",
-        ":print_user_config]",
+        *_PRINT_MARKERS,
         "step=",
         "SamplesPerSec=",
         "iter time (s):",
