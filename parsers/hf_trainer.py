@@ -396,9 +396,14 @@ _ARGS_LINES = (
 #: others are skipped by the block reader and carry no marker. None: every line (the metrics block ends
 #: at its first line that is not a metric). A field is read from ``name=value``: its name with the ``=``
 #: leaves out the fields it begins (``fp16_full_eval=``, ``activation_checkpointing_kwargs=``, ...).
+#: the raw lines that can change what the model config block records: a key it reads, or a ``}`` that
+#: starts a record (only that one closes the block: a nested object's is indented), where a record can
+#: start (the line's start, a CR, the ':' or ': ' ending a launcher prefix or a rank's tag). A bare "}"
+#: matched every nested object's closing line as well (2021's task_specific_params, in every node's copy).
+_CONFIG_LINES = "|".join([r"(?:^|[\r:] ?)\}", *(re.escape(f'"{key}"') for key in sorted(_CONFIG_KEYS))])
 _BLOCK_LINES: dict[str, str | None] = {
     "args": _ARGS_LINES,
-    "config": "|".join(re.escape(text) for text in ["}", *(f'"{key}"' for key in sorted(_CONFIG_KEYS))]),
+    "config": _CONFIG_LINES,
     "metrics": None,
 }
 
