@@ -118,27 +118,7 @@ pipe_record = (
     + number("samples_per_sec")
 ).set_name("pipe_record")
 
-# "1.2 B", "2.63 K", "20.74 K ", "143.52 MFLOPS", "377.89 us": number_to_string() with a unit prefix.
-scaled_value = (
-    number("value") + pp.Optional(pp.one_of("T G B M K m u", as_keyword=False))("prefix")
-).set_name("scaled_value")
-
 _PRINT_TAG = re.compile(r"\[config\.py:\d+:print(?:_user_config)?\]")
-# A line holding one tag whose record is printable ASCII without "[" (most of a dump): the tag and
-# ``grammar.dotted``'s pattern in one search (~0.9 us of 3.6 a line less than finditer, slicing, strip, dotted
-# and the glued-record search). In that text ``\s`` is the space alone, so the filler is dotted's; the
-# record holds no second tag or glued timestamp (both start with "["), and neither the dump header nor
-# ``json = `` fits a name followed by a filler. The value is possessive (giving back characters cannot
-# reach the end either; a backtracking one cost 1 us more) and its trailing spaces are stripped by the
-# caller. The filler is atomic for the same reason: its characters are the value's, so when the value
-# after the longest filler fails, it fails after every shorter one too, and retrying each (a value
-# holding "[" after 30 dots: ~20 us a line) finds nothing. Spaces alone are no filler at the end of
-# the line: the general path strips the record first, and "name  " is then a name without a value.
-# tests/parsers/test_deepspeed_hot_path.py checks it against the general path on every real line.
-_PLAIN_PRINT_RECORD = re.compile(
-    _PRINT_TAG.pattern
-    + r" *(?P<name>[A-Za-z_][A-Za-z0-9_]*+)(?> *\.{2,} *| {2,}+(?!\Z))(?P<value>[ -Z\\\]-~]*+)\Z"
-)
 _GLUED_TIMESTAMP = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d")
 _PREFIX_SCALE = {"T": 1e12, "G": 1e9, "B": 1e9, "M": 1e6, "K": 1e3, "": 1.0, "m": 1e-3, "u": 1e-6}
 # ``"key": value,`` with the value's trailing spaces in the value (the reader strips it): a lazy value
@@ -553,8 +533,9 @@ def _read_pipe(run: RunBuilder, text: str, lineno: int) -> None:
         run.saw(NAME)
 
 
-# ``scaled_value.parse_string(body, parse_all=True)`` as one compiled pattern (pyparsing costs ~50 us a
-# call, and the profiler block is read on every rank's copy); tests/parsers/test_hot_path.py checks it.
+# A profiler value, number_to_string() with a unit prefix: "1.2 B", "2.63 K", "20.74 K ", "143.52 M" of
+# "143.52 MFLOPS", "377.89 u" of "377.89 us". One compiled pattern, not a grammar: pyparsing cost ~50 us
+# a call, and the profiler block is read on every rank's copy.
 _SCALED_VALUE = re.compile(rf"{_WS}(?P<value>{_NUMBER}){_WS}(?P<prefix>[TGBMKmu])?{_WS}\Z")
 
 
@@ -567,18 +548,6 @@ def _scaled(text: str, unit: str = "") -> float | None:
     if parsed is None:
         return None
     return float(parsed["value"]) * _PREFIX_SCALE[parsed["prefix"] or ""]
-
-
-def _scaled_by_grammar(text: str, unit: str = "") -> float | None:
-    """``_scaled`` with the pyparsing grammar ``scaled_value``: the definition the test compares with."""
-    body = text.strip()
-    if unit and body.endswith(unit):
-        body = body[: -len(unit)].strip()
-    try:
-        parsed = scaled_value.parse_string(body, parse_all=True)
-    except pp.ParseException:
-        return None
-    return parsed["value"] * _PREFIX_SCALE[parsed.get("prefix", "") or ""]
 
 
 def _read_profile_line(run: RunBuilder, state: dict[str, Any], text: str, lineno: int) -> None:
@@ -629,27 +598,8 @@ def _record_profile_metrics(
     run.saw(NAME)
 
 
-def _dismissible(run: RunBuilder, state: dict[str, Any], name: str, line: str) -> bool:
-    """Whether ``_read_print_value`` would do nothing with a plain print record ending ``line``
-    (most of a dump): an attribute it does not read, in a dump already started, with no JSON value open,
-    (the value of an attribute it does not read is never opened)."""
-    return (
-        name not in _NAMES_READ
-        and state["dumps"]
-        and not state["json_path"]
-        and NAME not in run.capturing
-    )
-
-
 def _read_print_tags(run: RunBuilder, state: dict[str, Any], text: str, lineno: int) -> int:
     """The config printer's records of a line (one, or several ranks' glued together); how many."""
-    plain = _PLAIN_PRINT_RECORD.search(text) if text.count(":print") == 1 else None
-    if plain is not None:
-        name = plain["name"]
-        if not _dismissible(run, state, name, text):
-            _read_print_value(run, state, name, plain["value"].rstrip(" "), lineno)
-        run.saw(NAME)
-        return 1
     tags = list(_PRINT_TAG.finditer(text))
     for index, tag in enumerate(tags):
         end = tags[index + 1].start() if index + 1 < len(tags) else len(text)
