@@ -118,27 +118,7 @@ pipe_record = (
     + number("samples_per_sec")
 ).set_name("pipe_record")
 
-# "1.2 B", "2.63 K", "20.74 K ", "143.52 MFLOPS", "377.89 us": number_to_string() with a unit prefix.
-scaled_value = (
-    number("value") + pp.Optional(pp.one_of("T G B M K m u", as_keyword=False))("prefix")
-).set_name("scaled_value")
-
 _PRINT_TAG = re.compile(r"\[config\.py:\d+:print(?:_user_config)?\]")
-# A line holding one tag whose record is printable ASCII without "[" (most of a dump): the tag and
-# ``grammar.dotted``'s pattern in one search (~0.9 us of 3.6 a line less than finditer, slicing, strip, dotted
-# and the glued-record search). In that text ``\s`` is the space alone, so the filler is dotted's; the
-# record holds no second tag or glued timestamp (both start with "["), and neither the dump header nor
-# ``json = `` fits a name followed by a filler. The value is possessive (giving back characters cannot
-# reach the end either; a backtracking one cost 1 us more) and its trailing spaces are stripped by the
-# caller. The filler is atomic for the same reason: its characters are the value's, so when the value
-# after the longest filler fails, it fails after every shorter one too, and retrying each (a value
-# holding "[" after 30 dots: ~20 us a line) finds nothing. Spaces alone are no filler at the end of
-# the line: the general path strips the record first, and "name  " is then a name without a value.
-# tests/parsers/test_deepspeed_hot_path.py checks it against the general path on every real line.
-_PLAIN_PRINT_RECORD = re.compile(
-    _PRINT_TAG.pattern
-    + r" *(?P<name>[A-Za-z_][A-Za-z0-9_]*+)(?> *\.{2,} *| {2,}+(?!\Z))(?P<value>[ -Z\\\]-~]*+)\Z"
-)
 _GLUED_TIMESTAMP = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d")
 _PREFIX_SCALE = {"T": 1e12, "G": 1e9, "B": 1e9, "M": 1e6, "K": 1e3, "": 1.0, "m": 1e-3, "u": 1e-6}
 # ``"key": value,`` with the value's trailing spaces in the value (the reader strips it): a lazy value
@@ -192,7 +172,7 @@ _PROFILE_STEP = re.compile(r"Profile Summary at step (\d+)")
 def _state(run: RunBuilder) -> dict[str, Any]:
     state = run.state.get(NAME)  # not setdefault: building the default on every line cost ~3% of a parse
     if state is None:
-        state = run.state[NAME] = {"dumps": 0, "dump_line": None, "dump_facts": set(), "skipped_total": 0}
+        state = run.state[NAME] = {"dumps": 0, "dump_facts": set(), "skipped_total": 0}
     return state
 
 
@@ -294,6 +274,7 @@ def _read_world_size(run: RunBuilder, value: str, lineno: int) -> None:
 
 
 def _start_dump(state: dict[str, Any]) -> None:
+    """A new dump: its values replace the earlier dump's (``dumps`` counts them; 0 until the first)."""
     state["dumps"] += 1
     state["dump_facts"] = set()
     state["precision_flags"] = {}
@@ -315,7 +296,6 @@ _NAMES_READ = (
 def _read_print_record(run: RunBuilder, state: dict[str, Any], record: str, lineno: int) -> None:
     if _DUMP_HEADER in record and record.strip().startswith(_DUMP_HEADER):  # the C substring test first
         _start_dump(state)
-        state["dump_line"] = lineno
         return
     user_config = _USER_CONFIG.match(record) if "json = " in record else None  # the pattern's literal first
     parsed = ("json", user_config.group(1)) if user_config else grammar.dotted(record.strip())
@@ -336,18 +316,20 @@ def _json_value_facts(name: str) -> frozenset[str]:
 
 def _read_print_value(run: RunBuilder, state: dict[str, Any], name: str, value: str, lineno: int) -> None:
     """One ``name ..... value`` attribute of a dump (``value`` stripped, glued records cut off)."""
-    if state["dump_line"] is None:
+    if not state["dumps"]:
         _start_dump(state)  # a dump whose header line was lost in the interleaving
-    state["dump_line"] = lineno
     if state["json_path"] or NAME in run.capturing:
         _close_json(run, state)
     if name in _NAMES_READ:  # most of a dump's attributes are not: for them the bookkeeping is all
         _read_named_value(run, state, name, value, lineno)  # (it reads no JSON state: first, see below)
-    # the value continues on the following lines, which carry no marker: ask for those that can matter;
-    # none can when every fact its keys could set is settled in this dump already (_set leaves those
-    # alone), as for most user configs (json = {...}, restating the attributes above it, a third of a
-    # dump's lines): the value is then not read at all (the value is stripped)
-    if value.endswith("{") and not _json_value_facts(name) <= state["dump_facts"]:
+    # the value continues on the following lines, which carry no marker: ask for those that can matter.
+    # Only for an attribute the family reads: the others' lines do not reach it (FAMILY's markers), and
+    # the multi-line values DeepSpeed prints for them (activation_checkpointing_config,
+    # flops_profiler_config, autotuning_config) hold no key _read_json_value reads. None can matter when
+    # every fact its keys could set is settled in this dump already (_set leaves those alone), as for
+    # most user configs (json = {...}, restating the attributes above it, a third of a dump's lines): the
+    # value is then not read at all (the value is stripped)
+    if value.endswith("{") and name in _NAMES_READ and not _json_value_facts(name) <= state["dump_facts"]:
         state["json_path"], state["json_line"] = [name], lineno
         run.capture(NAME, lines=_JSON_LINES)
 
@@ -383,9 +365,23 @@ _JSON_VALUE_KEYS = frozenset(
     ("offload_param", "offload_optimizer", "device", "enabled", "stage", "cpu_offload", "cpu_offload_params")
 ) | frozenset(_JSON_FACTS)
 _QUOTED_JSON_VALUE_KEY = re.compile("|".join(f'"{key}"' for key in sorted(_JSON_VALUE_KEYS)))
-#: the lines of an open JSON value that can change anything: a brace, or a key the reader reads.
+#: what Python's ``\s`` and ``str.strip()`` take for whitespace, in polars' (Rust) regex syntax: Rust's
+#: ``\s`` (Unicode White_Space) lacks the separators \x1c-\x1f that Python counts as whitespace.
+_PYTHON_SPACE = r"[\s\x1c-\x1f]"
+#: the raw lines (polars searches them before launcher prefixes are cut and glued ranks split) that can
+#: change what an open JSON value records: a key the reader reads; a key whose value opens an object
+#: (``"fp16": {``: ``_JSON_KEY``'s value starts right after the colon and its spaces); a record that
+#: starts with ``}`` after whitespace (where a record can start: the line's start, a CR, the ':' ending
+#: a launcher prefix or a rank's tag), which closes one; and a print record, which ends the value
+#: (``_read_print_value``; its own markers route only the attributes the family reads). A bare "{" or
+#: "}" matched every line of a one-line dict and every brace of the other attributes' values.
 _JSON_LINES = "|".join(
-    [re.escape("{"), re.escape("}")] + [re.escape(f'"{key}"') for key in sorted(_JSON_VALUE_KEYS)]
+    [
+        rf'"{_PYTHON_SPACE}*:{_PYTHON_SPACE}*\{{',
+        rf"(?:^|[\r:]){_PYTHON_SPACE}*\}}",
+        re.escape(":print"),
+        *(re.escape(f'"{key}"') for key in sorted(_JSON_VALUE_KEYS)),
+    ]
 )
 
 
@@ -537,8 +533,9 @@ def _read_pipe(run: RunBuilder, text: str, lineno: int) -> None:
         run.saw(NAME)
 
 
-# ``scaled_value.parse_string(body, parse_all=True)`` as one compiled pattern (pyparsing costs ~50 us a
-# call, and the profiler block is read on every rank's copy); tests/parsers/test_hot_path.py checks it.
+# A profiler value, number_to_string() with a unit prefix: "1.2 B", "2.63 K", "20.74 K ", "143.52 M" of
+# "143.52 MFLOPS", "377.89 u" of "377.89 us". One compiled pattern, not a grammar: pyparsing cost ~50 us
+# a call, and the profiler block is read on every rank's copy.
 _SCALED_VALUE = re.compile(rf"{_WS}(?P<value>{_NUMBER}){_WS}(?P<prefix>[TGBMKmu])?{_WS}\Z")
 
 
@@ -551,18 +548,6 @@ def _scaled(text: str, unit: str = "") -> float | None:
     if parsed is None:
         return None
     return float(parsed["value"]) * _PREFIX_SCALE[parsed["prefix"] or ""]
-
-
-def _scaled_by_grammar(text: str, unit: str = "") -> float | None:
-    """``_scaled`` with the pyparsing grammar ``scaled_value``: the definition the test compares with."""
-    body = text.strip()
-    if unit and body.endswith(unit):
-        body = body[: -len(unit)].strip()
-    try:
-        parsed = scaled_value.parse_string(body, parse_all=True)
-    except pp.ParseException:
-        return None
-    return parsed["value"] * _PREFIX_SCALE[parsed.get("prefix", "") or ""]
 
 
 def _read_profile_line(run: RunBuilder, state: dict[str, Any], text: str, lineno: int) -> None:
@@ -613,38 +598,29 @@ def _record_profile_metrics(
     run.saw(NAME)
 
 
-def _dismissible(run: RunBuilder, state: dict[str, Any], name: str, line: str) -> bool:
-    """Whether ``_read_print_value`` would only note the line of a plain print record ending ``line``
-    (most of a dump): an attribute it does not read, in a dump already started, with no JSON value open,
-    whose value does not open one. The value ends the line, so a line ending neither in "{" nor in a
-    space has a value that, stripped, does not end in "{"."""
-    return (
-        name not in _NAMES_READ
-        and line[-1] not in "{ "
-        and state["dump_line"] is not None
-        and not state["json_path"]
-        and NAME not in run.capturing
-    )
-
-
 def _read_print_tags(run: RunBuilder, state: dict[str, Any], text: str, lineno: int) -> int:
     """The config printer's records of a line (one, or several ranks' glued together); how many."""
-    plain = _PLAIN_PRINT_RECORD.search(text) if text.count(":print") == 1 else None
-    if plain is not None:
-        name = plain["name"]
-        if _dismissible(run, state, name, text):
-            # all _read_print_value does here (tests/parsers/test_deepspeed_hot_path.py holds it so)
-            state["dump_line"] = lineno
-        else:
-            _read_print_value(run, state, name, plain["value"].rstrip(" "), lineno)
-        run.saw(NAME)
-        return 1
     tags = list(_PRINT_TAG.finditer(text))
     for index, tag in enumerate(tags):
         end = tags[index + 1].start() if index + 1 < len(tags) else len(text)
         _read_print_record(run, state, text[tag.end() : end], lineno)
         run.saw(NAME)
     return len(tags)
+
+
+#: how the filler after an attribute's name can start (``grammar.dotted``: dots, or two spaces, tabs
+#: expanded): DeepSpeed's printer writes a space and the dots, or two spaces for a name of 29 characters
+#: or more. Other whitespace right after a name (a form feed, a non-ASCII space) is no printer's.
+_FILLER_STARTS = ("  ", " .", " \t", "..", "\t")
+#: the config printer's lines that can change what the family records: the dump's header (a later dump
+#: replaces an earlier one), and the attributes it reads, ``json = `` among them. Any other attribute
+#: changes nothing once a dump started; until then, the first attribute read starts it, with the same
+#: result. While a JSON value is open its capture (``_JSON_LINES``) takes every print line, which ends it.
+_PRINT_MARKERS = (
+    _DUMP_HEADER,
+    "json = ",
+    *(name + start for name in sorted(_NAMES_READ) for start in _FILLER_STARTS),
+)
 
 
 @never_raises(NAME)
@@ -692,8 +668,7 @@ def evidence(run: RunBuilder) -> int:
 FAMILY = Family(
     name=NAME,
     markers=(
-        ":print]",
-        ":print_user_config]",
+        *_PRINT_MARKERS,
         "step=",
         "SamplesPerSec=",
         "iter time (s):",

@@ -33,42 +33,19 @@ import math
 import re
 from typing import Any
 
-import pyparsing as pp
 from logstat.parsers import grammar
 from logstat.parsers.base import Family, RunBuilder, never_raises
 from pyparsing import pyparsing_common as ppc
 
 NAME = "hf-trainer"
 
-# --- grammar -------------------------------------------------------------------------------------
+# --- records ---------------------------------------------------------------------------------------
 
-metric_name = pp.Word(pp.alphas + "_", pp.alphanums + "_").set_name("metric_name")
-metric_record = (metric_name("name") + pp.Suppress("=") + pp.Regex(r".*")("value") + pp.StringEnd()).set_name(
-    "metric_record"
-)
-
-# datetime.timedelta's str(): "0:01:23", "1 day, 2:03:04"; log_metrics appends ".45" (hundredths).
-runtime_days = ppc.integer("days") + pp.Suppress(pp.Regex(r"days?,"))
-runtime_value = (
-    pp.Optional(runtime_days)
-    + ppc.integer("hours")
-    + pp.Suppress(":")
-    + ppc.integer("minutes")
-    + pp.Suppress(":")
-    + grammar.number("seconds")
-    + pp.StringEnd()
-).set_name("runtime_value")
-
-# one line of the multi-line TrainingArguments dump: ``per_device_train_batch_size=8,``
-args_field = pp.Regex(r"(?P<name>\w+)=(?P<value>.*?),?$").set_name("args_field")
-
-# ``metric_record`` and ``runtime_value`` as compiled patterns for the hot path (pyparsing costs ~70 us
-# a metrics line, ~300 us a runtime): pyparsing's default whitespace is skipped before every token,
-# ``Word`` and the integers never give characters back (possessive), and the alternatives of
-# ``grammar.number`` (its own token patterns) are tried in order, the first that matches kept (an atomic
-# group, as ``MatchFirst`` does). tests/parsers/test_family_shortcuts.py checks both against their
-# grammars on every line of the real logs and on random text.
+# One compiled pattern per record, no grammar: each is a name and a value, or a duration, which a
+# regex says as plainly, and pyparsing cost ~70 us a metrics line, ~300 us a runtime, ~150 us a
+# TrainingArguments line. ``_SKIP`` is the whitespace skipped around the tokens.
 _SKIP = r"[ \t\r\n]*+"
+#: a ``name = value`` line of the train metrics block (``log_metrics``).
 _METRIC_LINE = re.compile(
     _SKIP + r"(?P<name>[A-Za-z_][A-Za-z0-9_]*+)" + _SKIP + "=" + _SKIP + r"(?P<value>.*+)" + _SKIP + r"\Z"
 )
@@ -77,10 +54,13 @@ NUMBER_FIRST_MATCH = (
     rf"|(?P<signed_integer>{ppc.signed_integer.re.pattern})|(?P<nan_inf>(?i:{grammar.nan_inf.re.pattern})))"
 )
 """``grammar.number`` as a regex; the named group that matched says how the grammar converts it."""
+#: datetime.timedelta's str(): "0:01:23", "1 day, 2:03:04"; log_metrics appends ".45" (hundredths).
 _RUNTIME = re.compile(
     rf"{_SKIP}(?>(?:(?P<days>[0-9]++){_SKIP}days?,)?){_SKIP}(?P<hours>[0-9]++){_SKIP}:{_SKIP}"
     rf"(?P<minutes>[0-9]++){_SKIP}:{_SKIP}{NUMBER_FIRST_MATCH}{_SKIP}\Z"
 )
+#: one line of the multi-line TrainingArguments dump: ``per_device_train_batch_size=8,``
+_ARGS_FIELD = re.compile(r"(?P<name>\w+)=(?P<value>.*?),?$")
 
 _DICT = re.compile(r"\{'[^{}]*\}?")
 #: keys of the dicts the Trainer logs; other dicts (DeepSpeed's config values) are not ours.
@@ -396,9 +376,14 @@ _ARGS_LINES = (
 #: others are skipped by the block reader and carry no marker. None: every line (the metrics block ends
 #: at its first line that is not a metric). A field is read from ``name=value``: its name with the ``=``
 #: leaves out the fields it begins (``fp16_full_eval=``, ``activation_checkpointing_kwargs=``, ...).
+#: the raw lines that can change what the model config block records: a key it reads, or a ``}`` that
+#: starts a record (only that one closes the block: a nested object's is indented), where a record can
+#: start (the line's start, a CR, the ':' or ': ' ending a launcher prefix or a rank's tag). A bare "}"
+#: matched every nested object's closing line as well (2021's task_specific_params, in every node's copy).
+_CONFIG_LINES = "|".join([r"(?:^|[\r:] ?)\}", *(re.escape(f'"{key}"') for key in sorted(_CONFIG_KEYS))])
 _BLOCK_LINES: dict[str, str | None] = {
     "args": _ARGS_LINES,
-    "config": "|".join(re.escape(text) for text in ["}", *(f'"{key}"' for key in sorted(_CONFIG_KEYS))]),
+    "config": _CONFIG_LINES,
     "metrics": None,
 }
 
@@ -457,21 +442,17 @@ def _read_block_line(run: RunBuilder, state: dict[str, Any], text: str, lineno: 
 
 
 def metric_line(text: str) -> tuple[str, str] | None:
-    """``(name, value)`` of a ``name = value`` line of the train metrics block, or None: what
-    ``metric_record.parse_string(text)`` reads (tabs expanded alike), with its compiled equivalent."""
+    """``(name, value)`` of a ``name = value`` line of the train metrics block, or None (tabs expanded
+    first)."""
     match = _METRIC_LINE.match(text.expandtabs() if "\t" in text else text)
     return None if match is None else match.group("name", "value")  # one call for both
 
 
 def args_record(text: str) -> tuple[str, str] | None:
-    """``(name, value)`` of a TrainingArguments dump line (``text`` stripped), or None.
-
-    ``args_field`` is one regex token: its compiled pattern gives what ``parse_string(text,
-    parse_all=True)`` gives (tabs expanded alike, the pattern is anchored at the end) without
-    pyparsing building an end-of-string check per call, ~150 us a line of a dump.
-    """
+    """``(name, value)`` of a TrainingArguments dump line (``text`` stripped), or None (tabs expanded
+    first, then spaces and line ends skipped)."""
     text = text.expandtabs() if "\t" in text else text
-    match = args_field.re.match(text.lstrip(" \n\r"))  # pyparsing's default whitespace, skipped first
+    match = _ARGS_FIELD.match(text.lstrip(" \n\r"))
     return None if match is None else match.group("name", "value")  # one call for both
 
 
@@ -495,8 +476,8 @@ def _runtime_seconds(text: str) -> float | None:
 
 
 def runtime_parts(text: str) -> dict[str, int | float] | None:
-    """The named results of ``runtime_value.parse_string(text)`` (tabs expanded alike), or None when
-    it does not parse; read with its compiled equivalent ``_RUNTIME``."""
+    """``days`` (when printed), ``hours``, ``minutes`` and ``seconds`` of a ``_RUNTIME`` duration (tabs
+    expanded first), or None when ``text`` is none."""
     match = _RUNTIME.match(text.expandtabs() if "\t" in text else text)
     if match is None:
         return None

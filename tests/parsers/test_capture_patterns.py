@@ -1,4 +1,5 @@
-"""The capture regexes of Megatron's arguments dump and HF's TrainingArguments dump: polars (Rust regex)
+"""The capture regexes of Megatron's arguments dump, HF's TrainingArguments and model config blocks and
+DeepSpeed's JSON values: polars (Rust regex)
 searches the raw lines for them, and the reader delivers only the lines they match while the block is
 open. Each must match every raw line holding a record its block reader acts on, whatever the launcher
 prefixes, glued ranks, carriage returns and whitespace (Python's, which Rust's ``\\s`` is not) around it.
@@ -11,7 +12,7 @@ import re
 import polars as pl
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from logstat.parsers import grammar, hf_trainer, megatron
+from logstat.parsers import deepspeed, grammar, hf_trainer, megatron
 from logstat.parsers.source import records
 
 from tests.parsers.random_text import joined
@@ -98,6 +99,41 @@ def _args_block_reads(record: str) -> bool:
     return stripped == ")" or (field is not None and field[0] in hf_trainer._ARGS_READ)
 
 
+@st.composite
+def _config_record(draw) -> str:
+    """A line of a printed model config: a key the block reads, another key, or a closing brace."""
+    key = draw(st.sampled_from([*hf_trainer._CONFIG_KEYS, "bos_token_id", "task_specific_params"]))
+    body = draw(st.one_of(st.just("}"), st.just(f'"{key}": {_value(draw)},')))
+    return draw(st.sampled_from(["", "  ", "    "])) + body + draw(st.sampled_from(["", ",", " "]))
+
+
+def _config_block_reads(record: str) -> bool:
+    """Whether the open model config block does anything with ``record`` (a key it reads, or its end)."""
+    item = hf_trainer._CONFIG_JSON.match(record)
+    return record[:1] == "}" or (item is not None and item.group(1) in hf_trainer._CONFIG_KEYS)
+
+
+@st.composite
+def _json_record(draw) -> str:
+    """A line of a DeepSpeed JSON value: a key it reads, a key opening an object, another key, a brace."""
+    key = draw(st.sampled_from([*deepspeed._JSON_VALUE_KEYS, "fp16", "zero_optimization", "params"]))
+    colon = draw(_SPACES) + ":" + draw(_SPACES)
+    body = draw(
+        st.one_of(st.just("}"), st.just(f'"{key}"{colon}{{'), st.just(f'"{key}"{colon}{_value(draw)},'))
+    )
+    return draw(_SPACES) + body + draw(st.sampled_from(["", ",", " "]))
+
+
+def _json_value_reads(record: str) -> bool:
+    """Whether an open JSON value does anything with ``record``: closes an object, opens one, reads a key."""
+    stripped = record.strip()
+    item = deepspeed._JSON_KEY.search(stripped)
+    return stripped.startswith("}") or (
+        item is not None
+        and ((item.group(2) or "").strip().startswith("{") or item.group(1) in deepspeed._JSON_VALUE_KEYS)
+    )
+
+
 _SETTINGS = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -126,11 +162,25 @@ def test_both_captures_match_every_line_of_random_pieces_the_blocks_read(line):
         assert _polars_matches(hf_trainer._BLOCK_LINES["args"], line), repr(line)
 
 
+@_SETTINGS
+@given(_raw_line(_config_record()))
+def test_the_config_capture_matches_every_line_the_block_reads(line):
+    assume(any(_config_block_reads(record) for record in records(line)))
+    assert _polars_matches(hf_trainer._BLOCK_LINES["config"], line), repr(line)
+
+
+@_SETTINGS
+@given(_raw_line(_json_record()))
+def test_the_json_capture_matches_every_line_the_json_value_reads(line):
+    assume(any(_json_value_reads(record) for record in records(line)))
+    assert _polars_matches(deepspeed._JSON_LINES, line), repr(line)
+
+
 def test_python_space_is_what_python_strips():
     # the patterns' whitespace class is Python's, written for Rust's regex engine
     matched = pl.Series(_CHARACTERS).str.contains(f"^{megatron.PYTHON_SPACE}$")
     assert "".join(c for c, hit in zip(_CHARACTERS, matched, strict=True) if hit) == PYTHON_WHITESPACE
-    assert megatron.PYTHON_SPACE == hf_trainer.PYTHON_SPACE
+    assert megatron.PYTHON_SPACE == hf_trainer.PYTHON_SPACE == deepspeed._PYTHON_SPACE
 
 
 def test_the_captures_leave_out_what_the_blocks_skip():
@@ -151,3 +201,13 @@ def test_the_captures_leave_out_what_the_blocks_skip():
     assert _polars_matches(hf_trainer._BLOCK_LINES["args"], ")")
     assert _polars_matches(hf_trainer._BLOCK_LINES["args"], "x[rank0]: )\u3000[rank1]:fp16=True,")
     assert re.search(hf_trainer._BLOCK_LINES["args"], "12: \x1cfp16=True,")  # Python's re reads it alike
+    # the model config block ends at its own closing brace only, not at a nested object's
+    for line in ["  },", "    }", "x}"]:
+        assert not _polars_matches(hf_trainer._BLOCK_LINES["config"], line), line
+    for line in ["}", "[default3]:}", "12: }", "x\r}"]:
+        assert _polars_matches(hf_trainer._BLOCK_LINES["config"], line), line
+    # a JSON value: a brace inside a record, a one-line dict and other keys change nothing
+    for line in ["x}", "{'lr': 0.001, 'betas': [0.9, 0.999]}", '  "partition_activations": false,', "  {"]:
+        assert not _polars_matches(deepspeed._JSON_LINES, line), line
+    for line in ["    },", "12:   }", '  "fp16": {', '"zero_optimization"\t:  {']:
+        assert _polars_matches(deepspeed._JSON_LINES, line), line

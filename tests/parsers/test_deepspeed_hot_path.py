@@ -4,18 +4,19 @@
   through ``scan``: every throughput line of the fixtures and the real logs, edge cases, random text.
 - The shortcuts ``parse_line`` takes before calling a reader (the profiler window, the precision flags
   only on their own names, the JSON value reader only for its keys) change no fact or iteration.
+- The config printer's lines reach the family only where they can change what it records (its markers).
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from logstat.parsers import deepspeed
+from logstat.parsers import deepspeed, grammar
 from logstat.parsers.base import RunBuilder
+from logstat.parsers.source import records
 
 from tests.conftest import FIXTURES
 from tests.parsers.feeding import feed_file, feed_lines
@@ -267,312 +268,6 @@ def test_user_config_json_lines_read_only_for_their_keys():
     assert deepspeed.NAME not in run.capturing
 
 
-# --- the plain print record ------------------------------------------------------------------------
-
-BENCH_HEAD = FIXTURES.parent / "bench-corpus" / "golden" / "inputs" / "head-big.out"
-
-
-def _print_reads(text: str, *, plain: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[tuple]]:
-    """What ``_read_print_tags`` hands on for ``text``: its count and each ``_read_print_value`` call,
-    with the one-search ``_PLAIN_PRINT_RECORD`` (``plain``) or the general path alone."""
-    reads: list[tuple] = []
-    with monkeypatch.context() as patch:
-        patch.setattr(deepspeed, "_read_print_value", lambda run, state, *args: reads.append(args))
-        if not plain:
-            patch.setattr(deepspeed, "_PLAIN_PRINT_RECORD", re.compile(r"(?!)"))
-        run = RunBuilder(path="job")
-        count = deepspeed._read_print_tags(run, deepspeed._state(run), text, 7)
-    return count, reads
-
-
-def _same_print_reads(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    plain = _print_reads(text, plain=True, monkeypatch=monkeypatch)
-    general = _print_reads(text, plain=False, monkeypatch=monkeypatch)
-    assert plain == general, f"{text!r}: plain {plain} != general {general}"
-
-
-def _print_lines() -> list[str]:
-    roots = [FIXTURES]
-    paths = [p for root in roots for p in sorted(root.rglob("*")) if p.is_file()]
-    paths += [BENCH_HEAD] if BENCH_HEAD.is_file() else []
-    lines = []
-    for path in paths:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-        lines += [line for line in text.splitlines() if ":print" in line]
-    return lines
-
-
-def test_every_real_print_line_reads_the_same(monkeypatch):
-    lines = _print_lines()
-    for line in lines:
-        _same_print_reads(line, monkeypatch)
-    # most real print lines take the one search (the test would pass, uselessly, if none did); a clean
-    # checkout has 725 print lines (fixtures, the real logs included), the bench head adds many more when built
-    plain = sum(1 for line in lines if deepspeed._PLAIN_PRINT_RECORD.search(line))
-    assert len(lines) >= 700 and plain > len(lines) // 2
-
-
-TAG = "[2021-05-26 04:38:20,033] [INFO] [config.py:752:print]"
-
-
-@pytest.mark.parametrize(
-    "record",
-    [
-        "   train_batch_size ............. 512   ",
-        "   name ..... .5",
-        "   name .......5",
-        "   name  value  with  spaces",
-        "   name ..... ",
-        "   name .....",
-        "   name  ",  # no value: the general path strips the record to "name", which has no filler
-        "name   ",
-        "   name  x ",
-        "   name . value",
-        "   name value",
-        "   json = {",
-        "   json  = {",
-        "   json ..... {",
-        " DeepSpeedEngine configuration:",
-        " DeepSpeedEngine  configuration:",
-        "   name ..... value\t",
-        "   name\t..... value",
-        "   name ..... [1, 2]",
-        "   name ..... value[2021-05-26 04:38:20,034] [INFO] [engine.py:1:__init__] other",
-        "   name ..... value[2021-05-26 04:38:20,034] [INFO] [config.py:752:print]   other ..... 1",
-        "   name ..... value\xa0",
-        "   name ..... value\x1c",
-        "   name ..... välue",
-        "   9name ..... value",
-        "   name ..... value\r",
-        "",
-    ],
-)
-def test_print_record_edge_cases(record, monkeypatch):
-    _same_print_reads(TAG + record, monkeypatch)
-    _same_print_reads("[config.py:1:print_user_config]" + record, monkeypatch)
-
-
-_PRINT_PIECES = (
-    TAG,
-    "[config.py:12:print_user_config]",
-    ":print",
-    "[2021-05-26 04:38:20,034]",
-    " ",
-    "  ",
-    ".",
-    "....",
-    "\t",
-    "\r",
-    "\xa0",
-    "\x1c",
-    "name",
-    "_x9",
-    "7",
-    "json = ",
-    "DeepSpeedEngine configuration",
-    "{",
-    "}",
-    "[",
-    "]",
-    "'a': 1,",
-    "=",
-    "é",
-)
-
-
-@settings(max_examples=400, deadline=None)
-@given(joined(_PRINT_PIECES, max_size=20))
-def test_random_print_like_text_reads_the_same(text):
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        _same_print_reads(text, monkeypatch)
-
-
-# --- the dismissal of an attribute the dump reader does not read -----------------------------------
-
-_OPEN_JSON = f"{TAG}   zero_config .................. {{"
-
-#: lines that leave the dump in each state ``_dismissible`` tells apart: no dump yet, a dump started,
-#: a JSON value open (capture on), one whose capture the reader ended with its file, and a dump header
-#: read while a value was open (its path reset, the capture still on).
-_DUMP_STATES = {
-    "no dump": [],
-    "dump started": [f"{TAG} DeepSpeedEngine configuration:"],
-    "json open": [f"{TAG} DeepSpeedEngine configuration:", _OPEN_JSON, '    "stage": 3, '],
-    "capture ended by the reader": [f"{TAG} DeepSpeedEngine configuration:", _OPEN_JSON, "end of file"],
-    "header inside a value": [_OPEN_JSON, f"{TAG} DeepSpeedEngine configuration:"],
-}
-
-
-def _after(lines: list[str], text: str, *, dismiss: bool, monkeypatch: pytest.MonkeyPatch) -> tuple:
-    """Everything ``parse_line`` leaves in a run fed ``lines`` and then ``text``, with the dismissal
-    of unread attributes (``dismiss``) or with every plain record handed to ``_read_print_value``."""
-    with monkeypatch.context() as patch:
-        if not dismiss:
-            patch.setattr(deepspeed, "_dismissible", lambda *args: False)
-        run = RunBuilder(path="job")
-        for lineno, line in enumerate(lines, 1):
-            if line == "end of file":
-                run.capture(deepspeed.NAME, on=False)  # what the reader does at the end of a file
-            else:
-                deepspeed.parse_line(line, lineno, run)
-        deepspeed.parse_line(text, len(lines) + 1, run)
-    return (
-        run.facts,
-        run.provenance,
-        run.iterations,
-        run.families_seen,
-        repr(run.state),
-        run.capturing,
-        run.capture_lines,
-    )
-
-
-def _same_after_dismissal(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    for state, lines in _DUMP_STATES.items():
-        fast = _after(lines, text, dismiss=True, monkeypatch=monkeypatch)
-        full = _after(lines, text, dismiss=False, monkeypatch=monkeypatch)
-        assert fast == full, f"{text!r} after {state}: dismissed {fast} != read {full}"
-
-
-def test_every_real_print_line_is_dismissed_exactly(monkeypatch):
-    lines = sorted(set(_print_lines()))
-    dismissed = 0
-    for line in lines:
-        _same_after_dismissal(line, monkeypatch)
-        plain = deepspeed._PLAIN_PRINT_RECORD.search(line)
-        dismissed += plain is not None and plain["name"] not in deepspeed._NAMES_READ
-    # the fast path is taken (the test would pass, uselessly, if no line reached it)
-    assert dismissed > len(lines) // 3
-
-
-@pytest.mark.parametrize(
-    "record",
-    [
-        "   steps_per_print .............. 10",
-        "   steps_per_print .............. {",
-        "   steps_per_print .............. {  ",
-        "   steps_per_print .............. 10 ",
-        "   steps_per_print .............. ",
-        "   steps_per_print ..............",
-        "   steps_per_print  {",
-        "   steps_per_print .............. { 'a': 1 }",
-        "   train_batch_size ............. 512",
-        "   zero_config .................. {",
-        "   fp16_enabled ................. True",
-        "   json ......................... {",
-        "   world_size ................... 2",
-        "   name ..... value step=3, skipped=0 SamplesPerSec= UNIQUE_PARAMS=7",
-    ],
-)
-def test_print_records_are_dismissed_exactly(record, monkeypatch):
-    _same_after_dismissal(TAG + record, monkeypatch)
-
-
-# --- the JSON key pattern ----------------------------------------------------------------------------
-
-#: the definition of ``_JSON_KEY``: the value lazy, its trailing spaces left to the pattern's end.
-_LAZY_JSON_KEY = re.compile(r'"(\w+)"\s*:\s*([^,\s][^,]*?)?\s*,?\s*$')
-
-
-def _same_json_key(text: str) -> None:
-    def read(pattern: re.Pattern[str]) -> tuple | None:
-        match = pattern.search(text)
-        return None if match is None else (match.start(), match.group(1), (match.group(2) or "").strip())
-
-    assert read(deepspeed._JSON_KEY) == read(_LAZY_JSON_KEY), repr(text)
-
-
-def test_every_real_json_line_reads_the_same_key():
-    roots = [FIXTURES]
-    paths = [p for root in roots for p in sorted(root.rglob("*")) if p.is_file()]
-    paths += [BENCH_HEAD] if BENCH_HEAD.is_file() else []
-    lines = set()
-    for path in paths:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-        lines.update(line.strip() for line in text.splitlines() if '":' in line)
-    for line in lines:
-        _same_json_key(line)
-    assert len(lines) > 20
-
-
-@settings(max_examples=500, deadline=None)
-@given(joined(['"', "key", "stage", ":", ",", " ", "\t", "\n", "\xa0", "{", "}", "3", "null"], max_size=None))
-def test_random_json_like_text_reads_the_same_key(text):
-    _same_json_key(text)
-
-
-# --- patterns opened on their literal, and _bool ------------------------------------------------------
-
-
-def _config_lines() -> list[str]:
-    roots = [FIXTURES]
-    paths = [p for root in roots for p in sorted(root.rglob("*")) if p.is_file()]
-    paths += [BENCH_HEAD] if BENCH_HEAD.is_file() else []
-    lines = set()
-    for path in paths:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-        lines.update(line for line in text.splitlines() if "offload_" in line or "enabled=" in line)
-    return sorted(lines)
-
-
-#: the definitions of the keyed patterns: ``\b`` before the key, where re tries every position.
-_WORD_KEY_DEFINITIONS = {
-    **{key: (re.compile(rf"\b{key}=(\w+)"), pattern) for key, pattern in deepspeed._PYDANTIC_FLAGS.items()},
-    **{
-        key: (re.compile(rf"\b{key}=(None|\w+\([^)]*\))"), pattern)
-        for key, pattern in deepspeed._ZERO_CONFIG_OFFLOADS.items()
-    },
-}
-
-
-def _same_keyed_reads(text: str) -> None:
-    for key, (definition, pattern) in _WORD_KEY_DEFINITIONS.items():
-        want = [(m.span(), m.group(1)) for m in definition.finditer(text)]
-        assert [(m.span(), m.group(1)) for m in pattern.finditer(text)] == want, (key, text)
-
-
-def test_keyed_patterns_read_every_real_line_as_their_definitions():
-    lines = _config_lines()
-    for line in lines:
-        _same_keyed_reads(line)
-    assert any("offload_param=" in line for line in lines) and any("enabled=" in line for line in lines)
-
-
-@settings(max_examples=400, deadline=None)
-@given(
-    joined(
-        [
-            "offload_param=",
-            "offload_optimizer=",
-            "enabled=",
-            "None",
-            "x",
-            "_",
-            "é",
-            " ",
-            "=",
-            "(",
-            ")",
-            "True",
-        ],
-        max_size=12,
-    )
-)
-def test_keyed_patterns_read_random_text_as_their_definitions(text):
-    _same_keyed_reads(text)
-
-
-def _bool_definition(text: str) -> bool | None:
-    word = text.strip().split()[0].rstrip(",").lower() if text.strip() else ""
-    return {"true": True, "false": False}.get(word)
-
-
-@settings(max_examples=300, deadline=None)
-@given(joined(["true", "False", "TRUE,", ",", " ", "\t", "\xa0", "\x1c", "x", "İ"], max_size=6))
-def test_bool_reads_as_its_definition(text):
-    assert deepspeed._bool(text) == _bool_definition(text)
-
-
 # --- JSON values that can change nothing are not read --------------------------------------------------
 
 
@@ -621,34 +316,84 @@ def test_a_user_config_is_read_while_a_fact_it_states_is_open():
     assert run.provenance["gas"] == f"deepspeed:{len(unsettled) + 1}"
 
 
-def _first_label_by_loop(stripped: str) -> str | None:
-    """The definition ``_PROFILE_LABEL`` replaced: the first label of the table the line starts with."""
-    return next((label for label in deepspeed._PROFILE_LABELS if stripped.startswith(label)), None)
+# --- the dump lines that reach the family ---------------------------------------------------------
+
+BENCH_HEAD = FIXTURES.parent / "bench-corpus" / "golden" / "inputs" / "head-big.out"
+TAG = "[2021-05-26 04:38:20,033] [INFO] [config.py:752:print]"
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        *PROFILE_BLOCK,
-        "params of model = params per GPU * mp_size:                             2.63 K  ",
-        "params of model:   1.2 B",
-        "params of model = 3",
-        "data parallel size:   2",
-        "samples/second:    20397.83",
-        "  world size: 4",
-        "world size",
-        "",
-    ],
+def _paths() -> list[Path]:
+    paths = [p for p in sorted(FIXTURES.rglob("*")) if p.is_file()]
+    return paths + ([BENCH_HEAD] if BENCH_HEAD.is_file() else [])
+
+
+def _routed(record: str) -> bool:
+    """Whether the reader hands ``record`` to the family (outside a capture)."""
+    return any(marker in record for marker in deepspeed.FAMILY.markers)
+
+
+def _reads(record: str) -> bool:
+    """Whether a print record of ``record`` is the dump's header or an attribute the family reads."""
+    tags = list(deepspeed._PRINT_TAG.finditer(record))
+    for index, tag in enumerate(tags):
+        body = record[tag.end() : tags[index + 1].start() if index + 1 < len(tags) else len(record)]
+        field = ("json", "") if "json = " in body else grammar.dotted(body.strip())
+        if body.strip().startswith(deepspeed._DUMP_HEADER) or (field and field[0] in deepspeed._NAMES_READ):
+            return True
+    return False
+
+
+def _print_records() -> list[str]:
+    found = set()
+    for path in _paths():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if ":print" in line:
+                found.update(record for record in records(line) if deepspeed._PRINT_TAG.search(record))
+    return sorted(found)
+
+
+def _every_record(path: Path) -> RunBuilder:
+    """The family fed every record of ``path``: no marker decides which."""
+    run = RunBuilder(path=str(path))
+    for lineno, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        for record in records(line):
+            deepspeed.parse_line(record, lineno, run)
+    return run
+
+
+def test_only_the_dump_lines_the_family_reads_reach_it():
+    routed_by_reads = {(True, True): 0, (False, False): 0}
+    for record in _print_records():
+        reads, routed = _reads(record), _routed(record)
+        assert reads == routed, f"{record!r}: reads {reads}, routed {routed}"
+        routed_by_reads[reads, routed] += 1
+    # most of a dump is attributes the family does not read: they stay in polars
+    assert routed_by_reads[False, False] > routed_by_reads[True, True] > 50
+    # and what the family records from the lines it is handed is what it records from every line
+    for path in (p for p in sorted(FIXTURES.rglob("*")) if p.is_file() and p.stat().st_size < 5e6):
+        routed_run, every = feed_file(deepspeed.FAMILY, path), _every_record(path)
+        assert (routed_run.facts, routed_run.provenance, routed_run.iterations) == (
+            every.facts,
+            every.provenance,
+            every.iterations,
+        ), path
+        assert bool(routed_run.families_seen) == bool(every.families_seen), path
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.sampled_from(["", " ", "   ", "\t"]),
+    st.sampled_from(sorted(deepspeed._NAMES_READ | {"steps_per_print", "zero_allow_untested_optimizer"})),
+    joined([" ", "\t", ".", "..."], min_size=1, max_size=5),
+    joined(["8", "True", "{", " ", "x", "[1, 2]"], max_size=3),
 )
-def test_profile_label_is_the_first_label_of_the_table(text):
-    stripped = text.strip()
-    match = deepspeed._PROFILE_LABEL.match(stripped)
-    assert (None if match is None else match.group()) == _first_label_by_loop(stripped)
-
-
-@settings(max_examples=300, deadline=None)
-@given(joined([*deepspeed._PROFILE_LABELS, "params of model", " ", "=", ":", "x"], max_size=5))
-def test_profile_label_of_random_text_is_the_first_label_of_the_table(text):
-    stripped = text.strip()
-    match = deepspeed._PROFILE_LABEL.match(stripped)
-    assert (None if match is None else match.group()) == _first_label_by_loop(stripped)
+def test_a_dump_line_reaches_the_family_if_it_names_an_attribute_the_family_reads(
+    indent, name, filler, value
+):
+    """DeepSpeed's printer writes spaces and dots between a name and its value; the reader takes tabs
+    too (other whitespace right after a name is no printer's, and is not routed)."""
+    record = f"{TAG}{indent}{name}{filler}{value}"
+    if name not in deepspeed._NAMES_READ:
+        assert not _routed(record), repr(record)
+    elif _reads(record):
+        assert _routed(record), repr(record)

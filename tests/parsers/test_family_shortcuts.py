@@ -1,9 +1,9 @@
 """Compiled shortcuts of the HF Trainer and minGPT families read exactly what their definitions read.
 
-The pyparsing grammars (``metric_record``, ``runtime_value``, minGPT's ``epoch_time`` and
-``peak_memory``) and ``ast.literal_eval`` stay the definitions; the hot path reads with compiled
-patterns. Here both read every line of the fixtures and the real logs, hand-made edge cases and
-random text.
+minGPT's pyparsing grammars (``epoch_time``, ``peak_memory``) and ``ast.literal_eval`` stay the
+definitions; the hot path reads with compiled patterns. Here both read every line of the fixtures and
+the real logs, hand-made edge cases and random text. HF's metrics lines and durations have one
+definition, their patterns, held to examples.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import math
 import re
 from pathlib import Path
 
-import pyparsing as pp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -44,131 +43,45 @@ def _real_records() -> list[str]:
 REAL = _real_records()
 
 
-# --- HF Trainer: train metrics block -------------------------------------------------------------
-
-
-def _metric_by_grammar(text: str) -> tuple[str, str] | None:
-    try:
-        parsed = hf_trainer.metric_record.parse_string(text)
-    except pp.ParseBaseException:
-        return None
-    return parsed["name"], parsed["value"]
-
-
-def test_metric_line_equals_its_grammar_on_real_lines():
-    lines = [record.strip() for record in REAL]  # the block reads stripped lines
-    assert sum(_metric_by_grammar(line) is not None for line in lines) > 50  # metrics blocks, `x=y,` dumps
-    assert [hf_trainer.metric_line(line) for line in lines] == [_metric_by_grammar(line) for line in lines]
+# --- HF Trainer: train metrics block and train_runtime durations -----------------------------------
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "read"),
     [
-        "train_runtime            = 0:01:23.45",
-        "epoch =",
-        "a=b=c",
-        "_x\t=\t1\t",
-        "x = 1\n",
-        "x = 1\n2",
-        "x = 1\n \t",
-        "9x = 1",
-        "x y = 1",
-        "é = 1",
-        "x\x0c= 1",
-        "x =\x0c1",
-        " \r\nx = 1",
+        ("train_runtime            = 0:01:23.45", ("train_runtime", "0:01:23.45")),
+        ("epoch =", ("epoch", "")),
+        ("a=b=c", ("a", "b=c")),
+        ("9x = 1", None),
+        ("x y = 1", None),
     ],
 )
-def test_metric_line_edge_cases(text):
-    assert hf_trainer.metric_line(text) == _metric_by_grammar(text)
-
-
-@given(st.text(alphabet=" =\t\r\n\x0c\u3000_aZ9:.,x-", max_size=30))
-def test_metric_line_equals_its_grammar_on_any_text(text):
-    assert hf_trainer.metric_line(text) == _metric_by_grammar(text)
-
-
-# --- HF Trainer: train_runtime durations ---------------------------------------------------------
-
-
-def _runtime_by_grammar(text: str) -> dict | None:
-    try:
-        parsed = hf_trainer.runtime_value.parse_string(text)
-    except pp.ParseBaseException:
-        return None
-    return {name: parsed[name] for name in ("days", "hours", "minutes", "seconds") if name in parsed}
-
-
-def _same_runtime(text: str) -> None:
-    got, want = hf_trainer.runtime_parts(text), _runtime_by_grammar(text)
-    # nan != nan: compare the reprs, which also tell int from float
-    assert repr(got) == repr(want), f"{text!r}: compiled {got} != grammar {want}"
-
-
-def test_runtime_equals_its_grammar_on_real_values():
-    values = [
-        metric[1].strip() for metric in map(hf_trainer.metric_line, (r.strip() for r in REAL)) if metric
-    ]
-    assert sum(_runtime_by_grammar(value) is not None for value in values) >= 2  # "0:00:11.22", "0:00:01.43"
-    for value in values + [record.strip() for record in REAL]:
-        _same_runtime(value)
+def test_metric_line_reads_name_and_value(text, read):
+    assert hf_trainer.metric_line(text) == read
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "parts"),
     [
-        "0:01:23.45",
-        "1 day, 2:03:04.50",
-        "2 days, 0:00:00",
-        "1 day,2:03:04",
-        "1day , 2:03:04",
-        "1 days 2:03:04",
-        "1 day, 2:03",
-        "0:0:7",
-        "0:0:-7",
-        "0:0:+7.5e1",
-        "0:0:7.",
-        "0:0:.5",
-        "0:0:1e5",
-        "0:0:1e",
-        "0:0:NaN",
-        "0:0:-Infinity",
-        "0:0:nanx",
-        "0:0:١.5",
-        "١:0:1",
-        "0 : 1 :\t2",
-        "0:1:2 \n",
-        "0:1:2 x",
-        "12",
-        "",
+        ("0:01:23.45", {"hours": 0, "minutes": 1, "seconds": 23.45}),
+        ("1 day, 2:03:04.50", {"days": 1, "hours": 2, "minutes": 3, "seconds": 4.5}),
+        ("2 days, 0:00:00", {"days": 2, "hours": 0, "minutes": 0, "seconds": 0}),
+        ("0 : 1 :\t2", {"hours": 0, "minutes": 1, "seconds": 2}),
+        ("1 day, 2:03", None),
+        ("0:1:2 x", None),
+        ("12", None),  # a bare number is seconds already: _runtime_seconds reads it as one
+        ("", None),
     ],
 )
-def test_runtime_edge_cases(text):
-    _same_runtime(text)
+def test_runtime_parts_of_durations(text, parts):
+    # repr tells int seconds from float
+    assert repr(hf_trainer.runtime_parts(text)) == repr(parts)
 
 
-@given(st.text(alphabet="0123456789:., dayse+-nfiINF\t\r\n١x", max_size=24))
-def test_runtime_equals_its_grammar_on_any_text(text):
-    _same_runtime(text)
-
-
+#: number-like text, for the dict values below
 _NUMBERISH = st.from_regex(
     r"[-+]?[0-9١]{0,3}\.?[0-9]{0,3}(?:[eE][-+]?[0-9]{0,2})?|(?i:[-+]?nan|inf(inity)?)x?", fullmatch=True
 )
-_GAP = st.sampled_from(["", "", " ", "\t", "\r\n"])
-
-
-@settings(max_examples=300)
-@given(
-    st.sampled_from(["", "1 day, ", "2 days, ", "1day,", "3 days ", "١ day, ", "1 day ,", "01 days,"]),
-    st.tuples(_GAP, st.from_regex(r"[0-9]{0,2}", fullmatch=True), _GAP, st.sampled_from([":", ":", ";"])),
-    st.tuples(_GAP, st.from_regex(r"[0-9]{0,2}", fullmatch=True), _GAP, st.sampled_from([":", ":", ""])),
-    _GAP,
-    _NUMBERISH,
-    st.sampled_from(["", "", " ", "\n", "x", " 1"]),
-)
-def test_runtime_equals_its_grammar_on_duration_like_text(days, hours, minutes, gap, seconds, tail):
-    _same_runtime(days + "".join(hours) + "".join(minutes) + gap + seconds + tail)
 
 
 # --- HF Trainer: logged dicts --------------------------------------------------------------------

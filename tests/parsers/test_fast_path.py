@@ -22,7 +22,7 @@ import pyparsing as pp
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from logstat.parsers import deepspeed, grammar, hf_trainer, reader, registry, source
+from logstat.parsers import deepspeed, grammar, reader, registry, source
 from polars.testing import assert_frame_equal
 
 from logstat.api import load_runs
@@ -157,25 +157,6 @@ def test_dotted_equals_its_pyparsing_grammar_on_real_lines():
 @given(st.text(alphabet=" .\t\r\n\x0c\u3000_aZ9:=-x", max_size=30))
 def test_dotted_equals_its_pyparsing_grammar_on_any_text(text):
     assert grammar.dotted(text) == _dotted_by_pyparsing(text)
-
-
-def _args_by_pyparsing(text: str) -> tuple[str, str] | None:
-    try:
-        parsed = hf_trainer.args_field.parse_string(text, parse_all=True)
-    except pp.ParseBaseException:
-        return None
-    return parsed["name"], parsed["value"]
-
-
-def test_training_arguments_field_equals_its_pyparsing_grammar_on_real_lines():
-    lines = [line.strip() for line in _real_lines()]
-    assert sum(_args_by_pyparsing(line) is not None for line in lines) > 100  # the TrainingArguments dumps
-    assert [hf_trainer.args_record(line) for line in lines] == [_args_by_pyparsing(line) for line in lines]
-
-
-@given(st.text(alphabet=" =,\t\r\n\x0c_aZ9:.()'", max_size=30))
-def test_training_arguments_field_equals_its_pyparsing_grammar_on_any_text(text):
-    assert hf_trainer.args_record(text) == _args_by_pyparsing(text)
 
 
 DEEPSPEED_RECORDS = {
