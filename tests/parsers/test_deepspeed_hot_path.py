@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from logstat.parsers import deepspeed, grammar
 from logstat.parsers.base import RunBuilder
+from logstat.parsers.kinds import order_key
 from logstat.parsers.source import records
 
 from tests.conftest import FIXTURES
@@ -355,10 +356,12 @@ def _print_records() -> list[str]:
 def _every_record(path: Path) -> RunBuilder:
     """The family fed every record of ``path``: no marker decides which."""
     run = RunBuilder(path=str(path))
+    run.files.append(str(path))
     for lineno, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-        for record in records(line):
+        for index, record in enumerate(records(line)):
+            run.position, run.event_index = order_key(0, lineno, index), 0
             deepspeed.parse_line(record, lineno, run)
-    return run
+    return run.settle()
 
 
 def test_only_the_dump_lines_the_family_reads_reach_it():
