@@ -43,62 +43,18 @@ number = pp.Regex(r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|na
 number.set_parse_action(lambda t: float(t[0]))
 integer = ppc.integer.copy().set_name("integer")
 
-lr_list = (pp.Suppress("[") + pp.Optional(pp.DelimitedList(number))("lr") + pp.Suppress("]")).set_name(
-    "lr_list"
-)
-step_record = (
-    pp.Regex(r"(?<![\w/])step=").suppress()
-    + integer("step")
-    + pp.Suppress(", skipped=")
-    + integer("skipped")
-    + pp.Suppress(", lr=")
-    + lr_list
-).set_name("step_record")
-
-throughput_record = (
-    pp.Suppress("epoch=")
-    + integer("epoch")
-    + pp.Suppress("/micro_step=")
-    + integer("micro_step")
-    + pp.Suppress("/global_step=")
-    + integer("global_step")
-    + pp.Suppress(",")
-    + pp.Suppress("RunningAvgSamplesPerSec=")
-    + number("running_avg_samples_per_sec")
-    + pp.Suppress(",")
-    + pp.Suppress("CurrSamplesPerSec=")
-    + number("curr_samples_per_sec")
-    + pp.Optional(
-        pp.Suppress(",")
-        + pp.Suppress("MemAllocated=")
-        + number("mem_allocated_gb")
-        + pp.Suppress("GB,")
-        + pp.Suppress("MaxMemAllocated=")
-        + number("max_mem_allocated_gb")
-        + pp.Suppress("GB")
-    )
-).set_name("throughput_record")
-
-# Where each record can start (its leading literal), for ``scan``.
-_STEP_ANCHOR = re.compile(r"(?<![\w/])step=")
-# ``step_record`` as one compiled pattern for the hot path (pyparsing costs ~100 us a line): pyparsing's
-# default whitespace is skipped before every token, each token is atomic (pyparsing does not backtrack
-# into a token), ``integer`` is ASCII digits and only ``nan``/``inf`` of ``number`` ignore case.
-# The pattern opens on its literal, with the lookbehind after it (the same test: the character before
-# "step=" is no word character or "/"), so re jumps to each "step=" instead of trying the lookbehind at
-# every position of the line (1.7 -> 0.4 us on a 117-character line).
-# tests/parsers/test_hot_path.py checks it against ``step_record`` on every ``step=`` line of the logs.
+# DeepSpeed's progress record (engine.py ``_report_progress``): ``step=N, skipped=M, lr=[...]``, glued
+# to other text or not (the character before "step=" is no word character or "/"). Whitespace between
+# the parts is skipped, ``nan``/``inf`` may be in any case. The pattern opens on its literal, with the
+# lookbehind after it, so re jumps to each "step=" (1.7 -> 0.4 us on a 117-character line).
 _WS = r"[ \t\r\n]*"
 _NUMBER = r"(?>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?i:nan|inf)))"
 _STEP_LINE = re.compile(
     rf"step=(?<![\w/]step=){_WS}(?P<step>(?>[0-9]+)){_WS}, skipped={_WS}(?P<skipped>(?>[0-9]+)){_WS}, lr={_WS}\["
     rf"(?:{_WS}(?P<lr>{_NUMBER})(?:{_WS},{_WS}{_NUMBER})*)?{_WS}\]"
 )
-_THROUGHPUT_ANCHOR = re.compile(re.escape("epoch="))
-# ``throughput_record`` as one compiled pattern, on the same terms as ``_STEP_LINE`` (pyparsing cost
-# ~250 us a line, a third of the family's time on a DeepSpeed log): the optional memory part is tried
-# last, so the regex trying it and giving it up is pyparsing's ``Optional``.
-# tests/parsers/test_deepspeed_hot_path.py checks it against ``throughput_record``.
+# ThroughputTimer's record (utils/timer.py): ``epoch=E/micro_step=M/global_step=G,
+# RunningAvgSamplesPerSec=X, CurrSamplesPerSec=Y[, MemAllocated=aGB, MaxMemAllocated=bGB]``.
 _THROUGHPUT_LINE = re.compile(
     rf"epoch={_WS}(?>[0-9]+){_WS}/micro_step={_WS}(?>[0-9]+){_WS}/global_step={_WS}(?P<global_step>(?>[0-9]+))"
     rf"{_WS},{_WS}RunningAvgSamplesPerSec={_WS}{_NUMBER}{_WS},{_WS}CurrSamplesPerSec={_WS}(?P<curr>{_NUMBER})"

@@ -172,8 +172,9 @@ def pipe_fields(records: pl.LazyFrame, body: pl.Expr) -> pl.LazyFrame:
     A name repeated in a record keeps its first position and its last value, as a dict keyed by name."""
     return (
         records.select("order", piece=body.str.split("|"))
-        .explode("piece")
-        .with_columns(position=pl.int_range(pl.len()).over("order"))
+        # each piece's place in its record, exploded with it (a window over the records costs more)
+        .with_columns(position=pl.int_ranges(pl.col("piece").list.len()))
+        .explode("piece", "position")
         .select(
             "order",
             "position",

@@ -205,8 +205,8 @@ def _split_at(records: pl.LazyFrame, header: str) -> pl.LazyFrame:
             .str.replace_all(header, _RECORD_SEPARATOR + "${0}")
             .str.split(_RECORD_SEPARATOR),
         )
-        .explode("piece")
-        .with_columns(item=pl.int_range(pl.len()).over("order"))
+        .with_columns(item=pl.int_ranges(pl.col("piece").list.len()))
+        .explode("piece", "item")
         .filter(pl.col("item") > 0)
         .with_columns(
             first=pl.col("piece").str.extract("^" + header, 1),

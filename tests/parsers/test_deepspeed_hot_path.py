@@ -1,7 +1,6 @@
-"""DeepSpeed's hot path reads exactly what its definitions read.
+"""DeepSpeed's hot path on real lines and edge cases.
 
-- ``throughput_records`` (the compiled ``_THROUGHPUT_LINE``) against the ``throughput_record`` grammar
-  through ``scan``: every throughput line of the fixtures and the real logs, edge cases, random text.
+- ``throughput_records`` (``_THROUGHPUT_LINE``) on every throughput line of the fixtures and edge cases.
 - The shortcuts ``parse_line`` takes before calling a reader (the profiler window, the precision flags
   only on their own names, the JSON value reader only for its keys) change no fact or iteration.
 - The config printer's lines reach the family only where they can change what it records (its markers).
@@ -30,25 +29,6 @@ THROUGHPUT_LINE = (
 )
 
 
-def _by_grammar(text: str) -> list[tuple]:
-    """What ``throughput_record`` reads, through ``scan`` (the path before the compiled pattern)."""
-    return [
-        (
-            tokens["global_step"],
-            tokens["curr_samples_per_sec"],
-            tokens.get("mem_allocated_gb"),
-            tokens.get("max_mem_allocated_gb"),
-        )
-        for tokens in deepspeed.scan(deepspeed.throughput_record, deepspeed._THROUGHPUT_ANCHOR, text)
-    ]
-
-
-def _same(text: str) -> None:
-    got, want = list(deepspeed.throughput_records(text)), _by_grammar(text)
-    # nan != nan: compare the reprs, which also tell int from float
-    assert repr(got) == repr(want), f"{text!r}: compiled {got} != grammar {want}"
-
-
 def _throughput_lines() -> list[str]:
     roots = [FIXTURES]
     lines = []
@@ -59,10 +39,8 @@ def _throughput_lines() -> list[str]:
     return lines
 
 
-def test_every_real_throughput_line_reads_the_same():
+def test_every_real_throughput_line_is_read_once():
     lines = _throughput_lines()
-    for line in lines:
-        _same(line)
     # grep -rc "SamplesPerSec=" fixtures: 4 lines (two CPU runs, global steps 4 and 6), one record each
     assert len(lines) >= 4
     assert sum(len(list(deepspeed.throughput_records(line))) for line in lines) == len(lines)
@@ -113,57 +91,7 @@ def test_every_real_throughput_line_reads_the_same():
     ],
 )
 def test_throughput_edge_cases(text, expected):
-    _same(text)
     assert repr(list(deepspeed.throughput_records(text))) == repr(expected)
-
-
-_PIECES = (
-    "epoch=",
-    "/micro_step=",
-    "/global_step=",
-    ", RunningAvgSamplesPerSec=",
-    ", CurrSamplesPerSec=",
-    ", MemAllocated=",
-    "GB, MaxMemAllocated=",
-    "GB",
-    "GB,",
-    ",",
-    "/",
-    "=",
-    "7",
-    "12",
-    " ",
-    "\t",
-    "\r",
-    "\n",
-    "1e-4",
-    "-2.5",
-    ".5",
-    "5.",
-    "nan",
-    "Inf",
-    "e",
-    "+",
-    "x",
-)
-
-
-@settings(max_examples=400, deadline=None)
-@given(joined(_PIECES, max_size=30))
-def test_random_throughput_like_text_reads_the_same(text):
-    _same(text)
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.integers(0, 170),
-    st.sampled_from([" ", "  ", "\t", "", "\n"]),
-    st.text("0123456789.,/= eGB-", max_size=8),
-)
-def test_real_throughput_line_with_changes_reads_the_same(cut, space, noise):
-    start = THROUGHPUT_LINE.index("epoch=")
-    position = start + cut
-    _same(THROUGHPUT_LINE[:position] + space + noise + THROUGHPUT_LINE[position:])
 
 
 # --- the shortcuts of parse_line -------------------------------------------------------------------

@@ -1,13 +1,14 @@
 """The shared grammar pieces, each alone, on real lines."""
 
-import math
 import shlex
 
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from logstat.parsers import grammar
-from logstat.parsers.grammar import dotted, eq_fields, literal, pipe_fields
+from logstat.parsers.grammar import dotted, eq_fields, literal
+from logstat.parsers.kinds import pipe_fields
 
 from tests.conftest import FIXTURES
 from tests.parsers.random_text import joined
@@ -19,8 +20,15 @@ OLD_ITERATION = (
 )
 
 
+def _fields(text: str) -> dict[str, str]:
+    """``kinds.pipe_fields`` of one record: name -> value text, in the order of the fields."""
+    frame = pl.DataFrame({"order": [0], "text": [text]}).lazy()
+    found = pipe_fields(frame, pl.col("text")).sort("position").collect()
+    return dict(zip(found["name"], found["value"], strict=True))
+
+
 def test_pipe_record_reads_names_and_numbers():
-    fields = pipe_fields(OLD_ITERATION)
+    fields = {name: float(value) for name, value in _fields(OLD_ITERATION).items()}
     assert fields["elapsed time per iteration (ms)"] == 121899.8
     assert fields["learning rate"] == 1.875e-05
     assert fields["lm loss"] == 12.52221
@@ -28,9 +36,24 @@ def test_pipe_record_reads_names_and_numbers():
 
 
 def test_pipe_record_skips_non_numbers_and_reads_nan_inf():
-    fields = pipe_fields(" | learning rate: N/A | grad norm: nan | loss scale: inf | x: -2 |")
-    assert "learning rate" not in fields
-    assert math.isnan(fields["grad norm"]) and fields["loss scale"] == math.inf and fields["x"] == -2
+    fields = _fields(" | learning rate: N/A | grad norm: nan | loss scale: inf | x: -2 |")
+    assert fields == {"grad norm": "nan", "loss scale": "inf", "x": "-2"}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a name holds no ":" or "=", starts at a letter and is stripped and lower-cased
+        (" | 12 Lm Loss : 3.5 | a=b: 1 | c: d: 2 |", {"lm loss": "3.5", "b": "1", "d": "2"}),
+        # a repeated name keeps its first place and its last value
+        (" | x: 1 | y: 2 | x: 3 |", {"x": "3", "y": "2"}),
+        # a value followed by anything but spaces before the next "|" is no number
+        (" | a: 1.5e | b: 1 2 | c: .5 | d: 5. | e: 1E+3 |", {"c": ".5", "d": "5.", "e": "1E+3"}),
+        ("no fields here", {}),
+    ],
+)
+def test_pipe_fields_edge_cases(text, expected):
+    assert _fields(text) == expected
 
 
 def test_dotted_record_with_dots_and_with_spaces_only():
