@@ -5,7 +5,7 @@
 
 ``tests/parsers/test_fast_path.py`` holds the fast path equal to the read-every-line path of the same
 code; this script holds today's code equal to yesterday's, which that test cannot see (a family change,
-a narrower marker). It parses the fixtures (the real logs of ``fixtures/bigscience`` included), the fixtures with each framework
+a narrower marker, a record read column-wise). It parses the fixtures (the real logs of ``fixtures/bigscience`` included), the fixtures with each framework
 family forced, and, when ``make bench`` has built ``bench-corpus/``, 150 of its small files and the
 first 60 MB of its large one, and keeps the runs/iterations/timers frames under ``bench-corpus/golden/``
 (git-ignored). Not collected by pytest (no ``test_`` prefix).
@@ -90,10 +90,10 @@ def _difference(got: pl.DataFrame, want: pl.DataFrame) -> str:
     for column in got.columns:
         if got[column].equals(want[column]):
             continue
-        rows = [row for row in range(got.height) if got[column][row] != want[column][row]][:3]
-        notes.append(
-            f"{column} rows {rows}: {[got[column][r] for r in rows]} vs {[want[column][r] for r in rows]}"
-        )
+        # as Python values: a list column's cells are Series, whose != is element-wise; nan == nan here
+        mine, theirs = got[column].to_list(), want[column].to_list()
+        rows = [row for row in range(got.height) if repr(mine[row]) != repr(theirs[row])][:3]
+        notes.append(f"{column} rows {rows}: {[mine[r] for r in rows]} vs {[theirs[r] for r in rows]}")
     return "; ".join(notes[:3])
 
 
