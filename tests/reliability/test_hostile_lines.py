@@ -21,6 +21,7 @@ from logstat.parsers import megatron, registry
 from logstat.parsers.base import RunBuilder
 from logstat.parsers.kinds import order_key
 from logstat.parsers.reader import RunFiles, RunResult, frames
+from logstat.parsers.settle import settle_runs
 from logstat.parsers.source import records
 
 #: examples per property; LOGSTAT_RELIABILITY_SCALE=10 searches ten times longer (make test uses 1).
@@ -77,11 +78,15 @@ def feed(family, texts, run: RunBuilder | None = None) -> RunBuilder:
             family.parse_line(text, lineno, run)
         if kind is not None:
             run.defer(text, kind)
-    return run.settle(family.kinds)
+    return run
+
+
+KINDS = tuple(kind for family in registry.families() for kind in family.kinds)
 
 
 def build_frames(*runs: RunBuilder):
     """The runs frame with its summary and the iterations frame, as load_runs builds them."""
+    settle_runs(list(runs), KINDS)  # as the reader settles the runs it read together
     results = [RunResult(run=run, files=RunFiles(key=run.path, files=(Path(run.path),))) for run in runs]
     runs_frame, iterations, _timers = frames(results)
     return summarize(runs_frame, iterations, warmup=1), iterations
@@ -146,7 +151,7 @@ def test_glued_ranks_keep_every_iteration(data, generated):
     tags = data.draw(st.lists(st.sampled_from(GLUE_TAGS), min_size=len(chosen), max_size=len(chosen)))
     glued = "".join(tag + line for tag, line in zip(tags, chosen, strict=True))
     generated["glued lines of many ranks"] += 1
-    run = feed(megatron.FAMILY, records(glued))
+    run = feed(megatron.FAMILY, records(glued)).settle(megatron.FAMILY.kinds)
     expected = {int(line.split("/")[0].split()[-1]) for line in chosen}
     assert {step: row["elapsed_ms"] for step, row in run.iterations.items()} == {
         step: MEGATRON_ELAPSED_MS[step] for step in expected
