@@ -177,10 +177,12 @@ def _launch_starts(runs: list[RunBuilder], steps: pl.DataFrame) -> pl.DataFrame:
         mine = steps.filter(pl.col("run") == index, pl.col("mode") != PEAK, pl.col("step").is_not_null())
         by_family = {family: frame["order"].to_list() for (family,), frame in mine.group_by("family")}
         previous: dict[str, int] = {}
+        launches = 0
         for order, family in run.launch_candidates:
             orders = by_family.get(family, [])
             if bisect_left(orders, order) > bisect_right(orders, previous.get(family, -1)):
-                starts.append((index, order, 1 + sum(start[0] == index for start in starts)))
+                launches += 1
+                starts.append((index, order, launches))
             previous[family] = order
     return pl.DataFrame(starts, schema={"run": pl.Int64, "order": pl.Int64, "launch": pl.Int64}, orient="row")
 
