@@ -28,7 +28,7 @@ from logstat.parsers.source import ALL_ROUTES, SourceReport, marker_needles, rec
 #: one stem are one run (``.out`` pairs with ``.err``, ``.stdout`` with ``.stderr``).
 STREAM_SUFFIXES = {".out": ("out", 0), ".err": ("out", 1), ".stdout": ("stdout", 0), ".stderr": ("stdout", 1)}
 #: chunks of kind records a run holds before they are read into events (~4 MiB of lines each)
-BATCH_CHUNKS = 24
+BATCH_CHUNKS = 8
 #: suffixes of logs that are a run of their own.
 SINGLE_SUFFIXES = (".log", ".txt")
 LOG_SUFFIXES = (*STREAM_SUFFIXES, *SINGLE_SUFFIXES)
