@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import polars as pl
+from logstat.parsers.schema import ITERATIONS_SCHEMA
 
 #: bits of ``order_key``: file index (16), line (31), record within the line (8), event within the record (8)
 LINE_SHIFT, _RECORD_SHIFT = 16, 8
@@ -49,18 +50,9 @@ def line_of(order: pl.Expr) -> pl.Expr:
 RECORD, STEP_METRICS, PEAK = 0, 1, 2
 #: step metrics a kind or a family may record, with their types (ITERATIONS_SCHEMA's metric columns)
 STEP_METRICS_SCHEMA: dict[str, pl.DataType] = {
-    "elapsed_ms": pl.Float64,
-    "samples_per_sec": pl.Float64,
-    "tokens_per_sec": pl.Float64,
-    "loss": pl.Float64,
-    "lr": pl.Float64,
-    "loss_scale": pl.Float64,
-    "grad_norm": pl.Float64,
-    "skipped": pl.Int64,
-    "nan": pl.Int64,
-    "mem_allocated_mb": pl.Float64,
-    "mem_max_allocated_mb": pl.Float64,
-    "logged_tflops_per_gpu": pl.Float64,
+    name: dtype
+    for name, dtype in ITERATIONS_SCHEMA.items()
+    if name not in ("path", "iteration", "family", "line", "source_path")
 }
 #: a step event; ``step`` null: the last step logged before it (a line about "this" step)
 STEP_EVENT_SCHEMA: dict[str, pl.DataType] = {
