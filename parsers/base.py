@@ -114,7 +114,6 @@ class RunBuilder:
     step_events: list[tuple] = field(default_factory=list)
     # the record kinds' records polars split off, (order, text, kind) frames, until they are read
     kind_records: list[pl.DataFrame] = field(default_factory=list)
-    pending_records: int = 0  # rows of kind_records
     kind_events: dict[str, list[pl.DataFrame]] = field(default_factory=dict)  # events of records read early
     # records of a kind that Python split off a line (glued ranks, small chunks): (order, text, kind)
     deferred: list[tuple[int, str, int]] = field(default_factory=list)

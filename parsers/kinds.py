@@ -69,36 +69,22 @@ TIMER_EVENT_SCHEMA: dict[str, pl.DataType] = {
     "ms": pl.Float64,
     "family": pl.String,
 }
-#: a fact stated by a record (integers only: the kinds state counts)
-FACT_EVENT_SCHEMA: dict[str, pl.DataType] = {
-    "order": pl.Int64,
-    "fact": pl.String,
-    "value": pl.Int64,
-    "family": pl.String,
-}
-#: a record that could not be read in full (``parse_errors``)
-NOTE_EVENT_SCHEMA: dict[str, pl.DataType] = {"order": pl.Int64, "family": pl.String, "message": pl.String}
 
 
 @dataclass
 class Events:
-    """Typed events read from records, one frame per sort (each with its ``*_EVENT_SCHEMA``)."""
+    """Typed events read from records, frames per sort: steps and timers in their ``*_EVENT_SCHEMA``,
+    facts (``order``, ``fact``, ``value``, ``family``) and notes (``order``, ``family``, ``message``)."""
 
     steps: list[pl.DataFrame] = field(default_factory=list)
     timers: list[pl.DataFrame] = field(default_factory=list)
     facts: list[pl.DataFrame] = field(default_factory=list)
     notes: list[pl.DataFrame] = field(default_factory=list)
 
-    def extend(self, other: Events, shift: int = 0) -> None:
-        """Add ``other``'s events, their orders moved by ``shift`` (a chunk's place in the run)."""
+    def extend(self, other: Events) -> None:
+        """Add ``other``'s events (of another kind's records)."""
         for name in ("steps", "timers", "facts", "notes"):
-            frames = getattr(other, name)
-            if shift:
-                frames = [frame.with_columns(pl.col("order") + shift) for frame in frames]
-            getattr(self, name).extend(frame for frame in frames if frame.height)
-
-    def __bool__(self) -> bool:
-        return bool(self.steps or self.timers or self.facts or self.notes)
+            getattr(self, name).extend(frame for frame in getattr(other, name) if frame.height)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,7 +194,3 @@ def as_count(value: pl.Expr) -> pl.Expr:
 def too_long(value: pl.Expr) -> pl.Expr:
     """Whether an integer's text does not fit int64 (the frames' integers): such a value is noted."""
     return value.str.contains(_INTEGER) & value.cast(pl.Int64, strict=False).is_null()
-
-
-def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    return pl.DataFrame(schema=schema)

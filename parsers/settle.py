@@ -98,7 +98,6 @@ def _pending(run: RunBuilder, index: int) -> pl.DataFrame | None:
         frames.append(pl.DataFrame(run.deferred, schema=_RECORD_SCHEMA, orient="row"))
     run.kind_records.clear()
     run.deferred.clear()
-    run.pending_records = 0
     if not frames:
         return None
     return pl.concat(frames, how="vertical_relaxed").with_columns(run=pl.lit(index, dtype=pl.Int64))
