@@ -17,26 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from logstat.parsers.kinds import PEAK, PYTHON_EVENTS, RECORD, STEP_METRICS, RecordKind
+from logstat.parsers.kinds import PEAK, PYTHON_EVENTS, RECORD, STEP_METRICS, Block, RecordKind
 
 #: the frames store integers as int64: a longer one (a garbled or hostile number) is not recorded.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-
-@dataclass(frozen=True)
-class CaptureLines:
-    """The lines an open block asks for (``RunBuilder.capture(lines=...)``) when many of them only
-    overwrite what the one before set (a traceback's frames: only the last one's line number is read).
-
-    ``regex`` is what a plain ``lines`` regex is: it matches every line that can change what the family
-    records. ``collapse`` (for polars' engine, searched in a line's one record, launcher prefixes
-    stripped) promises more: while the block is open, a line delivered for ``regex`` whose one record
-    matches ``collapse`` changes nothing that the next line the family is handed does not overwrite
-    (or make moot), when that line's record matches ``collapse`` too, marked or not. So of consecutive
-    such lines the reader may hand over only the last one."""
-
-    regex: str
-    collapse: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,8 +31,9 @@ class Family:
     """Registry name, e.g. ``megatron``; also the value of the ``family`` column."""
     markers: tuple[str, ...]
     """Fixed substrings; a line is given to ``parse_line`` only if it contains one of them."""
-    parse_line: Callable[[str, int, RunBuilder], None]
-    """Read one line (``text``, 1-based ``lineno``) into the builder; never raises."""
+    parse_line: Callable[[str, int, RunBuilder], None] | None = None
+    """Read one record (``text``, its 1-based ``lineno``) that no kind or block took into the builder;
+    never raises. None: every record of the family is a kind's or a block's."""
     evidence: Callable[[RunBuilder], int] = lambda run: 0
     """How strongly the run's collected records say "this family" (0 = not at all)."""
     description: str = ""
@@ -58,12 +43,11 @@ class Family:
     finish: Callable[[RunBuilder], None] | None = None
     """Called once after every file of a run was read: a family that kept a record for the end (the last
     of many progress-bar updates, not worth reading each) reads it; never raises."""
-    capture_patterns: tuple[str | CaptureLines, ...] = ()
-    """The regexes the family passes to ``RunBuilder.capture(lines=...)``: the reader searches each
-    chunk for them ahead of time (a pattern not listed here is searched when asked for)."""
     kinds: tuple[RecordKind, ...] = ()
-    """The family's per-step records read column-wise (``kinds.RecordKind``): ``parse_line`` never sees
-    them, but while its own block is open (``capture``), to end the block."""
+    """The family's records read column-wise (``kinds.RecordKind``): ``parse_line`` never sees them."""
+    blocks: tuple[Block, ...] = ()
+    """The family's multi-line blocks (``kinds.Block``), read column-wise: ``parse_line`` never sees their
+    records."""
 
 
 #: the columns of ``RunBuilder.timers``, in order.
@@ -102,21 +86,18 @@ class RunBuilder:
     current_file: str = ""  # the file being read (a run may be a job's .out and .err)
     files: list[str] = field(default_factory=list)  # the files read, in order (``kinds.order_key``'s index)
     failure_path: str | None = None  # the file holding the failure evidence line
-    completion: tuple[str, int, str] | None = None  # (evidence, line, file): the run reached its end
-    # (evidence, line, file): a launcher said its workers exited cleanly; weaker than ``completion``
-    clean_exit: tuple[str, int, str] | None = None
-    capturing: set[str] = field(default_factory=set)  # families that asked for more lines (open blocks)
-    # family -> regex of the lines it needs
-    capture_lines: dict[str, str | CaptureLines] = field(default_factory=dict)
+    # (evidence, line, file, order): the run reached its end (the last such record)
+    completion: tuple[str, int, str, int] | None = None
+    # (evidence, line, file, order): a launcher said its workers exited cleanly; weaker than ``completion``
+    clean_exit: tuple[str, int, str, int] | None = None
     position: int = 0  # ``kinds.order_key`` of the record being read: the order of the events it makes
     event_index: int = 0  # events the record made so far (the reader sets it to 0 per record)
     # step events of the Python families: (order, step, mode, family, line, file, metrics)
     step_events: list[tuple] = field(default_factory=list)
-    # the record kinds' records polars split off, (order, text, kind) frames, until they are read
-    kind_records: list[pl.DataFrame] = field(default_factory=list)
-    kind_events: dict[str, list[pl.DataFrame]] = field(default_factory=dict)  # events of records read early
-    # records of a kind that Python split off a line (glued ranks, small chunks): (order, text, kind)
-    deferred: list[tuple[int, str, int]] = field(default_factory=list)
+    # failure events of the Python families, as FAILURE_EVENT_SCHEMA's rows (``settle`` folds them again
+    # with the record kinds' in line order)
+    failure_events: list[tuple] = field(default_factory=list)
+    last_exception: tuple[int, str] | None = None  # (line, file) of the last traceback exception folded
     # facts a record kind states too: every statement of the Python families, (order, family, value, line)
     fact_statements: dict[str, list[tuple[int, str, Any, int]]] = field(default_factory=dict)
     launch_candidates: list[tuple[int, str]] = field(default_factory=list)  # (order, family), see new_launch
@@ -186,17 +167,6 @@ class RunBuilder:
         wins), where the many ranks printing a step within one launch merge (first print wins)."""
         self.launch_candidates.append((self.position, family))
 
-    def defer(self, text: str, kind: int) -> None:
-        """A record of record kind ``kind`` that Python split off its line: read column-wise with the run's other records."""
-        self.deferred.append((self._order(), text, kind))
-
-    def settle(self, kinds: tuple[RecordKind, ...] = ()) -> RunBuilder:
-        """``settle.settle_runs`` of this run alone (the reader settles runs together); returns the run."""
-        from logstat.parsers.settle import settle_runs  # settle reads RunBuilders: imported when called
-
-        settle_runs([self], kinds)
-        return self
-
     @property
     def iterations(self) -> dict[int, dict[str, Any]]:
         """The settled rows by step, each without its null columns (for reading a few)."""
@@ -214,26 +184,59 @@ class RunBuilder:
             return []
         return self.timer_frame.select(TIMER_FIELDS).to_dicts()
 
-    def fail(self, status: str, reason: str, lineno: int, *, weight: int = CAUSE, kind: str = "") -> None:
+    def fail(
+        self,
+        status: str,
+        reason: str,
+        lineno: int,
+        *,
+        weight: int = CAUSE,
+        kind: str = "",
+        exception: bool = False,
+        chained: bool = False,
+    ) -> None:
         """Record a failure event: it becomes the run's ``failure`` when it is stronger (``weight``) than
         the one on record, else it is kept as a consequence (the first of its ``kind``; none of the
-        failure's own kind, which repeats it: the same error on another rank, the same watchdog line)."""
+        failure's own kind, which repeats it: the same error on another rank, the same watchdog line).
+        ``exception``: a traceback's exception line; ``chained``: one of a chained traceback, which takes
+        the place of the failure when that is the exception line before it (the process died of the last
+        exception raised while handling, or from, the one before)."""
+        order = self._order()
+        self.failure_events.append((order, status, reason, weight, kind, exception, chained))
+        self.fold_failure(status, reason, lineno, self.current_file, weight, kind, exception, chained)
+
+    def fold_failure(
+        self,
+        status: str,
+        reason: str,
+        lineno: int,
+        path: str,
+        weight: int,
+        kind: str,
+        exception: bool = False,
+        chained: bool = False,
+    ) -> None:
+        """One failure event, in line order, into ``failure`` and ``consequences`` (see ``fail``)."""
         reason = reason.strip()[:REASON_CHARS]
-        if self.failure is None or weight > self.failure_weight:
+        if (
+            chained
+            and self.failure is not None
+            and self.failure_kind == kind == "exception"
+            and (self.failure[2], self.failure_path) == self.last_exception
+        ):
+            self.failure = (status, reason, lineno)
+            self.failure_path = path
+        elif self.failure is None or weight > self.failure_weight:
             before = (self.failure_kind, self.failure, self.failure_path)
             self.failure = (status, reason, lineno)
             self.failure_weight, self.failure_kind = weight, kind
-            self.failure_path = self.current_file
+            self.failure_path = path
             if before[1] is not None:  # the weaker evidence on record follows from this one
                 self._consequence(before[0], before[1][1], before[1][2], before[2])
         else:
-            self._consequence(kind, reason, lineno, self.current_file)
-
-    def replace_failure(self, status: str, reason: str, lineno: int) -> None:
-        """A chained traceback's last exception in place of its first (the one the process died of),
-        with the same weight and kind."""
-        self.failure = (status, reason.strip()[:REASON_CHARS], lineno)
-        self.failure_path = self.current_file
+            self._consequence(kind, reason, lineno, path)
+        if exception:
+            self.last_exception = (lineno, path)
 
     def _consequence(self, kind: str, reason: str, lineno: int, path: str | None) -> None:
         if kind == self.failure_kind or len(self.consequences) >= MAX_CONSEQUENCES:
@@ -255,7 +258,7 @@ class RunBuilder:
 
     def complete(self, evidence: str, lineno: int) -> None:
         """Record that the run reached its end (final metrics, "after training is done")."""
-        self.completion = (evidence.strip()[:300], lineno, self.current_file)
+        self.completion = (evidence.strip()[:300], lineno, self.current_file, self.position)
 
     def exited_cleanly(self, evidence: str, lineno: int) -> None:
         """Record a launcher's word that its workers exited with code 0 (DeepSpeed's ``Process N exits
@@ -263,31 +266,15 @@ class RunBuilder:
         nothing failed, but unlike :meth:`complete` it never outweighs a failure (one worker can exit
         cleanly while another fails). The first such line is kept."""
         if self.clean_exit is None:
-            self.clean_exit = (evidence.strip()[:300], lineno, self.current_file)
+            self.clean_exit = (evidence.strip()[:300], lineno, self.current_file, self.position)
 
-    def capture(self, family: str, on: bool = True, *, lines: str | CaptureLines | None = None) -> None:
-        """Ask for more than the lines with a marker while a multi-line block is open: every line, or
-        with ``lines`` (a regex of literals, for polars' engine) only the lines it matches. ``lines``
-        must match every line that can change what the family records; more lines are always safe.
-        A ``CaptureLines`` also says which of those lines only overwrite each other."""
-        if on:
-            self.capturing.add(family)
-            if lines is None:
-                self.capture_lines.pop(family, None)
-            else:
-                self.capture_lines[family] = lines
-        else:
-            self.capturing.discard(family)
-            self.capture_lines.pop(family, None)
+    def capture(self, family: str, on: bool = True, *, lines: object = None) -> None:
+        """TEMPORARY (the port of the families' blocks to ``kinds.Block``): does nothing."""
 
-    def wanted_lines(self) -> bool | str | CaptureLines:
-        """The lines the reader must deliver beyond the marked ones: none (False), every line (True),
-        or those matching the one open block's regex."""
-        if not self.capturing:
-            return False
-        if len(self.capture_lines) == len(self.capturing) == 1:
-            return next(iter(self.capture_lines.values()))
-        return True  # a block wants every line, or several are open: every line is a safe superset
+    @property
+    def capturing(self) -> set[str]:
+        """TEMPORARY (the port of the families' blocks to ``kinds.Block``): no family captures."""
+        return set()
 
     def fits(self, name: str, value: Any, family: str, lineno: int) -> bool:
         """Whether a frame column can hold ``value``; if not, the line is noted in ``parse_errors``

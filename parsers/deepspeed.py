@@ -641,6 +641,5 @@ FAMILY = Family(
     ),
     parse_line=parse_line,
     evidence=evidence,
-    capture_patterns=(_JSON_LINES,),
     description="DeepSpeed engine: config dump, step=/throughput lines, pipeline steps, flops profiler",
 )

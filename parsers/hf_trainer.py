@@ -753,6 +753,5 @@ FAMILY = Family(
     parse_line=parse_line,
     evidence=evidence,
     finish=finish,
-    capture_patterns=tuple(lines for lines in _BLOCK_LINES.values() if lines is not None),
     description="HF Trainer: logged dicts, train metrics, TrainingArguments dump, --config_overrides shape",
 )

@@ -1,12 +1,13 @@
-"""Record kinds: the per-step records a family declares once and polars reads column-wise.
+"""Record kinds and blocks: what a family reads column-wise, declared once, and the events it makes.
 
-A log's bulk is a few kinds of records repeated every step (Megatron's iteration, timer and memory
-lines: ~800k per GiB). Handing each to Python costs ~10 us; read as columns it costs well under 1 us.
-A family declares each such kind once (``RecordKind``: the marker that tags a record, and the polars
-query that turns a frame of records into typed events); the reader tags every record of a chunk with
-its kind in polars and hands the family's Python code only the rest. The events of a run (steps,
-timers, facts) are merged column-wise in ``RunBuilder.settle`` with the events the Python families
-recorded, in line order.
+A log's bulk is a few kinds of records repeated every step or every rank (Megatron's iteration, timer
+and memory lines, DeepSpeed's config printer, the ranks' tracebacks). Handing each to Python costs
+microseconds; read as columns it costs well under one. A family declares each such kind once
+(``RecordKind``: a ``RecordTest`` that tags a record, and the polars query that turns a frame of such
+records into typed events) and each multi-line block once (``Block``: the records that open, close and
+fill it); the reader tags the records of a batch of lines in polars and hands the family's Python code
+only the rest. The events of a run (steps, timers, facts, failures, marks) are merged column-wise with
+those the Python families recorded, in line order (``settle``).
 
 Every event carries an ``order``: its place in the run's reading order, packed into one integer
 (``order_key``) so that polars can sort and ``join_asof`` on it.
@@ -14,6 +15,7 @@ Every event carries an ``order``: its place in the run's reading order, packed i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,19 +23,20 @@ import polars as pl
 from logstat.parsers.schema import ITERATIONS_SCHEMA
 
 #: bits of ``order_key``: file index (16), line (31), record within the line (8), event within the record (8)
-LINE_SHIFT, _RECORD_SHIFT = 16, 8
+LINE_SHIFT, RECORD_SHIFT = 16, 8
 FILE_SHIFT = 31 + LINE_SHIFT
 MAX_RECORD = (1 << 8) - 1
-
-
 #: the first event index of a Python family's events in a record: below it, a kind's (one record may be both)
 PYTHON_EVENTS = 128
+#: what Python's ``\s`` and ``str.strip()`` take for whitespace, in polars' (Rust) regex syntax: Rust's
+#: ``\s`` (Unicode White_Space) lacks the separators \x1c-\x1f that Python counts as whitespace.
+PYTHON_SPACE = r"[\s\x1c-\x1f]"
 
 
 def order_key(file_index: int, line: int, record: int = 0) -> int:
     """The reading order of record ``record`` of line ``line`` (1-based) of the run's ``file_index``-th file;
     an event of the record adds its index within the record (< 256)."""
-    return (file_index << FILE_SHIFT) + (line << LINE_SHIFT) + (min(record, MAX_RECORD) << _RECORD_SHIFT)
+    return (file_index << FILE_SHIFT) + (line << LINE_SHIFT) + (min(record, MAX_RECORD) << RECORD_SHIFT)
 
 
 def file_of(order: pl.Expr) -> pl.Expr:
@@ -45,6 +48,13 @@ def line_of(order: pl.Expr) -> pl.Expr:
     """The line number of an ``order_key``."""
     return (order % (1 << FILE_SHIFT)) // (1 << LINE_SHIFT)
 
+
+def line_of_order(order: int) -> int:
+    """``line_of`` for one number."""
+    return (order % (1 << FILE_SHIFT)) >> LINE_SHIFT
+
+
+# --- events ----------------------------------------------------------------------------------------
 
 #: step events: how an event's metrics join the step's row (RunBuilder.add_iteration and friends)
 RECORD, STEP_METRICS, PEAK = 0, 1, 2
@@ -69,32 +79,107 @@ TIMER_EVENT_SCHEMA: dict[str, pl.DataType] = {
     "ms": pl.Float64,
     "family": pl.String,
 }
+#: a failure event, as ``RunBuilder.fail`` takes one
+FAILURE_EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "order": pl.Int64,
+    "status": pl.String,
+    "reason": pl.String,
+    "weight": pl.Int64,
+    "kind": pl.String,
+    "exception": pl.Boolean,
+    "chained": pl.Boolean,
+}
+#: a mark: ``mark`` one of MARKS, ``family`` who made it, ``text`` its evidence (complete, clean exit)
+MARK_EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "order": pl.Int64,
+    "mark": pl.String,
+    "family": pl.String,
+    "text": pl.String,
+}
+#: what a mark says: a record of its family (``RunBuilder.saw``), the run's end (``complete``), a clean
+#: exit of the launcher's workers (``exited_cleanly``), a new launch of the training (``new_launch``)
+SEEN, COMPLETE, CLEAN_EXIT, LAUNCH = "seen", "complete", "clean exit", "launch"
 
 
 @dataclass
 class Events:
-    """Typed events read from records, frames per sort: steps and timers in their ``*_EVENT_SCHEMA``,
-    facts (``order``, ``fact``, ``value``, ``family``) and notes (``order``, ``family``, ``message``)."""
+    """Typed events read from records, frames per sort: steps and timers in their ``*_EVENT_SCHEMA``
+    (timers with their ``position`` in the record), facts (``order``, ``fact``, ``value``, ``family``; one
+    value type per frame; a ``line`` column, if any, is the line the fact's provenance names when it is
+    not the line of its order: a block's fact stated when the block ends), notes (``order``, ``family``, ``message``), failures (``FAILURE_EVENT_SCHEMA``)
+    and marks (``MARK_EVENT_SCHEMA``)."""
 
     steps: list[pl.DataFrame] = field(default_factory=list)
     timers: list[pl.DataFrame] = field(default_factory=list)
     facts: list[pl.DataFrame] = field(default_factory=list)
     notes: list[pl.DataFrame] = field(default_factory=list)
+    failures: list[pl.DataFrame] = field(default_factory=list)
+    marks: list[pl.DataFrame] = field(default_factory=list)
+
+    SORTS = ("steps", "timers", "facts", "notes", "failures", "marks")
 
     def extend(self, other: Events) -> None:
-        """Add ``other``'s events (of another kind's records)."""
-        for name in ("steps", "timers", "facts", "notes"):
+        """Add ``other``'s events."""
+        for name in self.SORTS:
             getattr(self, name).extend(frame for frame in getattr(other, name) if frame.height)
+
+
+def facts_of(frame: pl.LazyFrame, family: str, **values: pl.Expr) -> pl.LazyFrame:
+    """Long fact events (``order``, ``fact``, ``value``, ``family``) of ``frame``'s records, one per
+    ``fact=value`` expression that is not null there (each expression of one type)."""
+    parts = [
+        frame.select("order", fact=pl.lit(name), value=value, family=pl.lit(family)).drop_nulls("value")
+        for name, value in values.items()
+    ]
+    return pl.concat(parts)
+
+
+def marks_of(frame: pl.LazyFrame, family: str, mark: str, text: pl.Expr | None = None) -> pl.DataFrame:
+    """A mark event per record of ``frame``."""
+    return frame.select(
+        "order",
+        mark=pl.lit(mark),
+        family=pl.lit(family),
+        text=pl.lit(None, dtype=pl.String) if text is None else text,
+    ).collect()
+
+
+# --- what records are --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordTest:
+    """Whether a record is of some sort: it holds one of ``markers`` (literals), matches ``pattern`` (a
+    regex, Rust's syntax) if given, and holds none of ``unless``."""
+
+    markers: tuple[str, ...] = ()
+    pattern: str | None = None
+    unless: tuple[str, ...] = ()
+
+    def expr(self, record: pl.Expr) -> pl.Expr:
+        """The test of each record of ``record``."""
+        test = pl.lit(True)
+        if self.markers:
+            test = record.str.contains(literals(self.markers))
+        if self.pattern is not None:
+            test &= record.str.contains(self.pattern)
+        for word in self.unless:
+            test &= ~record.str.contains(word, literal=True)
+        return test
+
+
+def literals(markers: tuple[str, ...]) -> str:
+    """One regex alternation of literal ``markers``."""
+    return "|".join(re.escape(marker) for marker in markers)
 
 
 @dataclass(frozen=True, kw_only=True)
 class RecordKind:
-    """A kind of record read column-wise: a record holding ``marker`` and none of ``unless`` is one."""
+    """A kind of record read column-wise: every record of its family that passes ``test``."""
 
     family: str
     name: str
-    marker: str
-    unless: tuple[str, ...] = ()
+    test: RecordTest
     read: Callable[[pl.LazyFrame], Events]
     """Typed events of a frame of records of this kind (columns ``order``: the record's ``order_key``,
     ``text``: the record, launcher prefixes stripped); an event's order adds its index in the record."""
@@ -104,16 +189,38 @@ class RecordKind:
     """Whether a record counts as one of its family's records as it is read (``RunBuilder.saw``: other
     families ask whether one was seen, DeepSpeed whether Megatron runs it)."""
 
-    def holds(self, record: str) -> bool:
-        """Whether ``record`` is of this kind (the Python test of what ``tagged`` tests in polars)."""
-        return self.marker in record and not any(word in record for word in self.unless)
 
-    def tagged(self, record: pl.Expr) -> pl.Expr:
-        """Whether each record of ``record`` is of this kind."""
-        test = record.str.contains(self.marker, literal=True)
-        for word in self.unless:
-            test &= ~record.str.contains(word, literal=True)
-        return test
+#: the ``role`` of a block's records: the record that opened it, one it reads, its own record that closed
+#: it, and a record of its family that ended it (not its own: read as usual, too)
+OPENER, BODY, CLOSER, ENDED = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class Block:
+    """A multi-line block of a family: a record that ``opens`` it, then the records it reads, up to the
+    first record that ``closes`` it (its own, read with it), a record of the family that ``ends`` it (not
+    its own: read as usual), ``max_lines`` after the opener, or the end of the file. A record that opens
+    one while it is open is one of its records, not a new block.
+
+    The lines inside need no marker: the block reads the records of every line of its window (the
+    ``hint``, literals or a regex, picks the raw lines worth splitting into records) that pass ``body``
+    or ``closes``. ``swallows``: the family's other records inside it are not read otherwise."""
+
+    family: str
+    name: str
+    opens: RecordTest
+    read: Callable[[pl.LazyFrame], Events]
+    """Events of a frame of blocks' records: ``run``, ``block`` (the opener's order), ``order``, ``text``,
+    ``role`` (OPENER, BODY, CLOSER), sorted by run and order."""
+    body: RecordTest = RecordTest()
+    closes: RecordTest | None = None
+    ends: RecordTest | None = None
+    max_lines: int | None = None
+    hint: str | None = None
+    """A regex a raw line must match to be one of the block's body or closing records (None: any line)."""
+    swallows: bool = False
+    facts: tuple[str, ...] = ()
+    """The run facts its events state."""
 
 
 def read_records(kinds: tuple[RecordKind, ...], records: pl.DataFrame) -> Events:
@@ -123,14 +230,6 @@ def read_records(kinds: tuple[RecordKind, ...], records: pl.DataFrame) -> Events
         of_kind = records.lazy().filter(pl.col("kind") == index).select("order", "text")
         events.extend(kind.read(of_kind))
     return events
-
-
-def kind_index(kinds: tuple[RecordKind, ...], record: pl.Expr) -> pl.Expr:
-    """Per record, the index of the first of ``kinds`` it is of, else -1."""
-    tagged = pl.lit(-1, dtype=pl.Int32)
-    for index in reversed(range(len(kinds))):
-        tagged = pl.when(kinds[index].tagged(record)).then(pl.lit(index, dtype=pl.Int32)).otherwise(tagged)
-    return tagged
 
 
 # --- reading `name: value |` records column-wise ---------------------------------------------------
@@ -170,8 +269,8 @@ def pipe_fields(records: pl.LazyFrame, body: pl.Expr) -> pl.LazyFrame:
 
 
 def as_real(value: pl.Expr) -> pl.Expr:
-    """A field as Python's ``float(pipe_number(text))``: an integer too long for a float is none, and
-    ``-0`` is an integer (0.0, not -0.0)."""
+    """A field as Python's ``float(text)``: an integer too long for a float is none, and ``-0`` is an
+    integer (0.0, not -0.0)."""
     number = value.cast(pl.Float64, strict=False)
     integer = value.str.contains(_INTEGER)
     return (

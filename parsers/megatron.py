@@ -23,19 +23,28 @@ replace those of the steps an earlier launch logged too.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import polars as pl
 from logstat.parsers.base import Family, RunBuilder
-from logstat.parsers.grammar import dotted, literal
 from logstat.parsers.kinds import (
+    BODY,
+    CLOSER,
+    ENDED,
+    LAUNCH,
+    OPENER,
     PEAK,
+    PYTHON_SPACE,
     RECORD,
+    SEEN,
     STEP_METRICS_SCHEMA,
+    Block,
     Events,
     RecordKind,
+    RecordTest,
     as_count,
     as_real,
+    line_of,
+    marks_of,
     pipe_fields,
     too_long,
 )
@@ -118,61 +127,29 @@ SHAPE_ARGS = ("group_query_attention", "num_query_groups", "swiglu", "num_expert
 _KEPT_ARGS = (
     frozenset(ARG_FACTS) | frozenset(PRECISION_ARGS) | frozenset(CHECKPOINTING_ARGS) | frozenset(SHAPE_ARGS)
 )
-#: what Python's ``\s`` and ``str.strip()`` take for whitespace, in polars' (Rust) regex syntax: Rust's
-#: ``\s`` (Unicode White_Space) lacks the separators \x1c-\x1f that Python counts as whitespace.
-PYTHON_SPACE = r"[\s\x1c-\x1f]"
-#: the lines of an open dump that can hold a kept argument (polars searches the raw line for it): a
-#: kept name where a record can start (line start, after a CR, a launcher prefix's ':' or ' ', the
-#: spaces or tabs ``dotted`` skips) and the start of ``arg_filler`` (dots after any whitespace, two
-#: whitespace characters, or a tab, which ``expandtabs`` may widen to two spaces). A name alone
-#: (``fp16``) matched six times as many lines: every mention in a log, and longer names that end in a
-#: kept one (``encoder_num_layers``, ``checkpoint_num_layers``). tests/parsers/test_capture_patterns.py
-#: holds it to ``dotted`` on generated raw lines.
+#: the raw lines of a dump that can hold a kept argument: a kept name where a record can start (line
+#: start, after a CR, a launcher prefix's ':' or ' ', the spaces or tabs before it) and the start of the
+#: filler (dots after any whitespace, two whitespace characters, or a tab). A name alone (``fp16``)
+#: matched six times as many lines: every mention in a log, and longer names that end in a kept one
+#: (``encoder_num_layers``, ``checkpoint_num_layers``). The dump's end is one of the lines too.
 _KEPT_ARG_LINES = (
     r"(?:^|[\t\r :])(?:"
     + "|".join(re.escape(name) for name in sorted(_KEPT_ARGS))
-    + rf")(?:{PYTHON_SPACE}*\.\.|{PYTHON_SPACE}{{2}}|\t)"
+    + rf")(?:{PYTHON_SPACE}*\.\.|{PYTHON_SPACE}{{2}}|\t)|end of arguments"
 )
-
-
+#: ``  name ........ value``: the name as a word, then the filler (dots after any whitespace, or two
+#: whitespace characters: old Megatron pads long names with spaces only; a tab, which Python's
+#: ``expandtabs`` would widen), the value to the end of the record
+DOTTED_RECORD = rf"^[ \t\r\n]*([A-Za-z_][A-Za-z0-9_]*)(?:{PYTHON_SPACE}*\.{{2,}}{PYTHON_SPACE}*|{PYTHON_SPACE}{{2,}}|\t)(.*)$"
+#: what opens an arguments dump: a line holding it is never a per-step record
+_DUMP_OPENER = " arguments --"
 #: lines that only come after the arguments dump: one of them ends a dump that lost its end line.
 AFTER_ARGUMENTS = ("elapsed time per iteration", "time (ms)", "memory (MB)", "after training is done")
-#: the lines an open dump needs: those naming a kept argument, and those that end it (a per-step record is
-#: read column-wise, so the reader delivers it only when asked)
-_DUMP_LINES = "|".join(
-    [_KEPT_ARG_LINES, *(re.escape(marker) for marker in ("end of arguments", *AFTER_ARGUMENTS))]
-)
 
 
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
-    """Read one Megatron line into ``run``; lines it does not know are ignored."""
-    state = run.state.get(NAME)
-    if state is None:
-        state = run.state[NAME] = {}
-    if state.get("in_args"):
-        if "end of arguments" in text:
-            _end_arguments(state, lineno, run)
-            return
-        record = dotted(text)
-        if record is not None:
-            if record[0] in _KEPT_ARGS:
-                state["args"][record[0]] = (literal(record[1]), lineno)
-            return
-        if not any(marker in text for marker in AFTER_ARGUMENTS):
-            return
-        # The dump lost its end line (cut by a relaunch, or glued into another rank's output): it
-        # ended before this training line (a per-step record is read column-wise, KINDS).
-        _end_arguments(state, lineno, run)
-    if " arguments --" in text and "end of arguments" not in text:
-        # A dump after training steps: the job started again, appending to the same log. Only the dump
-        # says so: a step lower than the last is no proof (a garbled line, a rank's late print), and
-        # merging it first-wins keeps the values already read.
-        run.new_launch(NAME)
-        state.update(in_args=True, args={})
-        # only the dump lines naming a kept argument change anything, and the lines that end it
-        run.capture(NAME, lines=_DUMP_LINES)
-        run.saw(NAME)
-        return
+    """Read one of Megatron's rare lines into ``run`` (the per-step records and the arguments dump are
+    read column-wise: ``KINDS``, ``ARGUMENTS``); lines it does not know are ignored."""
     if "using world size" in text:
         _world(text, lineno, run)
     elif "Effective Tera Flops" in text:
@@ -350,14 +327,11 @@ def read_memory(records: pl.LazyFrame) -> Events:
     return Events(steps=[step_frame], notes=[note_frame])
 
 
-#: what opens an arguments dump: a line holding it is never a per-step record
-_DUMP_OPENER = " arguments --"
 KINDS = (
     RecordKind(
         family=NAME,
         name="iteration",
-        marker="elapsed time per iteration",
-        unless=(_DUMP_OPENER,),
+        test=RecordTest(markers=("elapsed time per iteration",), unless=(_DUMP_OPENER,)),
         read=read_iterations,
         facts=("train_iters", "global_batch_size"),
         evidence=True,
@@ -365,16 +339,189 @@ KINDS = (
     RecordKind(
         family=NAME,
         name="timers",
-        marker="time (ms)",
-        unless=("elapsed time per iteration", _DUMP_OPENER),
+        test=RecordTest(markers=("time (ms)",), unless=(_DUMP_OPENER,)),
         read=read_timers,
     ),
     RecordKind(
         family=NAME,
         name="memory",
-        marker="memory (MB)",
-        unless=("elapsed time per iteration", "time (ms)", _DUMP_OPENER),
+        test=RecordTest(markers=("memory (MB)",), unless=(_DUMP_OPENER,)),
         read=read_memory,
+    ),
+)
+
+
+#: the ARG_FACTS names whose value is an integer; of several names of one fact the last listed wins
+_INTEGER = r"^[-+]?[0-9]+$"
+
+
+def read_arguments(blocks: pl.LazyFrame) -> Events:
+    """The arguments dumps: each opener is a record of the family and may start a new launch (a dump after
+    training steps: a requeued job appending to its log); a dump that ended (its end line, or a line that
+    only comes after a dump) states its kept arguments as facts, each from its own line (the last of a
+    name in the dump), as the dump ends. A dump cut off by the end of its file states nothing."""
+    frame = blocks.collect()
+    openers = frame.lazy().filter(pl.col("role") == OPENER)
+    marks = [marks_of(openers, NAME, SEEN), marks_of(openers, NAME, LAUNCH)]
+    ends = (
+        frame.filter(pl.col("role").is_in([CLOSER, ENDED])).group_by("block").agg(end=pl.col("order").min())
+    )
+    args = (
+        frame.filter(pl.col("role") == BODY)
+        .with_columns(pl.col("text").str.extract_groups(DOTTED_RECORD).struct.rename_fields(["name", "raw"]))
+        .unnest("text")
+        .filter(pl.col("name").is_in(list(_KEPT_ARGS)))
+        .with_columns(value=pl.col("raw").str.strip_chars(PYTHON_WHITESPACE), line=line_of(pl.col("order")))
+        .sort("block", "order")
+        .unique(["block", "name"], keep="last", maintain_order=True)
+        .join(ends, on="block")
+    )
+    return Events(facts=_argument_facts(args), notes=_argument_notes(args), marks=marks)
+
+
+#: what Python's ``str.strip()`` removes from ASCII text (the dump's values are stripped so)
+PYTHON_WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
+
+
+def _argument_facts(args: pl.DataFrame) -> list[pl.DataFrame]:
+    """``ARG_FACTS`` of integer values, then precision, activation checkpointing and the model shape's
+    GQA, SwiGLU and MoE facts, each at its dump's end with the line of the argument it came from."""
+    lowered = pl.col("value").str.to_lowercase()
+    rank = {name: index for index, name in enumerate(ARG_FACTS)}
+    integers = (
+        args.filter(pl.col("name").is_in(list(ARG_FACTS)), pl.col("value").str.contains(_INTEGER))
+        .with_columns(
+            fact=pl.col("name").replace_strict(ARG_FACTS),
+            rank=pl.col("name").replace_strict(rank, return_dtype=pl.Int64),
+            number=pl.col("value").cast(pl.Int64, strict=False),
+        )
+        .drop_nulls("number")
+        .sort("block", "rank")
+        .unique(["block", "fact"], keep="last", maintain_order=True)
+        .select(order="end", fact="fact", value="number", family=pl.lit(NAME), line="line")
+    )
+    per_block = args.with_columns(
+        flag=pl.when(lowered == "true").then(True).when(lowered == "false").then(False)
+    )
+    wide = per_block.group_by("block").agg(
+        end=pl.col("end").first(),
+        **{
+            f"{name}_{part}": pl.col(column).filter(pl.col("name") == name).first()
+            for name in (*PRECISION_ARGS, *CHECKPOINTING_ARGS, *SHAPE_ARGS)
+            for part, column in (("flag", "flag"), ("value", "value"), ("line", "line"))
+        },
+    )
+    return [integers, _precision(wide), _checkpointing(wide), *_gqa_swiglu_moe(wide)]
+
+
+def _fact(wide: pl.DataFrame, fact: str, value: pl.Expr, line: pl.Expr) -> pl.DataFrame:
+    """One fact per dump where ``value`` is not null."""
+    return wide.select(
+        order="end", fact=pl.lit(fact), value=value, family=pl.lit(NAME), line=line
+    ).drop_nulls("value")
+
+
+def _precision(wide: pl.DataFrame) -> pl.DataFrame:
+    """bf16 or fp16 when one is True; fp32 when the dump names both and neither is."""
+    return _fact(
+        wide,
+        "precision",
+        pl.when(pl.col("bf16_flag") == True)  # noqa: E712 - a null flag is no True
+        .then(pl.lit("bf16"))
+        .when(pl.col("fp16_flag") == True)  # noqa: E712
+        .then(pl.lit("fp16"))
+        .when(pl.col("fp16_line").is_not_null() & pl.col("bf16_line").is_not_null())
+        .then(pl.lit("fp32")),
+        pl.when(pl.col("bf16_flag") == True).then("bf16_line").otherwise("fp16_line"),  # noqa: E712
+    )
+
+
+def _checkpointing(wide: pl.DataFrame) -> pl.DataFrame:
+    """Full activation recomputation (the seed formula's factor 4): ``checkpoint_activations`` in older
+    Megatron, ``recompute_granularity full`` in newer; selective recomputation is not full."""
+    on = pl.col("checkpoint_activations_flag") == True  # noqa: E712
+    full = pl.col("recompute_granularity_value") == "full"
+    return _fact(
+        wide,
+        "activation_checkpointing",
+        pl.when(on | full)
+        .then(True)
+        .when(
+            pl.col("checkpoint_activations_line").is_not_null()
+            | pl.col("recompute_granularity_line").is_not_null()
+        )
+        .then(False),
+        pl.when(on)
+        .then("checkpoint_activations_line")
+        .when(full)
+        .then("recompute_granularity_line")
+        .otherwise(pl.coalesce("checkpoint_activations_line", "recompute_granularity_line")),
+    )
+
+
+def _positive(name: str) -> pl.Expr:
+    """A dumped argument's value as a positive integer, else null."""
+    number = pl.col(f"{name}_value").cast(pl.Int64, strict=False)
+    return pl.when(pl.col(f"{name}_value").str.contains(_INTEGER) & (number > 0)).then(number)
+
+
+def _gqa_swiglu_moe(wide: pl.DataFrame) -> list[pl.DataFrame]:
+    """The facts of today's Megatron-LM model shapes (the arguments Megatron-LM's
+    ``num_floating_point_operations`` reads): ``num_query_groups`` only with ``group_query_attention
+    True`` (without it Megatron-LM prints its unused default 1), ``swiglu``, and ``moe_topk`` (from
+    ``moe_router_topk``) only when ``num_experts`` is a number (None is a dense model; Megatron-DeepSpeed's
+    list ``[1]`` is another option, DeepSpeed-MoE's)."""
+    gqa = pl.col("group_query_attention_flag") == True  # noqa: E712
+    return [
+        _fact(
+            wide,
+            "num_query_groups",
+            pl.when(gqa).then(_positive("num_query_groups")),
+            pl.col("num_query_groups_line"),
+        ),
+        _fact(wide, "swiglu", pl.col("swiglu_flag"), pl.col("swiglu_line")),
+        _fact(
+            wide,
+            "moe_topk",
+            pl.when(_positive("num_experts").is_not_null()).then(_positive("moe_router_topk")),
+            pl.col("moe_router_topk_line"),
+        ),
+    ]
+
+
+def _argument_notes(args: pl.DataFrame) -> list[pl.DataFrame]:
+    """An integer argument beyond int64 is noted, not recorded (as ``RunBuilder.fits`` notes one)."""
+    long = args.filter(pl.col("name").is_in(list(ARG_FACTS)), too_long(pl.col("value")))
+    return [
+        long.select(
+            order="end",
+            family=pl.lit(NAME),
+            message=pl.format(
+                "{}={} does not fit a 64-bit integer; not recorded",
+                pl.col("name").replace_strict(ARG_FACTS),
+                "value",
+            ),
+        )
+    ]
+
+
+ARGUMENTS = Block(
+    family=NAME,
+    name="arguments",
+    opens=RecordTest(markers=(_DUMP_OPENER,), unless=("end of arguments",)),
+    closes=RecordTest(markers=("end of arguments",)),
+    ends=RecordTest(markers=AFTER_ARGUMENTS),
+    body=RecordTest(pattern=DOTTED_RECORD),
+    hint=_KEPT_ARG_LINES,
+    swallows=True,
+    read=read_arguments,
+    facts=(
+        *ARG_FACTS.values(),
+        "precision",
+        "activation_checkpointing",
+        "num_query_groups",
+        "swiglu",
+        "moe_topk",
     ),
 )
 
@@ -423,72 +570,6 @@ def _misc(text: str, lineno: int, run: RunBuilder) -> None:
         run.set_fact("gas", int(match["gas"]), NAME, lineno)
 
 
-def _end_arguments(state: dict, lineno: int, run: RunBuilder) -> None:
-    """The dump is complete: turn its arguments into run facts."""
-    state["in_args"] = False
-    run.capture(NAME, False)
-    args: dict[str, tuple[Any, int]] = state.get("args", {})
-    for name, fact in ARG_FACTS.items():
-        if name in args and isinstance(args[name][0], int) and not isinstance(args[name][0], bool):
-            run.set_fact(fact, args[name][0], NAME, args[name][1])
-    precision = _precision(args)
-    if precision is not None:
-        run.set_fact("precision", precision[0], NAME, precision[1])
-    checkpointing = _checkpointing(args)
-    if checkpointing is not None:
-        run.set_fact("activation_checkpointing", checkpointing[0], NAME, checkpointing[1])
-    for fact, (value, line) in _gqa_swiglu_moe(args).items():
-        run.set_fact(fact, value, NAME, line)
-
-
-def _precision(args: dict[str, tuple[Any, int]]) -> tuple[str, int] | None:
-    for name in PRECISION_ARGS:
-        if args.get(name, (None,))[0] is True:
-            return name, args[name][1]
-    if "fp16" in args and "bf16" in args:
-        return "fp32", args["fp16"][1]
-    return None
-
-
-def _gqa_swiglu_moe(args: dict[str, tuple[Any, int]]) -> dict[str, tuple[Any, int]]:
-    """The facts of today's Megatron-LM model shapes (the arguments Megatron-LM's
-    ``num_floating_point_operations`` reads): ``num_query_groups`` only with ``group_query_attention
-    True`` (without it Megatron-LM prints its unused default 1), ``swiglu``, and ``moe_topk`` (from
-    ``moe_router_topk``) only when ``num_experts`` is a number (None is a dense model; Megatron-DeepSpeed's
-    list ``[1]`` is another option, DeepSpeed-MoE's)."""
-    gqa, groups = args.get("group_query_attention"), _positive(args.get("num_query_groups"))
-    swiglu = args.get("swiglu")
-    experts, topk = _positive(args.get("num_experts")), _positive(args.get("moe_router_topk"))
-    facts: dict[str, tuple[Any, int]] = {}
-    if gqa is not None and gqa[0] is True and groups is not None:
-        facts["num_query_groups"] = groups
-    if swiglu is not None and isinstance(swiglu[0], bool):
-        facts["swiglu"] = swiglu
-    if experts is not None and topk is not None:
-        facts["moe_topk"] = topk
-    return facts
-
-
-def _positive(arg: tuple[Any, int] | None) -> tuple[int, int] | None:
-    """A dumped argument (value, line) whose value is a positive integer, else None."""
-    if arg is None or arg[0].__class__ is not int or arg[0] <= 0:
-        return None
-    return arg
-
-
-def _checkpointing(args: dict[str, tuple[Any, int]]) -> tuple[bool, int] | None:
-    """Full activation recomputation (the seed formula's factor 4): ``checkpoint_activations`` in
-    older Megatron, ``recompute_granularity full`` in newer; selective recomputation is not full."""
-    if args.get("checkpoint_activations", (None,))[0] is True:
-        return True, args["checkpoint_activations"][1]
-    if args.get("recompute_granularity", (None,))[0] == "full":
-        return True, args["recompute_granularity"][1]
-    for name in CHECKPOINTING_ARGS:
-        if name in args:
-            return False, args[name][1]
-    return None
-
-
 def evidence(run: RunBuilder) -> int:
     return run.families_seen.get(NAME, 0)
 
@@ -511,7 +592,7 @@ FAMILY = Family(
     ),
     parse_line=parse_line,
     evidence=evidence,
-    capture_patterns=(_DUMP_LINES,),
     kinds=KINDS,
+    blocks=(ARGUMENTS,),
     description="Megatron-LM / Megatron-DeepSpeed: iteration lines, timers, memory, arguments dump",
 )

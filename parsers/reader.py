@@ -12,23 +12,23 @@ file (``*.log``, ``*.txt``) is a run of its own.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 import polars as pl
-from logstat.parsers import manifest, registry
-from logstat.parsers.base import Family, LineReader, RunBuilder, is_guarded, never_raises
-from logstat.parsers.kinds import LINE_SHIFT, RecordKind, order_key
+from logstat.parsers import engine, manifest, registry
+from logstat.parsers.base import Family, RunBuilder
+from logstat.parsers.kinds import order_key
+from logstat.parsers.records import Plan
 from logstat.parsers.schema import ITERATIONS_SCHEMA, RUNS_SCHEMA, TIMERS_SCHEMA
-from logstat.parsers.settle import ITERATION_COLUMNS, TIMER_COLUMNS, declared_facts, flush, settle_runs
-from logstat.parsers.source import ALL_ROUTES, SourceReport, marker_needles, records, routed_records
+from logstat.parsers.settle import ITERATION_COLUMNS, TIMER_COLUMNS, declared_facts, settle_runs
+from logstat.parsers.source import SourceReport
 
 #: suffix -> (naming convention, order): a job's output (0) and error (1) file of one convention and
 #: one stem are one run (``.out`` pairs with ``.err``, ``.stdout`` with ``.stderr``).
 STREAM_SUFFIXES = {".out": ("out", 0), ".err": ("out", 1), ".stdout": ("stdout", 0), ".stderr": ("stdout", 1)}
-#: chunks of kind records a run holds before they are read into events (~4 MiB of lines each)
-BATCH_CHUNKS = 8
 #: suffixes of logs that are a run of their own.
 SINGLE_SUFFIXES = (".log", ".txt")
 LOG_SUFFIXES = (*STREAM_SUFFIXES, *SINGLE_SUFFIXES)
@@ -139,109 +139,30 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
 
 
 def read_runs(groups: list[RunFiles], active: list[Family], *, forced: str | None = None) -> list[RunResult]:
-    """Stream every file of each run through the ``active`` families (only lines with their markers),
-    then settle the runs' steps, timers and facts together (column-wise, one query for them all);
-    ``forced`` names the primary family instead of the evidence."""
-    kinds = tuple(kind for family in active for kind in family.kinds)
-    results = [_stream_run(files, active, kinds, index) for index, files in enumerate(groups)]
-    settle_runs([result.run for result in results], kinds)
+    """Read every file of each run through the ``active`` families, then settle the runs' steps, timers,
+    facts and failures together (column-wise, one query for them all); ``forced`` names the primary
+    family instead of the evidence."""
+    plan = plan_of(tuple(active))
+    results = [RunResult(run=RunBuilder(path=files.key), files=files) for files in groups]
+    stating = (*plan.kinds, *plan.blocks)
+    for result in results:
+        result.run.fact_statements = declared_facts(stating)
+    events = engine.read(
+        [result.run for result in results],
+        [files.files for files in groups],
+        plan,
+        [result.reports for result in results],
+    )
+    settle_runs([result.run for result in results], events)
     for result in results:
         _conclude(result, active, forced)
     return results
 
 
-def _stream_run(
-    files: RunFiles, active: list[Family], kinds: tuple[RecordKind, ...], index: int
-) -> RunResult:
-    """Read a run's files: the Python families read their lines, the kinds' records are kept (a long
-    log's are read into events in batches, ``index``: the run's place among those settled together)."""
-    run = RunBuilder(path=files.key)
-    result = RunResult(run=run, files=files)
-    needles = marker_needles([m for family in active for m in family.markers])
-    # One route per family: a line is tried only by the families whose markers the byte scan found in it.
-    routes = tuple(marker_needles(list(family.markers)) or () for family in active)
-    # The byte scan finds an ASCII marker exactly where the decoded text holds it (UTF-8 keeps ASCII as is).
-    exact_masks = all(marker.isascii() for family in active for marker in family.markers)
-    by_marker = [
-        (family, _safe_reader(family), _marker_search(family.markers), 1 << index)
-        for index, family in enumerate(active)
-    ]
-    by_mask: dict[int, list[tuple[str, LineReader, Callable[[str], object]]]] = {}
-    patterns = tuple(dict.fromkeys(pattern for family in active for pattern in family.capture_patterns))
-    kind_bits = tuple(1 << index for index, family in enumerate(active) for _ in family.kinds)
-    run.fact_statements = declared_facts(kinds)
-    counted = 0  # frames of run.kind_records counted as their families' records
-    unseen: list[tuple[int, str, int]] = []  # see _count_evidence
-    for file_index, path in enumerate(files.files):
-        file_base = order_key(file_index, 0)
-        run.current_file = str(path)
-        run.files.append(str(path))
-        report = SourceReport(path=str(path))
-        result.reports.append(report)
-        stated_before = dict(run.provenance)
-        try:
-            for lineno, text, mask, single, _taken in routed_records(
-                path,
-                needles,
-                routes,
-                run.wanted_lines,
-                report,
-                patterns=patterns,
-                kinds=kinds,
-                kind_bits=kind_bits,
-                kind_records=run.kind_records,
-                file_index=file_index,
-            ):
-                if len(run.kind_records) > counted:
-                    counted = _count_evidence(run, kinds, counted, unseen)
-                    if counted > BATCH_CHUNKS:
-                        flush(run, index, kinds)
-                        counted = 0
-                # polars already split most lines (one record, or none); the rest are split here
-                for record_index, record in enumerate(
-                    records(text) if single is None else (single,) if single else ()
-                ):
-                    # order_key(file_index, lineno, record_index), inline: a call per record costs
-                    run.position = file_base + (lineno << LINE_SHIFT) + (min(record_index, 255) << 8)
-                    run.event_index = 0
-                    if unseen:
-                        _see(run, unseen)
-                    # a marked record polars did not split off is tested for a record kind here
-                    kind_family = (
-                        _deferred_kind(run, kinds, record) if single is None and mask and kinds else None
-                    )
-                    # the mask is the search of a record polars split off, and of a record that is its
-                    # whole line: neither needs a second one
-                    searched = exact_masks and mask != ALL_ROUTES and (single is not None or record == text)
-                    if run.capturing or kind_family is not None:
-                        for family, parse, has_marker, bit in by_marker:
-                            if family.name in run.capturing or (
-                                family.name != kind_family and mask & bit and (searched or has_marker(record))
-                            ):
-                                parse(record, lineno, run)
-                        continue
-                    # nobody captures (a family only ever captures itself): only the routed families look
-                    routed = by_mask.get(mask)
-                    if routed is None:
-                        routed = by_mask[mask] = [
-                            (parse, search) for _, parse, search, bit in by_marker if mask & bit
-                        ]
-                    for parse, has_marker in routed:
-                        if searched or has_marker(record):
-                            parse(record, lineno, run)
-        except OSError as exc:
-            report.problem = f"cannot read: {exc.strerror or exc}"
-        counted = _count_evidence(run, kinds, counted, unseen)  # chunks after the last line delivered
-        run.position = order_key(file_index + 1, 0)
-        _see(run, unseen)
-        run.capturing.clear()
-        run.capture_lines.clear()
-        # which file stated each fact (a job's final metrics may be in its .out, warnings in its .err)
-        fact_files = run.state.setdefault("fact_files", {})
-        fact_files.update(
-            {name: str(path) for name, at in run.provenance.items() if stated_before.get(name) != at}
-        )
-    return result
+@cache
+def plan_of(active: tuple[Family, ...]) -> Plan:
+    """The reading plan of a set of families (its polars expressions are built once)."""
+    return Plan(active)
 
 
 def _conclude(result: RunResult, active: list[Family], forced: str | None) -> None:
@@ -286,62 +207,6 @@ def derive_facts(run: RunBuilder) -> None:
             run.set_fact("gas", facts["global_batch_size"] // per_step, "derived", 0)
 
 
-def _deferred_kind(run: RunBuilder, kinds: tuple[RecordKind, ...], record: str) -> str | None:
-    """If ``record`` is of one of ``kinds``, defer it to the column-wise read and name its family (which
-    then does not read it in Python)."""
-    for index, kind in enumerate(kinds):
-        if kind.holds(record):
-            run.defer(record, index)
-            if kind.evidence:
-                run.saw(kind.family)
-            return kind.family
-    return None
-
-
-def _count_evidence(
-    run: RunBuilder, kinds: tuple[RecordKind, ...], counted: int, unseen: list[tuple[int, str, int]]
-) -> int:
-    """Count the records of the kinds that are evidence in the frames of ``run.kind_records`` after the
-    first ``counted`` (a chunk's) as their families' records; returns how many frames are counted. A
-    family not seen yet is seen from its first such record on: ``(order, family, count)`` in ``unseen``,
-    for the reader to count when it passes that record (families ask what was seen before a line)."""
-    for frame in run.kind_records[counted:]:
-        summary = frame.group_by("kind").agg(pl.len(), pl.col("order").min())
-        for kind, count, first in summary.iter_rows():
-            family = kinds[kind].family
-            if not kinds[kind].evidence:
-                continue
-            if family in run.families_seen:
-                run.families_seen[family] += count
-            else:
-                unseen.append((first, family, count))
-    unseen.sort()
-    return len(run.kind_records)
-
-
-def _see(run: RunBuilder, unseen: list[tuple[int, str, int]]) -> None:
-    """Count the families of ``unseen`` whose first record comes before the record being read."""
-    while unseen and unseen[0][0] < run.position:
-        _, family, count = unseen.pop(0)
-        run.families_seen[family] = run.families_seen.get(family, 0) + count
-
-
-def _marker_search(markers: tuple[str, ...]) -> Callable[[str], object]:
-    """Whether a record holds one of ``markers``: one compiled alternation of the literals, about twice
-    as fast as ``any(m in record ...)`` for the families with many markers (same answer: literals only)."""
-    if not markers:
-        return lambda record: False
-    return re.compile("|".join(re.escape(marker) for marker in markers)).search
-
-
-def _safe_reader(family: Family) -> LineReader:
-    """``family.parse_line`` guarded once: a family must never raise; if one does anyway, the line is
-    noted in ``parse_errors``, not fatal. A reader the family already guarded with ``never_raises`` is
-    used as is (a second guard would cost a call per record and note nothing more)."""
-    parse = family.parse_line
-    return parse if is_guarded(parse) else never_raises(family.name)(parse)
-
-
 def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
     """``(status, reason, reason_line, reason_path)`` of a run, from the evidence its lines gave."""
     run = result.run
@@ -368,7 +233,7 @@ def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
     if completion is not None:
         return "ok", completion[0], completion[1], completion[2]
     if run.clean_exit is not None:
-        evidence, line, where = run.clean_exit
+        evidence, line, where, _ = run.clean_exit
         return "ok", f"the launcher reported a clean exit: {evidence}", line, where
     if problems:
         first = problems[0]

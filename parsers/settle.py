@@ -22,15 +22,19 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 from logstat.parsers.kinds import (
+    CLEAN_EXIT,
+    COMPLETE,
     FILE_SHIFT,
+    LAUNCH,
     PEAK,
+    SEEN,
     STEP_EVENT_SCHEMA,
     STEP_METRICS_SCHEMA,
     TIMER_EVENT_SCHEMA,
-    RecordKind,
+    Events,
     file_of,
     line_of,
-    read_records,
+    line_of_order,
 )
 
 if TYPE_CHECKING:
@@ -38,91 +42,19 @@ if TYPE_CHECKING:
 
 ITERATION_COLUMNS = ("iteration", *STEP_METRICS_SCHEMA, "family", "line", "source_path")
 TIMER_COLUMNS = ("iteration", "timer", "ms", "family", "line", "source_path")
-#: records a run holds before they are read (a long log is read in batches of about this many)
-BATCH_RECORDS = 250_000
-_RECORD_SCHEMA = {"order": pl.Int64, "text": pl.String, "kind": pl.Int32}
-_EVENTS_PER_RECORD = 256  # a record's events: its order plus an index below this (kinds.order_key)
 
 
-def read_kind_records(kinds: tuple[RecordKind, ...], records: pl.DataFrame) -> dict[str, pl.DataFrame]:
-    """The events of ``records`` (``run``, ``order``, ``text``, ``kind``) of many runs at once, per sort
-    (``steps``, ``timers``, ``facts``, ``notes``), each with its ``run`` and reading ``order``."""
-    keyed = records.with_row_index("row").with_columns(key=pl.col("row").cast(pl.Int64) * _EVENTS_PER_RECORD)
-    events = read_records(kinds, keyed.select(order="key", text="text", kind="kind"))
-    base = keyed.select(pl.col("row").cast(pl.Int64), "run", base="order")
-    located = {}
-    for name in ("steps", "timers", "facts", "notes"):
-        frames = getattr(events, name)
-        if not frames:
-            continue
-        located[name] = (
-            pl.concat(frames, how="diagonal_relaxed")
-            .with_columns(
-                row=pl.col("order") // _EVENTS_PER_RECORD, item=pl.col("order") % _EVENTS_PER_RECORD
-            )
-            .join(base, on="row")
-            .with_columns(order=pl.col("base") + pl.col("item"))
-            .drop("row", "item", "base")
-        )
-    if "facts" in located:
-        located["facts"] = _first_and_last(located["facts"])
-    if "timers" in located:
-        # a long log holds millions of timers until they are settled: names as categories, small positions
-        located["timers"] = located["timers"].with_columns(
-            pl.col("timer").cast(pl.Categorical), pl.col("position").cast(pl.Int32)
-        )
-    return located
-
-
-def _first_and_last(facts: pl.DataFrame) -> pl.DataFrame:
-    """Of each run's statements of a fact by a family, the first and the last: all ``_settle_facts``
-    weighs (every iteration record states the planned steps: a long log's millions of statements)."""
-    ordered = facts.sort("run", "order")
-    keys = ["run", "fact", "family"]
-    return pl.concat([ordered.unique(keys, keep="first"), ordered.unique(keys, keep="last")]).unique(
-        [*keys, "order"]
-    )
-
-
-def flush(run: RunBuilder, index: int, kinds: tuple[RecordKind, ...]) -> None:
-    """Read a run's pending kind records into events (a long log, before it holds too many)."""
-    records = _pending(run, index)
-    if records is not None:
-        for name, frame in read_kind_records(kinds, records).items():
-            run.kind_events.setdefault(name, []).append(frame)
-
-
-def _pending(run: RunBuilder, index: int) -> pl.DataFrame | None:
-    frames = list(run.kind_records)
-    if run.deferred:
-        frames.append(pl.DataFrame(run.deferred, schema=_RECORD_SCHEMA, orient="row"))
-    run.kind_records.clear()
-    run.deferred.clear()
-    if not frames:
-        return None
-    return pl.concat(frames, how="vertical_relaxed").with_columns(run=pl.lit(index, dtype=pl.Int64))
-
-
-def settle_runs(runs: list[RunBuilder], kinds: tuple[RecordKind, ...]) -> None:
-    """Fill each run's ``iteration_frame``, ``timer_frame``, ``last_iteration``, the kinds' facts,
-    record counts and notes, from every run's events at once."""
-    pending = [frame for index, run in enumerate(runs) if (frame := _pending(run, index)) is not None]
-    events: dict[str, list[pl.DataFrame]] = {}
-    if pending:
-        for name, frame in read_kind_records(kinds, pl.concat(pending)).items():
-            events.setdefault(name, []).append(frame)
-    for index, run in enumerate(runs):
-        for name, frames in run.kind_events.items():
-            events.setdefault(name, []).extend(
-                frame.with_columns(run=pl.lit(index, dtype=pl.Int64)) for frame in frames
-            )
-        run.kind_events = {}
+def settle_runs(runs: list[RunBuilder], events: Events) -> None:
+    """Fill each run's ``iteration_frame``, ``timer_frame``, ``last_iteration``, facts, failure,
+    completion and record counts from the Python families' calls and ``events`` (each frame with its
+    ``run``: an index into ``runs``)."""
+    _settle_marks(runs, events.marks)
     files = pl.DataFrame(
         [(index, number, path) for index, run in enumerate(runs) for number, path in enumerate(run.files)],
         schema={"run": pl.Int64, "file": pl.Int64, "source_path": pl.String},
         orient="row",
     )
-    steps = _step_events(runs, events.get("steps", []))
+    steps = _step_events(runs, events.steps)
     records = steps.filter(pl.col("mode") != PEAK, pl.col("step").is_not_null()).select(
         "run", "order", last_step="step"
     )
@@ -138,7 +70,7 @@ def settle_runs(runs: list[RunBuilder], kinds: tuple[RecordKind, ...]) -> None:
     rows = _rows(
         steps.join(final_launch, on=["run", "step"]).filter(pl.col("launch") == pl.col("final")), files
     )
-    timers = _timers(events.get("timers", []), records, starts, final_launch, files)
+    timers = _timers(events.timers, records, starts, final_launch, files)
     last = steps.filter(pl.col("mode") != PEAK).group_by("run").agg(pl.col("step").last())
     by_run_rows = rows.partition_by("run", as_dict=True, include_key=False)
     by_run_timers = timers.partition_by("run", as_dict=True, include_key=False)
@@ -147,12 +79,66 @@ def settle_runs(runs: list[RunBuilder], kinds: tuple[RecordKind, ...]) -> None:
         run.iteration_frame = by_run_rows.get((index,))
         run.timer_frame = by_run_timers.get((index,))
         run.last_iteration = last_steps.get(index)
-    _settle_facts(runs, events.get("facts", []))
-    for frame in events.get("notes", []):
+    _settle_facts(runs, events.facts)
+    _settle_failures(runs, events.failures)
+    for frame in events.notes:
         for index, family, line, message in frame.select(
             "run", "family", line_of(pl.col("order")), "message"
         ).iter_rows():
             runs[index].note(family, line, message)
+
+
+def _settle_marks(runs: list[RunBuilder], marks: list[pl.DataFrame]) -> None:
+    """The record kinds' marks: records of a family, the run's end (the last), a clean exit (the first),
+    new launches (before the steps are settled: a launch decides which rows are the final ones)."""
+    if not marks:
+        return
+    frame = pl.concat(marks).sort("run", "order")
+    for index, family, count in (
+        frame.filter(pl.col("mark") == SEEN).group_by("run", "family").len().iter_rows()
+    ):
+        runs[index].families_seen[family] = runs[index].families_seen.get(family, 0) + count
+    for mark, keep in ((COMPLETE, "last"), (CLEAN_EXIT, "first")):
+        chosen = frame.filter(pl.col("mark") == mark).unique("run", keep=keep, maintain_order=True)
+        for index, order, text in chosen.select("run", "order", "text").iter_rows():
+            run = runs[index]
+            known = run.completion if mark == COMPLETE else run.clean_exit
+            if known is not None and (known[3] > order if mark == COMPLETE else known[3] < order):
+                continue
+            located = (text.strip()[:300], line_of_order(order), run.files[order >> FILE_SHIFT], order)
+            if mark == COMPLETE:
+                run.completion = located
+            else:
+                run.clean_exit = located
+    for index, order, family in (
+        frame.filter(pl.col("mark") == LAUNCH).select("run", "order", "family").iter_rows()
+    ):
+        runs[index].launch_candidates.append((order, family))
+    for run in runs:
+        run.launch_candidates.sort()
+
+
+def _settle_failures(runs: list[RunBuilder], failures: list[pl.DataFrame]) -> None:
+    """The record kinds' failure events folded with the Python families', in line order, into each run's
+    failure and consequences (``RunBuilder.fold_failure``)."""
+    if not failures:
+        return
+    frame = pl.concat(failures).sort("run", "order")
+    for (index,), events in frame.group_by("run", maintain_order=True):
+        run = runs[index]
+        rows = [
+            (order, status, reason, weight, kind, exception, chained)
+            for order, status, reason, weight, kind, exception, chained in events.select(
+                "order", "status", "reason", "weight", "kind", "exception", "chained"
+            ).iter_rows()
+        ]
+        ordered = sorted(run.failure_events + rows, key=lambda event: event[0])
+        run.failure, run.failure_weight, run.failure_kind, run.failure_path = None, -1, "", None
+        run.consequences, run.last_exception = [], None
+        run.state.pop("failure_files", None)
+        for order, status, reason, weight, kind, exception, chained in ordered:
+            path = run.files[order >> FILE_SHIFT]
+            run.fold_failure(status, reason, line_of_order(order), path, weight, kind, exception, chained)
 
 
 def _step_events(runs: list[RunBuilder], kind_steps: list[pl.DataFrame]) -> pl.DataFrame:
@@ -274,20 +260,31 @@ def _timers(
 def _settle_facts(runs: list[RunBuilder], facts: list[pl.DataFrame]) -> None:
     """The kinds' facts weighed against the Python families' statements of the same facts: the first
     family to state a fact owns it, and its last statement is the value (``RunBuilder.set_fact``)."""
-    if not facts:
-        return
-    summary = (
-        pl.concat(facts, how="diagonal_relaxed")
-        .sort("run", "order")
-        .group_by("run", "fact", "family")
-        .agg(first=pl.col("order").first(), last=pl.col("order").last(), value=pl.col("value").last())
-    )
+    by_type: dict[pl.DataType, list[pl.DataFrame]] = {}
+    for frame in facts:
+        by_type.setdefault(frame.schema["value"], []).append(frame)
     # (order, family, value or None: a first statement whose value a later one replaces, line)
     stated: dict[tuple[int, str], list[tuple[int, str, Any, int]]] = {}
-    for index, name, family, first, last, value in summary.iter_rows():
-        stated.setdefault((index, name), []).extend(
-            [(first, family, None, 0), (last, family, value, line_of_order(last))]
+    for frames in by_type.values():
+        lined = [
+            frame if "line" in frame.columns else frame.with_columns(line=line_of(pl.col("order")))
+            for frame in frames
+        ]
+        summary = (
+            pl.concat(lined, how="diagonal_relaxed")
+            .sort("run", "order")
+            .group_by("run", "fact", "family")
+            .agg(
+                first=pl.col("order").first(),
+                last=pl.col("order").last(),
+                value=pl.col("value").last(),
+                line=pl.col("line").last(),
+            )
         )
+        for index, name, family, first, last, value, line in summary.iter_rows():
+            stated.setdefault((index, name), []).extend(
+                [(first, family, None, 0), (last, family, value, line)]
+            )
     for (index, name), statements in stated.items():
         run = runs[index]
         if run.provenance.get(name, "").startswith("manifest"):
@@ -303,11 +300,7 @@ def _settle_facts(runs: list[RunBuilder], facts: list[pl.DataFrame]) -> None:
             run.state.setdefault("fact_files", {})[name] = run.files[order >> FILE_SHIFT]
 
 
-def line_of_order(order: int) -> int:
-    """The line number of an ``order_key`` (``kinds.line_of`` for one number)."""
-    return (order % (1 << FILE_SHIFT)) >> 16
-
-
-def declared_facts(kinds: tuple[RecordKind, ...]) -> dict[str, list]:
-    """The facts the ``kinds`` state, each with an empty list of the Python families' statements."""
-    return {fact: [] for kind in kinds for fact in kind.facts}
+def declared_facts(stating: tuple) -> dict[str, list]:
+    """The facts the record kinds and blocks ``stating`` state, each with an empty list of the Python
+    families' statements."""
+    return {fact: [] for kind in stating for fact in kind.facts}

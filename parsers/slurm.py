@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 
-from logstat.parsers.base import CAUSE, CLEANUP, EFFECT, REPORT, CaptureLines, Family, RunBuilder
+from logstat.parsers.base import CAUSE, CLEANUP, EFFECT, REPORT, Family, RunBuilder
 
 NAME = "slurm"
 #: lines a traceback may go without a frame before it is given up (its exception line was lost)
@@ -65,9 +65,7 @@ TRACEBACK_LINES = 'File "|Traceback|Error|Exception|Interrupt|Exit|Failure'
 #: header: _traceback_line's test, as Rust's ``\s`` is part of what Python's strip() removes) or end it
 #: (a marked frame naming an OOM): of such lines one after another only the last one's line is ever read,
 #: so the reader hands over only that one. Most lines of hundreds of ranks' interleaved tracebacks are so
-TRACEBACK_CAPTURE = CaptureLines(
-    TRACEBACK_LINES, collapse=r'^\s*(?:File "|Traceback \(most recent call last\))'
-)
+TRACEBACK_CAPTURE = TRACEBACK_LINES
 #: the lines between the tracebacks of a chained exception (traceback.py, pythonrun.c)
 CHAINED_TRACEBACKS = ("During handling of the above exception", "The above exception was the direct cause")
 
@@ -292,20 +290,7 @@ def _traceback_line(text: str, lineno: int, run: RunBuilder, state: dict) -> boo
         return True
     run.saw(NAME)
     weight, kind = _exception_weight(stripped)
-    failure = run.failure
-    if (
-        chained
-        and failure is not None
-        and run.failure_kind == kind == "exception"
-        and failure[2] == state.get("last_exception")
-        and run.failure_path == run.current_file
-    ):
-        # A chained traceback ends with the exception the process died of (raised while handling, or
-        # from, the one before it, which is that exception's context): it replaces that one
-        run.replace_failure("failed", stripped, lineno)
-    else:
-        run.fail("failed", stripped, lineno, weight=weight, kind=kind)
-    state["last_exception"] = lineno
+    run.fail("failed", stripped, lineno, weight=weight, kind=kind, exception=True, chained=chained)
     return True
 
 
@@ -412,7 +397,6 @@ FAMILY = Family(
         "MiB /",
     ),
     parse_line=parse_line,
-    capture_patterns=(TRACEBACK_CAPTURE,),
     description="Slurm / launcher context: job id, nodes, GPU model, and failures (OOM, NCCL, time limit, ...)",
     context=True,
 )

@@ -1,0 +1,292 @@
+"""The runs' files -> their builders and events, batch by batch.
+
+Each batch of lines (``source``) is split into tagged records in polars (``records.Plan``), in a
+read-ahead thread while the batch before is read here. Here, per batch: the families' blocks are found
+(``blocks``), the records of the record kinds and blocks are kept for reading column-wise, and the rest
+(the rare records: failures, banners, command lines) go to their families' ``parse_line`` in line order.
+The kept records are read into events in a few polars queries for many batches at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import polars as pl
+from logstat.parsers import source
+from logstat.parsers.base import Family, LineReader, RunBuilder, is_guarded, never_raises
+from logstat.parsers.blocks import OpenBlock, find_spans
+from logstat.parsers.kinds import ENDED, FILE_SHIFT, LINE_SHIFT, Events, read_records
+from logstat.parsers.records import Plan
+
+#: kind records kept before they are read into events
+FLUSH_RECORDS = 400_000
+_KIND_RECORD_SCHEMA = {"run": pl.Int64, "order": pl.Int64, "text": pl.String, "kind": pl.Int32}
+#: a record's events: its order plus an index below this (``kinds.order_key``)
+_EVENTS_PER_RECORD = 256
+
+
+@dataclass
+class Prepared:
+    """A batch as the read-ahead thread hands it over."""
+
+    items: list[source.Piece | tuple[int, int]]
+    lines: pl.DataFrame
+    records: pl.DataFrame
+    separator: str
+    continues: int | None
+    """The run whose last file goes on in the next batch."""
+
+
+@dataclass
+class Reading:
+    """What reading a group of runs keeps between batches."""
+
+    plan: Plan
+    runs: list[RunBuilder]
+    files: list[Sequence[Path]]
+    readers: list[LineReader | None]
+    kind_records: list[pl.DataFrame] = field(default_factory=list)
+    kept: int = 0
+    block_records: list[list[pl.DataFrame]] = field(default_factory=list)
+    open_blocks: list[dict[int, OpenBlock]] = field(default_factory=list)
+    events: Events = field(default_factory=Events)
+
+    def __post_init__(self) -> None:
+        self.block_records = [[] for _ in self.plan.blocks]
+        self.open_blocks = [{} for _ in self.plan.blocks]
+
+
+def read(runs: list[RunBuilder], files: list[Sequence[Path]], plan: Plan, reports: list[list]) -> Events:
+    """Read every file of ``runs`` (``files``, in order; a ``SourceReport`` per file into ``reports``):
+    the Python families' records into the builders, the rest into the events returned."""
+    reading = Reading(
+        plan=plan, runs=runs, files=files, readers=[_safe_reader(family) for family in plan.families]
+    )
+    for batch in _prepared(source.batches(files, reports), plan):
+        _read_batch(reading, batch)
+    _flush_kinds(reading)
+    _read_blocks(reading)
+    return reading.events
+
+
+def _prepared(batches: Iterator[list], plan: Plan) -> Iterator[Prepared]:
+    """Each batch framed and split into tagged records, the next one in a thread while this is read."""
+    pool = _read_ahead_pool()
+
+    def prepare_next() -> Prepared | None:
+        return _prepare(next(batches, None), plan)
+
+    pending = pool.submit(prepare_next)
+    while (batch := pending.result()) is not None:
+        pending = pool.submit(prepare_next)
+        yield batch
+        del batch
+
+
+@cache
+def _read_ahead_pool() -> ThreadPoolExecutor:
+    """One reading thread for the process (a thread per file costs more than a small file's parse)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="logstat-read-ahead")
+
+
+def _prepare(items: list | None, plan: Plan) -> Prepared | None:
+    if items is None:
+        return None
+    batch = source.frame_batch(items)
+    separator = batch.separator
+    records = plan.records(batch.lines.lazy(), separator).collect()
+    last = items[-1]
+    continues = last.run if isinstance(last, source.Piece) else None
+    return Prepared(items, batch.lines, records, separator, continues)
+
+
+def _read_batch(reading: Reading, batch: Prepared) -> None:
+    _register_files(reading, batch.items)
+    records = batch.records
+    for number, block in enumerate(reading.plan.blocks):
+        carried = {run: state for run, state in reading.open_blocks[number].items()}
+        spans = find_spans(number, block, batch.lines, records, carried, batch.continues, batch.separator)
+        if spans is None:
+            continue
+        reading.open_blocks[number] = spans.still_open
+        reading.block_records[number].append(spans.records)
+        family = f"f{reading.plan.number(block.family)}"
+        records = _without(
+            records, family, spans.records.filter(pl.col("role") != ENDED).select("run", "order")
+        )
+        if block.swallows:
+            records = _outside(records, family, spans.spans)
+    _keep_kinds(reading, records)
+    _read_python(reading, records)
+
+
+def _register_files(reading: Reading, items: list) -> None:
+    """Each file a batch starts is the next of its run's files."""
+    for item in items:
+        run, file = (item.run, item.file) if isinstance(item, source.Piece) else item
+        builder = reading.runs[run]
+        if file == len(builder.files):
+            builder.files.append(str(reading.files[run][file]))
+
+
+def _without(records: pl.DataFrame, family: str, taken: pl.DataFrame) -> pl.DataFrame:
+    """``records`` with those of ``taken`` no longer the family's."""
+    taken = taken.with_columns(taken=pl.lit(True))
+    return (
+        records.join(taken, on=["run", "order"], how="left")
+        .with_columns(pl.when(pl.col("taken")).then(None).otherwise(pl.col(family)).alias(family))
+        .drop("taken")
+    )
+
+
+def _outside(records: pl.DataFrame, family: str, spans: pl.DataFrame) -> pl.DataFrame:
+    """``records`` with the family's inside ``spans`` no longer the family's."""
+    located = records.join_asof(
+        spans.sort("run", "start"), left_on="order", right_on="start", by="run", check_sortedness=False
+    )
+    inside = (pl.col("order") > pl.col("start")) & (pl.col("order") < pl.col("end"))
+    return located.with_columns(pl.when(inside).then(None).otherwise(pl.col(family)).alias(family)).drop(
+        "start", "end"
+    )
+
+
+def _keep_kinds(reading: Reading, records: pl.DataFrame) -> None:
+    """The batch's records of the record kinds, kept to be read with others; each kind record that is
+    evidence counts for its family at once (the Python families ask what was seen before a record)."""
+    columns = [f"f{number}" for number in range(len(reading.plan.families))]
+    kinds = pl.concat(
+        [
+            records.filter(pl.col(column) >= 0).select("run", "order", "text", kind=pl.col(column))
+            for column in columns
+        ]
+    )
+    if kinds.is_empty():
+        return
+    reading.kind_records.append(kinds.cast(_KIND_RECORD_SCHEMA))
+    reading.kept += kinds.height
+    if reading.kept >= FLUSH_RECORDS:
+        _flush_kinds(reading)
+
+
+def _read_python(reading: Reading, records: pl.DataFrame) -> None:
+    """The records no kind or block took, to their families' ``parse_line``, in line order."""
+    plan = reading.plan
+    columns = [f"f{number}" for number in range(len(plan.families))]
+    mask = pl.sum_horizontal(
+        [
+            (pl.col(column) == -1).fill_null(False).cast(pl.Int64) * (1 << number)
+            for number, column in enumerate(columns)
+        ]
+    )
+    evidence = plan.evidence_kinds
+    seen = (
+        records.filter(pl.any_horizontal([pl.col(column).is_in(evidence) for column in columns]))
+        .group_by("run", *columns)
+        .agg(first=pl.col("order").min(), count=pl.len())
+        if evidence
+        else None
+    )
+    unseen = _unseen(plan, seen)
+    python = records.select("run", "order", "text", mask=mask).filter(pl.col("mask") != 0)
+    readers = reading.readers
+    current = (-1, -1)
+    builder = reading.runs[0]
+    for run, order, text, bits in python.iter_rows():
+        builder = reading.runs[run]
+        file = order >> FILE_SHIFT
+        if (run, file) != current:
+            current = (run, file)
+            builder.current_file = builder.files[file]
+        builder.position, builder.event_index = order, 0
+        if unseen:
+            _see(builder, run, unseen)
+        line = (order % (1 << FILE_SHIFT)) >> LINE_SHIFT
+        for number, parse in enumerate(readers):
+            if bits >> number & 1 and parse is not None:
+                parse(text, line, builder)
+    for (run, _first, family), count in unseen.items():
+        builder = reading.runs[run]
+        builder.families_seen[family] = builder.families_seen.get(family, 0) + count
+
+
+def _unseen(plan: Plan, seen: pl.DataFrame | None) -> dict[tuple[int, int, str], int]:
+    """Per run, the families' evidence among the batch's kind records: ``(run, first order, family)`` ->
+    count, in order."""
+    if seen is None or seen.is_empty():
+        return {}
+    counts: dict[tuple[int, int, str], int] = {}
+    for row in seen.iter_rows(named=True):
+        for number, family in enumerate(plan.families):
+            kind = row[f"f{number}"]
+            if kind is not None and kind in plan.evidence_kinds:
+                key = (row["run"], row["first"], family.name)
+                counts[key] = counts.get(key, 0) + row["count"]
+    return dict(sorted(counts.items(), key=lambda item: (item[0][0], item[0][1])))
+
+
+def _see(builder: RunBuilder, run: int, unseen: dict[tuple[int, int, str], int]) -> None:
+    """Count the kinds' evidence of ``run`` whose first record comes before the record being read."""
+    for key in [key for key in unseen if key[0] == run and key[1] < builder.position]:
+        family = key[2]
+        builder.families_seen[family] = builder.families_seen.get(family, 0) + unseen.pop(key)
+
+
+def _flush_kinds(reading: Reading) -> None:
+    """Read the kept kind records into events."""
+    if not reading.kind_records:
+        return
+    records = pl.concat(reading.kind_records)
+    reading.kind_records, reading.kept = [], 0
+    keyed = records.with_row_index("row").with_columns(key=pl.col("row").cast(pl.Int64) * _EVENTS_PER_RECORD)
+    events = read_records(reading.plan.kinds, keyed.select(order="key", text="text", kind="kind"))
+    reading.events.extend(_located(events, keyed.select(pl.col("row").cast(pl.Int64), "run", base="order")))
+
+
+def _read_blocks(reading: Reading) -> None:
+    """Read every block's records into events (a block's records may come from several batches)."""
+    for block, frames in zip(reading.plan.blocks, reading.block_records, strict=True):
+        if not frames:
+            continue
+        records = pl.concat(frames).sort("run", "block", "order").with_row_index("row")
+        keyed = records.with_columns(key=pl.col("row").cast(pl.Int64) * _EVENTS_PER_RECORD)
+        block_keys = keyed.filter(pl.col("order") == pl.col("block")).select("run", "block", block_key="key")
+        keyed = keyed.join(block_keys, on=["run", "block"], how="left")
+        frame = keyed.select(
+            "run", block=pl.col("block_key").fill_null(pl.col("key")), order="key", text="text", role="role"
+        ).lazy()
+        events = block.read(frame)
+        reading.events.extend(
+            _located(events, keyed.select(pl.col("row").cast(pl.Int64), "run", base="order"))
+        )
+
+
+def _located(events: Events, base: pl.DataFrame) -> Events:
+    """``events`` whose orders are ``row * _EVENTS_PER_RECORD + item`` with each row's ``run`` and real
+    order (``base``) put back."""
+    located = Events()
+    for name in Events.SORTS:
+        for frame in getattr(events, name):
+            if not frame.height:
+                continue
+            getattr(located, name).append(
+                frame.with_columns(
+                    row=pl.col("order") // _EVENTS_PER_RECORD, item=pl.col("order") % _EVENTS_PER_RECORD
+                )
+                .join(base, on="row")
+                .with_columns(order=pl.col("base") + pl.col("item"))
+                .drop("row", "item", "base")
+            )
+    return located
+
+
+def _safe_reader(family: Family) -> LineReader | None:
+    """``family.parse_line`` guarded once: a family must never raise; if one does anyway, the line is
+    noted in ``parse_errors``, not fatal. A reader the family already guarded is used as is."""
+    parse = family.parse_line
+    if parse is None:
+        return None
+    return parse if is_guarded(parse) else never_raises(family.name)(parse)

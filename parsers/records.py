@@ -1,0 +1,118 @@
+"""Lines -> records, in polars: the records of the lines that hold a marker, and what each record is.
+
+Many ranks write one file, so a line may hold several records: launchers put a prefix before each
+rank's line (``srun --label``'s ``12: ``, torchrun's ``[default3]:``, pdsh's ``10.0.0.2: ``, ...), ranks
+writing at once glue their records together behind such tags, and progress bars end theirs with a
+carriage return. A record is one rank's text, prefixes stripped. Each record is tagged with the families
+whose markers it holds and, per family, the record kind it is (``kinds.RecordKind``), or -1: a record
+for the family's Python code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import polars as pl
+from logstat.parsers.base import Family
+from logstat.parsers.kinds import PYTHON_SPACE, RECORD_SHIFT, Block, RecordKind, literals
+
+_DIGIT = r"\d"  # Rust's \d is Unicode's decimal digits, as Python's
+#: the stacked launcher prefixes at the start of a record: torchrun's tags (``[default3]:``, ``[rank7]:``),
+#: ``srun --label``'s ``12: ``, pdsh/DeepSpeed's multi-node runner (``10.0.0.2: ``, ``localhost: ``,
+#: ``node12: ``), each after any whitespace
+LEADING_PREFIX = (
+    rf"^(?:{PYTHON_SPACE}*(?:\[(?:default|rank){_DIGIT}+\]:|{_DIGIT}{{1,5}}: |(?:{_DIGIT}{{1,3}}\.){{3}}"
+    rf"{_DIGIT}{{1,3}}: |localhost: |[a-z][a-z0-9-]*{_DIGIT}[a-z0-9-]*(?:\.[a-z0-9.-]+)?: ))+"
+)
+#: a bracketed tag: unambiguous, so a line holding one after its first character glues ranks' records
+GLUED_TAG = rf"\[(?:default|rank){_DIGIT}+\]:"
+#: what no line of a batch holds (the CSV reader's separator; ``source._mended`` lines aside)
+SPLIT = "\x1f"
+
+
+def split_records(lines: pl.LazyFrame, separator: str = SPLIT) -> pl.LazyFrame:
+    """The records of ``lines`` (``run``, ``order``, ``text``): one row per non-blank record, ``order``
+    with the record's index in its line, ``text`` without launcher prefixes."""
+    pieces = (
+        pl.col("text")
+        .str.replace_all(GLUED_TAG, separator + "${0}")
+        .str.replace_all("\r", separator, literal=True)
+    )
+    return (
+        lines.select("run", "order", piece=pieces.str.split(separator))
+        .explode("piece")
+        .select("run", "order", text=pl.col("piece").str.replace(LEADING_PREFIX, ""))
+        .filter(pl.col("text").str.contains(NOT_BLANK))
+        .with_columns(
+            order=pl.col("order")
+            + pl.int_range(pl.len()).over("run", "order").clip(upper_bound=255) * (1 << RECORD_SHIFT)
+        )
+    )
+
+
+#: a record holding more than Python's whitespace
+NOT_BLANK = r"[^\s\x1c-\x1f]"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The active families' markers, kinds and blocks, with the polars expressions built from them once."""
+
+    families: tuple[Family, ...]
+
+    @cached_property
+    def kinds(self) -> tuple[RecordKind, ...]:
+        return tuple(kind for family in self.families for kind in family.kinds)
+
+    @cached_property
+    def blocks(self) -> tuple[Block, ...]:
+        return tuple(block for family in self.families for block in family.blocks)
+
+    @cached_property
+    def marked(self) -> pl.Expr:
+        """Whether a line holds any family's marker."""
+        markers = tuple(dict.fromkeys(marker for family in self.families for marker in family.markers))
+        return pl.col("text").str.contains(literals(markers)) if markers else pl.lit(False)
+
+    @cached_property
+    def family_tags(self) -> list[pl.Expr]:
+        """Per family (column ``f<i>``): null if the record holds none of its markers, else the index
+        (into ``kinds``) of the first of its kinds the record is, else -1."""
+        text = pl.col("text")
+        columns, first = [], 0
+        for number, family in enumerate(self.families):
+            routed = text.str.contains(literals(family.markers)) if family.markers else pl.lit(False)
+            tag = pl.when(~routed).then(pl.lit(None, dtype=pl.Int32))
+            for index, kind in enumerate(family.kinds, first):
+                tag = tag.when(kind.test.expr(text)).then(pl.lit(index, dtype=pl.Int32))
+            columns.append(tag.otherwise(pl.lit(-1, dtype=pl.Int32)).alias(f"f{number}"))
+            first += len(family.kinds)
+        return columns
+
+    @cached_property
+    def block_tags(self) -> list[pl.Expr]:
+        """Per block (``o<j>``, ``e<j>``): whether a record of its family opens it, ends it."""
+        text = pl.col("text")
+        columns = []
+        for number, block in enumerate(self.blocks):
+            owner = pl.col(f"f{self.number(block.family)}").is_not_null()
+            columns.append((owner & block.opens.expr(text)).alias(f"o{number}"))
+            ends = block.ends.expr(text) if block.ends is not None else pl.lit(False)
+            columns.append((owner & ends).alias(f"e{number}"))
+        return columns
+
+    def number(self, name: str) -> int:
+        """The index of the family called ``name``."""
+        return next(number for number, family in enumerate(self.families) if family.name == name)
+
+    @cached_property
+    def evidence_kinds(self) -> list[int]:
+        """The indexes of the kinds whose records count as their family's records as they are read."""
+        return [index for index, kind in enumerate(self.kinds) if kind.evidence]
+
+    def records(self, lines: pl.LazyFrame, separator: str = SPLIT) -> pl.LazyFrame:
+        """The tagged records of the marked lines of ``lines`` (``run``, ``order``, ``text``)."""
+        marked = lines.filter(self.marked)
+        records = split_records(marked, separator).with_columns(self.family_tags)
+        return records.with_columns(self.block_tags) if self.blocks else records
