@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import polars as pl
 from logstat.parsers.kinds import BODY, CLOSER, ENDED, FILE_SHIFT, LINE_SHIFT, OPENER, Block
 from logstat.parsers.records import split_records
+from logstat.parsers.source import Batch
 
 #: an order past every record of a batch
 _NEVER = (1 << 62) - 1
@@ -46,24 +47,28 @@ RECORD_SCHEMA = {"run": pl.Int64, "block": pl.Int64, "order": pl.Int64, "text": 
 def find_spans(
     number: int,
     block: Block,
-    lines: pl.DataFrame,
+    batch: Batch,
     records: pl.DataFrame,
     carried: dict[int, OpenBlock],
     continues: int | None,
-    separator: str,
 ) -> Spans | None:
-    """The spans of block ``number`` in a batch: ``lines`` (``run``, ``order``, ``text``),
-    ``records`` (its tagged records), ``carried`` (by run: the block left open by the batch before, in
-    the file the batch goes on with), ``continues`` (the run whose last file goes on in the next batch)."""
-    openers = records.filter(pl.col(f"o{number}")).select("run", "order")
+    """The spans of block ``number`` in a batch (``records``: its tagged records), resolving the block
+    left open by the batch before (``carried``, by run: in the file the batch goes on with);
+    ``continues``: the run whose last file goes on in the next batch."""
+    openers = records.filter(pl.col(f"o{number}")).select("run", "row", "order")
     if openers.is_empty() and not carried:
         return None
-    starts = _starts(openers, carried, lines, block)
-    ends = records.filter(pl.col(f"e{number}")).select("run", "order")
-    window = _window(starts, ends, lines)
-    candidates = _candidates(block, window, separator)
-    closers = candidates.filter(pl.col("closes")).select("run", "order")
-    kept, still_open = _resolve(starts, ends, closers, lines, continues)
+    starts = _starts(openers, carried, batch, block)
+    if starts.is_empty():
+        return Spans(records=pl.DataFrame(schema=RECORD_SCHEMA), spans=pl.DataFrame(schema=_SPAN_SCHEMA))
+    ends = records.filter(pl.col(f"e{number}")).select("run", "row", "order")
+    starts = starts.join(_first_after(starts, ends, "ended", "ended_row"), on=["run", "order"], how="left")
+    candidates = _candidates(block, _window(starts, block, batch), batch)
+    closers = candidates.filter(pl.col("closes")).select("run", "row", "order")
+    starts = starts.join(
+        _first_after(starts, closers, "closed", "closed_row"), on=["run", "order"], how="left"
+    )
+    kept, still_open = _resolve(starts, batch, continues)
     block_records = pl.concat(
         [_opener_records(kept, records), _records(kept, candidates), _ended_records(kept, records)]
     )
@@ -74,58 +79,89 @@ def find_spans(
     )
 
 
-def _starts(
-    openers: pl.DataFrame, carried: dict[int, OpenBlock], lines: pl.DataFrame, block: Block
-) -> pl.DataFrame:
-    """``run``, ``order`` (where the block's records begin), ``block`` (its id: the opener's order),
-    ``deadline`` (the first order past its lines), sorted; the openers and the carried blocks."""
-    reach = (block.max_lines + 1) << LINE_SHIFT if block.max_lines is not None else None
+def _starts(openers: pl.DataFrame, carried: dict[int, OpenBlock], batch: Batch, block: Block) -> pl.DataFrame:
+    """``run``, ``row``, ``order`` (where the block's records begin), ``block`` (its id: the opener's
+    order), ``deadline`` (the first order past its lines), ``last_row`` (the last row of its file in the
+    batch), sorted; the openers and the carried blocks (from the batch's first row)."""
+    reach = (block.max_lines + 1) * (1 << LINE_SHIFT) if block.max_lines is not None else None
     file_end = (pl.col("order") // (1 << FILE_SHIFT) + 1) * (1 << FILE_SHIFT)
     deadline = file_end if reach is None else pl.min_horizontal(pl.col("order") + reach, file_end)
-    frames = [openers.select("run", "order", block="order", deadline=deadline)]
-    if carried:
-        first = lines.group_by("run").agg(pl.col("order").min())
-        known = dict(zip(first["run"], first["order"], strict=True))
-        frames.append(
-            pl.DataFrame(
-                [
-                    (run, known[run] - 1, state.opener, state.deadline)
-                    for run, state in carried.items()
-                    if run in known
-                ],
-                schema={"run": pl.Int64, "order": pl.Int64, "block": pl.Int64, "deadline": pl.Int64},
-                orient="row",
+    frames = [openers.select("run", "row", "order", block="order", deadline=deadline)]
+    if carried and batch.pieces.height:
+        first = batch.pieces.row(0, named=True)
+        state = carried.get(first["run"])
+        if state is not None:
+            line_order = (state.deadline // (1 << FILE_SHIFT)) * (1 << FILE_SHIFT) + (
+                first["first_line"] + 1
+            ) * (1 << LINE_SHIFT)
+            frames.append(
+                pl.DataFrame(
+                    [(first["run"], 0, line_order - 1, state.opener, state.deadline)],
+                    schema={
+                        "run": pl.Int64,
+                        "row": pl.Int64,
+                        "order": pl.Int64,
+                        "block": pl.Int64,
+                        "deadline": pl.Int64,
+                    },
+                    orient="row",
+                )
             )
-        )
-    return pl.concat(frames, how="vertical_relaxed").sort("run", "order")
+    starts = pl.concat(frames, how="vertical_relaxed").sort("run", "order")
+    return starts.join_asof(
+        _file_rows(batch), left_on="row", right_on="first_row", check_sortedness=False
+    ).drop("first_row")
 
 
-def _window(starts: pl.DataFrame, ends: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame:
-    """The lines after some opener, before its deadline and the first record of the family that ends it."""
-    reach = (
-        starts.join_asof(
-            ends.rename({"order": "end"}).with_columns(at=pl.col("end")),
-            left_on="order",
-            right_on="at",
+def _file_rows(batch: Batch) -> pl.DataFrame:
+    """Per run of pieces of one file in the batch: its ``first_row`` and ``last_row``."""
+    total = batch.lines.height
+    pieces = batch.pieces.with_columns(next_row=pl.col("row").shift(-1, fill_value=total))
+    return (
+        pieces.group_by("run", "file", maintain_order=True)
+        .agg(first_row=pl.col("row").first(), last_row=pl.col("next_row").last() - 1)
+        .select("first_row", "last_row")
+        .sort("first_row")
+    )
+
+
+def _first_after(starts: pl.DataFrame, events: pl.DataFrame, name: str, row_name: str) -> pl.DataFrame:
+    """Per start, the order (``name``) and row (``row_name``) of the first of ``events`` after it in its run."""
+    return (
+        starts.select("run", "order")
+        .sort("run", "order")
+        .join_asof(
+            events.sort("run", "order").select(
+                "run", "order", pl.col("order").alias(name), pl.col("row").alias(row_name)
+            ),
+            on="order",
             by="run",
             strategy="forward",
             allow_exact_matches=False,
             check_sortedness=False,
         )
-        .select("run", "order", reach=pl.min_horizontal(pl.col("end").fill_null(_NEVER), "deadline"))
-        # nested openers: a row is in a window if any opener before it still reaches it
-        .with_columns(pl.col("reach").cum_max().over("run"))
-    )
-    # a line's order has no record index: the opener's line is its own window's first
-    line_reach = reach.with_columns(pl.col("order") // (1 << LINE_SHIFT) * (1 << LINE_SHIFT))
-    return (
-        lines.join_asof(line_reach, on="order", by="run", strategy="backward", check_sortedness=False)
-        .filter(pl.col("order") < pl.col("reach"))
-        .select("run", "order", "text")
+        .select("run", "order", name, row_name)
     )
 
 
-def _candidates(block: Block, window: pl.DataFrame, separator: str) -> pl.DataFrame:
+def _window(starts: pl.DataFrame, block: Block, batch: Batch) -> pl.DataFrame:
+    """The lines (``row``, ``text``) from each start on, up to the record that ends it, ``max_lines``
+    after it or the end of its file in the batch; overlapping windows are read once."""
+    span = block.max_lines if block.max_lines is not None else 1 << 40
+    bounds = starts.select(
+        first=pl.col("row"),
+        last=pl.min_horizontal(pl.col("ended_row").fill_null(1 << 40), pl.col("row") + span, "last_row"),
+    ).sort("first")
+    ranges: list[list[int]] = []
+    for first, last in bounds.iter_rows():
+        if ranges and first <= ranges[-1][1] + 1:
+            ranges[-1][1] = max(ranges[-1][1], last)
+        else:
+            ranges.append([first, last])
+    return pl.concat([batch.lines.slice(first, last - first + 1) for first, last in ranges])
+
+
+def _candidates(block: Block, window: pl.DataFrame, batch: Batch) -> pl.DataFrame:
     """The records of the window's lines that are the block's (``body``) or close it (``closes``)."""
     lines = window.lazy()
     if block.hint is not None:
@@ -133,7 +169,7 @@ def _candidates(block: Block, window: pl.DataFrame, separator: str) -> pl.DataFr
     text = pl.col("text")
     closes = block.closes.expr(text) if block.closes is not None else pl.lit(False)
     return (
-        split_records(lines, separator)
+        split_records(batch.located(lines), batch.separator)
         .with_columns(body=block.body.expr(text), closes=closes)
         .filter(pl.col("body") | pl.col("closes"))
         .collect()
@@ -141,39 +177,36 @@ def _candidates(block: Block, window: pl.DataFrame, separator: str) -> pl.DataFr
 
 
 def _resolve(
-    starts: pl.DataFrame,
-    ends: pl.DataFrame,
-    closers: pl.DataFrame,
-    lines: pl.DataFrame,
-    continues: int | None,
+    starts: pl.DataFrame, batch: Batch, continues: int | None
 ) -> tuple[pl.DataFrame, dict[int, OpenBlock]]:
     """The blocks that open (an opener inside an open block is none), each with its ``end``: the order of
-    the first record past it (its closer's order + 1, a record that ends it, its deadline); and those
-    still open when the batch ends (their file goes on in the next batch)."""
-    first_after = [
-        _first_after(starts, other, name) for other, name in ((ends, "ended"), (closers, "closed"))
-    ]
-    candidates = (
-        starts.join(first_after[0], on=["run", "order"], how="left")
-        .join(first_after[1], on=["run", "order"], how="left")
-        .with_columns(
-            end=pl.min_horizontal(
-                pl.col("ended").fill_null(_NEVER), (pl.col("closed") + 1).fill_null(_NEVER), "deadline"
-            )
+    the first record past it (its closer's order + 1, a record that ends it, its deadline); and the one
+    still open when the batch ends (its file goes on in the next batch)."""
+    candidates = starts.with_columns(
+        end=pl.min_horizontal(
+            pl.col("ended").fill_null(_NEVER), (pl.col("closed") + 1).fill_null(_NEVER), "deadline"
         )
-    )
-    last_order = lines.filter(pl.col("run") == continues)["order"].max() if continues is not None else None
+    ).sort("run", "order")
+    last_row = batch.lines.height - 1
     kept, still_open = [], {}
     current_run, open_until = None, -1
-    rows = candidates.select("run", "order", "block", "deadline", "end", "ended", "closed").iter_rows()
-    for run, order, block, deadline, end, ended, closed in rows:
+    rows = candidates.select(
+        "run", "order", "block", "deadline", "end", "ended", "closed", "last_row"
+    ).iter_rows()
+    for run, order, block, deadline, end, ended, closed, file_last_row in rows:
         if run != current_run:
             current_run, open_until = run, -1
         if order < open_until:
             continue  # an opener inside the open block is one of its records
-        kept.append((run, order, block, end, ended == end))
+        kept.append((run, order, block, end, ended is not None and ended == end))
         open_until = end
-        if run == continues and ended is None and closed is None and deadline > last_order:
+        if (
+            run == continues
+            and file_last_row == last_row
+            and ended is None
+            and closed is None
+            and end == deadline
+        ):
             still_open[run] = OpenBlock(opener=block, deadline=deadline)
     frame = pl.DataFrame(
         kept,
@@ -181,23 +214,6 @@ def _resolve(
         orient="row",
     )
     return frame, still_open
-
-
-def _first_after(starts: pl.DataFrame, events: pl.DataFrame, name: str) -> pl.DataFrame:
-    """Per start, the order of the first of ``events`` after it in its run (column ``name``)."""
-    return (
-        starts.select("run", "order")
-        .sort("run", "order")
-        .join_asof(
-            events.sort("run", "order").with_columns(pl.col("order").alias(name)),
-            on="order",
-            by="run",
-            strategy="forward",
-            allow_exact_matches=False,
-            check_sortedness=False,
-        )
-        .select("run", "order", name)
-    )
 
 
 def _records(kept: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:

@@ -34,9 +34,8 @@ class Prepared:
     """A batch as the read-ahead thread hands it over."""
 
     items: list[source.Piece | tuple[int, int]]
-    lines: pl.DataFrame
+    batch: source.Batch
     records: pl.DataFrame
-    separator: str
     continues: int | None
     """The run whose last file goes on in the next batch."""
 
@@ -97,11 +96,10 @@ def _prepare(items: list | None, plan: Plan) -> Prepared | None:
     if items is None:
         return None
     batch = source.frame_batch(items)
-    separator = batch.separator
-    records = plan.records(batch.lines.lazy(), separator).collect()
+    records = plan.records(batch).collect()
     last = items[-1]
     continues = last.run if isinstance(last, source.Piece) else None
-    return Prepared(items, batch.lines, records, separator, continues)
+    return Prepared(items, batch, records, continues)
 
 
 def _read_batch(reading: Reading, batch: Prepared) -> None:
@@ -109,7 +107,7 @@ def _read_batch(reading: Reading, batch: Prepared) -> None:
     records = batch.records
     for number, block in enumerate(reading.plan.blocks):
         carried = {run: state for run, state in reading.open_blocks[number].items()}
-        spans = find_spans(number, block, batch.lines, records, carried, batch.continues, batch.separator)
+        spans = find_spans(number, block, batch.batch, records, carried, batch.continues)
         if spans is None:
             continue
         reading.open_blocks[number] = spans.still_open
@@ -265,22 +263,29 @@ def _read_blocks(reading: Reading) -> None:
 
 
 def _located(events: Events, base: pl.DataFrame) -> Events:
-    """``events`` whose orders are ``row * _EVENTS_PER_RECORD + item`` with each row's ``run`` and real
-    order (``base``) put back."""
+    """``events`` whose orders (and ``at``: a fact's provenance record) are ``row * _EVENTS_PER_RECORD +
+    item``, with each row's ``run`` and real order (``base``) put back."""
     located = Events()
     for name in Events.SORTS:
         for frame in getattr(events, name):
             if not frame.height:
                 continue
-            getattr(located, name).append(
-                frame.with_columns(
-                    row=pl.col("order") // _EVENTS_PER_RECORD, item=pl.col("order") % _EVENTS_PER_RECORD
-                )
-                .join(base, on="row")
-                .with_columns(order=pl.col("base") + pl.col("item"))
-                .drop("row", "item", "base")
-            )
+            frame = _relocated(frame, "order", base, with_run=True)
+            if "at" in frame.columns:
+                frame = _relocated(frame, "at", base, with_run=False)
+            getattr(located, name).append(frame)
     return located
+
+
+def _relocated(frame: pl.DataFrame, column: str, base: pl.DataFrame, *, with_run: bool) -> pl.DataFrame:
+    """``frame`` with its keyed ``column`` made a real order (and the row's ``run`` added)."""
+    keys = base if with_run else base.drop("run")
+    return (
+        frame.with_columns(row=pl.col(column) // _EVENTS_PER_RECORD, item=pl.col(column) % _EVENTS_PER_RECORD)
+        .join(keys, on="row", how="left")
+        .with_columns((pl.col("base") + pl.col("item")).alias(column))
+        .drop("row", "item", "base")
+    )
 
 
 def _safe_reader(family: Family) -> LineReader | None:

@@ -105,8 +105,8 @@ SEEN, COMPLETE, CLEAN_EXIT, LAUNCH = "seen", "complete", "clean exit", "launch"
 class Events:
     """Typed events read from records, frames per sort: steps and timers in their ``*_EVENT_SCHEMA``
     (timers with their ``position`` in the record), facts (``order``, ``fact``, ``value``, ``family``; one
-    value type per frame; a ``line`` column, if any, is the line the fact's provenance names when it is
-    not the line of its order: a block's fact stated when the block ends), notes (``order``, ``family``, ``message``), failures (``FAILURE_EVENT_SCHEMA``)
+    value type per frame; an ``at`` column, if any, is the order of the record whose line the fact's
+    provenance names when it is not the record stating it: a block's fact stated when the block ends), notes (``order``, ``family``, ``message``), failures (``FAILURE_EVENT_SCHEMA``)
     and marks (``MARK_EVENT_SCHEMA``)."""
 
     steps: list[pl.DataFrame] = field(default_factory=list)

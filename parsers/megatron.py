@@ -43,7 +43,6 @@ from logstat.parsers.kinds import (
     RecordTest,
     as_count,
     as_real,
-    line_of,
     marks_of,
     pipe_fields,
     too_long,
@@ -371,7 +370,7 @@ def read_arguments(blocks: pl.LazyFrame) -> Events:
         .with_columns(pl.col("text").str.extract_groups(DOTTED_RECORD).struct.rename_fields(["name", "raw"]))
         .unnest("text")
         .filter(pl.col("name").is_in(list(_KEPT_ARGS)))
-        .with_columns(value=pl.col("raw").str.strip_chars(PYTHON_WHITESPACE), line=line_of(pl.col("order")))
+        .with_columns(value=pl.col("raw").str.strip_chars(PYTHON_WHITESPACE), at=pl.col("order"))
         .sort("block", "order")
         .unique(["block", "name"], keep="last", maintain_order=True)
         .join(ends, on="block")
@@ -398,7 +397,7 @@ def _argument_facts(args: pl.DataFrame) -> list[pl.DataFrame]:
         .drop_nulls("number")
         .sort("block", "rank")
         .unique(["block", "fact"], keep="last", maintain_order=True)
-        .select(order="end", fact="fact", value="number", family=pl.lit(NAME), line="line")
+        .select(order="end", fact="fact", value="number", family=pl.lit(NAME), at="at")
     )
     per_block = args.with_columns(
         flag=pl.when(lowered == "true").then(True).when(lowered == "false").then(False)
@@ -408,17 +407,17 @@ def _argument_facts(args: pl.DataFrame) -> list[pl.DataFrame]:
         **{
             f"{name}_{part}": pl.col(column).filter(pl.col("name") == name).first()
             for name in (*PRECISION_ARGS, *CHECKPOINTING_ARGS, *SHAPE_ARGS)
-            for part, column in (("flag", "flag"), ("value", "value"), ("line", "line"))
+            for part, column in (("flag", "flag"), ("value", "value"), ("at", "at"))
         },
     )
     return [integers, _precision(wide), _checkpointing(wide), *_gqa_swiglu_moe(wide)]
 
 
-def _fact(wide: pl.DataFrame, fact: str, value: pl.Expr, line: pl.Expr) -> pl.DataFrame:
+def _fact(wide: pl.DataFrame, fact: str, value: pl.Expr, at: pl.Expr) -> pl.DataFrame:
     """One fact per dump where ``value`` is not null."""
-    return wide.select(
-        order="end", fact=pl.lit(fact), value=value, family=pl.lit(NAME), line=line
-    ).drop_nulls("value")
+    return wide.select(order="end", fact=pl.lit(fact), value=value, family=pl.lit(NAME), at=at).drop_nulls(
+        "value"
+    )
 
 
 def _precision(wide: pl.DataFrame) -> pl.DataFrame:
@@ -430,9 +429,9 @@ def _precision(wide: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit("bf16"))
         .when(pl.col("fp16_flag") == True)  # noqa: E712
         .then(pl.lit("fp16"))
-        .when(pl.col("fp16_line").is_not_null() & pl.col("bf16_line").is_not_null())
+        .when(pl.col("fp16_at").is_not_null() & pl.col("bf16_at").is_not_null())
         .then(pl.lit("fp32")),
-        pl.when(pl.col("bf16_flag") == True).then("bf16_line").otherwise("fp16_line"),  # noqa: E712
+        pl.when(pl.col("bf16_flag") == True).then("bf16_at").otherwise("fp16_at"),  # noqa: E712
     )
 
 
@@ -447,15 +446,15 @@ def _checkpointing(wide: pl.DataFrame) -> pl.DataFrame:
         pl.when(on | full)
         .then(True)
         .when(
-            pl.col("checkpoint_activations_line").is_not_null()
-            | pl.col("recompute_granularity_line").is_not_null()
+            pl.col("checkpoint_activations_at").is_not_null()
+            | pl.col("recompute_granularity_at").is_not_null()
         )
         .then(False),
         pl.when(on)
-        .then("checkpoint_activations_line")
+        .then("checkpoint_activations_at")
         .when(full)
-        .then("recompute_granularity_line")
-        .otherwise(pl.coalesce("checkpoint_activations_line", "recompute_granularity_line")),
+        .then("recompute_granularity_at")
+        .otherwise(pl.coalesce("checkpoint_activations_at", "recompute_granularity_at")),
     )
 
 
@@ -477,14 +476,14 @@ def _gqa_swiglu_moe(wide: pl.DataFrame) -> list[pl.DataFrame]:
             wide,
             "num_query_groups",
             pl.when(gqa).then(_positive("num_query_groups")),
-            pl.col("num_query_groups_line"),
+            pl.col("num_query_groups_at"),
         ),
-        _fact(wide, "swiglu", pl.col("swiglu_flag"), pl.col("swiglu_line")),
+        _fact(wide, "swiglu", pl.col("swiglu_flag"), pl.col("swiglu_at")),
         _fact(
             wide,
             "moe_topk",
             pl.when(_positive("num_experts").is_not_null()).then(_positive("moe_router_topk")),
-            pl.col("moe_router_topk_line"),
+            pl.col("moe_router_topk_at"),
         ),
     ]
 

@@ -140,8 +140,17 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
 
 def read_runs(groups: list[RunFiles], active: list[Family], *, forced: str | None = None) -> list[RunResult]:
     """Read every file of each run through the ``active`` families, then settle the runs' steps, timers,
-    facts and failures together (column-wise, one query for them all); ``forced`` names the primary
-    family instead of the evidence."""
+    facts and failures together (column-wise, one query for them all), and conclude each run (the file
+    name's job id, its manifest, derived facts, its primary family: ``forced`` names it instead of the
+    evidence)."""
+    results = read_settled(groups, active)
+    for result in results:
+        _conclude(result, active, forced)
+    return results
+
+
+def read_settled(groups: list[RunFiles], active: list[Family]) -> list[RunResult]:
+    """The runs read and settled, with their families' last words (``Family.finish``), not concluded."""
     plan = plan_of(tuple(active))
     results = [RunResult(run=RunBuilder(path=files.key), files=files) for files in groups]
     stating = (*plan.kinds, *plan.blocks)
@@ -155,7 +164,11 @@ def read_runs(groups: list[RunFiles], active: list[Family], *, forced: str | Non
     )
     settle_runs([result.run for result in results], events)
     for result in results:
-        _conclude(result, active, forced)
+        run = result.run
+        run.position, run.event_index = order_key(len(result.files.files), 0), 0
+        for family in active:
+            if family.finish is not None:
+                family.finish(run)
     return results
 
 
@@ -166,14 +179,9 @@ def plan_of(active: tuple[Family, ...]) -> Plan:
 
 
 def _conclude(result: RunResult, active: list[Family], forced: str | None) -> None:
-    """What follows from a settled run: the families' last words (after the steps and facts: a family may
-    weigh what it kept against them, the planned steps), the file name's job id, the manifest, derived
-    facts, and the primary family."""
+    """What follows from a settled run: the file name's job id, the manifest, derived facts, and the
+    primary family."""
     run, files = result.run, result.files
-    run.position, run.event_index = order_key(len(files.files), 0), 0
-    for family in active:
-        if family.finish is not None:
-            family.finish(run)
     job_id = job_id_from_name(Path(files.key))
     if job_id:
         run.set_fact("job_id", job_id, "filename", 0)

@@ -16,6 +16,7 @@ from functools import cached_property
 import polars as pl
 from logstat.parsers.base import Family
 from logstat.parsers.kinds import PYTHON_SPACE, RECORD_SHIFT, Block, RecordKind, literals
+from logstat.parsers.source import Batch
 
 _DIGIT = r"\d"  # Rust's \d is Unicode's decimal digits, as Python's
 #: the stacked launcher prefixes at the start of a record: torchrun's tags (``[default3]:``, ``[rank7]:``),
@@ -27,22 +28,21 @@ LEADING_PREFIX = (
 )
 #: a bracketed tag: unambiguous, so a line holding one after its first character glues ranks' records
 GLUED_TAG = rf"\[(?:default|rank){_DIGIT}+\]:"
-#: what no line of a batch holds (the CSV reader's separator; ``source._mended`` lines aside)
-SPLIT = "\x1f"
 
 
-def split_records(lines: pl.LazyFrame, separator: str = SPLIT) -> pl.LazyFrame:
-    """The records of ``lines`` (``run``, ``order``, ``text``): one row per non-blank record, ``order``
-    with the record's index in its line, ``text`` without launcher prefixes."""
+def split_records(lines: pl.LazyFrame, separator: str) -> pl.LazyFrame:
+    """The records of ``lines`` (``run``, ``row``, ``order``, ``text``): one row per non-blank record,
+    ``order`` with the record's index in its line, ``text`` without launcher prefixes; ``separator``: a
+    character no line holds."""
     pieces = (
         pl.col("text")
         .str.replace_all(GLUED_TAG, separator + "${0}")
         .str.replace_all("\r", separator, literal=True)
     )
     return (
-        lines.select("run", "order", piece=pieces.str.split(separator))
+        lines.select("run", "row", "order", piece=pieces.str.split(separator))
         .explode("piece")
-        .select("run", "order", text=pl.col("piece").str.replace(LEADING_PREFIX, ""))
+        .select("run", "row", "order", text=pl.col("piece").str.replace(LEADING_PREFIX, ""))
         .filter(pl.col("text").str.contains(NOT_BLANK))
         .with_columns(
             order=pl.col("order")
@@ -111,8 +111,8 @@ class Plan:
         """The indexes of the kinds whose records count as their family's records as they are read."""
         return [index for index, kind in enumerate(self.kinds) if kind.evidence]
 
-    def records(self, lines: pl.LazyFrame, separator: str = SPLIT) -> pl.LazyFrame:
-        """The tagged records of the marked lines of ``lines`` (``run``, ``order``, ``text``)."""
-        marked = lines.filter(self.marked)
-        records = split_records(marked, separator).with_columns(self.family_tags)
+    def records(self, batch: Batch) -> pl.LazyFrame:
+        """The tagged records of the marked lines of a batch (``run``, ``row``, ``order``, ``text``)."""
+        marked = batch.located(batch.lines.lazy().filter(self.marked))
+        records = split_records(marked, batch.separator).with_columns(self.family_tags)
         return records.with_columns(self.block_tags) if self.blocks else records

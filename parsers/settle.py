@@ -267,7 +267,7 @@ def _settle_facts(runs: list[RunBuilder], facts: list[pl.DataFrame]) -> None:
     stated: dict[tuple[int, str], list[tuple[int, str, Any, int]]] = {}
     for frames in by_type.values():
         lined = [
-            frame if "line" in frame.columns else frame.with_columns(line=line_of(pl.col("order")))
+            frame.with_columns(line=line_of(pl.col("at") if "at" in frame.columns else pl.col("order")))
             for frame in frames
         ]
         summary = (

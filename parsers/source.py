@@ -17,6 +17,7 @@ import re
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 
 import polars as pl
@@ -73,12 +74,28 @@ class Piece:
 
 @dataclass
 class Batch:
-    """A batch's lines (``run``, ``file``, ``line``: 1-based in its file, ``order``: ``kinds.order_key``
-    of the line, ``text``: null for an empty line) and the files whose last line it holds."""
+    """A batch's lines: ``lines`` (``row``, ``text``: null for an empty line) and, per piece, the first row
+    and what its rows are (``pieces``: ``row``, ``run``, ``file``, ``first_line``); ``located`` turns rows
+    into runs and orders."""
 
     lines: pl.DataFrame
+    pieces: pl.DataFrame
     separator: str = "\x1f"
     """A character no line of the batch holds (splitting records uses it)."""
+
+    def located(self, frame: pl.LazyFrame) -> pl.LazyFrame:
+        """``frame`` (with ``row``) with each row's ``run`` and ``order`` (``kinds.order_key`` of its line)."""
+        line = pl.col("first_line") + pl.col("row") - pl.col("start") + 1
+        return (
+            frame.join_asof(
+                self.pieces.lazy().rename({"row": "start"}),
+                left_on="row",
+                right_on="start",
+                check_sortedness=False,
+            )
+            .with_columns(order=pl.col("file") * (1 << FILE_SHIFT) + line * (1 << LINE_SHIFT))
+            .drop("start", "file", "first_line")
+        )
 
 
 def without_escapes(chunk: bytes) -> bytes:
@@ -212,33 +229,26 @@ def batches(
 def frame_batch(items: list[Piece | tuple[int, int]]) -> Batch:
     """The lines of a batch's pieces in one frame, split and decoded by polars' CSV reader."""
     pieces = [item for item in items if isinstance(item, Piece)]
-    if not pieces:
-        return Batch(lines=pl.DataFrame(schema=LINE_SCHEMA))
-    data = b"".join(piece.data for piece in pieces)
-    text = _split(data)
     counts = [piece.lines for piece in pieces]
-    meta = pl.DataFrame(
+    table = pl.DataFrame(
         {
+            "row": [0, *accumulate(counts[:-1])] if counts else [],
             "run": [piece.run for piece in pieces],
             "file": [piece.file for piece in pieces],
             "first_line": [piece.first_line for piece in pieces],
-            "count": counts,
         },
-        schema={"run": pl.Int64, "file": pl.Int64, "first_line": pl.Int64, "count": pl.UInt32},
+        schema=PIECE_SCHEMA,
     )
-    rows = meta.select(
-        pl.col("run").repeat_by("count").explode(),
-        pl.col("file").repeat_by("count").explode(),
-        line=pl.int_ranges(pl.col("first_line") + 1, pl.col("first_line") + 1 + pl.col("count")).explode(),
-    )
-    lines = pl.concat([rows, text.to_frame("text")], how="horizontal").with_columns(
-        order=pl.col("file") * (1 << FILE_SHIFT) + pl.col("line") * (1 << LINE_SHIFT)
-    )
-    return Batch(lines=lines.select(list(LINE_SCHEMA)), separator=_absent_character(data))
+    if not pieces:
+        return Batch(lines=pl.DataFrame(schema=LINE_SCHEMA), pieces=table)
+    data = b"".join(piece.data for piece in pieces)
+    lines = _split(data).to_frame("text").with_row_index("row")
+    return Batch(lines=lines.cast(LINE_SCHEMA), pieces=table, separator=_absent_character(data))
 
 
-#: the columns of ``Batch.lines``
-LINE_SCHEMA = {"run": pl.Int64, "file": pl.Int64, "line": pl.Int64, "order": pl.Int64, "text": pl.String}
+#: the columns of ``Batch.lines`` and ``Batch.pieces``
+LINE_SCHEMA = {"row": pl.Int64, "text": pl.String}
+PIECE_SCHEMA = {"row": pl.Int64, "run": pl.Int64, "file": pl.Int64, "first_line": pl.Int64}
 
 
 def _absent_character(data: bytes) -> str:

@@ -1,52 +1,25 @@
-"""Feeding one log family in tests, without the reader's family detection and frames."""
+"""Feeding one log family in tests, through the reader's own path (polars' records, kinds, blocks, the
+Python residue), without family detection and conclusion (job id, manifest, derived facts)."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from logstat.parsers.base import Family, RunBuilder
-from logstat.parsers.kinds import order_key
-from logstat.parsers.source import records
+from logstat.parsers.reader import RunFiles, read_settled
 
 
-def _give(family: Family, record: str, lineno: int, index: int, run: RunBuilder) -> None:
-    """One record as the reader gives it: a record of one of the family's kinds is read column-wise
-    (the family sees it only while it captures a block), any other goes to ``parse_line``."""
-    run.position, run.event_index = order_key(0, lineno, index), 0
-    kind = next((number for number, kind in enumerate(family.kinds) if kind.holds(record)), None)
-    if kind is not None:
-        run.defer(record, kind)
-        if family.kinds[kind].evidence:
-            run.saw(family.name)
-        if family.name not in run.capturing:
-            return
-    family.parse_line(record, lineno, run)
+def feed_file(family: Family, path: Path) -> RunBuilder:
+    """The run ``family`` reads from ``path`` (alone: no other family's records)."""
+    return read_settled([RunFiles(key=str(path), files=(Path(path),))], [family])[0].run
 
 
-def _finish(family: Family, run: RunBuilder) -> RunBuilder:
-    run.settle(family.kinds)
-    if family.finish is not None:
-        family.finish(run)
+def feed_lines(family: Family, lines: Iterable[str], *, path: str = "lines.log") -> RunBuilder:
+    """The run ``family`` reads from a log of ``lines`` (numbered from 1)."""
+    with tempfile.TemporaryDirectory() as directory:
+        log = Path(directory) / Path(path).name
+        log.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+        run = feed_file(family, log)
     return run
-
-
-def feed_file(family: Family, path: Path, run: RunBuilder | None = None) -> RunBuilder:
-    """Give ``family`` the lines the reader gives it: the records (ranks split apart) holding one of
-    its markers, and every record while it captures a block."""
-    run = run or RunBuilder(path=str(path))
-    run.files.append(str(path))
-    with open(path, "rb") as stream:
-        for lineno, raw in enumerate(stream, 1):
-            for index, record in enumerate(records(raw.decode("utf-8", "replace"))):
-                if family.name in run.capturing or any(marker in record for marker in family.markers):
-                    _give(family, record, lineno, index, run)
-    return _finish(family, run)
-
-
-def feed_lines(family: Family, lines: Iterable[str], *, path: str = "lines") -> RunBuilder:
-    """Give ``family`` every line, numbered from 1 (no marker filter: it must ignore what is not its own)."""
-    run = RunBuilder(path=path)
-    for lineno, line in enumerate(lines, 1):
-        _give(family, line, lineno, 0, run)
-    return _finish(family, run)
