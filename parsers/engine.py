@@ -143,7 +143,7 @@ def _without(records: pl.DataFrame, family: str, taken: pl.DataFrame) -> pl.Data
 
 def _outside(records: pl.DataFrame, family: str, spans: pl.DataFrame) -> pl.DataFrame:
     """``records`` with the family's inside ``spans`` no longer the family's."""
-    located = records.join_asof(
+    located = records.sort("run", "order").join_asof(
         spans.sort("run", "start"), left_on="order", right_on="start", by="run", check_sortedness=False
     )
     inside = (pl.col("order") > pl.col("start")) & (pl.col("order") < pl.col("end"))
@@ -189,7 +189,9 @@ def _read_python(reading: Reading, records: pl.DataFrame) -> None:
         else None
     )
     unseen = _unseen(plan, seen)
-    python = records.select("run", "order", "text", mask=mask).filter(pl.col("mask") != 0)
+    python = (
+        records.select("run", "order", "text", mask=mask).filter(pl.col("mask") != 0).sort("run", "order")
+    )
     readers = reading.readers
     current = (-1, -1)
     builder = reading.runs[0]

@@ -31,24 +31,28 @@ GLUED_TAG = rf"\[(?:default|rank){_DIGIT}+\]:"
 
 
 def split_records(lines: pl.LazyFrame, separator: str) -> pl.LazyFrame:
-    """The records of ``lines`` (``run``, ``row``, ``order``, ``text``): one row per non-blank record,
-    ``order`` with the record's index in its line, ``text`` without launcher prefixes; ``separator``: a
-    character no line holds."""
-    pieces = (
-        pl.col("text")
-        .str.replace_all(GLUED_TAG, separator + "${0}")
-        .str.replace_all("\r", separator, literal=True)
+    """The records of ``lines`` (``run``, ``row``, ``order``, ``text``), not in line order: one row per
+    non-blank record, ``order`` with the record's index in its line, ``text`` without launcher prefixes;
+    ``separator``: a character no line holds. Most lines are one record: only those with a carriage
+    return or a ``]:`` (a tag) are split."""
+    text = pl.col("text")
+    several = text.str.contains("\r", literal=True) | text.str.contains("]:", literal=True)
+    single = lines.filter(~several).select("run", "row", "order", text=text.str.replace(LEADING_PREFIX, ""))
+    pieces = text.str.replace_all(GLUED_TAG, separator + "${0}").str.replace_all(
+        "\r", separator, literal=True
     )
-    return (
-        lines.select("run", "row", "order", piece=pieces.str.split(separator))
+    run, order, position = pl.col("run"), pl.col("order"), pl.int_range(pl.len())
+    first = ((order != order.shift(1)) | (run != run.shift(1))).fill_null(True)
+    index = (position - pl.when(first).then(position).forward_fill()).clip(upper_bound=255)
+    split = (
+        lines.filter(several)
+        .select("run", "row", "order", piece=pieces.str.split(separator))
         .explode("piece")
         .select("run", "row", "order", text=pl.col("piece").str.replace(LEADING_PREFIX, ""))
-        .filter(pl.col("text").str.contains(NOT_BLANK))
-        .with_columns(
-            order=pl.col("order")
-            + pl.int_range(pl.len()).over("run", "order").clip(upper_bound=255) * (1 << RECORD_SHIFT)
-        )
+        .filter(text.str.contains(NOT_BLANK))
+        .with_columns(order=order + index * (1 << RECORD_SHIFT))
     )
+    return pl.concat([single.filter(text.str.contains(NOT_BLANK)), split])
 
 
 #: a record holding more than Python's whitespace
