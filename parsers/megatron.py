@@ -31,6 +31,7 @@ from logstat.parsers.kinds import (
     CLOSER,
     ENDED,
     LAUNCH,
+    NUMBER,
     OPENER,
     PEAK,
     PYTHON_SPACE,
@@ -205,46 +206,72 @@ def _too_long_notes(frame: pl.LazyFrame, text: pl.Expr, name: str) -> pl.LazyFra
     )
 
 
+def _headers(records: pl.LazyFrame, header: str) -> pl.LazyFrame:
+    """Each header's record: ``order``, ``first`` / ``second`` (the header's groups), ``body`` (the text
+    after it, up to the next header). Most records hold one header; ranks glued without a tag, several."""
+    text = pl.col("text")
+    count = text.str.count_matches(header)
+    second = text.str.extract(header, 2) if re.compile(header).groups > 1 else pl.lit(None, dtype=pl.String)
+    single = records.filter(count == 1).select(
+        "order",
+        first=text.str.extract(header, 1),
+        second=second,
+        # no group spans the body: a capture over a long span costs ten times a match
+        body=text.str.replace(f"^.*?{header}", ""),
+    )
+    several = _split_at(records.filter(count > 1), header).select("order", "first", "second", "body")
+    return pl.concat([single, several]).drop_nulls("first")
+
+
+def _field(name: str) -> str:
+    """A ``| name: number |`` field (the number its group): the name is the field's text from its first
+    letter, in any case, and the field ends with ``|`` (text after the last one is a field cut short, by a
+    log read while written or a crash). The first field of a name counts."""
+    return rf"\|[^A-Za-z|]*(?i:{re.escape(name)})\s*:\s*({NUMBER})\s*\|"
+
+
+def _field_value(names: list[str], convert) -> pl.Expr:
+    """The value of the first of ``names`` in the record with a usable (converted, not null) value, from
+    the columns of their texts (``_raw``)."""
+    values = [convert(pl.col(_raw(name))) for name in names]
+    if len(values) == 1:
+        return values[0]
+    positions = [
+        pl.when(value.is_not_null()).then(pl.col("body").str.find(_field(name)))
+        for name, value in zip(names, values, strict=True)
+    ]
+    first = pl.min_horizontal(positions)
+    return pl.coalesce(
+        [pl.when(position == first).then(value) for position, value in zip(positions, values, strict=True)]
+    )
+
+
+def _raw(name: str) -> str:
+    """The column of a field's text."""
+    return f"raw {name}"
+
+
 def read_iterations(records: pl.LazyFrame) -> Events:
     """``iteration N/M | name: value | ...`` records: a step event each (its ITERATION_FIELDS columns),
-    and the facts ``train_iters`` and ``global_batch_size``. Every field ends with ``|``: text after the
-    last one is a field cut short (a log read while written, or cut by a crash) and is not read."""
-    headers = (
-        _split_at(records, ITERATION_HEADER)
-        .with_columns(body=pl.col("body").str.extract(r"^(.*\|)", 1).fill_null(""))
-        .collect()
-    )
+    and the facts ``train_iters`` and ``global_batch_size``."""
     named = ITERATION_FIELDS | {"global batch size": "global batch"}
-    fields = (
-        pipe_fields(headers.lazy(), pl.col("body"))
-        .filter(pl.col("name").is_in(list(named)))
-        .with_columns(column=pl.col("name").replace_strict(named, return_dtype=pl.String))
-        .collect()
-    )
-    counts = fields.filter(pl.col("name").is_in(COUNT_FIELDS))
-    # of two names of one column (lm loss, loss), the first with a usable value
-    values = (
-        fields.with_columns(
-            number=pl.when(pl.col("name").is_in(COUNT_FIELDS))
-            .then(as_count(pl.col("value")).cast(pl.Float64))
-            .otherwise(as_real(pl.col("value")))
+    by_column: dict[str, list[str]] = {}
+    for name, column in named.items():
+        by_column.setdefault(column, []).append(name)
+    count = lambda text: as_count(text).cast(pl.Float64)  # noqa: E731
+    # each text is extracted once into a column: an expression used twice would run twice
+    steps = (
+        _headers(records, ITERATION_HEADER)
+        .with_columns(body="|" + pl.col("body"))
+        .with_columns(pl.col("body").str.extract(_field(name), 1).alias(_raw(name)) for name in named)
+        .with_columns(
+            **{
+                column: _field_value(names, count if names[0] in COUNT_FIELDS else as_real)
+                for column, names in by_column.items()
+            },
+            counted=pl.concat_list(_raw(name) for name in COUNT_FIELDS),
         )
-        .drop_nulls("number")
-        .sort("order", "position")
-        .unique(["order", "column"], keep="first", maintain_order=True)
-    )
-    wide = (
-        values.pivot(on="column", index="order", values="number")
-        if values.height
-        else pl.DataFrame(schema={"order": pl.Int64})
-    )
-    columns = [
-        column for column in (*STEP_METRICS_SCHEMA, "elapsed_s", "global batch") if column not in wide.columns
-    ]
-    steps = headers.select("order", "first", "second").join(
-        wide.with_columns([pl.lit(None, dtype=pl.Float64).alias(column) for column in columns]),
-        on="order",
-        how="left",
+        .collect()
     )
     step_events = steps.filter(~too_long(pl.col("first"))).select(
         "order",
@@ -252,7 +279,7 @@ def read_iterations(records: pl.LazyFrame) -> Events:
         mode=pl.lit(RECORD, dtype=pl.Int8),
         family=pl.lit(NAME),
         **{
-            column: pl.col(column).cast(dtype)
+            column: (pl.col(column) if column in by_column else pl.lit(None)).cast(dtype)
             for column, dtype in STEP_METRICS_SCHEMA.items()
             if column != "elapsed_ms"
         },
@@ -274,11 +301,12 @@ def read_iterations(records: pl.LazyFrame) -> Events:
             ),
         ]
     )
+    counts = steps.lazy().select("order", value="counted").explode("value").drop_nulls("value")
     notes = pl.concat(
         [
             _too_long_notes(steps.lazy(), pl.col("second"), "train_iters").collect(),
             _too_long_notes(steps.lazy(), pl.col("first"), "iteration").collect(),
-            _too_long_notes(counts.lazy(), pl.col("value"), "count").collect(),
+            _too_long_notes(counts, pl.col("value"), "count").collect(),
         ]
     )
     return Events(steps=[step_events], facts=[facts], notes=[notes])
