@@ -37,6 +37,8 @@ class Spans:
 
     records: pl.DataFrame
     spans: pl.DataFrame
+    taken: pl.DataFrame
+    """``run``, ``order`` of the family's records the blocks take: their own, and openers inside them."""
     still_open: dict[int, OpenBlock] = field(default_factory=dict)
 
 
@@ -60,7 +62,10 @@ def find_spans(
         return None
     starts = _starts(openers, carried, batch, block)
     if starts.is_empty():
-        return Spans(records=pl.DataFrame(schema=RECORD_SCHEMA), spans=pl.DataFrame(schema=_SPAN_SCHEMA))
+        empty = pl.DataFrame(schema=RECORD_SCHEMA)
+        return Spans(
+            records=empty, spans=pl.DataFrame(schema=_SPAN_SCHEMA), taken=empty.select("run", "order")
+        )
     ends = records.filter(pl.col(f"e{number}")).select("run", "row", "order")
     starts = starts.join(_first_after(starts, ends, "ended", "ended_row"), on=["run", "order"], how="left")
     candidates = _candidates(block, _window(starts, block, batch), batch)
@@ -72,10 +77,23 @@ def find_spans(
     block_records = pl.concat(
         [_opener_records(kept, records), _records(kept, candidates), _ended_records(kept, records)]
     )
+    spans = kept.select("run", "start", "end").cast(_SPAN_SCHEMA)
+    own = block_records.filter(pl.col("role") != ENDED).select("run", "order")
     return Spans(
         records=block_records,
-        spans=kept.select("run", "start", "end").cast(_SPAN_SCHEMA),
+        spans=spans,
+        taken=pl.concat([own, inside(openers, spans)]).unique(),
         still_open=still_open,
+    )
+
+
+def inside(records: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """The ``run``, ``order`` of ``records`` inside ``spans`` (after a span's start, before its end)."""
+    located = records.sort("run", "order").join_asof(
+        spans.sort("run", "start"), left_on="order", right_on="start", by="run", check_sortedness=False
+    )
+    return located.filter(pl.col("order") > pl.col("start"), pl.col("order") < pl.col("end")).select(
+        "run", "order"
     )
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import polars as pl
 from logstat.parsers import source
 from logstat.parsers.base import Family, LineReader, RunBuilder, is_guarded, never_raises
-from logstat.parsers.blocks import OpenBlock, find_spans
-from logstat.parsers.kinds import ENDED, FILE_SHIFT, LINE_SHIFT, Events, read_records
+from logstat.parsers.blocks import OpenBlock, find_spans, inside
+from logstat.parsers.kinds import FILE_SHIFT, LINE_SHIFT, Events, read_records
 from logstat.parsers.records import Plan
 
 #: kind records kept before they are read into events
@@ -113,11 +113,10 @@ def _read_batch(reading: Reading, batch: Prepared) -> None:
         reading.open_blocks[number] = spans.still_open
         reading.block_records[number].append(spans.records)
         family = f"f{reading.plan.number(block.family)}"
-        records = _without(
-            records, family, spans.records.filter(pl.col("role") != ENDED).select("run", "order")
-        )
-        if block.swallows:
-            records = _outside(records, family, spans.spans)
+        taken = spans.taken
+        if block.swallows:  # and the family's other records inside
+            taken = pl.concat([taken, inside(records.filter(pl.col(family).is_not_null()), spans.spans)])
+        records = _without(records, family, taken.unique())
     _keep_kinds(reading, records)
     _read_python(reading, records)
 
@@ -138,17 +137,6 @@ def _without(records: pl.DataFrame, family: str, taken: pl.DataFrame) -> pl.Data
         records.join(taken, on=["run", "order"], how="left")
         .with_columns(pl.when(pl.col("taken")).then(None).otherwise(pl.col(family)).alias(family))
         .drop("taken")
-    )
-
-
-def _outside(records: pl.DataFrame, family: str, spans: pl.DataFrame) -> pl.DataFrame:
-    """``records`` with the family's inside ``spans`` no longer the family's."""
-    located = records.sort("run", "order").join_asof(
-        spans.sort("run", "start"), left_on="order", right_on="start", by="run", check_sortedness=False
-    )
-    inside = (pl.col("order") > pl.col("start")) & (pl.col("order") < pl.col("end"))
-    return located.with_columns(pl.when(inside).then(None).otherwise(pl.col(family)).alias(family)).drop(
-        "start", "end"
     )
 
 

@@ -30,9 +30,6 @@ GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
 # "BZh" is plain text: bzip2 also needs its block size digit and a block (or end-of-stream) magic.
 BZIP2_MAGIC = re.compile(rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)")
-#: a byte that is not text (ASCII "unit separator"): the CSV reader's field separator, so a line is one
-#: field. A line that holds it is cut there by the reader and decoded again in Python (``_mended``).
-LINE_SEPARATOR = b"\x1f"
 UTF8_BOM = b"\xef\xbb\xbf"
 # Escape sequences (ECMA-48) that coloured loggers, rich and progress bars write: CSI (colours, cursor
 # moves), OSC up to its terminator (rich's file hyperlinks, window titles) and the short ones (``ESC ( B``
@@ -81,7 +78,8 @@ class Batch:
     lines: pl.DataFrame
     pieces: pl.DataFrame
     separator: str = "\x1f"
-    """A character no line of the batch holds (splitting records uses it)."""
+    """A character no line of the batch holds (splitting records uses it; a private-use character when
+    the batch holds every control character that could be)."""
 
     def located(self, frame: pl.LazyFrame) -> pl.LazyFrame:
         """``frame`` (with ``row``) with each row's ``run`` and ``order`` (``kinds.order_key`` of its line)."""
@@ -242,8 +240,9 @@ def frame_batch(items: list[Piece | tuple[int, int]]) -> Batch:
     if not pieces:
         return Batch(lines=pl.DataFrame(schema=LINE_SCHEMA), pieces=table)
     data = b"".join(piece.data for piece in pieces)
-    lines = _split(data).to_frame("text").with_row_index("row")
-    return Batch(lines=lines.cast(LINE_SCHEMA), pieces=table, separator=_absent_character(data))
+    separator = _absent_character(data)
+    lines = _split(data, separator).to_frame("text").with_row_index("row")
+    return Batch(lines=lines.cast(LINE_SCHEMA), pieces=table, separator=separator or "\ue000")
 
 
 #: the columns of ``Batch.lines`` and ``Batch.pieces``
@@ -251,35 +250,30 @@ LINE_SCHEMA = {"row": pl.Int64, "text": pl.String}
 PIECE_SCHEMA = {"row": pl.Int64, "run": pl.Int64, "file": pl.Int64, "first_line": pl.Int64}
 
 
-def _absent_character(data: bytes) -> str:
-    """A control character ``data`` does not hold (the CSV reader's separator, unless a line holds it)."""
-    return next(chr(code) for code in (0x1F, 0x1E, 0x1D, 0x1C, *range(1, 9)) if bytes([code]) not in data)
+def _absent_character(data: bytes) -> str | None:
+    """A control character ``data`` does not hold: the CSV reader's field separator (so a line is one
+    field) and the records' splitter; None if it holds them all."""
+    return next((chr(code) for code in _SEPARATORS if bytes([code]) not in data), None)
 
 
-def _split(data: bytes) -> pl.Series:
+#: the separators tried, in order: the ASCII separators, then other control characters logs do not hold
+_SEPARATORS = (0x1F, 0x1E, 0x1D, 0x1C, *range(1, 9), *range(0x0E, 0x1B))
+
+
+def _split(data: bytes, separator: str | None) -> pl.Series:
     """The lines of ``data`` (newline-terminated), decoded as ``bytes.decode(errors="replace")`` does;
     an empty line is null, a CR before the newline dropped (it would only end a record)."""
+    if separator is None:  # every candidate byte is in the batch: cut and decode in Python
+        lines = [line.removesuffix("\r") or None for line in data.decode("utf-8", "replace").split("\n")[:-1]]
+        return pl.Series("text", lines, dtype=pl.String)
     bom = data.startswith(UTF8_BOM)  # the reader drops a leading BOM: a first empty line keeps it
     lines = pl.read_csv(
         b"\n" + data if bom else data,
         has_header=False,
-        separator=LINE_SEPARATOR.decode(),
+        separator=separator,
         quote_char=None,
         schema={"text": pl.String},
         encoding="utf8-lossy",
         truncate_ragged_lines=True,
     )["text"]
-    if bom:
-        lines = lines.slice(1)
-    if LINE_SEPARATOR in data:
-        lines = _mended(lines, data)
-    return lines
-
-
-def _mended(lines: pl.Series, data: bytes) -> pl.Series:
-    """``lines`` with each line the CSV reader cut at a ``LINE_SEPARATOR`` decoded whole again."""
-    texts = lines.to_list()
-    for number, raw in enumerate(data.split(b"\n")[: len(texts)]):
-        if LINE_SEPARATOR in raw:
-            texts[number] = raw.removesuffix(b"\r").decode("utf-8", errors="replace")
-    return pl.Series("text", texts, dtype=pl.String)
+    return lines.slice(1) if bom else lines
