@@ -49,14 +49,16 @@ RECORD_SCHEMA = {"run": pl.Int64, "block": pl.Int64, "order": pl.Int64, "text": 
 def find_spans(
     number: int,
     block: Block,
+    family: str,
     batch: Batch,
     records: pl.DataFrame,
     carried: dict[int, OpenBlock],
     continues: int | None,
 ) -> Spans | None:
-    """The spans of block ``number`` in a batch (``records``: its tagged records), resolving the block
-    left open by the batch before (``carried``, by run: in the file the batch goes on with);
-    ``continues``: the run whose last file goes on in the next batch."""
+    """The spans of block ``number`` in a batch (``records``: its tagged records; ``family``: the tag
+    column of the block's family), resolving the block left open by the batch before (``carried``, by
+    run: in the file the batch goes on with); ``continues``: the run whose last file goes on in the next
+    batch."""
     openers = records.filter(pl.col(f"o{number}")).select("run", "row", "order")
     if openers.is_empty() and not carried:
         return None
@@ -67,8 +69,18 @@ def find_spans(
             records=empty, spans=pl.DataFrame(schema=_SPAN_SCHEMA), taken=empty.select("run", "order")
         )
     ends = records.filter(pl.col(f"e{number}")).select("run", "row", "order")
-    starts = starts.join(_first_after(starts, ends, "ended", "ended_row"), on=["run", "order"], how="left")
-    candidates = _candidates(block, _window(starts, block, batch), batch)
+    marked_closers = records.filter(pl.col(f"c{number}")).select("run", "row", "order")
+    starts = starts.join(
+        _first_after(starts, ends, "ended", "ended_row"), on=["run", "order"], how="left"
+    ).join(
+        _first_after(starts, marked_closers, "marked_closer", "marked_closer_row"),
+        on=["run", "order"],
+        how="left",
+    )
+    if block.markers:  # its lines are marked: its candidates are among the batch's records
+        candidates = _tested(block, records.lazy().filter(pl.col(family).is_not_null())).collect()
+    else:
+        candidates = _candidates(block, _window(starts, block, batch), batch)
     closers = candidates.filter(pl.col("closes")).select("run", "row", "order")
     starts = starts.join(
         _first_after(starts, closers, "closed", "closed_row"), on=["run", "order"], how="left"
@@ -168,7 +180,12 @@ def _window(starts: pl.DataFrame, block: Block, batch: Batch) -> pl.DataFrame:
     span = block.max_lines if block.max_lines is not None else 1 << 40
     bounds = starts.select(
         first=pl.col("row"),
-        last=pl.min_horizontal(pl.col("ended_row").fill_null(1 << 40), pl.col("row") + span, "last_row"),
+        last=pl.min_horizontal(
+            pl.col("ended_row").fill_null(1 << 40),
+            pl.col("marked_closer_row").fill_null(1 << 40),
+            pl.col("row") + span,
+            "last_row",
+        ),
     ).sort("first")
     ranges: list[list[int]] = []
     for first, last in bounds.iter_rows():
@@ -184,13 +201,17 @@ def _candidates(block: Block, window: pl.DataFrame, batch: Batch) -> pl.DataFram
     lines = window.lazy()
     if block.hint is not None:
         lines = lines.filter(pl.col("text").str.contains(block.hint))
+    return _tested(block, split_records(batch.located(lines), batch.separator)).collect()
+
+
+def _tested(block: Block, records: pl.LazyFrame) -> pl.LazyFrame:
+    """Those of ``records`` that are the block's (``body``) or close it (``closes``)."""
     text = pl.col("text")
     closes = block.closes.expr(text) if block.closes is not None else pl.lit(False)
     return (
-        split_records(batch.located(lines), batch.separator)
+        records.select("run", "row", "order", "text")
         .with_columns(body=block.body.expr(text), closes=closes)
         .filter(pl.col("body") | pl.col("closes"))
-        .collect()
     )
 
 

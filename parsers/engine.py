@@ -106,13 +106,13 @@ def _read_batch(reading: Reading, batch: Prepared) -> None:
     _register_files(reading, batch.items)
     records = batch.records
     for number, block in enumerate(reading.plan.blocks):
-        carried = {run: state for run, state in reading.open_blocks[number].items()}
-        spans = find_spans(number, block, batch.batch, records, carried, batch.continues)
+        family = f"f{reading.plan.number(block.family)}"
+        carried = dict(reading.open_blocks[number])
+        spans = find_spans(number, block, family, batch.batch, records, carried, batch.continues)
         if spans is None:
             continue
         reading.open_blocks[number] = spans.still_open
         reading.block_records[number].append(spans.records)
-        family = f"f{reading.plan.number(block.family)}"
         taken = spans.taken
         if block.swallows:  # and the family's other records inside
             taken = pl.concat([taken, inside(records.filter(pl.col(family).is_not_null()), spans.spans)])

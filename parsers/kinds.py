@@ -200,24 +200,27 @@ class Block:
     """A multi-line block of a family: a record that ``opens`` it, then the records it reads, up to the
     first record that ``closes`` it (its own, read with it), a record of the family that ``ends`` it (not
     its own: read as usual), ``max_lines`` after the opener, or the end of the file. A record that opens
-    one while it is open is one of its records, not a new block.
+    one while it is open is one of its records, not a new block. ``swallows``: the family's other records
+    inside it are not read otherwise.
 
-    The lines inside need no marker: the block reads the records of every line of its window (the
-    ``hint``, literals or a regex, picks the raw lines worth splitting into records) that pass ``body``
-    or ``closes``. ``swallows``: the family's other records inside it are not read otherwise."""
+    Its lines are found in one of two ways. With ``markers`` (literals a body or closing line holds: the
+    reader searches every line for them with the family's), its records are the marked records inside
+    it that pass ``body`` or ``closes``; a record that holds only these markers is nobody's outside a
+    block. Without, its lines carry no marker: every line inside it is a candidate (the ``hint``, a regex
+    on the raw line, picks those worth splitting into records), so such a block should be rare and short."""
 
     family: str
     name: str
     opens: RecordTest
     read: Callable[[pl.LazyFrame], Events]
     """Events of a frame of blocks' records: ``run``, ``block`` (the opener's order), ``order``, ``text``,
-    ``role`` (OPENER, BODY, CLOSER), sorted by run and order."""
+    ``role`` (OPENER, BODY, CLOSER, ENDED)."""
     body: RecordTest = RecordTest()
     closes: RecordTest | None = None
     ends: RecordTest | None = None
     max_lines: int | None = None
+    markers: tuple[str, ...] = ()
     hint: str | None = None
-    """A regex a raw line must match to be one of the block's body or closing records (None: any line)."""
     swallows: bool = False
     facts: tuple[str, ...] = ()
     """The run facts its events state."""

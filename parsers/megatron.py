@@ -127,20 +127,13 @@ SHAPE_ARGS = ("group_query_attention", "num_query_groups", "swiglu", "num_expert
 _KEPT_ARGS = (
     frozenset(ARG_FACTS) | frozenset(PRECISION_ARGS) | frozenset(CHECKPOINTING_ARGS) | frozenset(SHAPE_ARGS)
 )
-#: the raw lines of a dump that can hold a kept argument: a kept name where a record can start (line
-#: start, after a CR, a launcher prefix's ':' or ' ', the spaces or tabs before it) and the start of the
-#: filler (dots after any whitespace, two whitespace characters, or a tab). A name alone (``fp16``)
-#: matched six times as many lines: every mention in a log, and longer names that end in a kept one
-#: (``encoder_num_layers``, ``checkpoint_num_layers``). The dump's end is one of the lines too.
-_KEPT_ARG_LINES = (
-    r"(?:^|[\t\r :])(?:"
-    + "|".join(re.escape(name) for name in sorted(_KEPT_ARGS))
-    + rf")(?:{PYTHON_SPACE}*\.\.|{PYTHON_SPACE}{{2}}|\t)|end of arguments"
-)
 #: ``  name ........ value``: the name as a word, then the filler (dots after any whitespace, or two
 #: whitespace characters: old Megatron pads long names with spaces only; a tab, which Python's
 #: ``expandtabs`` would widen), the value to the end of the record
 DOTTED_RECORD = rf"^[ \t\r\n]*([A-Za-z_][A-Za-z0-9_]*)(?:{PYTHON_SPACE}*\.{{2,}}{PYTHON_SPACE}*|{PYTHON_SPACE}{{2,}}|\t)(.*)$"
+#: an arguments dump is read at most this many lines (Megatron-LM's has ~500 arguments; one that lost
+#: its end line and was never followed by a training line states nothing)
+DUMP_MAX_LINES = 2000
 #: what opens an arguments dump: a line holding it is never a per-step record
 _DUMP_OPENER = " arguments --"
 #: lines that only come after the arguments dump: one of them ends a dump that lost its end line.
@@ -539,7 +532,8 @@ ARGUMENTS = Block(
     closes=RecordTest(markers=("end of arguments",)),
     ends=RecordTest(markers=AFTER_ARGUMENTS),
     body=RecordTest(pattern=DOTTED_RECORD),
-    hint=_KEPT_ARG_LINES,
+    markers=tuple(f"{name} ." for name in sorted(_KEPT_ARGS)),
+    max_lines=DUMP_MAX_LINES,
     swallows=True,
     read=read_arguments,
     facts=(

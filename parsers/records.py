@@ -59,6 +59,13 @@ def split_records(lines: pl.LazyFrame, separator: str) -> pl.LazyFrame:
 NOT_BLANK = r"[^\s\x1c-\x1f]"
 
 
+def _all_markers(family: Family) -> tuple[str, ...]:
+    """The family's markers and its blocks', once each."""
+    return tuple(
+        dict.fromkeys((*family.markers, *(marker for block in family.blocks for marker in block.markers)))
+    )
+
+
 @dataclass(frozen=True)
 class Plan:
     """The active families' markers, kinds and blocks, with the polars expressions built from them once."""
@@ -75,28 +82,34 @@ class Plan:
 
     @cached_property
     def marked(self) -> pl.Expr:
-        """Whether a line holds any family's marker."""
-        markers = tuple(dict.fromkeys(marker for family in self.families for marker in family.markers))
+        """Whether a line holds any family's marker (its blocks' included)."""
+        markers = tuple(dict.fromkeys(marker for family in self.families for marker in _all_markers(family)))
         return pl.col("text").str.contains(literals(markers)) if markers else pl.lit(False)
 
     @cached_property
     def family_tags(self) -> list[pl.Expr]:
-        """Per family (column ``f<i>``): null if the record holds none of its markers, else the index
-        (into ``kinds``) of the first of its kinds the record is, else -1."""
+        """Per family (column ``f<i>``): null if the record holds none of its markers (its blocks'
+        included), else the index (into ``kinds``) of the first of its kinds the record is, else -1 when
+        it holds one of the family's own markers (a record for ``parse_line``), -2 when only a block's."""
         text = pl.col("text")
         columns, first = [], 0
         for number, family in enumerate(self.families):
-            routed = text.str.contains(literals(family.markers)) if family.markers else pl.lit(False)
+            markers = _all_markers(family)
+            routed = text.str.contains(literals(markers)) if markers else pl.lit(False)
             tag = pl.when(~routed).then(pl.lit(None, dtype=pl.Int32))
             for index, kind in enumerate(family.kinds, first):
                 tag = tag.when(kind.test.expr(text)).then(pl.lit(index, dtype=pl.Int32))
+            if len(markers) > len(family.markers):
+                own = text.str.contains(literals(family.markers)) if family.markers else pl.lit(False)
+                tag = tag.when(~own).then(pl.lit(-2, dtype=pl.Int32))
             columns.append(tag.otherwise(pl.lit(-1, dtype=pl.Int32)).alias(f"f{number}"))
             first += len(family.kinds)
         return columns
 
     @cached_property
     def block_tags(self) -> list[pl.Expr]:
-        """Per block (``o<j>``, ``e<j>``): whether a record of its family opens it, ends it."""
+        """Per block (``o<j>``, ``e<j>``, ``c<j>``): whether a record of its family opens it, ends it,
+        closes it (a closer that is one of the family's marked records bounds the lines searched)."""
         text = pl.col("text")
         columns = []
         for number, block in enumerate(self.blocks):
@@ -104,6 +117,8 @@ class Plan:
             columns.append((owner & block.opens.expr(text)).alias(f"o{number}"))
             ends = block.ends.expr(text) if block.ends is not None else pl.lit(False)
             columns.append((owner & ends).alias(f"e{number}"))
+            closes = block.closes.expr(text) if block.closes is not None else pl.lit(False)
+            columns.append((owner & closes).alias(f"c{number}"))
         return columns
 
     def number(self, name: str) -> int:
