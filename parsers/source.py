@@ -23,9 +23,9 @@ from pathlib import Path
 import polars as pl
 from logstat.parsers.kinds import FILE_SHIFT, LINE_SHIFT
 
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 16 << 20
 #: a batch is read once this many bytes are gathered (the chunks of small files share one)
-BATCH_BYTES = 4 << 20
+BATCH_BYTES = 16 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
 # "BZh" is plain text: bzip2 also needs its block size digit and a block (or end-of-stream) magic.
@@ -35,8 +35,7 @@ UTF8_BOM = b"\xef\xbb\xbf"
 # moves), OSC up to its terminator (rich's file hyperlinks, window titles) and the short ones (``ESC ( B``
 # of ``tput sgr0``, ``ESC 7``). rich colours the parts of a record, so a code can sit inside a marker
 # (``\x1b[33mstep\x1b[0m=``, ``time \x1b[1m(\x1b[0mms``): chunks are read without them.
-_ESCAPE = rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[ -/]*[0-~])"
-_ANSI_BYTES = re.compile(_ESCAPE)
+ESCAPE = r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[ -/]*[0-~])"
 
 
 @dataclass
@@ -63,10 +62,8 @@ class Piece:
     """Lines of the file before the piece."""
     data: bytes
     """The bytes, each line ending with a newline (one is added to a file's unterminated last line)."""
-
-    @property
-    def lines(self) -> int:
-        return self.data.count(b"\n")
+    lines: int
+    """The newlines in ``data``."""
 
 
 @dataclass
@@ -96,10 +93,9 @@ class Batch:
         )
 
 
-def without_escapes(chunk: bytes) -> bytes:
-    """``chunk`` without its escape sequences (colour codes). A chunk without ESC is returned as it is:
-    one byte search, no copy. No sequence holds a newline: line numbers stay."""
-    return _ANSI_BYTES.sub(b"", chunk) if b"\x1b" in chunk else chunk
+def without_escapes(text: pl.Expr) -> pl.Expr:
+    """``text`` without its escape sequences (colour codes). No sequence holds a newline: lines stay."""
+    return text.str.replace_all(ESCAPE, "")
 
 
 def open_log(path: Path):
@@ -193,7 +189,7 @@ def file_pieces(run: int, file: int, path: Path, report: SourceReport) -> Iterat
                 if not lines and is_binary(chunk):
                     report.problem = "binary content (NUL bytes): not a text log"
                     return
-                piece = Piece(run=run, file=file, first_line=lines, data=without_escapes(chunk))
+                piece = Piece(run=run, file=file, first_line=lines, data=chunk, lines=chunk.count(b"\n"))
                 lines += piece.lines
                 report.lines = lines
                 yield piece
@@ -239,9 +235,12 @@ def frame_batch(items: list[Piece | tuple[int, int]]) -> Batch:
     )
     if not pieces:
         return Batch(lines=pl.DataFrame(schema=LINE_SCHEMA), pieces=table)
-    data = b"".join(piece.data for piece in pieces)
+    data = pieces[0].data if len(pieces) == 1 else b"".join(piece.data for piece in pieces)
     separator = _absent_character(data)
-    lines = _split(data, separator).to_frame("text").with_row_index("row")
+    text = _split(data, separator)
+    if b"\x1b" in data:  # colour codes: dropped before anything searches the lines
+        text = text.to_frame("text").select(without_escapes(pl.col("text"))).to_series()
+    lines = text.to_frame("text").with_row_index("row")
     return Batch(lines=lines.cast(LINE_SCHEMA), pieces=table, separator=separator or "\ue000")
 
 

@@ -21,7 +21,7 @@ def _log_lines(keep) -> list[str]:
             p for p in root.rglob("*") if p.is_file() and p.suffix in (".out", ".err", ".log", ".txt")
         ):
             # as the reader sees them: without colour codes (fixtures/ansi/)
-            text = source.without_escapes(Path(path).read_bytes()).decode("utf-8", errors="replace")
+            text = re.sub(source.ESCAPE, "", Path(path).read_bytes().decode("utf-8", errors="replace"))
             lines += [line for line in text.splitlines() if keep(line)]
     return lines
 

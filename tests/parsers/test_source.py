@@ -15,7 +15,11 @@ from logstat.parsers.source import SourceReport, batches, frame_batch
 def records_of(*lines: str) -> list[list[str]]:
     """Per line, its records as the reader splits them."""
     frame = pl.DataFrame(
-        {"run": [0] * len(lines), "row": list(range(len(lines))), "order": [n << 16 for n in range(len(lines))]},
+        {
+            "run": [0] * len(lines),
+            "row": list(range(len(lines))),
+            "order": [n << 16 for n in range(len(lines))],
+        },
         schema={"run": pl.Int64, "row": pl.Int64, "order": pl.Int64},
     ).with_columns(text=pl.Series(lines, dtype=pl.String))
     found = split_records(frame.lazy(), "\x1f").collect().sort("order")
@@ -30,7 +34,11 @@ def read(path, markers: tuple[str, ...]) -> tuple[list[tuple[int, str]], SourceR
     for items in batches([[path]], reports):
         records = plan.records(frame_batch(items)).collect()
         found.append(records.filter(pl.col("f0").is_not_null()).select("order", "text"))
-    frame = pl.concat(found).sort("order") if found else pl.DataFrame(schema={"order": pl.Int64, "text": pl.String})
+    frame = (
+        pl.concat(found).sort("order")
+        if found
+        else pl.DataFrame(schema={"order": pl.Int64, "text": pl.String})
+    )
     return [(order >> 16, text) for order, text in frame.iter_rows()], reports[0][0]
 
 
@@ -54,7 +62,9 @@ def test_ordinary_text_is_not_taken_for_a_prefix():
 
 
 def test_glued_ranks_and_carriage_returns_split_a_line_into_records():
-    glued = "[default0]:iteration 1 | a: 1 |[default3]:[Rank 3] (after 1 iterations) memory (MB) | allocated: 2"
+    glued = (
+        "[default0]:iteration 1 | a: 1 |[default3]:[Rank 3] (after 1 iterations) memory (MB) | allocated: 2"
+    )
     assert records_of(glued, "step 1\rstep 2", "   ", "a\r\r  \rb") == [
         ["iteration 1 | a: 1 |", "[Rank 3] (after 1 iterations) memory (MB) | allocated: 2"],
         ["step 1", "step 2"],
@@ -112,7 +122,9 @@ def test_files_of_many_runs_share_a_batch_and_keep_their_lines(tmp_path):
     (items,) = list(batches([[path] for path in paths], reports))
     batch = frame_batch(items)
     found = plan.records(batch).collect().sort("run", "order")
-    assert [(run, order >> 16, text) for run, order, text in found.select("run", "order", "text").iter_rows()] == [
+    assert [
+        (run, order >> 16, text) for run, order, text in found.select("run", "order", "text").iter_rows()
+    ] == [
         (0, 2, "mark 0"),
         (1, 2, "mark 1"),
         (1, 4, "mark 1"),
