@@ -240,35 +240,40 @@ def read_records(kinds: tuple[RecordKind, ...], records: pl.DataFrame) -> Events
 #: a number as Megatron prints one (and Python's int() / float() read): digits, a fraction, an exponent,
 #: or nan / inf / infinity in any case
 NUMBER = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?i:nan|inf(?:inity)?))"
-#: one ``name: value`` field between two ``|``: the name starts at a letter and holds no ``:``, ``=`` or
-#: ``|``; a field whose value is no number (``learning rate: N/A``) is none
-PIPE_FIELD = rf"([A-Za-z][^:|=\n]*)\s*:\s*({NUMBER})\s*$"
+#: a ``name: value`` field of a ``|``-separated record: the name starts at a letter and holds no ``:``,
+#: ``=`` or ``|``, the value is a number followed by the next ``|`` or the end of the record (a field
+#: whose value is no number, ``learning rate: N/A``, is none)
+FIELD = rf"[A-Za-z][^:|=]*:\s*{NUMBER}\s*(?:\||$)"
 _INTEGER = r"^[-+]*\d+$"
 
 
 def pipe_fields(records: pl.LazyFrame, body: pl.Expr) -> pl.LazyFrame:
     """The numeric fields of ``body`` (each record's ``key: value | key: value`` text), long: ``order``,
     ``position`` (of the field in its record), ``name`` (stripped, lower case), ``value`` (the text).
-    A name repeated in a record keeps its first position and its last value, as a dict keyed by name."""
+    Fields are matched whole (``str.extract_all``: no capture runs over a record) and split at their
+    first ``:``."""
     return (
-        records.select("order", piece=body.str.split("|"))
-        # each piece's place in its record, exploded with it (a window over the records costs more)
-        .with_columns(position=pl.int_ranges(pl.col("piece").list.len()))
-        .explode("piece", "position")
+        records.select("order", field=body.str.extract_all(FIELD))
+        .with_columns(position=pl.int_ranges(pl.col("field").list.len()))
+        .explode("field", "position")
+        .drop_nulls("field")
         .select(
             "order",
             "position",
-            pl.col("piece")
-            .str.extract_groups(PIPE_FIELD)
-            .struct.rename_fields(["name", "value"])
-            .alias("field"),
+            parts=pl.col("field").str.split_exact(":", 1).struct.rename_fields(["name", "value"]),
         )
-        .unnest("field")
-        .drop_nulls("value")
-        .with_columns(pl.col("name").str.strip_chars().str.to_lowercase())
-        .group_by("order", "name")
-        .agg(pl.col("position").min(), pl.col("value").last())
+        .unnest("parts")
+        .with_columns(
+            pl.col("name").str.strip_chars().str.to_lowercase(),
+            pl.col("value").str.strip_chars().str.strip_chars_end("|").str.strip_chars(),
+        )
     )
+
+
+def named_field(name: str) -> str:
+    """The ``FIELD`` called ``name`` (in any case, after any non-letters), its number the group: for
+    reading a few known fields of a record without splitting it."""
+    return rf"\|[^A-Za-z|]*(?i:{re.escape(name)})\s*:\s*({NUMBER})\s*\|"
 
 
 def as_real(value: pl.Expr) -> pl.Expr:

@@ -31,7 +31,6 @@ from logstat.parsers.kinds import (
     CLOSER,
     ENDED,
     LAUNCH,
-    NUMBER,
     OPENER,
     PEAK,
     PYTHON_SPACE,
@@ -45,6 +44,7 @@ from logstat.parsers.kinds import (
     as_count,
     as_real,
     marks_of,
+    named_field,
     pipe_fields,
     too_long,
 )
@@ -216,13 +216,6 @@ def _headers(records: pl.LazyFrame, header: str) -> pl.LazyFrame:
     return pl.concat([single, several]).drop_nulls("first")
 
 
-def _field(name: str) -> str:
-    """A ``| name: number |`` field (the number its group): the name is the field's text from its first
-    letter, in any case, and the field ends with ``|`` (text after the last one is a field cut short, by a
-    log read while written or a crash). The first field of a name counts."""
-    return rf"\|[^A-Za-z|]*(?i:{re.escape(name)})\s*:\s*({NUMBER})\s*\|"
-
-
 def _field_value(names: list[str], convert) -> pl.Expr:
     """The value of the first of ``names`` in the record with a usable (converted, not null) value, from
     the columns of their texts (``_raw``)."""
@@ -230,7 +223,7 @@ def _field_value(names: list[str], convert) -> pl.Expr:
     if len(values) == 1:
         return values[0]
     positions = [
-        pl.when(value.is_not_null()).then(pl.col("body").str.find(_field(name)))
+        pl.when(value.is_not_null()).then(pl.col("body").str.find(named_field(name)))
         for name, value in zip(names, values, strict=True)
     ]
     first = pl.min_horizontal(positions)
@@ -256,7 +249,7 @@ def read_iterations(records: pl.LazyFrame) -> Events:
     steps = (
         _headers(records, ITERATION_HEADER)
         .with_columns(body="|" + pl.col("body"))
-        .with_columns(pl.col("body").str.extract(_field(name), 1).alias(_raw(name)) for name in named)
+        .with_columns(pl.col("body").str.extract(named_field(name), 1).alias(_raw(name)) for name in named)
         .with_columns(
             **{
                 column: _field_value(names, count if names[0] in COUNT_FIELDS else as_real)
@@ -308,9 +301,7 @@ def read_iterations(records: pl.LazyFrame) -> Events:
 def read_timers(records: pl.LazyFrame) -> Events:
     """``time (ms) | name: ms | ...``: a timer event per field (of the step logged before it). The bare
     heading, printed when no timer ran (half of Megatron's timer lines), has none."""
-    breakdowns = records.select("order", body=pl.col("text").str.extract(r"time \(ms\)(.*)$", 1)).filter(
-        pl.col("body").str.contains(":", literal=True)
-    )
+    breakdowns = records.select("order", body=pl.col("text").str.replace(r"^.*?time \(ms\)", ""))
     timers = pipe_fields(breakdowns, pl.col("body")).select(
         "order", "position", timer="name", ms=as_real(pl.col("value")), family=pl.lit(NAME)
     )
@@ -320,7 +311,7 @@ def read_timers(records: pl.LazyFrame) -> Events:
 def read_memory(records: pl.LazyFrame) -> Events:
     """``(after N iterations) memory (MB) | allocated: ... | max allocated: ...`` of each rank: a peak
     event per record (the run keeps the largest rank's numbers)."""
-    headers = _split_at(records, MEMORY_HEADER)
+    headers = _headers(records, MEMORY_HEADER)
     fields = pipe_fields(headers, pl.col("body")).filter(
         pl.col("name").is_in([name for name, _ in _MEMORY_COLUMNS])
     )
