@@ -121,9 +121,8 @@ def _starts(openers: pl.DataFrame, carried: dict[int, OpenBlock], batch: Batch, 
         first = batch.pieces.row(0, named=True)
         state = carried.get(first["run"])
         if state is not None:
-            line_order = (state.deadline // (1 << FILE_SHIFT)) * (1 << FILE_SHIFT) + (
-                first["first_line"] + 1
-            ) * (1 << LINE_SHIFT)
+            file_start = state.opener // (1 << FILE_SHIFT) * (1 << FILE_SHIFT)
+            line_order = file_start + (first["first_line"] + 1) * (1 << LINE_SHIFT)
             frames.append(
                 pl.DataFrame(
                     [(first["run"], 0, line_order - 1, state.opener, state.deadline)],

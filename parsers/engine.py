@@ -31,13 +31,10 @@ _EVENTS_PER_RECORD = 256
 
 @dataclass
 class Prepared:
-    """A batch as the read-ahead thread hands it over."""
+    """A batch as the read-ahead thread hands it over: its lines and their tagged records."""
 
-    items: list[source.Piece | tuple[int, int]]
     batch: source.Batch
     records: pl.DataFrame
-    continues: int | None
-    """The run whose last file goes on in the next batch."""
 
 
 @dataclass
@@ -72,7 +69,7 @@ def read(runs: list[RunBuilder], files: list[Sequence[Path]], plan: Plan, report
     return reading.events
 
 
-def _prepared(batches: Iterator[list], plan: Plan) -> Iterator[Prepared]:
+def _prepared(batches: Iterator[source.Batch], plan: Plan) -> Iterator[Prepared]:
     """Each batch framed and split into tagged records, the next one in a thread while this is read."""
     pool = _read_ahead_pool()
 
@@ -92,23 +89,17 @@ def _read_ahead_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="logstat-read-ahead")
 
 
-def _prepare(items: list | None, plan: Plan) -> Prepared | None:
-    if items is None:
-        return None
-    batch = source.frame_batch(items)
-    records = plan.records(batch).collect()
-    last = items[-1]
-    continues = last.run if isinstance(last, source.Piece) else None
-    return Prepared(items, batch, records, continues)
+def _prepare(batch: source.Batch | None, plan: Plan) -> Prepared | None:
+    return None if batch is None else Prepared(batch, plan.records(batch))
 
 
 def _read_batch(reading: Reading, batch: Prepared) -> None:
-    _register_files(reading, batch.items)
+    _register_files(reading, batch.batch.files)
     records = batch.records
     for number, block in enumerate(reading.plan.blocks):
         family = f"f{reading.plan.number(block.family)}"
         carried = dict(reading.open_blocks[number])
-        spans = find_spans(number, block, family, batch.batch, records, carried, batch.continues)
+        spans = find_spans(number, block, family, batch.batch, records, carried, batch.batch.continues)
         if spans is None:
             continue
         reading.open_blocks[number] = spans.still_open
@@ -121,10 +112,9 @@ def _read_batch(reading: Reading, batch: Prepared) -> None:
     _read_python(reading, records)
 
 
-def _register_files(reading: Reading, items: list) -> None:
+def _register_files(reading: Reading, files: list[tuple[int, int]]) -> None:
     """Each file a batch starts is the next of its run's files."""
-    for item in items:
-        run, file = (item.run, item.file) if isinstance(item, source.Piece) else item
+    for run, file in files:
         builder = reading.runs[run]
         if file == len(builder.files):
             builder.files.append(str(reading.files[run][file]))

@@ -130,8 +130,10 @@ class Plan:
         """The indexes of the kinds whose records count as their family's records as they are read."""
         return [index for index, kind in enumerate(self.kinds) if kind.evidence]
 
-    def records(self, batch: Batch) -> pl.LazyFrame:
+    def records(self, batch: Batch) -> pl.DataFrame:
         """The tagged records of the marked lines of a batch (``run``, ``row``, ``order``, ``text``)."""
-        marked = batch.located(batch.lines.lazy().filter(self.marked))
-        records = split_records(marked, batch.separator).with_columns(self.family_tags)
-        return records.with_columns(self.block_tags) if self.blocks else records
+        # collected first: split_records reads the marked lines twice, and a lazy plan would search
+        # every line of the batch for the markers twice
+        marked = batch.located(batch.lines.lazy().filter(self.marked)).collect()
+        records = split_records(marked.lazy(), batch.separator).with_columns(self.family_tags)
+        return (records.with_columns(self.block_tags) if self.blocks else records).collect()

@@ -12,11 +12,12 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+import mmap
 import os
 import re
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
 
@@ -77,6 +78,10 @@ class Batch:
     separator: str = "\x1f"
     """A character no line of the batch holds (splitting records uses it; a private-use character when
     the batch holds every control character that could be)."""
+    files: list[tuple[int, int]] = field(default_factory=list)
+    """``(run, file)`` of each file the batch reads, in reading order."""
+    continues: int | None = None
+    """The run whose last file goes on in the next batch."""
 
     def located(self, frame: pl.LazyFrame) -> pl.LazyFrame:
         """``frame`` (with ``row``) with each row's ``run`` and ``order`` (``kinds.order_key`` of its line)."""
@@ -199,25 +204,104 @@ def file_pieces(run: int, file: int, path: Path, report: SourceReport) -> Iterat
 
 def batches(
     runs: Sequence[Sequence[Path]], reports: Sequence[list[SourceReport]], batch_bytes: int = BATCH_BYTES
-) -> Iterator[list[Piece | tuple[int, int]]]:
-    """The pieces of every file of ``runs`` in reading order, gathered into batches of about
-    ``batch_bytes``; each file's end is marked by ``(run, file)`` after its last piece. ``reports`` gets a
+) -> Iterator[Batch]:
+    """The lines of every file of ``runs`` in reading order, in batches of about ``batch_bytes``: the
+    chunks of small files gathered, a big plain file scanned by polars itself. ``reports`` gets a
     ``SourceReport`` per file as it is opened."""
-    batch: list[Piece | tuple[int, int]] = []
+    items: list[Piece | tuple[int, int]] = []
     size = 0
     for run, files in enumerate(runs):
         for file, path in enumerate(files):
             report = SourceReport(path=str(path))
             reports[run].append(report)
+            if scannable(Path(path), report):
+                if items:
+                    yield frame_batch(items)
+                    items, size = [], 0
+                yield from scanned(run, file, Path(path), report)
+                continue
             for piece in file_pieces(run, file, Path(path), report):
-                batch.append(piece)
+                items.append(piece)
                 size += len(piece.data)
                 if size >= batch_bytes:
-                    yield batch
-                    batch, size = [], 0
-            batch.append((run, file))
-    if batch:
-        yield batch
+                    yield frame_batch(items)
+                    items, size = [], 0
+            items.append((run, file))
+    if items:
+        yield frame_batch(items)
+
+
+#: a plain file at least this big is read by polars' CSV scanner (mapped, no copy through Python)
+SCAN_MIN_BYTES = 32 << 20
+
+
+def scannable(path: Path, report: SourceReport) -> bool:
+    """Whether polars' scanner reads ``path`` exactly: a big plain text file that holds no byte of the
+    scanner's separator and starts with no byte-order mark (which it would drop)."""
+    if file_size(path) < SCAN_MIN_BYTES:
+        return False
+    try:
+        with open(path, "rb") as stream:
+            head = stream.read(CHUNK_BYTES)
+            if (
+                head.startswith((GZIP_MAGIC, XZ_MAGIC, UTF8_BOM))
+                or BZIP2_MAGIC.match(head[:10])
+                or is_binary(head)
+            ):
+                return False
+            with mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                return mapped.find(_SCAN_SEPARATOR.encode()) < 0
+    except (OSError, ValueError):
+        return False
+
+
+_SCAN_SEPARATOR = "\x1f"
+
+
+def scanned(run: int, file: int, path: Path, report: SourceReport) -> Iterator[Batch]:
+    """The batches of a big plain file, split and decoded by polars' CSV scanner."""
+    report.bytes_read = file_size(path)
+    scan = pl.scan_csv(
+        path,
+        has_header=False,
+        separator=_SCAN_SEPARATOR,
+        quote_char=None,
+        schema={"text": pl.String},
+        encoding="utf8-lossy",
+        truncate_ragged_lines=True,
+    )
+    first_line = 0
+    try:
+        for lines in scan.collect_batches(chunk_size=SCAN_BATCH_LINES):
+            text = _plain(lines["text"])
+            table = pl.DataFrame([(0, run, file, first_line)], schema=PIECE_SCHEMA, orient="row")
+            first_line += text.len()
+            report.lines = first_line
+            yield Batch(
+                lines=text.to_frame("text").with_row_index("row").cast(LINE_SCHEMA),
+                pieces=table,
+                separator=_SCAN_SEPARATOR,
+                files=[(run, file)],
+                continues=run,
+            )
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        report.problem = f"cannot read: {exc}"
+    yield Batch(
+        lines=pl.DataFrame(schema=LINE_SCHEMA), pieces=pl.DataFrame(schema=PIECE_SCHEMA), files=[(run, file)]
+    )
+
+
+#: lines per batch of a scanned file (~16 MiB of a log)
+SCAN_BATCH_LINES = 250_000
+
+
+def _plain(text: pl.Series) -> pl.Series:
+    """``text`` with the colour codes of the few lines holding one dropped, before anything searches it."""
+    coloured = text.str.contains("\x1b", literal=True).arg_true()
+    if coloured.is_empty():
+        return text
+    plain = text.gather(coloured).to_frame("text").select(without_escapes(pl.col("text"))).to_series()
+    return text.scatter(coloured, plain)
 
 
 def frame_batch(items: list[Piece | tuple[int, int]]) -> Batch:
@@ -233,15 +317,18 @@ def frame_batch(items: list[Piece | tuple[int, int]]) -> Batch:
         },
         schema=PIECE_SCHEMA,
     )
+    files = list(dict.fromkeys((item.run, item.file) if isinstance(item, Piece) else item for item in items))
+    last = items[-1]
+    continues = last.run if isinstance(last, Piece) else None
     if not pieces:
-        return Batch(lines=pl.DataFrame(schema=LINE_SCHEMA), pieces=table)
+        return Batch(lines=pl.DataFrame(schema=LINE_SCHEMA), pieces=table, files=files, continues=continues)
     data = pieces[0].data if len(pieces) == 1 else b"".join(piece.data for piece in pieces)
     separator = _absent_character(data)
     text = _split(data, separator)
     if b"\x1b" in data:  # colour codes: dropped before anything searches the lines
-        text = text.to_frame("text").select(without_escapes(pl.col("text"))).to_series()
-    lines = text.to_frame("text").with_row_index("row")
-    return Batch(lines=lines.cast(LINE_SCHEMA), pieces=table, separator=separator or "\ue000")
+        text = _plain(text)
+    lines = text.to_frame("text").with_row_index("row").cast(LINE_SCHEMA)
+    return Batch(lines=lines, pieces=table, separator=separator or "\ue000", files=files, continues=continues)
 
 
 #: the columns of ``Batch.lines`` and ``Batch.pieces``

@@ -9,7 +9,7 @@ import pytest
 from logstat.parsers import source
 from logstat.parsers.base import Family
 from logstat.parsers.records import Plan, split_records
-from logstat.parsers.source import SourceReport, batches, frame_batch
+from logstat.parsers.source import SourceReport, batches
 
 
 def records_of(*lines: str) -> list[list[str]]:
@@ -31,8 +31,8 @@ def read(path, markers: tuple[str, ...]) -> tuple[list[tuple[int, str]], SourceR
     plan = Plan((Family(name="probe", markers=markers),))
     reports: list[list[SourceReport]] = [[]]
     found = []
-    for items in batches([[path]], reports):
-        records = plan.records(frame_batch(items)).collect()
+    for batch in batches([[path]], reports):
+        records = plan.records(batch)
         found.append(records.filter(pl.col("f0").is_not_null()).select("order", "text"))
     frame = (
         pl.concat(found).sort("order")
@@ -86,7 +86,7 @@ def test_records_of_a_line_are_numbered_in_their_order():
     ]
 
 
-def test_only_marked_records_are_read_with_their_physical_numbers(tmp_path):
+def test_only_marked_records_are_read_with_their_physical_numbers(tmp_path, reading):
     path = tmp_path / "a.log"
     path.write_text("noise\nthe iteration 1\nnoise\nnoise\nan iteration 2\nlast")
     got, report = read(path, ("iteration",))
@@ -119,9 +119,8 @@ def test_files_of_many_runs_share_a_batch_and_keep_their_lines(tmp_path):
         paths.append(path)
     reports: list[list[SourceReport]] = [[], [], []]
     plan = Plan((Family(name="probe", markers=("mark",)),))
-    (items,) = list(batches([[path] for path in paths], reports))
-    batch = frame_batch(items)
-    found = plan.records(batch).collect().sort("run", "order")
+    (batch,) = list(batches([[path] for path in paths], reports))
+    found = plan.records(batch).sort("run", "order")
     assert [
         (run, order >> 16, text) for run, order, text in found.select("run", "order", "text").iter_rows()
     ] == [
@@ -159,12 +158,21 @@ def test_binary_file_yields_nothing(tmp_path):
     assert got == [] and "binary" in report.problem
 
 
-def test_undecodable_bytes_are_replaced_as_python_decodes_them(tmp_path):
+def test_undecodable_bytes_are_replaced_as_python_decodes_them(tmp_path, reading):
     path = tmp_path / "a.log"
     raw = b"iteration \xff\xfe 1\niteration \xe2\x82 2\n"
     path.write_bytes(raw)
     got, _ = read(path, ("iteration",))
     assert got == [(n, line) for n, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1)]
+
+
+@pytest.fixture(params=["chunks", "scanned"])
+def reading(request, monkeypatch):
+    """Both ways a file is read: in chunks through Python (small files, compressed ones) and scanned by
+    polars (big plain ones)."""
+    if request.param == "scanned":
+        monkeypatch.setattr(source, "SCAN_MIN_BYTES", 0)
+    return request.param
 
 
 @pytest.mark.parametrize(
@@ -177,7 +185,7 @@ def test_undecodable_bytes_are_replaced_as_python_decodes_them(tmp_path):
         b"iteration \x00\x00 1\n",  # NUL bytes inside a text line
     ],
 )
-def test_odd_bytes_give_the_lines_python_gives(tmp_path, raw):
+def test_odd_bytes_give_the_lines_python_gives(tmp_path, raw, reading):
     path = tmp_path / "odd.log"
     path.write_bytes(raw)
     got, report = read(path, ("iteration",))
@@ -187,7 +195,7 @@ def test_odd_bytes_give_the_lines_python_gives(tmp_path, raw):
     assert report.lines == raw.count(b"\n") + (not raw.endswith(b"\n"))
 
 
-def test_an_empty_file_has_no_lines(tmp_path):
+def test_an_empty_file_has_no_lines(tmp_path, reading):
     path = tmp_path / "empty.log"
     path.write_bytes(b"")
     got, report = read(path, ("x",))
