@@ -12,7 +12,6 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
-import mmap
 import os
 import re
 import zlib
@@ -62,9 +61,20 @@ class Piece:
     first_line: int
     """Lines of the file before the piece."""
     data: bytes
-    """The bytes, each line ending with a newline (one is added to a file's unterminated last line)."""
-    lines: int
-    """The newlines in ``data``."""
+    end: int
+    """``data[:end]`` are its lines (the last one may lack its newline, at the end of its file); what
+    follows is part of a line the next piece holds whole."""
+
+    @property
+    def lines(self) -> int:
+        """Its lines (counted: for the small pieces that share a batch)."""
+        return self.data.count(b"\n", 0, self.end) + (self.end > 0 and self.data[self.end - 1] != 10)
+
+    @property
+    def whole(self) -> bytes:
+        """Its lines, the last one newline-terminated."""
+        lines = self.data if self.end == len(self.data) else self.data[: self.end]
+        return lines if lines.endswith(b"\n") or not lines else lines + b"\n"
 
 
 @dataclass
@@ -180,33 +190,72 @@ def is_binary(head: bytes) -> bool:
     return not text.strip() or len(_NOISE.findall(text)) > BINARY_NOISE_SHARE * len(text)
 
 
-def file_pieces(run: int, file: int, path: Path, report: SourceReport) -> Iterator[Piece]:
-    """The pieces of one file; a binary or unreadable file yields none and says why in ``report``."""
+def _file_chunks(path: Path, report: SourceReport) -> Iterator[tuple[bytes, int]]:
+    """The chunks of one file: ``(data, end)``, ``data[:end]`` its whole lines (the last one may lack its
+    newline); none of a binary or unreadable file, whose ``report`` says why. A plain file is read
+    straight into each chunk (``os.pread``: one copy of each byte), a compressed one decompressed."""
     try:
-        stream, report.compressed = open_log(path)
+        with open(path, "rb") as probe:
+            magic = probe.read(10)
+        if magic.startswith(GZIP_MAGIC) or magic.startswith(XZ_MAGIC) or BZIP2_MAGIC.match(magic):
+            stream, report.compressed = open_log(path)
+            with stream:
+                yield from _unbinary(((chunk, len(chunk)) for chunk in _chunks(stream, report)), report)
+        else:
+            yield from _unbinary(_plain_chunks(path, report), report)
     except OSError as exc:
         report.problem = f"cannot read: {exc.strerror or exc}"
-        return
-    lines = 0
-    with stream:
-        try:
-            for chunk in _chunks(stream, report):
-                if not lines and is_binary(chunk):
-                    report.problem = "binary content (NUL bytes): not a text log"
-                    return
-                piece = Piece(run=run, file=file, first_line=lines, data=chunk, lines=chunk.count(b"\n"))
-                lines += piece.lines
-                report.lines = lines
-                yield piece
-        except OSError as exc:
-            report.problem = f"cannot read: {exc.strerror or exc}"
+
+
+def _unbinary(chunks: Iterator[tuple[bytes, int]], report: SourceReport) -> Iterator[tuple[bytes, int]]:
+    """``chunks``, unless the first is binary content (then none, and ``report`` says so)."""
+    first = True
+    for chunk, end in chunks:
+        if first and is_binary(chunk[:end]):
+            report.problem = "binary content (NUL bytes): not a text log"
+            return
+        first = False
+        yield chunk, end
+
+
+def _plain_chunks(path: Path, report: SourceReport) -> Iterator[tuple[bytes, int]]:
+    """Chunks of about CHUNK_BYTES of a plain file, each read straight into its ``bytes``: a chunk may
+    end with part of a line, which the next one reads again whole."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        offset = 0
+        while chunk := os.pread(descriptor, CHUNK_BYTES, offset):
+            end = len(chunk)
+            if end == CHUNK_BYTES:  # the file goes on: the chunk ends at its last line's end
+                end = chunk.rfind(b"\n") + 1
+                if end == 0:  # a line longer than a chunk: read to its end
+                    chunk = _line_to_end(descriptor, offset, chunk)
+                    end = len(chunk)
+            offset += end
+            report.bytes_read = offset
+            yield chunk, end
+    finally:
+        os.close(descriptor)
+
+
+def _line_to_end(descriptor: int, offset: int, start: bytes) -> bytes:
+    """``start`` (a line's first CHUNK_BYTES at ``offset``) and the rest of that line."""
+    parts = [start]
+    position = offset + len(start)
+    while more := os.pread(descriptor, CHUNK_BYTES, position):
+        cut = more.find(b"\n") + 1
+        parts.append(more[:cut] if cut else more)
+        position += len(parts[-1])
+        if cut:
+            break
+    return b"".join(parts)
 
 
 def batches(
     runs: Sequence[Sequence[Path]], reports: Sequence[list[SourceReport]], batch_bytes: int = BATCH_BYTES
 ) -> Iterator[Batch]:
     """The lines of every file of ``runs`` in reading order, in batches of about ``batch_bytes``: the
-    chunks of small files gathered, a big plain file scanned by polars itself. ``reports`` gets a
+    chunks of small files share one, a chunk over half a batch is one. ``reports`` gets a
     ``SourceReport`` per file as it is opened."""
     items: list[Piece | tuple[int, int]] = []
     size = 0
@@ -214,85 +263,28 @@ def batches(
         for file, path in enumerate(files):
             report = SourceReport(path=str(path))
             reports[run].append(report)
-            if scannable(Path(path), report):
-                if items:
-                    yield frame_batch(items)
-                    items, size = [], 0
-                yield from scanned(run, file, Path(path), report)
-                continue
-            for piece in file_pieces(run, file, Path(path), report):
+            lines = 0
+            for data, end in _file_chunks(Path(path), report):
+                if 2 * end >= batch_bytes:  # a batch of its own: polars counts its lines
+                    if items:
+                        yield frame_batch(items)
+                        items, size = [], 0
+                    batch = frame_batch([Piece(run=run, file=file, first_line=lines, data=data, end=end)])
+                    lines += batch.lines.height
+                    report.lines = lines
+                    yield batch
+                    continue
+                piece = Piece(run=run, file=file, first_line=lines, data=data, end=end)
+                lines += piece.lines
+                report.lines = lines
                 items.append(piece)
-                size += len(piece.data)
+                size += end
                 if size >= batch_bytes:
                     yield frame_batch(items)
                     items, size = [], 0
             items.append((run, file))
     if items:
         yield frame_batch(items)
-
-
-#: a plain file at least this big is read by polars' CSV scanner (mapped, no copy through Python)
-SCAN_MIN_BYTES = 32 << 20
-
-
-def scannable(path: Path, report: SourceReport) -> bool:
-    """Whether polars' scanner reads ``path`` exactly: a big plain text file that holds no byte of the
-    scanner's separator and starts with no byte-order mark (which it would drop)."""
-    if file_size(path) < SCAN_MIN_BYTES:
-        return False
-    try:
-        with open(path, "rb") as stream:
-            head = stream.read(CHUNK_BYTES)
-            if (
-                head.startswith((GZIP_MAGIC, XZ_MAGIC, UTF8_BOM))
-                or BZIP2_MAGIC.match(head[:10])
-                or is_binary(head)
-            ):
-                return False
-            with mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                return mapped.find(_SCAN_SEPARATOR.encode()) < 0
-    except (OSError, ValueError):
-        return False
-
-
-_SCAN_SEPARATOR = "\x1f"
-
-
-def scanned(run: int, file: int, path: Path, report: SourceReport) -> Iterator[Batch]:
-    """The batches of a big plain file, split and decoded by polars' CSV scanner."""
-    report.bytes_read = file_size(path)
-    scan = pl.scan_csv(
-        path,
-        has_header=False,
-        separator=_SCAN_SEPARATOR,
-        quote_char=None,
-        schema={"text": pl.String},
-        encoding="utf8-lossy",
-        truncate_ragged_lines=True,
-    )
-    first_line = 0
-    try:
-        for lines in scan.collect_batches(chunk_size=SCAN_BATCH_LINES):
-            text = _plain(lines["text"])
-            table = pl.DataFrame([(0, run, file, first_line)], schema=PIECE_SCHEMA, orient="row")
-            first_line += text.len()
-            report.lines = first_line
-            yield Batch(
-                lines=text.to_frame("text").with_row_index("row").cast(LINE_SCHEMA),
-                pieces=table,
-                separator=_SCAN_SEPARATOR,
-                files=[(run, file)],
-                continues=run,
-            )
-    except (OSError, pl.exceptions.PolarsError) as exc:
-        report.problem = f"cannot read: {exc}"
-    yield Batch(
-        lines=pl.DataFrame(schema=LINE_SCHEMA), pieces=pl.DataFrame(schema=PIECE_SCHEMA), files=[(run, file)]
-    )
-
-
-#: lines per batch of a scanned file (~16 MiB of a log)
-SCAN_BATCH_LINES = 250_000
 
 
 def _plain(text: pl.Series) -> pl.Series:
@@ -307,10 +299,10 @@ def _plain(text: pl.Series) -> pl.Series:
 def frame_batch(items: list[Piece | tuple[int, int]]) -> Batch:
     """The lines of a batch's pieces in one frame, split and decoded by polars' CSV reader."""
     pieces = [item for item in items if isinstance(item, Piece)]
-    counts = [piece.lines for piece in pieces]
+    starts = [0, *accumulate(piece.lines for piece in pieces[:-1])] if pieces else []
     table = pl.DataFrame(
         {
-            "row": [0, *accumulate(counts[:-1])] if counts else [],
+            "row": starts,
             "run": [piece.run for piece in pieces],
             "file": [piece.file for piece in pieces],
             "first_line": [piece.first_line for piece in pieces],
@@ -322,9 +314,14 @@ def frame_batch(items: list[Piece | tuple[int, int]]) -> Batch:
     continues = last.run if isinstance(last, Piece) else None
     if not pieces:
         return Batch(lines=pl.DataFrame(schema=LINE_SCHEMA), pieces=table, files=files, continues=continues)
-    data = pieces[0].data if len(pieces) == 1 else b"".join(piece.data for piece in pieces)
+    if len(pieces) == 1:  # read as it is: a piece of a line after its end is one row, dropped
+        data, cut = pieces[0].data, pieces[0].end < len(pieces[0].data)
+    else:
+        data, cut = b"".join(piece.whole for piece in pieces), False
     separator = _absent_character(data)
     text = _split(data, separator)
+    if cut:
+        text = text.head(text.len() - 1)
     if b"\x1b" in data:  # colour codes: dropped before anything searches the lines
         text = _plain(text)
     lines = text.to_frame("text").with_row_index("row").cast(LINE_SCHEMA)
@@ -347,11 +344,13 @@ _SEPARATORS = (0x1F, 0x1E, 0x1D, 0x1C, *range(1, 9), *range(0x0E, 0x1B))
 
 
 def _split(data: bytes, separator: str | None) -> pl.Series:
-    """The lines of ``data`` (newline-terminated), decoded as ``bytes.decode(errors="replace")`` does;
+    """The lines of ``data``, decoded as ``bytes.decode(errors="replace")`` does;
     an empty line is null, a CR before the newline dropped (it would only end a record)."""
     if separator is None:  # every candidate byte is in the batch: cut and decode in Python
-        lines = [line.removesuffix("\r") or None for line in data.decode("utf-8", "replace").split("\n")[:-1]]
-        return pl.Series("text", lines, dtype=pl.String)
+        lines = data.decode("utf-8", "replace").split("\n")
+        if lines[-1] == "":
+            lines.pop()
+        return pl.Series("text", [line.removesuffix("\r") or None for line in lines], dtype=pl.String)
     bom = data.startswith(UTF8_BOM)  # the reader drops a leading BOM: a first empty line keeps it
     lines = pl.read_csv(
         b"\n" + data if bom else data,

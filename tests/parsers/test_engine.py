@@ -170,14 +170,10 @@ def test_the_hint_picks_the_raw_lines_a_block_splits_into_records(tmp_path):
     assert _blocks(run) == [f"1: {OPENER}:BEGIN|{BODY}:b = 2|{CLOSER}:END"]
 
 
-@pytest.mark.parametrize("batch_bytes", [1, 7, 40, 1 << 20, "scanned 1", "scanned 3"])
+@pytest.mark.parametrize("batch_bytes", [1, 7, 40, 1 << 20])
 def test_blocks_and_kinds_read_the_same_across_chunks_and_batches(tmp_path, monkeypatch, batch_bytes):
-    if isinstance(batch_bytes, str):  # scanned by polars, this many lines a batch
-        monkeypatch.setattr(source, "SCAN_MIN_BYTES", 0)
-        monkeypatch.setattr(source, "SCAN_BATCH_LINES", int(batch_bytes.split()[1]))
-    else:
-        monkeypatch.setattr(source, "CHUNK_BYTES", min(batch_bytes, 64))
-        monkeypatch.setattr(source, "BATCH_BYTES", batch_bytes)
+    monkeypatch.setattr(source, "CHUNK_BYTES", min(batch_bytes, 64))
+    monkeypatch.setattr(source, "BATCH_BYTES", batch_bytes)
     seen = []
     family = _block_family(seen, swallows=True)
     family = Family(

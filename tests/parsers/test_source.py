@@ -166,12 +166,12 @@ def test_undecodable_bytes_are_replaced_as_python_decodes_them(tmp_path, reading
     assert got == [(n, line) for n, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1)]
 
 
-@pytest.fixture(params=["chunks", "scanned"])
+@pytest.fixture(params=["shared batch", "own batch"])
 def reading(request, monkeypatch):
-    """Both ways a file is read: in chunks through Python (small files, compressed ones) and scanned by
-    polars (big plain ones)."""
-    if request.param == "scanned":
-        monkeypatch.setattr(source, "SCAN_MIN_BYTES", 0)
+    """Both ways a chunk becomes lines: in a batch with others (small files), and as a batch of its own,
+    whose lines polars counts (big files)."""
+    if request.param == "own batch":
+        monkeypatch.setattr(source, "BATCH_BYTES", 1)
     return request.param
 
 
