@@ -7,6 +7,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+import polars as pl
 from logstat.parsers.base import Family, RunBuilder
 from logstat.parsers.reader import RunFiles, read_settled
 
@@ -17,9 +18,14 @@ def feed_file(family: Family, path: Path) -> RunBuilder:
 
 
 def feed_lines(family: Family, lines: Iterable[str], *, path: str = "lines.log") -> RunBuilder:
-    """The run ``family`` reads from a log of ``lines`` (numbered from 1)."""
+    """The run ``family`` reads from a log of ``lines`` (numbered from 1). The log is a file that is gone
+    once read: its rows name no ``source_path``."""
     with tempfile.TemporaryDirectory() as directory:
         log = Path(directory) / Path(path).name
         log.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
         run = feed_file(family, log)
+    for name in ("iteration_frame", "timer_frame"):
+        frame = getattr(run, name)
+        if frame is not None:
+            setattr(run, name, frame.with_columns(source_path=pl.lit(None, dtype=pl.String)))
     return run

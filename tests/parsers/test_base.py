@@ -16,7 +16,7 @@ def test_an_error_on_a_line_is_noted_and_the_next_line_is_read():
     read_step("step 3", 1, run)
     read_step("step three", 2, run)
     read_step("step 4", 3, run)
-    assert sorted(run.settle().iterations) == [3, 4]
+    assert [event[1] for event in run.step_events] == [3, 4]
     assert run.state["parse_errors"] == ["toy:2: ValueError: invalid literal for int() with base 10: 'three'"]
     assert read_step.__doc__.startswith("Reads ``step N``")
 

@@ -66,6 +66,8 @@ def test_primary_weighs_numbers_over_mere_evidence(scores, numbers, family):
 
 def test_supplied_counts_the_rows_each_family_logged_first_and_its_result_facts():
     from logstat.parsers.base import RunBuilder
+    from logstat.parsers.kinds import Events
+    from logstat.parsers.settle import settle_runs
 
     run = RunBuilder(path="x")
     run.add_iteration(10, "deepspeed", 1, lr=1.0)
@@ -74,4 +76,5 @@ def test_supplied_counts_the_rows_each_family_logged_first_and_its_result_facts(
     run.add_iteration(30, "deepspeed", 4, lr=0.5)
     run.set_fact("final_train_runtime_s", 12.5, "hf-trainer", 5)
     run.set_fact("micro_batch_size", 4, "deepspeed", 6)  # a description, not a number of the run
-    assert registry.supplied(run.settle()) == {"deepspeed": 2, "hf-trainer": 2}
+    settle_runs([run], Events())
+    assert registry.supplied(run) == {"deepspeed": 2, "hf-trainer": 2}

@@ -149,30 +149,28 @@ def test_arguments_dump_matches_names_whole():
     assert run.facts["num_layers"] == 64
     assert run.facts["activation_checkpointing"] is True and run.facts["precision"] == "fp16"
     assert run.provenance["num_layers"] == "megatron:8"
-    assert not run.capturing
 
 
-def test_the_end_of_a_dump_reads_only_the_kept_arguments():
-    """A dump keeps only ``_KEPT_ARGS``: an argument read at its end but not kept would be lost."""
-    asked: set[str] = set()
-
-    class Recording(dict):
-        def __contains__(self, name):
-            asked.add(name)
-            return super().__contains__(name)
-
-        def __getitem__(self, name):
-            asked.add(name)
-            return super().__getitem__(name)
-
-        def get(self, name, default=None):
-            asked.add(name)
-            return super().get(name, default)
-
-    # empty: every lookup is made (none is cut short by a found value)
-    megatron._end_arguments({"in_args": True, "args": Recording()}, 2, RunBuilder(path="x"))
-    assert set(megatron.ARG_FACTS) | {"bf16", "fp16", "recompute_granularity", *megatron.SHAPE_ARGS} <= asked
-    assert asked <= megatron._KEPT_ARGS
+def test_a_dump_states_every_kept_argument_and_nothing_else():
+    """Each ``ARG_FACTS`` argument of a dump is stated (the names that map to one fact: the one listed
+    last wins), and an argument that is not kept states nothing, even one a kept name ends."""
+    dump = [
+        f"  {name} {'.' * (48 - len(name))} {7 + number}" for number, name in enumerate(megatron.ARG_FACTS)
+    ]
+    run = feed(
+        "------------------------ arguments ------------------------",
+        *dump,
+        "  encoder_num_layers .............................. 99",
+        "  checkpoint_num_layers ........................... 98",
+        "-------------------- end of arguments ---------------------",
+    )
+    names = list(megatron.ARG_FACTS)
+    expected = {
+        fact: 7 + max(n for n, name in enumerate(names) if megatron.ARG_FACTS[name] == fact)
+        for fact in set(megatron.ARG_FACTS.values())
+    }
+    assert {fact: run.facts[fact] for fact in expected} == expected
+    assert 99 not in run.facts.values() and 98 not in run.facts.values()
 
 
 @pytest.mark.parametrize(

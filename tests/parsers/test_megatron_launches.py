@@ -5,6 +5,8 @@ fixtures/megatron_launches/ (README names their formats)."""
 import polars as pl
 from logstat.parsers import megatron
 from logstat.parsers.base import RunBuilder
+from logstat.parsers.kinds import Events
+from logstat.parsers.settle import settle_runs
 
 from logstat.api import load_runs
 from tests.conftest import FIXTURES
@@ -72,11 +74,17 @@ def test_zero_shot_evaluation_logs_no_training_step():
     assert (row["family"], row["num_layers"], row["iterations"]) == ("megatron", 24, 0)
 
 
+def settled(run: RunBuilder) -> RunBuilder:
+    """The run's Python events merged into its rows, as the reader settles a run."""
+    settle_runs([run], Events())
+    return run
+
+
 def test_ranks_printing_one_step_still_merge_first_print_wins():
     run = RunBuilder(path="x")
     run.add_iteration(5, "megatron", 1, elapsed_ms=10.0)
     run.add_iteration(5, "megatron", 2, elapsed_ms=99.0, loss=2.0)
-    assert run.settle().iterations[5] == {
+    assert settled(run).iterations[5] == {
         "iteration": 5, "family": "megatron", "line": 1, "elapsed_ms": 10.0, "loss": 2.0,
     }  # fmt: skip
     run = RunBuilder(path="x")
@@ -87,7 +95,7 @@ def test_ranks_printing_one_step_still_merge_first_print_wins():
     run.add_iteration(5, "megatron", 3, elapsed_ms=11.0)
     run.add_iteration(5, "megatron", 4, elapsed_ms=98.0)
     run.raise_metric(5, "mem_max_allocated_mb", 7.0, "megatron", 5)
-    assert run.settle().iterations[5] == {
+    assert settled(run).iterations[5] == {
         "iteration": 5, "family": "megatron", "line": 3, "elapsed_ms": 11.0, "mem_max_allocated_mb": 7.0,
     }  # fmt: skip
 
