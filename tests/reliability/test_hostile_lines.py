@@ -1,15 +1,19 @@
-"""Every registered family's ``parse_line`` never raises, whatever one line holds.
+"""No line makes a family's reading fail, whatever it holds.
 
 Lines are arbitrary text, real lines (fixtures/, the real logs included) cut at every offset,
 real lines whose numbers are replaced by hostile ones (nan, inf, 1e+30, 1e400, huge and negative
-integers), and real lines of many ranks glued together. After the lines, the run's frames must
-still build (polars refuses, for one, an integer beyond int64) and the summary must compute.
+integers), and real lines of many ranks glued together, each read by the reader (polars' records, the
+families' record kinds and blocks, their Python residue) with one family at a time. No family's
+Python code may raise (the reader would note the error, which these tests refuse), no record kind's
+query may fail, and after the lines the run's frames must build (polars refuses, for one, an integer
+beyond int64) and the summary must compute.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,10 +23,7 @@ from hypothesis import strategies as st
 from logstat.analytics.summary import summarize
 from logstat.parsers import megatron, registry
 from logstat.parsers.base import RunBuilder
-from logstat.parsers.kinds import order_key
-from logstat.parsers.reader import RunFiles, RunResult, frames
-from logstat.parsers.settle import settle_runs
-from logstat.parsers.source import records
+from logstat.parsers.reader import RunFiles, frames, read_settled
 
 #: examples per property; LOGSTAT_RELIABILITY_SCALE=10 searches ten times longer (make test uses 1).
 EXAMPLES = 150 * int(os.environ.get("LOGSTAT_RELIABILITY_SCALE", "1"))
@@ -58,7 +59,7 @@ HOSTILE_NUMBERS = (
     "1e",
     "",
 )
-#: unambiguous launcher tags: records() splits a line at each of them (parsers/source.py).
+#: unambiguous launcher tags: the reader splits a line at each of them (parsers/records.py).
 GLUE_TAGS = ("[default0]:", "[default3]:", "[default63]:", "[rank7]:", "[rank0]:")
 MEGATRON_LOG = Path(__file__).resolve().parents[2] / "fixtures" / "megatron" / "meg_gpt2_perf_n16.out"
 #: step -> elapsed ms of MEGATRON_LOG's iteration lines (lines 238, 240, 242, read by eye).
@@ -67,29 +68,36 @@ MEGATRON_ELAPSED_MS = {1: 155483.8, 2: 129028.8, 3: 128891.5}
 family_params = pytest.mark.parametrize("family", FAMILIES, ids=[family.name for family in FAMILIES])
 
 
-def feed(family, texts, run: RunBuilder | None = None) -> RunBuilder:
-    """Give ``texts`` to the family as the reader does (its record kinds read column-wise), but without
-    the reader's safety net around ``parse_line``."""
-    run = run or RunBuilder(path="hostile.out")
-    for lineno, text in enumerate(texts, start=1):
-        run.position, run.event_index = order_key(0, lineno), 0
-        kind = next((number for number, kind in enumerate(family.kinds) if kind.holds(text)), None)
-        if kind is None or family.name in run.capturing:
-            family.parse_line(text, lineno, run)
-        if kind is not None:
-            run.defer(text, kind)
-    return run
+#: a note of an error a family's Python code raised (``base.never_raises``): a crash the reader hid
+RAISED = re.compile(r"^[\w-]+:\d+: [A-Z]\w*(?:Error|Exception)\b")
 
 
-KINDS = tuple(kind for family in registry.families() for kind in family.kinds)
+def read_lines(families, *logs: list[str]):
+    """The results of reading each of ``logs`` (its lines) with ``families``; no family may have raised."""
+    with tempfile.TemporaryDirectory() as directory:
+        groups = []
+        for number, lines in enumerate(logs):
+            path = Path(directory) / f"hostile-{number}.out"
+            path.write_bytes("".join(f"{line}\n" for line in lines).encode("utf-8", "surrogatepass"))
+            groups.append(RunFiles(key=str(path), files=(path,)))
+        results = read_settled(groups, list(families))
+    for result in results:
+        raised = [note for note in result.run.state.get("parse_errors", []) if RAISED.match(note)]
+        assert not raised, raised
+    return results
 
 
-def build_frames(*runs: RunBuilder):
+def build_frames(results):
     """The runs frame with its summary and the iterations frame, as load_runs builds them."""
-    settle_runs(list(runs), KINDS)  # as the reader settles the runs it read together
-    results = [RunResult(run=run, files=RunFiles(key=run.path, files=(Path(run.path),))) for run in runs]
     runs_frame, iterations, _timers = frames(results)
     return summarize(runs_frame, iterations, warmup=1), iterations
+
+
+def feed(family, texts) -> RunBuilder:
+    """The run ``family`` reads from lines ``texts``, its frames built."""
+    results = read_lines([family], list(texts))
+    build_frames(results)
+    return results[0].run
 
 
 def with_marker(draw_text) -> st.SearchStrategy[str]:
@@ -105,22 +113,18 @@ ANY_TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=20
 @given(texts=st.lists(st.one_of(ANY_TEXT, with_marker(ANY_TEXT)), min_size=1, max_size=8))
 def test_arbitrary_text_never_raises(family, texts, generated):
     generated[f"arbitrary text lines ({family.name})"] += len(texts)
-    run = feed(family, texts)
-    build_frames(run)
+    feed(family, [text.replace("\n", " ") for text in texts])
 
 
 @family_params
 def test_real_lines_cut_at_every_offset_never_raise(family, marker_lines, generated):
     """Head and tail of every real marker line at every cut point, then the frames build."""
-    pieces = 0
-    runs = []
-    for number, line in enumerate(marker_lines):
-        run = RunBuilder(path=f"cut-{number}.out")
-        for offset in range(len(line) + 1):
-            feed(family, (line[:offset], line[offset:]), run)
-            pieces += 2
-        runs.append(run)
-    build_frames(*runs)
+    logs = [
+        [piece for offset in range(len(line) + 1) for piece in (line[:offset], line[offset:])]
+        for line in marker_lines
+    ]
+    build_frames(read_lines([family], *logs))
+    pieces = sum(len(log) for log in logs)
     generated[f"real lines cut at every offset ({family.name})"] += pieces
     assert pieces > 0
 
@@ -137,8 +141,7 @@ def test_real_lines_with_hostile_numbers_never_raise(family, data, marker_lines,
     )
     hostile = NUMBER.sub(lambda _: data.draw(numbers), line)
     generated[f"real lines with hostile numbers ({family.name})"] += 1
-    run = feed(family, [hostile])
-    build_frames(run)
+    feed(family, [hostile])
 
 
 @PROPERTY
@@ -151,7 +154,7 @@ def test_glued_ranks_keep_every_iteration(data, generated):
     tags = data.draw(st.lists(st.sampled_from(GLUE_TAGS), min_size=len(chosen), max_size=len(chosen)))
     glued = "".join(tag + line for tag, line in zip(tags, chosen, strict=True))
     generated["glued lines of many ranks"] += 1
-    run = feed(megatron.FAMILY, records(glued)).settle(megatron.FAMILY.kinds)
+    run = feed(megatron.FAMILY, [glued])
     expected = {int(line.split("/")[0].split()[-1]) for line in chosen}
     assert {step: row["elapsed_ms"] for step, row in run.iterations.items()} == {
         step: MEGATRON_ELAPSED_MS[step] for step in expected
@@ -160,10 +163,9 @@ def test_glued_ranks_keep_every_iteration(data, generated):
 
 @PROPERTY
 @given(text=ANY_TEXT)
-def test_records_never_raise_and_split_carriage_returns(text, generated):
-    generated["records() of arbitrary text"] += 1
-    for record in records(text):
-        assert "\r" not in record and record.strip()
+def test_any_line_is_read_by_every_family_at_once(text, generated):
+    generated["arbitrary lines read by every family"] += 1
+    build_frames(read_lines(FAMILIES, [text.replace("\n", " ")]))
 
 
 #: one physical line of 100k characters of each shape (a tensor dump, a progress bar gone wrong,
@@ -187,10 +189,12 @@ LONG_LINE_SECONDS = 10.0
 @pytest.mark.parametrize("shape", list(LONG_LINES))
 def test_a_long_line_is_read_in_linear_time(shape, generated):
     started = time.perf_counter()
-    for record in records(LONG_LINES[shape]):
-        for family in FAMILIES:
-            run = RunBuilder(path="long.out")
-            run.capture(family.name)  # as inside an open block: the family reads the line whatever it holds
-            family.parse_line(record, 1, run)
+    # its records read by every family, and inside each family's blocks
+    openers = [
+        "------------------------ arguments ------------------------",
+        "TrainingArguments(",
+        "Traceback (most recent call last):",
+    ]
+    read_lines(FAMILIES, [*openers, LONG_LINES[shape]])
     generated["100k-character lines"] += 1
     assert time.perf_counter() - started < LONG_LINE_SECONDS
