@@ -245,21 +245,33 @@ def _flush_kinds(reading: Reading) -> None:
 
 
 def _read_blocks(reading: Reading) -> None:
-    """Read every block's records into events (a block's records may come from several batches)."""
+    """Read every block's records into events (a block's records may come from several batches). A
+    family's blocks that share one ``read`` are read together, in one frame (``source``: the name of the
+    block a row is from), where a record has one key whichever blocks it is in: a family whose blocks
+    weigh each other's records (a dump's setting numbers later records) reads them in one place."""
+    groups: dict[object, list[pl.DataFrame]] = {}
     for block, frames in zip(reading.plan.blocks, reading.block_records, strict=True):
-        if not frames:
-            continue
-        records = pl.concat(frames).sort("run", "block", "order").with_row_index("row")
-        keyed = records.with_columns(key=pl.col("row").cast(pl.Int64) * _EVENTS_PER_RECORD)
-        block_keys = keyed.filter(pl.col("order") == pl.col("block")).select("run", "block", block_key="key")
+        if frames:
+            sourced = pl.concat(frames).with_columns(source=pl.lit(block.name))
+            groups.setdefault(block.read, []).append(sourced)
+    for read, frames in groups.items():
+        records = pl.concat(frames).sort("run", "order", "block", "source")
+        first = (pl.col("run") != pl.col("run").shift()) | (pl.col("order") != pl.col("order").shift())
+        keyed = records.with_columns(row=first.fill_null(True).cum_sum().cast(pl.Int64) - 1).with_columns(
+            key=pl.col("row") * _EVENTS_PER_RECORD
+        )
+        base = keyed.select("row", "run", base="order").unique("row", keep="first", maintain_order=True)
+        block_keys = base.select("run", block="base", block_key=pl.col("row") * _EVENTS_PER_RECORD)
         keyed = keyed.join(block_keys, on=["run", "block"], how="left")
         frame = keyed.select(
-            "run", block=pl.col("block_key").fill_null(pl.col("key")), order="key", text="text", role="role"
+            "run",
+            "source",
+            block=pl.col("block_key").fill_null(pl.col("key")),
+            order="key",
+            text="text",
+            role="role",
         ).lazy()
-        events = block.read(frame)
-        reading.events.extend(
-            _located(events, keyed.select(pl.col("row").cast(pl.Int64), "run", base="order"))
-        )
+        reading.events.extend(_located(read(frame), base))
 
 
 def _located(events: Events, base: pl.DataFrame) -> Events:

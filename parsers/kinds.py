@@ -210,8 +210,10 @@ class Block:
     name: str
     opens: RecordTest
     read: Callable[[pl.LazyFrame], Events]
-    """Events of a frame of blocks' records: ``run``, ``block`` (the opener's order), ``order``, ``text``,
-    ``role`` (OPENER, BODY, CLOSER), sorted by run and order."""
+    """Events of a frame of blocks' records: ``run``, ``source`` (the block's ``name``), ``block`` (the
+    opener's order), ``order``, ``text``, ``role`` (OPENER, BODY, CLOSER, ENDED), sorted by run and order.
+    The family's blocks that share one ``read`` are read together, in one frame: a record in several of
+    them has one ``order`` there (a ``block`` is one only with its ``source``)."""
     body: RecordTest = RecordTest()
     closes: RecordTest | None = None
     ends: RecordTest | None = None
