@@ -19,7 +19,7 @@ import polars as pl
 from logstat.parsers import source
 from logstat.parsers.base import Family, LineReader, RunBuilder, is_guarded, never_raises
 from logstat.parsers.blocks import OpenBlock, find_spans
-from logstat.parsers.kinds import ENDED, FILE_SHIFT, LINE_SHIFT, Events, read_records
+from logstat.parsers.kinds import BODY, ENDED, FILE_SHIFT, LINE_SHIFT, Events, read_records
 from logstat.parsers.records import Plan
 
 #: kind records kept before they are read into events
@@ -53,10 +53,15 @@ class Reading:
     block_records: list[list[pl.DataFrame]] = field(default_factory=list)
     open_blocks: list[dict[int, OpenBlock]] = field(default_factory=list)
     events: Events = field(default_factory=Events)
+    late_kinds: list[int] = field(default_factory=list)
+    """The kinds read with their family's blocks (sharing their ``read``): kept until the end."""
+    late_records: list[pl.DataFrame] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.block_records = [[] for _ in self.plan.blocks]
         self.open_blocks = [{} for _ in self.plan.blocks]
+        reads = {block.read for block in self.plan.blocks}
+        self.late_kinds = [index for index, kind in enumerate(self.plan.kinds) if kind.read in reads]
 
 
 def read(runs: list[RunBuilder], files: list[Sequence[Path]], plan: Plan, reports: list[list]) -> Events:
@@ -164,6 +169,10 @@ def _keep_kinds(reading: Reading, records: pl.DataFrame) -> None:
     )
     if kinds.is_empty():
         return
+    if reading.late_kinds:
+        late = pl.col("kind").is_in(reading.late_kinds)
+        reading.late_records.append(kinds.filter(late).cast(_KIND_RECORD_SCHEMA))
+        kinds = kinds.filter(~late)
     reading.kind_records.append(kinds.cast(_KIND_RECORD_SCHEMA))
     reading.kept += kinds.height
     if reading.kept >= FLUSH_RECORDS:
@@ -248,12 +257,23 @@ def _read_blocks(reading: Reading) -> None:
     """Read every block's records into events (a block's records may come from several batches). A
     family's blocks that share one ``read`` are read together, in one frame (``source``: the name of the
     block a row is from), where a record has one key whichever blocks it is in: a family whose blocks
-    weigh each other's records (a dump's setting numbers later records) reads them in one place."""
+    weigh each other's records (a dump's setting numbers later records) reads them in one place. A kind
+    that shares their ``read`` is read with them too (its rows: ``block`` and ``order`` the record's,
+    ``role`` BODY), all its records at once."""
     groups: dict[object, list[pl.DataFrame]] = {}
     for block, frames in zip(reading.plan.blocks, reading.block_records, strict=True):
         if frames:
             sourced = pl.concat(frames).with_columns(source=pl.lit(block.name))
             groups.setdefault(block.read, []).append(sourced)
+    if reading.late_records:
+        late = pl.concat(reading.late_records)
+        for index in reading.late_kinds:
+            kind = reading.plan.kinds[index]
+            rows = late.filter(pl.col("kind") == index).select(
+                "run", block="order", order="order", text="text", role=pl.lit(BODY, dtype=pl.Int8)
+            )
+            if rows.height:
+                groups.setdefault(kind.read, []).append(rows.with_columns(source=pl.lit(kind.name)))
     for read, frames in groups.items():
         records = pl.concat(frames).sort("run", "order", "block", "source")
         first = (pl.col("run") != pl.col("run").shift()) | (pl.col("order") != pl.col("order").shift())
