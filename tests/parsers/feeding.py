@@ -7,8 +7,10 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+import polars as pl
 from logstat.parsers.base import Family, RunBuilder
 from logstat.parsers.reader import RunFiles, read_settled
+from logstat.parsers.records import split_records
 
 
 def feed_file(family: Family, path: Path) -> RunBuilder:
@@ -23,3 +25,14 @@ def feed_lines(family: Family, lines: Iterable[str], *, path: str = "lines.log")
         log.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
         run = feed_file(family, log)
     return run
+
+
+def records_of(lines: list[str]) -> list[str]:
+    """The records of ``lines`` as the reader splits them (launcher prefixes cut, glued ranks and carriage
+    returns split, blank records dropped)."""
+    separator = next(c for c in map(chr, range(0xE000, 0xF900)) if not any(c in line for line in lines))
+    frame = pl.LazyFrame(
+        {"run": 0, "row": range(len(lines)), "order": range(len(lines)), "text": lines},
+        schema={"run": pl.Int64, "row": pl.Int64, "order": pl.Int64, "text": pl.String},
+    )
+    return split_records(frame, separator).collect().get_column("text").to_list()

@@ -1,7 +1,6 @@
 """The capture regexes of Megatron's arguments dump, HF's TrainingArguments and model config blocks and
-DeepSpeed's JSON values: polars (Rust regex)
-searches the raw lines for them, and the reader delivers only the lines they match while the block is
-open. Each must match every raw line holding a record its block reader acts on, whatever the launcher
+DeepSpeed's JSON values: polars (Rust regex) searches the raw lines of a block's window for them (a
+``Block``'s ``hint``), and only the records of the lines they match are the block's. Each must match every raw line holding a record its block reader acts on, whatever the launcher
 prefixes, glued ranks, carriage returns and whitespace (Python's, which Rust's ``\\s`` is not) around it.
 """
 
@@ -13,8 +12,8 @@ import polars as pl
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from logstat.parsers import deepspeed, grammar, hf_trainer, megatron
-from logstat.parsers.source import records
 
+from tests.parsers.feeding import records_of
 from tests.parsers.random_text import joined
 
 #: every character Python's ``str.strip()`` removes (and ``re``'s ``\s`` matches)
@@ -93,10 +92,15 @@ def _megatron_reads(record: str) -> bool:
     return field is not None and field[0] in megatron._KEPT_ARGS
 
 
+def _polars_group(pattern: str, text: str, group: int) -> str | None:
+    return pl.Series([text]).str.extract(pattern, group)[0]
+
+
 def _args_block_reads(record: str) -> bool:
-    stripped = record.strip()
-    field = hf_trainer.args_record(stripped)
-    return stripped == ")" or (field is not None and field[0] in hf_trainer._ARGS_READ)
+    """Whether the TrainingArguments block reads ``record``: a field it keeps, or its closing ``)``."""
+    return _polars_matches(hf_trainer._ARGS_CLOSER, record) or (
+        _polars_group(hf_trainer._ARGS_FIELD, record, 1) in hf_trainer._ARGS_READ
+    )
 
 
 @st.composite
@@ -109,8 +113,7 @@ def _config_record(draw) -> str:
 
 def _config_block_reads(record: str) -> bool:
     """Whether the open model config block does anything with ``record`` (a key it reads, or its end)."""
-    item = hf_trainer._CONFIG_JSON.match(record)
-    return record[:1] == "}" or (item is not None and item.group(1) in hf_trainer._CONFIG_KEYS)
+    return record[:1] == "}" or _polars_group(hf_trainer._CONFIG_JSON, record, 1) in hf_trainer._CONFIG_KEYS
 
 
 @st.composite
@@ -140,39 +143,39 @@ _SETTINGS = settings(max_examples=1500, deadline=None, suppress_health_check=[He
 @_SETTINGS
 @given(_raw_line(_megatron_record()))
 def test_the_dump_capture_matches_every_line_with_a_kept_argument(line):
-    assume(any(_megatron_reads(record) for record in records(line)))
+    assume(any(_megatron_reads(record) for record in records_of([line])))
     assert _polars_matches(megatron._KEPT_ARG_LINES, line), repr(line)
 
 
 @_SETTINGS
 @given(_raw_line(_args_record()))
 def test_the_args_capture_matches_every_line_the_block_reads(line):
-    assume(any(_args_block_reads(record) for record in records(line)))
-    assert _polars_matches(hf_trainer._BLOCK_LINES["args"], line), repr(line)
+    assume(any(_args_block_reads(record) for record in records_of([line])))
+    assert _polars_matches(hf_trainer._ARGS_LINES, line), repr(line)
 
 
 @_SETTINGS
 @given(joined(["fp16", "bf16=", ")", " ", ".", "\t", ":", "[rank1]:", "\r", "x", "\xa0"], max_size=None))
 def test_both_captures_match_every_line_of_random_pieces_the_blocks_read(line):
     line = line.removesuffix("\r")
-    pieces = records(line)
+    pieces = records_of([line])
     if any(_megatron_reads(record) for record in pieces):
         assert _polars_matches(megatron._KEPT_ARG_LINES, line), repr(line)
     if any(_args_block_reads(record) for record in pieces):
-        assert _polars_matches(hf_trainer._BLOCK_LINES["args"], line), repr(line)
+        assert _polars_matches(hf_trainer._ARGS_LINES, line), repr(line)
 
 
 @_SETTINGS
 @given(_raw_line(_config_record()))
 def test_the_config_capture_matches_every_line_the_block_reads(line):
-    assume(any(_config_block_reads(record) for record in records(line)))
-    assert _polars_matches(hf_trainer._BLOCK_LINES["config"], line), repr(line)
+    assume(any(_config_block_reads(record) for record in records_of([line])))
+    assert _polars_matches(hf_trainer._CONFIG_LINES, line), repr(line)
 
 
 @_SETTINGS
 @given(_raw_line(_json_record()))
 def test_the_json_capture_matches_every_line_the_json_value_reads(line):
-    assume(any(_json_value_reads(record) for record in records(line)))
+    assume(any(_json_value_reads(record) for record in records_of([line])))
     assert _polars_matches(deepspeed._JSON_LINES, line), repr(line)
 
 
@@ -195,17 +198,17 @@ def test_the_captures_leave_out_what_the_blocks_skip():
     ]
     for line in lines:
         assert not _polars_matches(megatron._KEPT_ARG_LINES, line), line
-        assert not _polars_matches(hf_trainer._BLOCK_LINES["args"], line), line
+        assert not _polars_matches(hf_trainer._ARGS_LINES, line), line
     assert _polars_matches(megatron._KEPT_ARG_LINES, "[default3]:  fp16 ........... True")
     assert _polars_matches(megatron._KEPT_ARG_LINES, "fp16\tTrue")
-    assert _polars_matches(hf_trainer._BLOCK_LINES["args"], ")")
-    assert _polars_matches(hf_trainer._BLOCK_LINES["args"], "x[rank0]: )\u3000[rank1]:fp16=True,")
-    assert re.search(hf_trainer._BLOCK_LINES["args"], "12: \x1cfp16=True,")  # Python's re reads it alike
+    assert _polars_matches(hf_trainer._ARGS_LINES, ")")
+    assert _polars_matches(hf_trainer._ARGS_LINES, "x[rank0]: )\u3000[rank1]:fp16=True,")
+    assert re.search(hf_trainer._ARGS_LINES, "12: \x1cfp16=True,")  # Python's re reads it alike
     # the model config block ends at its own closing brace only, not at a nested object's
     for line in ["  },", "    }", "x}"]:
-        assert not _polars_matches(hf_trainer._BLOCK_LINES["config"], line), line
+        assert not _polars_matches(hf_trainer._CONFIG_LINES, line), line
     for line in ["}", "[default3]:}", "12: }", "x\r}"]:
-        assert _polars_matches(hf_trainer._BLOCK_LINES["config"], line), line
+        assert _polars_matches(hf_trainer._CONFIG_LINES, line), line
     # a JSON value: a brace inside a record, a one-line dict and other keys change nothing
     for line in ["x}", "{'lr': 0.001, 'betas': [0.9, 0.999]}", '  "partition_activations": false,', "  {"]:
         assert not _polars_matches(deepspeed._JSON_LINES, line), line
