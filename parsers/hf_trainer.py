@@ -317,14 +317,10 @@ def read_trainer(records: pl.LazyFrame) -> Events:
     """The family's records (``TRAINER``) and its blocks' lines, read together (see the module's
     docstring): a record that a block reads as one of its lines is nothing else."""
     frame = records.collect()
-    blocks = frame.filter(pl.col("source") != _TRAINER)
+    blocks = _opened(frame.filter(pl.col("source") != _TRAINER))
     taken = blocks.filter(pl.col("role").is_in([BODY, CLOSER]))
     marked = pl.concat(
-        [
-            frame.filter(pl.col("source") == _TRAINER),
-            blocks.filter(pl.col("role") == OPENER),
-            taken.filter(pl.col("text").str.contains(_MARKED)),
-        ]
+        [frame.filter(pl.col("source") == _TRAINER), frame.filter(pl.col("text").str.contains(_MARKED))]
     )
     marked = marked.unique("order", keep="first").select("run", "order", "text").sort("order")
     own = _classified(marked.join(taken.select("order").unique(), on="order", how="anti"))
@@ -341,6 +337,45 @@ def read_trainer(records: pl.LazyFrame) -> Events:
     _final(reading)
     _progress(reading, marked)
     return reading.events()
+
+
+def _opened(blocks: pl.DataFrame) -> pl.DataFrame:
+    """The blocks' rows as one block at a time was read: a record that another block read as one of its
+    lines (``args = TrainingArguments(`` in the metrics block is a metric) opened nothing, so its block
+    opens at its first line that opens one of its kind (a dump printed after), if any."""
+    openers = blocks.filter(pl.col("role") == OPENER).select("source", "block", "order")
+    lines = blocks.filter(pl.col("role").is_in([BODY, CLOSER])).select("order", reader="source")
+    void = (
+        openers.join(lines, on="order").filter(pl.col("reader") != pl.col("source")).select("source", "block")
+    )
+    if void.is_empty():
+        return blocks
+    text, source = pl.col("text"), pl.col("source")
+    opens = (
+        pl.when(source == _ARGUMENTS)
+        .then(_opens_arguments(text))
+        .when(source == _CONFIG)
+        .then(_opens_config(text))
+        .otherwise(_opens_metrics(text))
+    )
+    rows = blocks.join(void, on=["source", "block"])
+    read_elsewhere = rows.join(lines, on="order").filter(pl.col("reader") != source).select("order")
+    starts = (
+        rows.filter(pl.col("role") == BODY, opens)
+        .join(read_elsewhere.unique(), on="order", how="anti")
+        .group_by("source", "block")
+        .agg(start=pl.col("order").min())
+    )
+    reopened = (
+        rows.join(starts, on=["source", "block"])
+        .filter(pl.col("order") >= pl.col("start"))
+        .with_columns(
+            role=pl.when(pl.col("order") == pl.col("start")).then(OPENER).otherwise("role").cast(pl.Int8)
+        )
+        .drop("start")
+    )
+    kept = blocks.join(void, on=["source", "block"], how="anti")
+    return pl.concat([kept, reopened.select(kept.columns)])
 
 
 # --- what a read keeps -----------------------------------------------------------------------------
@@ -389,9 +424,11 @@ class _Reading:
         self.facts.append(frame.select("run", "order", fact=name, value=value).drop_nulls("value"))
 
     def integer(self, frame: pl.DataFrame, fact: str | pl.Expr, typed: str) -> None:
-        """A fact per row whose ``typed`` value is an integer; one beyond int64 is noted, not stated."""
-        kind = _kind(typed)
-        self.fact(frame.filter(kind.is_in(["int", "bool"])), fact, pl.col(typed).struct.field("integer"))
+        """A fact per row whose ``typed`` value is an integer (a bool stays one, as Python's ``True`` is an
+        int); one beyond int64 is noted, not stated."""
+        kind, integer = _kind(typed), pl.col(typed).struct.field("integer")
+        self.fact(frame.filter(kind == "int"), fact, integer)
+        self.fact(frame.filter(kind == "bool"), fact, integer == 1)
         name = pl.lit(fact) if isinstance(fact, str) else fact
         self.note(frame.filter(kind == "bigint"), _too_long(name, pl.col(typed).struct.field("text")))
 
@@ -403,10 +440,23 @@ class _Reading:
         self.seen.append(frame.select("run", "order"))
 
     def stated(self, fact: str) -> pl.DataFrame:
-        """The statements of ``fact`` so far (``run``, ``order``, ``value``)."""
-        frames = [frame.filter(pl.col("fact") == fact).drop("fact") for frame in self.facts if frame.height]
-        frames = [frame for frame in frames if frame.height]
-        return pl.concat(frames) if frames else pl.DataFrame(schema={"run": pl.Int64, "order": pl.Int64})
+        """The statements of ``fact`` so far (``run``, ``order``, ``value``: Python's ``str`` of it)."""
+        frames = []
+        for frame in self.facts:
+            frame = frame.filter(pl.col("fact") == fact)
+            if frame.height:
+                value = pl.col("value")
+                text = (
+                    pl.when(value).then(pl.lit("True")).otherwise(pl.lit("False"))
+                    if frame.schema["value"] == pl.Boolean
+                    else value.cast(pl.String)
+                )
+                frames.append(frame.select("run", "order", value=text))
+        return (
+            pl.concat(frames)
+            if frames
+            else pl.DataFrame(schema={"run": pl.Int64, "order": pl.Int64, "value": pl.String})
+        )
 
     def events(self) -> Events:
         family = pl.lit(NAME)
@@ -1113,6 +1163,15 @@ def _python_int(digits: str) -> dict[str, Any]:
 
 
 _INT_READ = pl.Struct({"value": _TYPED, "note": pl.String})
+_BILLIONS = pl.Struct({"billions": pl.Float64, "error": pl.String})
+
+
+def _billions(digits: str) -> dict[str, Any]:
+    """A parameter count in billions (a count beyond a float's range is noted)."""
+    try:
+        return {"billions": int(digits) / 1e9}
+    except OverflowError as error:
+        return {"error": f"OverflowError: {error}"}
 
 
 def _train_output(reading: _Reading, own: pl.DataFrame) -> None:
@@ -1150,14 +1209,9 @@ def _banner(reading: _Reading, own: pl.DataFrame) -> None:
     lines = lines.filter(pl.col("note").is_null())
     reading.saw(lines)
     parameters = lines.filter(pl.col("label") == "Number of trainable parameters", _real("value") > 0)
-    parameters = _mapped(
-        parameters.with_columns(digits=pl.col("digits")),
-        "digits",
-        lambda digits: int(digits) / 1e9,
-        pl.Float64,
-        "billions",
-    )
+    parameters = _mapped(parameters, "digits", _billions, _BILLIONS, "billions").unnest("billions")
     reading.fact(parameters, "logged_model_size", pl.col("billions"))
+    reading.note(parameters, pl.col("error"))
     counts = lines.filter(
         pl.col("label") != "Number of trainable parameters", _real("value") > 0
     ).with_columns(fact=pl.col("label").replace_strict(_BANNER_FACTS))
@@ -1423,11 +1477,7 @@ def _progress(reading: _Reading, records: pl.DataFrame) -> None:
         .group_by("run")
         .agg(pl.col("total").last())
     )
-    planned = reading.stated("train_iters")
-    if planned.height:
-        planned = planned.sort("order").group_by("run").agg(planned=pl.col("value").last().cast(pl.String))
-    else:
-        planned = pl.DataFrame(schema={"run": pl.Int64, "planned": pl.String})
+    planned = reading.stated("train_iters").sort("order").group_by("run").agg(planned=pl.col("value").last())
     chosen = (
         by_dict.join(planned, on="run", how="full", coalesce=True)
         .select("run", total=pl.coalesce("planned", "total"))
