@@ -380,18 +380,17 @@ def _opened(blocks: pl.DataFrame) -> pl.DataFrame:
 
 # --- what a read keeps -----------------------------------------------------------------------------
 
-# Where a record's events fall among the record's (its ``order`` plus this): the old reader's order of
-# reading a record (dicts, the TrainOutput, the banner, overrides or the command line, launch context).
-_OUTPUT_ITEM, _BANNER_ITEM, _OVERRIDE_ITEM, _COMMAND_ITEM, _LAUNCH_ITEM, _FINISH_ITEM = (
-    50,
-    56,
-    64,
-    96,
-    112,
-    127,
-)
-#: a dict's events: ``_DICT_STRIDE`` items from ``_DICT_STRIDE * its index in the record``
+# Where a record's events fall among the record's (its ``order`` plus this item), in the order the old
+# reader read a record: its dicts (``_DICT_STRIDE`` items each, from ``_DICT_STRIDE * the dict's index``),
+# the TrainOutput, the banner, the overrides (one item each), the command line's flags, launch context;
+# a one-line TrainingArguments dump's fields, then its end.
 _DICT_STRIDE, _DICTS_PER_RECORD = 4, 12
+_OUTPUT_ITEM = 50
+_BANNER_ITEM = 56
+_OVERRIDE_ITEM = 64
+_COMMAND_ITEM = 96
+_LAUNCH_ITEM = 112
+_FINISH_ITEM = 127
 #: a literal value as ``grammar.literal`` reads it: ``kind`` none, bool, int, bigint (beyond int64: its
 #: ``text``, and ``real`` its sign), float or str
 _TYPED = pl.Struct({"kind": pl.String, "integer": pl.Int64, "real": pl.Float64, "text": pl.String})
@@ -662,7 +661,10 @@ def _field_value(raw: pl.Expr) -> pl.Expr:
 def _one_line_fields(dumps: pl.DataFrame) -> pl.DataFrame:
     """``TrainingArguments(output_dir=out, per_device_train_batch_size=8, ...)`` (older transformers):
     each ``name=value`` whose value holds no comma nor parenthesis, before ``, name=`` or the closing
-    parenthesis (``run``, ``order``: the record's plus the field's index, ``name``, ``raw``)."""
+    parenthesis (``run``, ``order``: the record's plus the field's index, ``name``, ``raw``). The record
+    is cut before each ``, name=`` (at a character it does not hold) and each piece read alone."""
+    texts = dumps.get_column("text").to_list()
+    cut = next(c for c in map(chr, range(0xE000, 0xF900)) if not any(c in text for text in texts))
     pieces = (
         dumps.select(
             "run",
@@ -670,8 +672,8 @@ def _one_line_fields(dumps: pl.DataFrame) -> pl.DataFrame:
             piece=pl.col("text")
             .str.splitn(_ARGS_MARKER, 2)
             .struct.field("field_1")
-            .str.replace_all(r", (\w+=)", "\x00${1}")
-            .str.split("\x00"),
+            .str.replace_all(r", (\w+=)", cut + "${1}")
+            .str.split(cut),
         )
         .with_columns(index=pl.int_ranges(pl.col("piece").list.len()), count=pl.col("piece").list.len())
         .explode("piece", "index")

@@ -18,6 +18,18 @@ def feed_file(family: Family, path: Path) -> RunBuilder:
     return read_settled([RunFiles(key=str(path), files=(Path(path),))], [family])[0].run
 
 
+def feed_each(family: Family, logs: Iterable[Iterable[str]]) -> list[RunBuilder]:
+    """The runs ``family`` reads from each log of ``logs`` (lines), the logs read together (one pass of
+    the reader, as it reads many files: a property test tries many logs at the cost of one)."""
+    with tempfile.TemporaryDirectory() as directory:
+        paths = []
+        for number, lines in enumerate(logs):
+            paths.append(Path(directory) / f"log-{number}.log")
+            paths[-1].write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+        results = read_settled([RunFiles(key=str(path), files=(path,)) for path in paths], [family])
+    return [result.run for result in results]
+
+
 def feed_lines(family: Family, lines: Iterable[str], *, path: str = "lines.log") -> RunBuilder:
     """The run ``family`` reads from a log of ``lines`` (numbered from 1)."""
     with tempfile.TemporaryDirectory() as directory:

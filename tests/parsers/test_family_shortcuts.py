@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from logstat.parsers import hf_trainer, mingpt
 from logstat.parsers.base import RunBuilder
-from logstat.parsers.reader import RunFiles, read_settled
 
 from tests.conftest import FIXTURES
-from tests.parsers.feeding import records_of
+from tests.parsers.feeding import feed_each, records_of
 from tests.parsers.random_text import joined
 
 
@@ -141,15 +139,7 @@ def _expected_rows(line: str) -> list[tuple]:
 
 def _read_each(bodies: list[str]) -> list[RunBuilder]:
     """Each body as the one line of a log of its own, the logs read together through the reader."""
-    with tempfile.TemporaryDirectory() as directory:
-        paths = []
-        for number, body in enumerate(bodies):
-            paths.append(Path(directory) / f"dict-{number}.log")
-            paths[-1].write_text(body + "\n", encoding="utf-8")
-        results = read_settled(
-            [RunFiles(key=str(path), files=(path,)) for path in paths], [hf_trainer.FAMILY]
-        )
-    return [result.run for result in results]
+    return feed_each(hf_trainer.FAMILY, [[body] for body in bodies])
 
 
 def _step_rows(run: RunBuilder) -> list[tuple]:
