@@ -394,12 +394,14 @@ _FINISH_ITEM = 127
 #: a literal value as ``grammar.literal`` reads it: ``kind`` none, bool, int, bigint (beyond int64: its
 #: ``text``, and ``real`` its sign), float or str
 _TYPED = pl.Struct({"kind": pl.String, "integer": pl.Int64, "real": pl.Float64, "text": pl.String})
-#: a final metric one copy states (``value`` null when it is noted instead), with its significant digits
+#: a final metric one copy states (``value``, or ``integer`` for Python's int; neither when it is noted
+#: instead), with its significant digits
 _CANDIDATE = {
     "run": pl.Int64,
     "order": pl.Int64,
     "fact": pl.String,
     "value": pl.Float64,
+    "integer": pl.Int64,
     "digits": pl.Int64,
     "note": pl.String,
 }
@@ -904,6 +906,7 @@ def _literal_dicts(reading: _Reading, found: pl.DataFrame) -> pl.DataFrame:
             order=pl.col("order") + pl.col("index"),
             fact="fact",
             value="value",
+            integer=pl.lit(None, pl.Int64),
             digits="digits",
             note=pl.lit(None, pl.String),
         )
@@ -1059,6 +1062,7 @@ _METRIC_READ = pl.Struct(
         "duration_note": pl.String,
         "fact": pl.String,
         "value": pl.Float64,
+        "integer": pl.Int64,
         "digits": pl.Int64,
         "note": pl.String,
     }
@@ -1084,10 +1088,12 @@ def _metric(text: str) -> dict[str, Any]:
     if number is None:
         return out
     out.update(fact=_FINAL_FACTS[name], digits=_significant_digits(value))
-    if isinstance(number, int) and not INT64_MIN <= number <= INT64_MAX:
-        out["note"] = f"{_FINAL_FACTS[name]}={number} does not fit a 64-bit integer; not recorded"
+    if not isinstance(number, int):
+        out["value"] = number
+    elif INT64_MIN <= number <= INT64_MAX:
+        out["integer"] = number  # a duration of whole seconds: an int, as Python adds them
     else:
-        out["value"] = float(number)
+        out["note"] = f"{_FINAL_FACTS[name]}={number} does not fit a 64-bit integer; not recorded"
     return out
 
 
@@ -1099,6 +1105,7 @@ def _final(reading: _Reading) -> None:
     before = pl.col("digits").cum_max().shift(1).over("run", "fact")
     stated = candidates.filter(before.is_null() | (pl.col("digits") > before))
     reading.fact(stated, pl.col("fact"), pl.col("value"))
+    reading.fact(stated, pl.col("fact"), pl.col("integer"))
     reading.note(stated, pl.col("note"))
 
 
@@ -1460,7 +1467,9 @@ def _progress(reading: _Reading, records: pl.DataFrame) -> None:
     The training bar is the one of the planned optimization steps the Trainer stated (its banner's
     ``Total optimization steps``, ``max_steps``: the bar is ``tqdm(total=max_steps)``), else the bar
     updated last before a logged training or final dict (``ProgressCallback`` writes its dicts through
-    that bar); a bar with a description is not the Trainer's."""
+    that bar); a bar with a description is not the Trainer's. The Trainer's own statement counts, even
+    where another family stated the run's ``train_iters`` first: Megatron's planned iterations are no
+    total of the Trainer's bar (the bar before the last dict can be the evaluation's)."""
     bars = records.filter(_holds(pl.col("text"), *_RATES)).select(
         "run", "order", "text", total=pl.col("text").str.split(" [").list.first().str.split("/").list.last()
     )
