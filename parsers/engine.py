@@ -19,7 +19,7 @@ import polars as pl
 from logstat.parsers import source
 from logstat.parsers.base import Family, LineReader, RunBuilder, is_guarded, never_raises
 from logstat.parsers.blocks import OpenBlock, find_spans, inside
-from logstat.parsers.kinds import FILE_SHIFT, LINE_SHIFT, Events, read_records
+from logstat.parsers.kinds import BODY, FILE_SHIFT, LINE_SHIFT, Events, read_records
 from logstat.parsers.records import Plan
 
 #: kind records kept before they are read into events
@@ -50,10 +50,15 @@ class Reading:
     block_records: list[list[pl.DataFrame]] = field(default_factory=list)
     open_blocks: list[dict[int, OpenBlock]] = field(default_factory=list)
     events: Events = field(default_factory=Events)
+    late_kinds: list[int] = field(default_factory=list)
+    """The kinds read with their family's blocks (sharing their ``read``): kept until the end."""
+    late_records: list[pl.DataFrame] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.block_records = [[] for _ in self.plan.blocks]
         self.open_blocks = [{} for _ in self.plan.blocks]
+        reads = {block.read for block in self.plan.blocks}
+        self.late_kinds = [index for index, kind in enumerate(self.plan.kinds) if kind.read in reads]
 
 
 def read(runs: list[RunBuilder], files: list[Sequence[Path]], plan: Plan, reports: list[list]) -> Events:
@@ -142,6 +147,10 @@ def _keep_kinds(reading: Reading, records: pl.DataFrame) -> None:
     )
     if kinds.is_empty():
         return
+    if reading.late_kinds:
+        late = pl.col("kind").is_in(reading.late_kinds)
+        reading.late_records.append(kinds.filter(late).cast(_KIND_RECORD_SCHEMA))
+        kinds = kinds.filter(~late)
     reading.kind_records.append(kinds.cast(_KIND_RECORD_SCHEMA))
     reading.kept += kinds.height
     if reading.kept >= FLUSH_RECORDS:
@@ -225,21 +234,44 @@ def _flush_kinds(reading: Reading) -> None:
 
 
 def _read_blocks(reading: Reading) -> None:
-    """Read every block's records into events (a block's records may come from several batches)."""
+    """Read every block's records into events (a block's records may come from several batches). A
+    family's blocks that share one ``read`` are read together, in one frame (``source``: the name of the
+    block a row is from), where a record has one key whichever blocks it is in: a family whose blocks
+    weigh each other's records (a dump's setting numbers later records) reads them in one place. A kind
+    that shares their ``read`` is read with them too (its rows: ``block`` and ``order`` the record's,
+    ``role`` BODY), all its records at once."""
+    groups: dict[object, list[pl.DataFrame]] = {}
     for block, frames in zip(reading.plan.blocks, reading.block_records, strict=True):
-        if not frames:
-            continue
-        records = pl.concat(frames).sort("run", "block", "order").with_row_index("row")
-        keyed = records.with_columns(key=pl.col("row").cast(pl.Int64) * _EVENTS_PER_RECORD)
-        block_keys = keyed.filter(pl.col("order") == pl.col("block")).select("run", "block", block_key="key")
+        if frames:
+            sourced = pl.concat(frames).with_columns(source=pl.lit(block.name))
+            groups.setdefault(block.read, []).append(sourced)
+    if reading.late_records:
+        late = pl.concat(reading.late_records)
+        for index in reading.late_kinds:
+            kind = reading.plan.kinds[index]
+            rows = late.filter(pl.col("kind") == index).select(
+                "run", block="order", order="order", text="text", role=pl.lit(BODY, dtype=pl.Int8)
+            )
+            if rows.height:
+                groups.setdefault(kind.read, []).append(rows.with_columns(source=pl.lit(kind.name)))
+    for read, frames in groups.items():
+        records = pl.concat(frames).sort("run", "order", "block", "source")
+        first = (pl.col("run") != pl.col("run").shift()) | (pl.col("order") != pl.col("order").shift())
+        keyed = records.with_columns(row=first.fill_null(True).cum_sum().cast(pl.Int64) - 1).with_columns(
+            key=pl.col("row") * _EVENTS_PER_RECORD
+        )
+        base = keyed.select("row", "run", base="order").unique("row", keep="first", maintain_order=True)
+        block_keys = base.select("run", block="base", block_key=pl.col("row") * _EVENTS_PER_RECORD)
         keyed = keyed.join(block_keys, on=["run", "block"], how="left")
         frame = keyed.select(
-            "run", block=pl.col("block_key").fill_null(pl.col("key")), order="key", text="text", role="role"
+            "run",
+            "source",
+            block=pl.col("block_key").fill_null(pl.col("key")),
+            order="key",
+            text="text",
+            role="role",
         ).lazy()
-        events = block.read(frame)
-        reading.events.extend(
-            _located(events, keyed.select(pl.col("row").cast(pl.Int64), "run", base="order"))
-        )
+        reading.events.extend(_located(read(frame), base))
 
 
 def _located(events: Events, base: pl.DataFrame) -> Events:

@@ -182,7 +182,9 @@ class RecordKind:
     test: RecordTest
     read: Callable[[pl.LazyFrame], Events]
     """Typed events of a frame of records of this kind (columns ``order``: the record's ``order_key``,
-    ``text``: the record, launcher prefixes stripped); an event's order adds its index in the record."""
+    ``text``: the record, launcher prefixes stripped); an event's order adds its index in the record. A
+    kind whose ``read`` is also its family's blocks' is read with them, all its records at once at the end
+    (``Block.read``'s frame, its rows of ``source`` its name)."""
     facts: tuple[str, ...] = ()
     """The run facts its events state (``RunBuilder`` weighs them against the Python families')."""
     evidence: bool = False
@@ -213,8 +215,10 @@ class Block:
     name: str
     opens: RecordTest
     read: Callable[[pl.LazyFrame], Events]
-    """Events of a frame of blocks' records: ``run``, ``block`` (the opener's order), ``order``, ``text``,
-    ``role`` (OPENER, BODY, CLOSER, ENDED)."""
+    """Events of a frame of blocks' records: ``run``, ``source`` (the block's ``name``), ``block`` (the
+    opener's order), ``order``, ``text``, ``role`` (OPENER, BODY, CLOSER, ENDED), sorted by run and order.
+    The family's blocks that share one ``read`` are read together, in one frame: a record in several of
+    them has one ``order`` there (a ``block`` is one only with its ``source``)."""
     body: RecordTest = RecordTest()
     closes: RecordTest | None = None
     ends: RecordTest | None = None
@@ -227,9 +231,13 @@ class Block:
 
 
 def read_records(kinds: tuple[RecordKind, ...], records: pl.DataFrame) -> Events:
-    """The events of ``records`` (``order``, ``text``, ``kind``: an index into ``kinds``)."""
+    """The events of ``records`` (``order``, ``text``, ``kind``: an index into ``kinds``); a kind without
+    records is not read (one read with its family's blocks never has any here)."""
     events = Events()
+    present = set(records.get_column("kind").unique().to_list())
     for index, kind in enumerate(kinds):
+        if index not in present:
+            continue
         of_kind = records.lazy().filter(pl.col("kind") == index).select("order", "text")
         events.extend(kind.read(of_kind))
     return events

@@ -10,11 +10,24 @@ from pathlib import Path
 import polars as pl
 from logstat.parsers.base import Family, RunBuilder
 from logstat.parsers.reader import RunFiles, read_settled
+from logstat.parsers.records import split_records
 
 
 def feed_file(family: Family, path: Path) -> RunBuilder:
     """The run ``family`` reads from ``path`` (alone: no other family's records)."""
     return read_settled([RunFiles(key=str(path), files=(Path(path),))], [family])[0].run
+
+
+def feed_each(family: Family, logs: Iterable[Iterable[str]]) -> list[RunBuilder]:
+    """The runs ``family`` reads from each log of ``logs`` (lines), the logs read together (one pass of
+    the reader, as it reads many files: a property test tries many logs at the cost of one)."""
+    with tempfile.TemporaryDirectory() as directory:
+        paths = []
+        for number, lines in enumerate(logs):
+            paths.append(Path(directory) / f"log-{number}.log")
+            paths[-1].write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+        results = read_settled([RunFiles(key=str(path), files=(path,)) for path in paths], [family])
+    return [result.run for result in results]
 
 
 def feed_lines(family: Family, lines: Iterable[str], *, path: str = "lines.log") -> RunBuilder:
@@ -29,3 +42,19 @@ def feed_lines(family: Family, lines: Iterable[str], *, path: str = "lines.log")
         if frame is not None:
             setattr(run, name, frame.with_columns(source_path=pl.lit(None, dtype=pl.String)))
     return run
+
+
+def records_of(lines: list[str]) -> list[str]:
+    """The records of ``lines`` as the reader splits them (launcher prefixes cut, glued ranks and carriage
+    returns split, blank records dropped)."""
+    separator = next(c for c in map(chr, range(0xE000, 0xF900)) if not any(c in line for line in lines))
+    frame = pl.LazyFrame(
+        {
+            "run": 0,
+            "row": range(len(lines)),
+            "order": [row << 16 for row in range(len(lines))],
+            "text": lines,
+        },
+        schema={"run": pl.Int64, "row": pl.Int64, "order": pl.Int64, "text": pl.String},
+    )
+    return split_records(frame, separator).collect().sort("order").get_column("text").to_list()

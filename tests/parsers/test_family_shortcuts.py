@@ -1,25 +1,27 @@
 """Compiled shortcuts of the HF Trainer and minGPT families read exactly what their definitions read.
 
-minGPT's pyparsing grammars (``epoch_time``, ``peak_memory``) and ``ast.literal_eval`` stay the
-definitions; the hot path reads with compiled patterns. Here both read every line of the fixtures and
-the real logs, hand-made edge cases and random text. HF's metrics lines and durations have one
-definition, their patterns, held to examples.
+minGPT's pyparsing grammars (``epoch_time``, ``peak_memory``) stay the definitions; the hot path reads
+with compiled patterns. Here both read every line of the fixtures and the real logs, hand-made edge cases
+and random text. HF's logged dicts are read column-wise when they are plain literals, by
+``ast.literal_eval`` otherwise: through the reader, every dict's step row holds what Python reads of the
+dict. HF's metrics lines and durations have one definition, their patterns, held to examples.
 """
 
 from __future__ import annotations
 
 import ast
-import math
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from logstat.parsers import hf_trainer, mingpt, source
+from logstat.parsers import hf_trainer, mingpt
 from logstat.parsers.base import RunBuilder
 
 from tests.conftest import FIXTURES
+from tests.parsers.feeding import feed_each, records_of
 from tests.parsers.random_text import joined
 
 
@@ -32,12 +34,12 @@ def _real_records() -> list[str]:
         for p in root.rglob("*")
         if p.is_file() and p.suffix in (".out", ".err", ".log", ".txt")
     )
-    return [
-        record
+    lines = [
+        line
         for path in paths
         for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-        for record in source.records(line)
     ]
+    return records_of(lines)
 
 
 REAL = _real_records()
@@ -87,113 +89,185 @@ _NUMBERISH = st.from_regex(
 # --- HF Trainer: logged dicts --------------------------------------------------------------------
 
 
-def _same_dict(body: str) -> None:
-    """Where the shortcut reads a dict, literal_eval reads the same one (equal keys, values and types)."""
-    got = hf_trainer.plain_dict(body)
-    if got is None:
-        return
-    want = ast.literal_eval(body)
-    assert repr(got) == repr(want) and [type(v) for v in got.values()] == [type(v) for v in want.values()]
+def _python_number(value: Any) -> float | None:
+    """What a step row holds of a dict value: a number's float, a string's ``float`` (commas dropped),
+    nothing for a bool, None or anything else."""
+    if isinstance(value, str):
+        try:
+            return float(value.replace(",", ""))
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
 
 
-def test_plain_dict_equals_literal_eval_on_real_dicts():
-    bodies = [
-        match[0] for record in REAL for match in hf_trainer._DICT.finditer(record) if match[0].endswith("}")
+def _python_step(body: str) -> tuple | None:
+    """Python's reading of a training dict: its own step (or None), the loss, learning rate and grad
+    norm; None when the dict is no training step."""
+    try:
+        logged = ast.literal_eval(body)
+    except Exception:  # noqa: BLE001 - not a literal: noted, no step
+        return None
+    if not isinstance(logged, dict) or "loss" not in logged:
+        return None
+    if "train_runtime" in logged or "train_samples_per_second" in logged:
+        return None
+    step = logged.get("step")
+    numbers = [_python_number(logged.get(key)) for key in ("loss", "learning_rate", "grad_norm")]
+    return (int(step) if isinstance(step, int) else None, *numbers)
+
+
+def _expected_rows(line: str) -> list[tuple]:
+    """The step rows of a log of one line, as Python reads the dicts the family finds in it: a dict
+    without its own step is the n-th distinct one; a step's row keeps each column's first value."""
+    rows: dict[int, list] = {}
+    distinct: dict[str, int] = {}
+    for body in re.findall(hf_trainer._DICT, line):
+        if not any(key in body for key in hf_trainer._TRAINER_KEYS) or not body.endswith("}"):
+            continue
+        read = _python_step(body)
+        if read is None:
+            continue
+        step = (
+            read[0] if read[0] is not None else distinct.setdefault(" ".join(body.split()), len(distinct) + 1)
+        )
+        row = rows.setdefault(step, [None, None, None])
+        rows[step] = [old if old is not None else new for old, new in zip(row, read[1:], strict=True)]
+    return sorted((step, *row) for step, row in rows.items())
+
+
+def _read_each(bodies: list[str]) -> list[RunBuilder]:
+    """Each body as the one line of a log of its own, the logs read together through the reader."""
+    return feed_each(hf_trainer.FAMILY, [[body] for body in bodies])
+
+
+def _step_rows(run: RunBuilder) -> list[tuple]:
+    return [
+        (step, row.get("loss"), row.get("lr"), row.get("grad_norm")) for step, row in run.iterations.items()
     ]
+
+
+def _same_steps(bodies: list[str]) -> None:
+    """Through the reader, the step rows of a log of each body are Python's reading of its dicts
+    (``repr``: nan, -0.0)."""
+    for body, run in zip(bodies, _read_each(bodies), strict=True):
+        assert repr(_step_rows(run)) == repr(_expected_rows(body)), body
+
+
+def test_real_dicts_are_read_as_python_reads_them():
+    bodies = [match[0] for record in REAL for match in re.finditer(hf_trainer._DICT, record)]
     trainer = [body for body in bodies if any(key in body for key in hf_trainer._TRAINER_KEYS)]
-    read = [body for body in trainer if hf_trainer.plain_dict(body) is not None]
-    # every logged dict of the real logs takes the shortcut: 2021's raw floats, today's '4.705' strings
-    assert len(trainer) >= 30 and read == trainer
-    for body in bodies:
-        _same_dict(body)
+    # every training dict of the real logs is a plain literal, read column-wise: 2021's raw floats,
+    # today's '4.705' strings
+    training = [body for body in trainer if "'loss'" in body and body.endswith("}")]
+    assert len(trainer) >= 30 and len(training) >= 12
+    assert all(re.match(hf_trainer._PLAIN_DICT, body) for body in training)
+    _same_steps(sorted(set(trainer)))
 
 
 @pytest.mark.parametrize(
-    ("body", "read"),
+    "body",
     [
-        ("{'loss': 2.3, 'learning_rate': 5e-05, 'epoch': 0.1}", True),
-        ("{'loss': '4.705', 'grad_norm': '1.159', 'epoch': '0.25'}", True),
-        ("{'a': -0.0, 'b': -0, 'c': 1., 'd': .5, 'e': 1e400, 'f': 00.5, 'g': 0e0}", True),
-        ("{'a': True, 'b': False, 'c': None, 'd': ''}", True),
-        ("{'a': 1, 'a': 2}", True),
-        ("{'a': 123456789012345678}", True),
-        ("{'a': 1234567890123456789}", False),  # long integers: literal_eval's limits apply
-        ("{'a': 007}", False),
-        ("{'a': 1_000}", False),
-        ("{'a': 0x10}", False),
-        ("{'a': 1j}", False),
-        ("{'a': +1}", False),
-        ("{'a': - 1}", False),
-        ("{'a': nan}", False),
-        ("{'a': 'it\\'s'}", False),
-        ("{'a': 'é'}", False),
-        ("{'a': [1, 2]}", False),
-        ("{'a': 1,'b': 2}", False),
-        ("{'a' : 1}", False),
-        ("{'a': 1, }", False),
-        ("{'a': 1} ", False),
-        ("{'a': 'b', 'c'}", False),
+        "{'loss': 2.3, 'learning_rate': 5e-05, 'epoch': 0.1}",
+        "{'loss': '4.705', 'grad_norm': '1.159', 'epoch': '0.25'}",
+        "{'loss': '4,705', 'learning_rate': ' 1e-3 ', 'grad_norm': '1_0'}",
+        "{'loss': -0.0, 'learning_rate': 1., 'grad_norm': .5, 'epoch': 1e400}",
+        "{'loss': -0, 'learning_rate': 00.5, 'grad_norm': 0e0}",
+        "{'loss': True, 'learning_rate': None, 'grad_norm': ''}",
+        "{'loss': 1, 'loss': 2}",
+        "{'loss': 1, 'step': 123456789012345678}",
+        "{'loss': 1, 'step': 1234567890123456789}",  # long integers: literal_eval's limits apply
+        "{'loss': 1, 'step': True}",
+        "{'loss': 1, 'step': 7.0}",
+        "{'loss': 007}",
+        "{'loss': 1_000}",
+        "{'loss': 0x10}",
+        "{'loss': 1j}",
+        "{'loss': +1}",
+        "{'loss': - 1}",
+        "{'loss': nan}",
+        "{'loss': 'it\\'s'}",
+        "{'loss': 'é'}",
+        "{'loss': 'nan'}",
+        "{'loss': 'Infinity'}",
+        "{'loss': '١٢'}",
+        "{'loss': [1, 2]}",
+        "{'loss': 1,'epoch': 2}",
+        "{'loss' : 1}",
+        "{'loss': 1, }",
+        "{'loss': 'b', 'c'}",
+        "{'loss'}",
     ],
 )
-def test_plain_dict_edge_cases(body, read):
-    assert (hf_trainer.plain_dict(body) is not None) == read
-    _same_dict(body)
+def test_dict_edge_cases_are_read_as_python_reads_them(body):
+    _same_steps([body])
 
 
-_DICT_KEYS = st.sampled_from(["'loss'", "'epoch'", "''", "'a b'", "'é'", "'it\\'s'", "1", "'x'"])
+_DICT_KEYS = st.sampled_from(
+    ["'loss'", "'epoch'", "'step'", "'grad_norm'", "''", "'a b'", "'é'", "'it\\'s'", "1"]
+)
 _DICT_VALUES = st.one_of(
-    _NUMBERISH,
+    st.from_regex(
+        r"[-+]?[0-9١]{0,3}\.?[0-9]{0,3}(?:[eE][-+]?[0-9]{0,2})?|(?i:[-+]?nan|inf(inity)?)x?", fullmatch=True
+    ),
     st.from_regex(r"-?(?:0|[1-9][0-9_]{0,20})[jJ]?", fullmatch=True),
     st.sampled_from(
-        ["True", "None", "False", "''", "'4.705'", "'a\\nb'", "0x1", "- 1", "[1]", "'é'", "'\t'"]
+        ["True", "None", "False", "''", "'4.705'", "'a\\nb'", "0x1", "- 1", "[1]", "'é'", "'\t'", "'1,5'"]
     ),
 )
 _DICT_SEPARATORS = st.sampled_from([", ", ", ", ", ", ",", " ,", ",  "])
 
 
-@settings(max_examples=500)
+@settings(max_examples=40, deadline=None)
 @given(
     st.lists(
-        st.tuples(_DICT_KEYS, st.sampled_from([": ", ": ", ":", " : "]), _DICT_VALUES, _DICT_SEPARATORS),
+        st.tuples(
+            st.lists(
+                st.tuples(
+                    _DICT_KEYS, st.sampled_from([": ", ": ", ":", " : "]), _DICT_VALUES, _DICT_SEPARATORS
+                ),
+                min_size=1,
+                max_size=5,
+            ),
+            st.sampled_from(["}", "}", "}", " }", "} ", "}}"]),
+        ),
         min_size=1,
-        max_size=5,
-    ),
-    st.sampled_from(["}", "}", "}", " }", "", "} ", "}}"]),
+        max_size=12,
+    )
 )
-def test_plain_dict_equals_literal_eval_on_dict_like_text(items, end):
-    body = "{" + "".join(key + colon + value + sep for key, colon, value, sep in items[:-1])
-    key, colon, value, _ = items[-1]
-    _same_dict(body + key + colon + value + end)
+def test_dict_like_text_is_read_as_python_reads_it(dicts):
+    bodies = []
+    for items, end in dicts:
+        body = "{'loss': 1, " + "".join(key + colon + value + sep for key, colon, value, sep in items[:-1])
+        key, colon, value, _ = items[-1]
+        bodies.append(body + key + colon + value + end)
+    _same_steps(bodies)
 
 
 _VALUES = st.one_of(st.floats(allow_nan=False), st.integers(), st.text(max_size=8), st.booleans(), st.none())
 
 
-@given(st.dictionaries(st.text(max_size=8), _VALUES, min_size=1, max_size=5))
-def test_plain_dict_reads_printed_dicts_as_python_does(logged):
-    body = repr(logged)
-    got = hf_trainer.plain_dict(body)
-    assert got is None or repr(got) == repr(ast.literal_eval(body))
-    printable = all(str(k).isascii() and str(k).isprintable() for k in logged)
-    finite = all(not isinstance(v, float) or math.isfinite(v) for v in logged.values())
-    if printable and finite and "'" not in "".join(logged) and "\\" not in "".join(logged):
-        if all(isinstance(v, float | bool) or v is None for v in logged.values()):
-            assert got == logged  # what the Trainer logs always takes the shortcut
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.dictionaries(st.text(max_size=8), _VALUES, max_size=4), min_size=1, max_size=12))
+def test_printed_dicts_are_read_as_python_reads_them(extras):
+    logged = [{"loss": 1.5, **extra} for extra in extras]
+    _same_steps([repr(one) for one in logged])
 
 
-def test_dicts_without_a_trainer_key_need_not_reach_the_family():
+def test_dicts_without_a_trainer_key_are_no_records_of_the_family():
     # the marker is a Trainer key, not "{'": a line holding dicts but no key and no other marker is
     # read as nothing (DeepSpeed's config printer: optimizer_params, aio_config, ...)
-    other = [
-        record
-        for record in REAL
-        if "{'" in record and not any(marker in record for marker in hf_trainer.FAMILY.markers)
-    ]
+    other = sorted(
+        {
+            record
+            for record in REAL
+            if "{'" in record and not any(marker in record for marker in hf_trainer.FAMILY.markers)
+        }
+    )
     assert len(other) >= 20
-    for lineno, record in enumerate(other, 1):
-        run = RunBuilder(path="lines")
-        hf_trainer.parse_line(record, lineno, run)
-        assert (run.facts, run.iterations, run.families_seen, run.capturing) == ({}, {}, {}, set())
+    for run in _read_each(other):
+        assert (run.facts, run.iterations, run.families_seen) == ({}, {}, {})
         assert run.state.get("parse_errors") is None
 
 
@@ -257,34 +331,25 @@ def test_mingpt_results_equal_their_grammars_on_random_pieces(text):
     _same_mingpt(text)
 
 
-def _significant_digits_by_regex(text: str) -> int:
-    """hf_trainer's definition of a final metric's precision, before its shortcut for printed numbers."""
-    return len(re.sub(r"[^\d]", "", text.split("e")[0].split("E")[0]).lstrip("0"))
-
-
 @pytest.mark.parametrize(
-    "text",
+    ("text", "digits"),
     [
-        "273.0148",
-        "0.007",
-        "1e-05",
-        "-12.5",
-        "1.5E+3",
-        "",
-        "0",
-        "000.000",
-        "abc",
-        "1,234.5",
-        "٣.٤",
-        "1.2.3",
-        "--7",
+        ("273.0148", 7),
+        ("0.007", 1),
+        ("1e-05", 1),
+        ("-12.5", 3),
+        ("1.5E+3", 2),
+        ("0:00:11.22", 4),  # the metrics block's runtime: hundredths
+        ("1 day, 2:03:04.50", 8),
+        ("", 0),
+        ("0", 0),
+        ("000.000", 0),
+        ("abc", 0),
+        ("1,234.5", 5),
+        ("٣.٤", 2),  # every digit Python's re calls one
+        ("100000.0", 7),
     ],
 )
-def test_significant_digits_edge_cases(text):
-    assert hf_trainer._significant_digits(text) == _significant_digits_by_regex(text)
-
-
-@settings(max_examples=500, deadline=None)
-@given(st.text(alphabet="0123456789.-eE+,x ٣²", max_size=14) | st.floats().map(str))
-def test_significant_digits_equal_the_regex_definition(text):
-    assert hf_trainer._significant_digits(text) == _significant_digits_by_regex(text)
+def test_significant_digits_of_final_metric_copies(text, digits):
+    # of the copies of a final metric (the final dict's, the metrics block's), the one with the most wins
+    assert hf_trainer._significant_digits(text) == digits
