@@ -206,9 +206,8 @@ def _read_python(reading: Reading, records: pl.DataFrame) -> None:
         for number, parse in enumerate(readers):
             if bits >> number & 1 and parse is not None:
                 parse(text, line, builder)
-    for (run, _first, family), count in unseen.items():
-        builder = reading.runs[run]
-        builder.families_seen[family] = builder.families_seen.get(family, 0) + count
+    for (run, first, family), count in unseen.items():
+        reading.runs[run].saw(family, count, at=first)
 
 
 def _unseen(plan: Plan, seen: pl.DataFrame | None) -> dict[tuple[int, int, str], int]:
@@ -229,8 +228,7 @@ def _unseen(plan: Plan, seen: pl.DataFrame | None) -> dict[tuple[int, int, str],
 def _see(builder: RunBuilder, run: int, unseen: dict[tuple[int, int, str], int]) -> None:
     """Count the kinds' evidence of ``run`` whose first record comes before the record being read."""
     for key in [key for key in unseen if key[0] == run and key[1] < builder.position]:
-        family = key[2]
-        builder.families_seen[family] = builder.families_seen.get(family, 0) + unseen.pop(key)
+        builder.saw(key[2], unseen.pop(key), at=key[1])
 
 
 def _flush_kinds(reading: Reading) -> None:

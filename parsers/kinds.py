@@ -106,8 +106,10 @@ class Events:
     """Typed events read from records, frames per sort: steps and timers in their ``*_EVENT_SCHEMA``
     (timers with their ``position`` in the record), facts (``order``, ``fact``, ``value``, ``family``; one
     value type per frame; an ``at`` column, if any, is the order of the record whose line the fact's
-    provenance names when it is not the record stating it: a block's fact stated when the block ends), notes (``order``, ``family``, ``message``), failures (``FAILURE_EVENT_SCHEMA``)
-    and marks (``MARK_EVENT_SCHEMA``)."""
+    provenance names when it is not the record stating it: a block's fact stated when the block ends; an
+    ``unless_seen`` column, if any, names a family whose record at or before the event cancels it), notes
+    (``order``, ``family``, ``message``), failures (``FAILURE_EVENT_SCHEMA``) and marks
+    (``MARK_EVENT_SCHEMA``)."""
 
     steps: list[pl.DataFrame] = field(default_factory=list)
     timers: list[pl.DataFrame] = field(default_factory=list)
