@@ -174,11 +174,11 @@ def _read_python(reading: Reading, records: pl.DataFrame) -> None:
     """The records no kind or block took, to their families' ``parse_line``, in line order."""
     plan = reading.plan
     columns = [f"f{number}" for number in range(len(plan.families))]
+    # a family without parse_line has no residue: its other records are dropped here, not looped over
+    read = [number for number, reader in enumerate(reading.readers) if reader is not None]
     mask = pl.sum_horizontal(
-        [
-            (pl.col(column) == -1).fill_null(False).cast(pl.Int64) * (1 << number)
-            for number, column in enumerate(columns)
-        ]
+        [(pl.col(f"f{number}") == -1).fill_null(False).cast(pl.Int64) * (1 << number) for number in read]
+        or [pl.lit(0, dtype=pl.Int64)]
     )
     evidence = plan.evidence_kinds
     seen = (
