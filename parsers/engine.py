@@ -19,7 +19,7 @@ import polars as pl
 from logstat.parsers import source
 from logstat.parsers.base import Family, LineReader, RunBuilder, is_guarded, never_raises
 from logstat.parsers.blocks import OpenBlock, find_spans
-from logstat.parsers.kinds import ENDED, FILE_SHIFT, LINE_SHIFT, Events, read_records
+from logstat.parsers.kinds import ENDED, FILE_SHIFT, LINE_SHIFT, Events, file_of, line_of, read_records
 from logstat.parsers.records import Plan
 
 #: kind records kept before they are read into events
@@ -67,7 +67,7 @@ def read(runs: list[RunBuilder], files: list[Sequence[Path]], plan: Plan, report
     )
     for batch in _prepared(source.batches(files, reports), plan):
         _read_batch(reading, batch)
-    _flush_kinds(reading)
+    _flush_kinds(reading, last=True)
     _read_blocks(reading)
     return reading.events
 
@@ -231,14 +231,28 @@ def _see(builder: RunBuilder, run: int, unseen: dict[tuple[int, int, str], int])
         builder.saw(key[2], unseen.pop(key), at=key[1])
 
 
-def _flush_kinds(reading: Reading) -> None:
-    """Read the kept kind records into events."""
+def _flush_kinds(reading: Reading, *, last: bool = False) -> None:
+    """Read the kept kind records into events; those of the ``whole_run`` kinds only at the ``last``."""
     if not reading.kind_records:
         return
     records = pl.concat(reading.kind_records)
     reading.kind_records, reading.kept = [], 0
+    whole_run = reading.plan.whole_run_kinds
+    if whole_run and not last:
+        held = pl.col("kind").is_in(whole_run)
+        reading.kind_records, records = [records.filter(held)], records.filter(~held)
     keyed = records.with_row_index("row").with_columns(key=pl.col("row").cast(pl.Int64) * _EVENTS_PER_RECORD)
-    events = read_records(reading.plan.kinds, keyed.select(order="key", text="text", kind="kind"))
+    events = read_records(
+        reading.plan.kinds,
+        keyed.select(
+            order="key",
+            text="text",
+            kind="kind",
+            run="run",
+            line=line_of(pl.col("order")),
+            file=file_of(pl.col("order")),
+        ),
+    )
     reading.events.extend(_located(events, keyed.select(pl.col("row").cast(pl.Int64), "run", base="order")))
 
 

@@ -190,6 +190,11 @@ class RecordKind:
     evidence: bool = False
     """Whether a record counts as one of its family's records as it is read (``RunBuilder.saw``: other
     families ask whether one was seen, DeepSpeed whether Megatron runs it)."""
+    whole_run: bool = False
+    """Whether what a record says depends on the run's records of the kind before it (DeepSpeed's config
+    dump: which dump it is in, what the dump said before; its cumulative ``skipped=``): its records are
+    read once, at the end, every run's in reading order, with columns ``run``, ``line`` and ``file`` (the
+    record's line number and file index: the orders are keys of the reading, not of the file)."""
 
 
 #: the ``role`` of a block's records: the record that opened it, one it reads, its own record that closed
@@ -226,10 +231,12 @@ class Block:
 
 
 def read_records(kinds: tuple[RecordKind, ...], records: pl.DataFrame) -> Events:
-    """The events of ``records`` (``order``, ``text``, ``kind``: an index into ``kinds``)."""
+    """The events of ``records`` (``order``, ``text``, ``kind``: an index into ``kinds``; ``run``,
+    ``line``, ``file`` for the ``whole_run`` kinds)."""
     events = Events()
     for index, kind in enumerate(kinds):
-        of_kind = records.lazy().filter(pl.col("kind") == index).select("order", "text")
+        columns = ("order", "text", "run", "line", "file") if kind.whole_run else ("order", "text")
+        of_kind = records.lazy().filter(pl.col("kind") == index).select(columns)
         events.extend(kind.read(of_kind))
     return events
 

@@ -111,6 +111,11 @@ class Plan:
         """The indexes of the kinds whose records count as their family's records as they are read."""
         return [index for index, kind in enumerate(self.kinds) if kind.evidence]
 
+    @cached_property
+    def whole_run_kinds(self) -> list[int]:
+        """The indexes of the kinds whose records are read once, at the end (``RecordKind.whole_run``)."""
+        return [index for index, kind in enumerate(self.kinds) if kind.whole_run]
+
     def records(self, batch: Batch) -> pl.LazyFrame:
         """The tagged records of the marked lines of a batch (``run``, ``row``, ``order``, ``text``)."""
         marked = batch.located(batch.lines.lazy().filter(self.marked))
