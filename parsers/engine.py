@@ -19,7 +19,16 @@ import polars as pl
 from logstat.parsers import source
 from logstat.parsers.base import Family, LineReader, RunBuilder, is_guarded, never_raises
 from logstat.parsers.blocks import OpenBlock, find_spans
-from logstat.parsers.kinds import ENDED, FILE_SHIFT, LINE_SHIFT, Events, file_of, line_of, read_records
+from logstat.parsers.kinds import (
+    ENDED,
+    FILE_SHIFT,
+    LINE_SHIFT,
+    OPENER,
+    Events,
+    file_of,
+    line_of,
+    read_records,
+)
 from logstat.parsers.records import Plan
 
 #: kind records kept before they are read into events
@@ -111,11 +120,17 @@ def _read_batch(reading: Reading, batch: Prepared) -> None:
         if spans is None:
             continue
         reading.open_blocks[number] = spans.still_open
-        reading.block_records[number].append(spans.records)
+        taken = spans.records.filter(pl.col("role") != ENDED)
+        if block.into is None:
+            reading.block_records[number].append(spans.records)
+        else:  # the lines go to a whole-run kind; the opener is one of its records already
+            taken = taken.filter(pl.col("role") != OPENER)
+            kind = pl.lit(reading.plan.kind_number(block.family, block.into), dtype=pl.Int32)
+            reading.kind_records.append(
+                taken.select("run", "order", "text", kind=kind).cast(_KIND_RECORD_SCHEMA)
+            )
         family = f"f{reading.plan.number(block.family)}"
-        records = _without(
-            records, family, spans.records.filter(pl.col("role") != ENDED).select("run", "order")
-        )
+        records = _without(records, family, taken.select("run", "order"))
         if block.swallows:
             records = _outside(records, family, spans.spans)
     _keep_kinds(reading, records)
@@ -241,6 +256,8 @@ def _flush_kinds(reading: Reading, *, last: bool = False) -> None:
     if whole_run and not last:
         held = pl.col("kind").is_in(whole_run)
         reading.kind_records, records = [records.filter(held)], records.filter(~held)
+    elif whole_run:  # in reading order: a block's lines came before its batch's kind records
+        records = records.sort("run", "order", maintain_order=True)
     keyed = records.with_row_index("row").with_columns(key=pl.col("row").cast(pl.Int64) * _EVENTS_PER_RECORD)
     events = read_records(
         reading.plan.kinds,

@@ -216,9 +216,13 @@ class Block:
     family: str
     name: str
     opens: RecordTest
-    read: Callable[[pl.LazyFrame], Events]
+    read: Callable[[pl.LazyFrame], Events] | None = None
     """Events of a frame of blocks' records: ``run``, ``block`` (the opener's order), ``order``, ``text``,
-    ``role`` (OPENER, BODY, CLOSER), sorted by run and order."""
+    ``role`` (OPENER, BODY, CLOSER), sorted by run and order (None: ``into`` reads them)."""
+    into: str | None = None
+    """The name of a ``whole_run`` kind of the family that reads the block's records (not its opener, one of
+    the kind's records) with its own: the block only finds the lines that belong to the kind's records
+    (DeepSpeed's multi-line JSON values, which carry no marker, to its config printer's records)."""
     body: RecordTest = RecordTest()
     closes: RecordTest | None = None
     ends: RecordTest | None = None

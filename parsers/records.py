@@ -111,6 +111,10 @@ class Plan:
         """The indexes of the kinds whose records count as their family's records as they are read."""
         return [index for index, kind in enumerate(self.kinds) if kind.evidence]
 
+    def kind_number(self, family: str, name: str) -> int:
+        """The index (into ``kinds``) of the kind ``name`` of ``family``."""
+        return next(i for i, kind in enumerate(self.kinds) if (kind.family, kind.name) == (family, name))
+
     @cached_property
     def whole_run_kinds(self) -> list[int]:
         """The indexes of the kinds whose records are read once, at the end (``RecordKind.whole_run``)."""
