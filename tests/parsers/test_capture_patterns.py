@@ -3,6 +3,7 @@ DeepSpeed's JSON values: polars (Rust regex)
 searches the raw lines for them, and the reader delivers only the lines they match while the block is
 open. Each must match every raw line holding a record its block reader acts on, whatever the launcher
 prefixes, glued ranks, carriage returns and whitespace (Python's, which Rust's ``\\s`` is not) around it.
+A line's records are those the engine splits it into (``records.split_records``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import polars as pl
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from logstat.parsers import deepspeed, grammar, hf_trainer, megatron
-from logstat.parsers.source import records
+from logstat.parsers.records import split_records
+from logstat.parsers.source import _absent_character
 
 from tests.parsers.random_text import joined
 
@@ -30,6 +32,12 @@ _TAG = st.sampled_from(["[default0]:", "[rank1]:", "[default12]:"])
 _NOISE = joined(
     ["a", "fp16", "_", ".", "..", "=", ")", "(", ":", "[", "]", "0", "é", "\r", *" \t\xa0\x1c"], max_size=8
 )
+
+
+def records(line: str) -> list[str]:
+    """The records the engine splits ``line`` into: launcher prefixes cut, glued ranks apart."""
+    lines = pl.LazyFrame({"run": [0], "row": [0], "order": [0], "text": [line]})
+    return split_records(lines, _absent_character(line.encode())).collect()["text"].to_list()
 
 
 def _value(draw) -> str:
@@ -116,7 +124,7 @@ def _config_block_reads(record: str) -> bool:
 @st.composite
 def _json_record(draw) -> str:
     """A line of a DeepSpeed JSON value: a key it reads, a key opening an object, another key, a brace."""
-    key = draw(st.sampled_from([*deepspeed._JSON_VALUE_KEYS, "fp16", "zero_optimization", "params"]))
+    key = draw(st.sampled_from([*sorted(deepspeed.JSON_VALUE_KEYS), "fp16", "zero_optimization", "params"]))
     colon = draw(_SPACES) + ":" + draw(_SPACES)
     body = draw(
         st.one_of(st.just("}"), st.just(f'"{key}"{colon}{{'), st.just(f'"{key}"{colon}{_value(draw)},'))
@@ -125,13 +133,9 @@ def _json_record(draw) -> str:
 
 
 def _json_value_reads(record: str) -> bool:
-    """Whether an open JSON value does anything with ``record``: closes an object, opens one, reads a key."""
-    stripped = record.strip()
-    item = deepspeed._JSON_KEY.search(stripped)
-    return stripped.startswith("}") or (
-        item is not None
-        and ((item.group(2) or "").strip().startswith("{") or item.group(1) in deepspeed._JSON_VALUE_KEYS)
-    )
+    """Whether the JSON values' block takes ``record`` as one of its own (``JSON_LINE``: a record that
+    closes an object, a key opening one, a key the values are read for)."""
+    return _polars_matches(deepspeed.JSON_LINE, record)
 
 
 _SETTINGS = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -173,14 +177,16 @@ def test_the_config_capture_matches_every_line_the_block_reads(line):
 @given(_raw_line(_json_record()))
 def test_the_json_capture_matches_every_line_the_json_value_reads(line):
     assume(any(_json_value_reads(record) for record in records(line)))
-    assert _polars_matches(deepspeed._JSON_LINES, line), repr(line)
+    assert _polars_matches(deepspeed.JSON_LINES, line), repr(line)
 
 
 def test_python_space_is_what_python_strips():
     # the patterns' whitespace class is Python's, written for Rust's regex engine
     matched = pl.Series(_CHARACTERS).str.contains(f"^{megatron.PYTHON_SPACE}$")
     assert "".join(c for c, hit in zip(_CHARACTERS, matched, strict=True) if hit) == PYTHON_WHITESPACE
-    assert megatron.PYTHON_SPACE == hf_trainer.PYTHON_SPACE == deepspeed._PYTHON_SPACE
+    assert megatron.PYTHON_SPACE == hf_trainer.PYTHON_SPACE == deepspeed.PYTHON_SPACE
+    # and DeepSpeed strips what Python's str.strip() strips
+    assert "".join(sorted(deepspeed.WHITESPACE)) == "".join(sorted(PYTHON_WHITESPACE))
 
 
 def test_the_captures_leave_out_what_the_blocks_skip():
@@ -208,6 +214,6 @@ def test_the_captures_leave_out_what_the_blocks_skip():
         assert _polars_matches(hf_trainer._BLOCK_LINES["config"], line), line
     # a JSON value: a brace inside a record, a one-line dict and other keys change nothing
     for line in ["x}", "{'lr': 0.001, 'betas': [0.9, 0.999]}", '  "partition_activations": false,', "  {"]:
-        assert not _polars_matches(deepspeed._JSON_LINES, line), line
+        assert not _polars_matches(deepspeed.JSON_LINES, line), line
     for line in ["    },", "12:   }", '  "fp16": {', '"zero_optimization"\t:  {']:
-        assert _polars_matches(deepspeed._JSON_LINES, line), line
+        assert _polars_matches(deepspeed.JSON_LINES, line), line

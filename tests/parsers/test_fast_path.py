@@ -19,13 +19,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from hypothesis import given
-from logstat.parsers import deepspeed, reader, registry, source
+from logstat.parsers import reader, registry, source
 from polars.testing import assert_frame_equal
 
 from logstat.api import load_runs
 from tests.conftest import FIXTURES
-from tests.parsers.random_text import joined
 
 ITERATION_MARKER = "elapsed time per iteration"
 MEGATRON_3D = FIXTURES / "megatron" / "meg_ds_3d_gpt2_perf_n16-ds-on.out"
@@ -130,45 +128,6 @@ def test_library_default_reads_in_process_even_for_an_unguarded_script(corpus, t
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout) == _parse(corpus)[0].height
-
-
-def _real_lines() -> list[str]:
-    logs = sorted(p for p in FIXTURES.rglob("*") if p.suffix in (".out", ".err", ".log"))
-    return [record for path in logs for line in _lines(path) for record in source.records(line)]
-
-
-DEEPSPEED_RECORDS = {"pipe": (deepspeed.pipe_record, deepspeed._PIPE_ANCHOR)}
-
-
-def _scans_agree(text: str) -> None:
-    for name, (record, anchor) in DEEPSPEED_RECORDS.items():
-        # repr: nan != nan, but the same parse prints the same
-        full = repr([(t.as_list(), t.as_dict()) for t, _, _ in record.scan_string(text)])
-        anchored = repr([(t.as_list(), t.as_dict()) for t in deepspeed.scan(record, anchor, text)])
-        assert anchored == full, (name, text)
-
-
-def test_deepspeed_anchored_scan_equals_scan_string_on_real_lines():
-    lines = _real_lines()
-    glued = ["steps: 1 loss: 9.5 steps: 2 loss: 9.4 iter time (s): 1.5 samples/sec: 30.0"]
-    assert list(deepspeed.scan(*DEEPSPEED_RECORDS["pipe"], glued[0]))
-    # Each record begins with steps:: elsewhere both scans find nothing (and a full scan_string of every
-    # real line takes seconds).
-    for line in [line for line in lines if "steps:" in line] + glued:
-        _scans_agree(line)
-
-
-_DEEPSPEED_PIECES = [
-    "step=", "global_step=", "/", ", skipped=", ", lr=", "[", "]", ", ", "0", "12", "3.5e-05", "nan",
-    "epoch=", "/micro_step=", "/global_step=", ",", "RunningAvgSamplesPerSec=", "CurrSamplesPerSec=",
-    "MemAllocated=", "GB,", "MaxMemAllocated=", "GB", "steps:", " loss:", " iter time (s):",
-    " samples/sec:", " ", "\t", "x", "[Rank 0] ",
-]  # fmt: skip
-
-
-@given(joined(_DEEPSPEED_PIECES, max_size=25))
-def test_deepspeed_anchored_scan_equals_scan_string_on_any_text(text):
-    _scans_agree(text)
 
 
 def _noise_lines() -> list[bytes]:
