@@ -77,6 +77,8 @@ class RunBuilder:
     facts: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, str] = field(default_factory=dict)
     families_seen: dict[str, int] = field(default_factory=dict)
+    # family -> order of its first record counted in ``families_seen`` (a fact may hang on it: ``settle``)
+    first_seen: dict[str, int] = field(default_factory=dict)
     failure: tuple[str, str, int] | None = None  # (status, reason, line): the strongest, first event
     failure_weight: int = -1  # CAUSE, EFFECT, REPORT or CLEANUP of ``failure``
     failure_kind: str = ""  # what kind of event ``failure`` is ("exception", "killed", ...)
@@ -106,9 +108,13 @@ class RunBuilder:
     timer_frame: pl.DataFrame | None = None
     last_iteration: int | None = None
 
-    def saw(self, family: str) -> None:
-        """Count one record of ``family`` (family detection uses these counts)."""
-        self.families_seen[family] = self.families_seen.get(family, 0) + 1
+    def saw(self, family: str, count: int = 1, at: int | None = None) -> None:
+        """Count ``count`` records of ``family`` (family detection uses these counts), the first of them at
+        order ``at`` (default: the record being read)."""
+        self.families_seen[family] = self.families_seen.get(family, 0) + count
+        at = self.position if at is None else at
+        if at < self.first_seen.get(family, at + 1):
+            self.first_seen[family] = at
 
     def _order(self) -> int:
         order = self.position + PYTHON_EVENTS + min(self.event_index, 127)

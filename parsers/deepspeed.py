@@ -9,7 +9,8 @@ Formats read from DeepSpeed's own source (0.3.x of the 2021 logs and today's 0.1
 - ``runtime/engine.py`` ``_report_progress``: ``[Rank 0] step=N, skipped=N, lr=[...], mom=[...]``.
 - ``utils/timer.py`` ``ThroughputTimer``: ``epoch=E/micro_step=M/global_step=G, RunningAvgSamplesPerSec=X,
   CurrSamplesPerSec=Y, MemAllocated=aGB, MaxMemAllocated=bGB``.
-- ``runtime/pipe/engine.py``: ``steps: N loss: X iter time (s): T samples/sec: S``.
+- ``runtime/pipe/engine.py``: ``steps: N loss: X iter time (s): T samples/sec: S``, and at start
+  ``CONFIG: micro_batches=N micro_batch_size=M`` and every rank's ``UNIQUE_PARAMS=N``.
 - ``profiling/flops_profiler/profiler.py``: the ``DeepSpeed Flops Profiler`` summary block. Its
   ``iter latency`` is the fwd+bwd+step time of the one micro-batch it profiled, and its
   ``samples/second`` that micro-batch (micro batch x world size) over it: with gradient accumulation
@@ -20,600 +21,867 @@ Formats read from DeepSpeed's own source (0.3.x of the 2021 logs and today's 0.1
 DeepSpeed's ``world_size`` in its config dump is the *data-parallel* size (Megatron-DeepSpeed passes
 its mpu), so it is recorded as ``dp``; it is the GPU count only when no model parallelism is in play.
 Several engines in one file (a job that restarted) each print a dump: the last dump wins.
+
+Everything is read column-wise (no record is left to Python), in two record kinds:
+
+- ``SEQUENCE``, the records whose meaning depends on the run's records before them, read once per run
+  in order (``RecordKind.whole_run``): the config printer's (which dump, what it said before), the step
+  records (``skipped=`` counts since the start) and the profiler's summary lines (60 lines after its
+  header); and the lines of the dumps' multi-line JSON values (which value, which object), which carry
+  no marker: the block ``JSON_VALUES`` finds them after the printer's records that may open one and
+  hands them to SEQUENCE;
+- ``RECORDS``, the throughput, pipeline step and pipeline config records, each read alone.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass, field
 
-import pyparsing as pp
-from logstat.parsers import grammar
-from logstat.parsers.base import Family, RunBuilder, never_raises
-from pyparsing import pyparsing_common as ppc
+import polars as pl
+from logstat.parsers.base import Family, RunBuilder
+from logstat.parsers.kinds import (
+    PYTHON_EVENTS,
+    PYTHON_SPACE,
+    RECORD,
+    SEEN,
+    STEP_METRICS,
+    STEP_METRICS_SCHEMA,
+    Block,
+    Events,
+    RecordKind,
+    RecordTest,
+)
 
 NAME = "deepspeed"
 
-# --- grammar -------------------------------------------------------------------------------------
+# --- what every reader uses --------------------------------------------------------------------------
 
-number = pp.Regex(r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)", re.I).set_name(
-    "number"
-)
-number.set_parse_action(lambda t: float(t[0]))
-integer = ppc.integer.copy().set_name("integer")
-
-# DeepSpeed's progress record (engine.py ``_report_progress``): ``step=N, skipped=M, lr=[...]``, glued
-# to other text or not (the character before "step=" is no word character or "/"). Whitespace between
-# the parts is skipped, ``nan``/``inf`` may be in any case. The pattern opens on its literal, with the
-# lookbehind after it, so re jumps to each "step=" (1.7 -> 0.4 us on a 117-character line).
+#: whitespace the grammars skipped between tokens
 _WS = r"[ \t\r\n]*"
-_NUMBER = r"(?>[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?i:nan|inf)))"
-_STEP_LINE = re.compile(
-    rf"step=(?<![\w/]step=){_WS}(?P<step>(?>[0-9]+)){_WS}, skipped={_WS}(?P<skipped>(?>[0-9]+)){_WS}, lr={_WS}\["
-    rf"(?:{_WS}(?P<lr>{_NUMBER})(?:{_WS},{_WS}{_NUMBER})*)?{_WS}\]"
+#: a number as DeepSpeed's records were read (Python's ``float()`` read each match; polars reads the ASCII
+#: ones: a number in other digits is none)
+NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?i:nan|inf))"
+#: the first index of DeepSpeed's events in a record: a record glued from a Megatron rank's iteration line
+#: and DeepSpeed's step line holds both families' events, Megatron's at the first indexes (all below
+#: ``PYTHON_EVENTS``)
+_EVENT_BASE = 64
+#: a character put before each piece of a record split apart (``_pieces``)
+_CUT = "\x00"
+#: the step events of a record are numbered in this order: step records, throughput, pipeline steps, and
+#: the profiler's (at its ``Profile Summary`` record)
+_STEP, _THROUGHPUT, _PIPE, _PROFILE = range(4)
+
+
+#: the characters Python's ``str.strip()`` removes (``str.isspace``; Rust's whitespace lacks \x1c-\x1f)
+WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
-# ThroughputTimer's record (utils/timer.py): ``epoch=E/micro_step=M/global_step=G,
-# RunningAvgSamplesPerSec=X, CurrSamplesPerSec=Y[, MemAllocated=aGB, MaxMemAllocated=bGB]``.
-_THROUGHPUT_LINE = re.compile(
-    rf"epoch={_WS}(?>[0-9]+){_WS}/micro_step={_WS}(?>[0-9]+){_WS}/global_step={_WS}(?P<global_step>(?>[0-9]+))"
-    rf"{_WS},{_WS}RunningAvgSamplesPerSec={_WS}{_NUMBER}{_WS},{_WS}CurrSamplesPerSec={_WS}(?P<curr>{_NUMBER})"
-    rf"(?:{_WS},{_WS}MemAllocated={_WS}(?P<mem>{_NUMBER}){_WS}GB,{_WS}MaxMemAllocated={_WS}(?P<max_mem>{_NUMBER}){_WS}GB)?"
+
+
+def _strip(text: pl.Expr) -> pl.Expr:
+    """``str.strip()``."""
+    return text.str.strip_chars(WHITESPACE)
+
+
+def _first_word(text: pl.Expr) -> pl.Expr:
+    """``text.split()[0]`` (null for blank text)."""
+    return text.str.extract(rf"^{PYTHON_SPACE}*([^\s\x1c-\x1f]+)", 1)
+
+
+def _as_bool(text: pl.Expr) -> pl.Expr:
+    """True or False for a first word ``true`` / ``false`` (any case, a trailing comma), else null."""
+    word = _first_word(text).str.strip_chars_end(",").str.to_lowercase()
+    return pl.when(word == "true").then(True).when(word == "false").then(False)
+
+
+def _as_int(number: pl.Expr) -> pl.Expr:
+    """A finite float truncated as ``int()`` does, as int64 (null beyond it)."""
+    return pl.when(number.is_finite()).then(number.cast(pl.Int64, strict=False))
+
+
+def _divided(number: pl.Expr, divisor: float) -> pl.Expr:
+    """``number / divisor`` as Python divides: polars turns a division by a literal into a product with its
+    reciprocal, one rounding more (2630 / 1e9 is 2.63e-06, 2630 * 1e-9 is 2.6300000000000002e-06)."""
+    return number / pl.int_range(pl.len()).cast(pl.Float64).clip(divisor, divisor)
+
+
+def _too_long(name: str | pl.Expr, value: pl.Expr) -> pl.Expr:
+    """The note ``RunBuilder.fits`` writes for an integer beyond int64 (``value``: a wider number)."""
+    return pl.format(
+        "{}={} does not fit a 64-bit integer; not recorded",
+        pl.lit(name) if isinstance(name, str) else name,
+        value.cast(pl.String),
+    )
+
+
+def _wide(text: pl.Expr) -> pl.Expr:
+    """An integer's digits as a number wider than int64 (for its note)."""
+    return text.cast(pl.Decimal(38, 0), strict=False)
+
+
+def _pieces(records: pl.DataFrame, starts: str, *, literal: bool) -> pl.LazyFrame:
+    """Each record of ``records`` cut before every match of ``starts``: a row per piece that starts with
+    one (``piece``), with the record's columns, the piece's ``item`` (1 for the first) and the text
+    ``before`` it (the previous piece)."""
+    cut = pl.col("text").str.replace_all(starts, _CUT + (starts if literal else "$0"), literal=literal)
+    return (
+        records.lazy()
+        .with_columns(piece=cut.str.split(_CUT))
+        .with_columns(item=pl.int_ranges(pl.col("piece").list.len()))
+        .explode("piece", "item")
+        # a record's pieces are rows in a row, its first one (item 0) before the others
+        .with_columns(before=pl.col("piece").shift(1))
+        .filter(pl.col("item") > 0)
+    )
+
+
+@dataclass
+class _Parts:
+    """Events a reader found, their step events not numbered yet: each carries the order of the record
+    it belongs to, a ``band`` (who made it) and a ``seq`` (its place among the band's), which
+    ``_events`` turns into the event's index in the record."""
+
+    steps: list[pl.DataFrame] = field(default_factory=list)
+    facts: list[pl.DataFrame] = field(default_factory=list)
+    notes: list[pl.DataFrame] = field(default_factory=list)
+    marks: list[pl.DataFrame] = field(default_factory=list)
+
+    def add(self, other: _Parts) -> _Parts:
+        for name in ("steps", "facts", "notes", "marks"):
+            getattr(self, name).extend(getattr(other, name))
+        return self
+
+
+def _step_frame(frame: pl.DataFrame, band: int, mode: int = RECORD, **metrics: pl.Expr) -> pl.DataFrame:
+    """Step events (``order``, ``seq``, ``step`` of ``frame``) with ``metrics``, every other metric null."""
+    return frame.select(
+        "order",
+        "seq",
+        "step",
+        band=pl.lit(band, dtype=pl.Int8),
+        mode=pl.lit(mode, dtype=pl.Int8),
+        family=pl.lit(NAME),
+        **{
+            column: metrics[column].cast(dtype) if column in metrics else pl.lit(None, dtype=dtype)
+            for column, dtype in STEP_METRICS_SCHEMA.items()
+        },
+    )
+
+
+def _seen(frame: pl.DataFrame) -> pl.DataFrame:
+    """A mark per row of ``frame``: a record of the family, as ``RunBuilder.saw`` counted one."""
+    return frame.select("order", mark=pl.lit(SEEN), family=pl.lit(NAME), text=pl.lit(None, dtype=pl.String))
+
+
+def _notes(frame: pl.DataFrame, message: pl.Expr) -> pl.DataFrame:
+    return frame.select("order", family=pl.lit(NAME), message=message).drop_nulls("message")
+
+
+def _events(parts: _Parts) -> Events:
+    """``parts`` as the engine takes them: the step events of a record numbered from ``_EVENT_BASE``."""
+    events = Events(facts=parts.facts, notes=parts.notes, marks=parts.marks)
+    if parts.steps:
+        steps = pl.concat(parts.steps).sort("order", "band", "seq")
+        index = pl.int_range(pl.len()).over("order").clip(upper_bound=PYTHON_EVENTS - 1 - _EVENT_BASE)
+        events.steps.append(
+            steps.with_columns(order=pl.col("order") + _EVENT_BASE + index).drop("band", "seq")
+        )
+    return events
+
+
+# --- the records read alone: throughput, pipeline steps, pipeline config (kind RECORDS) ---------------
+
+#: ThroughputTimer's record; its memory part is all or nothing
+THROUGHPUT = (
+    rf"epoch={_WS}[0-9]+{_WS}/micro_step={_WS}[0-9]+{_WS}/global_step={_WS}([0-9]+)"
+    rf"{_WS},{_WS}RunningAvgSamplesPerSec={_WS}{NUMBER}{_WS},{_WS}CurrSamplesPerSec={_WS}({NUMBER})"
+    rf"(?:{_WS},{_WS}MemAllocated={_WS}({NUMBER}){_WS}GB,{_WS}MaxMemAllocated={_WS}({NUMBER}){_WS}GB)?"
 )
-_PIPE_ANCHOR = re.compile(re.escape("steps:"))
+#: the pipeline engine's step record. Its ``iter time (s):`` is the first one after the loss (the old
+#: grammar skipped to it); a record whose first one is not followed by a number and ``samples/sec:`` but
+#: a later one is, is read at the later one (the grammar read none).
+PIPE_STEPS = (
+    rf"steps:{_WS}([0-9]+){_WS}loss:{_WS}({NUMBER}).*?iter time \(s\):{_WS}({NUMBER}){_WS}"
+    rf"samples/sec:{_WS}({NUMBER})"
+)
+PIPE_CONFIG = r"CONFIG: micro_batches=(\d+) micro_batch_size=(\d+)"
+UNIQUE_PARAMS = r"UNIQUE_PARAMS=(\d+)"
+_RECORD_MARKERS = ("SamplesPerSec=", "iter time (s):", "CONFIG: micro_batches=", "UNIQUE_PARAMS=")
+_RECORDS_TEST = RecordTest(
+    markers=_RECORD_MARKERS,
+    pattern="|".join(f"(?:{pattern})" for pattern in (THROUGHPUT, PIPE_STEPS, PIPE_CONFIG, UNIQUE_PARAMS)),
+)
 
-pipe_record = (
-    pp.Suppress("steps:")
-    + integer("step")
-    + pp.Suppress("loss:")
-    + number("loss")
-    + pp.SkipTo("iter time (s):").suppress()
-    + pp.Suppress("iter time (s):")
-    + number("iter_time_s")
-    + pp.Suppress("samples/sec:")
-    + number("samples_per_sec")
-).set_name("pipe_record")
 
-_PRINT_TAG = re.compile(r"\[config\.py:\d+:print(?:_user_config)?\]")
-_GLUED_TIMESTAMP = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d")
-_PREFIX_SCALE = {"T": 1e12, "G": 1e9, "B": 1e9, "M": 1e6, "K": 1e3, "": 1.0, "m": 1e-3, "u": 1e-6}
-# ``"key": value,`` with the value's trailing spaces in the value (the reader strips it): a lazy value
-# tried the end pattern after each of its characters (~450 ns a line -> ~250 ns); test_deepspeed_hot_path
-# holds it to the lazy pattern ``"(\w+)"\s*:\s*([^,\s][^,]*?)?\s*,?\s*$``.
-_JSON_KEY = re.compile(r'"(\w+)"\s*:\s*([^,\s][^,]*)?,?\s*$')
-# "  json = {" (print_user_config): one space around "=", not the dotted filler
-_USER_CONFIG = re.compile(r"^\s*json = (.*)$")
-_OFFLOAD_DEVICE = re.compile(r"device='?(\w+)'?")
+def _matches(records: pl.DataFrame, pattern: str, names: list[str]) -> pl.DataFrame:
+    """Every match of ``pattern`` in each record, left to right: ``order`` (the record's), ``seq`` (the
+    match's index), the groups as ``names``, ``step`` (of the first group)."""
+    return (
+        records.select("order", match=pl.col("text").str.extract_all(pattern))
+        .explode("match")
+        .drop_nulls("match")
+        .with_columns(seq=pl.int_range(pl.len()).over("order"))
+        .with_columns(pl.col("match").str.extract_groups(pattern).struct.rename_fields(names).alias("groups"))
+        .unnest("groups")
+        .with_columns(step=pl.col(names[0]).cast(pl.Int64, strict=False))
+    )
 
-#: a dump's multi-line JSON value (zero_config of 2021, json = {...}) is read at most this many lines.
+
+def _steps_too_long(found: pl.DataFrame, text: str) -> pl.DataFrame:
+    """Notes for the steps beyond int64 (``RunBuilder.fits``: such a step records nothing)."""
+    return _notes(found.filter(pl.col("step").is_null()), _too_long("iteration", _wide(pl.col(text))))
+
+
+def _real(name: str) -> pl.Expr:
+    return pl.col(name).cast(pl.Float64, strict=False)
+
+
+def _throughput(records: pl.DataFrame) -> _Parts:
+    """A step event per throughput record: ``CurrSamplesPerSec`` and the memory, GB (DeepSpeed divides by
+    1024**3 and rounds to 0.01 "GB") back to MiB like Megatron's memory (MB)."""
+    found = _matches(records, THROUGHPUT, ["global_step", "curr", "mem", "max_mem"])
+    steps = _step_frame(
+        found.drop_nulls("step"),
+        _THROUGHPUT,
+        samples_per_sec=_real("curr"),
+        mem_allocated_mb=_real("mem") * 1024,
+        mem_max_allocated_mb=_real("max_mem") * 1024,
+    )
+    return _Parts(steps=[steps], notes=[_steps_too_long(found, "global_step")], marks=[_seen(found)])
+
+
+def _pipe_steps(records: pl.DataFrame) -> _Parts:
+    """A step event per pipeline step record: its loss, time (s, as ms) and samples/s."""
+    found = _matches(records, PIPE_STEPS, ["steps", "loss", "seconds", "rate"])
+    steps = _step_frame(
+        found.drop_nulls("step"),
+        _PIPE,
+        loss=_real("loss"),
+        elapsed_ms=_real("seconds") * 1000,
+        samples_per_sec=_real("rate"),
+    )
+    return _Parts(steps=[steps], notes=[_steps_too_long(found, "steps")], marks=[_seen(found)])
+
+
+def _count_fact(frame: pl.DataFrame, fact: str, text: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The fact ``fact`` of the integer ``text`` of each row, and notes for those beyond int64."""
+    valued = frame.with_columns(value=pl.col(text).cast(pl.Int64, strict=False))
+    facts = valued.drop_nulls("value").select("order", fact=pl.lit(fact), value="value", family=pl.lit(NAME))
+    long = valued.filter(pl.col("value").is_null(), pl.col(text).str.contains(r"^[0-9]+$"))
+    return facts, _notes(long, _too_long(fact, _wide(pl.col(text))))
+
+
+def _pipe_config(records: pl.DataFrame) -> _Parts:
+    """``CONFIG: micro_batches=256 micro_batch_size=4`` (gradient accumulation steps and micro batch) and
+    ``UNIQUE_PARAMS=`` (the model size, in billions), the first of each in a record."""
+    config = (
+        records.select(
+            "order",
+            pl.col("text").str.extract_groups(PIPE_CONFIG).struct.rename_fields(["gas", "micro"]).alias("g"),
+        )
+        .unnest("g")
+        .drop_nulls("gas")
+    )
+    unique = records.select("order", params=pl.col("text").str.extract(UNIQUE_PARAMS, 1)).drop_nulls("params")
+    gas, gas_notes = _count_fact(config, "gas", "gas")
+    micro, micro_notes = _count_fact(config, "micro_batch_size", "micro")
+    size = unique.select(
+        "order", fact=pl.lit("logged_model_size"), value=_divided(_real("params"), 1e9), family=pl.lit(NAME)
+    ).drop_nulls("value")
+    return _Parts(
+        facts=[pl.concat([gas, micro]), size],
+        notes=[gas_notes, micro_notes],
+        marks=[_seen(config), _seen(unique)],
+    )
+
+
+def _record_parts(records: pl.DataFrame) -> _Parts:
+    """The throughput, pipeline step and pipeline config records in ``records`` (``order``, ``text``)."""
+    return _throughput(records).add(_pipe_steps(records)).add(_pipe_config(records))
+
+
+def read_records(records: pl.LazyFrame) -> Events:
+    """The kind RECORDS."""
+    return _events(_record_parts(records.collect()))
+
+
+RECORDS = RecordKind(
+    family=NAME,
+    name="records",
+    test=_RECORDS_TEST,
+    read=read_records,
+    facts=("gas", "micro_batch_size", "logged_model_size"),
+)
+
+
+# --- the steps: ``step=N, skipped=M, lr=[...]`` ----------------------------------------------------------
+
+#: a step record from its ``step=`` on (the character before ``step=`` is no word character nor ``/``)
+STEP_RECORD = (
+    rf"^step={_WS}([0-9]+){_WS}, skipped={_WS}([0-9]+){_WS}, lr={_WS}\["
+    rf"(?:{_WS}({NUMBER})(?:{_WS},{_WS}{NUMBER})*)?{_WS}\]"
+)
+_HOLDS_STEP_RECORD = r"(?:^|[^\w/])" + STEP_RECORD.removeprefix("^")
+
+
+def _progress(frame: pl.DataFrame) -> _Parts:
+    """A step event per step record of the run (its first ``lr``), but step 0, printed at the engine's
+    start before any training step. ``skipped=`` counts the skipped steps since the start: each step's
+    row gets those since the step record before (step 0's included), none if fewer."""
+    found = (
+        _pieces(frame.filter(pl.col("text").str.contains(_HOLDS_STEP_RECORD)), "step=", literal=True)
+        .filter(~pl.col("before").str.contains(r"[\w/]$"))
+        .with_columns(
+            pl.col("piece")
+            .str.extract_groups(STEP_RECORD)
+            .struct.rename_fields(["step_text", "total", "lr"])
+            .alias("groups")
+        )
+        .unnest("groups")
+        .drop_nulls("step_text")
+        .sort("run", "order", "item")
+        .with_columns(
+            step=pl.col("step_text").cast(pl.Int64, strict=False),
+            total=pl.col("total").cast(pl.Int64, strict=False),
+            seq=pl.col("item"),
+        )
+        .with_columns(before=pl.col("total").shift(1).over("run").fill_null(0))
+        .filter(pl.col("step_text").str.contains("[1-9]"))
+        .collect()
+    )
+    steps = _step_frame(
+        found.drop_nulls("step"),
+        _STEP,
+        lr=_real("lr"),
+        skipped=pl.max_horizontal(pl.col("total") - pl.col("before"), 0),
+    )
+    return _Parts(steps=[steps], notes=[_steps_too_long(found, "step_text")], marks=[_seen(found)])
+
+
+# --- the flops profiler's summary ----------------------------------------------------------------------
+
+PROFILE_HEADER = "DeepSpeed Flops Profiler"
+#: the profiler's summary is read this many lines after its header (line numbers of whichever file: a
+#: header near the end of a job's .out opens the first lines of its .err too)
+PROFILE_WINDOW_LINES = 60
+PROFILE_STEP = r"Profile Summary at step (\d+)"
+PROFILE_FLOPS = r"^FLOPS per GPU = [\d.]+ \* fwd flops per GPU / iter latency:"
+#: summary labels (the text before the value) -> what they state; the first a record starts with
+PROFILE_LABELS: dict[str, str] = {
+    "world size:": "gpus",
+    "data parallel size:": "dp",
+    "batch size per GPU:": "micro_batch_size",
+    "params of model = params per GPU * mp_size:": "logged_model_size",
+    "params of model:": "logged_model_size",
+}
+_PREFIX_SCALE = {"T": 1e12, "G": 1e9, "B": 1e9, "M": 1e6, "K": 1e3, "m": 1e-3, "u": 1e-6}
+#: a profiler value, number_to_string() with a unit prefix: "1.2 B", "2.63 K", "143.52 M" of "143.52 MFLOPS"
+_SCALED = rf"^{_WS}({NUMBER}){_WS}([TGBMKmu])?{_WS}$"
+_PROFILE_LABEL = "|".join(re.escape(label) for label in PROFILE_LABELS)
+_PROFILE_LINE = rf"Profile Summary at step \d|^{PYTHON_SPACE}*(?:FLOPS per GPU = |{_PROFILE_LABEL})"
+
+
+def _scaled(text: pl.Expr, unit: str = "") -> pl.Expr:
+    """``2.63 K`` -> 2630.0; with ``unit`` (``FLOPS``) after the prefix taken off first."""
+    body = _strip(text)
+    if unit:
+        body = _strip(body.str.replace(re.escape(unit) + "$", ""))
+    parts = body.str.extract_groups(_SCALED)
+    scale = parts.struct[1].replace_strict(_PREFIX_SCALE, default=1.0, return_dtype=pl.Float64)
+    return parts.struct[0].cast(pl.Float64, strict=False) * scale
+
+
+def _profile(lines: pl.DataFrame) -> _Parts:
+    """Each summary (its header and the 60 lines after it; a new header starts a new one), of the records
+    that are not the printer's: ``Profile Summary at step N`` says which step the lines after it
+    describe, ``FLOPS per GPU`` is that step's ``logged_tflops_per_gpu`` (its row points at the summary's
+    step line), the world size, data-parallel size and batch per GPU are facts, and the model's
+    parameters its size."""
+    header = pl.col("text").str.contains(PROFILE_HEADER, literal=True)
+    headers = lines.filter(header).select("run", summary="order", opened="line")
+    said = (
+        lines.filter(~header)
+        .join_asof(headers, left_on="order", right_on="summary", by="run", check_sortedness=False)
+        .filter(pl.col("line") - pl.col("opened") <= PROFILE_WINDOW_LINES)
+        .with_columns(stripped=_strip(pl.col("text")))
+        .with_columns(
+            step_text=pl.when(pl.col("text").str.contains("Profile Summary at step ", literal=True)).then(
+                pl.col("text").str.extract(PROFILE_STEP, 1)
+            )
+        )
+        .with_columns(
+            flops_line=pl.col("step_text").is_null() & pl.col("stripped").str.contains(PROFILE_FLOPS)
+        )
+    )
+    summaries = said.drop_nulls("step_text").select(
+        "summary", at="order", step=pl.col("step_text").cast(pl.Int64, strict=False)
+    )
+    flops = (
+        said.filter(pl.col("flops_line"))
+        .with_columns(flops=_scaled(pl.col("stripped").str.splitn(":", 2).struct[1], "FLOPS"))
+        .drop_nulls("flops")
+        .join_asof(summaries, left_on="order", right_on="at", by="summary", check_sortedness=False)
+        .drop_nulls("step")
+    )
+    steps = _step_frame(
+        flops.select(order="at", seq="order", step="step", flops="flops"),
+        _PROFILE,
+        STEP_METRICS,
+        logged_tflops_per_gpu=_divided(pl.col("flops"), 1e12),
+    )
+    labelled = (
+        said.filter(pl.col("step_text").is_null(), ~pl.col("flops_line"))
+        .with_columns(label=pl.col("stripped").str.extract(f"^(?:{_PROFILE_LABEL})", 0))
+        .drop_nulls("label")
+        .with_columns(
+            fact=pl.col("label").replace_strict(PROFILE_LABELS, return_dtype=pl.String),
+            value=_scaled(pl.col("stripped").str.slice(pl.col("label").str.len_chars())),
+        )
+        .drop_nulls("value")
+    )
+    return _Parts(steps=[steps], marks=[_seen(flops)]).add(_profile_facts(labelled))
+
+
+def _profile_facts(labelled: pl.DataFrame) -> _Parts:
+    """The summary's counts (``int()`` of the value: NaN or infinity is an error the line notes) and the
+    model size."""
+    counts = labelled.filter(pl.col("fact") != "logged_model_size")
+    whole = _as_int(pl.col("value"))
+    errors = counts.select(
+        "order",
+        family=pl.lit(NAME),
+        message=pl.when(pl.col("value").is_nan())
+        .then(pl.lit("ValueError: cannot convert float NaN to integer"))
+        .when(pl.col("value").is_infinite())
+        .then(pl.lit("OverflowError: cannot convert float infinity to integer"))
+        .when(whole.is_null())
+        .then(_too_long(pl.col("fact"), pl.col("value").cast(pl.Int128, strict=False))),
+    ).drop_nulls("message")
+    size = labelled.filter(pl.col("fact") == "logged_model_size")
+    return _Parts(
+        facts=[
+            counts.select("order", "fact", value=whole, family=pl.lit(NAME)).drop_nulls("value"),
+            size.select("order", "fact", value=_divided(pl.col("value"), 1e9), family=pl.lit(NAME)),
+        ],
+        notes=[errors],
+    )
+
+
+# --- the config printer: the dumps ---------------------------------------------------------------------
+
+PRINT_TAG = r"\[config\.py:\d+:print(?:_user_config)?\]"
+_DUMP_HEADER = "DeepSpeedEngine configuration"
+#: ``  json = {...}`` (``print_user_config``): one space around "=", not the dotted filler
+_USER_CONFIG = rf"^{PYTHON_SPACE}*json = (.*)$"
+#: the name of a ``name ..... value`` record body (stripped)
+_NAME = r"^[A-Za-z_][A-Za-z0-9_]*"
+#: another rank's record glued onto a value: the value ends before it
+_GLUED_TIMESTAMP = r"\[\d{4}-\d\d-\d\d \d\d:\d\d.*$"
+#: a JSON value is read at most this many lines after the attribute that opens it, in the same file
 JSON_MAX_LINES = 300
-_JSON_FACTS = {
+
+#: dump attributes that are a run fact, an integer (``int(float(...))`` of its first word)
+DUMP_FACTS: dict[str, str] = {
+    "train_batch_size": "global_batch_size",
+    "train_micro_batch_size_per_gpu": "micro_batch_size",
+    "gradient_accumulation_steps": "gas",
+    "zero_optimization_stage": "zero_stage",
+}
+#: precision attributes -> the flag they set (``*_config``: today's ``enabled=...`` pydantic repr)
+PRECISION_FLAGS: dict[str, str] = {
+    "fp16_enabled": "fp16",
+    "float16_config": "fp16",
+    "bfloat16_enabled": "bfloat16",
+    "bfloat16_config": "bfloat16",
+    "bf16_enabled": "bf16",
+    "amp_enabled": "amp",
+}
+_FLAGS = ("fp16", "bfloat16", "bf16", "amp")
+#: the attributes a dump is read for: no other states anything or opens a JSON value that is read
+NAMES_READ = (
+    frozenset(DUMP_FACTS) | {"world_size", "zero_config", "zero_enabled", "json"} | frozenset(PRECISION_FLAGS)
+)
+#: user config keys read at the top of ``json = {...}``
+JSON_FACTS = {
     "train_batch_size": "global_batch_size",
     "train_micro_batch_size_per_gpu": "micro_batch_size",
     "gradient_accumulation_steps": "gas",
 }
-
-#: print-line names whose value is a run fact, with the converter.
-_DUMP_FACTS: dict[str, tuple[str, type]] = {
-    "train_batch_size": ("global_batch_size", int),
-    "train_micro_batch_size_per_gpu": ("micro_batch_size", int),
-    "gradient_accumulation_steps": ("gas", int),
-    "zero_optimization_stage": ("zero_stage", int),
-}
-
-#: flops profiler summary labels (the text before the value) -> key in the profile record.
-_PROFILE_LABELS: dict[str, str] = {
-    "world size:": "world_size",
-    "data parallel size:": "dp",
-    "model parallel size:": "mp",
-    "batch size per GPU:": "micro_batch_size",
-    "params of model = params per GPU * mp_size:": "params_of_model",
-    "params of model:": "params_of_model",
-}
-# The first label a line starts with, in the table's order (an alternation tries its branches in order at
-# the start, as a loop of startswith tests did, in one call instead of eight for most of a window's lines).
-_PROFILE_LABEL = re.compile("|".join(re.escape(label) for label in _PROFILE_LABELS))
-_PROFILE_FACTS = {"world_size": "gpus", "dp": "dp", "micro_batch_size": "micro_batch_size"}
-#: the profiler's summary block is read this many lines after its header.
-PROFILE_WINDOW_LINES = 60
-_PROFILE_FLOPS_LABEL = re.compile(r"^FLOPS per GPU = [\d.]+ \* fwd flops per GPU / iter latency:")
-_PROFILE_HEADER = "DeepSpeed Flops Profiler"
-_DUMP_HEADER = "DeepSpeedEngine configuration"
-_PROFILE_STEP = re.compile(r"Profile Summary at step (\d+)")
+_OFFLOADS = ("offload_param", "offload_optimizer")
+#: the JSON keys read (at any depth, but JSON_FACTS); lines with other keys only open or close objects
+JSON_VALUE_KEYS = frozenset(
+    (*_OFFLOADS, "device", "enabled", "stage", "cpu_offload", "cpu_offload_params")
+) | frozenset(JSON_FACTS)
+_QUOTED_KEYS = tuple(f'"{key}"' for key in sorted(JSON_VALUE_KEYS))
+#: ``"key": value,`` of a JSON line (searched, not anchored)
+_JSON_KEY = rf'"(\w+)"{PYTHON_SPACE}*:{PYTHON_SPACE}*([^,\s\x1c-\x1f][^,]*)?,?{PYTHON_SPACE}*$'
+#: the records of a JSON value that can change what it records: one that closes an object (starts with
+#: ``}``), a key whose value opens one (``"fp16": {``), a key the values are read for
+JSON_LINE = rf'^{PYTHON_SPACE}*\}}|"{PYTHON_SPACE}*:{PYTHON_SPACE}*\{{|' + "|".join(
+    map(re.escape, _QUOTED_KEYS)
+)
 
 
-# --- records -> builder ----------------------------------------------------------------------------
-
-
-def _state(run: RunBuilder) -> dict[str, Any]:
-    state = run.state.get(NAME)  # not setdefault: building the default on every line cost ~3% of a parse
-    if state is None:
-        state = run.state[NAME] = {"dumps": 0, "dump_facts": set(), "skipped_total": 0}
-    return state
-
-
-def _set(run: RunBuilder, name: str, value: Any, lineno: int) -> None:
-    """Set a fact from a config dump: within one dump the first value wins (the attribute lines come
-    before the user's JSON); a later dump (a relaunched engine) replaces an earlier one."""
-    state = run.state[NAME]  # made by parse_line before any reader runs
-    if name in state["dump_facts"]:
-        return
-    run.set_fact(name, value, NAME, lineno)
-    if run.facts.get(name) == value:
-        state["dump_facts"].add(name)
-
-
-_BOOL_WORDS = {"true": True, "false": False}
-
-
-def _bool(text: str) -> bool | None:
-    words = text.split()  # split() drops the whitespace strip() would
-    return _BOOL_WORDS.get(words[0].rstrip(",").lower()) if words else None
-
-
-def _strip_glued(value: str) -> str:
-    """Cut a value where another rank's record was glued onto the line."""
-    glued = _GLUED_TIMESTAMP.search(value)
-    return (value[: glued.start()] if glued else value).strip()
-
-
-def _word_key(key: str) -> str:
-    """``\bkey=`` as a pattern that opens on its literal: the lookbehind after it makes the same test
-    (no word character before the key), and re jumps to each ``key=`` instead of trying ``\b`` at every
-    position (5.1 -> 0.3 us on today's 1,600-character zero_config line)."""
-    return rf"{key}=(?<!\w{key}=)"
-
-
-#: ``key=word`` of today's one-line pydantic configs, compiled once per key (re's cache is shared with
-#: every other pattern of the process, and an f-string pattern is looked up in it on every call).
-_PYDANTIC_FLAGS = {key: re.compile(_word_key(key) + r"(\w+)") for key in ("enabled",)}
-
-
-def _pydantic_flag(value: str, key: str) -> bool | None:
-    match = _PYDANTIC_FLAGS[key].search(value)
-    return _bool(match.group(1)) if match else None
-
-
-def _offload_from_repr(value: str) -> bool | None:
-    """``None`` / ``DeepSpeedZeroOffload...Config(device='cpu', ...)`` (today's one-line zero_config)."""
-    if value.startswith("None"):
-        return False
-    device = _OFFLOAD_DEVICE.search(value)
-    return device is not None and device.group(1) != "none"
-
-
-_ZERO_CONFIG_OFFLOADS = {
-    key: re.compile(_word_key(key) + r"(None|\w+\([^)]*\))") for key in ("offload_param", "offload_optimizer")
-}
-
-
-def _read_zero_config_line(run: RunBuilder, value: str, lineno: int) -> None:
-    for key, pattern in _ZERO_CONFIG_OFFLOADS.items():
-        match = pattern.search(value)
-        if match:
-            _set(run, key, _offload_from_repr(match.group(1)), lineno)
-
-
-def _read_precision(run: RunBuilder, state: dict[str, Any], name: str, value: str, lineno: int) -> None:
-    flags = state.setdefault("precision_flags", {})
-    if name in ("fp16_enabled", "bfloat16_enabled", "bf16_enabled", "amp_enabled"):
-        flags[name.split("_")[0]] = _bool(value)
-    elif name in ("float16_config", "bfloat16_config"):
-        flags["fp16" if name == "float16_config" else "bfloat16"] = _pydantic_flag(value, "enabled")
-    if flags.get("fp16") or flags.get("amp"):
-        _set(run, "precision", "fp16", lineno)
-    elif flags.get("bfloat16") or flags.get("bf16"):
-        _set(run, "precision", "bf16", lineno)
-
-
-def _finish_precision(run: RunBuilder, state: dict[str, Any], lineno: int) -> None:
-    """At the end of the dump's attribute list: neither fp16 nor bf16 enabled means fp32."""
-    flags = state.get("precision_flags", {})
-    seen_fp16 = flags.get("fp16") is not None
-    seen_bf16 = flags.get("bfloat16") is not None or flags.get("bf16") is not None
-    if seen_fp16 and seen_bf16 and not any(flags.values()):
-        _set(run, "precision", "fp32", lineno)
-
-
-def _read_world_size(run: RunBuilder, value: str, lineno: int) -> None:
-    try:
-        world = int(value.split()[0])
-    except (ValueError, IndexError, OverflowError):
-        return
-    _set(run, "dp", world, lineno)
-    facts = run.facts  # the tests spelled out: a generator for two names cost more than the tests
-    model_parallel = (
-        (facts.get("tp") or 1) > 1 or (facts.get("pp") or 1) > 1 or "megatron" in run.families_seen
+def _items(printed: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The printer's records in ``printed`` (several ranks' glued without a tag: one per tag), sorted, each
+    with ``order`` (the record's, plus its index), ``kind`` (``header``, ``value`` or null: a body that
+    names nothing), ``name`` and ``dump``: how many dump headers of its run came before it (it included),
+    the dump it belongs to. And those of the attributes the dump is read for, with their ``value``
+    (stripped, a glued record cut off) and whether it ``opens`` a JSON value (it ends with ``{``)."""
+    # ``name ..... value``: after the name a filler, dots after any whitespace, or whitespace (two
+    # characters, or a tab, which Python's expandtabs widened to two spaces or more unless the name's
+    # length is 7 modulo 8); the value after it (the body is stripped: whitespace is followed by more)
+    name, rest, after = pl.col("name"), pl.col("rest"), pl.col("after")
+    spaces = rest.str.len_chars() - after.str.len_chars()
+    dots = after.str.starts_with("..")
+    dotted = (
+        dots | (spaces > 1) | ((spaces == 1) & rest.str.starts_with("\t") & (name.str.len_chars() % 8 != 7))
     )
-    if not model_parallel:
-        _set(run, "gpus", world, lineno)
+    items = (
+        _pieces(printed, PRINT_TAG, literal=False)
+        .with_columns(
+            body=pl.col("piece").str.splitn("]", 2).struct[1], order=pl.col("order") + pl.col("item") - 1
+        )
+        .with_columns(stripped=_strip(pl.col("body")), json=pl.col("body").str.extract(_USER_CONFIG, 1))
+        .with_columns(name=pl.col("stripped").str.extract(_NAME, 0))
+        .with_columns(rest=pl.col("stripped").str.slice(name.str.len_chars()))
+        .with_columns(after=rest.str.strip_chars_start(WHITESPACE))
+        .with_columns(dotted=dotted.fill_null(False))
+        .select(
+            "run",
+            "order",
+            "line",
+            "file",
+            kind=pl.when(pl.col("stripped").str.starts_with(_DUMP_HEADER))
+            .then(pl.lit("header"))
+            .when(pl.col("json").is_not_null() | pl.col("dotted"))
+            .then(pl.lit("value")),
+            name=pl.when(pl.col("json").is_not_null())
+            .then(pl.lit("json"))
+            .when(pl.col("dotted"))
+            .then("name"),
+            raw=pl.coalesce("json", pl.when(dots).then(after.str.strip_chars_start(".")).otherwise(after)),
+        )
+        .sort("run", "order")
+        .with_columns(dump=(pl.col("kind") == "header").fill_null(False).cum_sum().over("run"))
+        .collect()
+    )
+    values = (
+        items.filter(pl.col("name").is_in(list(NAMES_READ)))
+        .with_columns(value=_strip(pl.col("raw").str.replace(_GLUED_TIMESTAMP, "")))
+        .with_columns(opens=pl.col("value").str.ends_with("{"))
+    )
+    return items.drop("raw"), values.drop("raw")
 
 
-def _start_dump(state: dict[str, Any]) -> None:
-    """A new dump: its values replace the earlier dump's (``dumps`` counts them; 0 until the first)."""
-    state["dumps"] += 1
-    state["dump_facts"] = set()
-    state["precision_flags"] = {}
-    state["json_path"] = []
+#: a statement of a fact in a dump: ``value`` its text (null: an integer beyond int64, which ``note``
+#: says); ``unless_seen`` the family whose record before it cancels it
+_STATEMENT_SCHEMA = {
+    "run": pl.Int64,
+    "dump": pl.Int64,
+    "order": pl.Int64,
+    "fact": pl.String,
+    "value": pl.String,
+    "note": pl.String,
+    "unless_seen": pl.String,
+}
 
 
-#: the print names ``_read_precision`` reads; on other names its flags, and so its outcome, are unchanged.
-_PRECISION_NAMES = frozenset(
-    ("fp16_enabled", "bfloat16_enabled", "bf16_enabled", "amp_enabled", "float16_config", "bfloat16_config")
+def _statements(
+    frame: pl.DataFrame,
+    fact: str | pl.Expr,
+    value: pl.Expr,
+    note: pl.Expr | None = None,
+    unless_seen: str | None = None,
+) -> pl.DataFrame:
+    return (
+        frame.select(
+            "run",
+            "dump",
+            "order",
+            fact=pl.lit(fact) if isinstance(fact, str) else fact,
+            value=value.cast(pl.String),
+            note=pl.lit(None, dtype=pl.String) if note is None else note,
+            unless_seen=pl.lit(unless_seen, dtype=pl.String),
+        )
+        .filter(pl.col("value").is_not_null() | pl.col("note").is_not_null())
+        .cast(_STATEMENT_SCHEMA)
+    )
+
+
+def _count(text: pl.Expr, fact: str | pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """A count as ``int(float(text))`` (nothing for a word, NaN or infinity), and the note of one
+    beyond int64."""
+    number = text.cast(pl.Float64, strict=False)
+    count = _as_int(number)
+    return count, pl.when(count.is_null() & number.is_finite()).then(
+        _too_long(fact, number.cast(pl.Int128, strict=False))
+    )
+
+
+def _attribute_statements(values: pl.DataFrame) -> list[pl.DataFrame]:
+    """The batch, stage and world-size attributes, zero_config's offloads (today's one-line repr) and
+    ``zero_enabled False`` (stage 0)."""
+    word = _first_word(pl.col("value"))
+    counts = values.filter(pl.col("name").is_in(list(DUMP_FACTS)))
+    fact = pl.col("name").replace_strict(DUMP_FACTS, default=None, return_dtype=pl.String)
+    world = values.filter(pl.col("name") == "world_size")
+    size = word.cast(pl.Int64, strict=False)
+    too_long = pl.when(size.is_null() & word.str.contains(r"^[-+]?[0-9]+$"))
+    frames = [
+        _statements(counts, fact, *_count(word, fact)),
+        _statements(world, "dp", size, too_long.then(_too_long("dp", _wide(word)))),
+        # the data-parallel size is the GPU count unless Megatron (model parallelism) came before it
+        _statements(
+            world, "gpus", size, too_long.then(_too_long("gpus", _wide(word))), unless_seen="megatron"
+        ),
+    ]
+    zero = values.filter(pl.col("name") == "zero_config")
+    for key in _OFFLOADS:
+        offload = pl.col("value").str.extract(rf"(?:^|\W){key}=(None|\w+\([^)]*\))", 1)
+        device = offload.str.extract(r"device='?(\w+)'?", 1).fill_null("none")
+        on = (
+            pl.when(offload.str.starts_with("None"))
+            .then(False)
+            .when(offload.is_not_null())
+            .then(device != "none")
+        )
+        frames.append(_statements(zero, key, on))
+    enabled = values.filter(pl.col("name") == "zero_enabled")
+    frames.append(_statements(enabled, "zero_stage", pl.when(~_as_bool(pl.col("value"))).then(0)))
+    return frames
+
+
+def _precision_statements(values: pl.DataFrame) -> pl.DataFrame:
+    """Precision from the dump's flags: fp16 once fp16 or amp is on, else bf16 once bfloat16 or bf16 is
+    (each flag as the dump's last line of it so far set it: on, off or unreadable); fp32 at ``json`` when
+    the dump stated fp16 and a bf16 flag and none is on."""
+    config = pl.col("value").str.extract(r"(?:^|\W)enabled=(\w+)", 1)
+    flags = values.filter(pl.col("name").is_in([*PRECISION_FLAGS, "json"])).with_columns(
+        flag=pl.col("name").replace_strict(PRECISION_FLAGS, default=None, return_dtype=pl.String),
+        on=pl.when(pl.col("name").str.ends_with("_config"))
+        .then(_as_bool(config))
+        .otherwise(_as_bool(pl.col("value"))),
+    )
+    # each flag's state so far in the dump: 1 on, 0 off, -1 unreadable, null never stated
+    state = flags.with_columns(
+        pl.when(pl.col("flag") == flag)
+        .then(pl.col("on").cast(pl.Int8).fill_null(-1))
+        .forward_fill()
+        .over("run", "dump")
+        .alias(flag)
+        for flag in _FLAGS
+    )
+    on = {flag: (pl.col(flag) == 1).fill_null(False) for flag in _FLAGS}
+    stated = {flag: pl.col(flag).is_in([0, 1]).fill_null(False) for flag in _FLAGS}
+    value = (
+        pl.when(pl.col("flag").is_not_null() & (on["fp16"] | on["amp"]))
+        .then(pl.lit("fp16"))
+        .when(pl.col("flag").is_not_null() & (on["bfloat16"] | on["bf16"]))
+        .then(pl.lit("bf16"))
+        .when(
+            (pl.col("name") == "json")
+            & stated["fp16"]
+            & (stated["bfloat16"] | stated["bf16"])
+            & ~pl.any_horizontal(*on.values())
+        )
+        .then(pl.lit("fp32"))
+    )
+    return _statements(state, "precision", value)
+
+
+def _json_statements(lines: pl.DataFrame, items: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame:
+    """The statements of the dumps' multi-line JSON values: 2021's ``zero_config`` (the offload settings,
+    the stage) and ``json = {...}`` (the batch sizes at its top, the precision). A value is opened by an
+    attribute the dump is read for whose value ends with ``{``; it is read up to the printer's next record
+    (one that names nothing does not end it), the ``}`` that closes it, JSON_MAX_LINES lines or the end
+    of its file. Each line is one of: ``}`` (closes an object), ``"key": {`` (opens one), ``"key": value``
+    (read if the key is, by its parent object)."""
+    parsed = (
+        items.drop_nulls("kind")
+        .join(values.select("order", "opens"), on="order", how="left")
+        .select(
+            "run",
+            "dump",
+            "name",
+            owner="order",
+            opened_at="line",
+            opened_in="file",
+            opens=pl.col("opens").fill_null(False),
+        )
+    )
+    stripped, opens, closes = pl.col("stripped"), pl.col("opens"), pl.col("closes")
+    lines = (
+        lines.select("run", "order", "line", "file", stripped=_strip(pl.col("text")))
+        .join_asof(parsed, left_on="order", right_on="owner", by="run", check_sortedness=False)
+        .filter(
+            pl.col("opens"),
+            pl.col("file") == pl.col("opened_in"),
+            pl.col("line") - pl.col("opened_at") <= JSON_MAX_LINES,
+        )
+        .drop("opens")
+        .with_columns(stripped.str.extract_groups(_JSON_KEY).struct.rename_fields(["key", "raw"]).alias("kv"))
+        .unnest("kv")
+        .with_columns(closes=stripped.str.starts_with("}"), value=_strip(pl.col("raw").fill_null("")))
+        .with_columns(opens=~closes & pl.col("key").is_not_null() & pl.col("value").str.starts_with("{"))
+        .with_columns(reads=~closes & ~opens & pl.col("key").is_in(list(JSON_VALUE_KEYS)))
+        .filter(closes | opens | pl.col("reads"))
+        .with_columns(depth=1 + (opens.cast(pl.Int64) - closes.cast(pl.Int64)).cum_sum().over("owner"))
+        # a value is closed once its depth fell to 0: the lines after that are not its own
+        .filter(pl.col("depth").shift(1).fill_null(1).cum_min().over("owner") > 0)
+    )
+    objects = pl.concat(
+        [
+            parsed.filter(opens).select("owner", at="owner", depth=pl.lit(1, pl.Int64), parent="name"),
+            lines.filter(opens).select("owner", at="order", depth="depth", parent="key"),
+        ]
+    ).sort("at")
+    reads = lines.filter(pl.col("reads")).join_asof(
+        objects, left_on="order", right_on="at", by=["owner", "depth"], check_sortedness=False
+    )
+    key, value, parent = pl.col("key"), pl.col("value"), pl.col("parent")
+    top_fact = key.replace_strict(JSON_FACTS, default=None, return_dtype=pl.String)
+    stage = reads.filter(key == "stage", parent.is_in(["zero_optimization", "zero_config"]))
+    top = reads.filter(key.is_in(list(JSON_FACTS)), pl.col("depth") == 1, pl.col("name") == "json")
+    return pl.concat(
+        [
+            _statements(reads.filter(key.is_in(_OFFLOADS)), key, pl.when(value == "null").then(False)),
+            _statements(
+                reads.filter(key == "device", parent.is_in(_OFFLOADS)),
+                parent,
+                ~value.str.strip_chars('"').is_in(["none", "null"]),
+            ),
+            _statements(
+                reads.filter(key == "enabled", parent.is_in(["fp16", "bf16", "bfloat16"])),
+                "precision",
+                pl.when(_as_bool(value)).then(
+                    pl.when(parent == "fp16").then(pl.lit("fp16")).otherwise(pl.lit("bf16"))
+                ),
+            ),
+            _statements(stage, "zero_stage", *_count(value, "zero_stage")),
+            _statements(top, top_fact, *_count(value, top_fact)),
+            # DeepSpeed 0.3.x's ZeRO-Offload switches (a value neither true nor false states nothing)
+            _statements(
+                reads.filter(key.is_in(["cpu_offload", "cpu_offload_params"])),
+                pl.when(key == "cpu_offload")
+                .then(pl.lit("offload_optimizer"))
+                .otherwise(pl.lit("offload_param")),
+                _as_bool(value),
+            ),
+        ]
+    )
+
+
+#: the facts the dumps state, by type
+_INT_FACTS = ("global_batch_size", "micro_batch_size", "gas", "zero_stage", "dp", "gpus")
+
+
+def _dump_facts(statements: pl.DataFrame) -> _Parts:
+    """Within a dump the first statement of a fact wins (the attribute lines come before the user's JSON):
+    it is the dump's; a later dump (a relaunched engine) states the fact again. A statement of an integer
+    beyond int64 is noted, when the dump had not stated the fact yet."""
+    group = ["run", "dump", "fact"]
+    facts = (
+        statements.drop_nulls("value")
+        .sort("order")
+        .unique(group, keep="first", maintain_order=True)
+        .with_columns(family=pl.lit(NAME))
+    )
+    unstated = statements.filter(pl.col("value").is_null())
+    if unstated.height:  # the notes before the dump's statement of the fact
+        unstated = unstated.join(facts.select(*group, first="order"), on=group, how="left").filter(
+            pl.col("first").is_null() | (pl.col("order") < pl.col("first"))
+        )
+    return _Parts(
+        facts=[
+            facts.filter(pl.col("fact").is_in(_INT_FACTS)).select(
+                "order", "fact", pl.col("value").cast(pl.Int64), "family", "unless_seen"
+            ),
+            facts.filter(pl.col("fact").is_in(_OFFLOADS)).select(
+                "order", "fact", pl.col("value") == "true", "family"
+            ),
+            facts.filter(pl.col("fact") == "precision").select("order", "fact", "value", "family"),
+        ],
+        notes=[unstated.select("order", family=pl.lit(NAME), message="note")],
+    )
+
+
+def _dumps(printed: pl.DataFrame, others: pl.DataFrame) -> _Parts:
+    """The dumps' facts (a dump starts at its header; records before any header are a dump whose header
+    was lost) from the printer's records and the others (the JSON values' lines among them), and a mark
+    per printer record."""
+    items, values = _items(printed)
+    statements = pl.concat(
+        [
+            *_attribute_statements(values),
+            _precision_statements(values),
+            _json_statements(others, items, values),
+        ]
+    )
+    parts = _dump_facts(statements)
+    parts.marks.append(_seen(printed))
+    return parts
+
+
+# --- the records read in order (kind SEQUENCE) -----------------------------------------------------------
+
+
+def read_sequence(records: pl.LazyFrame) -> Events:
+    """Every run's SEQUENCE records, in order: its dumps, steps and profiler summaries, and the RECORDS
+    records glued to them (a record is one kind's)."""
+    frame = records.collect()
+    printer = pl.col("text").str.contains(PRINT_TAG)
+    printed, others = frame.filter(printer), frame.filter(~printer)
+    parts = _dumps(printed, others).add(_progress(frame)).add(_profile(others))
+    glued = frame.filter(_RECORDS_TEST.expr(pl.col("text")))
+    if glued.height:
+        parts.add(_record_parts(glued.select("order", "text")))
+    return _events(parts)
+
+
+SEQUENCE = RecordKind(
+    family=NAME,
+    name="sequence",
+    test=RecordTest(
+        pattern="|".join([PRINT_TAG, _HOLDS_STEP_RECORD, re.escape(PROFILE_HEADER), _PROFILE_LINE])
+    ),
+    read=read_sequence,
+    whole_run=True,
+    facts=(*_INT_FACTS, *_OFFLOADS, "precision", "logged_model_size"),
 )
 
-
-#: the print names ``_read_named_value`` reads: on any other name it does nothing.
-_NAMES_READ = (
-    frozenset(_DUMP_FACTS) | {"world_size", "zero_config", "zero_enabled", "json"} | _PRECISION_NAMES
+#: a printer's record that names something (a header, ``json = ``, ``name .. value``): it ends a JSON value
+_NAMING = (
+    rf"{PRINT_TAG}{PYTHON_SPACE}*(?:{_DUMP_HEADER}|json = |[A-Za-z_][A-Za-z0-9_]*"
+    rf"(?:{PYTHON_SPACE}*\.\.|{PYTHON_SPACE}{{2,}}[^\s\x1c-\x1f]|\t))"
 )
-
-
-def _read_print_record(run: RunBuilder, state: dict[str, Any], record: str, lineno: int) -> None:
-    if _DUMP_HEADER in record and record.strip().startswith(_DUMP_HEADER):  # the C substring test first
-        _start_dump(state)
-        return
-    user_config = _USER_CONFIG.match(record) if "json = " in record else None  # the pattern's literal first
-    parsed = ("json", user_config.group(1)) if user_config else grammar.dotted(record.strip())
-    if parsed is not None:
-        _read_print_value(run, state, parsed[0], _strip_glued(parsed[1]), lineno)
-
-
-#: the facts the keys of a JSON value can set, each through ``_set``: ``_read_json_value`` reads the
-#: offload, precision and stage keys at any depth, the batch keys only at the top of ``json``.
-_NESTED_JSON_FACTS = frozenset(("offload_param", "offload_optimizer", "precision", "zero_stage"))
-_USER_CONFIG_FACTS = _NESTED_JSON_FACTS | frozenset(_JSON_FACTS.values())
-
-
-def _json_value_facts(name: str) -> frozenset[str]:
-    """The facts the JSON value of attribute ``name`` can set."""
-    return _USER_CONFIG_FACTS if name == "json" else _NESTED_JSON_FACTS
-
-
-def _read_print_value(run: RunBuilder, state: dict[str, Any], name: str, value: str, lineno: int) -> None:
-    """One ``name ..... value`` attribute of a dump (``value`` stripped, glued records cut off)."""
-    if not state["dumps"]:
-        _start_dump(state)  # a dump whose header line was lost in the interleaving
-    if state["json_path"] or NAME in run.capturing:
-        _close_json(run, state)
-    if name in _NAMES_READ:  # most of a dump's attributes are not: for them the bookkeeping is all
-        _read_named_value(run, state, name, value, lineno)  # (it reads no JSON state: first, see below)
-    # the value continues on the following lines, which carry no marker: ask for those that can matter.
-    # Only for an attribute the family reads: the others' lines do not reach it (FAMILY's markers), and
-    # the multi-line values DeepSpeed prints for them (activation_checkpointing_config,
-    # flops_profiler_config, autotuning_config) hold no key _read_json_value reads. None can matter when
-    # every fact its keys could set is settled in this dump already (_set leaves those alone), as for
-    # most user configs (json = {...}, restating the attributes above it, a third of a dump's lines): the
-    # value is then not read at all (the value is stripped)
-    if value.endswith("{") and name in _NAMES_READ and not _json_value_facts(name) <= state["dump_facts"]:
-        state["json_path"], state["json_line"] = [name], lineno
-        run.capture(NAME, lines=_JSON_LINES)
-
-
-def _read_named_value(run: RunBuilder, state: dict[str, Any], name: str, value: str, lineno: int) -> None:
-    if name in _DUMP_FACTS:
-        fact, convert = _DUMP_FACTS[name]
-        try:
-            _set(run, fact, convert(float(value.split()[0])), lineno)
-        except (ValueError, IndexError, OverflowError):
-            return
-    elif name == "world_size":
-        _read_world_size(run, value, lineno)
-    elif name == "zero_config":
-        _read_zero_config_line(run, value, lineno)
-    elif name == "zero_enabled" and _bool(value) is False:
-        _set(run, "zero_stage", 0, lineno)
-    elif name == "json":
-        _finish_precision(run, state, lineno)
-    if name in _PRECISION_NAMES:
-        # the flags change only here, and a precision set from them is settled at once (set, or refused
-        # for good because another family stated it): re-checking them on every other line changes nothing
-        _read_precision(run, state, name, value, lineno)
-
-
-def _close_json(run: RunBuilder, state: dict[str, Any]) -> None:
-    state["json_path"] = []
-    run.capture(NAME, on=False)
-
-
-#: JSON keys ``_read_json_value`` reads; lines with other keys (most of a dump) only open or close objects.
-_JSON_VALUE_KEYS = frozenset(
-    ("offload_param", "offload_optimizer", "device", "enabled", "stage", "cpu_offload", "cpu_offload_params")
-) | frozenset(_JSON_FACTS)
-_QUOTED_JSON_VALUE_KEY = re.compile("|".join(f'"{key}"' for key in sorted(_JSON_VALUE_KEYS)))
-#: what Python's ``\s`` and ``str.strip()`` take for whitespace, in polars' (Rust) regex syntax: Rust's
-#: ``\s`` (Unicode White_Space) lacks the separators \x1c-\x1f that Python counts as whitespace.
-_PYTHON_SPACE = r"[\s\x1c-\x1f]"
-#: the raw lines (polars searches them before launcher prefixes are cut and glued ranks split) that can
-#: change what an open JSON value records: a key the reader reads; a key whose value opens an object
-#: (``"fp16": {``: ``_JSON_KEY``'s value starts right after the colon and its spaces); a record that
-#: starts with ``}`` after whitespace (where a record can start: the line's start, a CR, the ':' ending
-#: a launcher prefix or a rank's tag), which closes one; and a print record, which ends the value
-#: (``_read_print_value``; its own markers route only the attributes the family reads). A bare "{" or
-#: "}" matched every line of a one-line dict and every brace of the other attributes' values.
-_JSON_LINES = "|".join(
+#: the raw lines that can hold a record of a JSON value that matters (``JSON_LINE``: a record starts at
+#: the line's start, a CR, or after the ':' or ' ' ending a launcher prefix or a rank's tag), and the
+#: printer's records (one that names something ends the value). A bare "{" or "}" matched every line of a
+#: one-line dict and every brace of the other attributes' values.
+JSON_LINES = "|".join(
     [
-        rf'"{_PYTHON_SPACE}*:{_PYTHON_SPACE}*\{{',
-        rf"(?:^|[\r:]){_PYTHON_SPACE}*\}}",
+        rf'"{PYTHON_SPACE}*:{PYTHON_SPACE}*\{{',
+        rf"(?:^|[\r:]){PYTHON_SPACE}*\}}",
         re.escape(":print"),
-        *(re.escape(f'"{key}"') for key in sorted(_JSON_VALUE_KEYS)),
+        *map(re.escape, _QUOTED_KEYS),
     ]
 )
-
-
-def _read_json_line(run: RunBuilder, state: dict[str, Any], path: list[str], text: str, lineno: int) -> None:
-    """A line of a dump's multi-line JSON value: the offload settings (2021 ``zero_config``), and the
-    batch/precision/stage values again (``json = {...}``) for dumps whose attribute lines were lost in
-    the interleaving. ``path`` (the state's ``json_path``, not empty) is the chain of objects the line
-    is in, e.g. ``[json, fp16]``."""
-    if lineno - state["json_line"] > JSON_MAX_LINES:
-        _close_json(run, state)
-        return
-    stripped = text.strip()
-    if stripped.startswith("}"):
-        path.pop()
-        if not path:
-            _close_json(run, state)
-        return
-    # the line changes something only if it opens an object or names a key _read_json_value reads, and
-    # both show as a substring: the key pattern (~2 us a line) runs on a third of a dump's JSON lines
-    if "{" not in stripped and _QUOTED_JSON_VALUE_KEY.search(stripped) is None:
-        return
-    match = _JSON_KEY.search(stripped)
-    if not match:
-        return
-    key, value = match.group(1, 2)
-    value = (value or "").strip()
-    if value.startswith("{"):
-        path.append(key)
-        return
-    if key in _JSON_VALUE_KEYS:
-        _read_json_value(run, path, key, value, lineno)
-
-
-def _read_json_value(run: RunBuilder, path: list[str], key: str, value: str, lineno: int) -> None:
-    parent = path[-1]
-    if key in ("offload_param", "offload_optimizer") and value == "null":
-        _set(run, key, False, lineno)
-    elif key == "device" and parent in ("offload_param", "offload_optimizer"):
-        _set(run, parent, value.strip('"') not in ("none", "null"), lineno)
-    elif key == "enabled" and parent in ("fp16", "bf16", "bfloat16") and _bool(value):
-        _set(run, "precision", "fp16" if parent == "fp16" else "bf16", lineno)
-    elif key == "stage" and parent in ("zero_optimization", "zero_config"):
-        _set_number(run, "zero_stage", value, lineno)
-    elif key in _JSON_FACTS and path == ["json"]:
-        _set_number(run, _JSON_FACTS[key], value, lineno)
-    elif key in ("cpu_offload", "cpu_offload_params"):  # DeepSpeed 0.3.x ZeRO-Offload switches
-        _set(run, "offload_optimizer" if key == "cpu_offload" else "offload_param", _bool(value), lineno)
-
-
-def _set_number(run: RunBuilder, name: str, text: str, lineno: int) -> None:
-    """An integer fact printed as ``8``, ``8.0`` or ``8.000000e+00`` (DeepSpeed's JSON encoder); "auto" is skipped."""
-    try:
-        _set(run, name, int(float(text.strip().rstrip(","))), lineno)
-    except (ValueError, OverflowError):
-        return
-
-
-_PIPE_MICRO_BATCHES = re.compile(r"CONFIG: micro_batches=(\d+) micro_batch_size=(\d+)")
-_UNIQUE_PARAMS = re.compile(r"UNIQUE_PARAMS=(\d+)")  # every rank's engine prints it: compiled once
-
-
-def _read_pipe_config(run: RunBuilder, text: str, lineno: int) -> None:
-    """Pipeline engine: ``CONFIG: micro_batches=256 micro_batch_size=4`` and its ``UNIQUE_PARAMS=`` count."""
-    # every rank prints a UNIQUE_PARAMS= line, one rank the CONFIG line: its literal is looked for first
-    micro_batches = _PIPE_MICRO_BATCHES.search(text) if "CONFIG: micro_batches=" in text else None
-    if micro_batches:
-        run.set_fact("gas", int(micro_batches.group(1)), NAME, lineno)
-        run.set_fact("micro_batch_size", int(micro_batches.group(2)), NAME, lineno)
-        run.saw(NAME)
-    unique = _UNIQUE_PARAMS.search(text)
-    if unique:
-        run.set_fact("logged_model_size", int(unique.group(1)) / 1e9, NAME, lineno)
-        run.saw(NAME)
-
-
-def scan(record: pp.ParserElement, anchor: re.Pattern[str], text: str) -> Iterator[pp.ParseResults]:
-    """What ``record.scan_string(text)`` yields, tried only where ``anchor`` (the record's leading
-    literal) matches: scan_string tries every character, ~5 us each, ~2 ms for one DeepSpeed line.
-    Tabs are expanded first, as scan_string does, so offsets agree."""
-    text = text.expandtabs() if "\t" in text else text
-    pos = 0
-    while (found := anchor.search(text, pos)) is not None:
-        for tokens, _, end in record.scan_string(text[found.start() :], max_matches=1):
-            yield tokens
-            pos = found.start() + end
-            break
-        else:
-            return
-
-
-def step_records(text: str) -> Iterator[tuple[int, int, float | None]]:
-    """``(step, skipped, first lr or None)`` of each ``step_record`` in ``text``, as ``scan`` finds them."""
-    text = text.expandtabs() if "\t" in text else text
-    for match in _STEP_LINE.finditer(text):
-        lr = match["lr"]
-        yield int(match["step"]), int(match["skipped"]), None if lr is None else float(lr)
-
-
-def _read_step(run: RunBuilder, state: dict[str, Any], text: str, lineno: int) -> None:
-    for step, skipped_total, lr in step_records(text):
-        if step == 0:
-            state["skipped_total"] = skipped_total  # printed at engine start, before any training step
-            continue
-        # skipped= is cumulative since the start; the iterations frame counts skips per logged step.
-        skipped = max(skipped_total - state["skipped_total"], 0)
-        state["skipped_total"] = skipped_total
-        run.add_iteration(step, NAME, lineno, lr=lr, skipped=skipped)
-        run.saw(NAME)
-
-
-def throughput_records(text: str) -> Iterator[tuple[int, float, float | None, float | None]]:
-    """``(global_step, curr_samples_per_sec, mem_allocated_gb, max_mem_allocated_gb)`` of each
-    ``throughput_record`` in ``text``, as ``scan`` finds them (no memory part: None, None)."""
-    text = text.expandtabs() if "\t" in text else text
-    for match in _THROUGHPUT_LINE.finditer(text):
-        mem, max_mem = match.group("mem", "max_mem")
-        yield (
-            int(match["global_step"]),
-            float(match["curr"]),
-            None if mem is None else float(mem),
-            None if max_mem is None else float(max_mem),
-        )
-
-
-def _read_throughput(run: RunBuilder, text: str, lineno: int) -> None:
-    for step, samples_per_sec, mem, max_mem in throughput_records(text):
-        run.add_iteration(
-            step,
-            NAME,
-            lineno,
-            samples_per_sec=samples_per_sec,
-            # DeepSpeed divides by 1024**3 and rounds to 0.01 "GB": back to MiB like Megatron's memory (MB).
-            mem_allocated_mb=None if mem is None else mem * 1024,
-            mem_max_allocated_mb=None if max_mem is None else max_mem * 1024,
-        )
-        run.saw(NAME)
-
-
-def _read_pipe(run: RunBuilder, text: str, lineno: int) -> None:
-    for tokens in scan(pipe_record, _PIPE_ANCHOR, text):
-        run.add_iteration(
-            tokens["step"],
-            NAME,
-            lineno,
-            loss=tokens["loss"],
-            elapsed_ms=tokens["iter_time_s"] * 1000,
-            samples_per_sec=tokens["samples_per_sec"],
-        )
-        run.saw(NAME)
-
-
-# A profiler value, number_to_string() with a unit prefix: "1.2 B", "2.63 K", "20.74 K ", "143.52 M" of
-# "143.52 MFLOPS", "377.89 u" of "377.89 us". One compiled pattern, not a grammar: pyparsing cost ~50 us
-# a call, and the profiler block is read on every rank's copy.
-_SCALED_VALUE = re.compile(rf"{_WS}(?P<value>{_NUMBER}){_WS}(?P<prefix>[TGBMKmu])?{_WS}\Z")
-
-
-def _scaled(text: str, unit: str = "") -> float | None:
-    """``2.63 K`` -> 2630.0; ``377.89 us`` (unit ``s``) -> 0.00037789."""
-    body = text.strip()
-    if unit and body.endswith(unit):
-        body = body[: -len(unit)].strip()
-    parsed = _SCALED_VALUE.match(body)
-    if parsed is None:
-        return None
-    return float(parsed["value"]) * _PREFIX_SCALE[parsed["prefix"] or ""]
-
-
-def _read_profile_line(run: RunBuilder, state: dict[str, Any], text: str, lineno: int) -> None:
-    if _PROFILE_HEADER in text:
-        state["profile"] = {"line": lineno}
-        state["profile_end"] = lineno + PROFILE_WINDOW_LINES  # for parse_line's check before calling
-        return
-    profile = state.get("profile")
-    if profile is None or lineno - profile["line"] > PROFILE_WINDOW_LINES:
-        return
-    # the window's other lines (most of it) are tested with the C substring and prefix tests first
-    step = _PROFILE_STEP.search(text) if "Profile Summary at step " in text else None
-    if step:
-        profile["step"], profile["step_line"] = int(step.group(1)), lineno
-        return
-    stripped = text.strip()
-    if stripped.startswith("FLOPS per GPU = ") and _PROFILE_FLOPS_LABEL.match(stripped):
-        flops = _scaled(stripped.split(":", 1)[1], "FLOPS")
-        _record_profile_metrics(
-            run, profile, lineno, logged_tflops_per_gpu=None if flops is None else flops / 1e12
-        )
-        return
-    label = _PROFILE_LABEL.match(stripped)
-    if label is not None:
-        _read_profile_value(run, _PROFILE_LABELS[label.group()], stripped[label.end() :], lineno)
-
-
-def _read_profile_value(run: RunBuilder, key: str, text: str, lineno: int) -> None:
-    """The profiler's own numbers: its world size is the whole job (it prints dp and mp separately)."""
-    value = _scaled(text)
-    if value is None:
-        return
-    if key in _PROFILE_FACTS:
-        run.set_fact(_PROFILE_FACTS[key], int(value), NAME, lineno)
-    elif key == "params_of_model":
-        run.set_fact("logged_model_size", value / 1e9, NAME, lineno)
-
-
-def _record_profile_metrics(
-    run: RunBuilder, profile: dict[str, Any], lineno: int, **metrics: float | None
-) -> None:
-    """Metrics of the profiled step (``Profile Summary at step N`` uses the engine's global step count)."""
-    step = profile.get("step")
-    if step is None or all(value is None for value in metrics.values()):
-        return
-    # the row points at "Profile Summary at step N", the line that says which step these are
-    run.add_step_metrics(step, NAME, profile["step_line"], **metrics)
-    run.saw(NAME)
-
-
-def _read_print_tags(run: RunBuilder, state: dict[str, Any], text: str, lineno: int) -> int:
-    """The config printer's records of a line (one, or several ranks' glued together); how many."""
-    tags = list(_PRINT_TAG.finditer(text))
-    for index, tag in enumerate(tags):
-        end = tags[index + 1].start() if index + 1 < len(tags) else len(text)
-        _read_print_record(run, state, text[tag.end() : end], lineno)
-        run.saw(NAME)
-    return len(tags)
-
-
-#: how the filler after an attribute's name can start (``grammar.dotted``: dots, or two spaces, tabs
-#: expanded): DeepSpeed's printer writes a space and the dots, or two spaces for a name of 29 characters
-#: or more. Other whitespace right after a name (a form feed, a non-ASCII space) is no printer's.
-_FILLER_STARTS = ("  ", " .", " \t", "..", "\t")
-#: the config printer's lines that can change what the family records: the dump's header (a later dump
-#: replaces an earlier one), and the attributes it reads, ``json = `` among them. Any other attribute
-#: changes nothing once a dump started; until then, the first attribute read starts it, with the same
-#: result. While a JSON value is open its capture (``_JSON_LINES``) takes every print line, which ends it.
-_PRINT_MARKERS = (
-    _DUMP_HEADER,
-    "json = ",
-    *(name + start for name in sorted(_NAMES_READ) for start in _FILLER_STARTS),
+#: the lines of the dumps' multi-line JSON values, which carry no marker: from a printer's record that may
+#: open one (a value ending with ``{``) up to the next one that names something, JSON_MAX_LINES lines or
+#: the end of the file, the records that can matter, read with SEQUENCE's
+JSON_VALUES = Block(
+    family=NAME,
+    name="json values",
+    opens=RecordTest(pattern=rf"{PRINT_TAG}.*\{{{PYTHON_SPACE}*(?:$|\[)"),
+    ends=RecordTest(pattern=_NAMING),
+    body=RecordTest(pattern=f"{PRINT_TAG}|{JSON_LINE}"),
+    hint=JSON_LINES,
+    max_lines=JSON_MAX_LINES,
+    into=SEQUENCE.name,
 )
-
-
-@never_raises(NAME)
-def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
-    """Read one line of DeepSpeed output into ``run``; never raises."""
-    # one state lookup per line (inline: the state is never empty once made), passed down; the tag's
-    # literal is looked for before the pattern
-    state = run.state.get(NAME) or _state(run)
-    if ":print" in text and _read_print_tags(run, state, text, lineno):
-        # a line of the dump is no JSON value or profiler line, but a step record may be glued onto it
-        if "=" in text or "iter time (s):" in text:
-            _read_records(run, state, text, lineno)
-        return
-    # a JSON value is read only while its capture is on: the reader ends every capture with its file, so
-    # a value left open at the end of a job's .out does not swallow lines of its .err (whose line
-    # numbers start again, so JSON_MAX_LINES could not end it there)
-    json_path = state.get("json_path") if NAME in run.capturing else None
-    if json_path:
-        _read_json_line(run, state, json_path, text, lineno)
-    if "=" in text or "iter time (s):" in text:
-        _read_records(run, state, text, lineno)
-    # most lines neither start a profiler block nor fall in an open one's window: no call for them
-    if _PROFILE_HEADER in text or lineno <= state.get("profile_end", 0):
-        _read_profile_line(run, state, text, lineno)
-
-
-def _read_records(run: RunBuilder, state: dict[str, Any], text: str, lineno: int) -> None:
-    """The step, throughput and pipeline records of a line (each holds a "=" but the pipeline's steps,
-    which parse_line tests before the call: most dump and JSON lines hold neither)."""
-    if "step=" in text and "skipped=" in text:
-        _read_step(run, state, text, lineno)
-    if "SamplesPerSec=" in text:
-        _read_throughput(run, text, lineno)
-    if "iter time (s):" in text:
-        _read_pipe(run, text, lineno)
-    if "CONFIG: micro_batches=" in text or "UNIQUE_PARAMS=" in text:
-        _read_pipe_config(run, text, lineno)
 
 
 def evidence(run: RunBuilder) -> int:
@@ -621,25 +889,23 @@ def evidence(run: RunBuilder) -> int:
     return run.families_seen.get(NAME, 0)
 
 
+#: the printer's records that a dump is read for hold one of these (its header, a name it reads); the
+#: others matter only inside a JSON value, where JSON_VALUES finds them
+_PRINT_MARKERS = (_DUMP_HEADER, *sorted(NAMES_READ))
+
 FAMILY = Family(
     name=NAME,
     markers=(
         *_PRINT_MARKERS,
         "step=",
-        "SamplesPerSec=",
-        "iter time (s):",
-        "CONFIG: micro_batches=",
-        "UNIQUE_PARAMS=",
-        _PROFILE_HEADER,
+        PROFILE_HEADER,
         "Profile Summary at step",
-        "world size:",
-        "data parallel size:",
-        "model parallel size:",
-        "batch size per GPU:",
-        "params of model",
-        "FLOPS per GPU =",
+        "FLOPS per GPU = ",
+        *PROFILE_LABELS,
+        *_RECORD_MARKERS,
     ),
-    parse_line=parse_line,
     evidence=evidence,
+    kinds=(SEQUENCE, RECORDS),
+    blocks=(JSON_VALUES,),
     description="DeepSpeed engine: config dump, step=/throughput lines, pipeline steps, flops profiler",
 )

@@ -19,7 +19,17 @@ import polars as pl
 from logstat.parsers import source
 from logstat.parsers.base import Family, LineReader, RunBuilder, is_guarded, never_raises
 from logstat.parsers.blocks import OpenBlock, find_spans, inside
-from logstat.parsers.kinds import BODY, FILE_SHIFT, LINE_SHIFT, Events, read_records
+from logstat.parsers.kinds import (
+    BODY,
+    ENDED,
+    FILE_SHIFT,
+    LINE_SHIFT,
+    OPENER,
+    Events,
+    file_of,
+    line_of,
+    read_records,
+)
 from logstat.parsers.records import Plan
 
 #: kind records kept before they are read into events
@@ -69,7 +79,7 @@ def read(runs: list[RunBuilder], files: list[Sequence[Path]], plan: Plan, report
     )
     for batch in _prepared(source.batches(files, reports), plan):
         _read_batch(reading, batch)
-    _flush_kinds(reading)
+    _flush_kinds(reading, last=True)
     _read_blocks(reading)
     return reading.events
 
@@ -108,8 +118,17 @@ def _read_batch(reading: Reading, batch: Prepared) -> None:
         if spans is None:
             continue
         reading.open_blocks[number] = spans.still_open
-        reading.block_records[number].append(spans.records)
         taken = spans.taken
+        if block.into is None:
+            reading.block_records[number].append(spans.records)
+        else:  # the lines go to a whole-run kind; its opener is one of the kind's records already
+            lines = spans.records.filter(pl.col("role") != ENDED, pl.col("role") != OPENER)
+            kind = pl.lit(reading.plan.kind_number(block.family, block.into), dtype=pl.Int32)
+            reading.kind_records.append(
+                lines.select("run", "order", "text", kind=kind).cast(_KIND_RECORD_SCHEMA)
+            )
+            openers = spans.records.filter(pl.col("role") == OPENER).select("run", "order")
+            taken = taken.join(openers, on=["run", "order"], how="anti")
         if block.swallows:  # and the family's other records inside
             taken = pl.concat([taken, inside(records.filter(pl.col(family).is_not_null()), spans.spans)])
         records = _without(records, family, taken.unique())
@@ -161,11 +180,11 @@ def _read_python(reading: Reading, records: pl.DataFrame) -> None:
     """The records no kind or block took, to their families' ``parse_line``, in line order."""
     plan = reading.plan
     columns = [f"f{number}" for number in range(len(plan.families))]
+    # a family without parse_line has no residue: its other records are dropped here, not looped over
+    read = [number for number, reader in enumerate(reading.readers) if reader is not None]
     mask = pl.sum_horizontal(
-        [
-            (pl.col(column) == -1).fill_null(False).cast(pl.Int64) * (1 << number)
-            for number, column in enumerate(columns)
-        ]
+        [(pl.col(f"f{number}") == -1).fill_null(False).cast(pl.Int64) * (1 << number) for number in read]
+        or [pl.lit(0, dtype=pl.Int64)]
     )
     evidence = plan.evidence_kinds
     seen = (
@@ -195,9 +214,8 @@ def _read_python(reading: Reading, records: pl.DataFrame) -> None:
         for number, parse in enumerate(readers):
             if bits >> number & 1 and parse is not None:
                 parse(text, line, builder)
-    for (run, _first, family), count in unseen.items():
-        builder = reading.runs[run]
-        builder.families_seen[family] = builder.families_seen.get(family, 0) + count
+    for (run, first, family), count in unseen.items():
+        reading.runs[run].saw(family, count, at=first)
 
 
 def _unseen(plan: Plan, seen: pl.DataFrame | None) -> dict[tuple[int, int, str], int]:
@@ -218,18 +236,33 @@ def _unseen(plan: Plan, seen: pl.DataFrame | None) -> dict[tuple[int, int, str],
 def _see(builder: RunBuilder, run: int, unseen: dict[tuple[int, int, str], int]) -> None:
     """Count the kinds' evidence of ``run`` whose first record comes before the record being read."""
     for key in [key for key in unseen if key[0] == run and key[1] < builder.position]:
-        family = key[2]
-        builder.families_seen[family] = builder.families_seen.get(family, 0) + unseen.pop(key)
+        builder.saw(key[2], unseen.pop(key), at=key[1])
 
 
-def _flush_kinds(reading: Reading) -> None:
-    """Read the kept kind records into events."""
+def _flush_kinds(reading: Reading, *, last: bool = False) -> None:
+    """Read the kept kind records into events; those of the ``whole_run`` kinds only at the ``last``."""
     if not reading.kind_records:
         return
     records = pl.concat(reading.kind_records)
     reading.kind_records, reading.kept = [], 0
+    whole_run = reading.plan.whole_run_kinds
+    if whole_run and not last:
+        held = pl.col("kind").is_in(whole_run)
+        reading.kind_records, records = [records.filter(held)], records.filter(~held)
+    elif whole_run:  # in reading order: a block's lines came before its batch's kind records
+        records = records.sort("run", "order", maintain_order=True)
     keyed = records.with_row_index("row").with_columns(key=pl.col("row").cast(pl.Int64) * _EVENTS_PER_RECORD)
-    events = read_records(reading.plan.kinds, keyed.select(order="key", text="text", kind="kind"))
+    events = read_records(
+        reading.plan.kinds,
+        keyed.select(
+            order="key",
+            text="text",
+            kind="kind",
+            run="run",
+            line=line_of(pl.col("order")),
+            file=file_of(pl.col("order")),
+        ),
+    )
     reading.events.extend(_located(events, keyed.select(pl.col("row").cast(pl.Int64), "run", base="order")))
 
 

@@ -2,8 +2,8 @@
 
 - ``number``: integer / float / scientific literal, also ``nan`` and ``inf``.
 - ``dotted``: ``  name ........ value`` lines of Megatron's arguments dump and DeepSpeed's config
-  printer (old Megatron pads long names with spaces only: ``  long_name  value``).
-- ``eq_record``: ``key=value, key=value`` records (DeepSpeed ``step=``/throughput lines).
+  printer (old Megatron pads long names with spaces only: ``  long_name  value``), as Python reads them
+  (both families read them column-wise; tests/parsers/test_capture_patterns.py holds Megatron's to it).
 - ``command_line_flags``: the ``--name value`` flags of an echoed launch command.
 
 Parse actions only convert types; turning parse results into facts is the families' job.
@@ -28,12 +28,6 @@ _DOTTED_LINE = re.compile(
     r"[ \t\r\n]*(?P<name>[A-Za-z_][A-Za-z0-9_]*+)(?:\s*\.{2,}\s*|\s{2,})[ \t\r\n]*(?P<value>.*)[ \t\r\n]*\Z"
 )
 
-eq_name = pp.Word(pp.alphas + "_", pp.alphanums + "_").set_name("eq_name")
-eq_list = pp.Suppress("[") + pp.Optional(pp.DelimitedList(number)) + pp.Suppress("]")
-eq_value = (number + pp.Optional(pp.Word(pp.alphas)("unit")).suppress()) | pp.Group(eq_list)
-eq_field = pp.Group(eq_name + pp.Suppress("=") + eq_value).set_name("eq_field")
-eq_record = pp.DelimitedList(eq_field, delim=pp.one_of(", /")).set_name("eq_record")
-
 
 def dotted(text: str) -> tuple[str, str] | None:
     """``(name, value)`` of a ``name ..... value`` record, or None; the value is the raw text.
@@ -45,15 +39,6 @@ def dotted(text: str) -> tuple[str, str] | None:
         return None
     name, value = match.group("name", "value")
     return name, value.strip()
-
-
-def eq_fields(text: str) -> dict[str, Any]:
-    """``key=value`` fields of ``text`` (lists stay lists, units such as ``GB`` dropped); never raises."""
-    out: dict[str, Any] = {}
-    for tokens, _, _ in eq_field.scan_string(text):
-        name, value = tokens[0][0], tokens[0][1]
-        out[name] = value.as_list() if isinstance(value, pp.ParseResults) else value
-    return out
 
 
 def literal(text: str) -> Any:

@@ -106,8 +106,10 @@ class Events:
     """Typed events read from records, frames per sort: steps and timers in their ``*_EVENT_SCHEMA``
     (timers with their ``position`` in the record), facts (``order``, ``fact``, ``value``, ``family``; one
     value type per frame; an ``at`` column, if any, is the order of the record whose line the fact's
-    provenance names when it is not the record stating it: a block's fact stated when the block ends), notes (``order``, ``family``, ``message``), failures (``FAILURE_EVENT_SCHEMA``)
-    and marks (``MARK_EVENT_SCHEMA``)."""
+    provenance names when it is not the record stating it: a block's fact stated when the block ends; an
+    ``unless_seen`` column, if any, names a family whose record at or before the event cancels it), notes
+    (``order``, ``family``, ``message``), failures (``FAILURE_EVENT_SCHEMA``) and marks
+    (``MARK_EVENT_SCHEMA``)."""
 
     steps: list[pl.DataFrame] = field(default_factory=list)
     timers: list[pl.DataFrame] = field(default_factory=list)
@@ -190,6 +192,11 @@ class RecordKind:
     evidence: bool = False
     """Whether a record counts as one of its family's records as it is read (``RunBuilder.saw``: other
     families ask whether one was seen, DeepSpeed whether Megatron runs it)."""
+    whole_run: bool = False
+    """Whether what a record says depends on the run's records of the kind before it (DeepSpeed's config
+    dump: which dump it is in, what the dump said before; its cumulative ``skipped=``): its records are
+    read once, at the end, every run's in reading order, with columns ``run``, ``line`` and ``file`` (the
+    record's line number and file index: the orders are keys of the reading, not of the file)."""
 
 
 #: the ``role`` of a block's records: the record that opened it, one it reads, its own record that closed
@@ -214,11 +221,15 @@ class Block:
     family: str
     name: str
     opens: RecordTest
-    read: Callable[[pl.LazyFrame], Events]
+    read: Callable[[pl.LazyFrame], Events] | None = None
     """Events of a frame of blocks' records: ``run``, ``source`` (the block's ``name``), ``block`` (the
     opener's order), ``order``, ``text``, ``role`` (OPENER, BODY, CLOSER, ENDED), sorted by run and order.
     The family's blocks that share one ``read`` are read together, in one frame: a record in several of
-    them has one ``order`` there (a ``block`` is one only with its ``source``)."""
+    them has one ``order`` there (a ``block`` is one only with its ``source``). None: ``into`` reads them."""
+    into: str | None = None
+    """The name of a ``whole_run`` kind of the family that reads the block's records (not its opener, one of
+    the kind's records) with its own: the block only finds the lines that belong to the kind's records
+    (DeepSpeed's multi-line JSON values, which carry no marker, to its config printer's records)."""
     body: RecordTest = RecordTest()
     closes: RecordTest | None = None
     ends: RecordTest | None = None
@@ -231,14 +242,15 @@ class Block:
 
 
 def read_records(kinds: tuple[RecordKind, ...], records: pl.DataFrame) -> Events:
-    """The events of ``records`` (``order``, ``text``, ``kind``: an index into ``kinds``); a kind without
-    records is not read (one read with its family's blocks never has any here)."""
+    """The events of ``records`` (``order``, ``text``, ``kind``: an index into ``kinds``; ``run``,
+    ``line``, ``file`` for the ``whole_run`` kinds); a kind without records is not read."""
     events = Events()
     present = set(records.get_column("kind").unique().to_list())
     for index, kind in enumerate(kinds):
         if index not in present:
             continue
-        of_kind = records.lazy().filter(pl.col("kind") == index).select("order", "text")
+        columns = ("order", "text", "run", "line", "file") if kind.whole_run else ("order", "text")
+        of_kind = records.lazy().filter(pl.col("kind") == index).select(columns)
         events.extend(kind.read(of_kind))
     return events
 

@@ -130,6 +130,15 @@ class Plan:
         """The indexes of the kinds whose records count as their family's records as they are read."""
         return [index for index, kind in enumerate(self.kinds) if kind.evidence]
 
+    def kind_number(self, family: str, name: str) -> int:
+        """The index (into ``kinds``) of the kind ``name`` of ``family``."""
+        return next(i for i, kind in enumerate(self.kinds) if (kind.family, kind.name) == (family, name))
+
+    @cached_property
+    def whole_run_kinds(self) -> list[int]:
+        """The indexes of the kinds whose records are read once, at the end (``RecordKind.whole_run``)."""
+        return [index for index, kind in enumerate(self.kinds) if kind.whole_run]
+
     def records(self, batch: Batch) -> pl.DataFrame:
         """The tagged records of the marked lines of a batch (``run``, ``row``, ``order``, ``text``)."""
         # collected first: split_records reads the marked lines twice, and a lazy plan would search

@@ -94,10 +94,9 @@ def _settle_marks(runs: list[RunBuilder], marks: list[pl.DataFrame]) -> None:
     if not marks:
         return
     frame = pl.concat(marks).sort("run", "order")
-    for index, family, count in (
-        frame.filter(pl.col("mark") == SEEN).group_by("run", "family").len().iter_rows()
-    ):
-        runs[index].families_seen[family] = runs[index].families_seen.get(family, 0) + count
+    seen = frame.filter(pl.col("mark") == SEEN).group_by("run", "family").agg(pl.len(), pl.col("order").min())
+    for index, family, count, first in seen.iter_rows():
+        runs[index].saw(family, count, at=first)
     for mark, keep in ((COMPLETE, "last"), (CLEAN_EXIT, "first")):
         chosen = frame.filter(pl.col("mark") == mark).unique("run", keep=keep, maintain_order=True)
         for index, order, text in chosen.select("run", "order", "text").iter_rows():
@@ -262,7 +261,7 @@ def _settle_facts(runs: list[RunBuilder], facts: list[pl.DataFrame]) -> None:
     family to state a fact owns it, and its last statement is the value (``RunBuilder.set_fact``)."""
     by_type: dict[pl.DataType, list[pl.DataFrame]] = {}
     for frame in facts:
-        by_type.setdefault(frame.schema["value"], []).append(frame)
+        by_type.setdefault(frame.schema["value"], []).append(_uncancelled(runs, frame))
     # (order, family, value or None: a first statement whose value a later one replaces, line)
     stated: dict[tuple[int, str], list[tuple[int, str, Any, int]]] = {}
     for frames in by_type.values():
@@ -298,6 +297,28 @@ def _settle_facts(runs: list[RunBuilder], facts: list[pl.DataFrame]) -> None:
         run.provenance[name] = f"{owner}:{line}"
         if (order >> FILE_SHIFT) < len(run.files):
             run.state.setdefault("fact_files", {})[name] = run.files[order >> FILE_SHIFT]
+
+
+def _uncancelled(runs: list[RunBuilder], frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame``'s fact events but those a record of another family cancels: an event whose ``unless_seen``
+    names a family is not a statement when a record of that family came at or before it (DeepSpeed's
+    ``world_size`` is the GPU count unless Megatron, which runs it with model parallelism, came first)."""
+    if "unless_seen" not in frame.columns:
+        return frame
+    seen = pl.DataFrame(
+        [
+            (index, family, order)
+            for index, run in enumerate(runs)
+            for family, order in run.first_seen.items()
+        ],
+        schema={"run": pl.Int64, "unless_seen": pl.String, "seen_at": pl.Int64},
+        orient="row",
+    )
+    return (
+        frame.join(seen, on=["run", "unless_seen"], how="left")
+        .filter(pl.col("seen_at").is_null() | (pl.col("seen_at") > pl.col("order")))
+        .drop("unless_seen", "seen_at")
+    )
 
 
 def declared_facts(stating: tuple) -> dict[str, list]:

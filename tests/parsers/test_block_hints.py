@@ -1,4 +1,5 @@
-"""The hints of HF's TrainingArguments and model config blocks (``Block.hint``): polars (Rust regex)
+"""The hints of HF's TrainingArguments and model config blocks and of DeepSpeed's JSON values
+(``Block.hint``): polars (Rust regex)
 searches the raw lines of a block's window for them, and only the records of the lines they match are
 the block's. Each must match every raw line holding a record its block reads, whatever the launcher
 prefixes, glued ranks, carriage returns and whitespace (Python's, which Rust's ``\\s`` is not) around it.
@@ -11,7 +12,7 @@ import re
 import polars as pl
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from logstat.parsers import hf_trainer
+from logstat.parsers import deepspeed, hf_trainer
 from logstat.parsers.kinds import PYTHON_SPACE
 
 from tests.parsers.feeding import records_of
@@ -98,6 +99,23 @@ def _config_block_reads(record: str) -> bool:
     return record[:1] == "}" or _polars_group(hf_trainer._CONFIG_JSON, record, 1) in hf_trainer._CONFIG_KEYS
 
 
+@st.composite
+def _json_record(draw) -> str:
+    """A line of a DeepSpeed JSON value: a key it reads, a key opening an object, another key, a brace."""
+    key = draw(st.sampled_from([*sorted(deepspeed.JSON_VALUE_KEYS), "fp16", "zero_optimization", "params"]))
+    colon = draw(_SPACES) + ":" + draw(_SPACES)
+    body = draw(
+        st.one_of(st.just("}"), st.just(f'"{key}"{colon}{{'), st.just(f'"{key}"{colon}{_value(draw)},'))
+    )
+    return draw(_SPACES) + body + draw(st.sampled_from(["", ",", " "]))
+
+
+def _json_value_reads(record: str) -> bool:
+    """Whether the JSON values' block takes ``record`` as one of its own (``JSON_LINE``: a record that
+    closes an object, a key opening one, a key the values are read for)."""
+    return _polars_matches(deepspeed.JSON_LINE, record)
+
+
 _SETTINGS = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -123,6 +141,13 @@ def test_the_config_capture_matches_every_line_the_block_reads(line):
     assert _polars_matches(hf_trainer._CONFIG_LINES, line), repr(line)
 
 
+@_SETTINGS
+@given(_raw_line(_json_record()))
+def test_the_json_hint_matches_every_line_the_json_value_reads(line):
+    assume(any(_json_value_reads(record) for record in records_of([line])))
+    assert _polars_matches(deepspeed.JSON_LINES, line), repr(line)
+
+
 def test_python_space_is_what_python_strips():
     # the patterns' whitespace class is Python's, written for Rust's regex engine
     matched = pl.Series(_CHARACTERS).str.contains(f"^{PYTHON_SPACE}$")
@@ -146,3 +171,8 @@ def test_the_captures_leave_out_what_the_blocks_skip():
         assert not _polars_matches(hf_trainer._CONFIG_LINES, line), line
     for line in ["}", "[default3]:}", "12: }", "x\r}"]:
         assert _polars_matches(hf_trainer._CONFIG_LINES, line), line
+    # a JSON value: a brace inside a record, a one-line dict and other keys change nothing
+    for line in ["x}", "{'lr': 0.001, 'betas': [0.9, 0.999]}", '  "partition_activations": false,', "  {"]:
+        assert not _polars_matches(deepspeed.JSON_LINES, line), line
+    for line in ["    },", "12:   }", '  "fp16": {', '"zero_optimization"\t:  {']:
+        assert _polars_matches(deepspeed.JSON_LINES, line), line

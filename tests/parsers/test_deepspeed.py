@@ -1,4 +1,5 @@
-"""DeepSpeed family on real lines: 2021 config dumps of the real logs (fixtures/bigscience), today's (0.19.8) CPU runs.
+"""DeepSpeed family on real lines, through the reader: 2021 config dumps of the real logs
+(fixtures/bigscience), today's (0.19.8) CPU runs, DeepSpeed-Chat's logs.
 
 Expected values were read off the files with the one-liners quoted beside them, not with the parser.
 """
@@ -8,18 +9,31 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from logstat.parsers import deepspeed
+from logstat.parsers import deepspeed, megatron
 from logstat.parsers.base import RunBuilder
+from logstat.parsers.reader import RunFiles, read_settled
 
-from tests.parsers.feeding import feed_file
+from tests.parsers.feeding import feed_file, feed_lines
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 DS = FIXTURES / "deepspeed"
 HF_REAL = "hf_ds_gpt2_perf_n16_bs4-mbs8.out"
+#: a Megatron arguments dump, empty: Megatron was seen, and stated nothing
+MEGATRON_DUMP = [
+    "------------------------ arguments ------------------------",
+    "-------------------- end of arguments ---------------------",
+]
 
 
-def feed(path: Path, run: RunBuilder | None = None) -> RunBuilder:
-    return feed_file(deepspeed.FAMILY, path, run)
+def feed(path: Path) -> RunBuilder:
+    return feed_file(deepspeed.FAMILY, path)
+
+
+def feed_with_megatron(tmp_path: Path, lines: list[str]) -> RunBuilder:
+    """The run Megatron and DeepSpeed read from a log of ``lines`` (numbered from 1)."""
+    log = tmp_path / "meg_ds.log"
+    log.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return read_settled([RunFiles(key=str(log), files=(log,))], [megatron.FAMILY, deepspeed.FAMILY])[0].run
 
 
 def test_todays_config_dump_zero1_fp32():
@@ -32,13 +46,15 @@ def test_todays_config_dump_zero1_fp32():
     assert run.facts["gas"] == 2
     assert run.facts["zero_stage"] == 1
     assert run.provenance["zero_stage"] == "deepspeed:142"
-    # float16_config / bfloat16_config both "enabled=False" (lines 93, 73): fp32
+    # float16_config / bfloat16_config both "enabled=False" (lines 93, 73): fp32, at "json = {" (grep -n "json = " -> 143)
     assert run.facts["precision"] == "fp32"
+    assert run.provenance["precision"] == "deepspeed:143"
     # zero_config: "offload_param=None offload_optimizer=None"
     assert run.facts["offload_param"] is False and run.facts["offload_optimizer"] is False
     # no model parallelism: the world size is the GPU (here CPU process) count; the profiler says 2 as well
     assert run.facts["dp"] == 2 and run.facts["gpus"] == 2
     assert run.state.get("parse_errors") is None
+    assert run.families_seen[deepspeed.NAME] > 0
 
 
 def test_todays_steps_throughput_and_flops_profiler():
@@ -50,20 +66,21 @@ def test_todays_steps_throughput_and_flops_profiler():
     # line 227: global_step=4, CurrSamplesPerSec=1432.750178503156, MemAllocated=0.37GB, MaxMemAllocated=0.37GB
     four = run.iterations[4]
     assert four["samples_per_sec"] == 1432.750178503156  # the throughput line comes before step 4's profile
-    assert four["mem_allocated_mb"] == pytest.approx(0.37 * 1024)
-    assert four["mem_max_allocated_mb"] == pytest.approx(0.37 * 1024)
+    assert four["mem_allocated_mb"] == 0.37 * 1024
+    assert four["mem_max_allocated_mb"] == 0.37 * 1024
     assert run.iterations[6]["samples_per_sec"] == 530.8481454704389
     # profile at step 3: "iter latency: 392.2 us" (211), "FLOPS per GPU = 3 * ...: 158.61 MFLOPS" (212),
     # "samples/second: 20397.83" (213): the latency and samples/s are one profiled micro-batch's (of gas 2),
-    # not the step's, so only the FLOPS rate is recorded
+    # not the step's, so only the FLOPS rate is recorded, on a row that points at the summary's step line
     three = run.iterations[3]
-    assert three["logged_tflops_per_gpu"] == pytest.approx(158.61e6 / 1e12)
+    assert three["logged_tflops_per_gpu"] == 158.61e6 / 1e12
     assert three.get("elapsed_ms") is None and three.get("samples_per_sec") is None
+    assert three["line"] == 188
     # step 4's profile: "iter latency: 10.76 ms" (253), "FLOPS per GPU ...: 5.78 MFLOPS" (254)
     assert four.get("elapsed_ms") is None
-    assert four["logged_tflops_per_gpu"] == pytest.approx(5.78e6 / 1e12)
+    assert four["logged_tflops_per_gpu"] == 5.78e6 / 1e12
     # "params of model = params per GPU * mp_size: 2.63 K" (201): 2630 parameters, in billions
-    assert run.facts["logged_model_size"] == pytest.approx(2630 / 1e9)
+    assert run.facts["logged_model_size"] == 2630 / 1e9
 
 
 def test_todays_zero3_bf16_optimizer_offload():
@@ -78,39 +95,75 @@ def test_todays_zero3_bf16_optimizer_offload():
     assert run.facts["offload_optimizer"] is True
 
 
-def test_megatron_deepspeed_3d_dump_with_a_glued_line():
+def test_megatron_deepspeed_3d_dump_with_a_glued_line(tmp_path):
     # meg_ds_3d line 694 (excerpt line 40) starts mid-record: "10 20:47:51,886] [INFO] [config.py:904:print]
     # optimizer_params ....": the lines fp16_enabled .. gradient_accumulation_steps were lost in the gluing,
-    # so precision and gas come from the user json (excerpt: grep -n '"gradient_accumulation_steps"\|"enabled"')
-    # and the pipeline engine's "CONFIG: micro_batches=256 micro_batch_size=4".
-    run = RunBuilder(path="meg_ds_3d")
-    run.saw("megatron")  # Megatron's arguments came first in the real log
-    feed(DS / "meg_ds_3d_gpt2_perf_n16-ds-on.lines655-835.excerpt", run)
+    # so precision and gas come from the user json and the pipeline engine's "CONFIG: micro_batches=256
+    # micro_batch_size=4". Megatron's arguments came first in the real log (two lines before the excerpt here).
+    excerpt = (DS / "meg_ds_3d_gpt2_perf_n16-ds-on.lines655-835.excerpt").read_text().splitlines()
+    run = feed_with_megatron(tmp_path, MEGATRON_DUMP + excerpt)
+    before = len(MEGATRON_DUMP)
     assert run.facts["global_batch_size"] == 1024  # excerpt line 63: train_batch_size ............. 1024
-    assert run.facts["micro_batch_size"] == 4
-    assert run.facts["gas"] == 256
-    assert run.facts["precision"] == "fp16"
-    assert run.facts["zero_stage"] == 0  # zero_enabled False, zero_optimization_stage 0
+    assert run.provenance["global_batch_size"] == f"deepspeed:{63 + before}"
+    # the dump's first statements: json's "train_micro_batch_size_per_gpu": 4 (93) and
+    # "gradient_accumulation_steps": 256 (94); the CONFIG line (111) states both again, later
+    assert (run.facts["micro_batch_size"], run.facts["gas"]) == (4, 256)
+    assert run.provenance["gas"] == f"deepspeed:{111 + before}"
+    assert run.facts["precision"] == "fp16"  # json's "fp16": {"enabled": true (101)
+    assert run.provenance["precision"] == f"deepspeed:{101 + before}"
+    # zero_config's "stage": 0 (70) comes before zero_enabled False (90) and zero_optimization_stage 0 (91)
+    assert run.facts["zero_stage"] == 0 and run.provenance["zero_stage"] == f"deepspeed:{70 + before}"
+    # zero_config: "offload_param": null (79), "offload_optimizer": null (80)
     assert run.facts["offload_param"] is False and run.facts["offload_optimizer"] is False
-    # world_size ................... 1 is the data-parallel size: with Megatron's model parallelism it is not the GPU count
+    assert run.provenance["offload_param"] == f"deepspeed:{79 + before}"
+    # world_size ................... 1 (67) is the data-parallel size: with Megatron's model parallelism it
+    # is not the GPU count
     assert run.facts["dp"] == 1
     assert "gpus" not in run.facts
     # grep -o "UNIQUE_PARAMS=[0-9]*" | sort -u -> UNIQUE_PARAMS=52004716544
-    assert run.facts["logged_model_size"] == pytest.approx(52.004716544)
+    assert run.facts["logged_model_size"] == 52004716544 / 1e9
     # step=0 is printed at engine start: no training step
     assert run.iterations == {}
 
 
-def test_megatron_deepspeed_zero3_dump():
-    run = RunBuilder(path="meg_ds_zero")
-    run.set_fact("tp", 4, "megatron", 1)  # "using world size: 64 and model-parallel size: 4"
-    feed(DS / "meg_ds_zero_gpt2_perf_n16_nbs48_ms48.lines148-280.excerpt", run)
+def test_megatron_deepspeed_zero3_dump(tmp_path):
+    excerpt = (DS / "meg_ds_zero_gpt2_perf_n16_nbs48_ms48.lines148-280.excerpt").read_text().splitlines()
+    run = feed_with_megatron(tmp_path, ["using world size: 64 and model-parallel size: 4", *excerpt])
     # grep -n "print\]   \(train_batch_size\|train_micro_batch_size_per_gpu\|world_size\|zero_optimization_stage\|fp16_enabled\) "
     assert (run.facts["global_batch_size"], run.facts["micro_batch_size"], run.facts["gas"]) == (768, 48, 1)
-    assert run.facts["dp"] == 16 and "gpus" not in run.facts
-    assert run.facts["zero_stage"] == 3 and run.facts["precision"] == "fp16"
-    # zero_config: "offload_param": null, "offload_optimizer": null
+    # Megatron stated the GPUs (64) and the data-parallel size (64 / 4) first; DeepSpeed's world_size 16
+    # (excerpt line 83) is the same DP size, and is no GPU count
+    assert (run.facts["gpus"], run.facts["dp"]) == (64, 16)
+    assert run.provenance["gpus"] == run.provenance["dp"] == "megatron:1"
+    # zero_config's "stage": 3 (excerpt line 86) comes before zero_optimization_stage 3 (106)
+    assert run.facts["zero_stage"] == 3 and run.provenance["zero_stage"] == "deepspeed:87"
+    assert run.facts["precision"] == "fp16"
+    # zero_config: "offload_param": null, "offload_optimizer": null (95, 96)
     assert run.facts["offload_param"] is False and run.facts["offload_optimizer"] is False
+
+
+DUMP = [
+    "[2021-05-26 04:38:20,031] [INFO] [config.py:748:print] DeepSpeedEngine configuration:",
+    "[2021-05-26 04:38:20,033] [INFO] [config.py:752:print]   world_size ................... 16",
+]
+ITERATION = " iteration        1/    1000 | consumed samples: 16 | elapsed time per iteration (ms): 1000.0 |"
+
+
+@pytest.mark.parametrize(
+    ("lines", "gpus"),
+    [
+        ([*DUMP, ITERATION], 16),  # Megatron's first record comes after the dump
+        ([ITERATION, *DUMP], None),  # an iteration line (a record kind) came first
+        ([*MEGATRON_DUMP, *DUMP], None),  # an arguments dump (a block) came first
+        (["using world size: 64, data-parallel-size: 16, tensor-model-parallel size: 4", *DUMP], 64),
+    ],
+)
+def test_world_size_is_the_gpu_count_unless_megatron_came_first(tmp_path, lines, gpus):
+    run = feed_with_megatron(tmp_path, lines)
+    assert run.facts.get("gpus") == gpus
+    assert run.facts["dp"] == 16
+    if gpus == 16:
+        assert run.provenance["gpus"] == run.provenance["dp"] == f"deepspeed:{lines.index(DUMP[1]) + 1}"
 
 
 @pytest.mark.parametrize("where", ["fixture", "full"])
@@ -136,6 +189,8 @@ def test_hf_log_three_launches_last_dump_wins(where, request):
         assert run.provenance["global_batch_size"] == "deepspeed:1470"
         assert run.provenance["offload_param"] == "deepspeed:1486"
         assert run.provenance["offload_optimizer"] == "deepspeed:1494"
+        # the last zero_config's "stage": 3 (1476) comes before zero_optimization_stage 3 (1512)
+        assert run.provenance["zero_stage"] == "deepspeed:1476"
     assert run.state.get("parse_errors") is None
 
 
@@ -145,41 +200,46 @@ def test_records_glued_by_two_ranks_in_one_line():
         "[2021-05-26 04:51:31,919] [INFO] [config.py:752:print]   train_batch_size ............. 512"
         "[2021-05-26 04:51:31,919] [INFO] [config.py:752:print]   train_micro_batch_size_per_gpu  8"
     )
-    run = RunBuilder(path="glued")
-    deepspeed.parse_line(glued, 7, run)
-    assert run.facts["global_batch_size"] == 512
-    assert run.facts["micro_batch_size"] == 8
     # two step records of one line (today's format), the second cut by the end of the file
     steps = (
         "[Rank 0] step=2, skipped=0, lr=[0.001], mom=[(0.9, 0.999)]"
         "[2026-11-21 21:47:07,714] [INFO] [logging.py:123:log_dist] [Rank 0] step=4, skipped=1, lr=[0.0005, 0.0005], mom="
         "[2026-11-21 21:47:07,757] [INFO] [logging.py:123:log_dist] [Rank 0] step=6, skip"
     )
-    deepspeed.parse_line(steps, 8, run)
-    run.settle()
+    run = feed_lines(deepspeed.FAMILY, [glued, steps])
+    assert run.facts["global_batch_size"] == 512
+    assert run.facts["micro_batch_size"] == 8
+    assert run.provenance["micro_batch_size"] == "deepspeed:1"
     assert sorted(run.iterations) == [2, 4]
     assert run.iterations[4]["lr"] == 0.0005 and run.iterations[4]["skipped"] == 1
 
 
 def test_skipped_counts_are_per_logged_step():
-    # DeepSpeed's skipped= is cumulative; the iterations frame counts skips since the previous logged step
-    run = RunBuilder(path="skips")
-    for lineno, (step, skipped) in enumerate([(0, 0), (10, 3), (20, 3), (30, 5)], 1):
-        deepspeed.parse_line(
-            f"[Rank 0] step={step}, skipped={skipped}, lr=[5e-05], mom=[[0.9, 0.999]]", lineno, run
-        )
-    run.settle()
-    assert {step: row["skipped"] for step, row in run.iterations.items()} == {10: 3, 20: 0, 30: 2}
+    # DeepSpeed's skipped= is cumulative; the iterations frame counts skips since the previous logged step.
+    # Step 0 (a new engine) counts from its own total; a total that fell (a relaunch) counts none.
+    totals = [(0, 0), (10, 3), (20, 3), (30, 5), (0, 1), (40, 4), (50, 2)]
+    lines = [
+        f"[Rank 0] step={step}, skipped={skipped}, lr=[5e-05], mom=[[0.9, 0.999]]" for step, skipped in totals
+    ]
+    run = feed_lines(deepspeed.FAMILY, lines)
+    assert {step: row["skipped"] for step, row in run.iterations.items()} == {
+        10: 3,
+        20: 0,
+        30: 2,
+        40: 3,
+        50: 0,
+    }
 
 
 def test_pipeline_engine_steps_line():
     # format of deepspeed/runtime/pipe/engine.py: f'steps: {n} loss: {x:0.4f} iter time (s): {t:0.3f} samples/sec: {s:0.3f}'
-    run = RunBuilder(path="pipe")
-    deepspeed.parse_line("steps: 10 loss: 9.8765 iter time (s): 12.345 samples/sec: 82.948", 3, run)
-    run.settle()
+    run = feed_lines(
+        deepspeed.FAMILY, ["", "", "steps: 10 loss: 9.8765 iter time (s): 12.345 samples/sec: 82.948"]
+    )
     assert run.iterations[10]["loss"] == 9.8765
-    assert run.iterations[10]["elapsed_ms"] == pytest.approx(12345.0)
+    assert run.iterations[10]["elapsed_ms"] == 12.345 * 1000
     assert run.iterations[10]["samples_per_sec"] == 82.948
+    assert run.iterations[10]["line"] == 3
 
 
 @pytest.mark.parametrize(
@@ -192,21 +252,22 @@ def test_pipeline_engine_steps_line():
         "[INFO] [config.py:752:print]   world_size ................... ",
         "[INFO] [config.py:752:print]   train_batch_size ............. 1e400",
         "[INFO] [config.py:752:print]   world_size ................... inf",
+        "[INFO] [config.py:752:print]   world_size ................... 2.0",
         "epoch=0/micro_step=8/global_step=4, RunningAvgSamplesPerSec=1821.75, CurrSamplesPerS",
         "[Rank 0] step=, skipped=0, lr=[]",
         '    "device": "cpu", ',
         "Profile Summary at step x:",
         "samples/second: fast",
+        "world size: 64",
     ],
 )
 def test_garbage_lines_record_nothing_and_do_not_raise(line):
-    run = RunBuilder(path="garbage")
-    deepspeed.parse_line(line, 1, run)
+    run = feed_lines(deepspeed.FAMILY, [line])
     assert run.facts == {} and run.iterations == {}
     assert run.state.get("parse_errors") is None
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     st.text(
         alphabet=st.sampled_from(list('step=,skiped[]0123456789.eE-lr /:GBSamplesPerSec{}"device')),
@@ -214,15 +275,14 @@ def test_garbage_lines_record_nothing_and_do_not_raise(line):
     )
 )
 def test_any_line_is_read_without_an_internal_error(text):
-    run = RunBuilder(path="fuzz")
-    deepspeed.parse_line(text, 1, run)
-    deepspeed.parse_line("[INFO] [config.py:752:print]   " + text, 2, run)
-    assert run.state.get("parse_errors") is None
+    run = feed_lines(deepspeed.FAMILY, [text, "[INFO] [config.py:752:print]   " + text])
+    # the only notes: an integer too long for the frames
+    assert all("does not fit a 64-bit integer" in note for note in run.state.get("parse_errors", []))
 
 
 def test_a_json_value_left_open_in_the_out_file_does_not_read_the_err_file(tmp_path):
-    """The reader ends every capture with its file; a JSON value still open at the end of a job's .out
-    must not take a line of its .err (line numbers start again there) for one of its keys."""
+    """A JSON value still open at the end of a job's .out must not take a line of its .err (line numbers
+    start again there) for one of its keys."""
     from logstat.api import load_runs
 
     tag = "[2024-01-01 00:00:00,000] [INFO] [config.py:100:print]"

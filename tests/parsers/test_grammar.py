@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from logstat.parsers import grammar
-from logstat.parsers.grammar import dotted, eq_fields, literal
+from logstat.parsers.grammar import dotted, literal
 from logstat.parsers.kinds import pipe_fields
 
 from tests.conftest import FIXTURES
@@ -67,24 +67,6 @@ def test_dotted_record_with_dots_and_with_spaces_only():
     assert dotted("  tensorboard_output_path ...... ") == ("tensorboard_output_path", "")
     assert dotted("building GPT model ...") is None
     assert dotted("a b") is None
-
-
-def test_eq_record_of_deepspeed_lines():
-    assert eq_fields("[Rank 0] step=10, skipped=0, lr=[0.0, 0.0], mom=[(0.9, 0.999)]") == {
-        "step": 10,
-        "skipped": 0,
-        "lr": [0.0, 0.0],
-    }
-    got = eq_fields(
-        "epoch=0/micro_step=2000/global_step=2000, RunningAvgSamplesPerSec=12.5, MemAllocated=4.2GB"
-    )
-    assert got == {
-        "epoch": 0,
-        "micro_step": 2000,
-        "global_step": 2000,
-        "RunningAvgSamplesPerSec": 12.5,
-        "MemAllocated": 4.2,
-    }
 
 
 def test_literal_values():
