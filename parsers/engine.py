@@ -240,7 +240,7 @@ def _flush_kinds(reading: Reading) -> None:
     records = pl.concat(reading.kind_records)
     reading.kind_records, reading.kept = [], 0
     keyed = records.with_row_index("row").with_columns(key=pl.col("row").cast(pl.Int64) * _EVENTS_PER_RECORD)
-    events = read_records(reading.plan.kinds, keyed.select(order="key", text="text", kind="kind"))
+    events = read_records(reading.plan.kinds, keyed.select("run", order="key", text="text", kind="kind"))
     reading.events.extend(_located(events, keyed.select(pl.col("row").cast(pl.Int64), "run", base="order")))
 
 

@@ -181,7 +181,8 @@ class RecordKind:
     name: str
     test: RecordTest
     read: Callable[[pl.LazyFrame], Events]
-    """Typed events of a frame of records of this kind (columns ``order``: the record's ``order_key``,
+    """Typed events of a frame of records of this kind (columns ``run``: the record's run among those read
+    together, for rules per run such as "the first one counts"; ``order``: the record's ``order_key``;
     ``text``: the record, launcher prefixes stripped); an event's order adds its index in the record."""
     facts: tuple[str, ...] = ()
     """The run facts its events state (``RunBuilder`` weighs them against the Python families')."""
@@ -224,10 +225,10 @@ class Block:
 
 
 def read_records(kinds: tuple[RecordKind, ...], records: pl.DataFrame) -> Events:
-    """The events of ``records`` (``order``, ``text``, ``kind``: an index into ``kinds``)."""
+    """The events of ``records`` (``run``, ``order``, ``text``, ``kind``: an index into ``kinds``)."""
     events = Events()
     for index, kind in enumerate(kinds):
-        of_kind = records.lazy().filter(pl.col("kind") == index).select("order", "text")
+        of_kind = records.lazy().filter(pl.col("kind") == index).select("run", "order", "text")
         events.extend(kind.read(of_kind))
     return events
 
