@@ -19,7 +19,7 @@ import polars as pl
 from logstat.parsers import source
 from logstat.parsers.base import Family, LineReader, RunBuilder, is_guarded, never_raises
 from logstat.parsers.blocks import OpenBlock, find_spans
-from logstat.parsers.kinds import ENDED, FILE_SHIFT, LINE_SHIFT, Events, read_records
+from logstat.parsers.kinds import ENDED, FILE_SHIFT, LINE_SHIFT, Events, line_of, read_records
 from logstat.parsers.records import Plan
 
 #: kind records kept before they are read into events
@@ -254,7 +254,12 @@ def _read_blocks(reading: Reading) -> None:
         block_keys = keyed.filter(pl.col("order") == pl.col("block")).select("run", "block", block_key="key")
         keyed = keyed.join(block_keys, on=["run", "block"], how="left")
         frame = keyed.select(
-            "run", block=pl.col("block_key").fill_null(pl.col("key")), order="key", text="text", role="role"
+            "run",
+            block=pl.col("block_key").fill_null(pl.col("key")),
+            order="key",
+            text="text",
+            role="role",
+            line=line_of(pl.col("order")),
         ).lazy()
         events = block.read(frame)
         reading.events.extend(

@@ -212,7 +212,8 @@ class Block:
     opens: RecordTest
     read: Callable[[pl.LazyFrame], Events]
     """Events of a frame of blocks' records: ``run``, ``block`` (the opener's order), ``order``, ``text``,
-    ``role`` (OPENER, BODY, CLOSER), sorted by run and order."""
+    ``role`` (OPENER, BODY, CLOSER), ``line`` (the record's line in its file: for rules on how many lines
+    apart two records are, which the orders do not tell), sorted by run and order."""
     body: RecordTest = RecordTest()
     closes: RecordTest | None = None
     ends: RecordTest | None = None
