@@ -218,6 +218,17 @@ class Block:
     closes: RecordTest | None = None
     ends: RecordTest | None = None
     max_lines: int | None = None
+    renews: RecordTest | None = None
+    """Records that renew ``max_lines`` (found as its body's are, they need not be its records): the block
+    then ends ``max_lines`` lines after its opener or its last such record (each within ``max_lines`` of
+    the one before). A traceback stays open while frames come, however long it is."""
+    heralds: RecordTest | None = None
+    """With ``renews``: openers that only herald a block, that of the next opener if it follows within
+    ``herald_lines`` lines with no other herald between (from which on it holds: reads its records,
+    swallows the family's others; the lines between are read as usual), else a block of the herald's
+    record alone: Python's line before a traceback that it printed and ignored, or that it chains to the
+    one before."""
+    herald_lines: int = 0
     hint: str | None = None
     """A regex a raw line must match to be one of the block's body or closing records (None: any line)."""
     swallows: bool = False
