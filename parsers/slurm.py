@@ -197,18 +197,39 @@ def _event(
 
 def _cancelled(text: str, lineno: int, run: RunBuilder) -> None:
     """slurmstepd's ``*** JOB|STEP <id> ON <node> CANCELLED AT <time> [DUE TO <why>] ***``."""
+    bare_step = "*** STEP" in text and "DUE TO" not in text
     if "TIME LIMIT" in text:
         _event(run, text, lineno, "time limit: ", CAUSE, "time limit")
     elif "NODE FAIL" in text:
         _event(run, text, lineno, "node failure: ", CAUSE, "node failure")
-    elif "TASK FAILURE" in text or ("*** STEP" in text and "DUE TO" not in text and run.failure is not None):
+    elif "TASK FAILURE" in text or (bare_step and run.failure is not None):
         # Slurm ending a job (or srun a step, after "srun: Terminating StepId=...") because a task
         # failed: the task's own lines say why
         _event(run, text, lineno, "", REPORT, "slurm cancel")
-    elif "PREEMPTION" in text:
-        _event(run, text, lineno, "preempted: ", CAUSE, "cancelled", "cancelled")
-    else:  # scancel by a user or an admin, a requeue
-        _event(run, text, lineno, "", CAUSE, "cancelled", "cancelled")
+    else:
+        events = len(run.failure_events)
+        if "PREEMPTION" in text:
+            _event(run, text, lineno, "preempted: ", CAUSE, "cancelled", "cancelled")
+        else:  # scancel by a user or an admin, a requeue
+            _event(run, text, lineno, "", CAUSE, "cancelled", "cancelled")
+        if bare_step and len(run.failure_events) > events:
+            # no failure before it that Python read: finish weighs it against the column-wise ones
+            run.state.setdefault(NAME, {}).setdefault("bare_step_cancel", (run.failure_events[-1][0], text))
+
+
+def finish(run: RunBuilder) -> None:
+    """A bare STEP cancel that ``parse_line`` read as the first failure, a cancel, is a report if a
+    failure read column-wise (a traceback's, the launcher's kill) came before it: refold the run's
+    failure events with it so."""
+    pending = run.state.get(NAME, {}).get("bare_step_cancel")
+    if pending is None:
+        return
+    order, text = pending
+    events = run.failure_events
+    index = next((index for index, event in enumerate(events) if event[0] == order), 0)
+    if index:
+        events[index] = (order, "failed", text.strip(), REPORT, "slurm cancel", False, False)
+        run.refold(events)
 
 
 def _srun_error(text: str, lineno: int, run: RunBuilder) -> None:
@@ -514,6 +535,7 @@ FAMILY = Family(
         "MiB /",
     ),
     parse_line=parse_line,
+    finish=finish,
     kinds=(LAUNCHER_KILL,),
     blocks=(TRACEBACK,),
     description="Slurm / launcher context: job id, nodes, GPU model, and failures (OOM, NCCL, time limit, ...)",
