@@ -87,6 +87,8 @@ HARMLESS_TRACEBACKS = ("Exception ignored in", "--- Logging error ---")
 CHAINED_TRACEBACKS = ("During handling of the above exception", "The above exception was the direct cause")
 #: how many lines before its header a harmless (chained) traceback's line may come
 HARMLESS_WITHIN, CHAINED_WITHIN = 2, 3
+#: what opens a traceback's block (a harmless or chained traceback's line heralds one)
+TRACEBACK_OPENERS = (TRACEBACK_HEADER, *HARMLESS_TRACEBACKS, *CHAINED_TRACEBACKS)
 
 _SET_X = re.compile(r"^\+\s*(?:export\s+)?(?P<name>[A-Z_]+)=(?P<value>\S+)")
 _ENV = re.compile(r"\b(?P<name>SLURM_JOB_?ID|SLURM_NNODES|SLURM_GPUS_ON_NODE)=(?P<value>\d+)")
@@ -177,6 +179,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         _killed(text, lineno, run)
     elif "by peer" in text:  # c10d/gloo socket errors of a rank whose peer died
         _event(run, text, lineno, "", EFFECT, "peer")
+    elif any(marker in text for marker in TRACEBACK_OPENERS):
+        pass  # a traceback's line that no block took (a herald right after another): it says nothing more
     elif ": error: " in text:
         if _ARGPARSE_ERROR.match(text.strip()):  # a worker's (or a launcher's) command line was refused
             _event(run, text, lineno, "", CAUSE, "arguments")
@@ -478,10 +482,8 @@ LAUNCHER_KILL = RecordKind(
 TRACEBACK = Block(
     family=NAME,
     name="traceback",
-    opens=RecordTest(
-        markers=(TRACEBACK_HEADER, *HARMLESS_TRACEBACKS, *CHAINED_TRACEBACKS), unless=_READ_BEFORE_TRACEBACKS
-    ),
-    body=RecordTest(markers=(TRACEBACK_HEADER, *HARMLESS_TRACEBACKS, *CHAINED_TRACEBACKS)),
+    opens=RecordTest(markers=TRACEBACK_OPENERS, unless=_READ_BEFORE_TRACEBACKS),
+    body=RecordTest(markers=(TRACEBACK_HEADER,)),
     closes=RecordTest(pattern=f"{EXCEPTION_LINE}|{OOM_LINE}"),
     renews=RecordTest(pattern=FRAME_OR_HEADER),
     max_lines=TRACEBACK_MAX_LINES,
@@ -520,9 +522,7 @@ FAMILY = Family(
         *MPIRUN_ENDS,
         "Connection reset by peer",
         "Connection closed by peer",
-        TRACEBACK_HEADER,
-        *HARMLESS_TRACEBACKS,
-        *CHAINED_TRACEBACKS,
+        *TRACEBACK_OPENERS,
         ": error: ",  # argparse's "<prog>: error: <message>"
         "NNODES=",
         "GPUS_PER_NODE=",

@@ -122,6 +122,11 @@ def test_a_traceback_right_after_exception_ignored_in_is_no_failure(gap, ignored
     assert run.failure == (None if ignored else ("failed", "ValueError: x", gap + 4))
 
 
+def test_of_harmless_lines_one_after_another_the_last_one_counts():
+    harmless = "Exception ignored in: <function f>"
+    assert feed(harmless, harmless, "", HEADER, FRAME, "ValueError: x").failure is None
+
+
 def test_lines_after_a_harmless_line_that_no_traceback_follows_are_read():
     run = feed("Exception ignored in: <function f>", "Process 1 exits successfully.", "BrokenPipeError: x")
     assert run.failure is None
