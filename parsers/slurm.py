@@ -154,7 +154,7 @@ def gpu_model(text: str) -> str | None:
 
 
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
-    """Read one of the family's rare records into ``run`` (tracebacks and the launcher's bare ``Killing
+    """Read one of the family's rare records into ``run`` (tracebacks and the launcher's ``Killing
     subprocess N`` lines are read column-wise: ``TRACEBACK``, ``LAUNCHER_KILL``); never raises. The
     order of the tests is the order in which a record that says several things is read."""
     if "CUDA out of memory" in text or "OutOfMemoryError" in text:  # CUDA_OOM
