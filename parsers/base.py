@@ -17,7 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from logstat.parsers.kinds import PEAK, PYTHON_EVENTS, RECORD, STEP_METRICS, Block, RecordKind
+from logstat.parsers.kinds import (
+    FILE_SHIFT,
+    PEAK,
+    PYTHON_EVENTS,
+    RECORD,
+    STEP_METRICS,
+    Block,
+    RecordKind,
+    line_of_order,
+)
 
 #: the frames store integers as int64: a longer one (a garbled or hostile number) is not recorded.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -97,7 +106,7 @@ class RunBuilder:
     # step events of the Python families: (order, step, mode, family, line, file, metrics)
     step_events: list[tuple] = field(default_factory=list)
     # failure events of the Python families, as FAILURE_EVENT_SCHEMA's rows (``settle`` folds them again
-    # with the record kinds' in line order)
+    # with the record kinds' in line order: from then on, every failure event of the run, see ``refold``)
     failure_events: list[tuple] = field(default_factory=list)
     last_exception: tuple[int, str] | None = None  # (line, file) of the last traceback exception folded
     # facts a record kind states too: every statement of the Python families, (order, family, value, line)
@@ -243,6 +252,18 @@ class RunBuilder:
             self._consequence(kind, reason, lineno, path)
         if exception:
             self.last_exception = (lineno, path)
+
+    def refold(self, events: list[tuple]) -> None:
+        """Fold ``events`` (every failure event of the run, as FAILURE_EVENT_SCHEMA's rows, in line order)
+        anew into ``failure`` and ``consequences``; they are ``failure_events`` from then on, so that a
+        family's ``finish`` can re-decide an event it read before the column-wise ones were known."""
+        self.failure, self.failure_weight, self.failure_kind, self.failure_path = None, -1, "", None
+        self.consequences, self.last_exception = [], None
+        self.state.pop("failure_files", None)
+        for order, status, reason, weight, kind, exception, chained in events:
+            path = self.files[order >> FILE_SHIFT]
+            self.fold_failure(status, reason, line_of_order(order), path, weight, kind, exception, chained)
+        self.failure_events = events
 
     def _consequence(self, kind: str, reason: str, lineno: int, path: str | None) -> None:
         if kind == self.failure_kind or len(self.consequences) >= MAX_CONSEQUENCES:

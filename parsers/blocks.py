@@ -28,6 +28,8 @@ class OpenBlock:
     """The opener's order: the block's id among its records."""
     deadline: int
     """The first order that is no longer the block's (``max_lines`` after its opener, or never)."""
+    held: bool = True
+    """Whether it holds (reads and swallows) records: a herald's block once its opener came."""
 
 
 @dataclass
@@ -59,7 +61,8 @@ def find_spans(
     column of the block's family), resolving the block left open by the batch before (``carried``, by
     run: in the file the batch goes on with); ``continues``: the run whose last file goes on in the next
     batch."""
-    openers = records.filter(pl.col(f"o{number}")).select("run", "row", "order")
+    heralds = block.heralds.expr(pl.col("text")) if block.heralds is not None else pl.lit(False)
+    openers = records.filter(pl.col(f"o{number}")).select("run", "row", "order", herald=heralds)
     if openers.is_empty() and not carried:
         return None
     starts = _starts(openers, carried, batch, block)
@@ -81,20 +84,24 @@ def find_spans(
         candidates = _tested(block, records.lazy().filter(pl.col(family).is_not_null())).collect()
     else:
         candidates = _candidates(block, _window(starts, block, batch), batch)
+    if block.renews is not None:
+        starts = _renewed(starts, candidates, block)
+    else:
+        starts = starts.with_columns(holds=pl.col("order"))
     closers = candidates.filter(pl.col("closes")).select("run", "row", "order")
     starts = starts.join(
-        _first_after(starts, closers, "closed", "closed_row"), on=["run", "order"], how="left"
+        _first_after(starts, closers, "closed", "closed_row", at="holds"), on=["run", "order"], how="left"
     )
     kept, still_open = _resolve(starts, batch, continues)
     block_records = pl.concat(
         [_opener_records(kept, records), _records(kept, candidates), _ended_records(kept, records)]
     )
-    spans = kept.select("run", "start", "end").cast(_SPAN_SCHEMA)
+    spans = kept.select("run", start=pl.coalesce("holds", "end"), end="end").cast(_SPAN_SCHEMA)
     own = block_records.filter(pl.col("role") != ENDED).select("run", "order")
     return Spans(
         records=block_records,
         spans=spans,
-        taken=pl.concat([own, inside(openers, spans)]).unique(),
+        taken=pl.concat([own, inside(openers.select("run", "order"), spans)]).unique(),
         still_open=still_open,
     )
 
@@ -116,7 +123,7 @@ def _starts(openers: pl.DataFrame, carried: dict[int, OpenBlock], batch: Batch, 
     reach = (block.max_lines + 1) * (1 << LINE_SHIFT) if block.max_lines is not None else None
     file_end = (pl.col("order") // (1 << FILE_SHIFT) + 1) * (1 << FILE_SHIFT)
     deadline = file_end if reach is None else pl.min_horizontal(pl.col("order") + reach, file_end)
-    frames = [openers.select("run", "row", "order", block="order", deadline=deadline)]
+    frames = [openers.select("run", "row", "order", block="order", deadline=deadline, held=~pl.col("herald"))]
     if carried and batch.pieces.height:
         first = batch.pieces.row(0, named=True)
         state = carried.get(first["run"])
@@ -125,13 +132,14 @@ def _starts(openers: pl.DataFrame, carried: dict[int, OpenBlock], batch: Batch, 
             line_order = file_start + (first["first_line"] + 1) * (1 << LINE_SHIFT)
             frames.append(
                 pl.DataFrame(
-                    [(first["run"], 0, line_order - 1, state.opener, state.deadline)],
+                    [(first["run"], 0, line_order - 1, state.opener, state.deadline, state.held)],
                     schema={
                         "run": pl.Int64,
                         "row": pl.Int64,
                         "order": pl.Int64,
                         "block": pl.Int64,
                         "deadline": pl.Int64,
+                        "held": pl.Boolean,
                     },
                     orient="row",
                 )
@@ -154,16 +162,21 @@ def _file_rows(batch: Batch) -> pl.DataFrame:
     )
 
 
-def _first_after(starts: pl.DataFrame, events: pl.DataFrame, name: str, row_name: str) -> pl.DataFrame:
-    """Per start, the order (``name``) and row (``row_name``) of the first of ``events`` after it in its run."""
+def _first_after(
+    starts: pl.DataFrame, events: pl.DataFrame, name: str, row_name: str, at: str = "order"
+) -> pl.DataFrame:
+    """Per start, the order (``name``) and row (``row_name``) of the first of ``events`` in its run after
+    its order (or its column ``at``: none where that is null)."""
     return (
-        starts.select("run", "order")
-        .sort("run", "order")
+        starts.select("run", "order", at=pl.col(at))
+        .drop_nulls("at")
+        .sort("run", "at")
         .join_asof(
             events.sort("run", "order").select(
-                "run", "order", pl.col("order").alias(name), pl.col("row").alias(row_name)
+                "run", pl.col("order").alias(name), pl.col("row").alias(row_name)
             ),
-            on="order",
+            left_on="at",
+            right_on=name,
             by="run",
             strategy="forward",
             allow_exact_matches=False,
@@ -176,7 +189,7 @@ def _first_after(starts: pl.DataFrame, events: pl.DataFrame, name: str, row_name
 def _window(starts: pl.DataFrame, block: Block, batch: Batch) -> pl.DataFrame:
     """The lines (``row``, ``text``) from each start on, up to the record that ends it, ``max_lines``
     after it or the end of its file in the batch; overlapping windows are read once."""
-    span = block.max_lines if block.max_lines is not None else 1 << 40
+    span = block.max_lines if block.max_lines is not None and block.renews is None else 1 << 40
     bounds = starts.select(
         first=pl.col("row"),
         last=pl.min_horizontal(
@@ -196,7 +209,8 @@ def _window(starts: pl.DataFrame, block: Block, batch: Batch) -> pl.DataFrame:
 
 
 def _candidates(block: Block, window: pl.DataFrame, batch: Batch) -> pl.DataFrame:
-    """The records of the window's lines that are the block's (``body``) or close it (``closes``)."""
+    """The records of the window's lines that are the block's (``body``), close it (``closes``) or renew
+    it (``renews``)."""
     lines = window.lazy()
     if block.hint is not None:
         lines = lines.filter(pl.col("text").str.contains(block.hint))
@@ -204,13 +218,102 @@ def _candidates(block: Block, window: pl.DataFrame, batch: Batch) -> pl.DataFram
 
 
 def _tested(block: Block, records: pl.LazyFrame) -> pl.LazyFrame:
-    """Those of ``records`` that are the block's (``body``) or close it (``closes``)."""
+    """Those of ``records`` that are the block's (``body``), close it (``closes``) or renew it
+    (``renews``), in line order (the split records are not)."""
     text = pl.col("text")
     closes = block.closes.expr(text) if block.closes is not None else pl.lit(False)
+    renews = block.renews.expr(text) if block.renews is not None else pl.lit(False)
     return (
         records.select("run", "row", "order", "text")
-        .with_columns(body=block.body.expr(text), closes=closes)
-        .filter(pl.col("body") | pl.col("closes"))
+        .with_columns(body=block.body.expr(text), closes=closes, renews=renews)
+        .filter(pl.col("body") | pl.col("closes") | pl.col("renews"))
+        .sort("run", "order")
+    )
+
+
+def _renewed(starts: pl.DataFrame, candidates: pl.DataFrame, block: Block) -> pl.DataFrame:
+    """``starts`` with the ``deadline`` of a block that ``renews``: ``max_lines`` lines past its opener or,
+    if a renewing record follows within them, past the last of the renewing records that follow each
+    other within ``max_lines`` lines (a carried block goes on from its deadline so far); and ``holds``:
+    the order from which it swallows. A herald's block is the block of the opener that follows it within
+    ``herald_lines`` lines (no other herald between them), held from that opener on; without one it holds
+    nothing."""
+    if block.max_lines is None:
+        raise ValueError(f"block {block.name}: renews needs max_lines")
+    file_end = (pl.col("order") // (1 << FILE_SHIFT) + 1) * (1 << FILE_SHIFT)
+
+    def past(lines: int) -> pl.Expr:
+        return pl.min_horizontal(
+            (pl.col("order") // (1 << LINE_SHIFT) + lines + 1) * (1 << LINE_SHIFT), file_end
+        )
+
+    opener = pl.col("block") == pl.col("order")
+    # one query: a batch's few polars queries cost more than their rows
+    first = (
+        starts.lazy()
+        .select(
+            "run",
+            "order",
+            "held",
+            deadline=pl.when(opener & pl.col("held"))
+            .then(past(block.max_lines))
+            .when(opener)
+            .then(past(block.herald_lines))
+            .otherwise("deadline"),
+        )
+        .sort("run", "order")
+    )
+    # the candidates come sorted, each record once
+    renewing = (
+        candidates.lazy().filter(pl.col("renews")).select("run", "order", deadline=past(block.max_lines))
+    )
+    # a renewing record whose next one comes too late (or none in the batch) ends the chain it is in
+    last = renewing.filter(
+        (pl.col("run").shift(-1) != pl.col("run")).fill_null(True)
+        | (pl.col("order").shift(-1) >= pl.col("deadline"))
+    ).select("run", renewal="order", chained="deadline")
+    held = (
+        first.filter("held")
+        .join_asof(
+            renewing.select("run", "order", renewal="order"),
+            on="order",
+            by="run",
+            strategy="forward",
+            check_sortedness=False,
+        )
+        .with_columns(pl.col("renewal").fill_null(_NEVER))
+        .sort("run", "renewal", "order")
+        .join_asof(last, on="renewal", by="run", strategy="forward", check_sortedness=False)
+        .select(
+            "run",
+            "order",
+            renewed=pl.when(pl.col("renewal") < pl.col("deadline")).then("chained").otherwise("deadline"),
+            holds="order",
+        )
+    )
+    # a herald heralds the opener after it in time, unless another herald comes between them
+    heralds = first.with_columns(
+        last_herald=(pl.col("run").shift(-1) == pl.col("run")).fill_null(False) & pl.col("held").shift(-1)
+    ).filter(~pl.col("held"))
+    heralding = (pl.col("opener") < pl.col("deadline")) & pl.col("last_herald")
+    heralded = heralds.join_asof(
+        held.select("run", "order", opener="order", opened="renewed"),
+        on="order",
+        by="run",
+        strategy="forward",
+        check_sortedness=False,
+    ).select(
+        "run",
+        "order",
+        renewed=pl.when(heralding).then("opened").otherwise("deadline"),
+        holds=pl.when(heralding).then("opener"),
+    )
+    return (
+        starts.lazy()
+        .drop("deadline", "held")
+        .join(pl.concat([held, heralded]), on=["run", "order"], how="left", maintain_order="left")
+        .rename({"renewed": "deadline"})
+        .collect()
     )
 
 
@@ -229,26 +332,36 @@ def _resolve(
     kept, still_open = [], {}
     current_run, open_until = None, -1
     rows = candidates.select(
-        "run", "order", "block", "deadline", "end", "ended", "closed", "last_row"
+        "run", "order", "block", "deadline", "end", "ended", "closed", "last_row", "holds"
     ).iter_rows()
-    for run, order, block, deadline, end, ended, closed, file_last_row in rows:
+    for run, order, block, deadline, end, ended, closed, file_last_row, holds in rows:
         if run != current_run:
             current_run, open_until = run, -1
         if order < open_until:
             continue  # an opener inside the open block is one of its records
-        kept.append((run, order, block, end, ended is not None and ended == end))
-        open_until = end
-        if (
+        goes_on = (
             run == continues
             and file_last_row == last_row
             and ended is None
             and closed is None
             and end == deadline
-        ):
-            still_open[run] = OpenBlock(opener=block, deadline=deadline)
+        )
+        if holds is None and not goes_on:
+            end = order + 1  # a herald that no opener followed: a block of its own record
+        kept.append((run, order, block, end, ended is not None and ended == end, holds))
+        open_until = end
+        if goes_on:
+            still_open[run] = OpenBlock(opener=block, deadline=deadline, held=holds is not None)
     frame = pl.DataFrame(
         kept,
-        schema={"run": pl.Int64, "start": pl.Int64, "block": pl.Int64, "end": pl.Int64, "by_end": pl.Boolean},
+        schema={
+            "run": pl.Int64,
+            "start": pl.Int64,
+            "block": pl.Int64,
+            "end": pl.Int64,
+            "by_end": pl.Boolean,
+            "holds": pl.Int64,
+        },
         orient="row",
     )
     return frame, still_open
@@ -257,16 +370,21 @@ def _resolve(
 def _records(kept: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
     """The records of each kept block: its opener's, and its candidates inside it (the closer last)."""
     inside = (
-        candidates.sort("run", "order")
+        candidates.filter(pl.col("body") | pl.col("closes"))
+        .sort("run", "order")
         .join_asof(
-            kept.select("run", "block", "end", at="start"),
+            kept.select("run", "block", "end", "holds", at="start"),
             left_on="order",
             right_on="at",
             by="run",
             strategy="backward",
             check_sortedness=False,
         )
-        .filter(pl.col("order") < pl.col("end"), pl.col("order") > pl.col("at"))
+        .filter(
+            pl.col("order") < pl.col("end"),
+            pl.col("order") > pl.col("at"),
+            pl.col("order") >= pl.col("holds"),
+        )
         .select(
             "run",
             "block",

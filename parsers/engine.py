@@ -303,6 +303,7 @@ def _read_blocks(reading: Reading) -> None:
             order="key",
             text="text",
             role="role",
+            line=line_of(pl.col("order")),
         ).lazy()
         reading.events.extend(_located(read(frame), base))
 

@@ -183,10 +183,12 @@ class RecordKind:
     name: str
     test: RecordTest
     read: Callable[[pl.LazyFrame], Events]
-    """Typed events of a frame of records of this kind (columns ``order``: the record's ``order_key``,
-    ``text``: the record, launcher prefixes stripped); an event's order adds its index in the record. A
-    kind whose ``read`` is also its family's blocks' is read with them, all its records at once at the end
-    (``Block.read``'s frame, its rows of ``source`` its name)."""
+    """Typed events of a frame of records of this kind: ``order`` (the record's key in this reading: never
+    a line), ``text`` (the record, launcher prefixes stripped), ``run`` (its run among those read together,
+    for rules per run such as "the first one counts"), ``line`` and ``file`` (its line number and file
+    index); an event's order adds its index in the record. A kind whose ``read`` is also its family's
+    blocks' is read with them, all its records at once at the end (``Block.read``'s frame, its rows of
+    ``source`` its name)."""
     facts: tuple[str, ...] = ()
     """The run facts its events state (``RunBuilder`` weighs them against the Python families')."""
     evidence: bool = False
@@ -223,9 +225,11 @@ class Block:
     opens: RecordTest
     read: Callable[[pl.LazyFrame], Events] | None = None
     """Events of a frame of blocks' records: ``run``, ``source`` (the block's ``name``), ``block`` (the
-    opener's order), ``order``, ``text``, ``role`` (OPENER, BODY, CLOSER, ENDED), sorted by run and order.
-    The family's blocks that share one ``read`` are read together, in one frame: a record in several of
-    them has one ``order`` there (a ``block`` is one only with its ``source``). None: ``into`` reads them."""
+    opener's order), ``order``, ``text``, ``role`` (OPENER, BODY, CLOSER, ENDED), ``line`` (the record's
+    line in its file: for rules on how many lines apart two records are, which the orders do not tell),
+    sorted by run and order. The family's blocks that share one ``read`` are read together, in one frame:
+    a record in several of them has one ``order`` there (a ``block`` is one only with its ``source``).
+    None: ``into`` reads them."""
     into: str | None = None
     """The name of a ``whole_run`` kind of the family that reads the block's records (not its opener, one of
     the kind's records) with its own: the block only finds the lines that belong to the kind's records
@@ -235,6 +239,17 @@ class Block:
     ends: RecordTest | None = None
     max_lines: int | None = None
     markers: tuple[str, ...] = ()
+    renews: RecordTest | None = None
+    """Records that renew ``max_lines`` (found as its body's are, they need not be its records): the block
+    then ends ``max_lines`` lines after its opener or its last such record (each within ``max_lines`` of
+    the one before). A traceback stays open while frames come, however long it is."""
+    heralds: RecordTest | None = None
+    """With ``renews``: openers that only herald a block, that of the next opener if it follows within
+    ``herald_lines`` lines with no other herald between (from which on it holds: reads its records,
+    swallows the family's others; the lines between are read as usual), else a block of the herald's
+    record alone: Python's line before a traceback that it printed and ignored, or that it chains to the
+    one before."""
+    herald_lines: int = 0
     hint: str | None = None
     swallows: bool = False
     facts: tuple[str, ...] = ()
@@ -242,15 +257,16 @@ class Block:
 
 
 def read_records(kinds: tuple[RecordKind, ...], records: pl.DataFrame) -> Events:
-    """The events of ``records`` (``order``, ``text``, ``kind``: an index into ``kinds``; ``run``,
-    ``line``, ``file`` for the ``whole_run`` kinds); a kind without records is not read."""
+    """The events of ``records`` (``order``, ``text``, ``run``, ``line``, ``file``, ``kind``: an index into
+    ``kinds``); a kind without records is not read."""
     events = Events()
     present = set(records.get_column("kind").unique().to_list())
     for index, kind in enumerate(kinds):
         if index not in present:
             continue
-        columns = ("order", "text", "run", "line", "file") if kind.whole_run else ("order", "text")
-        of_kind = records.lazy().filter(pl.col("kind") == index).select(columns)
+        of_kind = (
+            records.lazy().filter(pl.col("kind") == index).select("order", "text", "run", "line", "file")
+        )
         events.extend(kind.read(of_kind))
     return events
 

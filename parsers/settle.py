@@ -119,7 +119,7 @@ def _settle_marks(runs: list[RunBuilder], marks: list[pl.DataFrame]) -> None:
 
 def _settle_failures(runs: list[RunBuilder], failures: list[pl.DataFrame]) -> None:
     """The record kinds' failure events folded with the Python families', in line order, into each run's
-    failure and consequences (``RunBuilder.fold_failure``)."""
+    failure and consequences (``RunBuilder.refold``: the run keeps them all, for the families' ``finish``)."""
     if not failures:
         return
     frame = pl.concat(failures).sort("run", "order")
@@ -131,13 +131,7 @@ def _settle_failures(runs: list[RunBuilder], failures: list[pl.DataFrame]) -> No
                 "order", "status", "reason", "weight", "kind", "exception", "chained"
             ).iter_rows()
         ]
-        ordered = sorted(run.failure_events + rows, key=lambda event: event[0])
-        run.failure, run.failure_weight, run.failure_kind, run.failure_path = None, -1, "", None
-        run.consequences, run.last_exception = [], None
-        run.state.pop("failure_files", None)
-        for order, status, reason, weight, kind, exception, chained in ordered:
-            path = run.files[order >> FILE_SHIFT]
-            run.fold_failure(status, reason, line_of_order(order), path, weight, kind, exception, chained)
+        run.refold(sorted(run.failure_events + rows, key=lambda event: event[0]))
 
 
 def _step_events(runs: list[RunBuilder], kind_steps: list[pl.DataFrame]) -> pl.DataFrame:

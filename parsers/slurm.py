@@ -25,13 +25,34 @@ Tracebacks Python prints and ignores (``Exception ignored in ...``, logging's ``
 A launcher's word that its workers exited with code 0 (DeepSpeed's ``Process N exits successfully.``,
 torch elastic's ``worker group successfully finished``) makes a run ``ok`` when nothing failed; it never
 outweighs a failure.
+
+What is read where. Tracebacks are the bulk of a failed run's records (hundreds of ranks print one each,
+interleaved line by line): they are the ``TRACEBACK`` block, read column-wise, and the family's other
+records inside one are not read. So is the launcher's ``Killing subprocess N``, one line per worker it
+kills, of which only the first counts (``LAUNCHER_KILL``). The rest (a handful of lines per run: the
+scheduler's and launchers' last words, ``set -x`` echoes, nvidia-smi's table) is read in Python,
+``parse_line``.
 """
 
 from __future__ import annotations
 
 import re
 
+import polars as pl
 from logstat.parsers.base import CAUSE, CLEANUP, EFFECT, REPORT, Family, RunBuilder
+from logstat.parsers.kinds import (
+    CLOSER,
+    FAILURE_EVENT_SCHEMA,
+    OPENER,
+    PYTHON_SPACE,
+    SEEN,
+    Block,
+    Events,
+    RecordKind,
+    RecordTest,
+    literals,
+    marks_of,
+)
 
 NAME = "slurm"
 #: lines a traceback may go without a frame before it is given up (its exception line was lost)
@@ -53,21 +74,21 @@ PEER_FAILURES = (
 CLEAN_EXITS = ("exits successfully", "worker group successfully finished")
 #: Open MPI's mpirun after a rank failed (help-mpirun.txt, help-errmgr-base.txt)
 MPIRUN_ENDS = ("exited on signal", "exited with non-zero status", "terminated normally, but")
+#: what the CUDA caching allocator's error says (``RuntimeError: CUDA out of memory.``, torch 2's
+#: ``torch.OutOfMemoryError``)
+CUDA_OOM = ("CUDA out of memory", "OutOfMemoryError")
+#: what opens a traceback
+TRACEBACK_HEADER = "Traceback (most recent call last)"
 #: lines right before a traceback that Python printed and ignored: the unraisable hook's (``__del__``,
 #: atexit callbacks: "Exception ignored in: <...>", "Exception ignored in atexit callback: <...>") and
 #: logging's failure to emit a record (Handler.handleError)
 HARMLESS_TRACEBACKS = ("Exception ignored in", "--- Logging error ---")
-#: the lines of an open traceback that can change what is recorded: a frame (``File "..."``), another
-#: header, and an exception line (_EXCEPTION ends its name on one of these words); the reader delivers
-#: only these (polars searches them) instead of every line while a traceback is open
-TRACEBACK_LINES = 'File "|Traceback|Error|Exception|Interrupt|Exit|Failure'
-#: and of those, the ones that inside a traceback only move ``traceback_last`` on (a frame, another rank's
-#: header: _traceback_line's test, as Rust's ``\s`` is part of what Python's strip() removes) or end it
-#: (a marked frame naming an OOM): of such lines one after another only the last one's line is ever read,
-#: so the reader hands over only that one. Most lines of hundreds of ranks' interleaved tracebacks are so
-TRACEBACK_CAPTURE = TRACEBACK_LINES
 #: the lines between the tracebacks of a chained exception (traceback.py, pythonrun.c)
 CHAINED_TRACEBACKS = ("During handling of the above exception", "The above exception was the direct cause")
+#: how many lines before its header a harmless (chained) traceback's line may come
+HARMLESS_WITHIN, CHAINED_WITHIN = 2, 3
+#: what opens a traceback's block (a harmless or chained traceback's line heralds one)
+TRACEBACK_OPENERS = (TRACEBACK_HEADER, *HARMLESS_TRACEBACKS, *CHAINED_TRACEBACKS)
 
 _SET_X = re.compile(r"^\+\s*(?:export\s+)?(?P<name>[A-Z_]+)=(?P<value>\S+)")
 _ENV = re.compile(r"\b(?P<name>SLURM_JOB_?ID|SLURM_NNODES|SLURM_GPUS_ON_NODE)=(?P<value>\d+)")
@@ -94,19 +115,22 @@ _H100 = re.compile(r"H100(?P<rest>[- ]\w+)?", re.IGNORECASE)
 # (?<!\d): a search must not restart inside a run of digits (quadratic on a line of 100k digits)
 _SMI_MEMORY = re.compile(r"(?<!\d)(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
 
-_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)\b(?::|$)")
+
 _NCCL_FAILURE = re.compile(r"[Tt]ime(d )?out|timeout|[Ee]rror")
 #: srun's ``srun: error: <node>: task 3: Exited with exit code 1`` / ``tasks 0-3: Killed``
 _SRUN_TASK = re.compile(r"\btasks? [\d,-]+: (?P<how>.*)")
 #: argparse's ``<prog>: error: <message>`` (prog: the script's name), not a scheduler's own errors
 _ARGPARSE_ERROR = re.compile(r"(?!(?:srun|slurmstepd|sbatch|salloc):)[\w.-]+: error: ")
 #: a warning: Python's ``file.py:12: UserWarning: ...``, logging's ``WARNING:``/`` - WARNING - ``/
-#: ``[WARNING]`` and glog's ``W1121 22:02:01.99 ...`` / ``[W1121 ...`` / ``[W ProcessGroupNCCL.cpp:...]``
-_WARNING = re.compile(r"^\s*\[?W(?:\d{4} | )|\[WARNING\]|\bWARNING[:\]]| - WARNING - |\w+Warning: ")
+#: ``[WARNING]`` and glog's ``W1121 22:02:01.99 ...`` / ``[W1121 ...`` / ``[W ProcessGroupNCCL.cpp:...]``;
+#: one pattern for Python's re and polars (Python's ``\s``: PYTHON_SPACE; ``\wWarning``, not ``\w+Warning``:
+#: the same search without re's quadratic retries on a long word)
+WARNING = rf"^{PYTHON_SPACE}*\[?W(?:\d{{4}} | )|\[WARNING\]|\bWARNING[:\]]| - WARNING - |\wWarning: "
+_WARNING = re.compile(WARNING)
 # r"\bKilled\b|oom[-_]kill|..." with every alternative opening on a literal, so that re scans a line for
 # the first letters of the alternatives only (a leading \b made it try all of them at every position:
 # 2.6 -> 0.4 us on a 90-character line); the look-behind checks the word boundary before "Killed"
-_KILLED = re.compile(r"Killed\b(?<=\bKilled)|oom[-_]kill|signal 9\b|SIGKILL|Killing subprocess")
+_KILLED = re.compile(r"Killed\b(?<=\bKilled)|oom[-_]kill|signal 9\b|SIGKILL")
 
 
 def gpu_model(text: str) -> str | None:
@@ -130,30 +154,10 @@ def gpu_model(text: str) -> str | None:
 
 
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
-    """Read one launcher/cluster line into ``run``; never raises."""
-    state = run.state.get(NAME)
-    if state is None:  # not setdefault, which would build an empty dict for every line
-        state = run.state[NAME] = {}
-    in_traceback = state.get("in_traceback")
-    # DeepSpeed's launcher's line per worker it kills, alone on its line (~250k lines per GiB of a bench):
-    # what fullmatch(r"Killing subprocess \d+") finds (\d: str.isdecimal's digits) at a third of its cost,
-    # as every other line fails startswith at once. No other test below can match such a line: straight
-    # to their branch for killed processes
-    if not in_traceback and text.startswith("Killing subprocess ") and text[19:].isdecimal():
-        if not state.get("launcher_killing"):  # else the launcher killing its other workers: skipped
-            _launcher_killed(text, lineno, run, state)
-        return
-    # An indented line inside a traceback is a frame's source (`    raise torch.OutOfMemoryError(`),
-    # not the error: the exception line below it is the evidence.
-    oom = ("CUDA out of memory" in text or "OutOfMemoryError" in text) and not (
-        in_traceback and text[:1].isspace()
-    )
-    # a harmless traceback's exception line is consumed there, even an OOM's
-    if in_traceback and (not oom or state.get("harmless")) and _traceback_line(text, lineno, run, state):
-        return
-    if oom:
-        if in_traceback:
-            _end_traceback(run, state)
+    """Read one of the family's rare records into ``run`` (tracebacks and the launcher's ``Killing
+    subprocess N`` lines are read column-wise: ``TRACEBACK``, ``LAUNCHER_KILL``); never raises. The
+    order of the tests is the order in which a record that says several things is read."""
+    if "CUDA out of memory" in text or "OutOfMemoryError" in text:  # CUDA_OOM
         _event(run, text, lineno, "CUDA out of memory: ", CAUSE, "cuda oom")
     elif "CANCELLED AT" in text:
         _cancelled(text, lineno, run)
@@ -170,39 +174,19 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.exited_cleanly(text, lineno)
     elif "exits with return code" in text:  # DeepSpeed's launcher, after a worker failed
         _event(run, text, lineno, "worker failed: ", REPORT, "launcher exit")
-    elif (
-        "exited on signal" in text
-        or "exited with non-zero status" in text
-        or "terminated normally, but" in text
-    ):
-        # MPIRUN_ENDS (the tests are written out: a generator over the tuple costs more per line)
+    elif any(end in text for end in MPIRUN_ENDS):
         _event(run, text, lineno, "", EFFECT if "exited on signal" in text else REPORT, "mpirun")
     elif _KILLED.search(text):
-        _killed(text, lineno, run, state)
+        _killed(text, lineno, run)
     elif "by peer" in text:  # c10d/gloo socket errors of a rank whose peer died
         _event(run, text, lineno, "", EFFECT, "peer")
-    elif "Traceback (most recent call last)" in text:
-        # a traceback right after Python's "Exception ignored in ..." (or logging's "--- Logging error
-        # ---") is printed and ignored; one right after "During handling of the above exception ..."
-        # continues the traceback before it
-        state.update(
-            in_traceback=True,
-            traceback_last=lineno,
-            harmless=0 <= lineno - state.get("harmless_at", -9) <= 2,
-            chained=0 <= lineno - state.get("chained_at", -9) <= 3,
-        )
-        run.capture(NAME, lines=TRACEBACK_CAPTURE)
-    elif "Exception ignored in" in text or "--- Logging error ---" in text:  # HARMLESS_TRACEBACKS
-        state["harmless_at"] = lineno
-    elif (
-        "During handling of the above exception" in text or "The above exception was the direct cause" in text
-    ):
-        state["chained_at"] = lineno
+    elif any(marker in text for marker in TRACEBACK_OPENERS):
+        pass  # a traceback's line that no block took (a herald right after another): it says nothing more
     elif ": error: " in text:
         if _ARGPARSE_ERROR.match(text.strip()):  # a worker's (or a launcher's) command line was refused
             _event(run, text, lineno, "", CAUSE, "arguments")
     else:
-        _context(text, lineno, run, state)
+        _context(text, lineno, run)
 
 
 def _event(
@@ -218,18 +202,39 @@ def _event(
 
 def _cancelled(text: str, lineno: int, run: RunBuilder) -> None:
     """slurmstepd's ``*** JOB|STEP <id> ON <node> CANCELLED AT <time> [DUE TO <why>] ***``."""
+    bare_step = "*** STEP" in text and "DUE TO" not in text
     if "TIME LIMIT" in text:
         _event(run, text, lineno, "time limit: ", CAUSE, "time limit")
     elif "NODE FAIL" in text:
         _event(run, text, lineno, "node failure: ", CAUSE, "node failure")
-    elif "TASK FAILURE" in text or ("*** STEP" in text and "DUE TO" not in text and run.failure is not None):
+    elif "TASK FAILURE" in text or (bare_step and run.failure is not None):
         # Slurm ending a job (or srun a step, after "srun: Terminating StepId=...") because a task
         # failed: the task's own lines say why
         _event(run, text, lineno, "", REPORT, "slurm cancel")
-    elif "PREEMPTION" in text:
-        _event(run, text, lineno, "preempted: ", CAUSE, "cancelled", "cancelled")
-    else:  # scancel by a user or an admin, a requeue
-        _event(run, text, lineno, "", CAUSE, "cancelled", "cancelled")
+    else:
+        events = len(run.failure_events)
+        if "PREEMPTION" in text:
+            _event(run, text, lineno, "preempted: ", CAUSE, "cancelled", "cancelled")
+        else:  # scancel by a user or an admin, a requeue
+            _event(run, text, lineno, "", CAUSE, "cancelled", "cancelled")
+        if bare_step and len(run.failure_events) > events:
+            # no failure before it that Python read: finish weighs it against the column-wise ones
+            run.state.setdefault(NAME, {}).setdefault("bare_step_cancel", (run.failure_events[-1][0], text))
+
+
+def finish(run: RunBuilder) -> None:
+    """A bare STEP cancel that ``parse_line`` read as the first failure, a cancel, is a report if a
+    failure read column-wise (a traceback's, the launcher's kill) came before it: refold the run's
+    failure events with it so."""
+    pending = run.state.get(NAME, {}).get("bare_step_cancel")
+    if pending is None:
+        return
+    order, text = pending
+    events = run.failure_events
+    index = next((index for index, event in enumerate(events) if event[0] == order), 0)
+    if index:
+        events[index] = (order, "failed", text.strip(), REPORT, "slurm cancel", False, False)
+        run.refold(events)
 
 
 def _srun_error(text: str, lineno: int, run: RunBuilder) -> None:
@@ -246,71 +251,13 @@ def _srun_error(text: str, lineno: int, run: RunBuilder) -> None:
         _event(run, text, lineno, "", REPORT if task["how"].startswith("Exited") else EFFECT, "srun task")
 
 
-def _killed(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
+def _killed(text: str, lineno: int, run: RunBuilder) -> None:
     """A killed process: the cgroup OOM killer's event is a cause; a kill itself (``Killed``, signal 9,
-    SIGKILL) says how a process ended; the launcher killing its workers follows a failure."""
-    if "Killing subprocess" in text:
-        if state.get("launcher_killing"):
-            return  # the launcher killing its other workers, one line each: the first one is kept
-        state["launcher_killing"] = True
-        _event(run, text, lineno, "killed: ", CLEANUP, "launcher kill")
-    elif "oom-kill" in text or "oom_kill" in text:
+    SIGKILL) says how a process ended (the launcher's kills are ``LAUNCHER_KILL``'s)."""
+    if "oom-kill" in text or "oom_kill" in text:
         _event(run, text, lineno, "killed: ", CAUSE, "oom-kill")
     else:
         _event(run, text, lineno, "killed: ", EFFECT, "killed")
-
-
-def _launcher_killed(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
-    """``_killed`` of a bare ``Killing subprocess N`` while no kill of the launcher is on record, without
-    its tests that such a line answers already (it is a launcher kill, no warning, nothing to strip):
-    a line costs a call less per worker."""
-    state["launcher_killing"] = True
-    run.saw(NAME)
-    run.fail("failed", "killed: " + text, lineno, weight=CLEANUP, kind="launcher kill")
-
-
-def _traceback_line(text: str, lineno: int, run: RunBuilder, state: dict) -> bool:
-    """Inside a traceback: wait for its exception line. True when the line was consumed."""
-    stripped = text.strip()
-    if stripped.startswith(('File "', "Traceback (most recent call last)")):
-        # another frame, or another rank's traceback: hundreds of ranks' interleaved tracebacks are one
-        # long block, given up only after TRACEBACK_MAX_LINES lines without a frame
-        state["traceback_last"] = lineno
-        return True
-    if lineno - state.get("traceback_last", lineno) > TRACEBACK_MAX_LINES:
-        _end_traceback(run, state)
-        return False
-    # _EXCEPTION reads a dotted name up to the line's first ':' or its end: a line with a space before
-    # that (most source lines) is none, without running the pattern
-    if " " in stripped.partition(":")[0] or not _EXCEPTION.match(stripped):
-        return True
-    harmless, chained = state.get("harmless"), state.get("chained")
-    _end_traceback(run, state)
-    if harmless:
-        return True
-    run.saw(NAME)
-    weight, kind = _exception_weight(stripped)
-    run.fail("failed", stripped, lineno, weight=weight, kind=kind, exception=True, chained=chained)
-    return True
-
-
-def _exception_weight(line: str) -> tuple[int, str]:
-    """``(weight, kind)`` of a traceback's exception line: a launcher's own exception (torchrun's
-    ChildFailedError, DeepSpeed's runner's CalledProcessError) only says that a worker failed; a signal
-    (torch elastic's SignalException) or a peer's end (connection reset) says how a process ended; any
-    other exception is a cause."""
-    if any(name in line for name in LAUNCHER_EXCEPTIONS):
-        return REPORT, "launcher"
-    if any(name in line for name in SIGNAL_EXCEPTIONS):
-        return EFFECT, "signal"
-    if any(failure in line for failure in PEER_FAILURES):
-        return EFFECT, "peer"
-    return CAUSE, "exception"
-
-
-def _end_traceback(run: RunBuilder, state: dict) -> None:
-    state["in_traceback"] = state["harmless"] = state["chained"] = False
-    run.capture(NAME, False)
 
 
 def _fact(run: RunBuilder, name: str, value: object, lineno: int) -> None:
@@ -318,7 +265,7 @@ def _fact(run: RunBuilder, name: str, value: object, lineno: int) -> None:
     run.set_fact(name, value, NAME, lineno)
 
 
-def _context(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
+def _context(text: str, lineno: int, run: RunBuilder) -> None:
     match = _SET_X.match(text.strip())
     if match and match["name"] in _SET_X_FACTS and match["value"].isdigit():
         _fact(run, _SET_X_FACTS[match["name"]], int(match["value"]), lineno)
@@ -329,6 +276,7 @@ def _context(text: str, lineno: int, run: RunBuilder, state: dict) -> None:
     if match:
         _fact(run, "logged_model_size", float(match["size"]), lineno)
         return
+    state = run.state.setdefault(NAME, {})
     memory = "MiB" in text and _SMI_MEMORY.search(text)  # the substring test first, as above
     if memory and state.get("gpu_form"):
         total_gb = int(memory["total"]) / 1024
@@ -354,11 +302,204 @@ def _read_env(run: RunBuilder, text: str, lineno: int) -> None:
             _fact(run, fact, int(match["value"]), lineno)
 
 
+# --- tracebacks, read column-wise ------------------------------------------------------------------
+
+#: what Python's ``str.strip()`` leaves out at a record's start
+_LEADING_SPACE = f"^{PYTHON_SPACE}*"
+#: a traceback's exception line: a (dotted) exception name, then ``:`` or the end of the (stripped) record
+EXCEPTION_LINE = (
+    rf"{_LEADING_SPACE}(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)\b"
+    rf"(?::|{PYTHON_SPACE}*$)"
+)
+#: a record naming a CUDA OOM that is not indented (an indented one, inside a traceback, is a frame's
+#: source: ``    raise torch.OutOfMemoryError(``; the exception line below it is the evidence)
+OOM_LINE = rf"^[^\s\x1c-\x1f].*(?:{literals(CUDA_OOM)})"
+#: a frame or another rank's header: inside a traceback, such a record keeps it open
+FRAME_OR_HEADER = rf'{_LEADING_SPACE}(?:File "|{re.escape(TRACEBACK_HEADER)})'
+#: the raw lines that can hold one of the block's records (a frame, a header, an exception or OOM line,
+#: a harmless or chained traceback's line); an exception name ends on one of the words
+TRACEBACK_LINES = (
+    r'File "|Traceback|Error|Exception|Interrupt|Exit|Failure|CUDA out of memory|Logging error|'
+    r"During handling of the above exception|The above exception was the direct cause"
+)
+#: the literal tests of parse_line's branches before its test for a launcher's kill: a record that passes
+#: one is read there (its NCCL test is not literal: a record naming an NCCL error and a kill is a kill)
+_READ_BEFORE_KILLS = (
+    *CUDA_OOM,
+    "CANCELLED AT",
+    "Watchdog caught",
+    "srun: error",
+    "NODE_FAIL",
+    *CLEAN_EXITS,
+    "exits with return code",
+    *MPIRUN_ENDS,
+)
+#: and before a traceback's: a record that passes one is read there, not as a traceback's start (nor is
+#: one naming a kill, ``Killed`` or an NCCL error: those tests are not literal)
+_READ_BEFORE_TRACEBACKS = (
+    *_READ_BEFORE_KILLS,
+    "Killing subprocess",
+    "oom-kill",
+    "oom_kill",
+    "SIGKILL",
+    "by peer",
+)
+
+
+def read_tracebacks(blocks: pl.LazyFrame) -> Events:
+    """A failure event per traceback that ended on its exception line (weighed by ``_exception_weight``)
+    or on an OOM line; none for one that Python printed and ignored. The event of a chained traceback's
+    exception is ``chained``: it replaces the failure when that is the exception before it (the process
+    died of the last exception raised while handling, or from, the one before)."""
+    closers = _closers(blocks)
+    text = pl.col("text")
+    ooms = closers.filter(pl.col("oom"), ~pl.col("ignored"), ~text.str.contains(WARNING)).select(
+        "run",
+        "order",
+        status=pl.lit("failed"),
+        reason=pl.lit("CUDA out of memory: ") + text,
+        weight=pl.lit(CAUSE),
+        kind=pl.lit("cuda oom"),
+        exception=pl.lit(False),
+        chained=pl.lit(False),
+    )
+    exceptions = closers.filter(~pl.col("oom"), ~pl.col("ignored")).select(
+        "run",
+        "order",
+        status=pl.lit("failed"),
+        reason=text,
+        **_exception_weight(text),
+        exception=pl.lit(True),
+        chained="chained",
+    )
+    schema = {"run": pl.Int64, **FAILURE_EVENT_SCHEMA}
+    failures = _first_events(pl.concat([ooms.cast(schema), exceptions.cast(schema)]))
+    return Events(failures=[failures.drop("run")], marks=[marks_of(failures.lazy(), NAME, SEEN)])
+
+
+def _closers(blocks: pl.LazyFrame) -> pl.DataFrame:
+    """Each traceback's closing record, with what its block says of it: ``ignored`` (its header came
+    within 2 lines of a harmless traceback's line, the block's herald: Python printed the traceback and
+    went on), ``chained`` (within 3 lines of a chained exception's line) and ``oom`` (an OOM line)."""
+    records = blocks.collect()
+    text = pl.col("text")
+    header = text.str.contains(TRACEBACK_HEADER, literal=True)
+    heralds = records.filter(pl.col("role") == OPENER, ~header).select(
+        "block",
+        herald_line="line",
+        harmless=text.str.contains(literals(HARMLESS_TRACEBACKS)),
+        chained=text.str.contains(literals(CHAINED_TRACEBACKS)),
+    )
+    headers = records.filter(header).group_by("block").agg(header_line=pl.col("line").min())
+    after = pl.col("header_line") - pl.col("herald_line")
+    flags = heralds.join(headers, on="block").select(
+        "block",
+        ignored=pl.col("harmless") & (after <= HARMLESS_WITHIN),
+        chained=pl.col("chained") & (after <= CHAINED_WITHIN),
+    )
+    return (
+        records.filter(pl.col("role") == CLOSER)
+        .join(flags, on="block", how="left")
+        .select(
+            "run",
+            "order",
+            "text",
+            ignored=pl.col("ignored").fill_null(False),
+            chained=pl.col("chained").fill_null(False),
+            oom=text.str.contains(OOM_LINE),
+        )
+    )
+
+
+def _exception_weight(line: pl.Expr) -> dict[str, pl.Expr]:
+    """``weight`` and ``kind`` of a traceback's exception line: a launcher's own exception (torchrun's
+    ChildFailedError, DeepSpeed's runner's CalledProcessError) only says that a worker failed; a signal
+    (torch elastic's SignalException) or a peer's end (connection reset) says how a process ended; any
+    other exception is a cause."""
+    launcher = line.str.contains(literals(LAUNCHER_EXCEPTIONS))
+    signal = line.str.contains(literals(SIGNAL_EXCEPTIONS))
+    peer = line.str.contains(literals(PEER_FAILURES))
+    return {
+        "weight": pl.when(launcher).then(REPORT).when(signal | peer).then(EFFECT).otherwise(CAUSE),
+        "kind": pl.when(launcher)
+        .then(pl.lit("launcher"))
+        .when(signal)
+        .then(pl.lit("signal"))
+        .when(peer)
+        .then(pl.lit("peer"))
+        .otherwise(pl.lit("exception")),
+    }
+
+
+def _first_events(events: pl.DataFrame) -> pl.DataFrame:
+    """The events that can change a run's failure: the first of each kind and weight (a later one repeats
+    it: ``RunBuilder.fold_failure`` keeps one consequence per kind), each chained exception and the
+    exception before it (whether the chain replaces the failure depends on it)."""
+    ordered = events.sort("run", "order")
+    first = pl.int_range(pl.len()).over("run", "kind", "weight") == 0
+    exceptions = ordered.filter(pl.col("exception"))
+    before_chained = pl.col("chained").shift(-1).over("run").fill_null(False)
+    return (
+        pl.concat(
+            [
+                ordered.filter(first),
+                exceptions.filter(pl.col("chained") | before_chained),
+            ]
+        )
+        .unique(["run", "order"], keep="first")
+        .sort("run", "order")
+    )
+
+
+# --- the launcher's kills ------------------------------------------------------------------------------
+
+
+def read_launcher_kills(records: pl.LazyFrame) -> Events:
+    """The first of a run's ``Killing subprocess N`` lines, DeepSpeed's launcher's line per worker it kills
+    after one failed: a cleanup, the failure's evidence is elsewhere; the others repeat it. A first one
+    logged as a warning is no event, nor is any after it."""
+    first = records.sort("order").group_by("run").agg(pl.col("order").first(), pl.col("text").first())
+    failures = first.filter(~pl.col("text").str.contains(WARNING)).select(
+        "order",
+        status=pl.lit("failed"),
+        reason=pl.lit("killed: ") + pl.col("text").str.replace(_LEADING_SPACE, ""),
+        weight=pl.lit(CLEANUP),
+        kind=pl.lit("launcher kill"),
+        exception=pl.lit(False),
+        chained=pl.lit(False),
+    )
+    return Events(
+        failures=[failures.cast(FAILURE_EVENT_SCHEMA).collect()], marks=[marks_of(failures, NAME, SEEN)]
+    )
+
+
+LAUNCHER_KILL = RecordKind(
+    family=NAME,
+    name="launcher kill",
+    test=RecordTest(markers=("Killing subprocess",), unless=_READ_BEFORE_KILLS),
+    read=read_launcher_kills,
+)
+
+TRACEBACK = Block(
+    family=NAME,
+    name="traceback",
+    opens=RecordTest(markers=TRACEBACK_OPENERS, unless=_READ_BEFORE_TRACEBACKS),
+    body=RecordTest(markers=(TRACEBACK_HEADER,)),
+    closes=RecordTest(pattern=f"{EXCEPTION_LINE}|{OOM_LINE}"),
+    renews=RecordTest(pattern=FRAME_OR_HEADER),
+    max_lines=TRACEBACK_MAX_LINES,
+    heralds=RecordTest(markers=(*HARMLESS_TRACEBACKS, *CHAINED_TRACEBACKS), unless=(TRACEBACK_HEADER,)),
+    herald_lines=max(HARMLESS_WITHIN, CHAINED_WITHIN),
+    hint=TRACEBACK_LINES,
+    swallows=True,
+    read=read_tracebacks,
+)
+
+
 FAMILY = Family(
     name=NAME,
     markers=(
-        "CUDA out of memory",
-        "OutOfMemoryError",
+        *CUDA_OOM,
         "CANCELLED AT",
         "Watchdog caught",
         # not bare "NCCL": NCCL_DEBUG=INFO prints millions of "NCCL INFO" lines that must stay off the hot path
@@ -382,9 +523,7 @@ FAMILY = Family(
         *MPIRUN_ENDS,
         "Connection reset by peer",
         "Connection closed by peer",
-        "Traceback (most recent call last)",
-        *HARMLESS_TRACEBACKS,
-        *CHAINED_TRACEBACKS,
+        *TRACEBACK_OPENERS,
         ": error: ",  # argparse's "<prog>: error: <message>"
         "NNODES=",
         "GPUS_PER_NODE=",
@@ -397,6 +536,9 @@ FAMILY = Family(
         "MiB /",
     ),
     parse_line=parse_line,
+    finish=finish,
+    kinds=(LAUNCHER_KILL,),
+    blocks=(TRACEBACK,),
     description="Slurm / launcher context: job id, nodes, GPU model, and failures (OOM, NCCL, time limit, ...)",
     context=True,
 )

@@ -71,6 +71,26 @@ def test_slurm_cancels(lines, status, line):
     assert reason(feed(*lines)) == (status, line)
 
 
+def test_a_bare_step_cancel_after_a_failure_read_column_wise_is_a_report():
+    """A traceback's exception and the launcher's kill lines are read column-wise, after the cancel's
+    line: the bare STEP cancel after them follows from them all the same (``slurm.finish``)."""
+    after_traceback = feed(*TRACEBACK, "ValueError: bad", f"{STEP} ***", f"{JOB} ***")
+    assert after_traceback.failure == ("failed", "ValueError: bad", 4)
+    # a report: the JOB's cancel is kept as a consequence of its own kind
+    assert after_traceback.consequence_lines() == [f"lines.log:5: {STEP} ***", f"lines.log:6: {JOB} ***"]
+    launcher = feed(
+        *TRACEBACK, "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", f"{STEP} ***"
+    )
+    assert launcher.failure == (
+        "failed",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+        4,
+    )
+    after_kill = feed("Killing subprocess 7", f"{STEP} ***")
+    assert after_kill.failure == ("failed", f"{STEP} ***", 2)
+    assert after_kill.consequence_lines() == ["lines.log:1: killed: Killing subprocess 7"]
+
+
 def test_a_time_limit_outranks_the_tracebacks_of_its_signal_in_any_order():
     """torch elastic's agent raises SignalException when Slurm's SIGTERM arrives: whether its traceback
     is written before or after slurmstepd's line, the time limit is the reason."""
@@ -80,14 +100,14 @@ def test_a_time_limit_outranks_the_tracebacks_of_its_signal_in_any_order():
     before = feed(*TRACEBACK, signal, limit)
     assert reason(after) == ("failed", 1) and after.failure[1].startswith("time limit: ")
     assert reason(before) == ("failed", 5) and before.failure[1].startswith("time limit: ")
-    assert after.consequence_lines() == [f"line 5: {signal}"]
-    assert before.consequence_lines() == [f"line 4: {signal}"]
+    assert after.consequence_lines() == [f"lines.log:5: {signal}"]
+    assert before.consequence_lines() == [f"lines.log:4: {signal}"]
 
 
 def test_an_exception_before_a_time_limit_is_what_the_job_died_of():
     run = feed(*TRACEBACK, "ValueError: bad", f"{JOB} DUE TO TIME LIMIT ***")
     assert run.failure == ("failed", "ValueError: bad", 4)
-    assert run.consequence_lines() == [f"line 5: time limit: {JOB} DUE TO TIME LIMIT ***"]
+    assert run.consequence_lines() == [f"lines.log:5: time limit: {JOB} DUE TO TIME LIMIT ***"]
 
 
 # --- launchers and kills ----------------------------------------------------------------------------
@@ -102,7 +122,7 @@ def test_the_oom_killer_is_the_cause_of_the_kill_before_or_after_it():
     for lines, line in (([kill, event], 2), ([event, kill], 1)):
         run = feed(*lines)
         assert run.failure == ("failed", f"killed: {event}", line)
-        assert run.consequence_lines() == [f"line {3 - line}: killed: {kill}"]
+        assert run.consequence_lines() == [f"lines.log:{3 - line}: killed: {kill}"]
 
 
 def test_torchrun_signal_summary_is_the_reason_only_without_a_cause():
@@ -118,12 +138,12 @@ def test_torchrun_signal_summary_is_the_reason_only_without_a_cause():
     alone = feed(*summary)
     assert alone.failure == ("failed", "killed: exitcode  : -9 (pid: 2460)  (SIGKILL)", 6)
     assert alone.consequence_lines() == [
-        "line 4: torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"
+        "lines.log:4: torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"
     ]
     worker = feed("usage: train.py [-h] [--attention {flash,sdpa}]", "train.py: error: argument --attention: "
                   "invalid choice: 'xformers' (choose from 'flash', 'sdpa')", *summary)  # fmt: skip
     assert reason(worker) == ("failed", 2)
-    assert [line.split(":")[0] for line in worker.consequence_lines()] == ["line 6", "line 8"]
+    assert [line.split(":")[1] for line in worker.consequence_lines()] == ["6", "8"]
 
 
 def test_deepspeed_launcher_exit_outranks_its_cleanup():
@@ -135,7 +155,7 @@ def test_deepspeed_launcher_exit_outranks_its_cleanup():
     )
     assert reason(run) == ("failed", 3) and run.failure[1].startswith("worker failed: ")
     assert run.consequence_lines() == [
-        "line 1: killed: [2021-05-26 10:00:00,000] [INFO] [launch.py:253:sigkill_handler] Killing subprocess 4443"
+        "lines.log:1: killed: [2021-05-26 10:00:00,000] [INFO] [launch.py:253:sigkill_handler] Killing subprocess 4443"
     ]
 
 
@@ -164,7 +184,7 @@ def test_mpirun_lines_are_consequences_of_the_ranks_exception():
     run = feed(*TRACEBACK, "RuntimeError: rank 3 diverged", *mpirun)
     assert run.failure == ("failed", "RuntimeError: rank 3 diverged", 4)
     assert run.consequence_lines() == [
-        f"line 5: {mpirun[0]}"
+        f"lines.log:5: {mpirun[0]}"
     ]  # mpirun's first line; the others repeat its kind
 
 
@@ -182,7 +202,7 @@ def test_another_ranks_later_traceback_does_not_replace_the_first():
     )
     assert run.failure == ("failed", "ValueError: rank 0 cannot read its shard", 4)
     # the peer's error is a consequence; rank 2's identical error repeats the reason's kind
-    assert [c.split(":")[0] for c in run.consequence_lines()] == ["line 8"]
+    assert [c.split(":")[1] for c in run.consequence_lines()] == ["8"]
 
 
 def test_a_connection_reset_before_the_cause_does_not_become_the_reason():
@@ -192,7 +212,7 @@ def test_a_connection_reset_before_the_cause_does_not_become_the_reason():
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
     )
     assert reason(run) == ("failed", 5) and run.failure[1].startswith("CUDA out of memory: ")
-    assert run.consequence_lines()[0].startswith("line 1: [E socket.cpp:957]")
+    assert run.consequence_lines()[0].startswith("lines.log:1: [E socket.cpp:957]")
 
 
 def test_interleaved_tracebacks_longer_than_the_window_keep_their_exception():
@@ -206,7 +226,7 @@ def test_interleaved_tracebacks_longer_than_the_window_keep_their_exception():
         *["some output"] * (slurm.TRACEBACK_MAX_LINES + 1),
         "KeyError: 'x'",
     )
-    assert stale.failure is None and not stale.capturing  # no frame for too long: given up
+    assert stale.failure is None  # no frame for too long: given up
 
 
 @pytest.mark.parametrize(

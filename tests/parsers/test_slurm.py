@@ -105,7 +105,6 @@ def test_traceback_reason_is_its_last_exception_line():
         "ValueError: hidden_size must be divisible by heads",
     )
     assert run.failure == ("failed", "ValueError: hidden_size must be divisible by heads", 10)
-    assert not run.capturing
 
 
 def test_cancel_outranks_an_earlier_failure():
@@ -120,20 +119,28 @@ def test_ordinary_nccl_info_is_not_a_failure():
     assert feed("r7i4n1:1234:1234 [0] NCCL INFO Using network IB").failure is None
 
 
-def test_bare_launcher_kill_lines_take_the_killed_branch_and_the_first_is_kept():
-    # parse_line sends a bare "Killing subprocess N" straight to its killed-process branch
+def test_the_launchers_first_kill_line_is_the_one_read():
+    """DeepSpeed's launcher prints a line per worker it kills (bare, or logged at INFO): the first counts."""
     run = feed("Killing subprocess 22920", "Killing subprocess 22921", "Killing subprocess 22922")
     assert run.failure == ("failed", "killed: Killing subprocess 22920", 1)
-    assert run.families_seen["slurm"] == 1  # the later kills are skipped, as the launcher's echo
+    assert run.families_seen["slurm"] == 1
     later = feed("Killing subprocess 1", "Killing subprocess 2", "RuntimeError: CUDA out of memory. Tried")
     assert later.failure[1].startswith("CUDA out of memory")  # a later line says how the worker failed
     earlier = feed(
-        "srun: error: task 3: Exited with exit code 1", "Killing subprocess 1", "Killing subprocess 2"
+        "srun: error: task 3: Exited with exit code 1",
+        "[2021-05-26 10:00:00,000] [INFO] [launch.py:253:sigkill_handler] Killing subprocess 1",
+        "Killing subprocess 2",
     )
     # srun's report outranks the launcher's cleanup, which is kept once as a consequence
     assert earlier.failure == ("failed", "srun: error: task 3: Exited with exit code 1", 1)
     assert earlier.families_seen["slurm"] == 2
-    assert earlier.consequence_lines() == ["line 2: killed: Killing subprocess 1"]
+    assert earlier.consequence_lines() == [
+        "lines.log:2: killed: [2021-05-26 10:00:00,000] [INFO] [launch.py:253:sigkill_handler] Killing subprocess 1"
+    ]
+
+
+def test_a_first_kill_line_logged_as_a_warning_is_no_failure_nor_the_kills_after_it():
+    assert feed("[WARNING] Killing subprocess 1", "Killing subprocess 2").failure is None
 
 
 def test_a_kill_line_with_other_evidence_or_inside_a_traceback_is_read_in_full():
@@ -141,3 +148,15 @@ def test_a_kill_line_with_other_evidence_or_inside_a_traceback_is_read_in_full()
     assert oom.failure[1].startswith("CUDA out of memory")
     in_traceback = feed("Traceback (most recent call last):", "Killing subprocess 7", "ValueError: bad")
     assert in_traceback.failure == ("failed", "ValueError: bad", 3)
+    assert in_traceback.consequences == []
+
+
+def test_traceback_frames_are_skipped_and_the_exception_line_read():
+    run = feed(
+        "Traceback (most recent call last):",
+        '  File "/x/run.py", line 1019, in run',
+        "    elastic_launch(",
+        "           ^^^^^^^",
+        "ValueError",
+    )
+    assert run.failure == ("failed", "ValueError", 5)

@@ -1,0 +1,204 @@
+"""Tracebacks are the Slurm family's ``TRACEBACK`` block, read column-wise: a header opens one (Python's
+``Exception ignored in`` or a chained exception's line heralds it), frames and other ranks' headers keep
+it open, its exception or OOM line ends it, and the family's other records inside are not read. Hundreds
+of ranks' interleaved tracebacks never reach Python; the results are the same whatever the batches."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from logstat.parsers import slurm, source
+from logstat.parsers.base import CAUSE, EFFECT, REPORT, RunBuilder
+from logstat.parsers.reader import RunFiles, read_settled
+
+from tests.conftest import FIXTURES
+from tests.parsers.feeding import feed_file, feed_lines
+
+MPIRUN_384_RANKS = FIXTURES / "failures" / "mpirun-384-ranks-3016.out.gz"
+HEADER = "Traceback (most recent call last):"
+FRAME = '  File "pretrain_gpt.py", line 149, in <module>'
+
+
+def feed(*lines: str) -> RunBuilder:
+    return feed_lines(slurm.FAMILY, lines)
+
+
+def test_the_384_ranks_tracebacks_never_reach_python():
+    """384 ranks' interleaved tracebacks (384 headers, 1920 frames, their exception lines): Python reads
+    only mpirun's two summary lines; the reason is the first rank's exception."""
+    handed = []
+
+    def counting(text: str, lineno: int, run: RunBuilder) -> None:
+        handed.append(lineno)
+        slurm.parse_line(text, lineno, run)
+
+    run = feed_file(replace(slurm.FAMILY, parse_line=counting), MPIRUN_384_RANKS)
+    assert handed == [4995, 4999]
+    assert run.failure == (
+        "failed",
+        "FileNotFoundError: [Errno 2] No such file or directory: '/gpfs/oscar-en/shard_0263_text_document.idx'",
+        22,
+    )
+    assert run.consequence_lines() == [
+        "mpirun-384-ranks-3016.out.gz:4995: Primary job  terminated normally, but 1 process returned"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "weight", "kind"),
+    [
+        ("ValueError: bad value", CAUSE, "exception"),
+        ("KeyboardInterrupt", CAUSE, "exception"),
+        ("  torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970 ", CAUSE, "exception"),
+        ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", REPORT, "launcher"),
+        ("subprocess.CalledProcessError: Command '['python']' returned non-zero exit status 1.", REPORT, "launcher"),
+        ("torch.distributed.elastic.multiprocessing.api.SignalException: Process 1 got signal: 15", EFFECT, "signal"),
+        ("RuntimeError: [pair.cc:534] Connection reset by peer [10.0.0.2]:1234", EFFECT, "peer"),
+    ],
+)  # fmt: skip
+def test_an_exception_line_ends_a_traceback_weighed_by_what_it_says(line, weight, kind):
+    run = feed(HEADER, FRAME, "    main()", line)
+    assert run.failure == ("failed", line.strip(), 4)
+    assert (run.failure_weight, run.failure_kind) == (weight, kind)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Exception: a bare Exception names no error kind",
+        "socket.timeout: timed out",
+        "ValueError bad value",  # no colon after the name
+        "raise ValueError: no",  # a space before the first colon
+        "error: lower case",
+    ],
+)
+def test_other_lines_do_not_end_a_traceback(line):
+    assert feed(HEADER, FRAME, line).failure is None
+    # the traceback is still open: the family's lines inside are not read
+    assert feed(HEADER, FRAME, line, "srun: error: r1: task 0: Exited with exit code 1").failure is None
+
+
+def test_an_oom_line_ends_a_traceback_as_an_oom_and_a_frames_source_does_not():
+    run = feed(HEADER, FRAME, "    raise torch.OutOfMemoryError(", "RuntimeError: CUDA out of memory. Tried")
+    assert run.failure == ("failed", "CUDA out of memory: RuntimeError: CUDA out of memory. Tried", 4)
+    assert run.failure_kind == "cuda oom"
+    # a warning that names an OOM ends the traceback without a failure; what follows is read again
+    warned = feed(HEADER, FRAME, "[W stage3.py] CUDA out of memory on a retry", "Killed")
+    assert warned.failure == ("failed", "killed: Killed", 4)
+
+
+def test_frames_keep_a_traceback_open_each_within_the_window_of_the_one_before():
+    gap = ["output"] * (slurm.TRACEBACK_MAX_LINES - 1)
+    run = feed(HEADER, *gap, FRAME, *gap, "[rank3]: " + HEADER, *gap, "KeyError: 'x'")
+    assert run.failure == ("failed", "KeyError: 'x'", 3 * slurm.TRACEBACK_MAX_LINES + 1)
+    given_up = feed(HEADER, *gap, "output", FRAME, "KeyError: 'x'", "srun: error: r1: task 0: Killed")
+    assert given_up.failure == ("failed", "srun: error: r1: task 0: Killed", slurm.TRACEBACK_MAX_LINES + 4)
+
+
+def test_a_traceback_ends_with_its_file(tmp_path):
+    """A job's .out and .err are one run: a traceback the .out leaves open does not hide the .err's lines."""
+    out, err = tmp_path / "job-5.out", tmp_path / "job-5.err"
+    out.write_text(f"{HEADER}\n{FRAME}\n")
+    err.write_text("srun: error: r1: task 0: Killed\nValueError: x\n")
+    (result,) = read_settled([RunFiles(key=str(out), files=(out, err))], [slurm.FAMILY])
+    assert result.run.failure == ("failed", "srun: error: r1: task 0: Killed", 1)
+    assert result.run.failure_path == str(err)
+
+
+def test_the_launchers_kills_inside_a_traceback_are_not_read():
+    run = feed(HEADER, FRAME, "Killing subprocess 7", "ValueError: bad", "Killing subprocess 8")
+    assert run.failure == ("failed", "ValueError: bad", 4)
+    assert run.consequence_lines() == ["lines.log:5: killed: Killing subprocess 8"]
+
+
+@pytest.mark.parametrize(("gap", "ignored"), [(0, True), (1, True), (2, False)])
+def test_a_traceback_right_after_exception_ignored_in_is_no_failure(gap, ignored):
+    run = feed("Exception ignored in: <function f>", *[""] * gap, HEADER, FRAME, "ValueError: x")
+    assert run.failure == (None if ignored else ("failed", "ValueError: x", gap + 4))
+
+
+def test_of_harmless_lines_one_after_another_the_last_one_counts():
+    harmless = "Exception ignored in: <function f>"
+    assert feed(harmless, harmless, "", HEADER, FRAME, "ValueError: x").failure is None
+
+
+def test_lines_after_a_harmless_line_that_no_traceback_follows_are_read():
+    run = feed("Exception ignored in: <function f>", "Process 1 exits successfully.", "BrokenPipeError: x")
+    assert run.failure is None
+    assert run.clean_exit[:2] == ("Process 1 exits successfully.", 2)
+    # nor are those between it and the traceback it heralds
+    heralded = feed("--- Logging error ---", "srun: error: r1: task 0: Killed", HEADER, FRAME, "OSError: x")
+    assert heralded.failure == ("failed", "srun: error: r1: task 0: Killed", 2)
+    assert heralded.consequences == []
+
+
+@pytest.mark.parametrize(("gap", "chained"), [(1, True), (2, True), (3, False)])
+def test_a_traceback_chained_to_the_one_before_replaces_its_exception(gap, chained):
+    chain = "During handling of the above exception, another exception occurred:"
+    run = feed(HEADER, FRAME, "KeyError: 'a'", chain, *[""] * gap, HEADER, FRAME, "ValueError: b")
+    line = 7 + gap
+    assert run.failure == (("failed", "ValueError: b", line) if chained else ("failed", "KeyError: 'a'", 3))
+
+
+# --- the same whatever the batches -------------------------------------------------------------------
+
+_LINES = [
+    HEADER,
+    "[rank3]: " + HEADER,
+    "    ^^^^^^" + HEADER,
+    FRAME,
+    '[rank3]:   File "/x/train.py", line 7, in main',
+    '  File "/x/OutOfMemoryError.py", line 3, in g',
+    "    raise torch.OutOfMemoryError(",
+    "ValueError: bad value",
+    "Exception: bare",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "During handling of the above exception, another exception occurred:",
+    "Exception ignored in atexit callback: <function f at 0x1>",
+    "srun: error: r7i4n2: task 3: Exited with exit code 1",
+    "slurmstepd: error: *** STEP 7.0 ON n CANCELLED AT 2021 ***",
+    "Killing subprocess 4443",
+    "[INFO] [launch.py:253:sigkill_handler] Killing subprocess 4445",
+    "Connection reset by peer",
+    "+ NNODES=4",
+    "noise",
+    "",
+]
+
+
+def _result(path: Path) -> tuple:
+    run = feed_file(slurm.FAMILY, path)
+    return run.failure, run.consequence_lines(), run.facts
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(_LINES), st.integers(0, 4)), min_size=1, max_size=30))
+@example(
+    [
+        (_LINES[11], 0),
+        (_LINES[0], 0),
+        (FRAME, 0),
+        ("Killing subprocess 4443", 3),
+        ("ValueError: bad value", 0),
+    ]
+)
+def test_tracebacks_read_the_same_whatever_the_batches(tmp_path_factory, monkeypatch, lines):
+    """Lines of tracebacks and around them, each followed by a few lines no family reads, with a window of
+    4 lines (so that it ends, or does not, between any two of them), read in batches of a few bytes."""
+    monkeypatch.setattr(slurm, "TRACEBACK", replace(slurm.TRACEBACK, max_lines=4))
+    family = replace(slurm.FAMILY, blocks=(slurm.TRACEBACK,))
+    monkeypatch.setattr(slurm, "FAMILY", family)
+    path = tmp_path_factory.mktemp("tb") / "job-1.out"
+    path.write_text("".join(line + "\n" + "gap\n" * gap for line, gap in lines))
+    whole = _result(path)
+    for batch_bytes in (5, 60):
+        with monkeypatch.context() as patch:
+            patch.setattr(source, "CHUNK_BYTES", batch_bytes)
+            patch.setattr(source, "batches", partial(source.batches, batch_bytes=batch_bytes))
+            assert _result(path) == whole
