@@ -295,14 +295,6 @@ class RunBuilder:
         if self.clean_exit is None:
             self.clean_exit = (evidence.strip()[:300], lineno, self.current_file, self.position)
 
-    def capture(self, family: str, on: bool = True, *, lines: object = None) -> None:
-        """TEMPORARY (the port of the families' blocks to ``kinds.Block``): does nothing."""
-
-    @property
-    def capturing(self) -> set[str]:
-        """TEMPORARY (the port of the families' blocks to ``kinds.Block``): no family captures."""
-        return set()
-
     def fits(self, name: str, value: Any, family: str, lineno: int) -> bool:
         """Whether a frame column can hold ``value``; if not, the line is noted in ``parse_errors``
         (polars refuses a whole frame for one integer beyond int64, e.g. ``99999999999999999999999``)."""

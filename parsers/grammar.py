@@ -1,9 +1,7 @@
 """Shared pyparsing pieces of the log families, module-level and named so each is testable alone.
 
 - ``number``: integer / float / scientific literal, also ``nan`` and ``inf``.
-- ``dotted``: ``  name ........ value`` lines of Megatron's arguments dump and DeepSpeed's config
-  printer (old Megatron pads long names with spaces only: ``  long_name  value``), as Python reads them
-  (both families read them column-wise; tests/parsers/test_capture_patterns.py holds Megatron's to it).
+- ``literal``, ``positive_int``: a dumped value as Python reads it.
 - ``command_line_flags``: the ``--name value`` flags of an echoed launch command.
 
 Parse actions only convert types; turning parse results into facts is the families' job.
@@ -21,24 +19,6 @@ from pyparsing import pyparsing_common as ppc
 nan_inf = pp.Regex(r"[-+]?(?:nan|inf(?:inity)?)\b", flags=re.IGNORECASE).set_name("nan_inf")
 nan_inf.set_parse_action(lambda t: float(t[0]))
 number = (ppc.sci_real | ppc.real | ppc.signed_integer | nan_inf).set_name("number")
-
-# ``  name ........ value``: the name as a word (possessive), then the filler: dots after any whitespace,
-# or two whitespace characters (old Megatron pads long names with spaces only); the value to the end.
-_DOTTED_LINE = re.compile(
-    r"[ \t\r\n]*(?P<name>[A-Za-z_][A-Za-z0-9_]*+)(?:\s*\.{2,}\s*|\s{2,})[ \t\r\n]*(?P<value>.*)[ \t\r\n]*\Z"
-)
-
-
-def dotted(text: str) -> tuple[str, str] | None:
-    """``(name, value)`` of a ``name ..... value`` record, or None; the value is the raw text.
-
-    One compiled pattern (a dump is hundreds of lines); tabs are expanded first.
-    """
-    match = _DOTTED_LINE.match(text.expandtabs() if "\t" in text else text)
-    if match is None:
-        return None
-    name, value = match.group("name", "value")
-    return name, value.strip()
 
 
 def literal(text: str) -> Any:

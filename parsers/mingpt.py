@@ -19,24 +19,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import pyparsing as pp
 from logstat.parsers import grammar
 from logstat.parsers.base import Family, RunBuilder, never_raises
 from logstat.parsers.hf_trainer import NUMBER_FIRST_MATCH, number_of
 
 NAME = "mingpt"
 
-epoch_time = (
-    pp.Suppress("Average Epoch time:") + grammar.number("seconds") + pp.Suppress(pp.Literal("seconds"))
-).set_name("epoch_time")
-peak_memory = (
-    pp.Suppress("Average Peak CUDA memory:") + grammar.number("mib") + pp.Suppress(pp.Literal("MiB"))
-).set_name("peak_memory")
-
-# ``epoch_time`` and ``peak_memory`` as compiled patterns: ``scan_string`` tries the grammar at every
-# character (~0.5 ms a line); ``finditer`` tries the same starts, skips pyparsing's default whitespace
-# before each token and keeps the first alternative of ``grammar.number`` that matches, as the grammar
-# does. tests/parsers/test_family_shortcuts.py checks both against their grammars' scans.
+# the benchmark's result lines: the literal, a number (``grammar.number``'s first alternative that
+# matches: an integer stays one) and its unit, whitespace allowed between them
 _EPOCH_TIME = re.compile(rf"Average Epoch time:[ \t\r\n]*+{NUMBER_FIRST_MATCH}[ \t\r\n]*+seconds")
 _PEAK_MEMORY = re.compile(rf"Average Peak CUDA memory:[ \t\r\n]*+{NUMBER_FIRST_MATCH}[ \t\r\n]*+MiB")
 
@@ -108,18 +98,18 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
 
 
 def epoch_times(text: str) -> list[int | float]:
-    """The ``seconds`` of each match of ``epoch_time.scan_string(text)``, in order."""
+    """The seconds of each ``Average Epoch time: N seconds`` of ``text``, in order."""
     return _scan(_EPOCH_TIME, "Average Epoch time:", text)
 
 
 def peak_memories(text: str) -> list[int | float]:
-    """The ``mib`` of each match of ``peak_memory.scan_string(text)``, in order."""
+    """The MiB of each ``Average Peak CUDA memory: N MiB`` of ``text``, in order."""
     return _scan(_PEAK_MEMORY, "Average Peak CUDA memory:", text)
 
 
 def _scan(pattern: re.Pattern[str], literal: str, text: str) -> list[int | float]:
-    # scan_string expands tabs first, which can join the literal ("time:\t" is fine, "Epoch\ttime" may
-    # become "Epoch time"): without a tab the literal must be in the line as it is
+    # tabs are expanded first (a tab inside the literal makes it no literal); without a tab the literal
+    # must be in the line as it is
     if "\t" in text:
         text = text.expandtabs()
     elif literal not in text:

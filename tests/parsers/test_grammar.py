@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from logstat.parsers import grammar
-from logstat.parsers.grammar import dotted, literal
+from logstat.parsers.grammar import literal
 from logstat.parsers.kinds import pipe_fields
 
 from tests.conftest import FIXTURES
@@ -54,19 +54,6 @@ def test_pipe_record_skips_non_numbers_and_reads_nan_inf():
 )
 def test_pipe_fields_edge_cases(text, expected):
     assert _fields(text) == expected
-
-
-def test_dotted_record_with_dots_and_with_spaces_only():
-    assert dotted("  hidden_size ..................................... 8192") == ("hidden_size", "8192")
-    assert dotted("  ffn_hidden_size ................................. 32768") == ("ffn_hidden_size", "32768")
-    # old Megatron pads long names with two spaces, no dots (meg_ds_zero...out)
-    assert dotted("  apply_residual_connection_post_layernorm  False") == (
-        "apply_residual_connection_post_layernorm",
-        "False",
-    )
-    assert dotted("  tensorboard_output_path ...... ") == ("tensorboard_output_path", "")
-    assert dotted("building GPT model ...") is None
-    assert dotted("a b") is None
 
 
 def test_literal_values():
