@@ -828,7 +828,7 @@ def _dumps(printed: pl.DataFrame, others: pl.DataFrame) -> _Parts:
 # --- the records read in order (kind SEQUENCE) -----------------------------------------------------------
 
 
-def read_sequence(records: pl.LazyFrame) -> Events:
+def read_sequence(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
     """Every run's SEQUENCE records, in order: its dumps, steps and profiler summaries, and the RECORDS
     records glued to them (a record is one kind's)."""
     frame = records.collect()

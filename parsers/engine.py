@@ -49,26 +49,24 @@ class Prepared:
 
 @dataclass
 class Reading:
-    """What reading a group of runs keeps between batches."""
+    """What reading a group of runs keeps between batches: the records of the kinds read on their own,
+    and per read group (``records.ReadGroup``) its blocks' and kinds' records, until they are read."""
 
     plan: Plan
     runs: list[RunBuilder]
     files: list[Sequence[Path]]
     readers: list[LineReader | None]
     kind_records: list[pl.DataFrame] = field(default_factory=list)
+    group_records: list[list[pl.DataFrame]] = field(default_factory=list)
+    carries: list[pl.DataFrame | None] = field(default_factory=list)
     kept: int = 0
-    block_records: list[list[pl.DataFrame]] = field(default_factory=list)
     open_blocks: list[dict[int, OpenBlock]] = field(default_factory=list)
     events: Events = field(default_factory=Events)
-    late_kinds: list[int] = field(default_factory=list)
-    """The kinds read with their family's blocks (sharing their ``read``): kept until the end."""
-    late_records: list[pl.DataFrame] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.block_records = [[] for _ in self.plan.blocks]
+        self.group_records = [[] for _ in self.plan.groups]
+        self.carries = [None for _ in self.plan.groups]
         self.open_blocks = [{} for _ in self.plan.blocks]
-        reads = {block.read for block in self.plan.blocks}
-        self.late_kinds = [index for index, kind in enumerate(self.plan.kinds) if kind.read in reads]
 
 
 def read(runs: list[RunBuilder], files: list[Sequence[Path]], plan: Plan, reports: list[list]) -> Events:
@@ -79,8 +77,9 @@ def read(runs: list[RunBuilder], files: list[Sequence[Path]], plan: Plan, report
     )
     for batch in _prepared(source.batches(files, reports), plan):
         _read_batch(reading, batch)
-    _flush_kinds(reading, last=True)
-    _read_blocks(reading)
+        if reading.kept >= FLUSH_RECORDS:
+            _flush(reading)
+    _flush(reading, last=True)
     return reading.events
 
 
@@ -120,13 +119,14 @@ def _read_batch(reading: Reading, batch: Prepared) -> None:
         reading.open_blocks[number] = spans.still_open
         taken = spans.taken
         if block.into is None:
-            reading.block_records[number].append(spans.records)
+            _keep(
+                reading,
+                reading.plan.group_of_block[number],
+                spans.records.with_columns(source=pl.lit(block.name)),
+            )
         else:  # the lines go to a whole-run kind; its opener is one of the kind's records already
             lines = spans.records.filter(pl.col("role") != ENDED, pl.col("role") != OPENER)
-            kind = pl.lit(reading.plan.kind_number(block.family, block.into), dtype=pl.Int32)
-            reading.kind_records.append(
-                lines.select("run", "order", "text", kind=kind).cast(_KIND_RECORD_SCHEMA)
-            )
+            _keep(reading, reading.plan.group_of_block[number], lines.with_columns(source=pl.lit(block.into)))
             openers = spans.records.filter(pl.col("role") == OPENER).select("run", "order")
             taken = taken.join(openers, on=["run", "order"], how="anti")
         if block.swallows:  # and the family's other records inside
@@ -155,8 +155,8 @@ def _without(records: pl.DataFrame, family: str, taken: pl.DataFrame) -> pl.Data
 
 
 def _keep_kinds(reading: Reading, records: pl.DataFrame) -> None:
-    """The batch's records of the record kinds, kept to be read with others; each kind record that is
-    evidence counts for its family at once (the Python families ask what was seen before a record)."""
+    """The batch's records of the record kinds, kept to be read with others (a kind of a read group with
+    its group's records)."""
     columns = [f"f{number}" for number in range(len(reading.plan.families))]
     kinds = pl.concat(
         [
@@ -166,14 +166,36 @@ def _keep_kinds(reading: Reading, records: pl.DataFrame) -> None:
     )
     if kinds.is_empty():
         return
-    if reading.late_kinds:
-        late = pl.col("kind").is_in(reading.late_kinds)
-        reading.late_records.append(kinds.filter(late).cast(_KIND_RECORD_SCHEMA))
-        kinds = kinds.filter(~late)
+    grouped = reading.plan.group_of_kind
+    if grouped:
+        in_group = pl.col("kind").is_in(list(grouped))
+        for index in kinds.filter(in_group).get_column("kind").unique().to_list():
+            rows = kinds.filter(pl.col("kind") == index).select(
+                "run", block="order", order="order", text="text", role=pl.lit(BODY, dtype=pl.Int8)
+            )
+            _keep(reading, grouped[index], rows.with_columns(source=pl.lit(reading.plan.kinds[index].name)))
+        kinds = kinds.filter(~in_group)
     reading.kind_records.append(kinds.cast(_KIND_RECORD_SCHEMA))
     reading.kept += kinds.height
-    if reading.kept >= FLUSH_RECORDS:
-        _flush_kinds(reading)
+
+
+def _keep(reading: Reading, group: int, records: pl.DataFrame) -> None:
+    """Keep a group's records (``run``, ``block``, ``order``, ``text``, ``role``, ``source``)."""
+    if records.height:
+        reading.group_records[group].append(
+            records.select(list(_GROUP_RECORD_SCHEMA)).cast(_GROUP_RECORD_SCHEMA)
+        )
+        reading.kept += records.height
+
+
+_GROUP_RECORD_SCHEMA = {
+    "run": pl.Int64,
+    "block": pl.Int64,
+    "order": pl.Int64,
+    "text": pl.String,
+    "role": pl.Int8,
+    "source": pl.String,
+}
 
 
 def _read_python(reading: Reading, records: pl.DataFrame) -> None:
@@ -239,18 +261,56 @@ def _see(builder: RunBuilder, run: int, unseen: dict[tuple[int, int, str], int])
         builder.saw(key[2], unseen.pop(key), at=key[1])
 
 
-def _flush_kinds(reading: Reading, *, last: bool = False) -> None:
-    """Read the kept kind records into events; those of the ``whole_run`` kinds only at the ``last``."""
+def _flush(reading: Reading, *, last: bool = False) -> None:
+    """Read what is kept into events: the kinds read on their own, and each read group's records up to
+    (not including) the first block of the group still open in each run (all at the ``last``; a
+    ``whole_run`` group only then)."""
+    _flush_kinds(reading)
+    for number, group in enumerate(reading.plan.groups):
+        frames = reading.group_records[number]
+        if not frames or (group.whole_run and not last):
+            continue
+        records = pl.concat(frames)
+        cut = None if last else _open_from(reading, group.blocks)
+        if cut is not None:
+            held = (
+                records.join(cut, on="run", how="left").select(pl.col("order") >= pl.col("cut")).to_series()
+            )
+            held = held.fill_null(False)
+            records, rest = records.filter(~held), records.filter(held)
+            reading.group_records[number] = [rest] if rest.height else []
+        else:
+            reading.group_records[number] = []
+        if records.height:
+            _read_group(reading, number, records)
+    reading.kept = sum(
+        frame.height
+        for group, frames in zip(reading.plan.groups, reading.group_records, strict=True)
+        if not group.whole_run
+        for frame in frames
+    )
+
+
+def _open_from(reading: Reading, blocks: list[int]) -> pl.DataFrame | None:
+    """Per run (``run``, ``cut``), the opener of the first of ``blocks`` still open: its records and the
+    later ones wait for the block to end."""
+    cuts: dict[int, int] = {}
+    for number in blocks:
+        for run, state in reading.open_blocks[number].items():
+            cuts[run] = min(cuts.get(run, state.opener), state.opener)
+    if not cuts:
+        return None
+    return pl.DataFrame(
+        {"run": list(cuts), "cut": list(cuts.values())}, schema={"run": pl.Int64, "cut": pl.Int64}
+    )
+
+
+def _flush_kinds(reading: Reading) -> None:
+    """Read the kept records of the kinds read on their own into events."""
     if not reading.kind_records:
         return
     records = pl.concat(reading.kind_records)
-    reading.kind_records, reading.kept = [], 0
-    whole_run = reading.plan.whole_run_kinds
-    if whole_run and not last:
-        held = pl.col("kind").is_in(whole_run)
-        reading.kind_records, records = [records.filter(held)], records.filter(~held)
-    elif whole_run:  # in reading order: a block's lines came before its batch's kind records
-        records = records.sort("run", "order", maintain_order=True)
+    reading.kind_records = []
     keyed = records.with_row_index("row").with_columns(key=pl.col("row").cast(pl.Int64) * _EVENTS_PER_RECORD)
     events = read_records(
         reading.plan.kinds,
@@ -266,46 +326,30 @@ def _flush_kinds(reading: Reading, *, last: bool = False) -> None:
     reading.events.extend(_located(events, keyed.select(pl.col("row").cast(pl.Int64), "run", base="order")))
 
 
-def _read_blocks(reading: Reading) -> None:
-    """Read every block's records into events (a block's records may come from several batches). A
-    family's blocks that share one ``read`` are read together, in one frame (``source``: the name of the
-    block a row is from), where a record has one key whichever blocks it is in: a family whose blocks
-    weigh each other's records (a dump's setting numbers later records) reads them in one place. A kind
-    that shares their ``read`` is read with them too (its rows: ``block`` and ``order`` the record's,
-    ``role`` BODY), all its records at once."""
-    groups: dict[object, list[pl.DataFrame]] = {}
-    for block, frames in zip(reading.plan.blocks, reading.block_records, strict=True):
-        if frames:
-            sourced = pl.concat(frames).with_columns(source=pl.lit(block.name))
-            groups.setdefault(block.read, []).append(sourced)
-    if reading.late_records:
-        late = pl.concat(reading.late_records)
-        for index in reading.late_kinds:
-            kind = reading.plan.kinds[index]
-            rows = late.filter(pl.col("kind") == index).select(
-                "run", block="order", order="order", text="text", role=pl.lit(BODY, dtype=pl.Int8)
-            )
-            if rows.height:
-                groups.setdefault(kind.read, []).append(rows.with_columns(source=pl.lit(kind.name)))
-    for read, frames in groups.items():
-        records = pl.concat(frames).sort("run", "order", "block", "source")
-        first = (pl.col("run") != pl.col("run").shift()) | (pl.col("order") != pl.col("order").shift())
-        keyed = records.with_columns(row=first.fill_null(True).cum_sum().cast(pl.Int64) - 1).with_columns(
-            key=pl.col("row") * _EVENTS_PER_RECORD
-        )
-        base = keyed.select("row", "run", base="order").unique("row", keep="first", maintain_order=True)
-        block_keys = base.select("run", block="base", block_key=pl.col("row") * _EVENTS_PER_RECORD)
-        keyed = keyed.join(block_keys, on=["run", "block"], how="left")
-        frame = keyed.select(
-            "run",
-            "source",
-            block=pl.col("block_key").fill_null(pl.col("key")),
-            order="key",
-            text="text",
-            role="role",
-            line=line_of(pl.col("order")),
-        ).lazy()
-        reading.events.extend(_located(read(frame), base))
+def _read_group(reading: Reading, number: int, records: pl.DataFrame) -> None:
+    """One read of a group's records: blocks' and kinds' records in line order (``source``: the name of the
+    block or kind a row is from), where a record has one key whichever blocks it is in."""
+    records = records.sort("run", "order", "block", "source")
+    first = (pl.col("run") != pl.col("run").shift()) | (pl.col("order") != pl.col("order").shift())
+    keyed = records.with_columns(row=first.fill_null(True).cum_sum().cast(pl.Int64) - 1).with_columns(
+        key=pl.col("row") * _EVENTS_PER_RECORD
+    )
+    base = keyed.select("row", "run", base="order").unique("row", keep="first", maintain_order=True)
+    block_keys = base.select("run", block="base", block_key=pl.col("row") * _EVENTS_PER_RECORD)
+    keyed = keyed.join(block_keys, on=["run", "block"], how="left")
+    frame = keyed.select(
+        "run",
+        "source",
+        block=pl.col("block_key").fill_null(pl.col("key")),
+        order="key",
+        text="text",
+        role="role",
+        line=line_of(pl.col("order")),
+        file=file_of(pl.col("order")),
+    ).lazy()
+    events = reading.plan.groups[number].read(frame, reading.carries[number])
+    reading.carries[number] = events.carry
+    reading.events.extend(_located(events, base))
 
 
 def _located(events: Events, base: pl.DataFrame) -> Events:

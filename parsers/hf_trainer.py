@@ -313,7 +313,7 @@ FACTS = (
 )
 
 
-def read_trainer(records: pl.LazyFrame) -> Events:
+def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
     """The family's records (``TRAINER``) and its blocks' lines, read together (see the module's
     docstring): a record that a block reads as one of its lines is nothing else."""
     frame = records.collect()
@@ -1548,7 +1548,12 @@ METRICS = Block(
     read=read_trainer,
 )
 TRAINER = RecordKind(
-    family=NAME, name=_TRAINER, test=RecordTest(markers=MARKERS), read=read_trainer, facts=FACTS
+    family=NAME,
+    name=_TRAINER,
+    test=RecordTest(markers=MARKERS),
+    read=read_trainer,
+    facts=FACTS,
+    whole_run=True,
 )
 
 FAMILY = Family(

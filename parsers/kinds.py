@@ -118,6 +118,10 @@ class Events:
     failures: list[pl.DataFrame] = field(default_factory=list)
     marks: list[pl.DataFrame] = field(default_factory=list)
 
+    carry: pl.DataFrame | None = None
+    """What a read group's read hands its next read (``Block.read``): per run (a ``run`` column), what its
+    records so far left open, in values, lines and files (orders are keys of one read only)."""
+
     SORTS = ("steps", "timers", "facts", "notes", "failures", "marks")
 
     def extend(self, other: Events) -> None:
@@ -223,12 +227,14 @@ class Block:
     family: str
     name: str
     opens: RecordTest
-    read: Callable[[pl.LazyFrame], Events] | None = None
+    read: Callable[[pl.LazyFrame, pl.DataFrame | None], Events] | None = None
     """Events of a frame of blocks' records: ``run``, ``source`` (the block's ``name``), ``block`` (the
-    opener's order), ``order``, ``text``, ``role`` (OPENER, BODY, CLOSER, ENDED), ``line`` (the record's
-    line in its file: for rules on how many lines apart two records are, which the orders do not tell),
-    sorted by run and order. The family's blocks that share one ``read`` are read together, in one frame:
-    a record in several of them has one ``order`` there (a ``block`` is one only with its ``source``).
+    opener's order), ``order``, ``text``, ``role`` (OPENER, BODY, CLOSER, ENDED), ``line`` and ``file``
+    (the record's line in its file: for rules on how many lines apart two records are, which the orders
+    do not tell), sorted by run and order. The family's blocks (and kinds) that share one ``read`` are
+    read together, in one frame: a record in several of them has one ``order`` there (a ``block`` is one
+    only with its ``source``). A long log is read in segments, each ending before a block still open:
+    the second argument is the ``Events.carry`` of the read of the segment before (None for the first).
     None: ``into`` reads them."""
     into: str | None = None
     """The name of a ``whole_run`` kind of the family that reads the block's records (not its opener, one of

@@ -366,7 +366,7 @@ KINDS = (
 _INTEGER = r"^[-+]?[0-9]+$"
 
 
-def read_arguments(blocks: pl.LazyFrame) -> Events:
+def read_arguments(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
     """The arguments dumps: each opener is a record of the family and may start a new launch (a dump after
     training steps: a requeued job appending to its log); a dump that ended (its end line, or a line that
     only comes after a dump) states its kept arguments as facts, each from its own line (the last of a

@@ -10,7 +10,7 @@ for the family's Python code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import polars as pl
@@ -64,6 +64,20 @@ def _all_markers(family: Family) -> tuple[str, ...]:
     return tuple(
         dict.fromkeys((*family.markers, *(marker for block in family.blocks for marker in block.markers)))
     )
+
+
+@dataclass
+class ReadGroup:
+    """One read of the blocks (and of the kinds) that share it: their records are kept together and read
+    in line order, in segments that end before a block still open (the ``whole_run`` ones at the end)."""
+
+    read: object
+    blocks: list[int] = field(default_factory=list)
+    """The indexes of its blocks in ``Plan.blocks``."""
+    kinds: list[int] = field(default_factory=list)
+    """The indexes of its kinds in ``Plan.kinds``: a ``whole_run`` kind, or one sharing a block's read."""
+    whole_run: bool = False
+    """Whether it is read once, at the end (one of its kinds is ``whole_run``)."""
 
 
 @dataclass(frozen=True)
@@ -135,9 +149,33 @@ class Plan:
         return next(i for i, kind in enumerate(self.kinds) if (kind.family, kind.name) == (family, name))
 
     @cached_property
-    def whole_run_kinds(self) -> list[int]:
-        """The indexes of the kinds whose records are read once, at the end (``RecordKind.whole_run``)."""
-        return [index for index, kind in enumerate(self.kinds) if kind.whole_run]
+    def groups(self) -> list[ReadGroup]:
+        """The reads of the blocks, with the kinds that share one (``ReadGroup``)."""
+        groups: dict[object, ReadGroup] = {}
+        for number, block in enumerate(self.blocks):
+            read = (
+                block.read
+                if block.into is None
+                else self.kinds[self.kind_number(block.family, block.into)].read
+            )
+            groups.setdefault(read, ReadGroup(read=read)).blocks.append(number)
+        for index, kind in enumerate(self.kinds):
+            if kind.read in groups or kind.whole_run:
+                group = groups.setdefault(kind.read, ReadGroup(read=kind.read))
+                group.kinds.append(index)
+                group.whole_run |= kind.whole_run
+        return list(groups.values())
+
+    @cached_property
+    def group_of_kind(self) -> dict[int, int]:
+        """The group (index into ``groups``) of each kind read in one."""
+        return {kind: number for number, group in enumerate(self.groups) for kind in group.kinds}
+
+    @cached_property
+    def group_of_block(self) -> list[int]:
+        """The group of each block."""
+        found = {block: number for number, group in enumerate(self.groups) for block in group.blocks}
+        return [found[number] for number in range(len(self.blocks))]
 
     def records(self, batch: Batch) -> pl.DataFrame:
         """The tagged records of the marked lines of a batch (``run``, ``row``, ``order``, ``text``)."""

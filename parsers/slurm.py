@@ -346,7 +346,7 @@ _READ_BEFORE_TRACEBACKS = (
 )
 
 
-def read_tracebacks(blocks: pl.LazyFrame) -> Events:
+def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
     """A failure event per traceback that ended on its exception line (weighed by ``_exception_weight``)
     or on an OOM line; none for one that Python printed and ignored. The event of a chained traceback's
     exception is ``chained``: it replaces the failure when that is the exception before it (the process

@@ -14,7 +14,7 @@ from logstat.parsers.kinds import Block, Events, RecordTest
 from logstat.parsers.reader import RunFiles, read_settled
 
 
-def _block_events(records: pl.LazyFrame) -> Events:
+def _block_events(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
     """One note per block, at its opener: its records as ``role:line:text``, joined."""
     blocks = (
         records.sort("order")

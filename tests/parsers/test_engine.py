@@ -86,7 +86,7 @@ def test_a_kinds_records_are_read_column_wise_and_the_rest_go_to_python(tmp_path
     assert run.families_seen == {"probe": 2}
 
 
-def _block_events(records: pl.LazyFrame) -> Events:
+def _block_events(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
     """One note per block, at its opener: its records as ``role:text``, joined."""
     blocks = (
         records.sort("order")
