@@ -9,8 +9,10 @@ The kept records are read into events in a few polars queries for many batches a
 
 from __future__ import annotations
 
+import os
+from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -83,28 +85,33 @@ def read(runs: list[RunBuilder], files: list[Sequence[Path]], plan: Plan, report
     return reading.events
 
 
-def _prepared(batches: Iterator[source.Batch], plan: Plan) -> Iterator[Prepared]:
-    """Each batch framed and split into tagged records, the next one in a thread while this is read."""
-    pool = _read_ahead_pool()
+def _prepared(batches: Iterator[list], plan: Plan) -> Iterator[Prepared]:
+    """Each batch framed and split into tagged records by worker threads (polars works outside the
+    GIL), a few batches ahead of the one read here, in order."""
+    pool = _workers()
+    pending: deque[Future[Prepared]] = deque()
+    for items in batches:
+        pending.append(pool.submit(_prepare, items, plan))
+        if len(pending) > AHEAD:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
 
-    def prepare_next() -> Prepared | None:
-        return _prepare(next(batches, None), plan)
 
-    pending = pool.submit(prepare_next)
-    while (batch := pending.result()) is not None:
-        pending = pool.submit(prepare_next)
-        yield batch
-        del batch
+#: batches prepared ahead of the one being read
+AHEAD = 2
 
 
 @cache
-def _read_ahead_pool() -> ThreadPoolExecutor:
-    """One reading thread for the process (a thread per file costs more than a small file's parse)."""
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="logstat-read-ahead")
+def _workers() -> ThreadPoolExecutor:
+    """The threads that prepare batches, one per core (starting threads per file costs more than a small
+    file's parse). Like polars' own thread pool they do not survive a fork: logstat's workers are spawned."""
+    return ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1), thread_name_prefix="logstat-prepare")
 
 
-def _prepare(batch: source.Batch | None, plan: Plan) -> Prepared | None:
-    return None if batch is None else Prepared(batch, plan.records(batch))
+def _prepare(items: list, plan: Plan) -> Prepared:
+    batch = source.frame_batch(items)
+    return Prepared(batch, plan.records(batch))
 
 
 def _read_batch(reading: Reading, batch: Prepared) -> None:

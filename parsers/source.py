@@ -67,7 +67,7 @@ class Piece:
 
     @property
     def lines(self) -> int:
-        """Its lines (counted: for the small pieces that share a batch)."""
+        """Its lines."""
         return self.data.count(b"\n", 0, self.end) + (self.end > 0 and self.data[self.end - 1] != 10)
 
     @property
@@ -253,10 +253,10 @@ def _line_to_end(descriptor: int, offset: int, start: bytes) -> bytes:
 
 def batches(
     runs: Sequence[Sequence[Path]], reports: Sequence[list[SourceReport]], batch_bytes: int = BATCH_BYTES
-) -> Iterator[Batch]:
-    """The lines of every file of ``runs`` in reading order, in batches of about ``batch_bytes``: the
-    chunks of small files share one, a chunk over half a batch is one. ``reports`` gets a
-    ``SourceReport`` per file as it is opened."""
+) -> Iterator[list[Piece | tuple[int, int]]]:
+    """The pieces of every file of ``runs`` in reading order, gathered into batches of about
+    ``batch_bytes`` (``frame_batch`` makes lines of one), each file's end marked by ``(run, file)`` after
+    its last piece. ``reports`` gets a ``SourceReport`` per file as it is opened."""
     items: list[Piece | tuple[int, int]] = []
     size = 0
     for run, files in enumerate(runs):
@@ -265,26 +265,17 @@ def batches(
             reports[run].append(report)
             lines = 0
             for data, end in _file_chunks(Path(path), report):
-                if 2 * end >= batch_bytes:  # a batch of its own: polars counts its lines
-                    if items:
-                        yield frame_batch(items)
-                        items, size = [], 0
-                    batch = frame_batch([Piece(run=run, file=file, first_line=lines, data=data, end=end)])
-                    lines += batch.lines.height
-                    report.lines = lines
-                    yield batch
-                    continue
                 piece = Piece(run=run, file=file, first_line=lines, data=data, end=end)
                 lines += piece.lines
                 report.lines = lines
                 items.append(piece)
                 size += end
                 if size >= batch_bytes:
-                    yield frame_batch(items)
+                    yield items
                     items, size = [], 0
             items.append((run, file))
     if items:
-        yield frame_batch(items)
+        yield items
 
 
 def _plain(text: pl.Series) -> pl.Series:

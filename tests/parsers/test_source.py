@@ -9,7 +9,7 @@ import pytest
 from logstat.parsers import source
 from logstat.parsers.base import Family
 from logstat.parsers.records import Plan, split_records
-from logstat.parsers.source import SourceReport, batches
+from logstat.parsers.source import SourceReport, batches, frame_batch
 
 
 def records_of(*lines: str) -> list[list[str]]:
@@ -31,8 +31,8 @@ def read(path, markers: tuple[str, ...]) -> tuple[list[tuple[int, str]], SourceR
     plan = Plan((Family(name="probe", markers=markers),))
     reports: list[list[SourceReport]] = [[]]
     found = []
-    for batch in batches([[path]], reports):
-        records = plan.records(batch)
+    for items in batches([[path]], reports):
+        records = plan.records(frame_batch(items))
         found.append(records.filter(pl.col("f0").is_not_null()).select("order", "text"))
     frame = (
         pl.concat(found).sort("order")
@@ -119,8 +119,8 @@ def test_files_of_many_runs_share_a_batch_and_keep_their_lines(tmp_path):
         paths.append(path)
     reports: list[list[SourceReport]] = [[], [], []]
     plan = Plan((Family(name="probe", markers=("mark",)),))
-    (batch,) = list(batches([[path] for path in paths], reports))
-    found = plan.records(batch).sort("run", "order")
+    (items,) = list(batches([[path] for path in paths], reports))
+    found = plan.records(frame_batch(items)).sort("run", "order")
     assert [
         (run, order >> 16, text) for run, order, text in found.select("run", "order", "text").iter_rows()
     ] == [
