@@ -64,6 +64,8 @@ class Reading:
     kept: int = 0
     open_blocks: list[dict[int, OpenBlock]] = field(default_factory=list)
     events: Events = field(default_factory=Events)
+    reads: list[Future[None]] = field(default_factory=list)
+    """The reads of kept records handed to the reading thread, in order."""
 
     def __post_init__(self) -> None:
         self.group_records = [[] for _ in self.plan.groups]
@@ -82,6 +84,8 @@ def read(runs: list[RunBuilder], files: list[Sequence[Path]], plan: Plan, report
         if reading.kept >= FLUSH_RECORDS:
             _flush(reading)
     _flush(reading, last=True)
+    for reads in reading.reads:
+        reads.result()
     return reading.events
 
 
@@ -100,6 +104,13 @@ def _prepared(batches: Iterator[list], plan: Plan) -> Iterator[Prepared]:
 
 #: batches prepared ahead of the one being read
 AHEAD = 2
+
+
+@cache
+def _reader() -> ThreadPoolExecutor:
+    """The thread that reads kept records into events while the next batches are found: one, so that
+    the reads of a group follow each other (each hands its carry to the next)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="logstat-read")
 
 
 @cache
@@ -269,7 +280,7 @@ def _see(builder: RunBuilder, run: int, unseen: dict[tuple[int, int, str], int])
 
 
 def _flush(reading: Reading, *, last: bool = False) -> None:
-    """Read what is kept into events: the kinds read on their own, and each read group's records up to
+    """Hand what is kept to the reading thread: the kinds read on their own, and each read group's records up to
     (not including) the first block of the group still open in each run (all at the ``last``; a
     ``whole_run`` group only then)."""
     _flush_kinds(reading)
@@ -289,7 +300,7 @@ def _flush(reading: Reading, *, last: bool = False) -> None:
         else:
             reading.group_records[number] = []
         if records.height:
-            _read_group(reading, number, records)
+            reading.reads.append(_reader().submit(_read_group, reading, number, records))
     reading.kept = sum(
         frame.height
         for group, frames in zip(reading.plan.groups, reading.group_records, strict=True)
@@ -313,11 +324,16 @@ def _open_from(reading: Reading, blocks: list[int]) -> pl.DataFrame | None:
 
 
 def _flush_kinds(reading: Reading) -> None:
-    """Read the kept records of the kinds read on their own into events."""
+    """Hand the kept records of the kinds read on their own to the reading thread."""
     if not reading.kind_records:
         return
     records = pl.concat(reading.kind_records)
     reading.kind_records = []
+    reading.reads.append(_reader().submit(_read_kinds, reading, records))
+
+
+def _read_kinds(reading: Reading, records: pl.DataFrame) -> None:
+    """One read of the kinds' kept records (in the reading thread)."""
     keyed = records.with_row_index("row").with_columns(key=pl.col("row").cast(pl.Int64) * _EVENTS_PER_RECORD)
     events = read_records(
         reading.plan.kinds,
