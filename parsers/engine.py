@@ -20,7 +20,7 @@ from pathlib import Path
 import polars as pl
 from logstat.parsers import source
 from logstat.parsers.base import Family, LineReader, RunBuilder, is_guarded, never_raises
-from logstat.parsers.blocks import OpenBlock, find_spans, inside
+from logstat.parsers.blocks import OpenBlock, Spans, find_spans, inside
 from logstat.parsers.kinds import (
     BODY,
     ENDED,
@@ -127,31 +127,67 @@ def _prepare(items: list, plan: Plan) -> Prepared:
 
 def _read_batch(reading: Reading, batch: Prepared) -> None:
     _register_files(reading, batch.batch.files)
-    records = batch.records
-    for number, block in enumerate(reading.plan.blocks):
-        family = f"f{reading.plan.number(block.family)}"
-        carried = dict(reading.open_blocks[number])
-        spans = find_spans(number, block, family, batch.batch, records, carried, batch.batch.continues)
+    plan, records = reading.plan, batch.records
+    by_family: dict[str, list[int]] = {}
+    for number, block in enumerate(plan.blocks):
+        by_family.setdefault(block.family, []).append(number)
+    # the families' blocks are found at once: a family's blocks take only its own records
+    found = [
+        _finders().submit(_family_spans, plan, numbers, batch.batch, records, reading.open_blocks)
+        for numbers in by_family.values()
+    ]
+    for (name, numbers), spans in zip(by_family.items(), found, strict=True):
+        taken = []
+        for number, block_spans in zip(numbers, spans.result(), strict=True):
+            if block_spans is not None:
+                reading.open_blocks[number] = block_spans.still_open
+                taken.append(_kept_spans(reading, number, block_spans))
+        if taken:
+            records = _without(records, f"f{plan.number(name)}", pl.concat(taken).unique())
+    _keep_kinds(reading, records)
+    _read_python(reading, records)
+
+
+def _family_spans(
+    plan: Plan, numbers: list[int], batch: source.Batch, records: pl.DataFrame, open_blocks: list[dict]
+) -> list[Spans | None]:
+    """The spans of a family's blocks in a batch, in order: the records a block takes are no longer the
+    family's for the blocks after it (and ``Spans.taken`` holds those it swallows)."""
+    found: list[Spans | None] = []
+    for number in numbers:
+        block = plan.blocks[number]
+        family = f"f{plan.number(block.family)}"
+        spans = find_spans(number, block, family, batch, records, dict(open_blocks[number]), batch.continues)
+        found.append(spans)
         if spans is None:
             continue
-        reading.open_blocks[number] = spans.still_open
         taken = spans.taken
-        if block.into is None:
-            _keep(
-                reading,
-                reading.plan.group_of_block[number],
-                spans.records.with_columns(source=pl.lit(block.name)),
-            )
-        else:  # the lines go to a whole-run kind; its opener is one of the kind's records already
-            lines = spans.records.filter(pl.col("role") != ENDED, pl.col("role") != OPENER)
-            _keep(reading, reading.plan.group_of_block[number], lines.with_columns(source=pl.lit(block.into)))
+        if block.into is not None:  # its opener is one of the kind's records: the kind reads it
             openers = spans.records.filter(pl.col("role") == OPENER).select("run", "order")
             taken = taken.join(openers, on=["run", "order"], how="anti")
         if block.swallows:  # and the family's other records inside
             taken = pl.concat([taken, inside(records.filter(pl.col(family).is_not_null()), spans.spans)])
-        records = _without(records, family, taken.unique())
-    _keep_kinds(reading, records)
-    _read_python(reading, records)
+        spans.taken = taken.unique()
+        records = _without(records, family, spans.taken)
+    return found
+
+
+def _kept_spans(reading: Reading, number: int, spans: Spans) -> pl.DataFrame:
+    """Keep the records of block ``number``'s spans in its read group; the family's records it takes."""
+    block = reading.plan.blocks[number]
+    group = reading.plan.group_of_block[number]
+    if block.into is None:
+        _keep(reading, group, spans.records.with_columns(source=pl.lit(block.name)))
+    else:  # the lines go to a whole-run kind; its opener is one of the kind's records already
+        lines = spans.records.filter(pl.col("role") != ENDED, pl.col("role") != OPENER)
+        _keep(reading, group, lines.with_columns(source=pl.lit(block.into)))
+    return spans.taken
+
+
+@cache
+def _finders() -> ThreadPoolExecutor:
+    """The threads that find the families' blocks in a batch, one per family at most."""
+    return ThreadPoolExecutor(max_workers=8, thread_name_prefix="logstat-spans")
 
 
 def _register_files(reading: Reading, files: list[tuple[int, int]]) -> None:
