@@ -363,7 +363,7 @@ def _flush_kinds(reading: Reading) -> None:
     """Hand the kept records of the kinds read on their own to the reading thread."""
     if not reading.kind_records:
         return
-    records = pl.concat(reading.kind_records)
+    records = pl.concat(reading.kind_records).sort("run", "order")  # keyed in line order
     reading.kind_records = []
     reading.reads.append(_reader().submit(_read_kinds, reading, records))
 

@@ -101,39 +101,32 @@ class Plan:
         return pl.col("text").str.contains(literals(markers)) if markers else pl.lit(False)
 
     @cached_property
-    def family_tags(self) -> list[pl.Expr]:
-        """Per family (column ``f<i>``): null if the record holds none of its markers (its blocks'
-        included), else the index (into ``kinds``) of the first of its kinds the record is, else -1 when
-        it holds one of the family's own markers (a record for ``parse_line``), -2 when only a block's."""
+    def tags(self) -> list[tuple[pl.Expr, list[pl.Expr]]]:
+        """Per family, whether a record holds one of its markers (its blocks' included), and the tags of
+        such a record: ``f<i>``, the index (into ``kinds``) of the first of its kinds the record is, else
+        -1 when it holds one of the family's own markers (a record for ``parse_line``), -2 when only a
+        block's; and per block of the family (``o<j>``, ``e<j>``, ``c<j>``), whether it opens, ends or
+        closes the block (a closer that is one of the family's marked records bounds the lines
+        searched)."""
         text = pl.col("text")
-        columns, first = [], 0
+        found, first, blocks = [], 0, iter(range(len(self.blocks)))
         for number, family in enumerate(self.families):
             markers = _all_markers(family)
-            routed = text.str.contains(literals(markers)) if markers else pl.lit(False)
-            tag = pl.when(~routed).then(pl.lit(None, dtype=pl.Int32))
+            tag = pl.when(pl.lit(False)).then(pl.lit(None, dtype=pl.Int32))
             for index, kind in enumerate(family.kinds, first):
                 tag = tag.when(kind.test.expr(text)).then(pl.lit(index, dtype=pl.Int32))
             if len(markers) > len(family.markers):
                 own = text.str.contains(literals(family.markers)) if family.markers else pl.lit(False)
                 tag = tag.when(~own).then(pl.lit(-2, dtype=pl.Int32))
-            columns.append(tag.otherwise(pl.lit(-1, dtype=pl.Int32)).alias(f"f{number}"))
+            columns = [tag.otherwise(pl.lit(-1, dtype=pl.Int32)).alias(f"f{number}")]
+            for block, index in zip(family.blocks, blocks, strict=False):
+                for name, test in (("o", block.opens), ("e", block.ends), ("c", block.closes)):
+                    columns.append(
+                        (test.expr(text) if test is not None else pl.lit(False)).alias(f"{name}{index}")
+                    )
+            found.append((text.str.contains(literals(markers)) if markers else pl.lit(False), columns))
             first += len(family.kinds)
-        return columns
-
-    @cached_property
-    def block_tags(self) -> list[pl.Expr]:
-        """Per block (``o<j>``, ``e<j>``, ``c<j>``): whether a record of its family opens it, ends it,
-        closes it (a closer that is one of the family's marked records bounds the lines searched)."""
-        text = pl.col("text")
-        columns = []
-        for number, block in enumerate(self.blocks):
-            owner = pl.col(f"f{self.number(block.family)}").is_not_null()
-            columns.append((owner & block.opens.expr(text)).alias(f"o{number}"))
-            ends = block.ends.expr(text) if block.ends is not None else pl.lit(False)
-            columns.append((owner & ends).alias(f"e{number}"))
-            closes = block.closes.expr(text) if block.closes is not None else pl.lit(False)
-            columns.append((owner & closes).alias(f"c{number}"))
-        return columns
+        return found
 
     def number(self, name: str) -> int:
         """The index of the family called ``name``."""
@@ -182,5 +175,12 @@ class Plan:
         # collected first: split_records reads the marked lines twice, and a lazy plan would search
         # every line of the batch for the markers twice
         marked = batch.located(batch.lines.lazy().filter(self.marked)).collect()
-        records = split_records(marked.lazy(), batch.separator).with_columns(self.family_tags)
-        return (records.with_columns(self.block_tags) if self.blocks else records).collect()
+        records = split_records(marked.lazy(), batch.separator).collect().with_row_index("record")
+        tagged = records.lazy()
+        # each family's tests run on its own records only: a join costs less than a test of every record
+        for routed, columns in self.tags:
+            tagged = tagged.join(
+                records.lazy().filter(routed).select("record", *columns), on="record", how="left"
+            )
+        flags = [f"{name}{index}" for index in range(len(self.blocks)) for name in "oec"]
+        return (tagged.with_columns(pl.col(flags).fill_null(False)) if flags else tagged).drop("record").collect()
