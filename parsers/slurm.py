@@ -91,19 +91,9 @@ HARMLESS_WITHIN, CHAINED_WITHIN = 2, 3
 TRACEBACK_OPENERS = (TRACEBACK_HEADER, *HARMLESS_TRACEBACKS, *CHAINED_TRACEBACKS)
 
 _SET_X = re.compile(r"^\+\s*(?:export\s+)?(?P<name>[A-Z_]+)=(?P<value>\S+)")
-_ENV = re.compile(r"\b(?P<name>SLURM_JOB_?ID|SLURM_NNODES|SLURM_GPUS_ON_NODE)=(?P<value>\d+)")
-_SET_X_FACTS = {
-    "NNODES": "nodes",
-    "GPUS_PER_NODE": "gpus_per_node",
-    "SLURM_NNODES": "nodes",
-    "N_NODES": "nodes",
-}
-_ENV_FACTS = {
-    "SLURM_JOB_ID": "job_id",
-    "SLURM_JOBID": "job_id",
-    "SLURM_NNODES": "nodes",
-    "SLURM_GPUS_ON_NODE": "gpus_per_node",
-}
+_SET_X_FACTS = dict(NNODES="nodes", N_NODES="nodes", SLURM_NNODES="nodes", GPUS_PER_NODE="gpus_per_node")
+_ENV = re.compile(r"\bSLURM_(?P<name>JOB_?ID|NNODES|GPUS_ON_NODE)=(?P<value>\d+)")
+_ENV_FACTS = dict(JOB_ID="job_id", JOBID="job_id", NNODES="nodes", GPUS_ON_NODE="gpus_per_node")
 _MODEL_SIZE = re.compile(r"Model size: (?P<size>[\d.]+)\s*B\b")
 
 _V100 = re.compile(r"V100[- ]?(?P<form>SXM2|PCIE)(?:[- ](?P<mem>16|32)GB)?", re.IGNORECASE)
@@ -154,110 +144,80 @@ def gpu_model(text: str) -> str | None:
 
 
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
-    """Read one of the family's rare records into ``run`` (tracebacks and the launcher's ``Killing
-    subprocess N`` lines are read column-wise: ``TRACEBACK``, ``LAUNCHER_KILL``); never raises. The
-    order of the tests is the order in which a record that says several things is read."""
+    """Read one of the family's rare records into ``run`` (never raises): a failure event, quoted after its
+    label (none for a warning that names an error), or facts. The tests come in the order in which a record
+    that says several things is read."""
+    status, label, weight, kind, bare_cancel = "failed", "", CAUSE, "", False
     if "CUDA out of memory" in text or "OutOfMemoryError" in text:  # CUDA_OOM
-        _event(run, text, lineno, "CUDA out of memory: ", CAUSE, "cuda oom")
-    elif "CANCELLED AT" in text:
-        _cancelled(text, lineno, run)
+        label, kind = "CUDA out of memory: ", "cuda oom"
+    elif "CANCELLED AT" in text:  # slurmstepd's ``*** JOB|STEP <id> ON <node> CANCELLED AT <time> ...``
+        bare_step = "*** STEP" in text and "DUE TO" not in text
+        if "TIME LIMIT" in text:
+            label, kind = "time limit: ", "time limit"
+        elif "NODE FAIL" in text:
+            label, kind = "node failure: ", "node failure"
+        elif "TASK FAILURE" in text or (bare_step and run.failure is not None):
+            # Slurm ending a job (or srun a step, after "srun: Terminating StepId=...") because a task
+            # failed: the task's own lines say why
+            weight, kind = REPORT, "slurm cancel"
+        else:  # preemption, scancel by a user or an admin, a requeue
+            status = kind = "cancelled"
+            label, bare_cancel = "preempted: " if "PREEMPTION" in text else "", bare_step
     elif "Watchdog caught" in text or ("NCCL" in text and _NCCL_FAILURE.search(text)):
         # the first rank's watchdog is the cause; a communicator aborted because a peer failed is not
-        peer = any(failure in text for failure in PEER_FAILURES)
-        _event(
-            run, text, lineno, "NCCL timeout/error: ", EFFECT if peer else CAUSE, "peer" if peer else "nccl"
-        )
+        label, kind = "NCCL timeout/error: ", "nccl"
+        if any(failure in text for failure in PEER_FAILURES):
+            weight, kind = EFFECT, "peer"
     elif "srun: error" in text or "NODE_FAIL" in text:
-        _srun_error(text, lineno, run)
+        # a node failure is a cause, so is an error of a step that could not start; a task's end (``task 3:
+        # Exited with exit code 1``, ``task 3: Killed``) follows from what the task printed before
+        task = _SRUN_TASK.search(text)
+        if "Node failure" in text or "NODE_FAIL" in text:
+            kind = "node failure"
+        elif task is None:
+            kind = "srun"
+        else:
+            weight, kind = REPORT if task["how"].startswith("Exited") else EFFECT, "srun task"
     elif "exits successfully" in text or "worker group successfully finished" in text:  # CLEAN_EXITS
         run.saw(NAME)
-        run.exited_cleanly(text, lineno)
+        return run.exited_cleanly(text, lineno)
     elif "exits with return code" in text:  # DeepSpeed's launcher, after a worker failed
-        _event(run, text, lineno, "worker failed: ", REPORT, "launcher exit")
+        label, weight, kind = "worker failed: ", REPORT, "launcher exit"
     elif any(end in text for end in MPIRUN_ENDS):
-        _event(run, text, lineno, "", EFFECT if "exited on signal" in text else REPORT, "mpirun")
-    elif _KILLED.search(text):
-        _killed(text, lineno, run)
+        weight, kind = EFFECT if "exited on signal" in text else REPORT, "mpirun"
+    elif _KILLED.search(text):  # the cgroup OOM killer's event is a cause, a kill says how a process ended
+        oom_kill = "oom-kill" in text or "oom_kill" in text
+        label, weight, kind = "killed: ", CAUSE if oom_kill else EFFECT, "oom-kill" if oom_kill else "killed"
     elif "by peer" in text:  # c10d/gloo socket errors of a rank whose peer died
-        _event(run, text, lineno, "", EFFECT, "peer")
+        weight, kind = EFFECT, "peer"
     elif any(marker in text for marker in TRACEBACK_OPENERS):
-        pass  # a traceback's line that no block took (a herald right after another): it says nothing more
-    elif ": error: " in text:
-        if _ARGPARSE_ERROR.match(text.strip()):  # a worker's (or a launcher's) command line was refused
-            _event(run, text, lineno, "", CAUSE, "arguments")
+        return  # a traceback's line that no block took (a herald right after another): it says nothing more
+    elif ": error: " not in text:
+        return _context(text, lineno, run)
+    elif _ARGPARSE_ERROR.match(text.strip()):  # a worker's (or a launcher's) command line was refused
+        kind = "arguments"
     else:
-        _context(text, lineno, run)
-
-
-def _event(
-    run: RunBuilder, text: str, lineno: int, label: str, weight: int, kind: str, status: str = "failed"
-) -> None:
-    """A failure event read from one line, quoted after ``label``; a warning (a Python warning or a
-    line logged at warning level) that names an error is none."""
+        return
     if _WARNING.search(text):
         return
     run.saw(NAME)
     run.fail(status, label + text.strip(), lineno, weight=weight, kind=kind)
-
-
-def _cancelled(text: str, lineno: int, run: RunBuilder) -> None:
-    """slurmstepd's ``*** JOB|STEP <id> ON <node> CANCELLED AT <time> [DUE TO <why>] ***``."""
-    bare_step = "*** STEP" in text and "DUE TO" not in text
-    if "TIME LIMIT" in text:
-        _event(run, text, lineno, "time limit: ", CAUSE, "time limit")
-    elif "NODE FAIL" in text:
-        _event(run, text, lineno, "node failure: ", CAUSE, "node failure")
-    elif "TASK FAILURE" in text or (bare_step and run.failure is not None):
-        # Slurm ending a job (or srun a step, after "srun: Terminating StepId=...") because a task
-        # failed: the task's own lines say why
-        _event(run, text, lineno, "", REPORT, "slurm cancel")
-    else:
-        events = len(run.failure_events)
-        if "PREEMPTION" in text:
-            _event(run, text, lineno, "preempted: ", CAUSE, "cancelled", "cancelled")
-        else:  # scancel by a user or an admin, a requeue
-            _event(run, text, lineno, "", CAUSE, "cancelled", "cancelled")
-        if bare_step and len(run.failure_events) > events:
-            # no failure before it that Python read: finish weighs it against the column-wise ones
-            run.state.setdefault(NAME, {}).setdefault("bare_step_cancel", (run.failure_events[-1][0], text))
+    if (
+        bare_cancel
+    ):  # no failure before it that Python read: ``finish`` weighs it against the column-wise ones
+        run.state.setdefault(NAME, {}).setdefault("bare_step_cancel", (run.failure_events[-1][0], text))
 
 
 def finish(run: RunBuilder) -> None:
     """A bare STEP cancel that ``parse_line`` read as the first failure, a cancel, is a report if a
     failure read column-wise (a traceback's, the launcher's kill) came before it: refold the run's
     failure events with it so."""
-    pending = run.state.get(NAME, {}).get("bare_step_cancel")
-    if pending is None:
-        return
-    order, text = pending
+    order, text = run.state.get(NAME, {}).get("bare_step_cancel", (None, ""))
     events = run.failure_events
     index = next((index for index, event in enumerate(events) if event[0] == order), 0)
     if index:
         events[index] = (order, "failed", text.strip(), REPORT, "slurm cancel", False, False)
         run.refold(events)
-
-
-def _srun_error(text: str, lineno: int, run: RunBuilder) -> None:
-    """srun's errors: a node failure is a cause; a task's end (``task 3: Exited with exit code 1``,
-    ``task 3: Killed``) follows from what the task printed before; other errors (a step that could not
-    start) are causes."""
-    if "Node failure" in text or "NODE_FAIL" in text:
-        _event(run, text, lineno, "", CAUSE, "node failure")
-        return
-    task = _SRUN_TASK.search(text)
-    if task is None:
-        _event(run, text, lineno, "", CAUSE, "srun")
-    else:
-        _event(run, text, lineno, "", REPORT if task["how"].startswith("Exited") else EFFECT, "srun task")
-
-
-def _killed(text: str, lineno: int, run: RunBuilder) -> None:
-    """A killed process: the cgroup OOM killer's event is a cause; a kill itself (``Killed``, signal 9,
-    SIGKILL) says how a process ended (the launcher's kills are ``LAUNCHER_KILL``'s)."""
-    if "oom-kill" in text or "oom_kill" in text:
-        _event(run, text, lineno, "killed: ", CAUSE, "oom-kill")
-    else:
-        _event(run, text, lineno, "killed: ", EFFECT, "killed")
 
 
 def _fact(run: RunBuilder, name: str, value: object, lineno: int) -> None:
@@ -266,40 +226,25 @@ def _fact(run: RunBuilder, name: str, value: object, lineno: int) -> None:
 
 
 def _context(text: str, lineno: int, run: RunBuilder) -> None:
+    """The facts of a ``set -x`` echo, Slurm's environment, a model size's echo or nvidia-smi's table."""
     match = _SET_X.match(text.strip())
     if match and match["name"] in _SET_X_FACTS and match["value"].isdigit():
-        _fact(run, _SET_X_FACTS[match["name"]], int(match["value"]), lineno)
-        return
-    if "SLURM_" in text:  # each name _ENV reads starts so: a substring test is far cheaper than its search
-        _read_env(run, text, lineno)
-    match = _MODEL_SIZE.search(text)
-    if match:
+        return _fact(run, _SET_X_FACTS[match["name"]], int(match["value"]), lineno)
+    for env in _ENV.finditer(text) if "SLURM_" in text else ():  # a substring test is far cheaper than _ENV
+        fact = _ENV_FACTS[env["name"]]
+        _fact(run, fact, env["value"] if fact == "job_id" else int(env["value"]), lineno)
+    gpu_form = run.state.get(NAME, {}).get("gpu_form")
+    if match := _MODEL_SIZE.search(text):
         _fact(run, "logged_model_size", float(match["size"]), lineno)
-        return
-    state = run.state.setdefault(NAME, {})
-    memory = "MiB" in text and _SMI_MEMORY.search(text)  # the substring test first, as above
-    if memory and state.get("gpu_form"):
+    elif (memory := "MiB" in text and _SMI_MEMORY.search(text)) and gpu_form:
+        # nvidia-smi cut a V100's name in the row before: the memory column tells its size
         total_gb = int(memory["total"]) / 1024
-        size = next((s for s in (16, 32, 40, 80, 94) if total_gb <= s), None)
-        if size:
-            _fact(run, "gpu_model", f"{state.pop('gpu_form')}-{size}GB", lineno)
-        return
-    model = gpu_model(text)
-    if model is None:
-        return
-    if model.count("-") == 1 and model.startswith("V100"):
-        state["gpu_form"] = model  # nvidia-smi cut the name: the memory column of the next row tells
-        return
-    _fact(run, "gpu_model", model, lineno)
-
-
-def _read_env(run: RunBuilder, text: str, lineno: int) -> None:
-    for match in _ENV.finditer(text):
-        fact = _ENV_FACTS.get(match["name"])
-        if fact == "job_id":
-            _fact(run, fact, match["value"], lineno)
-        elif fact is not None:
-            _fact(run, fact, int(match["value"]), lineno)
+        if size := next((size for size in (16, 32, 40, 80, 94) if total_gb <= size), None):
+            _fact(run, "gpu_model", f"{run.state[NAME].pop('gpu_form')}-{size}GB", lineno)
+    elif (model := gpu_model(text)) and model.count("-") == 1 and model.startswith("V100"):
+        run.state.setdefault(NAME, {})["gpu_form"] = model
+    elif model:
+        _fact(run, "gpu_model", model, lineno)
 
 
 # --- tracebacks, read column-wise ------------------------------------------------------------------
