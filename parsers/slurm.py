@@ -261,12 +261,9 @@ EXCEPTION_LINE = (
 OOM_LINE = rf"^[^\s\x1c-\x1f].*(?:{literals(CUDA_OOM)})"
 #: a frame or another rank's header: inside a traceback, such a record keeps it open
 FRAME_OR_HEADER = rf'{_LEADING_SPACE}(?:File "|{re.escape(TRACEBACK_HEADER)})'
-#: the raw lines that can hold one of the block's records (a frame, a header, an exception or OOM line,
-#: a harmless or chained traceback's line); an exception name ends on one of the words
-TRACEBACK_LINES = (
-    r'File "|Traceback|Error|Exception|Interrupt|Exit|Failure|CUDA out of memory|Logging error|'
-    r"During handling of the above exception|The above exception was the direct cause"
-)
+#: the raw lines that can hold a record a traceback reads: a frame, a header, an exception or OOM line
+#: (an exception's name ends on one of the words; its heralds are openers, found as every family's records)
+TRACEBACK_LINES = r'File "|Traceback|Error|Exception|Interrupt|Exit|Failure|CUDA out of memory'
 #: the literal tests of parse_line's branches before its test for a launcher's kill: a record that passes
 #: one is read there (its NCCL test is not literal: a record naming an NCCL error and a kill is a kill)
 _READ_BEFORE_KILLS = (
@@ -291,131 +288,75 @@ _READ_BEFORE_TRACEBACKS = (
 )
 
 
+#: a traceback's exception line's kind (``RunBuilder.fail``) by what it names: a launcher's own exception
+#: (torchrun's ChildFailedError, DeepSpeed's runner's CalledProcessError) only says that a worker failed;
+#: a signal (torch elastic's SignalException) or a peer's end (connection reset) says how a process ended
+_EXCEPTION_KINDS = {"launcher": LAUNCHER_EXCEPTIONS, "signal": SIGNAL_EXCEPTIONS, "peer": PEER_FAILURES}
+_WEIGHTS = {"cuda oom": CAUSE, "launcher": REPORT, "signal": EFFECT, "peer": EFFECT, "exception": CAUSE}
+
+
 def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
-    """A failure event per traceback that ended on its exception line (weighed by ``_exception_weight``)
-    or on an OOM line; none for one that Python printed and ignored. The event of a chained traceback's
-    exception is ``chained``: it replaces the failure when that is the exception before it (the process
-    died of the last exception raised while handling, or from, the one before)."""
-    closers = _closers(blocks)
-    text = pl.col("text")
-    ooms = closers.filter(pl.col("oom"), ~pl.col("ignored"), ~text.str.contains(WARNING)).select(
-        "run",
-        "order",
-        status=pl.lit("failed"),
-        reason=pl.lit("CUDA out of memory: ") + text,
-        weight=pl.lit(CAUSE),
-        kind=pl.lit("cuda oom"),
-        exception=pl.lit(False),
-        chained=pl.lit(False),
-    )
-    exceptions = closers.filter(~pl.col("oom"), ~pl.col("ignored")).select(
-        "run",
-        "order",
-        status=pl.lit("failed"),
-        reason=text,
-        **_exception_weight(text),
-        exception=pl.lit(True),
-        chained="chained",
-    )
-    schema = {"run": pl.Int64, **FAILURE_EVENT_SCHEMA}
-    failures = _first_events(pl.concat([ooms.cast(schema), exceptions.cast(schema)]))
-    return Events(failures=[failures.drop("run")], marks=[marks_of(failures.lazy(), NAME, SEEN)])
-
-
-def _closers(blocks: pl.LazyFrame) -> pl.DataFrame:
-    """Each traceback's closing record, with what its block says of it: ``ignored`` (its header came
-    within 2 lines of a harmless traceback's line, the block's herald: Python printed the traceback and
-    went on), ``chained`` (within 3 lines of a chained exception's line) and ``oom`` (an OOM line)."""
-    records = blocks.collect()
-    text = pl.col("text")
+    """A failure event per traceback that ended on its exception line or on an OOM line, but those Python
+    printed and ignored (its header within 2 lines of a harmless traceback's herald). A chained one's
+    exception (its header within 3 lines of a chained exception's line) is ``chained``: it replaces the
+    failure when that is the exception before it. Only the events that can change a run's failure are
+    kept: the first of each kind (a later one repeats it), each chained exception and the one before it."""
+    records, text, oom = blocks.collect(), pl.col("text"), pl.col("oom")
     header = text.str.contains(TRACEBACK_HEADER, literal=True)
-    heralds = records.filter(pl.col("role") == OPENER, ~header).select(
-        "block",
-        herald_line="line",
-        harmless=text.str.contains(literals(HARMLESS_TRACEBACKS)),
-        chained=text.str.contains(literals(CHAINED_TRACEBACKS)),
-    )
     headers = records.filter(header).group_by("block").agg(header_line=pl.col("line").min())
-    after = pl.col("header_line") - pl.col("herald_line")
-    flags = heralds.join(headers, on="block").select(
+    after = pl.col("header_line") - pl.col("line")
+    heralds = records.filter(pl.col("role") == OPENER, ~header).join(headers, on="block")
+    heralds = heralds.select(
         "block",
-        ignored=pl.col("harmless") & (after <= HARMLESS_WITHIN),
-        chained=pl.col("chained") & (after <= CHAINED_WITHIN),
+        ignored=text.str.contains(literals(HARMLESS_TRACEBACKS)) & (after <= HARMLESS_WITHIN),
+        chained=text.str.contains(literals(CHAINED_TRACEBACKS)) & (after <= CHAINED_WITHIN),
     )
-    return (
+    kind = pl.when(oom).then(pl.lit("cuda oom"))
+    for name, words in _EXCEPTION_KINDS.items():
+        kind = kind.when(text.str.contains(literals(words))).then(pl.lit(name))
+    events = (
         records.filter(pl.col("role") == CLOSER)
-        .join(flags, on="block", how="left")
+        .join(heralds, on="block", how="left")
+        .with_columns(pl.col("ignored", "chained").fill_null(False), oom=text.str.contains(OOM_LINE))
+        .filter(~pl.col("ignored"), ~(oom & text.str.contains(WARNING)))
         .select(
             "run",
             "order",
-            "text",
-            ignored=pl.col("ignored").fill_null(False),
-            chained=pl.col("chained").fill_null(False),
-            oom=text.str.contains(OOM_LINE),
+            reason=pl.when(oom).then(pl.lit("CUDA out of memory: ") + text).otherwise(text),
+            kind=kind.otherwise(pl.lit("exception")),
+            exception=~oom,
+            chained=pl.col("chained") & ~oom,
         )
-    )
-
-
-def _exception_weight(line: pl.Expr) -> dict[str, pl.Expr]:
-    """``weight`` and ``kind`` of a traceback's exception line: a launcher's own exception (torchrun's
-    ChildFailedError, DeepSpeed's runner's CalledProcessError) only says that a worker failed; a signal
-    (torch elastic's SignalException) or a peer's end (connection reset) says how a process ended; any
-    other exception is a cause."""
-    launcher = line.str.contains(literals(LAUNCHER_EXCEPTIONS))
-    signal = line.str.contains(literals(SIGNAL_EXCEPTIONS))
-    peer = line.str.contains(literals(PEER_FAILURES))
-    return {
-        "weight": pl.when(launcher).then(REPORT).when(signal | peer).then(EFFECT).otherwise(CAUSE),
-        "kind": pl.when(launcher)
-        .then(pl.lit("launcher"))
-        .when(signal)
-        .then(pl.lit("signal"))
-        .when(peer)
-        .then(pl.lit("peer"))
-        .otherwise(pl.lit("exception")),
-    }
-
-
-def _first_events(events: pl.DataFrame) -> pl.DataFrame:
-    """The events that can change a run's failure: the first of each kind and weight (a later one repeats
-    it: ``RunBuilder.fold_failure`` keeps one consequence per kind), each chained exception and the
-    exception before it (whether the chain replaces the failure depends on it)."""
-    ordered = events.sort("run", "order")
-    first = pl.int_range(pl.len()).over("run", "kind", "weight") == 0
-    exceptions = ordered.filter(pl.col("exception"))
-    before_chained = pl.col("chained").shift(-1).over("run").fill_null(False)
-    return (
-        pl.concat(
-            [
-                ordered.filter(first),
-                exceptions.filter(pl.col("chained") | before_chained),
-            ]
-        )
-        .unique(["run", "order"], keep="first")
         .sort("run", "order")
     )
-
-
-# --- the launcher's kills ------------------------------------------------------------------------------
+    first = pl.int_range(pl.len()).over("run", "kind") == 0
+    next_chained = pl.when("exception").then("chained").shift(-1).backward_fill().over("run").fill_null(False)
+    kept = events.filter(first | (pl.col("exception") & (pl.col("chained") | next_chained)))
+    return _failures(kept.lazy(), weight=pl.col("kind").replace_strict(_WEIGHTS))
 
 
 def read_launcher_kills(records: pl.LazyFrame) -> Events:
     """The first of a run's ``Killing subprocess N`` lines, DeepSpeed's launcher's line per worker it kills
     after one failed: a cleanup, the failure's evidence is elsewhere; the others repeat it. A first one
     logged as a warning is no event, nor is any after it."""
-    first = records.sort("order").group_by("run").agg(pl.col("order").first(), pl.col("text").first())
-    failures = first.filter(~pl.col("text").str.contains(WARNING)).select(
-        "order",
-        status=pl.lit("failed"),
+    first = records.sort("order").group_by("run").agg(pl.col("order", "text").first())
+    return _failures(
+        first.filter(~pl.col("text").str.contains(WARNING)),
         reason=pl.lit("killed: ") + pl.col("text").str.replace(_LEADING_SPACE, ""),
         weight=pl.lit(CLEANUP),
         kind=pl.lit("launcher kill"),
         exception=pl.lit(False),
         chained=pl.lit(False),
     )
-    return Events(
-        failures=[failures.cast(FAILURE_EVENT_SCHEMA).collect()], marks=[marks_of(failures, NAME, SEEN)]
-    )
+
+
+def _failures(records: pl.LazyFrame, **columns: pl.Expr) -> Events:
+    """Failure events of ``records`` (``FAILURE_EVENT_SCHEMA``: a column of ``columns`` or of ``records``,
+    ``status`` failed), each a mark that the family was seen."""
+    columns = {"status": pl.lit("failed"), **columns}
+    failures = records.select(columns.get(name, pl.col(name)).alias(name) for name in FAILURE_EVENT_SCHEMA)
+    failures = failures.cast(FAILURE_EVENT_SCHEMA)
+    return Events(failures=[failures.collect()], marks=[marks_of(failures, NAME, SEEN)])
 
 
 LAUNCHER_KILL = RecordKind(
