@@ -26,12 +26,9 @@ A launcher's word that its workers exited with code 0 (DeepSpeed's ``Process N e
 torch elastic's ``worker group successfully finished``) makes a run ``ok`` when nothing failed; it never
 outweighs a failure.
 
-What is read where. Tracebacks are the bulk of a failed run's records (hundreds of ranks print one each,
-interleaved line by line): they are the ``TRACEBACK`` block, read column-wise, and the family's other
-records inside one are not read. So is the launcher's ``Killing subprocess N``, one line per worker it
-kills, of which only the first counts (``LAUNCHER_KILL``). The rest (a handful of lines per run: the
-scheduler's and launchers' last words, ``set -x`` echoes, nvidia-smi's table) is read in Python,
-``parse_line``.
+Tracebacks (hundreds of ranks print one each, interleaved) are the ``TRACEBACK`` block and the
+launcher's ``Killing subprocess N`` (one line per worker it kills) is ``LAUNCHER_KILL``, both read
+column-wise; the rest, a handful of lines per run, is read in Python (``parse_line``).
 """
 
 from __future__ import annotations
@@ -62,13 +59,10 @@ LAUNCHER_EXCEPTIONS = ("ChildFailedError", "CalledProcessError")
 #: an exception raised because the process got a signal (torch elastic's agent under scancel or a time limit)
 SIGNAL_EXCEPTIONS = ("SignalException", "got signal:")
 #: what a rank prints when a peer died first (gloo/c10d sockets, NCCL's abort of a communicator)
-PEER_FAILURES = (
-    "Connection reset by peer",
-    "Connection closed by peer",
-    "NCCL communicator was aborted",
-    "ncclRemoteError",
-    "remote process exited",
-)
+PEER_RESETS = ("Connection reset by peer", "Connection closed by peer")
+PEER_FAILURES = (*PEER_RESETS, "NCCL communicator was aborted", "ncclRemoteError", "remote process exited")
+#: NCCL's errors; not bare "NCCL": NCCL_DEBUG=INFO prints millions of "NCCL INFO" lines
+NCCL_ERRORS = ("NCCL timeout", "NCCL error", "NCCL Error", "ncclInternalError", "ncclSystemError")
 #: a launcher's word that a worker exited with code 0: DeepSpeed's launcher (launch.py, ``Process N exits
 #: successfully.``) and torch elastic's agent (``[default] worker group successfully finished. Waiting ...``)
 CLEAN_EXITS = ("exits successfully", "worker group successfully finished")
@@ -95,6 +89,10 @@ _SET_X_FACTS = dict(NNODES="nodes", N_NODES="nodes", SLURM_NNODES="nodes", GPUS_
 _ENV = re.compile(r"\bSLURM_(?P<name>JOB_?ID|NNODES|GPUS_ON_NODE)=(?P<value>\d+)")
 _ENV_FACTS = dict(JOB_ID="job_id", JOBID="job_id", NNODES="nodes", GPUS_ON_NODE="gpus_per_node")
 _MODEL_SIZE = re.compile(r"Model size: (?P<size>[\d.]+)\s*B\b")
+#: what ``_context`` reads: ``set -x`` echoes, Slurm's environment, a model size, nvidia-smi's table and
+#: the GPU models ``gpu_model`` knows
+CONTEXT = ("NNODES=", "GPUS_PER_NODE=", "SLURM_JOB", "SLURM_GPUS_ON_NODE=", "Model size:", "MiB /")
+GPUS = ("V100", "A100", "H100")
 
 _V100 = re.compile(r"V100[- ]?(?P<form>SXM2|PCIE)(?:[- ](?P<mem>16|32)GB)?", re.IGNORECASE)
 _A100 = re.compile(
@@ -104,7 +102,6 @@ _A100 = re.compile(
 _H100 = re.compile(r"H100(?P<rest>[- ]\w+)?", re.IGNORECASE)
 # (?<!\d): a search must not restart inside a run of digits (quadratic on a line of 100k digits)
 _SMI_MEMORY = re.compile(r"(?<!\d)(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
-
 
 _NCCL_FAILURE = re.compile(r"[Tt]ime(d )?out|timeout|[Ee]rror")
 #: srun's ``srun: error: <node>: task 3: Exited with exit code 1`` / ``tasks 0-3: Killed``
@@ -247,7 +244,7 @@ def _context(text: str, lineno: int, run: RunBuilder) -> None:
         _fact(run, "gpu_model", model, lineno)
 
 
-# --- tracebacks, read column-wise ------------------------------------------------------------------
+# --- tracebacks and the launcher's kills, read column-wise ---------------------------------------------
 
 #: what Python's ``str.strip()`` leaves out at a record's start
 _LEADING_SPACE = f"^{PYTHON_SPACE}*"
@@ -264,30 +261,15 @@ FRAME_OR_HEADER = rf'{_LEADING_SPACE}(?:File "|{re.escape(TRACEBACK_HEADER)})'
 #: the raw lines that can hold a record a traceback reads: a frame, a header, an exception or OOM line
 #: (an exception's name ends on one of the words; its heralds are openers, found as every family's records)
 TRACEBACK_LINES = r'File "|Traceback|Error|Exception|Interrupt|Exit|Failure|CUDA out of memory'
-#: the literal tests of parse_line's branches before its test for a launcher's kill: a record that passes
-#: one is read there (its NCCL test is not literal: a record naming an NCCL error and a kill is a kill)
-_READ_BEFORE_KILLS = (
-    *CUDA_OOM,
-    "CANCELLED AT",
-    "Watchdog caught",
-    "srun: error",
-    "NODE_FAIL",
-    *CLEAN_EXITS,
-    "exits with return code",
-    *MPIRUN_ENDS,
-)
-#: and before a traceback's: a record that passes one is read there, not as a traceback's start (nor is
-#: one naming a kill, ``Killed`` or an NCCL error: those tests are not literal)
-_READ_BEFORE_TRACEBACKS = (
-    *_READ_BEFORE_KILLS,
-    "Killing subprocess",
-    "oom-kill",
-    "oom_kill",
-    "SIGKILL",
-    "by peer",
-)
-
-
+#: the literal tests of parse_line's branches before its test for a kill: a record that passes one is read
+#: there (its NCCL test is not literal: a record naming an NCCL error and the launcher's kill is a kill)
+_READ_BEFORE_KILLS = (*CUDA_OOM, "CANCELLED AT", "Watchdog caught", "srun: error", "NODE_FAIL", *CLEAN_EXITS)
+_READ_BEFORE_KILLS += ("exits with return code", *MPIRUN_ENDS)
+#: parse_line's literal tests for a kill, and the launcher's kill
+_KILLS = ("Killing subprocess", "oom-kill", "oom_kill", "SIGKILL")
+#: and before a traceback's: a record that passes one is read there, not as a traceback's start (one naming
+#: ``Killed``, ``signal 9`` or an NCCL error opens a traceback: those tests are not literal)
+_READ_BEFORE_TRACEBACKS = (*_READ_BEFORE_KILLS, *_KILLS, "by peer")
 #: a traceback's exception line's kind (``RunBuilder.fail``) by what it names: a launcher's own exception
 #: (torchrun's ChildFailedError, DeepSpeed's runner's CalledProcessError) only says that a worker failed;
 #: a signal (torch elastic's SignalException) or a peer's end (connection reset) says how a process ended
@@ -381,50 +363,27 @@ TRACEBACK = Block(
     read=read_tracebacks,
 )
 
-
 FAMILY = Family(
     name=NAME,
     markers=(
-        *CUDA_OOM,
-        "CANCELLED AT",
-        "Watchdog caught",
-        # not bare "NCCL": NCCL_DEBUG=INFO prints millions of "NCCL INFO" lines that must stay off the hot path
-        "NCCL timeout",
-        "NCCL error",
-        "NCCL Error",
-        "ncclInternalError",
-        "ncclSystemError",
+        *_READ_BEFORE_KILLS,
+        *NCCL_ERRORS,
         "ncclUnhandledCudaError",
         "NCCL communicator was aborted",
-        "srun: error",
-        "NODE_FAIL",
         "Killed",
-        "oom-kill",
-        "oom_kill",
         "signal 9",
-        "SIGKILL",
-        "Killing subprocess",
-        "exits with return code",
-        *CLEAN_EXITS,
-        *MPIRUN_ENDS,
-        "Connection reset by peer",
-        "Connection closed by peer",
+        *_KILLS,
+        *PEER_RESETS,
         *TRACEBACK_OPENERS,
         ": error: ",  # argparse's "<prog>: error: <message>"
-        "NNODES=",
-        "GPUS_PER_NODE=",
-        "SLURM_JOB",
-        "SLURM_GPUS_ON_NODE=",
-        "Model size:",
-        "V100",
-        "A100",
-        "H100",
-        "MiB /",
+        *CONTEXT,
+        *GPUS,
     ),
     parse_line=parse_line,
     finish=finish,
     kinds=(LAUNCHER_KILL,),
     blocks=(TRACEBACK,),
-    description="Slurm / launcher context: job id, nodes, GPU model, and failures (OOM, NCCL, time limit, ...)",
+    description="Slurm / launcher context: job id, nodes, GPU model, "
+    "and failures (OOM, NCCL, time limit, ...)",
     context=True,
 )
