@@ -126,16 +126,13 @@ def gpu_model(text: str) -> str | None:
     # literal to scan a line for
     if "100" not in text:
         return None
-    match = _A100.search(text)
-    if match:
+    if match := _A100.search(text):
         form = (match["form"] or match["form2"]).upper()
         return f"A100-{form}-{match['mem'] or match['mem2']}GB"
-    match = _V100.search(text)
-    if match:
+    if match := _V100.search(text):
         form = match["form"].upper()
         return f"V100-{form}-{match['mem']}GB" if match["mem"] else f"V100-{form}"
-    match = _H100.search(text)
-    if match:
+    if match := _H100.search(text):
         return "H100-PCIE" if "pcie" in (match["rest"] or "").lower() or "PCIe" in text else "H100-SXM"
     return None
 
