@@ -26,12 +26,9 @@ A launcher's word that its workers exited with code 0 (DeepSpeed's ``Process N e
 torch elastic's ``worker group successfully finished``) makes a run ``ok`` when nothing failed; it never
 outweighs a failure.
 
-What is read where. Tracebacks are the bulk of a failed run's records (hundreds of ranks print one each,
-interleaved line by line): they are the ``TRACEBACK`` block, read column-wise, and the family's other
-records inside one are not read. So is the launcher's ``Killing subprocess N``, one line per worker it
-kills, of which only the first counts (``LAUNCHER_KILL``). The rest (a handful of lines per run: the
-scheduler's and launchers' last words, ``set -x`` echoes, nvidia-smi's table) is read in Python,
-``parse_line``.
+Tracebacks (hundreds of ranks print one each, interleaved) are the ``TRACEBACK`` block and the
+launcher's ``Killing subprocess N`` (one line per worker it kills) is ``LAUNCHER_KILL``, both read
+column-wise; the rest, a handful of lines per run, is read in Python (``parse_line``).
 """
 
 from __future__ import annotations
@@ -62,13 +59,10 @@ LAUNCHER_EXCEPTIONS = ("ChildFailedError", "CalledProcessError")
 #: an exception raised because the process got a signal (torch elastic's agent under scancel or a time limit)
 SIGNAL_EXCEPTIONS = ("SignalException", "got signal:")
 #: what a rank prints when a peer died first (gloo/c10d sockets, NCCL's abort of a communicator)
-PEER_FAILURES = (
-    "Connection reset by peer",
-    "Connection closed by peer",
-    "NCCL communicator was aborted",
-    "ncclRemoteError",
-    "remote process exited",
-)
+PEER_RESETS = ("Connection reset by peer", "Connection closed by peer")
+PEER_FAILURES = (*PEER_RESETS, "NCCL communicator was aborted", "ncclRemoteError", "remote process exited")
+#: NCCL's errors; not bare "NCCL": NCCL_DEBUG=INFO prints millions of "NCCL INFO" lines
+NCCL_ERRORS = ("NCCL timeout", "NCCL error", "NCCL Error", "ncclInternalError", "ncclSystemError")
 #: a launcher's word that a worker exited with code 0: DeepSpeed's launcher (launch.py, ``Process N exits
 #: successfully.``) and torch elastic's agent (``[default] worker group successfully finished. Waiting ...``)
 CLEAN_EXITS = ("exits successfully", "worker group successfully finished")
@@ -91,20 +85,14 @@ HARMLESS_WITHIN, CHAINED_WITHIN = 2, 3
 TRACEBACK_OPENERS = (TRACEBACK_HEADER, *HARMLESS_TRACEBACKS, *CHAINED_TRACEBACKS)
 
 _SET_X = re.compile(r"^\+\s*(?:export\s+)?(?P<name>[A-Z_]+)=(?P<value>\S+)")
-_ENV = re.compile(r"\b(?P<name>SLURM_JOB_?ID|SLURM_NNODES|SLURM_GPUS_ON_NODE)=(?P<value>\d+)")
-_SET_X_FACTS = {
-    "NNODES": "nodes",
-    "GPUS_PER_NODE": "gpus_per_node",
-    "SLURM_NNODES": "nodes",
-    "N_NODES": "nodes",
-}
-_ENV_FACTS = {
-    "SLURM_JOB_ID": "job_id",
-    "SLURM_JOBID": "job_id",
-    "SLURM_NNODES": "nodes",
-    "SLURM_GPUS_ON_NODE": "gpus_per_node",
-}
+_SET_X_FACTS = dict(NNODES="nodes", N_NODES="nodes", SLURM_NNODES="nodes", GPUS_PER_NODE="gpus_per_node")
+_ENV = re.compile(r"\bSLURM_(?P<name>JOB_?ID|NNODES|GPUS_ON_NODE)=(?P<value>\d+)")
+_ENV_FACTS = dict(JOB_ID="job_id", JOBID="job_id", NNODES="nodes", GPUS_ON_NODE="gpus_per_node")
 _MODEL_SIZE = re.compile(r"Model size: (?P<size>[\d.]+)\s*B\b")
+#: what ``_context`` reads: ``set -x`` echoes, Slurm's environment, a model size, nvidia-smi's table and
+#: the GPU models ``gpu_model`` knows
+CONTEXT = ("NNODES=", "GPUS_PER_NODE=", "SLURM_JOB", "SLURM_GPUS_ON_NODE=", "Model size:", "MiB /")
+GPUS = ("V100", "A100", "H100")
 
 _V100 = re.compile(r"V100[- ]?(?P<form>SXM2|PCIE)(?:[- ](?P<mem>16|32)GB)?", re.IGNORECASE)
 _A100 = re.compile(
@@ -114,7 +102,6 @@ _A100 = re.compile(
 _H100 = re.compile(r"H100(?P<rest>[- ]\w+)?", re.IGNORECASE)
 # (?<!\d): a search must not restart inside a run of digits (quadratic on a line of 100k digits)
 _SMI_MEMORY = re.compile(r"(?<!\d)(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
-
 
 _NCCL_FAILURE = re.compile(r"[Tt]ime(d )?out|timeout|[Ee]rror")
 #: srun's ``srun: error: <node>: task 3: Exited with exit code 1`` / ``tasks 0-3: Killed``
@@ -139,125 +126,92 @@ def gpu_model(text: str) -> str | None:
     # literal to scan a line for
     if "100" not in text:
         return None
-    match = _A100.search(text)
-    if match:
+    if match := _A100.search(text):
         form = (match["form"] or match["form2"]).upper()
         return f"A100-{form}-{match['mem'] or match['mem2']}GB"
-    match = _V100.search(text)
-    if match:
+    if match := _V100.search(text):
         form = match["form"].upper()
         return f"V100-{form}-{match['mem']}GB" if match["mem"] else f"V100-{form}"
-    match = _H100.search(text)
-    if match:
+    if match := _H100.search(text):
         return "H100-PCIE" if "pcie" in (match["rest"] or "").lower() or "PCIe" in text else "H100-SXM"
     return None
 
 
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
-    """Read one of the family's rare records into ``run`` (tracebacks and the launcher's ``Killing
-    subprocess N`` lines are read column-wise: ``TRACEBACK``, ``LAUNCHER_KILL``); never raises. The
-    order of the tests is the order in which a record that says several things is read."""
+    """Read one of the family's rare records into ``run`` (never raises): a failure event, quoted after its
+    label (none for a warning that names an error), or facts. The tests come in the order in which a record
+    that says several things is read."""
+    status, label, weight, kind, bare_cancel = "failed", "", CAUSE, "", False
     if "CUDA out of memory" in text or "OutOfMemoryError" in text:  # CUDA_OOM
-        _event(run, text, lineno, "CUDA out of memory: ", CAUSE, "cuda oom")
-    elif "CANCELLED AT" in text:
-        _cancelled(text, lineno, run)
+        label, kind = "CUDA out of memory: ", "cuda oom"
+    elif "CANCELLED AT" in text:  # slurmstepd's ``*** JOB|STEP <id> ON <node> CANCELLED AT <time> ...``
+        bare_step = "*** STEP" in text and "DUE TO" not in text
+        if "TIME LIMIT" in text:
+            label, kind = "time limit: ", "time limit"
+        elif "NODE FAIL" in text:
+            label, kind = "node failure: ", "node failure"
+        elif "TASK FAILURE" in text or (bare_step and run.failure is not None):
+            # Slurm ending a job (or srun a step, after "srun: Terminating StepId=...") because a task
+            # failed: the task's own lines say why
+            weight, kind = REPORT, "slurm cancel"
+        else:  # preemption, scancel by a user or an admin, a requeue
+            status = kind = "cancelled"
+            label, bare_cancel = "preempted: " if "PREEMPTION" in text else "", bare_step
     elif "Watchdog caught" in text or ("NCCL" in text and _NCCL_FAILURE.search(text)):
         # the first rank's watchdog is the cause; a communicator aborted because a peer failed is not
-        peer = any(failure in text for failure in PEER_FAILURES)
-        _event(
-            run, text, lineno, "NCCL timeout/error: ", EFFECT if peer else CAUSE, "peer" if peer else "nccl"
-        )
+        label, kind = "NCCL timeout/error: ", "nccl"
+        if any(failure in text for failure in PEER_FAILURES):
+            weight, kind = EFFECT, "peer"
     elif "srun: error" in text or "NODE_FAIL" in text:
-        _srun_error(text, lineno, run)
+        # a node failure is a cause, so is an error of a step that could not start; a task's end (``task 3:
+        # Exited with exit code 1``, ``task 3: Killed``) follows from what the task printed before
+        task = _SRUN_TASK.search(text)
+        if "Node failure" in text or "NODE_FAIL" in text:
+            kind = "node failure"
+        elif task is None:
+            kind = "srun"
+        else:
+            weight, kind = REPORT if task["how"].startswith("Exited") else EFFECT, "srun task"
     elif "exits successfully" in text or "worker group successfully finished" in text:  # CLEAN_EXITS
         run.saw(NAME)
-        run.exited_cleanly(text, lineno)
+        return run.exited_cleanly(text, lineno)
     elif "exits with return code" in text:  # DeepSpeed's launcher, after a worker failed
-        _event(run, text, lineno, "worker failed: ", REPORT, "launcher exit")
+        label, weight, kind = "worker failed: ", REPORT, "launcher exit"
     elif any(end in text for end in MPIRUN_ENDS):
-        _event(run, text, lineno, "", EFFECT if "exited on signal" in text else REPORT, "mpirun")
-    elif _KILLED.search(text):
-        _killed(text, lineno, run)
+        weight, kind = EFFECT if "exited on signal" in text else REPORT, "mpirun"
+    elif _KILLED.search(text):  # the cgroup OOM killer's event is a cause, a kill says how a process ended
+        oom_kill = "oom-kill" in text or "oom_kill" in text
+        label, weight, kind = "killed: ", CAUSE if oom_kill else EFFECT, "oom-kill" if oom_kill else "killed"
     elif "by peer" in text:  # c10d/gloo socket errors of a rank whose peer died
-        _event(run, text, lineno, "", EFFECT, "peer")
+        weight, kind = EFFECT, "peer"
     elif any(marker in text for marker in TRACEBACK_OPENERS):
-        pass  # a traceback's line that no block took (a herald right after another): it says nothing more
-    elif ": error: " in text:
-        if _ARGPARSE_ERROR.match(text.strip()):  # a worker's (or a launcher's) command line was refused
-            _event(run, text, lineno, "", CAUSE, "arguments")
+        return  # a traceback's line that no block took (a herald right after another): it says nothing more
+    elif ": error: " not in text:
+        return _context(text, lineno, run)
+    elif _ARGPARSE_ERROR.match(text.strip()):  # a worker's (or a launcher's) command line was refused
+        kind = "arguments"
     else:
-        _context(text, lineno, run)
-
-
-def _event(
-    run: RunBuilder, text: str, lineno: int, label: str, weight: int, kind: str, status: str = "failed"
-) -> None:
-    """A failure event read from one line, quoted after ``label``; a warning (a Python warning or a
-    line logged at warning level) that names an error is none."""
+        return
     if _WARNING.search(text):
         return
     run.saw(NAME)
     run.fail(status, label + text.strip(), lineno, weight=weight, kind=kind)
-
-
-def _cancelled(text: str, lineno: int, run: RunBuilder) -> None:
-    """slurmstepd's ``*** JOB|STEP <id> ON <node> CANCELLED AT <time> [DUE TO <why>] ***``."""
-    bare_step = "*** STEP" in text and "DUE TO" not in text
-    if "TIME LIMIT" in text:
-        _event(run, text, lineno, "time limit: ", CAUSE, "time limit")
-    elif "NODE FAIL" in text:
-        _event(run, text, lineno, "node failure: ", CAUSE, "node failure")
-    elif "TASK FAILURE" in text or (bare_step and run.failure is not None):
-        # Slurm ending a job (or srun a step, after "srun: Terminating StepId=...") because a task
-        # failed: the task's own lines say why
-        _event(run, text, lineno, "", REPORT, "slurm cancel")
-    else:
-        events = len(run.failure_events)
-        if "PREEMPTION" in text:
-            _event(run, text, lineno, "preempted: ", CAUSE, "cancelled", "cancelled")
-        else:  # scancel by a user or an admin, a requeue
-            _event(run, text, lineno, "", CAUSE, "cancelled", "cancelled")
-        if bare_step and len(run.failure_events) > events:
-            # no failure before it that Python read: finish weighs it against the column-wise ones
-            run.state.setdefault(NAME, {}).setdefault("bare_step_cancel", (run.failure_events[-1][0], text))
+    if (
+        bare_cancel
+    ):  # no failure before it that Python read: ``finish`` weighs it against the column-wise ones
+        run.state.setdefault(NAME, {}).setdefault("bare_step_cancel", (run.failure_events[-1][0], text))
 
 
 def finish(run: RunBuilder) -> None:
     """A bare STEP cancel that ``parse_line`` read as the first failure, a cancel, is a report if a
     failure read column-wise (a traceback's, the launcher's kill) came before it: refold the run's
     failure events with it so."""
-    pending = run.state.get(NAME, {}).get("bare_step_cancel")
-    if pending is None:
-        return
-    order, text = pending
+    order, text = run.state.get(NAME, {}).get("bare_step_cancel", (None, ""))
     events = run.failure_events
     index = next((index for index, event in enumerate(events) if event[0] == order), 0)
     if index:
         events[index] = (order, "failed", text.strip(), REPORT, "slurm cancel", False, False)
         run.refold(events)
-
-
-def _srun_error(text: str, lineno: int, run: RunBuilder) -> None:
-    """srun's errors: a node failure is a cause; a task's end (``task 3: Exited with exit code 1``,
-    ``task 3: Killed``) follows from what the task printed before; other errors (a step that could not
-    start) are causes."""
-    if "Node failure" in text or "NODE_FAIL" in text:
-        _event(run, text, lineno, "", CAUSE, "node failure")
-        return
-    task = _SRUN_TASK.search(text)
-    if task is None:
-        _event(run, text, lineno, "", CAUSE, "srun")
-    else:
-        _event(run, text, lineno, "", REPORT if task["how"].startswith("Exited") else EFFECT, "srun task")
-
-
-def _killed(text: str, lineno: int, run: RunBuilder) -> None:
-    """A killed process: the cgroup OOM killer's event is a cause; a kill itself (``Killed``, signal 9,
-    SIGKILL) says how a process ended (the launcher's kills are ``LAUNCHER_KILL``'s)."""
-    if "oom-kill" in text or "oom_kill" in text:
-        _event(run, text, lineno, "killed: ", CAUSE, "oom-kill")
-    else:
-        _event(run, text, lineno, "killed: ", EFFECT, "killed")
 
 
 def _fact(run: RunBuilder, name: str, value: object, lineno: int) -> None:
@@ -266,43 +220,28 @@ def _fact(run: RunBuilder, name: str, value: object, lineno: int) -> None:
 
 
 def _context(text: str, lineno: int, run: RunBuilder) -> None:
+    """The facts of a ``set -x`` echo, Slurm's environment, a model size's echo or nvidia-smi's table."""
     match = _SET_X.match(text.strip())
     if match and match["name"] in _SET_X_FACTS and match["value"].isdigit():
-        _fact(run, _SET_X_FACTS[match["name"]], int(match["value"]), lineno)
-        return
-    if "SLURM_" in text:  # each name _ENV reads starts so: a substring test is far cheaper than its search
-        _read_env(run, text, lineno)
-    match = _MODEL_SIZE.search(text)
-    if match:
+        return _fact(run, _SET_X_FACTS[match["name"]], int(match["value"]), lineno)
+    for env in _ENV.finditer(text) if "SLURM_" in text else ():  # a substring test is far cheaper than _ENV
+        fact = _ENV_FACTS[env["name"]]
+        _fact(run, fact, env["value"] if fact == "job_id" else int(env["value"]), lineno)
+    gpu_form = run.state.get(NAME, {}).get("gpu_form")
+    if match := _MODEL_SIZE.search(text):
         _fact(run, "logged_model_size", float(match["size"]), lineno)
-        return
-    state = run.state.setdefault(NAME, {})
-    memory = "MiB" in text and _SMI_MEMORY.search(text)  # the substring test first, as above
-    if memory and state.get("gpu_form"):
+    elif (memory := "MiB" in text and _SMI_MEMORY.search(text)) and gpu_form:
+        # nvidia-smi cut a V100's name in the row before: the memory column tells its size
         total_gb = int(memory["total"]) / 1024
-        size = next((s for s in (16, 32, 40, 80, 94) if total_gb <= s), None)
-        if size:
-            _fact(run, "gpu_model", f"{state.pop('gpu_form')}-{size}GB", lineno)
-        return
-    model = gpu_model(text)
-    if model is None:
-        return
-    if model.count("-") == 1 and model.startswith("V100"):
-        state["gpu_form"] = model  # nvidia-smi cut the name: the memory column of the next row tells
-        return
-    _fact(run, "gpu_model", model, lineno)
+        if size := next((size for size in (16, 32, 40, 80, 94) if total_gb <= size), None):
+            _fact(run, "gpu_model", f"{run.state[NAME].pop('gpu_form')}-{size}GB", lineno)
+    elif (model := gpu_model(text)) and model.count("-") == 1 and model.startswith("V100"):
+        run.state.setdefault(NAME, {})["gpu_form"] = model
+    elif model:
+        _fact(run, "gpu_model", model, lineno)
 
 
-def _read_env(run: RunBuilder, text: str, lineno: int) -> None:
-    for match in _ENV.finditer(text):
-        fact = _ENV_FACTS.get(match["name"])
-        if fact == "job_id":
-            _fact(run, fact, match["value"], lineno)
-        elif fact is not None:
-            _fact(run, fact, int(match["value"]), lineno)
-
-
-# --- tracebacks, read column-wise ------------------------------------------------------------------
+# --- tracebacks and the launcher's kills, read column-wise ---------------------------------------------
 
 #: what Python's ``str.strip()`` leaves out at a record's start
 _LEADING_SPACE = f"^{PYTHON_SPACE}*"
@@ -316,161 +255,87 @@ EXCEPTION_LINE = (
 OOM_LINE = rf"^[^\s\x1c-\x1f].*(?:{literals(CUDA_OOM)})"
 #: a frame or another rank's header: inside a traceback, such a record keeps it open
 FRAME_OR_HEADER = rf'{_LEADING_SPACE}(?:File "|{re.escape(TRACEBACK_HEADER)})'
-#: the raw lines that can hold one of the block's records (a frame, a header, an exception or OOM line,
-#: a harmless or chained traceback's line); an exception name ends on one of the words
-TRACEBACK_LINES = (
-    r'File "|Traceback|Error|Exception|Interrupt|Exit|Failure|CUDA out of memory|Logging error|'
-    r"During handling of the above exception|The above exception was the direct cause"
-)
-#: the literal tests of parse_line's branches before its test for a launcher's kill: a record that passes
-#: one is read there (its NCCL test is not literal: a record naming an NCCL error and a kill is a kill)
-_READ_BEFORE_KILLS = (
-    *CUDA_OOM,
-    "CANCELLED AT",
-    "Watchdog caught",
-    "srun: error",
-    "NODE_FAIL",
-    *CLEAN_EXITS,
-    "exits with return code",
-    *MPIRUN_ENDS,
-)
-#: and before a traceback's: a record that passes one is read there, not as a traceback's start (nor is
-#: one naming a kill, ``Killed`` or an NCCL error: those tests are not literal)
-_READ_BEFORE_TRACEBACKS = (
-    *_READ_BEFORE_KILLS,
-    "Killing subprocess",
-    "oom-kill",
-    "oom_kill",
-    "SIGKILL",
-    "by peer",
-)
+#: the raw lines that can hold a record a traceback reads: a frame, a header, an exception or OOM line
+#: (an exception's name ends on one of the words; its heralds are openers, found as every family's records)
+TRACEBACK_LINES = r'File "|Traceback|Error|Exception|Interrupt|Exit|Failure|CUDA out of memory'
+#: the literal tests of parse_line's branches before its test for a kill: a record that passes one is read
+#: there (its NCCL test is not literal: a record naming an NCCL error and the launcher's kill is a kill)
+_READ_BEFORE_KILLS = (*CUDA_OOM, "CANCELLED AT", "Watchdog caught", "srun: error", "NODE_FAIL", *CLEAN_EXITS)
+_READ_BEFORE_KILLS += ("exits with return code", *MPIRUN_ENDS)
+#: parse_line's literal tests for a kill, and the launcher's kill
+_KILLS = ("Killing subprocess", "oom-kill", "oom_kill", "SIGKILL")
+#: and before a traceback's: a record that passes one is read there, not as a traceback's start (one naming
+#: ``Killed``, ``signal 9`` or an NCCL error opens a traceback: those tests are not literal)
+_READ_BEFORE_TRACEBACKS = (*_READ_BEFORE_KILLS, *_KILLS, "by peer")
+#: a traceback's exception line's kind (``RunBuilder.fail``) by what it names: a launcher's own exception
+#: (torchrun's ChildFailedError, DeepSpeed's runner's CalledProcessError) only says that a worker failed;
+#: a signal (torch elastic's SignalException) or a peer's end (connection reset) says how a process ended
+_EXCEPTION_KINDS = {"launcher": LAUNCHER_EXCEPTIONS, "signal": SIGNAL_EXCEPTIONS, "peer": PEER_FAILURES}
+_WEIGHTS = {"cuda oom": CAUSE, "launcher": REPORT, "signal": EFFECT, "peer": EFFECT, "exception": CAUSE}
 
 
 def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
-    """A failure event per traceback that ended on its exception line (weighed by ``_exception_weight``)
-    or on an OOM line; none for one that Python printed and ignored. The event of a chained traceback's
-    exception is ``chained``: it replaces the failure when that is the exception before it (the process
-    died of the last exception raised while handling, or from, the one before)."""
-    closers = _closers(blocks)
-    text = pl.col("text")
-    ooms = closers.filter(pl.col("oom"), ~pl.col("ignored"), ~text.str.contains(WARNING)).select(
-        "run",
-        "order",
-        status=pl.lit("failed"),
-        reason=pl.lit("CUDA out of memory: ") + text,
-        weight=pl.lit(CAUSE),
-        kind=pl.lit("cuda oom"),
-        exception=pl.lit(False),
-        chained=pl.lit(False),
-    )
-    exceptions = closers.filter(~pl.col("oom"), ~pl.col("ignored")).select(
-        "run",
-        "order",
-        status=pl.lit("failed"),
-        reason=text,
-        **_exception_weight(text),
-        exception=pl.lit(True),
-        chained="chained",
-    )
-    schema = {"run": pl.Int64, **FAILURE_EVENT_SCHEMA}
-    failures = _first_events(pl.concat([ooms.cast(schema), exceptions.cast(schema)]))
-    return Events(failures=[failures.drop("run")], marks=[marks_of(failures.lazy(), NAME, SEEN)])
-
-
-def _closers(blocks: pl.LazyFrame) -> pl.DataFrame:
-    """Each traceback's closing record, with what its block says of it: ``ignored`` (its header came
-    within 2 lines of a harmless traceback's line, the block's herald: Python printed the traceback and
-    went on), ``chained`` (within 3 lines of a chained exception's line) and ``oom`` (an OOM line)."""
-    records = blocks.collect()
-    text = pl.col("text")
+    """A failure event per traceback that ended on its exception line or on an OOM line, but those Python
+    printed and ignored (its header within 2 lines of a harmless traceback's herald). A chained one's
+    exception (its header within 3 lines of a chained exception's line) is ``chained``: it replaces the
+    failure when that is the exception before it. Only the events that can change a run's failure are
+    kept: the first of each kind (a later one repeats it), each chained exception and the one before it."""
+    records, text, oom = blocks.collect(), pl.col("text"), pl.col("oom")
     header = text.str.contains(TRACEBACK_HEADER, literal=True)
-    heralds = records.filter(pl.col("role") == OPENER, ~header).select(
-        "block",
-        herald_line="line",
-        harmless=text.str.contains(literals(HARMLESS_TRACEBACKS)),
-        chained=text.str.contains(literals(CHAINED_TRACEBACKS)),
-    )
     headers = records.filter(header).group_by("block").agg(header_line=pl.col("line").min())
-    after = pl.col("header_line") - pl.col("herald_line")
-    flags = heralds.join(headers, on="block").select(
+    after = pl.col("header_line") - pl.col("line")
+    heralds = records.filter(pl.col("role") == OPENER, ~header).join(headers, on="block")
+    heralds = heralds.select(
         "block",
-        ignored=pl.col("harmless") & (after <= HARMLESS_WITHIN),
-        chained=pl.col("chained") & (after <= CHAINED_WITHIN),
+        ignored=text.str.contains(literals(HARMLESS_TRACEBACKS)) & (after <= HARMLESS_WITHIN),
+        chained=text.str.contains(literals(CHAINED_TRACEBACKS)) & (after <= CHAINED_WITHIN),
     )
-    return (
+    kind = pl.when(oom).then(pl.lit("cuda oom"))
+    for name, words in _EXCEPTION_KINDS.items():
+        kind = kind.when(text.str.contains(literals(words))).then(pl.lit(name))
+    events = (
         records.filter(pl.col("role") == CLOSER)
-        .join(flags, on="block", how="left")
+        .join(heralds, on="block", how="left")
+        .with_columns(pl.col("ignored", "chained").fill_null(False), oom=text.str.contains(OOM_LINE))
+        .filter(~pl.col("ignored"), ~(oom & text.str.contains(WARNING)))
         .select(
             "run",
             "order",
-            "text",
-            ignored=pl.col("ignored").fill_null(False),
-            chained=pl.col("chained").fill_null(False),
-            oom=text.str.contains(OOM_LINE),
+            reason=pl.when(oom).then(pl.lit("CUDA out of memory: ") + text).otherwise(text),
+            kind=kind.otherwise(pl.lit("exception")),
+            exception=~oom,
+            chained=pl.col("chained") & ~oom,
         )
-    )
-
-
-def _exception_weight(line: pl.Expr) -> dict[str, pl.Expr]:
-    """``weight`` and ``kind`` of a traceback's exception line: a launcher's own exception (torchrun's
-    ChildFailedError, DeepSpeed's runner's CalledProcessError) only says that a worker failed; a signal
-    (torch elastic's SignalException) or a peer's end (connection reset) says how a process ended; any
-    other exception is a cause."""
-    launcher = line.str.contains(literals(LAUNCHER_EXCEPTIONS))
-    signal = line.str.contains(literals(SIGNAL_EXCEPTIONS))
-    peer = line.str.contains(literals(PEER_FAILURES))
-    return {
-        "weight": pl.when(launcher).then(REPORT).when(signal | peer).then(EFFECT).otherwise(CAUSE),
-        "kind": pl.when(launcher)
-        .then(pl.lit("launcher"))
-        .when(signal)
-        .then(pl.lit("signal"))
-        .when(peer)
-        .then(pl.lit("peer"))
-        .otherwise(pl.lit("exception")),
-    }
-
-
-def _first_events(events: pl.DataFrame) -> pl.DataFrame:
-    """The events that can change a run's failure: the first of each kind and weight (a later one repeats
-    it: ``RunBuilder.fold_failure`` keeps one consequence per kind), each chained exception and the
-    exception before it (whether the chain replaces the failure depends on it)."""
-    ordered = events.sort("run", "order")
-    first = pl.int_range(pl.len()).over("run", "kind", "weight") == 0
-    exceptions = ordered.filter(pl.col("exception"))
-    before_chained = pl.col("chained").shift(-1).over("run").fill_null(False)
-    return (
-        pl.concat(
-            [
-                ordered.filter(first),
-                exceptions.filter(pl.col("chained") | before_chained),
-            ]
-        )
-        .unique(["run", "order"], keep="first")
         .sort("run", "order")
     )
-
-
-# --- the launcher's kills ------------------------------------------------------------------------------
+    first = pl.int_range(pl.len()).over("run", "kind") == 0
+    next_chained = pl.when("exception").then("chained").shift(-1).backward_fill().over("run").fill_null(False)
+    kept = events.filter(first | (pl.col("exception") & (pl.col("chained") | next_chained)))
+    return _failures(kept.lazy(), weight=pl.col("kind").replace_strict(_WEIGHTS))
 
 
 def read_launcher_kills(records: pl.LazyFrame) -> Events:
     """The first of a run's ``Killing subprocess N`` lines, DeepSpeed's launcher's line per worker it kills
     after one failed: a cleanup, the failure's evidence is elsewhere; the others repeat it. A first one
     logged as a warning is no event, nor is any after it."""
-    first = records.sort("order").group_by("run").agg(pl.col("order").first(), pl.col("text").first())
-    failures = first.filter(~pl.col("text").str.contains(WARNING)).select(
-        "order",
-        status=pl.lit("failed"),
+    first = records.sort("order").group_by("run").agg(pl.col("order", "text").first())
+    return _failures(
+        first.filter(~pl.col("text").str.contains(WARNING)),
         reason=pl.lit("killed: ") + pl.col("text").str.replace(_LEADING_SPACE, ""),
         weight=pl.lit(CLEANUP),
         kind=pl.lit("launcher kill"),
         exception=pl.lit(False),
         chained=pl.lit(False),
     )
-    return Events(
-        failures=[failures.cast(FAILURE_EVENT_SCHEMA).collect()], marks=[marks_of(failures, NAME, SEEN)]
-    )
+
+
+def _failures(records: pl.LazyFrame, **columns: pl.Expr) -> Events:
+    """Failure events of ``records`` (``FAILURE_EVENT_SCHEMA``: a column of ``columns`` or of ``records``,
+    ``status`` failed), each a mark that the family was seen."""
+    columns = {"status": pl.lit("failed"), **columns}
+    failures = records.select(columns.get(name, pl.col(name)).alias(name) for name in FAILURE_EVENT_SCHEMA)
+    failures = failures.cast(FAILURE_EVENT_SCHEMA)
+    return Events(failures=[failures.collect()], marks=[marks_of(failures, NAME, SEEN)])
 
 
 LAUNCHER_KILL = RecordKind(
@@ -495,50 +360,27 @@ TRACEBACK = Block(
     read=read_tracebacks,
 )
 
-
 FAMILY = Family(
     name=NAME,
     markers=(
-        *CUDA_OOM,
-        "CANCELLED AT",
-        "Watchdog caught",
-        # not bare "NCCL": NCCL_DEBUG=INFO prints millions of "NCCL INFO" lines that must stay off the hot path
-        "NCCL timeout",
-        "NCCL error",
-        "NCCL Error",
-        "ncclInternalError",
-        "ncclSystemError",
+        *_READ_BEFORE_KILLS,
+        *NCCL_ERRORS,
         "ncclUnhandledCudaError",
         "NCCL communicator was aborted",
-        "srun: error",
-        "NODE_FAIL",
         "Killed",
-        "oom-kill",
-        "oom_kill",
         "signal 9",
-        "SIGKILL",
-        "Killing subprocess",
-        "exits with return code",
-        *CLEAN_EXITS,
-        *MPIRUN_ENDS,
-        "Connection reset by peer",
-        "Connection closed by peer",
+        *_KILLS,
+        *PEER_RESETS,
         *TRACEBACK_OPENERS,
         ": error: ",  # argparse's "<prog>: error: <message>"
-        "NNODES=",
-        "GPUS_PER_NODE=",
-        "SLURM_JOB",
-        "SLURM_GPUS_ON_NODE=",
-        "Model size:",
-        "V100",
-        "A100",
-        "H100",
-        "MiB /",
+        *CONTEXT,
+        *GPUS,
     ),
     parse_line=parse_line,
     finish=finish,
     kinds=(LAUNCHER_KILL,),
     blocks=(TRACEBACK,),
-    description="Slurm / launcher context: job id, nodes, GPU model, and failures (OOM, NCCL, time limit, ...)",
+    description="Slurm / launcher context: job id, nodes, GPU model, "
+    "and failures (OOM, NCCL, time limit, ...)",
     context=True,
 )
