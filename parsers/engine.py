@@ -264,7 +264,7 @@ def _see(builder: RunBuilder, run: int, unseen: dict[tuple[int, int, str], int])
 def _flush(reading: Reading, *, last: bool = False) -> None:
     """Read what is kept into events: the kinds read on their own, and each read group's records up to
     (not including) the first block of the group still open in each run (all at the ``last``; a
-    ``whole_run`` group only then)."""
+    ``whole_run`` group only then, and a group whose read returned a carry once more, without records)."""
     _flush_kinds(reading)
     for number, group in enumerate(reading.plan.groups):
         frames = reading.group_records[number]
@@ -283,6 +283,10 @@ def _flush(reading: Reading, *, last: bool = False) -> None:
             reading.group_records[number] = []
         if records.height:
             _read_group(reading, number, records)
+    if last:  # the end: a read that returned a carry states, from no records, what waited for it
+        for number, carry in enumerate(list(reading.carries)):
+            if carry is not None:
+                _read_group(reading, number, pl.DataFrame(schema=_GROUP_RECORD_SCHEMA))
     reading.kept = sum(
         frame.height
         for group, frames in zip(reading.plan.groups, reading.group_records, strict=True)
@@ -354,11 +358,16 @@ def _read_group(reading: Reading, number: int, records: pl.DataFrame) -> None:
 
 def _located(events: Events, base: pl.DataFrame) -> Events:
     """``events`` whose orders (and ``at``: a fact's provenance record) are ``row * _EVENTS_PER_RECORD +
-    item``, with each row's ``run`` and real order (``base``) put back."""
+    item``, with each row's ``run`` and real order (``base``) put back; a frame without ``order`` (its
+    ``run``, ``line`` and ``file`` from a carry) at its line."""
     located = Events()
     for name in Events.SORTS:
         for frame in getattr(events, name):
             if not frame.height:
+                continue
+            if "order" not in frame.columns:  # stated from a carry: at a line an earlier read saw
+                order = pl.col("file") * (1 << FILE_SHIFT) + pl.col("line") * (1 << LINE_SHIFT)
+                getattr(located, name).append(frame.with_columns(order=order).drop("line", "file"))
                 continue
             frame = _relocated(frame, "order", base, with_run=True)
             if "at" in frame.columns:
