@@ -3,28 +3,23 @@
 Formats read from transformers' own source (``trainer_callback.py``, ``trainer_pt_utils.py``,
 ``training_args.py``, ``trainer.py``) and from the 2021 real log:
 
-- ``PrinterCallback``/``ProgressCallback`` print each log as a Python dict:
-  ``{'loss': 2.3, 'learning_rate': 5e-05, 'epoch': 0.1}`` (2021: raw floats; today: ``'4.705'``
-  strings formatted with ``.4g``, plus ``'grad_norm'``); the final one holds ``train_runtime`` and the
-  throughputs. Every node's local rank 0 prints, so identical dicts are one logging step.
-- ``log_metrics``: ``***** train metrics *****`` then ``  train_runtime            = 0:01:23.45`` lines.
-- ``TrainingArguments.__str__``: ``TrainingArguments(``, one ``name=value,`` per line, ``)`` (older
-  versions: the dataclass repr on one line).
+- each log as a Python dict (``{'loss': 2.3, 'learning_rate': 5e-05, 'epoch': 0.1}``; today ``'4.705'``
+  strings and ``'grad_norm'``), printed by every node's rank 0: identical dicts are one logging step. The
+  final dict holds ``train_runtime`` and the throughputs; the n-th distinct training dict is step
+  ``n * logging_steps`` (the arguments known before it; step 1 first with ``logging_first_step``), else n.
+- ``***** train metrics *****`` then ``  train_runtime            = 0:01:23.45`` lines (``log_metrics``).
+- ``TrainingArguments(``, one ``name=value,`` a line, ``)`` (older versions: the repr on one line).
 - ``***** Running training *****``: ``Instantaneous batch size per device = 8`` and friends.
-- The model shape: ``--config_overrides n_embd=...`` on the echoed command line or ``Overriding config:``
-  (run_clm), and the printed ``GPT2Config {...}`` JSON.
-- tqdm's progress bar (``ProgressCallback``): `` 45%|████▌     | 450/1000 [1:02:30<1:16:23,  8.33s/it]``.
+- The model shape: ``--config_overrides n_embd=...`` or ``Overriding config:`` (run_clm), and the printed
+  ``GPT2Config {...}`` JSON.
+- tqdm's bar (``ProgressCallback``): `` 45%|████▌     | 450/1000 [1:02:30<1:16:23,  8.33s/it]``.
 - Launch context, for the GPU count (a Trainer prints none): ``--nproc_per_node 4 --nnodes 16``,
   ``WORLD_SIZE=64``, ``dist_world_size=64``, ``global_world_sizes=[...]``; no evidence of the Trainer.
 
-Dicts carry no step number: the n-th distinct training dict is step ``n * logging_steps`` (from the
-arguments known before it; step 1 first when ``logging_first_step``), else ``n``.
-
-How it is read. The family's records (``TRAINER``) and its three blocks' lines are read together by
-``read_trainer``: each distinct text once in Python (``_READERS``), into the effects a record has (a fact,
-a note, an argument, a step...), then the rules between records in polars: the arguments known before a
-dict or a dump's end, a config printed after an override, the digits of the final metrics' copies, the
-training bar. A long log comes in segments: what later records need of the earlier ones is the carry.
+The family's records (``TRAINER``) and its three blocks' lines are read together (``read_trainer``), a
+segment of the log at a time: each distinct text once in Python, into what the record does (an effect: a
+fact, a note, an argument...), then the rules between records in polars, with what the segments before
+left that later records depend on (the carry).
 """
 
 from __future__ import annotations
@@ -37,131 +32,106 @@ from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
-from logstat.parsers import grammar
+from logstat.parsers import grammar, kinds
 from logstat.parsers.base import INT64_MAX, INT64_MIN, Family, RunBuilder
-from logstat.parsers.kinds import (
-    BODY,
-    CLOSER,
-    OPENER,
-    PYTHON_SPACE,
-    RECORD,
-    SEEN,
-    Block,
-    Events,
-    RecordKind,
-    RecordTest,
-    literals,
-)
+from logstat.parsers.kinds import BODY, CLOSER, OPENER, Block, Events, RecordTest, literals
 from pyparsing import pyparsing_common as ppc
 
 NAME = "hf-trainer"
 
-# --- records ---------------------------------------------------------------------------------------
-
 #: keys of the dicts the Trainer logs; other dicts (DeepSpeed's config values) are not ours.
 _TRAINER_KEYS = ("'loss'", "'learning_rate'", "'train_runtime'", "'train_samples_per_second'", "'epoch'")
-#: a tqdm update's rate (``4.22it/s]``, ``1.44s/it]``)
-_RATES = ("it/s]", "s/it]")
-_METRICS_BANNER = "***** train metrics *****"
-_ARGS_MARKER = "TrainingArguments("
-
+_RATES = ("it/s]", "s/it]")  # a tqdm update's rate
+_METRICS_BANNER, _ARGS_MARKER = "***** train metrics *****", "TrainingArguments("
+MARKERS = (
+    # not bare "{'": DeepSpeed's config printer writes twice as many other dicts (optimizer_params...)
+    *(*_TRAINER_KEYS, _ARGS_MARKER, _METRICS_BANNER, "Config {", "Overriding config:", "--config_overrides"),
+    *("--per_device_train_batch_size", "Instantaneous batch size per device", "Total train batch size"),
+    *("Gradient Accumulation steps", "Total optimization steps", "Number of trainable parameters"),
+    "TrainOutput(global_step=",
+    # launch context: the GPU count (the banner's total batch gives DP only)
+    *("--nproc_per_node", "--nproc-per-node", "world_size=", "WORLD_SIZE=", "global_world_sizes="),
+    *_RATES,  # tqdm's training bar: the step time of a run whose final metrics are missing
+)
 #: a multi-line block (TrainingArguments, model config, metrics) is read at most this many lines.
 BLOCK_MAX_LINES = 400
 
-_SPACE = PYTHON_SPACE
-#: a line of the multi-line TrainingArguments dump: ``per_device_train_batch_size=8,`` (any ``name=``)
-_ARGS_FIELD = rf"^{_SPACE}*(\w+)=(.*)$"
-#: the dump's last line
-_ARGS_CLOSER = rf"^{_SPACE}*\){_SPACE}*$"
-#: a field of a one-line dump (older versions), up to the next field or the closing parenthesis
+_SPACE = kinds.PYTHON_SPACE
+#: a line of the multi-line TrainingArguments dump: ``per_device_train_batch_size=8,``, and its last
+_ARGS_FIELD, _ARGS_CLOSER = rf"^{_SPACE}*(\w+)=(.*)$", rf"^{_SPACE}*\){_SPACE}*$"
+#: a field of a one-line dump, up to the next field or the closing parenthesis
 _ONE_LINE_FIELD = re.compile(r"(\w+)=([^,()]*?)(?=, \w+=|\)\s*$)")
-#: ``Model config GPT2Config {``: a printed model config, ``json.dumps(indent=2)`` up to its ``}``
+#: ``Model config GPT2Config {``: a printed model config (``json.dumps(indent=2)``), and its lines
 _CONFIG_OPENER = rf"Config \{{{_SPACE}*$"
-#: one ``"key": value,`` line of a printed config (a nested object's lines are skipped)
 _CONFIG_JSON = rf'^{_SPACE}*"(\w+)"{_SPACE}*:{_SPACE}*([^,]*?){_SPACE}*,?{_SPACE}*$'
-#: a ``name = value`` line of the train metrics block (``log_metrics``)
-_METRIC = rf"^{_SPACE}*[A-Za-z_][A-Za-z0-9_]*[ \t]*="
-#: a tqdm update at the start of a line, e.g. `` 83%|████████▎ | 5/6 [00:01<00:00,  4.55it/s]``
-_BAR_START = rf"^{_SPACE}*\d{{1,3}}%\|"
-#: a logged dict, cut short or not
-_DICT = r"\{'[^{}]*\}?"
-#: an update of a tqdm bar without description (the Trainer's ``tqdm(total=max_steps)``): tqdm's
-#: ``format_meter`` writes ``| {n}/{total} [{elapsed}<{remaining}, {rate_fmt}{postfix}]``, the rate
-#: ``{rate:5.2f}it/s``, or ``{1/rate:5.2f}s/it`` over a second a step; ``?it/s`` (no step yet) is no rate.
+#: a ``name = value`` line of the train metrics block, and a tqdm update at the start of a line
+_METRIC, _BAR_START = rf"^{_SPACE}*[A-Za-z_][A-Za-z0-9_]*[ \t]*=", rf"^{_SPACE}*\d{{1,3}}%\|"
+_DICT = r"\{'[^{}]*\}?"  # a logged dict, cut short or not
+#: an update of the Trainer's bar (``tqdm(total=max_steps)``, no description): tqdm writes ``| {n}/{total}
+#: [{elapsed}<{remaining}, {rate:5.2f}it/s]``, or ``{1/rate:5.2f}s/it`` at over a second a step
 _TRAINING_BAR = rf"^{_SPACE}*\d{{1,3}}%\|[^|]*\| *(\d+)/(\d+) \[[^\],]*, *(\d+\.\d+)(s/it|it/s)\]"
-_TRAIN_BANNER = re.compile(
-    r"(Instantaneous batch size per device|Total train batch size \(w\. parallel, distributed & accumulation\)"
-    r"|Gradient Accumulation steps|Total optimization steps|Number of trainable parameters) = ([\d,]+)"
-)
-_TRAIN_OUTPUT = re.compile(r"TrainOutput\(global_step=(\d+),")
-#: the world size as launchers and DeepSpeed print it: DeepSpeed's launcher, its MPI discovery and torch
-#: elastic's workers, the environment (a ``set -x`` echo), torch elastic's ``global_world_sizes``; not
-#: after a word character: a node's (``LOCAL_WORLD_SIZE``), a role's, the node count, DeepSpeed's DP.
-_WORLD_SIZE = re.compile(
-    r"(?<!\w)(?:dist_world_size|world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)"
-)
-#: launchers whose ``--nnodes`` defaults to one node (torch.distributed.launch, torch.distributed.run).
-_TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")
-
 _BANNER_FACTS = {
     "Instantaneous batch size per device": "micro_batch_size",
     "Total train batch size (w. parallel, distributed & accumulation)": "global_batch_size",
     "Gradient Accumulation steps": "gas",
     "Total optimization steps": "train_iters",
 }
+_TRAIN_BANNER = re.compile(
+    rf"({'|'.join(map(re.escape, _BANNER_FACTS))}|Number of trainable parameters) = ([\d,]+)"
+)
+_TRAIN_OUTPUT = re.compile(r"TrainOutput\(global_step=(\d+),")
+#: the world size of DeepSpeed's launcher and MPI discovery, torch elastic, the environment; not after a
+#: word character: a node's (``LOCAL_WORLD_SIZE``), a role's, the node count, DeepSpeed's DP size.
+_WORLD_SIZE = re.compile(
+    r"(?<!\w)(?:dist_world_size|world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)"
+)
+#: launchers whose ``--nnodes`` defaults to one node
+_TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")
 #: TrainingArguments fields / command-line flags that are run facts (integers).
 _ARGS_INT_FACTS = {"per_device_train_batch_size": "micro_batch_size", "gradient_accumulation_steps": "gas"}
 _FLAG_INT_FACTS = {**_ARGS_INT_FACTS, "max_steps": "train_iters"}
-#: the TrainingArguments fields read: facts and what later records need (a logged dict's step, full
-#: precision when the dump ends, the GPU count of one process); the others are skipped.
+#: the fields read: facts, and what later records need (a dict's step, full precision where the dump
+#: ends, the GPU count of one process); the others' values are not converted.
 _ARGS_READ = frozenset(
     [*_FLAG_INT_FACTS, "fp16", "bf16", "gradient_checkpointing", "activation_checkpointing", "local_rank"]
     + ["_n_gpu", "logging_steps", "logging_first_step", "deepspeed"]
 )
-#: model-config keys (GPT-2 names and the generic ones) -> fact.
+#: model-config keys (GPT-2's and the generic ones) -> fact; ``num_key_value_heads``: grouped-query attention
 _SHAPE_KEYS = {
-    "n_embd": "hidden_size",
-    "hidden_size": "hidden_size",
-    "n_layer": "num_layers",
-    "num_hidden_layers": "num_layers",
-    "n_head": "num_heads",
-    "num_attention_heads": "num_heads",
-    "n_inner": "ffn_hidden_size",
-    "intermediate_size": "ffn_hidden_size",
-    "vocab_size": "vocab_size",
-    "n_positions": "seq_len",
-    "max_position_embeddings": "seq_len",
-    "num_key_value_heads": "num_query_groups",  # grouped-query attention (Llama 2 70B, Llama 3, Mistral)
+    **dict(n_embd="hidden_size", hidden_size="hidden_size", n_layer="num_layers", n_head="num_heads"),
+    **dict(num_hidden_layers="num_layers", num_attention_heads="num_heads", vocab_size="vocab_size"),
+    **dict(n_inner="ffn_hidden_size", intermediate_size="ffn_hidden_size", n_positions="seq_len"),
+    **dict(max_position_embeddings="seq_len", num_key_value_heads="num_query_groups"),
 }
-#: ``hidden_act`` values of the gated MLPs (``down(act(gate(x)) * up(x))``, three matrices): Llama,
-#: Mistral, Qwen2, Phi-3, OLMo, DeepSeek use SiLU there; GPT-2, GPT-NeoX, OPT, BLOOM have two matrices
-#: and another activation (Gemma's gated GELU is not told apart)
+#: ``hidden_act`` of the gated MLPs (``down(act(gate(x)) * up(x))``: Llama, Mistral, Qwen2, Phi-3...);
+#: GPT-2, GPT-NeoX, OPT, BLOOM have two matrices and another activation
 _GATED_ACTIVATIONS = ("silu", "swish", "swiglu")
 #: the model-config keys read: the shape, the activation, 2021's ``gradient_checkpointing`` attribute.
 _CONFIG_KEYS = (*_SHAPE_KEYS, "hidden_act", "gradient_checkpointing")
-#: final metrics (dict keys and train-metrics block keys) -> fact, in the order a dict's are read.
-_FINAL_FACTS = {
-    "train_runtime": "final_train_runtime_s",
-    "train_samples_per_second": "final_samples_per_sec",
-    "train_steps_per_second": "final_steps_per_sec",
-}
-#: dict key -> step metric
-_DICT_METRICS = {"loss": "loss", "learning_rate": "lr", "grad_norm": "grad_norm"}
-
-#: the raw lines (polars searches them before launcher prefixes are cut and glued ranks split) that
-#: can hold a record the TrainingArguments block reads: a read field's ``name=`` where a stripped
-#: record can start (line start, after a CR, a launcher prefix's ':', whitespace), or a ``)`` with only
-#: whitespace between it and where a record can start and end (line end, a CR, the '[' of another
-#: rank's tag). A bare ``\)`` matched a line in six of a log (every "(ms)", every call), 30 times as
-#: many. The family's own records are among the lines too: a marked ``name=value`` record is the dump's.
-_ARGS_LINES = (
-    rf"(?:^|:|{_SPACE})(?:"
-    + "|".join(re.escape(f"{name}=") for name in sorted(_ARGS_READ))
-    + rf")|(?:^|[\r:]){_SPACE}*\){_SPACE}*(?:$|[\r\[])"
+#: final metrics (dict and metrics block keys) -> fact, in the order a dict's are read.
+_FINAL_FACTS = dict(
+    train_runtime="final_train_runtime_s",
+    train_samples_per_second="final_samples_per_sec",
+    train_steps_per_second="final_steps_per_sec",
 )
-#: the raw lines that can change what the model config block records: a key it reads, or a ``}`` that
-#: starts a record (only that one closes the block: a nested object's is indented), where a record can
-#: start (the line's start, a CR, the ':' or ': ' ending a launcher prefix or a rank's tag).
+_DICT_METRICS = {"loss": "loss", "learning_rate": "lr", "grad_norm": "grad_norm"}  # dict key -> step metric
+FACTS = (
+    *("micro_batch_size", "gas", "global_batch_size", "dp", "train_iters", "precision", "gpus", "nodes"),
+    *("activation_checkpointing", "gpus_per_node", "logged_model_size", "final_steps", "swiglu"),
+    *_FINAL_FACTS.values(),
+    "progress_sec_per_iter",
+    *dict.fromkeys(_SHAPE_KEYS.values()),
+)
+#: the raw lines (before launcher prefixes are cut and glued ranks split) that can hold a record the
+#: dump's block reads: a read field's ``name=`` where a record can start (line start, a CR, a prefix's
+#: ':', whitespace), or a ``)`` with only whitespace between it and where a record can start and end
+#: (line end, a CR, the '[' of another rank's tag): a bare ``\)`` matched 30 times as many lines.
+_ARGS_LINES = (
+    rf"(?:^|:|{_SPACE})(?:{'|'.join(re.escape(f'{name}=') for name in sorted(_ARGS_READ))})"
+    rf"|(?:^|[\r:]){_SPACE}*\){_SPACE}*(?:$|[\r\[])"
+)
+#: the raw lines that can change what the model config block records: a key it reads, or a ``}`` where a
+#: record starts (only that one closes it: a nested object's is indented).
 _CONFIG_LINES = "|".join([r"(?:^|[\r:] ?)\}", *(re.escape(f'"{key}"') for key in sorted(_CONFIG_KEYS))])
 
 
@@ -170,8 +140,8 @@ _CONFIG_LINES = "|".join([r"(?:^|[\r:] ?)\}", *(re.escape(f'"{key}"') for key in
 
 @dataclass(frozen=True, kw_only=True)
 class _Records(RecordTest):
-    """A record test that is any polars predicate of the record's text: the blocks end at "a line that is
-    not a metric", "a progress bar without a dict", which literals and one regex cannot say."""
+    """A record test that is any polars predicate of the text ("a line that is not a metric", "a bar
+    without a dict"), which literals and one regex cannot say."""
 
     predicate: Callable[[pl.Expr], pl.Expr]
 
@@ -201,87 +171,43 @@ def _opens_config(text: pl.Expr) -> pl.Expr:
 
 
 def _opens_block(text: pl.Expr) -> pl.Expr:
-    """A record that opens a block ends the block open before it (one at a time), unless it is its line."""
+    """A record that opens a block ends the one open before it (the Trainer prints one at a time)."""
     return _opens_arguments(text) | _opens_metrics(text) | _opens_config(text)
 
 
 def _is_metric(text: pl.Expr) -> pl.Expr:
     """A metric, or a tqdm update between them (tqdm writes to stderr, merged into the same file)."""
-    return text.str.contains(_METRIC) | text.str.contains(_BAR_START)
+    return (text.str.contains(_METRIC) | text.str.contains(_BAR_START)) & ~_bar_only(text)
 
 
-MARKERS = (
-    # not bare "{'": a dict is read only if it holds one of these keys, and DeepSpeed's config
-    # printer writes twice as many other dicts (optimizer_params, aio_config, ...) to a log
-    *_TRAINER_KEYS,
-    _ARGS_MARKER,
-    _METRICS_BANNER,
-    "Config {",
-    "Overriding config:",
-    "--config_overrides",
-    "--per_device_train_batch_size",
-    "Instantaneous batch size per device",
-    "Total train batch size",
-    "Gradient Accumulation steps",
-    "Total optimization steps",
-    "Number of trainable parameters",
-    "TrainOutput(global_step=",
-    # launch context: the GPU count (HF Trainer prints none; the banner's total batch gives DP only)
-    "--nproc_per_node",
-    "--nproc-per-node",
-    "world_size=",
-    "WORLD_SIZE=",
-    "global_world_sizes=",
-    # tqdm's training bar: its rate is the step time of a run whose final metrics are missing
-    *_RATES,
-)
-_TRAINER = "trainer"
-FACTS = (
-    *("micro_batch_size", "gas", "global_batch_size", "dp", "train_iters", "precision"),
-    *("activation_checkpointing", "gpus", "gpus_per_node", "nodes", "logged_model_size", "final_steps"),
-    *_FINAL_FACTS.values(),
-    "progress_sec_per_iter",
-    *dict.fromkeys(_SHAPE_KEYS.values()),
-    "swiglu",
-)
+# --- each distinct text once, in Python: what a record does, in the order the line reader did it ----
 
-
-# --- each distinct text once, in Python: a record's effects, in the order the old line reader had them ---
-
-#: a value as ``grammar.literal`` reads it: ``kind`` none, bool, int, bigint (beyond int64), float or str,
-#: ``text`` Python's ``str`` of it
+#: a value as ``grammar.literal`` reads it: ``kind`` none, bool, int, bigint (beyond int64), float or str;
+#: ``text``: Python's ``str`` of it
 _TYPED = pl.Struct({"kind": pl.String, "integer": pl.Int64, "real": pl.Float64, "text": pl.String})
-#: what a record does (``what``): states a ``fact`` (``name``, ``value``), a ``note`` (``name``), is
+#: what a record does (``what``): states a ``fact`` (``name`` = ``value``) or a ``note`` (``name``), is
 #: ``seen`` (a record of the family), sets an ``arg`` (a TrainingArguments field), a command line's
-#: ``default`` for one, a ``banner`` count; asks for ``dp``, ``gpus`` or full precision (``fp32``) from
-#: those before it; a model ``shape`` key or an ``override``, a ``sized`` block; a copy of a ``final``
-#: metric with its ``digits``; a training ``step`` (``name``: the dict's text when it has no own step,
-#: ``value``), a dict ``point`` (the training bar is the one updated last before it)
+#: ``default`` for one or a ``banner`` count; asks for ``dp``, ``gpus`` or ``fp32`` from those before it;
+#: states a printed model ``shape`` key, an ``override`` or a ``sized`` block; a copy of a ``final`` metric
+#: (with its ``digits``); a training ``step`` (``name``: the dict's text when it has no own ``value``); a
+#: ``point`` of the training bar (a dict written through it)
 _EFFECT = pl.Struct(
     {"what": pl.String, "name": pl.String, "value": _TYPED, "digits": pl.Int64}
-    | {column: pl.Float64 for column in _DICT_METRICS.values()}
+    | dict.fromkeys(_DICT_METRICS.values(), pl.Float64)
 )
 _SEEN = {"what": "seen"}
 
 
-def _typed(value: Any) -> dict[str, Any] | None:
+def _typed(value: Any) -> dict[str, Any]:
     if value is None:
         return {"kind": "none"}
-    if isinstance(value, bool):
-        kind = "bool"
-    elif isinstance(value, int):
-        kind = "int" if INT64_MIN <= value <= INT64_MAX else "bigint"
+    kind = {bool: "bool", int: "int", float: "float"}.get(type(value), "str")
+    if kind == "int" and not INT64_MIN <= value <= INT64_MAX:
+        kind, value_real = "bigint", math.copysign(math.inf, value)
     else:
-        kind = "float" if isinstance(value, float) else "str"
+        value_real = float(value) if kind != "str" else None
     integer = int(value) if kind in ("bool", "int") else None
-    real = (
-        float(value)
-        if kind in ("bool", "int", "float")
-        else math.copysign(math.inf, value)
-        if kind == "bigint"
-        else None
-    )
-    return {"kind": kind, "integer": integer, "real": real, "text": str(value)}
+    return {"kind": kind, "integer": integer, "real": value_real, "text": str(value)}
 
 
 def _fact(name: str, value: Any) -> dict[str, Any]:
@@ -293,7 +219,7 @@ def _note(message: str) -> dict[str, Any]:
 
 
 def _argument(name: str, raw: str, out: list) -> None:
-    """A TrainingArguments field (most of the ~120 are not read: their values are not converted)."""
+    """A TrainingArguments field that is read (``_ARGS_READ``)."""
     if name not in _ARGS_READ:
         return
     value = grammar.literal(raw)
@@ -308,12 +234,6 @@ def _argument(name: str, raw: str, out: list) -> None:
         out.append(_fact("train_iters", value))
     elif name == "local_rank" and value == -1:  # one process: _n_gpu is the GPUs it drives (DataParallel)
         out.append({"what": "gpus"})
-
-
-def _argument_line(text: str, out: list) -> None:
-    field = re.match(_ARGS_FIELD, text)
-    if field is not None:
-        _argument(field[1], field[2].rstrip().removesuffix(","), out)
 
 
 def _dump(text: str, out: list) -> None:
@@ -339,12 +259,6 @@ def _shape(key: str, raw: str, out: list, *, override: bool = False) -> None:
     out.append({"what": "override" if override else "shape", "name": fact, "value": _typed(value)})
 
 
-def _config_line(text: str, out: list) -> None:
-    item = re.match(_CONFIG_JSON, text)
-    if item is not None:
-        _shape(item[1], item[2], out)
-
-
 def _overrides(overrides: str, out: list) -> None:
     """``n_embd=8192,n_layer=64,n_head=32`` (``PretrainedConfig.update_from_string`` syntax)."""
     for item in overrides.strip().strip("\"'").split(","):
@@ -354,7 +268,7 @@ def _overrides(overrides: str, out: list) -> None:
 
 
 def _plain(text: str, out: list) -> None:
-    """A record of the family that no block reads, and that is no dump, bar or block opener."""
+    """A record of the family that no block reads and that is no dump, bar or block opener."""
     if "{'" in text:
         _dicts(text, out)
     if "TrainOutput(global_step=" in text and (output := _TRAIN_OUTPUT.search(text)):
@@ -373,24 +287,23 @@ def _plain(text: str, out: list) -> None:
 
 
 def _banner(label: str, value: int, out: list) -> None:
-    """``***** Running training *****`` lines: the batch sizes, accumulation, planned steps and parameter
-    count (ZeRO-3 partitions parameters: some versions count 0 there), and DP from the three batch
-    numbers (total = micro batch x accumulation x DP; not the GPU count: no tensor parallel ranks)."""
+    """``***** Running training *****``: the batch sizes, accumulation, planned steps, parameter count
+    (ZeRO-3 partitions parameters: some versions count 0), and DP from the three batch numbers (total =
+    micro batch x accumulation x DP; not the GPU count: tensor parallel ranks are not in it)."""
     if label == "Number of trainable parameters":
         if value > 0:
             out.append(_fact("logged_model_size", value / 1e9))
     elif value > 0:
-        fact = _BANNER_FACTS[label]
-        out.append(_fact(fact, value))
+        out.append(_fact(fact := _BANNER_FACTS[label], value))
         if fact != "train_iters":
             out += [{"what": "banner", "name": fact, "value": _typed(value)}, {"what": "dp"}]
     out.append(_SEEN)
 
 
 def _command_line(text: str, out: list) -> None:
-    """The echoed launch command (``set -x``): ``--config_overrides``, ``--block_size`` (the length
-    trained on: no later n_positions replaces it), the batch flags, ``--fp16``/``--bf16``,
-    ``--gradient_checkpointing``, ``--max_steps``, ``--logging_steps`` (unless an argument said it)."""
+    """The echoed launch command (``set -x``): ``--config_overrides``, ``--block_size`` (the length trained
+    on: no later n_positions replaces it), the batch flags, ``--fp16``/``--bf16``,
+    ``--gradient_checkpointing``, ``--max_steps``, ``--logging_steps`` (unless an argument says it)."""
     flags = grammar.command_line_flags(text)
     if flags.get("config_overrides"):
         _overrides(flags["config_overrides"], out)
@@ -405,10 +318,8 @@ def _command_line(text: str, out: list) -> None:
     logging_steps = grammar.literal(flags.get("logging_steps", ""))
     if isinstance(logging_steps, int | float) and not isinstance(logging_steps, bool):
         first = _switch_on(flags, "logging_first_step")
-        out += [
-            {"what": "default", "name": name, "value": _typed(value)}
-            for name, value in (("logging_steps", logging_steps), ("logging_first_step", first))
-        ]
+        defaults = (("logging_steps", logging_steps), ("logging_first_step", first))
+        out += [{"what": "default", "name": name, "value": _typed(value)} for name, value in defaults]
     out.append(_SEEN)
 
 
@@ -418,9 +329,8 @@ def _switch_on(flags: dict[str, str], name: str) -> bool:
 
 
 def _launcher(text: str, out: list) -> None:
-    """``--nproc_per_node 4 --nnodes 16``: GPUs per node and nodes, and their product the GPU count. A
-    torch launcher's command line without ``--nnodes`` runs on one node (its default); a range
-    (``--nnodes 1:4``, elastic) or ``--nproc_per_node gpu`` is no count."""
+    """``--nproc_per_node 4 --nnodes 16``: GPUs per node, nodes and their product. A torch launcher
+    without ``--nnodes`` runs on one node; a range (``1:4``) or ``--nproc_per_node gpu`` is no count."""
     flags = grammar.command_line_flags(text)
     per_node = grammar.positive_int(flags.get("nproc_per_node") or flags.get("nproc-per-node") or "")
     nodes = grammar.positive_int(flags.get("nnodes", ""))
@@ -453,17 +363,14 @@ def _dicts(text: str, out: list) -> None:
             for key, fact in _FINAL_FACTS.items():
                 if key in logged and (value := _number(logged[key])) is not None:
                     out.append(_final(fact, value, str(logged[key])))
-        elif "loss" in logged:
-            metrics = {column: _number(logged.get(key)) for key, column in _DICT_METRICS.items()}
-            step = logged.get("step")
-            if not isinstance(step, int):
-                out.append({"what": "step", "name": " ".join(body.split()), **metrics})
-            elif INT64_MIN <= step <= INT64_MAX:
-                out.append({"what": "step", "value": _typed(step), **metrics})
-            else:
-                out.append(_note(f"iteration={step} does not fit a 64-bit integer; not recorded"))
-        else:
+        elif "loss" not in logged:
             continue
+        elif isinstance(step := logged.get("step"), int) and not INT64_MIN <= step <= INT64_MAX:
+            out.append(_note(f"iteration={step} does not fit a 64-bit integer; not recorded"))
+        else:
+            step = {"value": _typed(step)} if isinstance(step, int) else {"name": " ".join(body.split())}
+            metrics = {column: _number(logged.get(key)) for key, column in _DICT_METRICS.items()}
+            out.append({"what": "step", **step, **metrics})
         out.append(_SEEN)
 
 
@@ -478,8 +385,8 @@ def _number(value: Any) -> float | None:
 
 
 def _final(fact: str, value: float | int, text: str) -> dict[str, Any]:
-    """A copy of a final metric: of the copies, the one with the most significant digits wins (the dict
-    prints ``.4g`` today, the metrics block rounds to 4 decimals), the first among equals (lowest node)."""
+    """A copy of a final metric: the one with the most significant digits wins (the dict prints ``.4g``
+    today, the metrics block rounds to 4 decimals), the first among equals (the lowest node)."""
     return {"what": "final", "name": fact, "value": _typed(value), "digits": _significant_digits(text)}
 
 
@@ -489,28 +396,22 @@ def _significant_digits(text: str) -> int:
 
 
 def _metric(text: str, out: list) -> None:
-    """A line of the train metrics block: each metric is a record of the family; ``train_runtime`` (a
-    duration), the samples and steps per second are copies of the final metrics."""
-    parsed = metric_line(text.strip())
-    if parsed is None:
+    """A line of the train metrics block: a record of the family; ``train_runtime`` (a duration) and the
+    samples and steps per second are copies of the final metrics."""
+    if (parsed := metric_line(text.strip())) is None:
         return
     name, value = parsed[0], parsed[1].strip()
-    if name == "train_runtime":
-        number = _runtime_seconds(value)
-        if number is None:
-            out.append(_note(f"train_runtime not a duration: {value!r}"))
-    else:
-        number = _number(value) if name in _FINAL_FACTS else None
-    if number is not None:
+    number = _runtime_seconds(value) if name == "train_runtime" else _number(value)
+    if name == "train_runtime" and number is None:
+        out.append(_note(f"train_runtime not a duration: {value!r}"))
+    elif name in _FINAL_FACTS and number is not None:
         out.append(_final(_FINAL_FACTS[name], number, value))
     out.append(_SEEN)
 
 
-#: a ``name = value`` line of the train metrics block (``log_metrics``), stripped, tabs expanded
+#: a ``name = value`` line of the train metrics block, stripped, tabs expanded
 _SKIP = r"[ \t\r\n]*+"
-_METRIC_LINE = re.compile(
-    _SKIP + r"(?P<name>[A-Za-z_][A-Za-z0-9_]*+)" + _SKIP + "=" + _SKIP + r"(?P<value>.*+)" + _SKIP + r"\Z"
-)
+_METRIC_LINE = re.compile(rf"{_SKIP}(?P<name>[A-Za-z_][A-Za-z0-9_]*+){_SKIP}={_SKIP}(?P<value>.*+){_SKIP}\Z")
 NUMBER_FIRST_MATCH = (
     rf"(?>(?P<sci_real>{ppc.sci_real.re.pattern})|(?P<real>{ppc.real.re.pattern})"
     rf"|(?P<signed_integer>{ppc.signed_integer.re.pattern})|(?P<nan_inf>(?i:{grammar.nan_inf.re.pattern})))"
@@ -530,74 +431,73 @@ def metric_line(text: str) -> tuple[str, str] | None:
 
 
 def _runtime_seconds(text: str) -> float | None:
-    """``0:01:23.45`` / ``1 day, 2:03:04.50`` -> seconds (whole seconds an int); a bare number is seconds."""
-    parsed = runtime_parts(text.strip())
-    if parsed is None:
+    """``0:01:23.45`` / ``1 day, 2:03:04.50`` -> seconds (whole ones an int); a bare number is seconds."""
+    if (parts := runtime_parts(text.strip())) is None:
         return _number(text)
-    return parsed.get("days", 0) * 86400 + parsed["hours"] * 3600 + parsed["minutes"] * 60 + parsed["seconds"]
+    return parts.get("days", 0) * 86400 + parts["hours"] * 3600 + parts["minutes"] * 60 + parts["seconds"]
 
 
 def runtime_parts(text: str) -> dict[str, int | float] | None:
     """``days`` (when printed), ``hours``, ``minutes`` and ``seconds`` of a ``_RUNTIME`` duration (tabs
-    expanded first), or None when ``text`` is none."""
-    match = _RUNTIME.match(text.expandtabs() if "\t" in text else text)
-    if match is None:
+    expanded first), or None."""
+    if (match := _RUNTIME.match(text.expandtabs() if "\t" in text else text)) is None:
         return None
     parts: dict[str, int | float] = {} if match["days"] is None else {"days": int(match["days"])}
-    parts.update(hours=int(match["hours"]), minutes=int(match["minutes"]), seconds=number_of(match))
-    return parts
+    return parts | {
+        "hours": int(match["hours"]),
+        "minutes": int(match["minutes"]),
+        "seconds": number_of(match),
+    }
 
 
 def number_of(match: re.Match[str]) -> int | float:
-    """The value ``grammar.number`` gives the text a ``NUMBER_FIRST_MATCH`` matched: an integer for its
-    ``signed_integer`` alternative, else a float."""
+    """The value ``grammar.number`` gives a ``NUMBER_FIRST_MATCH``: an integer for ``signed_integer``."""
     if match["signed_integer"] is not None:
         return int(match["signed_integer"])
     return float(match["sci_real"] or match["real"] or match["nan_inf"])
 
 
-#: the reader of each use of a record: ``own`` records (a dump's, or any other but bars and block
-#: openers), and the blocks' lines (``source``, ``role``)
-_READERS: dict[str, Callable[[str, list], None]] = {
-    "dump": _dump,
-    "plain": _plain,
-    f"arguments{BODY}": _argument_line,
-    f"arguments{CLOSER}": lambda text, out: out.append({"what": "fp32"}),
-    f"config{BODY}": _config_line,
-    f"metrics{BODY}": _metric,
-}
-
-
 def _effects_of(use: str, text: str) -> list[dict[str, Any]]:
-    """A record's effects; an error stops them with a note, as a line reader's error did."""
+    """What a record does, by its use: a record of the family's own (a dump's, another's), or a block's
+    line (``source`` and ``role``); an error stops it with a note, as a line reader's did."""
     out: list[dict[str, Any]] = []
     try:
-        _READERS[use](text, out)
+        if use == "dump":
+            _dump(text, out)
+        elif use == "plain":
+            _plain(text, out)
+        elif use == f"arguments{BODY}" and (field := re.match(_ARGS_FIELD, text)):
+            _argument(field[1], field[2].rstrip().removesuffix(","), out)
+        elif use == f"arguments{CLOSER}":
+            out.append({"what": "fp32"})
+        elif use == f"config{BODY}" and (item := re.match(_CONFIG_JSON, text)):
+            _shape(item[1], item[2], out)
+        elif use == f"metrics{BODY}":
+            _metric(text, out)
     except Exception as error:  # noqa: BLE001 - a bad record is noted, never fatal
         out.append(_note(f"{type(error).__name__}: {error}"))
     return out
 
 
-# --- the rules between records, in polars -----------------------------------------------------------
+# --- the rules between records, in polars, a segment at a time --------------------------------------
 
-#: what a segment's read leaves to the next (``Events.carry``): per run, the last effect of each sort and
-#: name that later records depend on (``_CARRIED``), with the line and file of a progress bar's update
+#: what a segment's read leaves the next (``Events.carry``): per run, the last effect of each sort and
+#: name later records depend on (arguments, block size, overrides, final copies stated, the numbered
+#: dicts, the bar's updates and totals), with the line and file of a bar's update
 _CARRY = {"run": pl.Int64, "what": pl.String, "name": pl.String, "value": _TYPED, "digits": pl.Int64}
 _CARRY |= {"line": pl.Int64, "file": pl.Int64}
 
 
 def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
-    """The family's records (``TRAINER``) and its blocks' lines, read together: a record a block reads as
-    one of its lines is nothing else. With no records (the end), the training bar's rate."""
+    """The family's records and its blocks' lines, read together (a record a block reads as its line is
+    nothing else), after what the segments before carry; with no records (the end), the training bar."""
     frame = records.collect()
     if frame.is_empty():
         return _progress(carry)
-    effects = pl.concat(
-        [_effects(frame), *([] if carry is None else [carry.with_columns(order=pl.lit(-1, pl.Int64))])],
-        how="diagonal_relaxed",
-    ).sort("order")
+    carried = [] if carry is None else [carry.with_columns(order=pl.lit(-1, pl.Int64))]
+    effects = pl.concat([_effects(frame), *carried], how="diagonal_relaxed").sort("order")
     what, order = pl.col("what"), pl.col("order")
-    args = effects.filter(what.is_in(["arg", "default", "banner"]))
+    args = effects.filter(what.is_in(["arg", "default", "banner"]))  # a default only where none came before
     args = args.filter((what != "default") | pl.struct("run", "name").is_first_distinct())
     shapes, finals = _shapes(effects), _stated_finals(effects)
     facts = pl.concat(
@@ -605,30 +505,21 @@ def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Ev
         how="diagonal_relaxed",
     ).filter(order >= 0)
     steps, dicts = _steps(effects, args)
-    carry = pl.concat(
-        [
-            effects.filter(order < 0),
-            args.with_columns(what=pl.lit("arg")),
-            shapes.filter(what != "shape"),
-            finals,
-            dicts,
-            _bars(frame, effects),
-            facts.filter(pl.col("name") == "train_iters").with_columns(what=pl.lit("planned")),
-        ],
-        how="diagonal_relaxed",
-    )
+    planned = facts.filter(pl.col("name") == "train_iters").with_columns(what=pl.lit("planned"))
+    kept = [effects.filter(order < 0), args.with_columns(what=pl.lit("arg")), shapes.filter(what != "shape")]
+    carry = pl.concat([*kept, finals, dicts, _bars(frame, effects), planned], how="diagonal_relaxed")
     carry = carry.sort("order").group_by("run", "what", "name").last().select(*_CARRY)
     seen = pl.concat([effects.filter(what == "seen"), shapes.filter(what != "sized", order >= 0)])
     return _events(facts, steps, effects.filter(what == "note"), seen, carry)
 
 
 def _effects(frame: pl.DataFrame) -> pl.DataFrame:
-    """The effects of the records (``run``, ``order``: the record's plus the effect's index, ``line``,
-    ``file``, and ``_EFFECT``'s fields): a record's own (a dump's, a plain record's) unless a block reads it
-    as its line, each block line's; a bar or a block's opener has none."""
+    """What the records do (``run``, ``order``: the record's plus the effect's index, and ``_EFFECT``'s
+    fields): a record's own unless a block reads it as its line, a block line's; a bar's or an opener's
+    nothing (but the bar's update, ``_bars``)."""
     text, source, role = pl.col("text"), pl.col("source"), pl.col("role")
-    line = (source != _TRAINER) & role.is_in([BODY, CLOSER])
-    own = ((source == _TRAINER) | (role == OPENER)) & ~pl.col("order").is_in(
+    line = (source != "trainer") & role.is_in([BODY, CLOSER])
+    own = ((source == "trainer") | (role == OPENER)) & ~pl.col("order").is_in(
         frame.filter(line)["order"].implode()
     )
     use = (
@@ -641,13 +532,10 @@ def _effects(frame: pl.DataFrame) -> pl.DataFrame:
         .when(line)
         .then(pl.concat_str(source, role.cast(pl.String)))
     )
-    rows = frame.select("run", "order", "line", "file", "text", use=use).filter(
-        pl.col("use").is_in(list(_READERS))
-    )
+    rows = frame.select("run", "order", "text", use=use).drop_nulls("use")
     table = rows.select("use", "text").unique()
-    table = table.with_columns(
-        effect=pl.Series([_effects_of(use, text) for use, text in table.iter_rows()], dtype=pl.List(_EFFECT))
-    ).filter(pl.col("effect").list.len() > 0)
+    read = pl.Series([_effects_of(use, text) for use, text in table.iter_rows()], dtype=pl.List(_EFFECT))
+    table = table.with_columns(effect=read).filter(pl.col("effect").list.len() > 0)
     return (
         rows.join(table, on=["use", "text"])
         .select("run", "order", "effect", item=pl.int_ranges(pl.col("effect").list.len()))
@@ -658,27 +546,22 @@ def _effects(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _kind(column: str) -> pl.Expr:
-    return pl.col(column).struct.field("kind")
+def _field(name: str, column: str = "value") -> pl.Expr:
+    return pl.col(column).struct.field(name)
 
 
-def _real(column: str) -> pl.Expr:
-    return pl.col(column).struct.field("real")
-
-
-def _integer(column: str) -> pl.Expr:
-    return pl.col(column).struct.field("integer")
-
-
-def _value(kind: str, integer: pl.Expr | None = None, text: pl.Expr | str | None = None) -> pl.Expr:
+def _value(kind: str, integer: pl.Expr | None = None, text: pl.Expr | None = None) -> pl.Expr:
     """A ``_TYPED`` value made in polars."""
-    integer = pl.lit(None, pl.Int64) if integer is None else integer
-    text = text if isinstance(text, pl.Expr) else pl.lit(text, pl.String)
-    return pl.struct(kind=pl.lit(kind), integer=integer, real=pl.lit(None, pl.Float64), text=text)
+    return pl.struct(
+        kind=pl.lit(kind),
+        integer=pl.lit(None, pl.Int64) if integer is None else integer,
+        real=pl.lit(None, pl.Float64),
+        text=pl.lit(None, pl.String) if text is None else text,
+    )
 
 
 def _state_at(points: pl.DataFrame, args: pl.DataFrame, *names: str) -> pl.DataFrame:
-    """``points`` with a column per name: the value of the last argument so named before each point."""
+    """``points`` with a column per name: the last argument so named before each point."""
     for name in names:
         named = args.filter(pl.col("name") == name).select("run", "order", **{name: "value"})
         points = points.join_asof(
@@ -688,34 +571,29 @@ def _state_at(points: pl.DataFrame, args: pl.DataFrame, *names: str) -> pl.DataF
 
 
 def _asked(effects: pl.DataFrame, args: pl.DataFrame) -> pl.DataFrame:
-    """What records ask of the arguments before them: DP from the banner's three batch numbers, the GPU
-    count of one process (``local_rank=-1``: ``_n_gpu`` is the GPUs it drives), fp32 where a dump ends with
-    fp16 and bf16 False and no DeepSpeed config (which could enable either)."""
+    """What records ask of the arguments before them: DP from the banner's batch numbers, the GPU count of
+    one process (its ``_n_gpu``), fp32 where a dump ends with fp16 and bf16 False and no DeepSpeed config
+    (which could enable either)."""
     asks = effects.filter(pl.col("what").is_in(["dp", "gpus", "fp32"]))
-    state = _state_at(asks, args, "micro_batch_size", "gas", "global_batch_size", "_n_gpu", "fp16", "bf16")
-    state = _state_at(state, args, "deepspeed")
-    per_step = _integer("micro_batch_size") * _integer("gas")
-    off = [(_kind(name) == "bool") & (_real(name) == 0) for name in ("fp16", "bf16")]
-    fp32 = off[0] & off[1] & (pl.col("deepspeed").is_null() | (_kind("deepspeed") == "none"))
-    what = pl.col("what")
-    return state.select(
-        "run",
-        "order",
-        what=pl.lit("fact"),
-        name=pl.when(what == "fp32").then(pl.lit("precision")).otherwise(what),
-        value=pl.when(what == "dp")
-        .then(
-            pl.when(_integer("global_batch_size") % per_step == 0).then(
-                _value("int", _integer("global_batch_size") // per_step)
-            )
-        )
+    names = ("micro_batch_size", "gas", "global_batch_size", "_n_gpu", "fp16", "bf16", "deepspeed")
+    state, what = _state_at(asks, args, *names), pl.col("what")
+    total, per_step = (
+        _field("integer", "global_batch_size"),
+        _field("integer", "micro_batch_size") * _field("integer", "gas"),
+    )
+    off = [(_field("kind", name) == "bool") & (_field("real", name) == 0) for name in ("fp16", "bf16")]
+    no_deepspeed = pl.col("deepspeed").is_null() | (_field("kind", "deepspeed") == "none")
+    gpus = _field("kind", "_n_gpu").is_in(["int", "bool", "bigint"]) & (_field("real", "_n_gpu") > 0)
+    value = (
+        pl.when(what == "dp")
+        .then(pl.when(total % per_step == 0).then(_value("int", total // per_step)))
         .when(what == "gpus")
-        .then(
-            pl.when(_kind("_n_gpu").is_in(["int", "bool", "bigint"]) & (_real("_n_gpu") > 0)).then("_n_gpu")
-        )
-        .when(fp32)
-        .then(_value("str", text="fp32")),
-    ).drop_nulls("value")
+        .then(pl.when(gpus).then("_n_gpu"))
+        .when(off[0] & off[1] & no_deepspeed)
+        .then(_value("str", text=pl.lit("fp32")))
+    )
+    name = pl.when(what == "fp32").then(pl.lit("precision")).otherwise(what)
+    return state.select("run", "order", what=pl.lit("fact"), name=name, value=value).drop_nulls("value")
 
 
 def _stated_finals(effects: pl.DataFrame) -> pl.DataFrame:
@@ -726,9 +604,9 @@ def _stated_finals(effects: pl.DataFrame) -> pl.DataFrame:
 
 
 def _shapes(effects: pl.DataFrame) -> pl.DataFrame:
-    """The model shape's statements: an overridden key is not replaced by a config printed later (run_clm
-    builds the model from the overrides; the config it prints after them is the base one the tokenizer
-    loads: n_embd 768, n_layer 12), nor the length trained on (``--block_size``) by an n_positions."""
+    """The model shape's statements and block sizes: an overridden key is not replaced by a config printed
+    later (run_clm builds the model from the overrides; the config it prints after them is the base one the
+    tokenizer loads: n_embd 768, n_layer 12), nor the length trained on (``--block_size``) by n_positions."""
     what, order = pl.col("what"), pl.col("order")
     shapes = effects.filter(what.is_in(["shape", "override", "sized"]))
     sized = shapes.filter(what == "sized").group_by("run").agg(sized=order.min())
@@ -745,87 +623,77 @@ def _shapes(effects: pl.DataFrame) -> pl.DataFrame:
 
 def _steps(effects: pl.DataFrame, args: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The training dicts' steps: a dict's own ``step``, else its place among the run's distinct training
-    dicts (a dict printed by several nodes is one step) with the TrainingArguments known before it; and the
-    dicts numbered so far (``dict``: its text, its step)."""
-    what = pl.col("what")
-    steps = effects.filter(what == "step", pl.col("order") >= 0)
-    known = effects.filter(what == "dict")
+    dicts (several nodes print each) with the arguments known before it; and the dicts numbered so far
+    (``dict``: its text and step)."""
+    steps, known = effects.filter(pl.col("what") == "step"), effects.filter(pl.col("what") == "dict")
     new = (
         steps.drop_nulls("name")
         .unique(["run", "name"], keep="first", maintain_order=True)
-        .join(known.select("run", "name"), on=["run", "name"], how="anti", maintain_order="left")
+        .join(known, on=["run", "name"], how="anti", maintain_order="left")
         .join(known.group_by("run").agg(known=pl.len()), on="run", how="left")
         .with_columns(position=pl.col("known").fill_null(0) + pl.int_range(1, pl.len() + 1).over("run"))
     )
     new = _state_at(new, args, "logging_steps", "logging_first_step", "max_steps")
-    dicts = pl.concat(
-        [
-            known,
-            new.select("run", "order", "name", what=pl.lit("dict"), value=_value("int", _position_to_step())),
-        ],
-        how="diagonal_relaxed",
+    state = new.select("position", "logging_steps", "logging_first_step", "max_steps").rows()
+    numbered = [_position_to_step(position, *map(_untyped, values)) for position, *values in state]
+    new = new.select(
+        "run", "order", "name", what=pl.lit("dict"), value=_value("int", pl.Series(numbered, dtype=pl.Int64))
     )
-    numbered = dicts.select("run", "name", numbered=_integer("value"))
-    steps = steps.join(numbered, on=["run", "name"], how="left", maintain_order="left").select(
-        "order",
-        *_DICT_METRICS.values(),
-        step=pl.coalesce(_integer("value"), "numbered"),
-        mode=pl.lit(RECORD, dtype=pl.Int8),
+    dicts = pl.concat([known, new], how="diagonal_relaxed")
+    steps = steps.join(
+        dicts.select("run", "name", numbered=_field("integer")), on=["run", "name"], how="left"
     )
-    return steps, dicts
+    step = pl.coalesce(_field("integer"), "numbered")
+    return steps.select(
+        "order", *_DICT_METRICS.values(), step=step, mode=pl.lit(kinds.RECORD, pl.Int8)
+    ), dicts
 
 
-def _position_to_step() -> pl.Expr:
-    """The n-th distinct training dict's step (``position``), from ``logging_steps`` (a ratio of
-    ``max_steps`` when below 1) and ``logging_first_step``."""
-    position, interval = pl.col("position"), _real("logging_steps")
-    numeric = _kind("logging_steps").is_in(["int", "bool", "bigint", "float"])
-    max_steps = pl.when(_kind("max_steps").is_in(["int", "bool", "bigint", "float"])).then(_real("max_steps"))
-    ratio = (
-        (_kind("logging_steps") == "float") & (interval > 0) & (interval < 1) & (max_steps.fill_null(0) > 0)
-    )
-    interval = pl.when(ratio).then((max_steps * interval).ceil()).otherwise(interval)
-    first = pl.col("logging_first_step")
-    truthy = pl.when(_kind("logging_first_step") == "str").then(first.struct.field("text") != "")
-    truthy = (
-        truthy.when(_kind("logging_first_step") == "bigint")
-        .then(True)
-        .otherwise(_real("logging_first_step") != 0)
-    )
+def _untyped(typed: dict[str, Any] | None) -> Any:
+    """A ``_TYPED`` value as Python's."""
+    if typed is None or typed["kind"] == "none":
+        return None
+    kind, text = typed["kind"], typed["text"]
     return (
-        pl.when(~(numeric & (interval >= 1)).fill_null(False))
-        .then(position)
-        .when(truthy.fill_null(False) & (position == 1))
-        .then(1)
-        .when(truthy.fill_null(False))
-        .then(((position - 1) * interval).floor().cast(pl.Int64))
-        .otherwise((position * interval).floor().cast(pl.Int64))
+        text
+        if kind == "str"
+        else typed["real"]
+        if kind == "float"
+        else text == "True"
+        if kind == "bool"
+        else int(text)
     )
 
 
-def _total(text: pl.Expr) -> pl.Expr:
-    """A tqdm update's total: what follows the last ``/`` before its `` [``."""
-    return text.str.split(" [").list.first().str.split("/").list.last()
+def _position_to_step(position: int, interval: Any, first_step: Any, max_steps: Any) -> int:
+    """The n-th distinct training dict's step, from ``logging_steps`` (a ratio of ``max_steps`` below 1)
+    and ``logging_first_step``; a step beyond int64 is none (the dict's position instead)."""
+    if (
+        isinstance(interval, float)
+        and 0 < interval < 1
+        and isinstance(max_steps, int | float)
+        and max_steps > 0
+    ):
+        interval = math.ceil(max_steps * interval)
+    if not isinstance(interval, int | float) or not 1 <= interval < math.inf:
+        return position
+    step = 1 if first_step and position == 1 else int((position - bool(first_step)) * interval)
+    return step if step <= INT64_MAX else position
 
 
 def _bars(frame: pl.DataFrame, effects: pl.DataFrame) -> pl.DataFrame:
-    """What the training bar needs of a segment: the last update of each total (``bar``), the total of the
-    last update (``last_bar``) and of the last one at or before the last training or final dict
-    (``dict_bar``; ``ProgressCallback`` writes its dicts through the training bar)."""
+    """What the training bar needs of a segment: each total's last update (``bar``), the total of the last
+    update (``last_bar``) and of the last one at or before a training or final dict (``dict_bar``;
+    ``ProgressCallback`` writes its dicts through the training bar)."""
     text, what = pl.col("text"), pl.col("what")
     updates = frame.filter(_holds(text, *_RATES)).unique("order").sort("order")
+    total = text.str.split(" [").list.first().str.split("/").list.last()  # after the last / before " ["
     updates = updates.select(
-        "run", "order", "line", "file", what=pl.lit("bar"), name=_total(text), value=_value("str", text=text)
+        "run", "order", "line", "file", what=pl.lit("bar"), name=total, value=_value("str", text=text)
     )
-    totals = pl.concat(
-        [
-            effects.filter(what == "last_bar").select("run", "order", "value"),
-            updates.select("run", "order", value=_value("str", text=pl.col("name"))),
-        ]
-    ).sort("order")
-    points = effects.filter(what == "point", pl.col("order") >= 0).select(
-        "run", "order", what=pl.lit("dict_bar")
-    )
+    totals = updates.select("run", "order", value=_value("str", text=pl.col("name")))
+    totals = pl.concat([effects.filter(what == "last_bar").select(*totals.columns), totals]).sort("order")
+    points = effects.filter(what == "point").select("run", "order", what=pl.lit("dict_bar"))
     dict_bars = points.join_asof(totals, on="order", by="run", check_sortedness=False).drop_nulls("value")
     return pl.concat(
         [updates, totals.with_columns(what=pl.lit("last_bar")), dict_bars], how="diagonal_relaxed"
@@ -833,32 +701,29 @@ def _bars(frame: pl.DataFrame, effects: pl.DataFrame) -> pl.DataFrame:
 
 
 def _progress(carry: pl.DataFrame | None) -> Events:
-    """tqdm's rate of the training bar's last update (its closing update shows the whole bar's average).
-    The training bar is the one of the planned optimization steps the Trainer stated last (its banner's
-    ``Total optimization steps``, ``max_steps``: the bar is ``tqdm(total=max_steps)``), else the bar
-    updated last before a logged training or final dict; a bar with a description is not the Trainer's.
-    The Trainer's own statement counts even where another family stated the run's ``train_iters`` first:
-    Megatron's planned iterations are no total of the Trainer's bar."""
+    """tqdm's rate of the training bar's last update (its closing update shows the bar's average). The
+    training bar is the one of the steps the Trainer planned last (its banner's ``Total optimization
+    steps``, ``max_steps``: ``tqdm(total=max_steps)``), else the one updated last before a training or
+    final dict; a bar with a description is not the Trainer's. The Trainer's own plan counts even where
+    another family stated ``train_iters`` first: Megatron's planned iterations are no total of its bar."""
     if carry is None:
         return Events()
-    what = pl.col("what")
     chosen = (
-        carry.filter(what.is_in(["planned", "dict_bar"]))
+        carry.filter(pl.col("what").is_in(["planned", "dict_bar"]))
         .sort("what", descending=True)
         .group_by("run")
-        .agg(name=pl.col("value").struct.field("text").first())
+        .agg(name=_field("text").first())
     )
+    bars = carry.filter(pl.col("what") == "bar").join(chosen, on=["run", "name"])
     rates = []
-    bars = carry.filter(what == "bar").join(chosen, on=["run", "name"])
     for run, total, text, line, file in bars.select(
-        "run", "name", pl.col("value").struct.field("text"), "line", "file"
+        "run", "name", _field("text"), "line", "file"
     ).iter_rows():
         bar = re.match(_TRAINING_BAR, text)
         if bar is not None and bar[2] == total and (rate := float(bar[3])) > 0:
             rates.append((run, line, file, rate if bar[4] == "s/it" else 1 / rate))
-    frame = pl.DataFrame(
-        rates, schema={"run": pl.Int64, "line": pl.Int64, "file": pl.Int64, "value": pl.Float64}, orient="row"
-    )
+    schema = {"run": pl.Int64, "line": pl.Int64, "file": pl.Int64, "value": pl.Float64}
+    frame = pl.DataFrame(rates, schema=schema, orient="row")
     return Events(facts=[frame.with_columns(fact=pl.lit("progress_sec_per_iter"), family=pl.lit(NAME))])
 
 
@@ -866,29 +731,26 @@ def _events(
     facts: pl.DataFrame, steps: pl.DataFrame, notes: pl.DataFrame, seen: pl.DataFrame, carry: pl.DataFrame
 ) -> Events:
     """The read's events: facts (a frame per value type; an integer beyond int64 is noted instead), steps,
-    notes in reading order, records of the family."""
-    family, value = pl.lit(NAME), pl.col("value")
-    types = {"int": _integer("value"), "bool": _integer("value") == 1, "float": _real("value")}
-    types["str"] = value.struct.field("text")
-    typed = [
-        facts.filter(_kind("value") == kind).select("order", fact="name", value=expr)
-        for kind, expr in types.items()
-    ]
-    too_long = facts.filter(_kind("value") == "bigint").select(
-        "order",
-        name=pl.format(
-            "{}={} does not fit a 64-bit integer; not recorded", "name", value.struct.field("text")
-        ),
+    notes in reading order, the records of the family."""
+    family, kind = pl.lit(NAME), _field("kind")
+    typed = {
+        "int": _field("integer"),
+        "bool": _field("integer") == 1,
+        "float": _field("real"),
+        "str": _field("text"),
+    }
+    too_long = pl.format("{}={} does not fit a 64-bit integer; not recorded", "name", _field("text"))
+    notes = pl.concat(
+        [notes.select("order", "name"), facts.filter(kind == "bigint").select("order", name=too_long)]
     )
     return Events(
         steps=[steps.with_columns(family=family)],
-        facts=[frame.with_columns(family=family) for frame in typed],
-        notes=[
-            pl.concat([notes.select("order", "name"), too_long])
-            .sort("order")
-            .select("order", family=family, message="name")
+        facts=[
+            facts.filter(kind == key).select("order", fact="name", value=value, family=family)
+            for key, value in typed.items()
         ],
-        marks=[seen.select("order", mark=pl.lit(SEEN), family=family, text=pl.lit(None, pl.String))],
+        notes=[notes.sort("order").select("order", family=family, message="name")],
+        marks=[seen.select("order", mark=pl.lit(kinds.SEEN), family=family, text=pl.lit(None, pl.String))],
         carry=carry,
     )
 
@@ -898,48 +760,44 @@ def evidence(run: RunBuilder) -> int:
     return run.families_seen.get(NAME, 0)
 
 
-ARGUMENTS = Block(
-    family=NAME,
-    name="arguments",
-    opens=_Records(predicate=_opens_arguments),
-    body=_Records(predicate=lambda text: text.str.contains(_ARGS_FIELD) & ~_bar_only(text)),
-    closes=_Records(predicate=lambda text: text.str.contains(_ARGS_CLOSER)),
-    ends=_Records(predicate=lambda text: _opens_block(text) & ~text.str.contains(_ARGS_FIELD)),
-    max_lines=BLOCK_MAX_LINES,
-    hint=f"{_ARGS_LINES}|{literals(MARKERS)}",
-    read=read_trainer,
+def _block(
+    name: str, opens: Callable, body: Callable, closes: Callable, ends: Callable, hint: str | None
+) -> Block:
+    return Block(
+        family=NAME,
+        name=name,
+        opens=_Records(predicate=opens),
+        body=_Records(predicate=body),
+        closes=_Records(predicate=closes),
+        ends=_Records(predicate=ends),
+        max_lines=BLOCK_MAX_LINES,
+        hint=hint,
+        read=read_trainer,
+    )
+
+
+ARGUMENTS = _block(
+    "arguments",
+    _opens_arguments,
+    lambda text: text.str.contains(_ARGS_FIELD) & ~_bar_only(text),
+    lambda text: text.str.contains(_ARGS_CLOSER),
+    lambda text: _opens_block(text) & ~text.str.contains(_ARGS_FIELD),
+    f"{_ARGS_LINES}|{literals(MARKERS)}",
 )
-CONFIG = Block(
-    family=NAME,
-    name="config",
-    opens=_Records(predicate=_opens_config),
-    body=_Records(predicate=lambda text: text.str.contains(_CONFIG_JSON) & ~_bar_only(text)),
-    closes=_Records(predicate=lambda text: text.str.starts_with("}") & ~_bar_only(text)),
-    ends=_Records(
-        predicate=lambda text: (
-            _opens_block(text) & ~text.str.contains(_CONFIG_JSON) & ~text.str.starts_with("}")
-        )
-    ),
-    max_lines=BLOCK_MAX_LINES,
-    hint=f"{_CONFIG_LINES}|{literals(MARKERS)}",
-    read=read_trainer,
+CONFIG = _block(
+    "config",
+    _opens_config,
+    lambda text: text.str.contains(_CONFIG_JSON) & ~_bar_only(text),
+    lambda text: text.str.starts_with("}") & ~_bar_only(text),
+    lambda text: _opens_block(text) & ~text.str.contains(_CONFIG_JSON) & ~text.str.starts_with("}"),
+    f"{_CONFIG_LINES}|{literals(MARKERS)}",
 )
 #: the first line that is no metric ends the metrics block (and is read as usual)
-_NOT_METRIC = _Records(predicate=lambda text: ~_is_metric(text) & ~_bar_only(text))
-METRICS = Block(
-    family=NAME,
-    name="metrics",
-    opens=_Records(predicate=_opens_metrics),
-    body=_Records(predicate=lambda text: _is_metric(text) & ~_bar_only(text)),
-    closes=_NOT_METRIC,
-    ends=_NOT_METRIC,
-    max_lines=BLOCK_MAX_LINES,
-    read=read_trainer,
+_NOT_METRIC = lambda text: ~_is_metric(text) & ~_bar_only(text)  # noqa: E731
+METRICS = _block("metrics", _opens_metrics, _is_metric, _NOT_METRIC, _NOT_METRIC, None)
+TRAINER = kinds.RecordKind(
+    family=NAME, name="trainer", test=RecordTest(markers=MARKERS), read=read_trainer, facts=FACTS
 )
-TRAINER = RecordKind(
-    family=NAME, name=_TRAINER, test=RecordTest(markers=MARKERS), read=read_trainer, facts=FACTS
-)
-
 FAMILY = Family(
     name=NAME,
     markers=MARKERS,
