@@ -1,25 +1,19 @@
 """HF Trainer log family: logged dicts, final train metrics, the TrainingArguments dump, the model shape.
 
-Formats read from transformers' own source (``trainer_callback.py``, ``trainer_pt_utils.py``,
-``training_args.py``, ``trainer.py``) and from the 2021 real log:
-
-- each log as a Python dict (``{'loss': 2.3, 'learning_rate': 5e-05, 'epoch': 0.1}``; today ``'4.705'``
-  strings and ``'grad_norm'``), printed by every node's rank 0: identical dicts are one logging step. The
-  final dict holds ``train_runtime`` and the throughputs; the n-th distinct training dict is step
-  ``n * logging_steps`` (the arguments known before it; step 1 first with ``logging_first_step``), else n.
-- ``***** train metrics *****`` then ``  train_runtime            = 0:01:23.45`` lines (``log_metrics``).
-- ``TrainingArguments(``, one ``name=value,`` a line, ``)`` (older versions: the repr on one line).
-- ``***** Running training *****``: ``Instantaneous batch size per device = 8`` and friends.
-- The model shape: ``--config_overrides n_embd=...`` or ``Overriding config:`` (run_clm), and the printed
-  ``GPT2Config {...}`` JSON.
-- tqdm's bar (``ProgressCallback``): `` 45%|████▌     | 450/1000 [1:02:30<1:16:23,  8.33s/it]``.
-- Launch context, for the GPU count (a Trainer prints none): ``--nproc_per_node 4 --nnodes 16``,
-  ``WORLD_SIZE=64``, ``dist_world_size=64``, ``global_world_sizes=[...]``; no evidence of the Trainer.
+Formats (transformers' ``trainer_callback.py``, ``trainer_pt_utils.py``, ``training_args.py``,
+``trainer.py``, and the 2021 real log): each log as a Python dict (``{'loss': 2.3, 'epoch': 0.1}``; today
+``'4.705'`` strings), printed by every node's rank 0 (identical dicts are one step), the final one with
+``train_runtime``; ``***** train metrics *****`` then ``  train_runtime = 0:01:23.45`` lines;
+``TrainingArguments(``, one ``name=value,`` a line, ``)`` (older versions: on one line); the ``*****
+Running training *****`` banner; the model shape (``--config_overrides``, ``Overriding config:``, the
+printed ``GPT2Config {...}``); tqdm's bar (`` 45%|████▌     | 450/1000 [1:02:30<1:16:23,  8.33s/it]``);
+the launch context, for the GPU count (``--nproc_per_node 4 --nnodes 16``, ``WORLD_SIZE=64``...). A dict
+carries no step: the n-th distinct training dict is step ``n * logging_steps`` (the arguments known
+before it; step 1 first with ``logging_first_step``), else n.
 
 The family's records (``TRAINER``) and its three blocks' lines are read together (``read_trainer``), a
-segment of the log at a time: each distinct text once in Python, into what the record does (an effect: a
-fact, a note, an argument...), then the rules between records in polars, with what the segments before
-left that later records depend on (the carry).
+segment of the log at a time: each distinct text once in Python, into what the record does (an effect),
+then the rules between records in polars, with what earlier segments left that later records need.
 """
 
 from __future__ import annotations
@@ -109,11 +103,8 @@ _GATED_ACTIVATIONS = ("silu", "swish", "swiglu")
 #: the model-config keys read: the shape, the activation, 2021's ``gradient_checkpointing`` attribute.
 _CONFIG_KEYS = (*_SHAPE_KEYS, "hidden_act", "gradient_checkpointing")
 #: final metrics (dict and metrics block keys) -> fact, in the order a dict's are read.
-_FINAL_FACTS = dict(
-    train_runtime="final_train_runtime_s",
-    train_samples_per_second="final_samples_per_sec",
-    train_steps_per_second="final_steps_per_sec",
-)
+_FINAL_FACTS = {"train_runtime": "final_train_runtime_s", "train_samples_per_second": "final_samples_per_sec"}
+_FINAL_FACTS["train_steps_per_second"] = "final_steps_per_sec"
 _DICT_METRICS = {"loss": "loss", "learning_rate": "lr", "grad_norm": "grad_norm"}  # dict key -> step metric
 FACTS = (
     *("micro_batch_size", "gas", "global_batch_size", "dp", "train_iters", "precision", "gpus", "nodes"),
@@ -508,9 +499,8 @@ def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Ev
     planned = facts.filter(pl.col("name") == "train_iters").with_columns(what=pl.lit("planned"))
     kept = [effects.filter(order < 0), args.with_columns(what=pl.lit("arg")), shapes.filter(what != "shape")]
     carry = pl.concat([*kept, finals, dicts, _bars(frame, effects), planned], how="diagonal_relaxed")
-    carry = carry.sort("order").group_by("run", "what", "name").last().select(*_CARRY)
-    seen = pl.concat([effects.filter(what == "seen"), shapes.filter(what != "sized", order >= 0)])
-    return _events(facts, steps, effects.filter(what == "note"), seen, carry)
+    carry = carry.sort("order").group_by("run", "what", "name").last().select(*_CARRY).cast(_CARRY)
+    return _events(facts, steps, effects, carry)
 
 
 def _effects(frame: pl.DataFrame) -> pl.DataFrame:
@@ -519,9 +509,8 @@ def _effects(frame: pl.DataFrame) -> pl.DataFrame:
     nothing (but the bar's update, ``_bars``)."""
     text, source, role = pl.col("text"), pl.col("source"), pl.col("role")
     line = (source != "trainer") & role.is_in([BODY, CLOSER])
-    own = ((source == "trainer") | (role == OPENER)) & ~pl.col("order").is_in(
-        frame.filter(line)["order"].implode()
-    )
+    taken = frame.filter(line)["order"].implode()
+    own = ((source == "trainer") | (role == OPENER)) & ~pl.col("order").is_in(taken)
     use = (
         pl.when(own & _bar_only(text))
         .then(None)
@@ -550,16 +539,6 @@ def _field(name: str, column: str = "value") -> pl.Expr:
     return pl.col(column).struct.field(name)
 
 
-def _value(kind: str, integer: pl.Expr | None = None, text: pl.Expr | None = None) -> pl.Expr:
-    """A ``_TYPED`` value made in polars."""
-    return pl.struct(
-        kind=pl.lit(kind),
-        integer=pl.lit(None, pl.Int64) if integer is None else integer,
-        real=pl.lit(None, pl.Float64),
-        text=pl.lit(None, pl.String) if text is None else text,
-    )
-
-
 def _state_at(points: pl.DataFrame, args: pl.DataFrame, *names: str) -> pl.DataFrame:
     """``points`` with a column per name: the last argument so named before each point."""
     for name in names:
@@ -571,29 +550,22 @@ def _state_at(points: pl.DataFrame, args: pl.DataFrame, *names: str) -> pl.DataF
 
 
 def _asked(effects: pl.DataFrame, args: pl.DataFrame) -> pl.DataFrame:
-    """What records ask of the arguments before them: DP from the banner's batch numbers, the GPU count of
-    one process (its ``_n_gpu``), fp32 where a dump ends with fp16 and bf16 False and no DeepSpeed config
-    (which could enable either)."""
-    asks = effects.filter(pl.col("what").is_in(["dp", "gpus", "fp32"]))
+    """What records ask of the arguments before them (a few a dump or a banner): DP from the banner's batch
+    numbers, the GPU count of one process (its ``_n_gpu``), fp32 where a dump ends with fp16 and bf16
+    False and no DeepSpeed config (which could enable either)."""
     names = ("micro_batch_size", "gas", "global_batch_size", "_n_gpu", "fp16", "bf16", "deepspeed")
-    state, what = _state_at(asks, args, *names), pl.col("what")
-    total, per_step = (
-        _field("integer", "global_batch_size"),
-        _field("integer", "micro_batch_size") * _field("integer", "gas"),
-    )
-    off = [(_field("kind", name) == "bool") & (_field("real", name) == 0) for name in ("fp16", "bf16")]
-    no_deepspeed = pl.col("deepspeed").is_null() | (_field("kind", "deepspeed") == "none")
-    gpus = _field("kind", "_n_gpu").is_in(["int", "bool", "bigint"]) & (_field("real", "_n_gpu") > 0)
-    value = (
-        pl.when(what == "dp")
-        .then(pl.when(total % per_step == 0).then(_value("int", total // per_step)))
-        .when(what == "gpus")
-        .then(pl.when(gpus).then("_n_gpu"))
-        .when(off[0] & off[1] & no_deepspeed)
-        .then(_value("str", text=pl.lit("fp32")))
-    )
-    name = pl.when(what == "fp32").then(pl.lit("precision")).otherwise(what)
-    return state.select("run", "order", what=pl.lit("fact"), name=name, value=value).drop_nulls("value")
+    asks = _state_at(effects.filter(pl.col("what").is_in(["dp", "gpus", "fp32"])), args, *names)
+    facts = []
+    for run, order, what, *state in asks.select("run", "order", "what", *names).rows():
+        micro, gas, total, n_gpu, fp16, bf16, deepspeed = map(_untyped, state)
+        if what == "dp" and micro and gas and total and total % (micro * gas) == 0:
+            facts.append((run, order, "dp", _typed(total // (micro * gas))))
+        elif what == "gpus" and isinstance(n_gpu, int) and n_gpu > 0:
+            facts.append((run, order, "gpus", _typed(n_gpu)))
+        elif what == "fp32" and fp16 is False and bf16 is False and deepspeed is None:
+            facts.append((run, order, "precision", _typed("fp32")))
+    schema = {"run": pl.Int64, "order": pl.Int64, "name": pl.String, "value": _TYPED}
+    return pl.DataFrame(facts, schema=schema, orient="row")
 
 
 def _stated_finals(effects: pl.DataFrame) -> pl.DataFrame:
@@ -635,10 +607,8 @@ def _steps(effects: pl.DataFrame, args: pl.DataFrame) -> tuple[pl.DataFrame, pl.
     )
     new = _state_at(new, args, "logging_steps", "logging_first_step", "max_steps")
     state = new.select("position", "logging_steps", "logging_first_step", "max_steps").rows()
-    numbered = [_position_to_step(position, *map(_untyped, values)) for position, *values in state]
-    new = new.select(
-        "run", "order", "name", what=pl.lit("dict"), value=_value("int", pl.Series(numbered, dtype=pl.Int64))
-    )
+    numbered = [_typed(_position_to_step(position, *map(_untyped, values))) for position, *values in state]
+    new = new.select("run", "order", "name", what=pl.lit("dict"), value=pl.Series(numbered, dtype=_TYPED))
     dicts = pl.concat([known, new], how="diagonal_relaxed")
     steps = steps.join(
         dicts.select("run", "name", numbered=_field("integer")), on=["run", "name"], how="left"
@@ -650,31 +620,15 @@ def _steps(effects: pl.DataFrame, args: pl.DataFrame) -> tuple[pl.DataFrame, pl.
 
 
 def _untyped(typed: dict[str, Any] | None) -> Any:
-    """A ``_TYPED`` value as Python's."""
-    if typed is None or typed["kind"] == "none":
-        return None
-    kind, text = typed["kind"], typed["text"]
-    return (
-        text
-        if kind == "str"
-        else typed["real"]
-        if kind == "float"
-        else text == "True"
-        if kind == "bool"
-        else int(text)
-    )
+    """A ``_TYPED`` value as Python's (``grammar.literal`` reads its text back)."""
+    return None if typed is None else grammar.literal(typed["text"] or "")
 
 
 def _position_to_step(position: int, interval: Any, first_step: Any, max_steps: Any) -> int:
     """The n-th distinct training dict's step, from ``logging_steps`` (a ratio of ``max_steps`` below 1)
     and ``logging_first_step``; a step beyond int64 is none (the dict's position instead)."""
-    if (
-        isinstance(interval, float)
-        and 0 < interval < 1
-        and isinstance(max_steps, int | float)
-        and max_steps > 0
-    ):
-        interval = math.ceil(max_steps * interval)
+    if isinstance(interval, float) and 0 < interval < 1 and isinstance(max_steps, int | float):
+        interval = math.ceil(max_steps * interval) if max_steps > 0 else interval
     if not isinstance(interval, int | float) or not 1 <= interval < math.inf:
         return position
     step = 1 if first_step and position == 1 else int((position - bool(first_step)) * interval)
@@ -689,10 +643,13 @@ def _bars(frame: pl.DataFrame, effects: pl.DataFrame) -> pl.DataFrame:
     updates = frame.filter(_holds(text, *_RATES)).unique("order").sort("order")
     total = text.str.split(" [").list.first().str.split("/").list.last()  # after the last / before " ["
     updates = updates.select(
-        "run", "order", "line", "file", what=pl.lit("bar"), name=total, value=_value("str", text=text)
+        "run", "order", "line", "file", what=pl.lit("bar"), name=total, value=pl.struct(text=text)
     )
-    totals = updates.select("run", "order", value=_value("str", text=pl.col("name")))
-    totals = pl.concat([effects.filter(what == "last_bar").select(*totals.columns), totals]).sort("order")
+    totals = updates.select("run", "order", value=pl.struct(text="name"))
+    totals = pl.concat(
+        [effects.filter(what == "last_bar").select(*totals.columns), totals], how="vertical_relaxed"
+    )
+    totals = totals.sort("order")
     points = effects.filter(what == "point").select("run", "order", what=pl.lit("dict_bar"))
     dict_bars = points.join_asof(totals, on="order", by="run", check_sortedness=False).drop_nulls("value")
     return pl.concat(
@@ -716,9 +673,7 @@ def _progress(carry: pl.DataFrame | None) -> Events:
     )
     bars = carry.filter(pl.col("what") == "bar").join(chosen, on=["run", "name"])
     rates = []
-    for run, total, text, line, file in bars.select(
-        "run", "name", _field("text"), "line", "file"
-    ).iter_rows():
+    for run, total, text, line, file in bars.select("run", "name", _field("text"), "line", "file").rows():
         bar = re.match(_TRAINING_BAR, text)
         if bar is not None and bar[2] == total and (rate := float(bar[3])) > 0:
             rates.append((run, line, file, rate if bar[4] == "s/it" else 1 / rate))
@@ -727,29 +682,22 @@ def _progress(carry: pl.DataFrame | None) -> Events:
     return Events(facts=[frame.with_columns(fact=pl.lit("progress_sec_per_iter"), family=pl.lit(NAME))])
 
 
-def _events(
-    facts: pl.DataFrame, steps: pl.DataFrame, notes: pl.DataFrame, seen: pl.DataFrame, carry: pl.DataFrame
-) -> Events:
+def _events(facts: pl.DataFrame, steps: pl.DataFrame, effects: pl.DataFrame, carry: pl.DataFrame) -> Events:
     """The read's events: facts (a frame per value type; an integer beyond int64 is noted instead), steps,
-    notes in reading order, the records of the family."""
-    family, kind = pl.lit(NAME), _field("kind")
-    typed = {
-        "int": _field("integer"),
-        "bool": _field("integer") == 1,
-        "float": _field("real"),
-        "str": _field("text"),
-    }
+    notes in reading order, the records of the family (a shape's statement is one)."""
+    family, kind, what = pl.lit(NAME), _field("kind"), pl.col("what")
+    types = dict(int=_field("integer"), bool=_field("integer") == 1, float=_field("real"), str=_field("text"))
     too_long = pl.format("{}={} does not fit a 64-bit integer; not recorded", "name", _field("text"))
-    notes = pl.concat(
-        [notes.select("order", "name"), facts.filter(kind == "bigint").select("order", name=too_long)]
-    )
+    notes = [effects.filter(what == "note").select("order", "name"), facts.filter(kind == "bigint")]
+    notes = pl.concat([notes[0], notes[1].select("order", name=too_long)]).sort("order")
+    seen = pl.concat([effects.filter(what == "seen"), facts.filter(what.is_in(["shape", "override"]))])
     return Events(
         steps=[steps.with_columns(family=family)],
         facts=[
             facts.filter(kind == key).select("order", fact="name", value=value, family=family)
-            for key, value in typed.items()
+            for key, value in types.items()
         ],
-        notes=[notes.sort("order").select("order", family=family, message="name")],
+        notes=[notes.select("order", family=family, message="name")],
         marks=[seen.select("order", mark=pl.lit(kinds.SEEN), family=family, text=pl.lit(None, pl.String))],
         carry=carry,
     )
@@ -760,41 +708,32 @@ def evidence(run: RunBuilder) -> int:
     return run.families_seen.get(NAME, 0)
 
 
-def _block(
-    name: str, opens: Callable, body: Callable, closes: Callable, ends: Callable, hint: str | None
-) -> Block:
-    return Block(
-        family=NAME,
-        name=name,
-        opens=_Records(predicate=opens),
-        body=_Records(predicate=body),
-        closes=_Records(predicate=closes),
-        ends=_Records(predicate=ends),
-        max_lines=BLOCK_MAX_LINES,
-        hint=hint,
-        read=read_trainer,
-    )
+def _block(name: str, hint: str | None, *tests: Callable[[pl.Expr], pl.Expr]) -> Block:
+    """A block of the family, by the predicates of the records that open it, are its body, close it, end it."""
+    opens, body, closes, ends = (_Records(predicate=test) for test in tests)
+    block = dict(opens=opens, body=body, closes=closes, ends=ends, max_lines=BLOCK_MAX_LINES, hint=hint)
+    return Block(family=NAME, name=name, read=read_trainer, **block)
 
 
 ARGUMENTS = _block(
     "arguments",
+    f"{_ARGS_LINES}|{literals(MARKERS)}",
     _opens_arguments,
     lambda text: text.str.contains(_ARGS_FIELD) & ~_bar_only(text),
     lambda text: text.str.contains(_ARGS_CLOSER),
     lambda text: _opens_block(text) & ~text.str.contains(_ARGS_FIELD),
-    f"{_ARGS_LINES}|{literals(MARKERS)}",
 )
 CONFIG = _block(
     "config",
+    f"{_CONFIG_LINES}|{literals(MARKERS)}",
     _opens_config,
     lambda text: text.str.contains(_CONFIG_JSON) & ~_bar_only(text),
     lambda text: text.str.starts_with("}") & ~_bar_only(text),
     lambda text: _opens_block(text) & ~text.str.contains(_CONFIG_JSON) & ~text.str.starts_with("}"),
-    f"{_CONFIG_LINES}|{literals(MARKERS)}",
 )
 #: the first line that is no metric ends the metrics block (and is read as usual)
 _NOT_METRIC = lambda text: ~_is_metric(text) & ~_bar_only(text)  # noqa: E731
-METRICS = _block("metrics", _opens_metrics, _is_metric, _NOT_METRIC, _NOT_METRIC, None)
+METRICS = _block("metrics", None, _opens_metrics, _is_metric, _NOT_METRIC, _NOT_METRIC)
 TRAINER = kinds.RecordKind(
     family=NAME, name="trainer", test=RecordTest(markers=MARKERS), read=read_trainer, facts=FACTS
 )
