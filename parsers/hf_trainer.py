@@ -486,7 +486,7 @@ def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Ev
     if frame.is_empty():
         return _progress(carry)
     carried = [] if carry is None else [carry.with_columns(order=pl.lit(-1, pl.Int64))]
-    effects = pl.concat([_effects(frame), *carried], how="diagonal_relaxed").sort("order")
+    effects = pl.concat([*carried, _effects(frame)], how="diagonal_relaxed")
     what, order = pl.col("what"), pl.col("order")
     args = effects.filter(what.is_in(["arg", "default", "banner"]))  # a default only where none came before
     args = args.filter((what != "default") | pl.struct("run", "name").is_first_distinct())
@@ -499,7 +499,8 @@ def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Ev
     planned = facts.filter(pl.col("name") == "train_iters").with_columns(what=pl.lit("planned"))
     kept = [effects.filter(order < 0), args.with_columns(what=pl.lit("arg")), shapes.filter(what != "shape")]
     carry = pl.concat([*kept, finals, dicts, _bars(frame, effects), planned], how="diagonal_relaxed")
-    carry = carry.sort("order").group_by("run", "what", "name").last().select(*_CARRY).cast(_CARRY)
+    carry = carry.group_by("run", "what", "name").agg(pl.all().get(pl.col("order").arg_max()))
+    carry = carry.select(*_CARRY).cast(_CARRY)
     return _events(facts, steps, effects, carry)
 
 
@@ -524,15 +525,11 @@ def _effects(frame: pl.DataFrame) -> pl.DataFrame:
     rows = frame.select("run", "order", "text", use=use).drop_nulls("use")
     table = rows.select("use", "text").unique()
     read = pl.Series([_effects_of(use, text) for use, text in table.iter_rows()], dtype=pl.List(_EFFECT))
-    table = table.with_columns(effect=read).filter(pl.col("effect").list.len() > 0)
-    return (
-        rows.join(table, on=["use", "text"])
-        .select("run", "order", "effect", item=pl.int_ranges(pl.col("effect").list.len()))
-        .explode("effect", "item")
-        .unnest("effect")
-        .with_columns(pl.col("order") + pl.col("item").clip(upper_bound=127))
-        .drop("item")
-    )
+    table = table.with_columns(effect=read).with_columns(item=pl.int_ranges(pl.col("effect").list.len()))
+    table = table.explode("effect", "item").drop_nulls("effect").unnest("effect")
+    joined = rows.lazy().join(table.lazy(), on=["use", "text"], maintain_order="left_right")
+    order = pl.col("order") + pl.col("item").clip(upper_bound=127)
+    return joined.select("run", order, *_EFFECT.to_schema()).collect()
 
 
 def _field(name: str, column: str = "value") -> pl.Expr:
@@ -550,22 +547,25 @@ def _state_at(points: pl.DataFrame, args: pl.DataFrame, *names: str) -> pl.DataF
 
 
 def _asked(effects: pl.DataFrame, args: pl.DataFrame) -> pl.DataFrame:
-    """What records ask of the arguments before them (a few a dump or a banner): DP from the banner's batch
-    numbers, the GPU count of one process (its ``_n_gpu``), fp32 where a dump ends with fp16 and bf16
-    False and no DeepSpeed config (which could enable either)."""
-    names = ("micro_batch_size", "gas", "global_batch_size", "_n_gpu", "fp16", "bf16", "deepspeed")
-    asks = _state_at(effects.filter(pl.col("what").is_in(["dp", "gpus", "fp32"])), args, *names)
-    facts = []
-    for run, order, what, *state in asks.select("run", "order", "what", *names).rows():
-        micro, gas, total, n_gpu, fp16, bf16, deepspeed = map(_untyped, state)
-        if what == "dp" and micro and gas and total and total % (micro * gas) == 0:
-            facts.append((run, order, "dp", _typed(total // (micro * gas))))
-        elif what == "gpus" and isinstance(n_gpu, int) and n_gpu > 0:
-            facts.append((run, order, "gpus", _typed(n_gpu)))
-        elif what == "fp32" and fp16 is False and bf16 is False and deepspeed is None:
-            facts.append((run, order, "precision", _typed("fp32")))
+    """What records ask of the arguments before them: DP from the banner's batch numbers; where a dump
+    ends (a few a segment, read in Python) the GPU count of one process (its ``_n_gpu``), and fp32 with
+    fp16 and bf16 False and no DeepSpeed config (which could enable either)."""
+    what = pl.col("what")
+    banner = _state_at(effects.filter(what == "dp"), args, "micro_batch_size", "gas", "global_batch_size")
+    total = _field("integer", "global_batch_size")
+    per_step = _field("integer", "micro_batch_size") * _field("integer", "gas")
+    dp = pl.struct(kind=pl.lit("int"), integer=total // per_step)
+    names, rows = ("_n_gpu", "fp16", "bf16", "deepspeed"), []
+    asks = _state_at(effects.filter(what.is_in(["gpus", "fp32"])), args, *names)
+    for run, order, asked, *state in asks.select("run", "order", "what", *names).rows():
+        n_gpu, fp16, bf16, deepspeed = map(_untyped, state)
+        if asked == "gpus" and isinstance(n_gpu, int) and n_gpu > 0:
+            rows.append((run, order, "gpus", _typed(n_gpu)))
+        elif asked == "fp32" and fp16 is False and bf16 is False and deepspeed is None:
+            rows.append((run, order, "precision", _typed("fp32")))
     schema = {"run": pl.Int64, "order": pl.Int64, "name": pl.String, "value": _TYPED}
-    return pl.DataFrame(facts, schema=schema, orient="row")
+    dp = banner.filter(total % per_step == 0).select("run", "order", name=pl.lit("dp"), value=dp)
+    return pl.concat([dp, pl.DataFrame(rows, schema=schema, orient="row")], how="diagonal_relaxed")
 
 
 def _stated_finals(effects: pl.DataFrame) -> pl.DataFrame:
@@ -683,14 +683,17 @@ def _progress(carry: pl.DataFrame | None) -> Events:
 
 
 def _events(facts: pl.DataFrame, steps: pl.DataFrame, effects: pl.DataFrame, carry: pl.DataFrame) -> Events:
-    """The read's events: facts (a frame per value type; an integer beyond int64 is noted instead), steps,
-    notes in reading order, the records of the family (a shape's statement is one)."""
+    """The read's events: facts (a frame per value type; an integer beyond int64 is noted instead; of a
+    fact's statements of a type, settle reads the first and last), steps, notes in reading order, the
+    records of the family (a shape's statement is one)."""
     family, kind, what = pl.lit(NAME), _field("kind"), pl.col("what")
     types = dict(int=_field("integer"), bool=_field("integer") == 1, float=_field("real"), str=_field("text"))
     too_long = pl.format("{}={} does not fit a 64-bit integer; not recorded", "name", _field("text"))
     notes = [effects.filter(what == "note").select("order", "name"), facts.filter(kind == "bigint")]
     notes = pl.concat([notes[0], notes[1].select("order", name=too_long)]).sort("order")
     seen = pl.concat([effects.filter(what == "seen"), facts.filter(what.is_in(["shape", "override"]))])
+    statement = pl.struct("run", "name", kind)  # of a fact's statements, only the first and last count
+    facts = facts.sort("order").filter(statement.is_first_distinct() | statement.is_last_distinct())
     return Events(
         steps=[steps.with_columns(family=family)],
         facts=[
