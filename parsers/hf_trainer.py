@@ -610,13 +610,9 @@ def _steps(effects: pl.DataFrame, args: pl.DataFrame) -> tuple[pl.DataFrame, pl.
     numbered = [_typed(_position_to_step(position, *map(_untyped, values))) for position, *values in state]
     new = new.select("run", "order", "name", what=pl.lit("dict"), value=pl.Series(numbered, dtype=_TYPED))
     dicts = pl.concat([known, new], how="diagonal_relaxed")
-    steps = steps.join(
-        dicts.select("run", "name", numbered=_field("integer")), on=["run", "name"], how="left"
-    )
-    step = pl.coalesce(_field("integer"), "numbered")
-    return steps.select(
-        "order", *_DICT_METRICS.values(), step=step, mode=pl.lit(kinds.RECORD, pl.Int8)
-    ), dicts
+    steps = steps.join(dicts.select("run", "name", number=_field("integer")), on=["run", "name"], how="left")
+    step, mode = pl.coalesce(_field("integer"), "number"), pl.lit(kinds.RECORD, pl.Int8)
+    return steps.select("order", *_DICT_METRICS.values(), step=step, mode=mode), dicts
 
 
 def _untyped(typed: dict[str, Any] | None) -> Any:
@@ -646,10 +642,8 @@ def _bars(frame: pl.DataFrame, effects: pl.DataFrame) -> pl.DataFrame:
         "run", "order", "line", "file", what=pl.lit("bar"), name=total, value=pl.struct(text=text)
     )
     totals = updates.select("run", "order", value=pl.struct(text="name"))
-    totals = pl.concat(
-        [effects.filter(what == "last_bar").select(*totals.columns), totals], how="vertical_relaxed"
-    )
-    totals = totals.sort("order")
+    carried = effects.filter(what == "last_bar").select(*totals.columns)
+    totals = pl.concat([carried, totals], how="vertical_relaxed").sort("order")
     points = effects.filter(what == "point").select("run", "order", what=pl.lit("dict_bar"))
     dict_bars = points.join_asof(totals, on="order", by="run", check_sortedness=False).drop_nulls("value")
     return pl.concat(
