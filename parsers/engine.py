@@ -34,8 +34,10 @@ from logstat.parsers.kinds import (
 )
 from logstat.parsers.records import Plan
 
-#: kind records kept before they are read into events
-FLUSH_RECORDS = 400_000
+#: kind records kept before they are read into events: a read's memory grows with its records (at its peak
+#: ~1 KB a record of a read group: the sort and join here, the family's read), so a flush of 100k keeps a
+#: 1 GiB log of HF Trainer records under 500 MB (400k: 720 MB), for a few reads more of a few ms each
+FLUSH_RECORDS = 100_000
 _KIND_RECORD_SCHEMA = {"run": pl.Int64, "order": pl.Int64, "text": pl.String, "kind": pl.Int32}
 #: a record's events: its order plus an index below this (``kinds.order_key``)
 _EVENTS_PER_RECORD = 256
@@ -316,9 +318,9 @@ def _see(builder: RunBuilder, run: int, unseen: dict[tuple[int, int, str], int])
 
 
 def _flush(reading: Reading, *, last: bool = False) -> None:
-    """Hand what is kept to the reading thread: the kinds read on their own, and each read group's records up to
-    (not including) the first block of the group still open in each run (all at the ``last``; a
-    ``whole_run`` group only then)."""
+    """Hand what is kept to the reading thread: the kinds read on their own, and each read group's records
+    up to (not including) the first block of the group still open in each run (all at the ``last``; a
+    ``whole_run`` group only then, and a group whose read returned a carry once more, without records)."""
     _flush_kinds(reading)
     for number, group in enumerate(reading.plan.groups):
         frames = reading.group_records[number]
@@ -337,12 +339,21 @@ def _flush(reading: Reading, *, last: bool = False) -> None:
             reading.group_records[number] = []
         if records.height:
             reading.reads.append(_reader().submit(_read_group, reading, number, records))
+    if last:  # after the reads before it, in the reading thread: the carries are theirs
+        reading.reads.append(_reader().submit(_read_carries, reading))
     reading.kept = sum(
         frame.height
         for group, frames in zip(reading.plan.groups, reading.group_records, strict=True)
         if not group.whole_run
         for frame in frames
     )
+
+
+def _read_carries(reading: Reading) -> None:
+    """The end: a read that returned a carry states, from no records, what waited for it."""
+    for number, carry in enumerate(list(reading.carries)):
+        if carry is not None:
+            _read_group(reading, number, pl.DataFrame(schema=_GROUP_RECORD_SCHEMA))
 
 
 def _open_from(reading: Reading, blocks: list[int]) -> pl.DataFrame | None:
@@ -413,11 +424,16 @@ def _read_group(reading: Reading, number: int, records: pl.DataFrame) -> None:
 
 def _located(events: Events, base: pl.DataFrame) -> Events:
     """``events`` whose orders (and ``at``: a fact's provenance record) are ``row * _EVENTS_PER_RECORD +
-    item``, with each row's ``run`` and real order (``base``) put back."""
+    item``, with each row's ``run`` and real order (``base``) put back; a frame without ``order`` (its
+    ``run``, ``line`` and ``file`` from a carry) at its line."""
     located = Events()
     for name in Events.SORTS:
         for frame in getattr(events, name):
             if not frame.height:
+                continue
+            if "order" not in frame.columns:  # stated from a carry: at a line an earlier read saw
+                order = pl.col("file") * (1 << FILE_SHIFT) + pl.col("line") * (1 << LINE_SHIFT)
+                getattr(located, name).append(frame.with_columns(order=order).drop("line", "file"))
                 continue
             frame = _relocated(frame, "order", base, with_run=True)
             if "at" in frame.columns:

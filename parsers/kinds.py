@@ -235,7 +235,9 @@ class Block:
     read together, in one frame: a record in several of them has one ``order`` there (a ``block`` is one
     only with its ``source``). A long log is read in segments, each ending before a block still open:
     the second argument is the ``Events.carry`` of the read of the segment before (None for the first).
-    None: ``into`` reads them."""
+    A read that returned a carry is called once more at the end, with no records: it states what waited
+    for the run's end, in event frames without ``order`` (``run``, ``line`` and ``file`` instead: a record
+    an earlier segment held). None: ``into`` reads them."""
     into: str | None = None
     """The name of a ``whole_run`` kind of the family that reads the block's records (not its opener, one of
     the kind's records) with its own: the block only finds the lines that belong to the kind's records

@@ -5,13 +5,14 @@ Expected values were read off the files with the one-liners quoted beside them, 
 
 import re
 import time
+from functools import partial
 from pathlib import Path
 
 import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from logstat.parsers import hf_trainer
+from logstat.parsers import engine, hf_trainer, reader, source
 from logstat.parsers.base import RunBuilder
 
 from tests.parsers import feeding
@@ -543,7 +544,7 @@ def test_a_llama_style_config_gives_the_gated_mlp_and_grouped_query_attention():
 
 def test_one_block_at_a_time_as_transformers_prints_them():
     """A block ends where another opens (the Trainer prints one at a time: a line opening a block is no
-    line of the one open), but a record the open block reads as one of its lines opens nothing."""
+    line of the one open)."""
     # the config printed inside the dump ends it: the dump's last field is not read
     run = feed_lines(
         [
@@ -567,27 +568,6 @@ def test_one_block_at_a_time_as_transformers_prints_them():
         "train_iters"
         not in feed_lines(["TrainingArguments(", *filler, *filler[:50], "max_steps=5,", ")"]).facts
     )
-    # read as a metric (name = value), a dump's opener opens no dump: the metrics block goes on
-    run = feed_lines(
-        [
-            "***** train metrics *****",
-            "  args = TrainingArguments(",
-            "max_steps=5,",
-            "  train_runtime = 0:00:10.00",
-        ]
-    )
-    assert "train_iters" not in run.facts and run.facts["final_train_runtime_s"] == 10.0
-    # the dump opens at the next opener no other block reads
-    run = feed_lines(
-        [
-            "***** train metrics *****",
-            "  args = TrainingArguments(",
-            "max_steps=5,",
-            "Saving model checkpoint",
-        ]
-        + ["args=TrainingArguments(", "max_steps=7,", ")"]
-    )
-    assert run.facts["train_iters"] == 7
 
 
 def test_block_size_and_overrides_weigh_later_configs():
@@ -695,3 +675,61 @@ def test_a_long_line_is_read_in_linear_time(line):
     started = time.perf_counter()
     feed_lines([line, "***** train metrics *****", line, "TrainingArguments(", line])
     assert time.perf_counter() - started < 10.0
+
+
+#: a log whose records depend on records far before them: the arguments a dict's step and a dump's end
+#: need, a dict printed again later, the digits of the final metrics' copies, an override and a block size
+#: before a config, the banner's batch numbers, the training bar chosen after its last update
+_FAR_APART = [
+    "+ python run_clm.py --per_device_train_batch_size 2 --block_size 512 --logging_steps 10 --fp16",
+    "Overriding config: n_embd=1024",
+    "TrainingArguments(",
+    "_n_gpu=2,",
+    "bf16=False,",
+    "fp16=False,",
+    "logging_steps=5,",
+    "local_rank=-1,",
+    ")",
+    "  Instantaneous batch size per device = 4",
+    "  Gradient Accumulation steps = 2",
+    " 10%|█         | 1/10 [00:01<00:09,  1.10s/it]",
+    "{'loss': 4.705, 'learning_rate': 0.0004167, 'epoch': 0.25}",
+    "  3%|▎         | 1/30 [00:00<00:05,  5.50it/s]",
+    "{'loss': 4.71, 'learning_rate': 0.00025, 'epoch': 0.5}",
+    "100%|██████████| 10/10 [00:11<00:00,  1.25s/it]",
+    "{'loss': 4.705, 'learning_rate': 0.0004167, 'epoch': 0.25}",
+    "Model config GPT2Config {",
+    '  "n_embd": 768,',
+    '  "n_positions": 1024,',
+    "}",
+    "  Total train batch size (w. parallel, distributed & accumulation) = 16",
+    "{'train_runtime': 11.2, 'train_samples_per_second': 4.276, 'epoch': 0.75}",
+    " 67%|██████▋   | 20/30 [00:04<00:02,  5.00it/s]",
+    "***** train metrics *****",
+    "  train_runtime            = 0:00:11.22",
+    "  train_samples_per_second =      4.276",
+    "{'loss': 4.6, 'learning_rate': 0.0001, 'epoch': 1.0}",
+    "  Total optimization steps = 10",
+]
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 1000, 8000])
+def test_a_log_read_in_segments_gives_the_frames_it_gives_read_whole(tmp_path, monkeypatch, batch_bytes):
+    (tmp_path / "far_apart.log").write_text("".join(f"{line}\n\n" for line in _FAR_APART))
+    paths = [tmp_path / "far_apart.log"]
+    if batch_bytes > 1:  # a batch a line costs seconds a fixture
+        paths += [*sorted(FIXTURES.glob("*.out")), *sorted(FIXTURES.glob("*.log"))]
+    groups = reader.group_runs(paths)
+    whole = reader.frames(reader.read_runs(groups, [hf_trainer.FAMILY]))
+    assert whole[0].filter(pl.col("path").str.ends_with("far_apart.log")).select(
+        "hidden_size", "seq_len", "gpus", "dp", "precision", "final_train_runtime_s", "progress_sec_per_iter"
+    ).row(0) == (1024, 512, 2, 2, "fp32", 11.22, 1.25)
+    monkeypatch.setattr(engine, "FLUSH_RECORDS", 1)  # a read after every batch
+    monkeypatch.setattr(source, "CHUNK_BYTES", min(batch_bytes, 4096))
+    monkeypatch.setattr(source, "batches", partial(source.batches, batch_bytes=batch_bytes))
+    reads = []
+    read_group = engine._read_group
+    monkeypatch.setattr(engine, "_read_group", lambda *args: reads.append(1) or read_group(*args))
+    for got, want in zip(reader.frames(reader.read_runs(groups, [hf_trainer.FAMILY])), whole, strict=True):
+        assert got.equals(want)
+    assert len(reads) > 5
