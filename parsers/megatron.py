@@ -190,12 +190,16 @@ def _split_at(records: pl.LazyFrame, header: str) -> pl.LazyFrame:
     )
 
 
+_TOO_LONG = " does not fit a 64-bit integer; not recorded"
+
+
 def _too_long_notes(frame: pl.LazyFrame, text: pl.Expr, name: str) -> pl.LazyFrame:
     """A note per integer of ``text`` beyond int64 (as ``RunBuilder.fits`` notes one)."""
     return frame.filter(too_long(text)).select(
         "order",
         family=pl.lit(NAME),
-        message=pl.format("{}={} does not fit a 64-bit integer; not recorded", pl.lit(name), text),
+        # not pl.format: polars 2.1 panics formatting a filtered frame of several chunks
+        message=f"{name}=" + text + _TOO_LONG,
     )
 
 
@@ -507,11 +511,7 @@ def _argument_notes(args: pl.DataFrame) -> list[pl.DataFrame]:
         long.select(
             order="end",
             family=pl.lit(NAME),
-            message=pl.format(
-                "{}={} does not fit a 64-bit integer; not recorded",
-                pl.col("name").replace_strict(ARG_FACTS),
-                "value",
-            ),
+            message=pl.col("name").replace_strict(ARG_FACTS) + "=" + pl.col("value") + _TOO_LONG,
         )
     ]
 

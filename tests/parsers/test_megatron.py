@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 from logstat.parsers import megatron
 from logstat.parsers.base import RunBuilder
@@ -120,6 +121,20 @@ def test_memory_keeps_the_largest_rank():
     assert run.iterations[1]["mem_allocated_mb"] == 12923.83251953125
     assert run.iterations[1]["mem_max_allocated_mb"] == 19961.072265625
     assert run.iterations[2]["mem_max_allocated_mb"] == 26118.2294921875
+
+
+def test_too_long_steps_are_noted_in_a_frame_of_several_chunks():
+    """The engine hands a kind frames of several chunks: polars 2.1's ``pl.format`` panicked on such a
+    frame filtered to its too-long steps (a hostile log read with others); concatenation does not."""
+    line = " iteration {}/ 5 | elapsed time per iteration (ms): 1.0 |"
+    texts = [line.format(step) for step in range(1, 6)] + [line.format("1" * 40)] * 2
+    frame = pl.DataFrame({"order": [n << 8 for n in range(7)], "text": texts})
+    for cut in range(1, 7):
+        notes = pl.concat(megatron.read_iterations(frame[:cut].vstack(frame[cut:]).lazy()).notes)
+        assert (
+            notes["message"].to_list()
+            == [f"iteration={'1' * 40} does not fit a 64-bit integer; not recorded"] * 2
+        )
 
 
 def test_world_lines_new_and_old():
