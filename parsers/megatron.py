@@ -248,7 +248,7 @@ def read_iterations(records: pl.LazyFrame) -> Events:
     by_column: dict[str, list[str]] = {}
     for name, column in named.items():
         by_column.setdefault(column, []).append(name)
-    count = lambda text: as_count(text).cast(pl.Float64)  # noqa: E731
+    count = as_count
     # each text is extracted once into a column: an expression used twice would run twice
     steps = (
         _headers(records, ITERATION_HEADER)

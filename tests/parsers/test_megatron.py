@@ -137,6 +137,16 @@ def test_too_long_steps_are_noted_in_a_frame_of_several_chunks():
         )
 
 
+@pytest.mark.parametrize("count", ["9007199254740993", "9223372036854775807"])
+def test_counts_are_read_as_exact_integers(count):
+    """Through a float, 2**53 + 1 lost its last digit and int64's largest made the whole read fail."""
+    run = feed(
+        f" iteration 1/ 5 | elapsed time per iteration (ms): 1.0 | global batch size: {count} |"
+        f" number of skipped iterations: {count} |"
+    )
+    assert run.iterations[1]["skipped"] == int(count) and run.facts["global_batch_size"] == int(count)
+
+
 def test_world_lines_new_and_old():
     run = feed(
         "using world size: 64, data-parallel-size: 1, tensor-model-parallel size: 4, pipeline-model-parallel size: 16 "
