@@ -33,6 +33,7 @@ from logstat.parsers.kinds import (
     LAUNCH,
     OPENER,
     PEAK,
+    PYTHON_EVENTS,
     PYTHON_SPACE,
     RECORD,
     SEEN,
@@ -378,8 +379,12 @@ def read_arguments(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> E
     frame = blocks.collect()
     openers = frame.lazy().filter(pl.col("role") == OPENER)
     marks = [marks_of(openers, NAME, SEEN), marks_of(openers, NAME, LAUNCH)]
+    # stated after the kinds' events of the record that ended it (an iteration line stating train_iters
+    # too), as the Python code stated them: at the same order, polars' unstable sort picked either
     ends = (
-        frame.filter(pl.col("role").is_in([CLOSER, ENDED])).group_by("block").agg(end=pl.col("order").min())
+        frame.filter(pl.col("role").is_in([CLOSER, ENDED]))
+        .group_by("block")
+        .agg(end=pl.col("order").min() + (PYTHON_EVENTS - 1))
     )
     args = (
         frame.filter(pl.col("role") == BODY)

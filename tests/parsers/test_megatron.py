@@ -8,7 +8,7 @@ from logstat.parsers import megatron
 from logstat.parsers.base import RunBuilder
 
 from tests.conftest import FIXTURES
-from tests.parsers.feeding import feed_file, feed_lines
+from tests.parsers.feeding import feed_each, feed_file, feed_lines
 
 # meg_gpt2_perf_n16.out line 341 and 342
 ITERATION_1 = (
@@ -196,6 +196,21 @@ def test_a_dump_states_every_kept_argument_and_nothing_else():
     }
     assert {fact: run.facts[fact] for fact in expected} == expected
     assert 99 not in run.facts.values() and 98 not in run.facts.values()
+
+
+def test_a_dump_ended_by_an_iteration_line_states_its_arguments_after_that_line():
+    """A dump that lost its end line states its facts as the iteration line ending it is read, after the
+    line's own (as the Python code did), in every run read together: at one order, polars' unstable sort
+    picked either."""
+    log = [
+        "---- arguments ----",
+        "  train_iters ........ 2",
+        "  global_batch_size ..... 3",
+        " iteration 2/ 5 | elapsed time per iteration (ms): 1.0 | global batch size: 7 |",
+    ]
+    runs = feed_each(megatron.FAMILY, [log] * 100)
+    assert {(run.facts["train_iters"], run.facts["global_batch_size"]) for run in runs} == {(2, 3)}
+    assert {run.provenance["train_iters"] for run in runs} == {"megatron:2"}
 
 
 @pytest.mark.parametrize(
