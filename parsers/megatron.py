@@ -23,6 +23,8 @@ replace those of the steps an earlier launch logged too.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from itertools import chain
 
 import polars as pl
 from logstat.parsers.base import Family, RunBuilder
@@ -37,13 +39,13 @@ from logstat.parsers.kinds import (
     PYTHON_SPACE,
     RECORD,
     SEEN,
-    STEP_METRICS_SCHEMA,
     Block,
     Events,
     RecordKind,
     RecordTest,
     as_count,
     as_real,
+    facts_of,
     marks_of,
     named_field,
     pipe_fields,
@@ -74,27 +76,7 @@ _MICRO_BATCHES = re.compile(r"setting number of micro-batches to constant (?P<ga
 _EFFECTIVE_TFLOPS = re.compile(
     r"Effective Tera Flops per GPU: (?P<tflops>\d+(?:\.\d+)?) and total parameters (?P<params>\d+(?:\.\d+)?) B"
 )
-#: memory-line field -> ITERATIONS_SCHEMA column.
-_MEMORY_COLUMNS = (("allocated", "mem_allocated_mb"), ("max allocated", "mem_max_allocated_mb"))
 _DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32"}
-
-#: iteration-line field (lower case) -> ITERATIONS_SCHEMA column.
-ITERATION_FIELDS: dict[str, str] = {
-    "elapsed time per iteration (ms)": "elapsed_ms",
-    # BigScience's Megatron-DeepSpeed (BLOOM's runs) prints seconds: _iterations turns them into ms
-    "elapsed time per iteration (s)": "elapsed_s",
-    "learning rate": "lr",
-    "lm loss": "loss",
-    "lm-loss": "loss",
-    "loss": "loss",
-    "loss scale": "loss_scale",
-    "grad norm": "grad_norm",
-    "number of skipped iterations": "skipped",
-    "number of nan iterations": "nan",
-    "throughput per gpu (tflop/s/gpu)": "logged_tflops_per_gpu",
-    "tflops": "logged_tflops_per_gpu",
-    "samples per second": "samples_per_sec",
-}
 
 #: arguments-dump name (matched whole) -> RUNS_SCHEMA fact. ``ffn_hidden_size`` is not ``hidden_size``
 #: and ``checkpoint_num_layers`` is not ``num_layers``: only exact names map.
@@ -156,151 +138,117 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
 
 # --- the per-step records, read column-wise (kinds.RecordKind) ----------------------------------
 
-#: an iteration record's header; a line may hold several records (ranks glued without a tag)
-ITERATION_HEADER = r"\biteration\s+(\d+)\s*/\s*(\d+)"
-#: a memory record's header (``[Rank 0] (after 1 iterations) memory (MB)``, old: ``after 1 iterations memory (MB)``)
-MEMORY_HEADER = r"after (\d+) iterations\)? memory \(MB\)"
-#: iteration-record fields that are counts (the rest are measurements)
+#: ITERATIONS_SCHEMA column -> the iteration-record fields (lower case) that hold it: the first listed
+#: with a value counts (no log prints two of them)
+ITERATION_FIELDS: dict[str, tuple[str, ...]] = {
+    # BigScience's Megatron-DeepSpeed (BLOOM's runs) prints seconds: _value reads them as ms
+    "elapsed_ms": ("elapsed time per iteration (ms)", "elapsed time per iteration (s)"),
+    "lr": ("learning rate",),
+    "loss": ("lm loss", "lm-loss", "loss"),
+    "loss_scale": ("loss scale",),
+    "grad_norm": ("grad norm",),
+    "skipped": ("number of skipped iterations",),
+    "nan": ("number of nan iterations",),
+    "logged_tflops_per_gpu": ("throughput per gpu (tflop/s/gpu)", "tflops"),
+    "samples_per_sec": ("samples per second",),
+}
+#: iteration-record fields that are counts (the rest are measurements); the global batch is a run fact
 COUNT_FIELDS = ("number of skipped iterations", "number of nan iterations", "global batch size")
-#: a separator no record holds, put before each header to split a line's records apart
-_RECORD_SEPARATOR = "\x00"
+#: an iteration record's header; a line may hold several records (ranks glued without a tag)
+ITERATION_HEADER = r"\biteration\s+(?P<step>\d+)\s*/\s*(?P<total>\d+)"
+#: a memory record's header (``[Rank 0] (after 1 iterations) memory (MB)``, old: ``after 1 iterations
+#: memory (MB)``) and the fields read from it
+MEMORY_HEADER = r"after (?P<step>\d+) iterations\)? memory \(MB\)"
+_MEMORY_FIELDS = {"allocated": "mem_allocated_mb", "max allocated": "mem_max_allocated_mb"}
 
 
-def _split_at(records: pl.LazyFrame, header: str) -> pl.LazyFrame:
-    """Each header's record (up to the next header), with its ``item`` (index in the line) and the
-    header's groups ``first`` / ``second``, and ``body``: the text after the header."""
+def _records(lines: pl.LazyFrame, header: str) -> pl.LazyFrame:
+    """Each header's record: ``order`` (its line's, plus its index in the line), the header's groups and
+    ``body``, the text after it up to the next header. A line of glued ranks is split at a separator no
+    record holds; no group spans the body (a capture over a long span costs ten times a match)."""
+    text = pl.col("text")
+    glued = text.str.count_matches(header) > 1
+    split = (
+        lines.filter(glued)
+        .select("order", text=text.str.replace_all(header, "\x00${0}").str.split("\x00").list.slice(1))
+        .with_columns(item=pl.int_ranges(text.list.len()))
+        .explode("text", "item")
+        .select(pl.col("order") + pl.col("item"), "text")
+    )
     return (
-        records.select(
+        pl.concat([lines.filter(~glued).select("order", "text"), split])
+        .select(
             "order",
-            piece=pl.col("text")
-            .str.replace_all(header, _RECORD_SEPARATOR + "${0}")
-            .str.split(_RECORD_SEPARATOR),
+            text.str.extract_groups(header).alias("header"),
+            body=text.str.replace(f"^.*?{header}", ""),
         )
-        .with_columns(item=pl.int_ranges(pl.col("piece").list.len()))
-        .explode("piece", "item")
-        .filter(pl.col("item") > 0)
-        .with_columns(
-            first=pl.col("piece").str.extract("^" + header, 1),
-            second=pl.col("piece").str.extract("^" + header, 2)
-            if header.count("(") - header.count(r"\(") > 1
-            else None,
-            body=pl.col("piece").str.replace("^" + header, ""),
-            order=pl.col("order") + pl.col("item") - 1,
-        )
-        .drop_nulls("first")
+        .unnest("header")
+        .drop_nulls("step")
     )
 
 
-_TOO_LONG = " does not fit a 64-bit integer; not recorded"
-
-
-def _too_long_notes(frame: pl.LazyFrame, text: pl.Expr, name: str) -> pl.LazyFrame:
-    """A note per integer of ``text`` beyond int64 (as ``RunBuilder.fits`` notes one)."""
+def _too_long(frame: pl.DataFrame, name: str | pl.Expr, text: pl.Expr) -> pl.DataFrame:
+    """A note per integer of ``text`` beyond int64, as ``RunBuilder.fits`` notes one (concatenated, not
+    ``pl.format``'ted: polars 2.1 panics formatting a filtered frame of several chunks)."""
     return frame.filter(too_long(text)).select(
         "order",
         family=pl.lit(NAME),
-        # not pl.format: polars 2.1 panics formatting a filtered frame of several chunks
-        message=f"{name}=" + text + _TOO_LONG,
+        message=name + "=" + text + " does not fit a 64-bit integer; not recorded",
     )
 
 
-def _headers(records: pl.LazyFrame, header: str) -> pl.LazyFrame:
-    """Each header's record: ``order``, ``first`` / ``second`` (the header's groups), ``body`` (the text
-    after it, up to the next header). Most records hold one header; ranks glued without a tag, several."""
-    text = pl.col("text")
-    count = text.str.count_matches(header)
-    second = text.str.extract(header, 2) if re.compile(header).groups > 1 else pl.lit(None, dtype=pl.String)
-    single = records.filter(count == 1).select(
+def _step_events(records: pl.DataFrame, mode: int, metrics: Iterable[str]) -> pl.DataFrame:
+    """A step event per record whose step fits int64 (``_too_long`` notes the others)."""
+    return records.filter(~too_long(pl.col("step"))).select(
         "order",
-        first=text.str.extract(header, 1),
-        second=second,
-        # no group spans the body: a capture over a long span costs ten times a match
-        body=text.str.replace(f"^.*?{header}", ""),
-    )
-    several = _split_at(records.filter(count > 1), header).select("order", "first", "second", "body")
-    return pl.concat([single, several]).drop_nulls("first")
-
-
-def _field_value(names: list[str], convert) -> pl.Expr:
-    """The value of the first of ``names`` in the record with a usable (converted, not null) value, from
-    the columns of their texts (``_raw``)."""
-    values = [convert(pl.col(_raw(name))) for name in names]
-    if len(values) == 1:
-        return values[0]
-    positions = [
-        pl.when(value.is_not_null()).then(pl.col("body").str.find(named_field(name)))
-        for name, value in zip(names, values, strict=True)
-    ]
-    first = pl.min_horizontal(positions)
-    return pl.coalesce(
-        [pl.when(position == first).then(value) for position, value in zip(positions, values, strict=True)]
+        *metrics,
+        step=pl.col("step").cast(pl.Int64),
+        mode=pl.lit(mode, dtype=pl.Int8),
+        family=pl.lit(NAME),
     )
 
 
-def _raw(name: str) -> str:
-    """The column of a field's text."""
-    return f"raw {name}"
+def _value(name: str) -> pl.Expr:
+    """An iteration-record field's value, from its text (``raw <name>``): a count's integer, else a float
+    (seconds in ms)."""
+    text = pl.col(f"raw {name}")
+    if name in COUNT_FIELDS:
+        return as_count(text)
+    return as_real(text) * 1000.0 if name.endswith("(s)") else as_real(text)
 
 
 def read_iterations(records: pl.LazyFrame) -> Events:
     """``iteration N/M | name: value | ...`` records: a step event each (its ITERATION_FIELDS columns),
-    and the facts ``train_iters`` and ``global_batch_size``."""
-    named = ITERATION_FIELDS | {"global batch size": "global batch"}
-    by_column: dict[str, list[str]] = {}
-    for name, column in named.items():
-        by_column.setdefault(column, []).append(name)
-    count = as_count
-    # each text is extracted once into a column: an expression used twice would run twice
+    and the facts ``train_iters`` and ``global_batch_size``. A field is read between two ``|``: text
+    after the last one is a field cut short (a log read while written, or cut by a crash)."""
+    names = dict.fromkeys(chain(*ITERATION_FIELDS.values(), COUNT_FIELDS))
+    # each field's text is extracted once into a column: an expression used twice would run twice
     steps = (
-        _headers(records, ITERATION_HEADER)
+        _records(records, ITERATION_HEADER)
         .with_columns(body="|" + pl.col("body"))
-        .with_columns(pl.col("body").str.extract(named_field(name), 1).alias(_raw(name)) for name in named)
+        .with_columns(pl.col("body").str.extract(named_field(name), 1).alias(f"raw {name}") for name in names)
         .with_columns(
             **{
-                column: _field_value(names, count if names[0] in COUNT_FIELDS else as_real)
-                for column, names in by_column.items()
+                column: pl.coalesce([_value(name) for name in names])
+                for column, names in ITERATION_FIELDS.items()
             },
-            counted=pl.concat_list(_raw(name) for name in COUNT_FIELDS),
+            counted=pl.concat_list(f"raw {name}" for name in COUNT_FIELDS),
         )
         .collect()
     )
-    step_events = steps.filter(~too_long(pl.col("first"))).select(
-        "order",
-        step=pl.col("first").cast(pl.Int64),
-        mode=pl.lit(RECORD, dtype=pl.Int8),
-        family=pl.lit(NAME),
-        **{
-            column: (pl.col(column) if column in by_column else pl.lit(None)).cast(dtype)
-            for column, dtype in STEP_METRICS_SCHEMA.items()
-            if column != "elapsed_ms"
-        },
-        elapsed_ms=pl.coalesce("elapsed_ms", pl.col("elapsed_s") * 1000.0),
+    step_events = _step_events(steps, RECORD, ITERATION_FIELDS)
+    facts = facts_of(
+        steps.lazy(),
+        NAME,
+        train_iters=pl.col("total").cast(pl.Int64, strict=False),
+        global_batch_size=_value("global batch size"),
     )
-    facts = pl.concat(
-        [
-            steps.filter(~too_long(pl.col("second"))).select(
-                "order",
-                fact=pl.lit("train_iters"),
-                value=pl.col("second").cast(pl.Int64),
-                family=pl.lit(NAME),
-            ),
-            steps.drop_nulls("global batch").select(
-                "order",
-                fact=pl.lit("global_batch_size"),
-                value=pl.col("global batch").cast(pl.Int64),
-                family=pl.lit(NAME),
-            ),
-        ]
-    )
-    counts = steps.lazy().select("order", value="counted").explode("value").drop_nulls("value")
-    notes = pl.concat(
-        [
-            _too_long_notes(steps.lazy(), pl.col("second"), "train_iters").collect(),
-            _too_long_notes(steps.lazy(), pl.col("first"), "iteration").collect(),
-            _too_long_notes(counts, pl.col("value"), "count").collect(),
-        ]
-    )
-    return Events(steps=[step_events], facts=[facts], notes=[notes])
+    notes = [
+        _too_long(steps, "train_iters", pl.col("total")),
+        _too_long(steps, "iteration", pl.col("step")),
+        _too_long(steps.select("order", "counted").explode("counted"), "count", pl.col("counted")),
+    ]
+    return Events(steps=[step_events], facts=[facts.collect()], notes=notes)
 
 
 def read_timers(records: pl.LazyFrame) -> Events:
@@ -316,55 +264,41 @@ def read_timers(records: pl.LazyFrame) -> Events:
 def read_memory(records: pl.LazyFrame) -> Events:
     """``(after N iterations) memory (MB) | allocated: ... | max allocated: ...`` of each rank: a peak
     event per record (the run keeps the largest rank's numbers)."""
-    headers = _headers(records, MEMORY_HEADER)
-    fields = pipe_fields(headers, pl.col("body")).filter(
-        pl.col("name").is_in([name for name, _ in _MEMORY_COLUMNS])
-    )
-    values = fields.group_by("order").agg(
-        [
-            pl.col("value").filter(pl.col("name") == name).first().pipe(as_real).alias(column)
-            for name, column in _MEMORY_COLUMNS
-        ]
-    )
-    events = (
-        headers.filter(~too_long(pl.col("first")))
-        .select("order", "first")
-        .join(values, on="order")
-        .select(
-            "order",
-            *[column for _, column in _MEMORY_COLUMNS],
-            step=pl.col("first").cast(pl.Int64),
-            mode=pl.lit(PEAK, dtype=pl.Int8),
-            family=pl.lit(NAME),
+    headers = _records(records, MEMORY_HEADER).collect()
+    values = (
+        pipe_fields(headers.lazy(), pl.col("body"))
+        .filter(pl.col("name").is_in(list(_MEMORY_FIELDS)))
+        .group_by("order")
+        .agg(
+            as_real(pl.col("value").filter(pl.col("name") == name).first()).alias(column)
+            for name, column in _MEMORY_FIELDS.items()
         )
+        .collect()
     )
-    notes = _too_long_notes(headers, pl.col("first"), "iteration")
-    step_frame, note_frame = pl.collect_all([events, notes])
-    return Events(steps=[step_frame], notes=[note_frame])
+    steps = _step_events(headers.join(values, on="order"), PEAK, _MEMORY_FIELDS.values())
+    return Events(steps=[steps], notes=[_too_long(headers, "iteration", pl.col("step"))])
+
+
+def _outside_dumps(marker: str) -> RecordTest:
+    """A per-step record: one holding ``marker`` but not an arguments dump's opener."""
+    return RecordTest(markers=(marker,), unless=(_DUMP_OPENER,))
 
 
 KINDS = (
     RecordKind(
         family=NAME,
         name="iteration",
-        test=RecordTest(markers=("elapsed time per iteration",), unless=(_DUMP_OPENER,)),
+        test=_outside_dumps("elapsed time per iteration"),
         read=read_iterations,
         facts=("train_iters", "global_batch_size"),
         evidence=True,
     ),
-    RecordKind(
-        family=NAME,
-        name="timers",
-        test=RecordTest(markers=("time (ms)",), unless=(_DUMP_OPENER,)),
-        read=read_timers,
-    ),
-    RecordKind(
-        family=NAME,
-        name="memory",
-        test=RecordTest(markers=("memory (MB)",), unless=(_DUMP_OPENER,)),
-        read=read_memory,
-    ),
+    RecordKind(family=NAME, name="timers", test=_outside_dumps("time (ms)"), read=read_timers),
+    RecordKind(family=NAME, name="memory", test=_outside_dumps("memory (MB)"), read=read_memory),
 )
+
+
+_TOO_LONG = " does not fit a 64-bit integer; not recorded"
 
 
 #: the ARG_FACTS names whose value is an integer; of several names of one fact the last listed wins
