@@ -57,8 +57,8 @@ NAME = "megatron"
 # "using world size: 64, data-parallel-size: 1, tensor-model-parallel size: 4, pipeline-model-parallel
 # size: 16"; newer versions insert context-parallel and encoder sizes, so the pairs are read one by one.
 _WORLD_PAIR = re.compile(
-    r"(?<![\w-])(?P<key>world size|data-parallel[- ]size|tensor-model-parallel size|pipeline-model-parallel size)"
-    r": (?P<value>\d+)"
+    r"(?<![\w-])(?P<key>world size|data-parallel[- ]size|tensor-model-parallel size"
+    r"|pipeline-model-parallel size): (?P<value>\d+)"
 )
 _WORLD_KEYS = {
     "world size": "gpus",
@@ -69,17 +69,19 @@ _WORLD_KEYS = {
 }
 _WORLD_OLD = re.compile(r"using world size: (?P<world>\d+) and model-parallel size: (?P<tp>\d+)")
 _DTYPE = re.compile(r"using torch\.(?P<dtype>\w+) for parameters")
-_PADDED_VOCAB = re.compile(
-    r"padded vocab \(size: (?P<vocab>\d+)\) with \d+ dummy tokens \(new size: (?P<padded>\d+)\)"
-)
-_MICRO_BATCHES = re.compile(r"setting number of micro-batches to constant (?P<gas>\d+)")
-_EFFECTIVE_TFLOPS = re.compile(
-    r"Effective Tera Flops per GPU: (?P<tflops>\d+(?:\.\d+)?) and total parameters (?P<params>\d+(?:\.\d+)?) B"
-)
 _DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32"}
-
-#: what opens an arguments dump: a line holding it is never a per-step record
-_DUMP_OPENER = " arguments --"
+#: lines stating integer facts, each group named after its fact
+_FACT_LINES = (
+    re.compile(
+        r"padded vocab \(size: (?P<vocab_size>\d+)\) with \d+ dummy tokens"
+        r" \(new size: (?P<padded_vocab_size>\d+)\)"
+    ),
+    re.compile(r"setting number of micro-batches to constant (?P<gas>\d+)"),
+)
+_EFFECTIVE_TFLOPS = re.compile(
+    r"Effective Tera Flops per GPU: (?P<tflops>\d+(?:\.\d+)?)"
+    r" and total parameters (?P<params>\d+(?:\.\d+)?) B"
+)
 
 
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
@@ -88,11 +90,33 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     if "using world size" in text:
         _world(text, lineno, run)
     elif "Effective Tera Flops" in text:
-        _effective_tflops(text, lineno, run)
+        if match := _EFFECTIVE_TFLOPS.search(text):
+            run.set_fact("logged_model_size", float(match["params"]), NAME, lineno)
+            # the step logged last before the line (None: settled column-wise with the steps)
+            run.add_iteration(None, NAME, lineno, logged_tflops_per_gpu=float(match["tflops"]))
     elif "after training is done" in text or "exiting program at iteration" in text:
         run.complete(text.strip(), lineno)
+    elif (match := _DTYPE.search(text)) and match["dtype"] in _DTYPES:
+        run.set_fact("precision", _DTYPES[match["dtype"]], NAME, lineno)
     else:
-        _misc(text, lineno, run)
+        for pattern in _FACT_LINES:
+            if match := pattern.search(text):
+                for fact, value in match.groupdict().items():
+                    run.set_fact(fact, int(value), NAME, lineno)
+                return
+
+
+def _world(text: str, lineno: int, run: RunBuilder) -> None:
+    pairs = {_WORLD_KEYS[m["key"]]: int(m["value"]) for m in _WORLD_PAIR.finditer(text)}
+    if len(pairs) < 2 and (match := _WORLD_OLD.search(text)):
+        world, tp = int(match["world"]), int(match["tp"])
+        # This Megatron has no pipeline parallelism (it says "model-parallel size", not tensor/pipeline):
+        # PP is 1 by construction and the rest of the world is data parallel.
+        pairs = {"gpus": world, "tp": tp, "pp": 1} | ({"dp": world // tp} if tp and world % tp == 0 else {})
+    if len(pairs) > 1:
+        run.saw(NAME)
+        for fact, value in pairs.items():
+            run.set_fact(fact, value, NAME, lineno)
 
 
 # --- the per-step records, read column-wise (kinds.RecordKind) ----------------------------------
@@ -119,6 +143,8 @@ ITERATION_HEADER = r"\biteration\s+(?P<step>\d+)\s*/\s*(?P<total>\d+)"
 #: memory (MB)``) and the fields read from it
 MEMORY_HEADER = r"after (?P<step>\d+) iterations\)? memory \(MB\)"
 _MEMORY_FIELDS = {"allocated": "mem_allocated_mb", "max allocated": "mem_max_allocated_mb"}
+#: what opens an arguments dump: a line holding it is never a per-step record
+_DUMP_OPENER = " arguments --"
 
 
 def _records(lines: pl.LazyFrame, header: str) -> pl.LazyFrame:
@@ -401,50 +427,6 @@ ARGUMENTS = Block(
 )
 
 
-def _world(text: str, lineno: int, run: RunBuilder) -> None:
-    pairs = {_WORLD_KEYS[m["key"]]: int(m["value"]) for m in _WORLD_PAIR.finditer(text)}
-    if len(pairs) > 1:
-        run.saw(NAME)
-        for fact, value in pairs.items():
-            run.set_fact(fact, value, NAME, lineno)
-        return
-    match = _WORLD_OLD.search(text)
-    if match:
-        run.saw(NAME)
-        world, tp = int(match["world"]), int(match["tp"])
-        run.set_fact("gpus", world, NAME, lineno)
-        run.set_fact("tp", tp, NAME, lineno)
-        # This Megatron has no pipeline parallelism (it says "model-parallel size", not tensor/pipeline):
-        # PP is 1 by construction and the rest of the world is data parallel.
-        run.set_fact("pp", 1, NAME, lineno)
-        if tp and world % tp == 0:
-            run.set_fact("dp", world // tp, NAME, lineno)
-
-
-def _effective_tflops(text: str, lineno: int, run: RunBuilder) -> None:
-    match = _EFFECTIVE_TFLOPS.search(text)
-    if match is None:
-        return
-    run.set_fact("logged_model_size", float(match["params"]), NAME, lineno)
-    # the step logged last before the line (None: settled column-wise with the steps)
-    run.add_iteration(None, NAME, lineno, logged_tflops_per_gpu=float(match["tflops"]))
-
-
-def _misc(text: str, lineno: int, run: RunBuilder) -> None:
-    match = _DTYPE.search(text)
-    if match and match["dtype"] in _DTYPES:
-        run.set_fact("precision", _DTYPES[match["dtype"]], NAME, lineno)
-        return
-    match = _PADDED_VOCAB.search(text)
-    if match:
-        run.set_fact("vocab_size", int(match["vocab"]), NAME, lineno)
-        run.set_fact("padded_vocab_size", int(match["padded"]), NAME, lineno)
-        return
-    match = _MICRO_BATCHES.search(text)
-    if match:
-        run.set_fact("gas", int(match["gas"]), NAME, lineno)
-
-
 def evidence(run: RunBuilder) -> int:
     return run.families_seen.get(NAME, 0)
 
@@ -452,17 +434,14 @@ def evidence(run: RunBuilder) -> int:
 FAMILY = Family(
     name=NAME,
     markers=(
-        "elapsed time per iteration",
-        "time (ms)",
-        "memory (MB)",
-        " arguments --",
+        *ARGUMENTS.ends.markers,
+        _DUMP_OPENER,
         "end of arguments",
         "using world size",
         "using torch.",
         "padded vocab",
         "number of micro-batches",
         "Effective Tera Flops",
-        "after training is done",
         "exiting program at iteration",
     ),
     parse_line=parse_line,
