@@ -1,14 +1,11 @@
 """The Megatron family on real lines (fixtures/bigscience, fixtures/megatron)."""
 
-from pathlib import Path
-
 import polars as pl
 import pytest
 from logstat.parsers import megatron
 from logstat.parsers.base import RunBuilder
 
-from tests.conftest import FIXTURES
-from tests.parsers.feeding import feed_each, feed_file, feed_lines
+from tests.parsers.feeding import feed_each, feed_lines
 
 # meg_gpt2_perf_n16.out line 341 and 342
 ITERATION_1 = (
@@ -336,58 +333,3 @@ def test_end_of_training_completes_the_run():
 )
 def test_garbage_never_raises(junk):
     feed(junk)
-
-
-def _everything(run: RunBuilder) -> str:
-    """All a run recorded, as text: repr tells 1 from 1.0 and -0.0 from 0.0, and compares nan."""
-    return repr(
-        (run.facts, run.provenance, run.iterations, run.timer_rows, run.families_seen, run.completion)
-    )
-
-
-def _read_with_layouts_after(monkeypatch, records: int, path: Path) -> str:
-    """The run of the log at ``path`` when a layout is built after ``records`` records of the same names."""
-    monkeypatch.setattr(megatron, "_LAYOUT_AFTER", records)
-    return _everything(feed_file(megatron.FAMILY, path))
-
-
-def _megatron_logs() -> list[Path]:
-    roots = [FIXTURES]
-    return sorted(
-        path
-        for root in roots
-        for path in root.rglob("*")
-        if path.is_file()
-        and path.suffix in (".out", ".err", ".log", ".txt")
-        and "elapsed time per iteration" in path.read_text(encoding="utf-8", errors="replace")
-    )
-
-
-# plain numbers (most of them, so that layouts are built and read), then the odd ones
-_VALUES = ["0", "12", "1.5", "2.5E-04", "-3", "+7", "0.00"] * 3 + [
-    "-0",
-    "-00",
-    "-0e0",
-    "-0.0",
-    "1e999",
-    "9" * 400,
-    "nan",
-    "INF",
-    "1.2.3",
-    "+-1",
-    "N/A",
-    "7 x",
-]
-
-
-def _line(kind: int, step: int, values: list[str]) -> str:
-    a, b, c, d = values
-    if kind == 0:
-        return (
-            f" iteration {step:8d}/ 1000 | consumed samples: {a} | elapsed time per iteration (ms): {b} |"
-            f" learning rate: {c} | global batch size: {d} | lm loss: {a} | loss: {b} | loss scale: {c} |"
-            f" number of skipped iterations: {d} | number of nan iterations: {a} |"
-        )
-    if kind == 1:
-        return f"time (ms) | forward-compute: {a} | backward-compute: {b} | optimizer: {c} | batch-generator: {d}"
-    return f"[Rank {step}] (after {step} iterations) memory (MB) | allocated: {a} | max allocated: {b} | reserved: {c} | max reserved: {d}"
