@@ -23,6 +23,8 @@ replace those of the steps an earlier launch logged too.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from itertools import chain
 
 import polars as pl
 from logstat.parsers.base import Family, RunBuilder
@@ -33,16 +35,17 @@ from logstat.parsers.kinds import (
     LAUNCH,
     OPENER,
     PEAK,
+    PYTHON_EVENTS,
     PYTHON_SPACE,
     RECORD,
     SEEN,
-    STEP_METRICS_SCHEMA,
     Block,
     Events,
     RecordKind,
     RecordTest,
     as_count,
     as_real,
+    facts_of,
     marks_of,
     named_field,
     pipe_fields,
@@ -54,8 +57,8 @@ NAME = "megatron"
 # "using world size: 64, data-parallel-size: 1, tensor-model-parallel size: 4, pipeline-model-parallel
 # size: 16"; newer versions insert context-parallel and encoder sizes, so the pairs are read one by one.
 _WORLD_PAIR = re.compile(
-    r"(?<![\w-])(?P<key>world size|data-parallel[- ]size|tensor-model-parallel size|pipeline-model-parallel size)"
-    r": (?P<value>\d+)"
+    r"(?<![\w-])(?P<key>world size|data-parallel[- ]size|tensor-model-parallel size"
+    r"|pipeline-model-parallel size): (?P<value>\d+)"
 )
 _WORLD_KEYS = {
     "world size": "gpus",
@@ -66,34 +69,221 @@ _WORLD_KEYS = {
 }
 _WORLD_OLD = re.compile(r"using world size: (?P<world>\d+) and model-parallel size: (?P<tp>\d+)")
 _DTYPE = re.compile(r"using torch\.(?P<dtype>\w+) for parameters")
-_PADDED_VOCAB = re.compile(
-    r"padded vocab \(size: (?P<vocab>\d+)\) with \d+ dummy tokens \(new size: (?P<padded>\d+)\)"
-)
-_MICRO_BATCHES = re.compile(r"setting number of micro-batches to constant (?P<gas>\d+)")
-_EFFECTIVE_TFLOPS = re.compile(
-    r"Effective Tera Flops per GPU: (?P<tflops>\d+(?:\.\d+)?) and total parameters (?P<params>\d+(?:\.\d+)?) B"
-)
-#: memory-line field -> ITERATIONS_SCHEMA column.
-_MEMORY_COLUMNS = (("allocated", "mem_allocated_mb"), ("max allocated", "mem_max_allocated_mb"))
 _DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32"}
+#: lines stating integer facts, each group named after its fact
+_FACT_LINES = (
+    re.compile(
+        r"padded vocab \(size: (?P<vocab_size>\d+)\) with \d+ dummy tokens"
+        r" \(new size: (?P<padded_vocab_size>\d+)\)"
+    ),
+    re.compile(r"setting number of micro-batches to constant (?P<gas>\d+)"),
+)
+_EFFECTIVE_TFLOPS = re.compile(
+    r"Effective Tera Flops per GPU: (?P<tflops>\d+(?:\.\d+)?)"
+    r" and total parameters (?P<params>\d+(?:\.\d+)?) B"
+)
 
-#: iteration-line field (lower case) -> ITERATIONS_SCHEMA column.
-ITERATION_FIELDS: dict[str, str] = {
-    "elapsed time per iteration (ms)": "elapsed_ms",
-    # BigScience's Megatron-DeepSpeed (BLOOM's runs) prints seconds: _iterations turns them into ms
-    "elapsed time per iteration (s)": "elapsed_s",
-    "learning rate": "lr",
-    "lm loss": "loss",
-    "lm-loss": "loss",
-    "loss": "loss",
-    "loss scale": "loss_scale",
-    "grad norm": "grad_norm",
-    "number of skipped iterations": "skipped",
-    "number of nan iterations": "nan",
-    "throughput per gpu (tflop/s/gpu)": "logged_tflops_per_gpu",
-    "tflops": "logged_tflops_per_gpu",
-    "samples per second": "samples_per_sec",
+
+def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
+    """Read one of Megatron's rare lines into ``run`` (the per-step records and the arguments dump are
+    read column-wise: ``KINDS``, ``ARGUMENTS``); lines it does not know are ignored."""
+    if "using world size" in text:
+        _world(text, lineno, run)
+    elif "Effective Tera Flops" in text:
+        if match := _EFFECTIVE_TFLOPS.search(text):
+            run.set_fact("logged_model_size", float(match["params"]), NAME, lineno)
+            # the step logged last before the line (None: settled column-wise with the steps)
+            run.add_iteration(None, NAME, lineno, logged_tflops_per_gpu=float(match["tflops"]))
+    elif "after training is done" in text or "exiting program at iteration" in text:
+        run.complete(text.strip(), lineno)
+    elif (match := _DTYPE.search(text)) and match["dtype"] in _DTYPES:
+        run.set_fact("precision", _DTYPES[match["dtype"]], NAME, lineno)
+    else:
+        for pattern in _FACT_LINES:
+            if match := pattern.search(text):
+                for fact, value in match.groupdict().items():
+                    run.set_fact(fact, int(value), NAME, lineno)
+                return
+
+
+def _world(text: str, lineno: int, run: RunBuilder) -> None:
+    pairs = {_WORLD_KEYS[m["key"]]: int(m["value"]) for m in _WORLD_PAIR.finditer(text)}
+    if len(pairs) < 2 and (match := _WORLD_OLD.search(text)):
+        world, tp = int(match["world"]), int(match["tp"])
+        # This Megatron has no pipeline parallelism (it says "model-parallel size", not tensor/pipeline):
+        # PP is 1 by construction and the rest of the world is data parallel.
+        pairs = {"gpus": world, "tp": tp, "pp": 1} | ({"dp": world // tp} if tp and world % tp == 0 else {})
+    if len(pairs) > 1:
+        run.saw(NAME)
+        for fact, value in pairs.items():
+            run.set_fact(fact, value, NAME, lineno)
+
+
+# --- the per-step records, read column-wise (kinds.RecordKind) ----------------------------------
+
+#: ITERATIONS_SCHEMA column -> the iteration-record fields (lower case) that hold it: the first listed
+#: with a value counts (no log prints two of them)
+ITERATION_FIELDS: dict[str, tuple[str, ...]] = {
+    # BigScience's Megatron-DeepSpeed (BLOOM's runs) prints seconds: _value reads them as ms
+    "elapsed_ms": ("elapsed time per iteration (ms)", "elapsed time per iteration (s)"),
+    "lr": ("learning rate",),
+    "loss": ("lm loss", "lm-loss", "loss"),
+    "loss_scale": ("loss scale",),
+    "grad_norm": ("grad norm",),
+    "skipped": ("number of skipped iterations",),
+    "nan": ("number of nan iterations",),
+    "logged_tflops_per_gpu": ("throughput per gpu (tflop/s/gpu)", "tflops"),
+    "samples_per_sec": ("samples per second",),
 }
+#: iteration-record fields that are counts (the rest are measurements); the global batch is a run fact
+COUNT_FIELDS = ("number of skipped iterations", "number of nan iterations", "global batch size")
+#: an iteration record's header; a line may hold several records (ranks glued without a tag)
+ITERATION_HEADER = r"\biteration\s+(?P<step>\d+)\s*/\s*(?P<total>\d+)"
+#: a memory record's header (``[Rank 0] (after 1 iterations) memory (MB)``, old: ``after 1 iterations
+#: memory (MB)``) and the fields read from it
+MEMORY_HEADER = r"after (?P<step>\d+) iterations\)? memory \(MB\)"
+_MEMORY_FIELDS = {"allocated": "mem_allocated_mb", "max allocated": "mem_max_allocated_mb"}
+#: what opens an arguments dump: a line holding it is never a per-step record
+_DUMP_OPENER = " arguments --"
+
+
+def _records(lines: pl.LazyFrame, header: str) -> pl.LazyFrame:
+    """Each header's record: ``order`` (its line's, plus its index in the line), the header's groups and
+    ``body``, the text after it up to the next header. A line of glued ranks is split at a separator no
+    record holds; no group spans the body (a capture over a long span costs ten times a match)."""
+    text = pl.col("text")
+    glued = text.str.count_matches(header) > 1
+    split = (
+        lines.filter(glued)
+        .select("order", text=text.str.replace_all(header, "\x00${0}").str.split("\x00").list.slice(1))
+        .with_columns(item=pl.int_ranges(text.list.len()))
+        .explode("text", "item")
+        .select(pl.col("order") + pl.col("item"), "text")
+    )
+    return (
+        pl.concat([lines.filter(~glued).select("order", "text"), split])
+        .select(
+            "order",
+            text.str.extract_groups(header).alias("header"),
+            body=text.str.replace(f"^.*?{header}", ""),
+        )
+        .unnest("header")
+        .drop_nulls("step")
+    )
+
+
+def _too_long(frame: pl.DataFrame, name: str | pl.Expr, text: pl.Expr) -> pl.DataFrame:
+    """A note per integer of ``text`` beyond int64, as ``RunBuilder.fits`` notes one (concatenated, not
+    ``pl.format``'ted: polars 2.1 panics formatting a filtered frame of several chunks)."""
+    return frame.filter(too_long(text)).select(
+        "order",
+        family=pl.lit(NAME),
+        message=name + "=" + text + " does not fit a 64-bit integer; not recorded",
+    )
+
+
+def _step_events(records: pl.DataFrame, mode: int, metrics: Iterable[str]) -> pl.DataFrame:
+    """A step event per record whose step fits int64 (``_too_long`` notes the others)."""
+    return records.filter(~too_long(pl.col("step"))).select(
+        "order",
+        *metrics,
+        step=pl.col("step").cast(pl.Int64),
+        mode=pl.lit(mode, dtype=pl.Int8),
+        family=pl.lit(NAME),
+    )
+
+
+def _value(name: str) -> pl.Expr:
+    """An iteration-record field's value, from its text (``raw <name>``): a count's integer, else a float
+    (seconds in ms)."""
+    text = pl.col(f"raw {name}")
+    if name in COUNT_FIELDS:
+        return as_count(text)
+    return as_real(text) * 1000.0 if name.endswith("(s)") else as_real(text)
+
+
+def read_iterations(records: pl.LazyFrame) -> Events:
+    """``iteration N/M | name: value | ...`` records: a step event each (its ITERATION_FIELDS columns),
+    and the facts ``train_iters`` and ``global_batch_size``. A field is read between two ``|``: text
+    after the last one is a field cut short (a log read while written, or cut by a crash)."""
+    names = dict.fromkeys(chain(*ITERATION_FIELDS.values(), COUNT_FIELDS))
+    # each field's text is extracted once into a column: an expression used twice would run twice
+    steps = (
+        _records(records, ITERATION_HEADER)
+        .with_columns(body="|" + pl.col("body"))
+        .with_columns(pl.col("body").str.extract(named_field(name), 1).alias(f"raw {name}") for name in names)
+        .with_columns(
+            **{
+                column: pl.coalesce([_value(name) for name in names])
+                for column, names in ITERATION_FIELDS.items()
+            },
+            counted=pl.concat_list(f"raw {name}" for name in COUNT_FIELDS),
+        )
+        .collect()
+    )
+    step_events = _step_events(steps, RECORD, ITERATION_FIELDS)
+    facts = facts_of(
+        steps.lazy(),
+        NAME,
+        train_iters=pl.col("total").cast(pl.Int64, strict=False),
+        global_batch_size=_value("global batch size"),
+    )
+    notes = [
+        _too_long(steps, "train_iters", pl.col("total")),
+        _too_long(steps, "iteration", pl.col("step")),
+        _too_long(steps.select("order", "counted").explode("counted"), "count", pl.col("counted")),
+    ]
+    return Events(steps=[step_events], facts=[facts.collect()], notes=notes)
+
+
+def read_timers(records: pl.LazyFrame) -> Events:
+    """``time (ms) | name: ms | ...``: a timer event per field (of the step logged before it). The bare
+    heading, printed when no timer ran (half of Megatron's timer lines), has none."""
+    breakdowns = records.select("order", body=pl.col("text").str.replace(r"^.*?time \(ms\)", ""))
+    timers = pipe_fields(breakdowns, pl.col("body")).select(
+        "order", "position", timer="name", ms=as_real(pl.col("value")), family=pl.lit(NAME)
+    )
+    return Events(timers=[timers.drop_nulls("ms").collect()])
+
+
+def read_memory(records: pl.LazyFrame) -> Events:
+    """``(after N iterations) memory (MB) | allocated: ... | max allocated: ...`` of each rank: a peak
+    event per record (the run keeps the largest rank's numbers)."""
+    headers = _records(records, MEMORY_HEADER).collect()
+    values = (
+        pipe_fields(headers.lazy(), pl.col("body"))
+        .filter(pl.col("name").is_in(list(_MEMORY_FIELDS)))
+        .group_by("order")
+        .agg(
+            as_real(pl.col("value").filter(pl.col("name") == name).first()).alias(column)
+            for name, column in _MEMORY_FIELDS.items()
+        )
+        .collect()
+    )
+    steps = _step_events(headers.join(values, on="order"), PEAK, _MEMORY_FIELDS.values())
+    return Events(steps=[steps], notes=[_too_long(headers, "iteration", pl.col("step"))])
+
+
+def _outside_dumps(marker: str) -> RecordTest:
+    """A per-step record: one holding ``marker`` but not an arguments dump's opener."""
+    return RecordTest(markers=(marker,), unless=(_DUMP_OPENER,))
+
+
+KINDS = (
+    RecordKind(
+        family=NAME,
+        name="iteration",
+        test=_outside_dumps("elapsed time per iteration"),
+        read=read_iterations,
+        facts=("train_iters", "global_batch_size"),
+        evidence=True,
+    ),
+    RecordKind(family=NAME, name="timers", test=_outside_dumps("time (ms)"), read=read_timers),
+    RecordKind(family=NAME, name="memory", test=_outside_dumps("memory (MB)"), read=read_memory),
+)
+
+
+# --- the arguments dump, read column-wise (kinds.Block) ------------------------------------------
 
 #: arguments-dump name (matched whole) -> RUNS_SCHEMA fact. ``ffn_hidden_size`` is not ``hidden_size``
 #: and ``checkpoint_num_layers`` is not ``num_layers``: only exact names map.
@@ -117,403 +307,104 @@ ARG_FACTS: dict[str, str] = {
     "zero_stage": "zero_stage",
     "train_iters": "train_iters",
 }
-#: dump arguments other than ARG_FACTS that ``_precision`` and ``_checkpointing`` read.
-PRECISION_ARGS = ("bf16", "fp16")
-CHECKPOINTING_ARGS = ("checkpoint_activations", "recompute_granularity")
-#: dump arguments ``_gqa_swiglu_moe`` reads: the model-shape facts other than plain integers.
-SHAPE_ARGS = ("group_query_attention", "num_query_groups", "swiglu", "num_experts", "moe_router_topk")
-# Only these are kept from a dump of hundreds of arguments: the others would be converted and stored
-# for nothing (tests/parsers/test_megatron.py checks ``_end_arguments`` reads no other name).
-_KEPT_ARGS = (
-    frozenset(ARG_FACTS) | frozenset(PRECISION_ARGS) | frozenset(CHECKPOINTING_ARGS) | frozenset(SHAPE_ARGS)
-)
+#: the other arguments read: precision, activation checkpointing, and the model shape's GQA, SwiGLU and
+#: MoE (the arguments Megatron-LM's ``num_floating_point_operations`` reads)
+_FLAG_ARGS = ("bf16", "fp16", "checkpoint_activations", "recompute_granularity", "group_query_attention")
+_SHAPE_ARGS = ("num_query_groups", "swiglu", "num_experts", "moe_router_topk")
+# only these are kept from a dump of hundreds of arguments: the others would be converted for nothing
+_KEPT_ARGS = tuple(sorted({*ARG_FACTS, *_FLAG_ARGS, *_SHAPE_ARGS}))
 #: ``  name ........ value``: the name as a word, then the filler (dots after any whitespace, or two
 #: whitespace characters: old Megatron pads long names with spaces only; a tab, which Python's
 #: ``expandtabs`` would widen), the value to the end of the record
-DOTTED_RECORD = rf"^[ \t\r\n]*([A-Za-z_][A-Za-z0-9_]*)(?:{PYTHON_SPACE}*\.{{2,}}{PYTHON_SPACE}*|{PYTHON_SPACE}{{2,}}|\t)(.*)$"
-#: an arguments dump is read at most this many lines (Megatron-LM's has ~500 arguments; one that lost
-#: its end line and was never followed by a training line states nothing)
-DUMP_MAX_LINES = 2000
-#: what opens an arguments dump: a line holding it is never a per-step record
-_DUMP_OPENER = " arguments --"
-#: lines that only come after the arguments dump: one of them ends a dump that lost its end line.
-AFTER_ARGUMENTS = ("elapsed time per iteration", "time (ms)", "memory (MB)", "after training is done")
-
-
-def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
-    """Read one of Megatron's rare lines into ``run`` (the per-step records and the arguments dump are
-    read column-wise: ``KINDS``, ``ARGUMENTS``); lines it does not know are ignored."""
-    if "using world size" in text:
-        _world(text, lineno, run)
-    elif "Effective Tera Flops" in text:
-        _effective_tflops(text, lineno, run)
-    elif "after training is done" in text or "exiting program at iteration" in text:
-        run.complete(text.strip(), lineno)
-    else:
-        _misc(text, lineno, run)
-
-
-# --- the per-step records, read column-wise (kinds.RecordKind) ----------------------------------
-
-#: an iteration record's header; a line may hold several records (ranks glued without a tag)
-ITERATION_HEADER = r"\biteration\s+(\d+)\s*/\s*(\d+)"
-#: a memory record's header (``[Rank 0] (after 1 iterations) memory (MB)``, old: ``after 1 iterations memory (MB)``)
-MEMORY_HEADER = r"after (\d+) iterations\)? memory \(MB\)"
-#: iteration-record fields that are counts (the rest are measurements)
-COUNT_FIELDS = ("number of skipped iterations", "number of nan iterations", "global batch size")
-#: a separator no record holds, put before each header to split a line's records apart
-_RECORD_SEPARATOR = "\x00"
-
-
-def _split_at(records: pl.LazyFrame, header: str) -> pl.LazyFrame:
-    """Each header's record (up to the next header), with its ``item`` (index in the line) and the
-    header's groups ``first`` / ``second``, and ``body``: the text after the header."""
-    return (
-        records.select(
-            "order",
-            piece=pl.col("text")
-            .str.replace_all(header, _RECORD_SEPARATOR + "${0}")
-            .str.split(_RECORD_SEPARATOR),
-        )
-        .with_columns(item=pl.int_ranges(pl.col("piece").list.len()))
-        .explode("piece", "item")
-        .filter(pl.col("item") > 0)
-        .with_columns(
-            first=pl.col("piece").str.extract("^" + header, 1),
-            second=pl.col("piece").str.extract("^" + header, 2)
-            if header.count("(") - header.count(r"\(") > 1
-            else None,
-            body=pl.col("piece").str.replace("^" + header, ""),
-            order=pl.col("order") + pl.col("item") - 1,
-        )
-        .drop_nulls("first")
-    )
-
-
-def _too_long_notes(frame: pl.LazyFrame, text: pl.Expr, name: str) -> pl.LazyFrame:
-    """A note per integer of ``text`` beyond int64 (as ``RunBuilder.fits`` notes one)."""
-    return frame.filter(too_long(text)).select(
-        "order",
-        family=pl.lit(NAME),
-        message=pl.format("{}={} does not fit a 64-bit integer; not recorded", pl.lit(name), text),
-    )
-
-
-def _headers(records: pl.LazyFrame, header: str) -> pl.LazyFrame:
-    """Each header's record: ``order``, ``first`` / ``second`` (the header's groups), ``body`` (the text
-    after it, up to the next header). Most records hold one header; ranks glued without a tag, several."""
-    text = pl.col("text")
-    count = text.str.count_matches(header)
-    second = text.str.extract(header, 2) if re.compile(header).groups > 1 else pl.lit(None, dtype=pl.String)
-    single = records.filter(count == 1).select(
-        "order",
-        first=text.str.extract(header, 1),
-        second=second,
-        # no group spans the body: a capture over a long span costs ten times a match
-        body=text.str.replace(f"^.*?{header}", ""),
-    )
-    several = _split_at(records.filter(count > 1), header).select("order", "first", "second", "body")
-    return pl.concat([single, several]).drop_nulls("first")
-
-
-def _field_value(names: list[str], convert) -> pl.Expr:
-    """The value of the first of ``names`` in the record with a usable (converted, not null) value, from
-    the columns of their texts (``_raw``)."""
-    values = [convert(pl.col(_raw(name))) for name in names]
-    if len(values) == 1:
-        return values[0]
-    positions = [
-        pl.when(value.is_not_null()).then(pl.col("body").str.find(named_field(name)))
-        for name, value in zip(names, values, strict=True)
-    ]
-    first = pl.min_horizontal(positions)
-    return pl.coalesce(
-        [pl.when(position == first).then(value) for position, value in zip(positions, values, strict=True)]
-    )
-
-
-def _raw(name: str) -> str:
-    """The column of a field's text."""
-    return f"raw {name}"
-
-
-def read_iterations(records: pl.LazyFrame) -> Events:
-    """``iteration N/M | name: value | ...`` records: a step event each (its ITERATION_FIELDS columns),
-    and the facts ``train_iters`` and ``global_batch_size``."""
-    named = ITERATION_FIELDS | {"global batch size": "global batch"}
-    by_column: dict[str, list[str]] = {}
-    for name, column in named.items():
-        by_column.setdefault(column, []).append(name)
-    count = lambda text: as_count(text).cast(pl.Float64)  # noqa: E731
-    # each text is extracted once into a column: an expression used twice would run twice
-    steps = (
-        _headers(records, ITERATION_HEADER)
-        .with_columns(body="|" + pl.col("body"))
-        .with_columns(pl.col("body").str.extract(named_field(name), 1).alias(_raw(name)) for name in named)
-        .with_columns(
-            **{
-                column: _field_value(names, count if names[0] in COUNT_FIELDS else as_real)
-                for column, names in by_column.items()
-            },
-            counted=pl.concat_list(_raw(name) for name in COUNT_FIELDS),
-        )
-        .collect()
-    )
-    step_events = steps.filter(~too_long(pl.col("first"))).select(
-        "order",
-        step=pl.col("first").cast(pl.Int64),
-        mode=pl.lit(RECORD, dtype=pl.Int8),
-        family=pl.lit(NAME),
-        **{
-            column: (pl.col(column) if column in by_column else pl.lit(None)).cast(dtype)
-            for column, dtype in STEP_METRICS_SCHEMA.items()
-            if column != "elapsed_ms"
-        },
-        elapsed_ms=pl.coalesce("elapsed_ms", pl.col("elapsed_s") * 1000.0),
-    )
-    facts = pl.concat(
-        [
-            steps.filter(~too_long(pl.col("second"))).select(
-                "order",
-                fact=pl.lit("train_iters"),
-                value=pl.col("second").cast(pl.Int64),
-                family=pl.lit(NAME),
-            ),
-            steps.drop_nulls("global batch").select(
-                "order",
-                fact=pl.lit("global_batch_size"),
-                value=pl.col("global batch").cast(pl.Int64),
-                family=pl.lit(NAME),
-            ),
-        ]
-    )
-    counts = steps.lazy().select("order", value="counted").explode("value").drop_nulls("value")
-    notes = pl.concat(
-        [
-            _too_long_notes(steps.lazy(), pl.col("second"), "train_iters").collect(),
-            _too_long_notes(steps.lazy(), pl.col("first"), "iteration").collect(),
-            _too_long_notes(counts, pl.col("value"), "count").collect(),
-        ]
-    )
-    return Events(steps=[step_events], facts=[facts], notes=[notes])
-
-
-def read_timers(records: pl.LazyFrame) -> Events:
-    """``time (ms) | name: ms | ...``: a timer event per field (of the step logged before it). The bare
-    heading, printed when no timer ran (half of Megatron's timer lines), has none."""
-    breakdowns = records.select("order", body=pl.col("text").str.replace(r"^.*?time \(ms\)", ""))
-    timers = pipe_fields(breakdowns, pl.col("body")).select(
-        "order", "position", timer="name", ms=as_real(pl.col("value")), family=pl.lit(NAME)
-    )
-    return Events(timers=[timers.drop_nulls("ms").collect()])
-
-
-def read_memory(records: pl.LazyFrame) -> Events:
-    """``(after N iterations) memory (MB) | allocated: ... | max allocated: ...`` of each rank: a peak
-    event per record (the run keeps the largest rank's numbers)."""
-    headers = _headers(records, MEMORY_HEADER)
-    fields = pipe_fields(headers, pl.col("body")).filter(
-        pl.col("name").is_in([name for name, _ in _MEMORY_COLUMNS])
-    )
-    values = fields.group_by("order").agg(
-        [
-            pl.col("value").filter(pl.col("name") == name).first().pipe(as_real).alias(column)
-            for name, column in _MEMORY_COLUMNS
-        ]
-    )
-    events = (
-        headers.filter(~too_long(pl.col("first")))
-        .select("order", "first")
-        .join(values, on="order")
-        .select(
-            "order",
-            *[column for _, column in _MEMORY_COLUMNS],
-            step=pl.col("first").cast(pl.Int64),
-            mode=pl.lit(PEAK, dtype=pl.Int8),
-            family=pl.lit(NAME),
-        )
-    )
-    notes = _too_long_notes(headers, pl.col("first"), "iteration")
-    step_frame, note_frame = pl.collect_all([events, notes])
-    return Events(steps=[step_frame], notes=[note_frame])
-
-
-KINDS = (
-    RecordKind(
-        family=NAME,
-        name="iteration",
-        test=RecordTest(markers=("elapsed time per iteration",), unless=(_DUMP_OPENER,)),
-        read=read_iterations,
-        facts=("train_iters", "global_batch_size"),
-        evidence=True,
-    ),
-    RecordKind(
-        family=NAME,
-        name="timers",
-        test=RecordTest(markers=("time (ms)",), unless=(_DUMP_OPENER,)),
-        read=read_timers,
-    ),
-    RecordKind(
-        family=NAME,
-        name="memory",
-        test=RecordTest(markers=("memory (MB)",), unless=(_DUMP_OPENER,)),
-        read=read_memory,
-    ),
+DOTTED_RECORD = (
+    rf"^[ \t\r\n]*(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
+    rf"(?:{PYTHON_SPACE}*\.{{2,}}{PYTHON_SPACE}*|{PYTHON_SPACE}{{2,}}|\t)(?P<raw>.*)$"
 )
+#: what Python's ``str.strip()`` removes from ASCII text (the dump's values are stripped so)
+PYTHON_WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
 
 
-#: the ARG_FACTS names whose value is an integer; of several names of one fact the last listed wins
-_INTEGER = r"^[-+]?[0-9]+$"
+def _dump_facts() -> dict[str, tuple[pl.Expr, pl.Expr]]:
+    """Each fact of an arguments dump: its value (null: not stated) and the order of the argument it comes
+    from, over a row per dump with a column per kept argument (its text) and ``@name`` (its order)."""
+    at = lambda name: pl.col(f"@{name}")  # noqa: E731
+    true = lambda name: pl.col(name).str.to_lowercase() == "true"  # noqa: E731
+    number = lambda name: pl.col(name).cast(pl.Int64, strict=False)  # noqa: E731 - exactly [-+]?[0-9]+
+    positive = lambda name: pl.when(number(name) > 0).then(number(name))  # noqa: E731
+    facts = {}
+    for fact in dict.fromkeys(ARG_FACTS.values()):
+        # of several names of one fact (old and new Megatron's), the last listed with an integer
+        names = [name for name, its in reversed(ARG_FACTS.items()) if its == fact]
+        stated = [pl.when(number(name).is_not_null()).then(at(name)) for name in names]
+        facts[fact] = (pl.coalesce([number(name) for name in names]), pl.coalesce(stated))
+    # bf16 or fp16 when one is True; fp32 when the dump names both and neither is
+    half = pl.when(true("bf16")).then(pl.lit("bf16")).when(true("fp16")).then(pl.lit("fp16"))
+    both = at("bf16").is_not_null() & at("fp16").is_not_null()
+    facts["precision"] = (
+        half.when(both).then(pl.lit("fp32")),
+        pl.when(true("bf16")).then(at("bf16")).otherwise(at("fp16")),
+    )
+    # Full activation recomputation (the seed formula's factor 4): ``checkpoint_activations`` in older
+    # Megatron, ``recompute_granularity full`` in newer; selective recomputation is not full.
+    old, new = "checkpoint_activations", "recompute_granularity"
+    on, full, named = true(old), pl.col(new) == "full", pl.coalesce(at(old), at(new))
+    facts["activation_checkpointing"] = (
+        pl.when(on | full).then(True).when(named.is_not_null()).then(False),
+        pl.when(on).then(at(old)).when(full).then(at(new)).otherwise(named),
+    )
+    # ``num_query_groups`` only with ``group_query_attention True`` (without it Megatron-LM prints its
+    # unused default 1); ``moe_topk`` only when ``num_experts`` is a number (None is a dense model;
+    # Megatron-DeepSpeed's list ``[1]`` is another option, DeepSpeed-MoE's)
+    groups = pl.when(true("group_query_attention")).then(positive("num_query_groups"))
+    facts["num_query_groups"] = (groups, at("num_query_groups"))
+    swiglu = pl.col("swiglu").str.to_lowercase()
+    facts["swiglu"] = (pl.when(swiglu.is_in(["true", "false"])).then(swiglu == "true"), at("swiglu"))
+    topk = pl.when(positive("num_experts").is_not_null()).then(positive("moe_router_topk"))
+    facts["moe_topk"] = (topk, at("moe_router_topk"))
+    return facts
+
+
+_DUMP_FACTS = _dump_facts()
 
 
 def read_arguments(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
     """The arguments dumps: each opener is a record of the family and may start a new launch (a dump after
     training steps: a requeued job appending to its log); a dump that ended (its end line, or a line that
-    only comes after a dump) states its kept arguments as facts, each from its own line (the last of a
-    name in the dump), as the dump ends. A dump cut off by the end of its file states nothing."""
+    only comes after a dump) states its kept arguments as facts as it ends, each from its own line (the
+    last of a name in the dump). A dump cut off by the end of its file states nothing."""
     frame = blocks.collect()
     openers = frame.lazy().filter(pl.col("role") == OPENER)
-    marks = [marks_of(openers, NAME, SEEN), marks_of(openers, NAME, LAUNCH)]
+    # stated after the kinds' events of the record that ended it (an iteration line stating train_iters
+    # too), as the Python code stated them: at the same order, polars' unstable sort picked either
     ends = (
-        frame.filter(pl.col("role").is_in([CLOSER, ENDED])).group_by("block").agg(end=pl.col("order").min())
+        frame.filter(pl.col("role").is_in([CLOSER, ENDED]))
+        .group_by("block")
+        .agg(end=pl.col("order").min() + (PYTHON_EVENTS - 1))
     )
     args = (
         frame.filter(pl.col("role") == BODY)
-        .with_columns(pl.col("text").str.extract_groups(DOTTED_RECORD).struct.rename_fields(["name", "raw"]))
-        .unnest("text")
-        .filter(pl.col("name").is_in(list(_KEPT_ARGS)))
-        .with_columns(value=pl.col("raw").str.strip_chars(PYTHON_WHITESPACE), at=pl.col("order"))
+        .select("block", "order", arg=pl.col("text").str.extract_groups(DOTTED_RECORD))
+        .unnest("arg")
+        .filter(pl.col("name").is_in(_KEPT_ARGS))
+        .with_columns(value=pl.col("raw").str.strip_chars(PYTHON_WHITESPACE))
         .sort("block", "order")
         .unique(["block", "name"], keep="last", maintain_order=True)
         .join(ends, on="block")
     )
-    return Events(facts=_argument_facts(args), notes=_argument_notes(args), marks=marks)
-
-
-#: what Python's ``str.strip()`` removes from ASCII text (the dump's values are stripped so)
-PYTHON_WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
-
-
-def _argument_facts(args: pl.DataFrame) -> list[pl.DataFrame]:
-    """``ARG_FACTS`` of integer values, then precision, activation checkpointing and the model shape's
-    GQA, SwiGLU and MoE facts, each at its dump's end with the line of the argument it came from."""
-    lowered = pl.col("value").str.to_lowercase()
-    rank = {name: index for index, name in enumerate(ARG_FACTS)}
-    integers = (
-        args.filter(pl.col("name").is_in(list(ARG_FACTS)), pl.col("value").str.contains(_INTEGER))
-        .with_columns(
-            fact=pl.col("name").replace_strict(ARG_FACTS),
-            rank=pl.col("name").replace_strict(rank, return_dtype=pl.Int64),
-            number=pl.col("value").cast(pl.Int64, strict=False),
-        )
-        .drop_nulls("number")
-        .sort("block", "rank")
-        .unique(["block", "fact"], keep="last", maintain_order=True)
-        .select(order="end", fact="fact", value="number", family=pl.lit(NAME), at="at")
+    dumps = args.group_by("block").agg(
+        pl.col("end").first().alias("order"),
+        *[pl.col("value").filter(pl.col("name") == name).first().alias(name) for name in _KEPT_ARGS],
+        *[pl.col("order").filter(pl.col("name") == name).first().alias(f"@{name}") for name in _KEPT_ARGS],
     )
-    per_block = args.with_columns(
-        flag=pl.when(lowered == "true").then(True).when(lowered == "false").then(False)
-    )
-    wide = per_block.group_by("block").agg(
-        end=pl.col("end").first(),
-        **{
-            f"{name}_{part}": pl.col(column).filter(pl.col("name") == name).first()
-            for name in (*PRECISION_ARGS, *CHECKPOINTING_ARGS, *SHAPE_ARGS)
-            for part, column in (("flag", "flag"), ("value", "value"), ("at", "at"))
-        },
-    )
-    return [integers, _precision(wide), _checkpointing(wide), *_gqa_swiglu_moe(wide)]
-
-
-def _fact(wide: pl.DataFrame, fact: str, value: pl.Expr, at: pl.Expr) -> pl.DataFrame:
-    """One fact per dump where ``value`` is not null."""
-    return wide.select(order="end", fact=pl.lit(fact), value=value, family=pl.lit(NAME), at=at).drop_nulls(
-        "value"
-    )
-
-
-def _precision(wide: pl.DataFrame) -> pl.DataFrame:
-    """bf16 or fp16 when one is True; fp32 when the dump names both and neither is."""
-    return _fact(
-        wide,
-        "precision",
-        pl.when(pl.col("bf16_flag") == True)  # noqa: E712 - a null flag is no True
-        .then(pl.lit("bf16"))
-        .when(pl.col("fp16_flag") == True)  # noqa: E712
-        .then(pl.lit("fp16"))
-        .when(pl.col("fp16_at").is_not_null() & pl.col("bf16_at").is_not_null())
-        .then(pl.lit("fp32")),
-        pl.when(pl.col("bf16_flag") == True).then("bf16_at").otherwise("fp16_at"),  # noqa: E712
-    )
-
-
-def _checkpointing(wide: pl.DataFrame) -> pl.DataFrame:
-    """Full activation recomputation (the seed formula's factor 4): ``checkpoint_activations`` in older
-    Megatron, ``recompute_granularity full`` in newer; selective recomputation is not full."""
-    on = pl.col("checkpoint_activations_flag") == True  # noqa: E712
-    full = pl.col("recompute_granularity_value") == "full"
-    return _fact(
-        wide,
-        "activation_checkpointing",
-        pl.when(on | full)
-        .then(True)
-        .when(
-            pl.col("checkpoint_activations_at").is_not_null()
-            | pl.col("recompute_granularity_at").is_not_null()
-        )
-        .then(False),
-        pl.when(on)
-        .then("checkpoint_activations_at")
-        .when(full)
-        .then("recompute_granularity_at")
-        .otherwise(pl.coalesce("checkpoint_activations_at", "recompute_granularity_at")),
-    )
-
-
-def _positive(name: str) -> pl.Expr:
-    """A dumped argument's value as a positive integer, else null."""
-    number = pl.col(f"{name}_value").cast(pl.Int64, strict=False)
-    return pl.when(pl.col(f"{name}_value").str.contains(_INTEGER) & (number > 0)).then(number)
-
-
-def _gqa_swiglu_moe(wide: pl.DataFrame) -> list[pl.DataFrame]:
-    """The facts of today's Megatron-LM model shapes (the arguments Megatron-LM's
-    ``num_floating_point_operations`` reads): ``num_query_groups`` only with ``group_query_attention
-    True`` (without it Megatron-LM prints its unused default 1), ``swiglu``, and ``moe_topk`` (from
-    ``moe_router_topk``) only when ``num_experts`` is a number (None is a dense model; Megatron-DeepSpeed's
-    list ``[1]`` is another option, DeepSpeed-MoE's)."""
-    gqa = pl.col("group_query_attention_flag") == True  # noqa: E712
-    return [
-        _fact(
-            wide,
-            "num_query_groups",
-            pl.when(gqa).then(_positive("num_query_groups")),
-            pl.col("num_query_groups_at"),
-        ),
-        _fact(wide, "swiglu", pl.col("swiglu_flag"), pl.col("swiglu_at")),
-        _fact(
-            wide,
-            "moe_topk",
-            pl.when(_positive("num_experts").is_not_null()).then(_positive("moe_router_topk")),
-            pl.col("moe_router_topk_at"),
-        ),
+    facts = [
+        dumps.select("order", fact=pl.lit(fact), value=value, family=pl.lit(NAME), at=at).drop_nulls("value")
+        for fact, (value, at) in _DUMP_FACTS.items()
     ]
-
-
-def _argument_notes(args: pl.DataFrame) -> list[pl.DataFrame]:
-    """An integer argument beyond int64 is noted, not recorded (as ``RunBuilder.fits`` notes one)."""
-    long = args.filter(pl.col("name").is_in(list(ARG_FACTS)), too_long(pl.col("value")))
-    return [
-        long.select(
-            order="end",
-            family=pl.lit(NAME),
-            message=pl.format(
-                "{}={} does not fit a 64-bit integer; not recorded",
-                pl.col("name").replace_strict(ARG_FACTS),
-                "value",
-            ),
-        )
-    ]
+    # an integer argument beyond int64 is noted, not recorded
+    fact_args = args.filter(pl.col("name").is_in(list(ARG_FACTS))).with_columns(order="end")
+    notes = _too_long(fact_args, pl.col("name").replace_strict(ARG_FACTS), pl.col("value"))
+    marks = [marks_of(openers, NAME, SEEN), marks_of(openers, NAME, LAUNCH)]
+    return Events(facts=facts, notes=[notes], marks=marks)
 
 
 ARGUMENTS = Block(
@@ -521,65 +412,19 @@ ARGUMENTS = Block(
     name="arguments",
     opens=RecordTest(markers=(_DUMP_OPENER,), unless=("end of arguments",)),
     closes=RecordTest(markers=("end of arguments",)),
-    ends=RecordTest(markers=AFTER_ARGUMENTS),
+    # lines that only come after the arguments dump: one of them ends a dump that lost its end line
+    ends=RecordTest(
+        markers=("elapsed time per iteration", "time (ms)", "memory (MB)", "after training is done")
+    ),
     body=RecordTest(pattern=DOTTED_RECORD),
-    markers=tuple(f"{name} ." for name in sorted(_KEPT_ARGS)),
-    max_lines=DUMP_MAX_LINES,
+    markers=tuple(f"{name} ." for name in _KEPT_ARGS),
+    # Megatron-LM's dump has ~500 arguments; one that lost its end line and was never followed by a
+    # training line states nothing
+    max_lines=2000,
     swallows=True,
     read=read_arguments,
-    facts=(
-        *ARG_FACTS.values(),
-        "precision",
-        "activation_checkpointing",
-        "num_query_groups",
-        "swiglu",
-        "moe_topk",
-    ),
+    facts=tuple(_DUMP_FACTS),
 )
-
-
-def _world(text: str, lineno: int, run: RunBuilder) -> None:
-    pairs = {_WORLD_KEYS[m["key"]]: int(m["value"]) for m in _WORLD_PAIR.finditer(text)}
-    if len(pairs) > 1:
-        run.saw(NAME)
-        for fact, value in pairs.items():
-            run.set_fact(fact, value, NAME, lineno)
-        return
-    match = _WORLD_OLD.search(text)
-    if match:
-        run.saw(NAME)
-        world, tp = int(match["world"]), int(match["tp"])
-        run.set_fact("gpus", world, NAME, lineno)
-        run.set_fact("tp", tp, NAME, lineno)
-        # This Megatron has no pipeline parallelism (it says "model-parallel size", not tensor/pipeline):
-        # PP is 1 by construction and the rest of the world is data parallel.
-        run.set_fact("pp", 1, NAME, lineno)
-        if tp and world % tp == 0:
-            run.set_fact("dp", world // tp, NAME, lineno)
-
-
-def _effective_tflops(text: str, lineno: int, run: RunBuilder) -> None:
-    match = _EFFECTIVE_TFLOPS.search(text)
-    if match is None:
-        return
-    run.set_fact("logged_model_size", float(match["params"]), NAME, lineno)
-    # the step logged last before the line (None: settled column-wise with the steps)
-    run.add_iteration(None, NAME, lineno, logged_tflops_per_gpu=float(match["tflops"]))
-
-
-def _misc(text: str, lineno: int, run: RunBuilder) -> None:
-    match = _DTYPE.search(text)
-    if match and match["dtype"] in _DTYPES:
-        run.set_fact("precision", _DTYPES[match["dtype"]], NAME, lineno)
-        return
-    match = _PADDED_VOCAB.search(text)
-    if match:
-        run.set_fact("vocab_size", int(match["vocab"]), NAME, lineno)
-        run.set_fact("padded_vocab_size", int(match["padded"]), NAME, lineno)
-        return
-    match = _MICRO_BATCHES.search(text)
-    if match:
-        run.set_fact("gas", int(match["gas"]), NAME, lineno)
 
 
 def evidence(run: RunBuilder) -> int:
@@ -589,17 +434,14 @@ def evidence(run: RunBuilder) -> int:
 FAMILY = Family(
     name=NAME,
     markers=(
-        "elapsed time per iteration",
-        "time (ms)",
-        "memory (MB)",
-        " arguments --",
+        *ARGUMENTS.ends.markers,
+        _DUMP_OPENER,
         "end of arguments",
         "using world size",
         "using torch.",
         "padded vocab",
         "number of micro-batches",
         "Effective Tera Flops",
-        "after training is done",
         "exiting program at iteration",
     ),
     parse_line=parse_line,

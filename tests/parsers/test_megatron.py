@@ -1,13 +1,11 @@
 """The Megatron family on real lines (fixtures/bigscience, fixtures/megatron)."""
 
-from pathlib import Path
-
+import polars as pl
 import pytest
 from logstat.parsers import megatron
 from logstat.parsers.base import RunBuilder
 
-from tests.conftest import FIXTURES
-from tests.parsers.feeding import feed_file, feed_lines
+from tests.parsers.feeding import feed_each, feed_lines
 
 # meg_gpt2_perf_n16.out line 341 and 342
 ITERATION_1 = (
@@ -122,6 +120,30 @@ def test_memory_keeps_the_largest_rank():
     assert run.iterations[2]["mem_max_allocated_mb"] == 26118.2294921875
 
 
+def test_too_long_steps_are_noted_in_a_frame_of_several_chunks():
+    """The engine hands a kind frames of several chunks: polars 2.1's ``pl.format`` panicked on such a
+    frame filtered to its too-long steps (a hostile log read with others); concatenation does not."""
+    line = " iteration {}/ 5 | elapsed time per iteration (ms): 1.0 |"
+    texts = [line.format(step) for step in range(1, 6)] + [line.format("1" * 40)] * 2
+    frame = pl.DataFrame({"order": [n << 8 for n in range(7)], "text": texts})
+    for cut in range(1, 7):
+        notes = pl.concat(megatron.read_iterations(frame[:cut].vstack(frame[cut:]).lazy()).notes)
+        assert (
+            notes["message"].to_list()
+            == [f"iteration={'1' * 40} does not fit a 64-bit integer; not recorded"] * 2
+        )
+
+
+@pytest.mark.parametrize("count", ["9007199254740993", "9223372036854775807"])
+def test_counts_are_read_as_exact_integers(count):
+    """Through a float, 2**53 + 1 lost its last digit and int64's largest made the whole read fail."""
+    run = feed(
+        f" iteration 1/ 5 | elapsed time per iteration (ms): 1.0 | global batch size: {count} |"
+        f" number of skipped iterations: {count} |"
+    )
+    assert run.iterations[1]["skipped"] == int(count) and run.facts["global_batch_size"] == int(count)
+
+
 def test_world_lines_new_and_old():
     run = feed(
         "using world size: 64, data-parallel-size: 1, tensor-model-parallel size: 4, pipeline-model-parallel size: 16 "
@@ -171,6 +193,21 @@ def test_a_dump_states_every_kept_argument_and_nothing_else():
     }
     assert {fact: run.facts[fact] for fact in expected} == expected
     assert 99 not in run.facts.values() and 98 not in run.facts.values()
+
+
+def test_a_dump_ended_by_an_iteration_line_states_its_arguments_after_that_line():
+    """A dump that lost its end line states its facts as the iteration line ending it is read, after the
+    line's own (as the Python code did), in every run read together: at one order, polars' unstable sort
+    picked either."""
+    log = [
+        "---- arguments ----",
+        "  train_iters ........ 2",
+        "  global_batch_size ..... 3",
+        " iteration 2/ 5 | elapsed time per iteration (ms): 1.0 | global batch size: 7 |",
+    ]
+    runs = feed_each(megatron.FAMILY, [log] * 100)
+    assert {(run.facts["train_iters"], run.facts["global_batch_size"]) for run in runs} == {(2, 3)}
+    assert {run.provenance["train_iters"] for run in runs} == {"megatron:2"}
 
 
 @pytest.mark.parametrize(
@@ -296,58 +333,3 @@ def test_end_of_training_completes_the_run():
 )
 def test_garbage_never_raises(junk):
     feed(junk)
-
-
-def _everything(run: RunBuilder) -> str:
-    """All a run recorded, as text: repr tells 1 from 1.0 and -0.0 from 0.0, and compares nan."""
-    return repr(
-        (run.facts, run.provenance, run.iterations, run.timer_rows, run.families_seen, run.completion)
-    )
-
-
-def _read_with_layouts_after(monkeypatch, records: int, path: Path) -> str:
-    """The run of the log at ``path`` when a layout is built after ``records`` records of the same names."""
-    monkeypatch.setattr(megatron, "_LAYOUT_AFTER", records)
-    return _everything(feed_file(megatron.FAMILY, path))
-
-
-def _megatron_logs() -> list[Path]:
-    roots = [FIXTURES]
-    return sorted(
-        path
-        for root in roots
-        for path in root.rglob("*")
-        if path.is_file()
-        and path.suffix in (".out", ".err", ".log", ".txt")
-        and "elapsed time per iteration" in path.read_text(encoding="utf-8", errors="replace")
-    )
-
-
-# plain numbers (most of them, so that layouts are built and read), then the odd ones
-_VALUES = ["0", "12", "1.5", "2.5E-04", "-3", "+7", "0.00"] * 3 + [
-    "-0",
-    "-00",
-    "-0e0",
-    "-0.0",
-    "1e999",
-    "9" * 400,
-    "nan",
-    "INF",
-    "1.2.3",
-    "+-1",
-    "N/A",
-    "7 x",
-]
-
-
-def _line(kind: int, step: int, values: list[str]) -> str:
-    a, b, c, d = values
-    if kind == 0:
-        return (
-            f" iteration {step:8d}/ 1000 | consumed samples: {a} | elapsed time per iteration (ms): {b} |"
-            f" learning rate: {c} | global batch size: {d} | lm loss: {a} | loss: {b} | loss scale: {c} |"
-            f" number of skipped iterations: {d} | number of nan iterations: {a} |"
-        )
-    if kind == 1:
-        return f"time (ms) | forward-compute: {a} | backward-compute: {b} | optimizer: {c} | batch-generator: {d}"
-    return f"[Rank {step}] (after {step} iterations) memory (MB) | allocated: {a} | max allocated: {b} | reserved: {c} | max reserved: {d}"
