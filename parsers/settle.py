@@ -93,7 +93,7 @@ def _settle_marks(runs: list[RunBuilder], marks: list[pl.DataFrame]) -> None:
     new launches (before the steps are settled: a launch decides which rows are the final ones)."""
     if not marks:
         return
-    frame = pl.concat(marks).sort("run", "order")
+    frame = pl.concat(marks).sort("run", "order", maintain_order=True)
     seen = frame.filter(pl.col("mark") == SEEN).group_by("run", "family").agg(pl.len(), pl.col("order").min())
     for index, family, count, first in seen.iter_rows():
         runs[index].saw(family, count, at=first)
@@ -122,7 +122,7 @@ def _settle_failures(runs: list[RunBuilder], failures: list[pl.DataFrame]) -> No
     failure and consequences (``RunBuilder.refold``: the run keeps them all, for the families' ``finish``)."""
     if not failures:
         return
-    frame = pl.concat(failures).sort("run", "order")
+    frame = pl.concat(failures).sort("run", "order", maintain_order=True)
     for (index,), events in frame.group_by("run", maintain_order=True):
         run = runs[index]
         rows = [
@@ -265,7 +265,7 @@ def _settle_facts(runs: list[RunBuilder], facts: list[pl.DataFrame]) -> None:
         ]
         summary = (
             pl.concat(lined, how="diagonal_relaxed")
-            .sort("run", "order")
+            .sort("run", "order", maintain_order=True)  # ties: in reading order
             .group_by("run", "fact", "family")
             .agg(
                 first=pl.col("order").first(),
