@@ -1,10 +1,9 @@
 """What every log family module provides, and the builder the families write into.
 
-A family module (``parsers/<family>.py``) is registered once in ``parsers/registry.py`` and
-exposes a module-level ``FAMILY: Family``. The reader streams a run's lines (prefixes of
-launchers already stripped, several ranks' records split apart) and gives each line that
-contains one of the family's ``markers`` to ``family.parse_line``. The family never raises on a
-bad line: it records nothing, or a warning, and goes on.
+A family module (``parsers/<family>.py``) is registered once in ``parsers/registry.py`` and exposes a
+module-level ``FAMILY: Family``: its markers, its record kinds and blocks (read column-wise, ``kinds``),
+and ``parse_line`` for its rare other records (prefixes stripped, glued ranks split), in line order. A
+family never raises on a bad line: it records nothing, or a note, and goes on.
 """
 
 from __future__ import annotations
@@ -19,10 +18,8 @@ from typing import Any
 import polars as pl
 from logstat.parsers.kinds import (
     FILE_SHIFT,
-    PEAK,
     PYTHON_EVENTS,
     RECORD,
-    STEP_METRICS,
     Block,
     RecordKind,
     line_of_order,
@@ -156,15 +153,6 @@ class RunBuilder:
         """Record metrics of training step ``step`` (None: the last step logged before); repeated steps
         (many ranks) merge, first value wins (``settle.settle_runs``)."""
         self._step_event(step, RECORD, family, lineno, metrics)
-
-    def add_step_metrics(self, step: int, family: str, lineno: int, **metrics: Any) -> None:
-        """Metrics of ``step`` printed apart from its iteration record (the flops profiler's summary):
-        like :meth:`add_iteration`, but the step's record, if one comes later, takes the row's line."""
-        self._step_event(step, STEP_METRICS, family, lineno, metrics)
-
-    def raise_metric(self, step: int, name: str, value: float, family: str, lineno: int) -> None:
-        """Keep the largest ``value`` of a per-rank metric of ``step`` (memory: the peak rank matters)."""
-        self._step_event(step, PEAK, family, lineno, {name: value})
 
     def _step_event(self, step: int | None, mode: int, family: str, lineno: int, metrics: dict) -> None:
         if step is not None and not self.fits("iteration", step, family, lineno):

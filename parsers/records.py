@@ -183,4 +183,8 @@ class Plan:
                 records.lazy().filter(routed).select("record", *columns), on="record", how="left"
             )
         flags = [f"{name}{index}" for index in range(len(self.blocks)) for name in "oec"]
-        return (tagged.with_columns(pl.col(flags).fill_null(False)) if flags else tagged).drop("record").collect()
+        return (
+            (tagged.with_columns(pl.col(flags).fill_null(False)) if flags else tagged)
+            .drop("record")
+            .collect()
+        )

@@ -94,10 +94,7 @@ def test_ranks_printing_one_step_still_merge_first_print_wins():
     run.position += 1 << 16
     run.add_iteration(5, "megatron", 3, elapsed_ms=11.0)
     run.add_iteration(5, "megatron", 4, elapsed_ms=98.0)
-    run.raise_metric(5, "mem_max_allocated_mb", 7.0, "megatron", 5)
-    assert settled(run).iterations[5] == {
-        "iteration": 5, "family": "megatron", "line": 3, "elapsed_ms": 11.0, "mem_max_allocated_mb": 7.0,
-    }  # fmt: skip
+    assert settled(run).iterations[5] == {"iteration": 5, "family": "megatron", "line": 3, "elapsed_ms": 11.0}
 
 
 def test_without_a_relaunch_the_timers_are_left_as_they_are():
