@@ -256,23 +256,12 @@ _GROUP_RECORD_SCHEMA = {
 
 def _read_python(reading: Reading, records: pl.DataFrame) -> None:
     """The records no kind or block took, to their families' ``parse_line``, in line order."""
-    plan = reading.plan
-    columns = [f"f{number}" for number in range(len(plan.families))]
     # a family without parse_line has no residue: its other records are dropped here, not looped over
     read = [number for number, reader in enumerate(reading.readers) if reader is not None]
     mask = pl.sum_horizontal(
         [(pl.col(f"f{number}") == -1).fill_null(False).cast(pl.Int64) * (1 << number) for number in read]
         or [pl.lit(0, dtype=pl.Int64)]
     )
-    evidence = plan.evidence_kinds
-    seen = (
-        records.filter(pl.any_horizontal([pl.col(column).is_in(evidence) for column in columns]))
-        .group_by("run", *columns)
-        .agg(first=pl.col("order").min(), count=pl.len())
-        if evidence
-        else None
-    )
-    unseen = _unseen(plan, seen)
     python = (
         records.select("run", "order", "text", mask=mask).filter(pl.col("mask") != 0).sort("run", "order")
     )
@@ -286,35 +275,10 @@ def _read_python(reading: Reading, records: pl.DataFrame) -> None:
             current = (run, file)
             builder.current_file = builder.files[file]
         builder.position, builder.event_index = order, 0
-        if unseen:
-            _see(builder, run, unseen)
         line = (order % (1 << FILE_SHIFT)) >> LINE_SHIFT
         for number, parse in enumerate(readers):
             if bits >> number & 1 and parse is not None:
                 parse(text, line, builder)
-    for (run, first, family), count in unseen.items():
-        reading.runs[run].saw(family, count, at=first)
-
-
-def _unseen(plan: Plan, seen: pl.DataFrame | None) -> dict[tuple[int, int, str], int]:
-    """Per run, the families' evidence among the batch's kind records: ``(run, first order, family)`` ->
-    count, in order."""
-    if seen is None or seen.is_empty():
-        return {}
-    counts: dict[tuple[int, int, str], int] = {}
-    for row in seen.iter_rows(named=True):
-        for number, family in enumerate(plan.families):
-            kind = row[f"f{number}"]
-            if kind is not None and kind in plan.evidence_kinds:
-                key = (row["run"], row["first"], family.name)
-                counts[key] = counts.get(key, 0) + row["count"]
-    return dict(sorted(counts.items(), key=lambda item: (item[0][0], item[0][1])))
-
-
-def _see(builder: RunBuilder, run: int, unseen: dict[tuple[int, int, str], int]) -> None:
-    """Count the kinds' evidence of ``run`` whose first record comes before the record being read."""
-    for key in [key for key in unseen if key[0] == run and key[1] < builder.position]:
-        builder.saw(key[2], unseen.pop(key), at=key[1])
 
 
 def _flush(reading: Reading, *, last: bool = False) -> None:

@@ -195,9 +195,6 @@ class RecordKind:
     ``source`` its name)."""
     facts: tuple[str, ...] = ()
     """The run facts its events state (``RunBuilder`` weighs them against the Python families')."""
-    evidence: bool = False
-    """Whether a record counts as one of its family's records as it is read (``RunBuilder.saw``: other
-    families ask whether one was seen, DeepSpeed whether Megatron runs it)."""
     whole_run: bool = False
     """Whether what a record says depends on the run's records of the kind before it (DeepSpeed's config
     dump: which dump it is in, what the dump said before; its cumulative ``skipped=``): its records are

@@ -233,7 +233,9 @@ def read_iterations(records: pl.LazyFrame) -> Events:
         _too_long(steps, "iteration", pl.col("step")),
         _too_long(steps.select("order", "counted").explode("counted"), "count", pl.col("counted")),
     ]
-    return Events(steps=[step_events], facts=[facts.collect()], notes=notes)
+    # each record counts as the family's (family detection; DeepSpeed's facts ask whether Megatron ran it)
+    seen = marks_of(records, NAME, SEEN)
+    return Events(steps=[step_events], facts=[facts.collect()], notes=notes, marks=[seen])
 
 
 def read_timers(records: pl.LazyFrame) -> Events:
@@ -276,7 +278,6 @@ KINDS = (
         test=_outside_dumps("elapsed time per iteration"),
         read=read_iterations,
         facts=("train_iters", "global_batch_size"),
-        evidence=True,
     ),
     RecordKind(family=NAME, name="timers", test=_outside_dumps("time (ms)"), read=read_timers),
     RecordKind(family=NAME, name="memory", test=_outside_dumps("memory (MB)"), read=read_memory),

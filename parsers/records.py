@@ -132,11 +132,6 @@ class Plan:
         """The index of the family called ``name``."""
         return next(number for number, family in enumerate(self.families) if family.name == name)
 
-    @cached_property
-    def evidence_kinds(self) -> list[int]:
-        """The indexes of the kinds whose records count as their family's records as they are read."""
-        return [index for index, kind in enumerate(self.kinds) if kind.evidence]
-
     def kind_number(self, family: str, name: str) -> int:
         """The index (into ``kinds``) of the kind ``name`` of ``family``."""
         return next(i for i, kind in enumerate(self.kinds) if (kind.family, kind.name) == (family, name))
