@@ -24,12 +24,13 @@ Several engines in one file (a job that restarted) each print a dump: the last d
 
 Everything is read column-wise (no record is left to Python), in two record kinds:
 
-- ``SEQUENCE``, the records whose meaning depends on the run's records before them, read once per run
-  in order (``RecordKind.whole_run``): the config printer's (which dump, what it said before), the step
-  records (``skipped=`` counts since the start) and the profiler's summary lines (60 lines after its
-  header); and the lines of the dumps' multi-line JSON values (which value, which object), which carry
-  no marker: the block ``JSON_VALUES`` finds them after the printer's records that may open one and
-  hands them to SEQUENCE;
+- ``SEQUENCE``, the records whose meaning depends on the run's records before them, read in order, in
+  segments, each after the carry of the one before: the config printer's (which dump, what it said
+  before), the step records (``skipped=`` counts since the start) and the profiler's summary lines (60
+  lines after its header); and the lines of the dumps' multi-line JSON values (which value, which
+  object), which carry no marker: the block ``JSON_VALUES`` finds them after the printer's records that
+  may open one and hands them to SEQUENCE. No segment ends inside a JSON value or a profiler summary
+  (``PROFILE``, a block for that alone);
 - ``RECORDS``, the throughput, pipeline step and pipeline config records, each read alone.
 """
 
@@ -326,11 +327,12 @@ STEP_RECORD = (
 _HOLDS_STEP_RECORD = r"(?:^|[^\w/])" + STEP_RECORD.removeprefix("^")
 
 
-def _progress(frame: pl.DataFrame) -> _Parts:
+def _progress(frame: pl.DataFrame, carry: pl.DataFrame) -> tuple[_Parts, pl.DataFrame]:
     """A step event per step record of the run (its first ``lr``), but step 0, printed at the engine's
     start before any training step. ``skipped=`` counts the skipped steps since the start: each step's
-    row gets those since the step record before (step 0's included), none if fewer."""
-    found = (
+    row gets those since the step record before (step 0's included, the carried ``total`` of the
+    segment before), none if fewer; and each run's last total."""
+    records = (
         _pieces(frame.filter(pl.col("text").str.contains(_HOLDS_STEP_RECORD)), "step=", literal=True)
         .filter(~pl.col("before").str.contains(r"[\w/]$"))
         .with_columns(
@@ -341,23 +343,27 @@ def _progress(frame: pl.DataFrame) -> _Parts:
         )
         .unnest("groups")
         .drop_nulls("step_text")
-        .sort("run", "order", "item")
         .with_columns(
             step=pl.col("step_text").cast(pl.Int64, strict=False),
             total=pl.col("total").cast(pl.Int64, strict=False),
             seq=pl.col("item"),
         )
+    )
+    records = (
+        pl.concat([carry.lazy().select("run", "total", order=pl.lit(-1, pl.Int64)), records], how="diagonal")
+        .sort("run", "order", "item")
         .with_columns(before=pl.col("total").shift(1).over("run").fill_null(0))
-        .filter(pl.col("step_text").str.contains("[1-9]"))
         .collect()
     )
+    found = records.filter(pl.col("step_text").str.contains("[1-9]"))
     steps = _step_frame(
         found.drop_nulls("step"),
         _STEP,
         lr=_real("lr"),
         skipped=pl.max_horizontal(pl.col("total") - pl.col("before"), 0),
     )
-    return _Parts(steps=[steps], notes=[_steps_too_long(found, "step_text")], marks=[_seen(found)])
+    parts = _Parts(steps=[steps], notes=[_steps_too_long(found, "step_text")], marks=[_seen(found)])
+    return parts, records.group_by("run").agg(pl.col("total").last())
 
 
 # --- the flops profiler's summary ----------------------------------------------------------------------
@@ -393,14 +399,20 @@ def _scaled(text: pl.Expr, unit: str = "") -> pl.Expr:
     return parts.struct[0].cast(pl.Float64, strict=False) * scale
 
 
-def _profile(lines: pl.DataFrame) -> _Parts:
+def _profile(lines: pl.DataFrame, carry: pl.DataFrame) -> tuple[_Parts, pl.DataFrame]:
     """Each summary (its header and the 60 lines after it; a new header starts a new one), of the records
     that are not the printer's: ``Profile Summary at step N`` says which step the lines after it
     describe, ``FLOPS per GPU`` is that step's ``logged_tflops_per_gpu`` (its row points at the summary's
     step line), the world size, data-parallel size and batch per GPU are facts, and the model's
-    parameters its size."""
+    parameters its size. And each run's last header's line (``profiled``: a summary of a file's last lines
+    reads the next file's first ones)."""
     header = pl.col("text").str.contains(PROFILE_HEADER, literal=True)
-    headers = lines.filter(header).select("run", summary="order", opened="line")
+    headers = pl.concat(
+        [
+            carry.select("run", summary=pl.lit(-1, pl.Int64), opened="profiled").drop_nulls("opened"),
+            lines.filter(header).select("run", summary="order", opened="line"),
+        ]
+    )
     said = (
         lines.filter(~header)
         .join_asof(headers, left_on="order", right_on="summary", by="run", check_sortedness=False)
@@ -441,7 +453,8 @@ def _profile(lines: pl.DataFrame) -> _Parts:
         )
         .drop_nulls("value")
     )
-    return _Parts(steps=[steps], marks=[_seen(flops)]).add(_profile_facts(labelled))
+    parts = _Parts(steps=[steps], marks=[_seen(flops)]).add(_profile_facts(labelled))
+    return parts, headers.group_by("run").agg(profiled=pl.col("opened").last())
 
 
 def _profile_facts(labelled: pl.DataFrame) -> _Parts:
@@ -524,11 +537,11 @@ JSON_LINE = rf'^{PYTHON_SPACE}*\}}|"{PYTHON_SPACE}*:{PYTHON_SPACE}*\{{|' + "|".j
 )
 
 
-def _items(printed: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _items(printed: pl.DataFrame, carry: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The printer's records in ``printed`` (several ranks' glued without a tag: one per tag), sorted, each
     with ``order`` (the record's, plus its index), ``kind`` (``header``, ``value`` or null: a body that
-    names nothing), ``name`` and ``dump``: how many dump headers of its run came before it (it included),
-    the dump it belongs to. And those of the attributes the dump is read for, with their ``value``
+    names nothing), ``name`` and ``dump``: how many dump headers of its run came before it (it included,
+    the carried segments' too), the dump it belongs to. And those of the attributes the dump is read for, with their ``value``
     (stripped, a glued record cut off) and whether it ``opens`` a JSON value (it ends with ``{``)."""
     # ``name ..... value``: after the name a filler, dots after any whitespace, or whitespace (two
     # characters, or a tab, which Python's expandtabs widened to two spaces or more unless the name's
@@ -565,7 +578,12 @@ def _items(printed: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             raw=pl.coalesce("json", pl.when(dots).then(after.str.strip_chars_start(".")).otherwise(after)),
         )
         .sort("run", "order")
-        .with_columns(dump=(pl.col("kind") == "header").fill_null(False).cum_sum().over("run"))
+        .join(carry.lazy().select("run", carried="dump"), on="run", how="left", maintain_order="left")
+        .with_columns(
+            dump=(pl.col("kind") == "header").fill_null(False).cum_sum().over("run")
+            + pl.col("carried").fill_null(0)
+        )
+        .drop("carried")
         .collect()
     )
     values = (
@@ -654,10 +672,10 @@ def _attribute_statements(values: pl.DataFrame) -> list[pl.DataFrame]:
     return frames
 
 
-def _precision_statements(values: pl.DataFrame) -> pl.DataFrame:
+def _precision_statements(values: pl.DataFrame, carry: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Precision from the dump's flags: fp16 once fp16 or amp is on, else bf16 once bfloat16 or bf16 is
     (each flag as the dump's last line of it so far set it: on, off or unreadable); fp32 at ``json`` when
-    the dump stated fp16 and a bf16 flag and none is on."""
+    the dump stated fp16 and a bf16 flag and none is on. And the state of each run's flags, per dump."""
     config = pl.col("value").str.extract(r"(?:^|\W)enabled=(\w+)", 1)
     flags = values.filter(pl.col("name").is_in([*PRECISION_FLAGS, "json"])).with_columns(
         flag=pl.col("name").replace_strict(PRECISION_FLAGS, default=None, return_dtype=pl.String),
@@ -665,10 +683,13 @@ def _precision_statements(values: pl.DataFrame) -> pl.DataFrame:
         .then(_as_bool(config))
         .otherwise(_as_bool(pl.col("value"))),
     )
-    # each flag's state so far in the dump: 1 on, 0 off, -1 unreadable, null never stated
-    state = flags.with_columns(
+    # each flag's state so far in the dump: 1 on, 0 off, -1 unreadable, null never stated (the carried
+    # state first)
+    carried = carry.select("run", "dump", *_FLAGS, order=pl.lit(-1, pl.Int64))
+    state = pl.concat([carried, flags], how="diagonal").with_columns(
         pl.when(pl.col("flag") == flag)
         .then(pl.col("on").cast(pl.Int8).fill_null(-1))
+        .otherwise(pl.col(flag))
         .forward_fill()
         .over("run", "dump")
         .alias(flag)
@@ -689,7 +710,7 @@ def _precision_statements(values: pl.DataFrame) -> pl.DataFrame:
         )
         .then(pl.lit("fp32"))
     )
-    return _statements(state, "precision", value)
+    return _statements(state, "precision", value), state.select("run", "dump", *_FLAGS)
 
 
 def _json_statements(lines: pl.DataFrame, items: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame:
@@ -778,12 +799,23 @@ def _json_statements(lines: pl.DataFrame, items: pl.DataFrame, values: pl.DataFr
 _INT_FACTS = ("global_batch_size", "micro_batch_size", "gas", "zero_stage", "dp", "gpus")
 
 
-def _dump_facts(statements: pl.DataFrame) -> _Parts:
+def _dump_facts(statements: pl.DataFrame, carry: pl.DataFrame) -> tuple[_Parts, pl.DataFrame]:
     """Within a dump the first statement of a fact wins (the attribute lines come before the user's JSON):
     it is the dump's; a later dump (a relaunched engine) states the fact again. A statement of an integer
-    beyond int64 is noted, when the dump had not stated the fact yet."""
+    beyond int64 is noted, when the dump had not stated the fact yet. The facts a carried dump ``stated``
+    already are stated before the segment; each dump's stated facts are returned."""
     group = ["run", "dump", "fact"]
-    facts = (
+    carried = carry.select(
+        "run",
+        "dump",
+        order=pl.lit(-1, pl.Int64),
+        fact="stated",
+        value=pl.lit(""),
+        note=None,
+        unless_seen=None,
+    )
+    statements = pl.concat([carried.explode("fact").drop_nulls("fact").cast(_STATEMENT_SCHEMA), statements])
+    stated = (
         statements.drop_nulls("value")
         .sort("order")
         .unique(group, keep="first", maintain_order=True)
@@ -791,10 +823,11 @@ def _dump_facts(statements: pl.DataFrame) -> _Parts:
     )
     unstated = statements.filter(pl.col("value").is_null())
     if unstated.height:  # the notes before the dump's statement of the fact
-        unstated = unstated.join(facts.select(*group, first="order"), on=group, how="left").filter(
+        unstated = unstated.join(stated.select(*group, first="order"), on=group, how="left").filter(
             pl.col("first").is_null() | (pl.col("order") < pl.col("first"))
         )
-    return _Parts(
+    facts = stated.filter(pl.col("order") >= 0)
+    parts = _Parts(
         facts=[
             facts.filter(pl.col("fact").is_in(_INT_FACTS)).select(
                 "order", "fact", pl.col("value").cast(pl.Int64), "family", "unless_seen"
@@ -806,39 +839,74 @@ def _dump_facts(statements: pl.DataFrame) -> _Parts:
         ],
         notes=[unstated.select("order", family=pl.lit(NAME), message="note")],
     )
+    return parts, stated.group_by("run", "dump").agg(stated="fact")
 
 
-def _dumps(printed: pl.DataFrame, others: pl.DataFrame) -> _Parts:
+def _dumps(printed: pl.DataFrame, others: pl.DataFrame, carry: pl.DataFrame) -> tuple[_Parts, pl.DataFrame]:
     """The dumps' facts (a dump starts at its header; records before any header are a dump whose header
-    was lost) from the printer's records and the others (the JSON values' lines among them), and a mark
-    per printer record."""
-    items, values = _items(printed)
+    was lost, or the carried one) from the printer's records and the others (the JSON values' lines among
+    them), and a mark per printer record; and each run's last dump, what it stated and its flags."""
+    items, values = _items(printed, carry)
+    precision, flags = _precision_statements(values, carry)
     statements = pl.concat(
-        [
-            *_attribute_statements(values),
-            _precision_statements(values),
-            _json_statements(others, items, values),
-        ]
+        [*_attribute_statements(values), precision, _json_statements(others, items, values)]
     )
-    parts = _dump_facts(statements)
+    parts, stated = _dump_facts(statements, carry)
     parts.marks.append(_seen(printed))
-    return parts
+    last = (
+        pl.concat([carry.select("run", "dump"), items.select("run", "dump")])
+        .group_by("run")
+        .agg(pl.col("dump").max())
+    )
+    flags = (
+        flags.join(last, on=["run", "dump"], maintain_order="left")
+        .group_by("run", "dump")
+        .agg(pl.col(_FLAGS).last())
+    )
+    return parts, last.join(stated, on=["run", "dump"], how="left").join(
+        flags, on=["run", "dump"], how="left"
+    )
 
 
 # --- the records read in order (kind SEQUENCE) -----------------------------------------------------------
 
 
-def read_sequence(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
-    """Every run's SEQUENCE records, in order: its dumps, steps and profiler summaries, and the RECORDS
-    records glued to them (a record is one kind's)."""
+#: what a run's SEQUENCE records leave to the next segment's: its last dump (how many headers so far), the
+#: facts the dump stated and the state of its precision flags, the last step record's ``skipped=`` total
+#: and the line of the last profiler header
+_CARRY_SCHEMA = {
+    "run": pl.Int64,
+    "dump": pl.Int64,
+    "stated": pl.List(pl.String),
+    **dict.fromkeys(_FLAGS, pl.Int8),
+    "total": pl.Int64,
+    "profiled": pl.Int64,
+}
+
+
+def read_sequence(records: pl.LazyFrame, carry: pl.DataFrame | None) -> Events:
+    """A segment of every run's SEQUENCE records, in order: its dumps, steps and profiler summaries, and
+    the RECORDS records glued to them (a record is one kind's), read after the ``carry`` of the segment
+    before."""
     frame = records.collect()
+    carry = pl.DataFrame(schema=_CARRY_SCHEMA) if carry is None else carry
     printer = pl.col("text").str.contains(PRINT_TAG)
     printed, others = frame.filter(printer), frame.filter(~printer)
-    parts = _dumps(printed, others).add(_progress(frame)).add(_profile(others))
+    dumps, dumped = _dumps(printed, others, carry)
+    progress, totals = _progress(frame, carry)
+    profile, profiled = _profile(others, carry)
+    parts = dumps.add(progress).add(profile)
     glued = frame.filter(_RECORDS_TEST.expr(pl.col("text")))
     if glued.height:
         parts.add(_record_parts(glued.select("order", "text")))
-    return _events(parts)
+    events = _events(parts)
+    events.carry = (
+        dumped.join(totals, on="run", how="full", coalesce=True)
+        .join(profiled, on="run", how="full", coalesce=True)
+        .select(list(_CARRY_SCHEMA))
+        .cast(_CARRY_SCHEMA)
+    )
+    return events
 
 
 SEQUENCE = RecordKind(
@@ -848,7 +916,6 @@ SEQUENCE = RecordKind(
         pattern="|".join([PRINT_TAG, _HOLDS_STEP_RECORD, re.escape(PROFILE_HEADER), _PROFILE_LINE])
     ),
     read=read_sequence,
-    whole_run=True,
     facts=(*_INT_FACTS, *_OFFLOADS, "precision", "logged_model_size"),
 )
 
@@ -883,6 +950,19 @@ JSON_VALUES = Block(
     into=SEQUENCE.name,
 )
 
+#: the profiler's summaries (a header up to the next one or its 60 lines), a block only so that a segment
+#: of SEQUENCE's records never ends inside one: a summary's FLOPS line is its step line's step event
+PROFILE = Block(
+    family=NAME,
+    name="profile",
+    opens=RecordTest(markers=(PROFILE_HEADER,)),
+    ends=RecordTest(markers=(PROFILE_HEADER,)),
+    markers=("Profile Summary at step", "FLOPS per GPU = ", *PROFILE_LABELS),
+    body=RecordTest(pattern=_PROFILE_LINE),
+    max_lines=PROFILE_WINDOW_LINES,
+    into=SEQUENCE.name,
+)
+
 
 def evidence(run: RunBuilder) -> int:
     """Records of DeepSpeed's own lines; a config dump alone is enough to call a run DeepSpeed."""
@@ -906,6 +986,6 @@ FAMILY = Family(
     ),
     evidence=evidence,
     kinds=(SEQUENCE, RECORDS),
-    blocks=(JSON_VALUES,),
+    blocks=(JSON_VALUES, PROFILE),
     description="DeepSpeed engine: config dump, step=/throughput lines, pipeline steps, flops profiler",
 )
