@@ -1,194 +1,153 @@
 """DeepSpeed log family: the engine's config dump, ``step=`` lines, throughput and flops-profiler lines.
 
-Formats read from DeepSpeed's own source (0.3.x of the 2021 logs and today's 0.19):
+Formats of DeepSpeed 0.3.x (the 2021 logs) and 0.19: the config printer's ``name ..... value`` lines,
+``zero_config`` as multi-line JSON (2021) or ``key=value`` pairs, ``json = {`` the user config as JSON;
+the engine's ``step=N, skipped=N, lr=[...]``; the ThroughputTimer's ``.../global_step=G, ...,
+CurrSamplesPerSec=Y, MemAllocated=aGB, MaxMemAllocated=bGB``; the pipeline engine's ``steps: N loss: X
+iter time (s): T samples/sec: S``, ``CONFIG: micro_batches=N micro_batch_size=M``, ``UNIQUE_PARAMS=N``;
+the flops profiler's summary (its latency is one profiled micro-batch's; its ``FLOPS per GPU`` the step's).
+A dump's ``world_size`` is the data-parallel size, the GPU count unless Megatron (model parallelism) came
+first. Of a restarted job's dumps the last wins.
 
-- ``runtime/config.py`` ``print``: ``[config.py:NNN:print]   name ..... value``, one line per
-  attribute (no dots when the name is 29 characters or longer), ``zero_config`` a multi-line JSON
-  object (2021) or one line of ``key=value`` pairs (pydantic, today), then ``json = {`` the user
-  config as multi-line JSON (``print_user_config`` today).
-- ``runtime/engine.py`` ``_report_progress``: ``[Rank 0] step=N, skipped=N, lr=[...], mom=[...]``.
-- ``utils/timer.py`` ``ThroughputTimer``: ``epoch=E/micro_step=M/global_step=G, RunningAvgSamplesPerSec=X,
-  CurrSamplesPerSec=Y, MemAllocated=aGB, MaxMemAllocated=bGB``.
-- ``runtime/pipe/engine.py``: ``steps: N loss: X iter time (s): T samples/sec: S``, and at start
-  ``CONFIG: micro_batches=N micro_batch_size=M`` and every rank's ``UNIQUE_PARAMS=N``.
-- ``profiling/flops_profiler/profiler.py``: the ``DeepSpeed Flops Profiler`` summary block. Its
-  ``iter latency`` is the fwd+bwd+step time of the one micro-batch it profiled, and its
-  ``samples/second`` that micro-batch (micro batch x world size) over it: with gradient accumulation
-  neither is the step's, so neither is recorded as the step's time or samples/s (the step's are the
-  ThroughputTimer's ``CurrSamplesPerSec``, train_batch_size / step time). Its ``FLOPS per GPU``, a rate
-  over the same latency, is the step's ``logged_tflops_per_gpu``.
-
-DeepSpeed's ``world_size`` in its config dump is the *data-parallel* size (Megatron-DeepSpeed passes
-its mpu), so it is recorded as ``dp``; it is the GPU count only when no model parallelism is in play.
-Several engines in one file (a job that restarted) each print a dump: the last dump wins.
-
-Everything is read column-wise (no record is left to Python), in two record kinds:
-
-- ``SEQUENCE``, the records whose meaning depends on the run's records before them, read once per run
-  in order (``RecordKind.whole_run``): the config printer's (which dump, what it said before), the step
-  records (``skipped=`` counts since the start) and the profiler's summary lines (60 lines after its
-  header); and the lines of the dumps' multi-line JSON values (which value, which object), which carry
-  no marker: the block ``JSON_VALUES`` finds them after the printer's records that may open one and
-  hands them to SEQUENCE;
-- ``RECORDS``, the throughput, pipeline step and pipeline config records, each read alone.
+RECORDS reads each throughput and pipeline record alone; SEQUENCE the printer's, step and profiler
+records, which depend on the run's earlier ones, in segments, each after the ``carry`` of the one before.
+The blocks JSON_VALUES (the dumps' JSON values, which carry no marker) and PROFILE (the profiler's
+summaries) hand their lines to SEQUENCE, and no segment ends inside one.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 import polars as pl
+from logstat.parsers import kinds
 from logstat.parsers.base import Family, RunBuilder
-from logstat.parsers.kinds import (
-    PYTHON_EVENTS,
-    PYTHON_SPACE,
-    RECORD,
-    SEEN,
-    STEP_METRICS,
-    STEP_METRICS_SCHEMA,
-    Block,
-    Events,
-    RecordKind,
-    RecordTest,
-)
+from logstat.parsers.kinds import Block, Events, RecordKind, RecordTest
 
 NAME = "deepspeed"
-
-# --- what every reader uses --------------------------------------------------------------------------
-
-#: whitespace the grammars skipped between tokens
+PS = kinds.PYTHON_SPACE
+#: whitespace the old grammars skipped between tokens; a number as Python's float() read one (polars
+#: reads ASCII numbers only: one in other digits is none)
 _WS = r"[ \t\r\n]*"
-#: a number as DeepSpeed's records were read (Python's ``float()`` read each match; polars reads the ASCII
-#: ones: a number in other digits is none)
 NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?i:nan|inf))"
-#: the first index of DeepSpeed's events in a record: a record glued from a Megatron rank's iteration line
-#: and DeepSpeed's step line holds both families' events, Megatron's at the first indexes (all below
-#: ``PYTHON_EVENTS``)
+WHITESPACE = "".join(filter(str.isspace, map(chr, range(0x3001))))  # what str.strip() strips
+_WORD = rf"^{PS}*([^\s\x1c-\x1f]+)"  # str.split()[0]
+_DECIMAL = pl.Decimal(38, 0)
+#: a record's step events are numbered from this index (a Megatron record glued to it first), by band
 _EVENT_BASE = 64
-#: a character put before each piece of a record split apart (``_pieces``)
-_CUT = "\x00"
-#: the step events of a record are numbered in this order: step records, throughput, pipeline steps, and
-#: the profiler's (at its ``Profile Summary`` record)
 _STEP, _THROUGHPUT, _PIPE, _PROFILE = range(4)
-
-
-#: the characters Python's ``str.strip()`` removes (``str.isspace``; Rust's whitespace lacks \x1c-\x1f)
-WHITESPACE = (
-    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
-    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-)
+_INT_FACTS = ("global_batch_size", "micro_batch_size", "gas", "zero_stage", "dp", "gpus")
+_OFFLOADS = ("offload_param", "offload_optimizer")
+_STATEMENT = dict.fromkeys(("run", "order", "dump"), pl.Int64)
+_STATEMENT |= dict.fromkeys(("fact", "value", "note", "unless_seen"), pl.String)
 
 
 def _strip(text: pl.Expr) -> pl.Expr:
-    """``str.strip()``."""
     return text.str.strip_chars(WHITESPACE)
 
 
-def _first_word(text: pl.Expr) -> pl.Expr:
-    """``text.split()[0]`` (null for blank text)."""
-    return text.str.extract(rf"^{PYTHON_SPACE}*([^\s\x1c-\x1f]+)", 1)
+def _real(name: str) -> pl.Expr:
+    return pl.col(name).cast(pl.Float64, strict=False)
 
 
 def _as_bool(text: pl.Expr) -> pl.Expr:
     """True or False for a first word ``true`` / ``false`` (any case, a trailing comma), else null."""
-    word = _first_word(text).str.strip_chars_end(",").str.to_lowercase()
+    word = text.str.extract(_WORD, 1).str.strip_chars_end(",").str.to_lowercase()
     return pl.when(word == "true").then(True).when(word == "false").then(False)
 
 
-def _as_int(number: pl.Expr) -> pl.Expr:
-    """A finite float truncated as ``int()`` does, as int64 (null beyond it)."""
-    return pl.when(number.is_finite()).then(number.cast(pl.Int64, strict=False))
-
-
 def _divided(number: pl.Expr, divisor: float) -> pl.Expr:
-    """``number / divisor`` as Python divides: polars turns a division by a literal into a product with its
-    reciprocal, one rounding more (2630 / 1e9 is 2.63e-06, 2630 * 1e-9 is 2.6300000000000002e-06)."""
+    """``number / divisor`` as Python divides: polars multiplies by a literal's reciprocal (2630 / 1e9 is
+    2.63e-06, 2630 * 1e-9 is 2.6300000000000002e-06)."""
     return number / pl.int_range(pl.len()).cast(pl.Float64).clip(divisor, divisor)
 
 
 def _too_long(name: str | pl.Expr, value: pl.Expr) -> pl.Expr:
     """The note ``RunBuilder.fits`` writes for an integer beyond int64 (``value``: a wider number)."""
-    return pl.format(
-        "{}={} does not fit a 64-bit integer; not recorded",
-        pl.lit(name) if isinstance(name, str) else name,
-        value.cast(pl.String),
-    )
-
-
-def _wide(text: pl.Expr) -> pl.Expr:
-    """An integer's digits as a number wider than int64 (for its note)."""
-    return text.cast(pl.Decimal(38, 0), strict=False)
-
-
-def _pieces(records: pl.DataFrame, starts: str, *, literal: bool) -> pl.LazyFrame:
-    """Each record of ``records`` cut before every match of ``starts``: a row per piece that starts with
-    one (``piece``), with the record's columns, the piece's ``item`` (1 for the first) and the text
-    ``before`` it (the previous piece)."""
-    cut = pl.col("text").str.replace_all(starts, _CUT + (starts if literal else "$0"), literal=literal)
-    return (
-        records.lazy()
-        .with_columns(piece=cut.str.split(_CUT))
-        .with_columns(item=pl.int_ranges(pl.col("piece").list.len()))
-        .explode("piece", "item")
-        # a record's pieces are rows in a row, its first one (item 0) before the others
-        .with_columns(before=pl.col("piece").shift(1))
-        .filter(pl.col("item") > 0)
-    )
-
-
-@dataclass
-class _Parts:
-    """Events a reader found, their step events not numbered yet: each carries the order of the record
-    it belongs to, a ``band`` (who made it) and a ``seq`` (its place among the band's), which
-    ``_events`` turns into the event's index in the record."""
-
-    steps: list[pl.DataFrame] = field(default_factory=list)
-    facts: list[pl.DataFrame] = field(default_factory=list)
-    notes: list[pl.DataFrame] = field(default_factory=list)
-    marks: list[pl.DataFrame] = field(default_factory=list)
-
-    def add(self, other: _Parts) -> _Parts:
-        for name in ("steps", "facts", "notes", "marks"):
-            getattr(self, name).extend(getattr(other, name))
-        return self
-
-
-def _step_frame(frame: pl.DataFrame, band: int, mode: int = RECORD, **metrics: pl.Expr) -> pl.DataFrame:
-    """Step events (``order``, ``seq``, ``step`` of ``frame``) with ``metrics``, every other metric null."""
-    return frame.select(
-        "order",
-        "seq",
-        "step",
-        band=pl.lit(band, dtype=pl.Int8),
-        mode=pl.lit(mode, dtype=pl.Int8),
-        family=pl.lit(NAME),
-        **{
-            column: metrics[column].cast(dtype) if column in metrics else pl.lit(None, dtype=dtype)
-            for column, dtype in STEP_METRICS_SCHEMA.items()
-        },
-    )
+    name = pl.lit(name) if isinstance(name, str) else name
+    return pl.format("{}={} does not fit a 64-bit integer; not recorded", name, value.cast(pl.String))
 
 
 def _seen(frame: pl.DataFrame) -> pl.DataFrame:
-    """A mark per row of ``frame``: a record of the family, as ``RunBuilder.saw`` counted one."""
-    return frame.select("order", mark=pl.lit(SEEN), family=pl.lit(NAME), text=pl.lit(None, dtype=pl.String))
+    """A mark per row: a record of the family, as ``RunBuilder.saw`` counted one."""
+    return frame.select("order", mark=pl.lit(kinds.SEEN), family=pl.lit(NAME), text=pl.lit(None, pl.String))
 
 
-def _notes(frame: pl.DataFrame, message: pl.Expr) -> pl.DataFrame:
-    return frame.select("order", family=pl.lit(NAME), message=message).drop_nulls("message")
+def _matches(records: pl.DataFrame, pattern: str, names: list[str]) -> pl.DataFrame:
+    """Every match of ``pattern`` in each record (its other columns kept): ``seq`` its index, its groups as
+    ``names`` (read off the match: a capture over a long record costs ten times a match), ``step`` the
+    first's integer."""
+    groups = pl.col("match").str.extract_groups(pattern).struct.rename_fields(names)
+    return (
+        records.select(pl.exclude("text"), match=pl.col("text").str.extract_all(pattern))
+        .with_columns(seq=pl.int_ranges(pl.col("match").list.len()))
+        .explode("match", "seq")
+        .drop_nulls("match")
+        .with_columns(groups.alias("groups"))
+        .unnest("groups")
+        .with_columns(step=pl.col(names[0]).cast(pl.Int64, strict=False))
+    )
 
 
-def _events(parts: _Parts) -> Events:
-    """``parts`` as the engine takes them: the step events of a record numbered from ``_EVENT_BASE``."""
-    events = Events(facts=parts.facts, notes=parts.notes, marks=parts.marks)
-    if parts.steps:
-        steps = pl.concat(parts.steps).sort("order", "band", "seq")
-        index = pl.int_range(pl.len()).over("order").clip(upper_bound=PYTHON_EVENTS - 1 - _EVENT_BASE)
-        events.steps.append(
-            steps.with_columns(order=pl.col("order") + _EVENT_BASE + index).drop("band", "seq")
-        )
+def _steps(found: pl.DataFrame, band: int, mode=kinds.RECORD, at="order", **metrics: pl.Expr) -> Events:
+    """A step event with ``metrics`` per row of ``found`` (``step``, at the order ``at``, ``seq`` its place
+    there), a note for a step beyond int64 (its text ``digits``: it records nothing), a mark at each."""
+    schema = kinds.STEP_METRICS_SCHEMA
+    metrics = {name: metrics.get(name, pl.lit(None)).cast(dtype) for name, dtype in schema.items()}
+    steps = found.drop_nulls("step").with_columns(band=pl.lit(band, pl.Int8), mode=pl.lit(mode, pl.Int8))
+    steps = steps.select("step", "band", "mode", order=at, seq="seq", family=pl.lit(NAME), **metrics)
+    note = _too_long("iteration", pl.col("digits").cast(_DECIMAL, strict=False))
+    notes = found.filter(pl.col("step").is_null()).select("order", family=pl.lit(NAME), message=note)
+    return Events(steps=[steps], notes=[notes.drop_nulls("message")], marks=[_seen(found)])
+
+
+def _numbered(events: Events) -> Events:
+    """``events`` with the step events of a record numbered from ``_EVENT_BASE``, by band and ``seq``."""
+    if events.steps:
+        steps = pl.concat(events.steps).sort("order", "band", "seq")
+        row, first = pl.int_range(pl.len()), (pl.col("order") != pl.col("order").shift()).fill_null(True)
+        index = (row - pl.when(first).then(row).forward_fill()).clip(0, kinds.PYTHON_EVENTS - 1 - _EVENT_BASE)
+        events.steps = [steps.with_columns(order=pl.col("order") + _EVENT_BASE + index).drop("band", "seq")]
     return events
+
+
+def _statements(frame: pl.DataFrame, fact, value: pl.Expr, note=None, unless=None) -> pl.DataFrame:
+    """Statements of ``fact`` (``run``, ``order``, ``dump``: null outside a dump), ``value`` as text or
+    null and a ``note``; ``unless_seen``: a family whose record before cancels it."""
+    fact = pl.lit(fact) if isinstance(fact, str) else fact
+    columns = {"dump": "dump" if "dump" in frame.columns else None, "unless_seen": pl.lit(unless)}
+    stated = frame.select("run", "order", fact=fact, value=value.cast(pl.String), note=note, **columns)
+    return stated.filter(pl.col("value").is_not_null() | pl.col("note").is_not_null()).cast(_STATEMENT)
+
+
+def _count(frame: pl.DataFrame, text: pl.Expr, fact, *, whole: bool = False, **kw) -> pl.DataFrame:
+    """Statements of ``int(text)`` (``whole``) or ``int(float(text))`` (of a word, NaN or infinity none),
+    noted when beyond int64."""
+    if whole:
+        wide = pl.when(text.str.contains(r"^[-+]?[0-9]+$")).then(text.cast(_DECIMAL, strict=False))
+    else:  # truncated as int() does
+        number = text.cast(pl.Float64, strict=False)
+        wide = pl.when(number.is_finite()).then(number.cast(pl.Int128, strict=False))
+    count = wide.cast(pl.Int64, strict=False)
+    return _statements(frame, fact, count, pl.when(count.is_null()).then(_too_long(fact, wide)), **kw)
+
+
+def _facts(statements: pl.DataFrame) -> Events:
+    """The facts and notes of ``statements`` (in order). In a dump the first statement of a fact wins (its
+    attributes come before the user's JSON; a carried one, at order -1, before the segment) and an integer
+    beyond int64 is noted only before it; a later dump (a relaunched engine) states it again."""
+    group, value, first = ["run", "dump", "fact"], pl.col("value"), pl.col("first")
+    first_in_dump = pl.col("dump").is_null() | pl.struct(group).is_first_distinct()
+    stated = statements.drop_nulls("value").filter(first_in_dump)
+    firsts = stated.select(*group, first="order")
+    noted = statements.filter(value.is_null()).join(firsts, on=group, how="left")
+    noted = noted.filter(first.is_null() | (pl.col("order") < first))
+    stated = stated.filter(pl.col("order") >= 0).with_columns(family=pl.lit(NAME))
+    typed = {_INT_FACTS: value.cast(pl.Int64), _OFFLOADS: value == "true", ("precision",): value}
+    typed[("logged_model_size",)] = value.cast(pl.Float64)
+    facts = [stated.filter(pl.col("fact").is_in(names)).with_columns(x) for names, x in typed.items()]
+    facts = [frame.select("order", "fact", "value", "family", "unless_seen") for frame in facts]
+    return Events(facts=facts, notes=[noted.select("order", family=pl.lit(NAME), message="note")])
 
 
 # --- the records read alone: throughput, pipeline steps, pipeline config (kind RECORDS) ---------------
@@ -199,9 +158,8 @@ THROUGHPUT = (
     rf"{_WS},{_WS}RunningAvgSamplesPerSec={_WS}{NUMBER}{_WS},{_WS}CurrSamplesPerSec={_WS}({NUMBER})"
     rf"(?:{_WS},{_WS}MemAllocated={_WS}({NUMBER}){_WS}GB,{_WS}MaxMemAllocated={_WS}({NUMBER}){_WS}GB)?"
 )
-#: the pipeline engine's step record. Its ``iter time (s):`` is the first one after the loss (the old
-#: grammar skipped to it); a record whose first one is not followed by a number and ``samples/sec:`` but
-#: a later one is, is read at the later one (the grammar read none).
+#: the pipeline engine's step record, read at the first ``iter time (s):`` after the loss that a number
+#: and ``samples/sec:`` follow
 PIPE_STEPS = (
     rf"steps:{_WS}([0-9]+){_WS}loss:{_WS}({NUMBER}).*?iter time \(s\):{_WS}({NUMBER}){_WS}"
     rf"samples/sec:{_WS}({NUMBER})"
@@ -209,165 +167,72 @@ PIPE_STEPS = (
 PIPE_CONFIG = r"CONFIG: micro_batches=(\d+) micro_batch_size=(\d+)"
 UNIQUE_PARAMS = r"UNIQUE_PARAMS=(\d+)"
 _RECORD_MARKERS = ("SamplesPerSec=", "iter time (s):", "CONFIG: micro_batches=", "UNIQUE_PARAMS=")
-_RECORDS_TEST = RecordTest(
-    markers=_RECORD_MARKERS,
-    pattern="|".join(f"(?:{pattern})" for pattern in (THROUGHPUT, PIPE_STEPS, PIPE_CONFIG, UNIQUE_PARAMS)),
+_RECORDS_PATTERN = "|".join(
+    f"(?:{pattern})" for pattern in (THROUGHPUT, PIPE_STEPS, PIPE_CONFIG, UNIQUE_PARAMS)
 )
 
 
-def _matches(records: pl.DataFrame, pattern: str, names: list[str]) -> pl.DataFrame:
-    """Every match of ``pattern`` in each record, left to right: ``order`` (the record's), ``seq`` (the
-    match's index), the groups as ``names``, ``step`` (of the first group)."""
-    return (
-        records.select("order", match=pl.col("text").str.extract_all(pattern))
-        .explode("match")
-        .drop_nulls("match")
-        .with_columns(seq=pl.int_range(pl.len()).over("order"))
-        .with_columns(pl.col("match").str.extract_groups(pattern).struct.rename_fields(names).alias("groups"))
-        .unnest("groups")
-        .with_columns(step=pl.col(names[0]).cast(pl.Int64, strict=False))
-    )
-
-
-def _steps_too_long(found: pl.DataFrame, text: str) -> pl.DataFrame:
-    """Notes for the steps beyond int64 (``RunBuilder.fits``: such a step records nothing)."""
-    return _notes(found.filter(pl.col("step").is_null()), _too_long("iteration", _wide(pl.col(text))))
-
-
-def _real(name: str) -> pl.Expr:
-    return pl.col(name).cast(pl.Float64, strict=False)
-
-
-def _throughput(records: pl.DataFrame) -> _Parts:
-    """A step event per throughput record: ``CurrSamplesPerSec`` and the memory, GB (DeepSpeed divides by
-    1024**3 and rounds to 0.01 "GB") back to MiB like Megatron's memory (MB)."""
-    found = _matches(records, THROUGHPUT, ["global_step", "curr", "mem", "max_mem"])
-    steps = _step_frame(
-        found.drop_nulls("step"),
-        _THROUGHPUT,
-        samples_per_sec=_real("curr"),
-        mem_allocated_mb=_real("mem") * 1024,
-        mem_max_allocated_mb=_real("max_mem") * 1024,
-    )
-    return _Parts(steps=[steps], notes=[_steps_too_long(found, "global_step")], marks=[_seen(found)])
-
-
-def _pipe_steps(records: pl.DataFrame) -> _Parts:
-    """A step event per pipeline step record: its loss, time (s, as ms) and samples/s."""
-    found = _matches(records, PIPE_STEPS, ["steps", "loss", "seconds", "rate"])
-    steps = _step_frame(
-        found.drop_nulls("step"),
-        _PIPE,
-        loss=_real("loss"),
-        elapsed_ms=_real("seconds") * 1000,
-        samples_per_sec=_real("rate"),
-    )
-    return _Parts(steps=[steps], notes=[_steps_too_long(found, "steps")], marks=[_seen(found)])
-
-
-def _count_fact(frame: pl.DataFrame, fact: str, text: str) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The fact ``fact`` of the integer ``text`` of each row, and notes for those beyond int64."""
-    valued = frame.with_columns(value=pl.col(text).cast(pl.Int64, strict=False))
-    facts = valued.drop_nulls("value").select("order", fact=pl.lit(fact), value="value", family=pl.lit(NAME))
-    long = valued.filter(pl.col("value").is_null(), pl.col(text).str.contains(r"^[0-9]+$"))
-    return facts, _notes(long, _too_long(fact, _wide(pl.col(text))))
-
-
-def _pipe_config(records: pl.DataFrame) -> _Parts:
-    """``CONFIG: micro_batches=256 micro_batch_size=4`` (gradient accumulation steps and micro batch) and
-    ``UNIQUE_PARAMS=`` (the model size, in billions), the first of each in a record."""
-    config = (
-        records.select(
-            "order",
-            pl.col("text").str.extract_groups(PIPE_CONFIG).struct.rename_fields(["gas", "micro"]).alias("g"),
-        )
-        .unnest("g")
-        .drop_nulls("gas")
-    )
-    unique = records.select("order", params=pl.col("text").str.extract(UNIQUE_PARAMS, 1)).drop_nulls("params")
-    gas, gas_notes = _count_fact(config, "gas", "gas")
-    micro, micro_notes = _count_fact(config, "micro_batch_size", "micro")
-    size = unique.select(
-        "order", fact=pl.lit("logged_model_size"), value=_divided(_real("params"), 1e9), family=pl.lit(NAME)
-    ).drop_nulls("value")
-    return _Parts(
-        facts=[pl.concat([gas, micro]), size],
-        notes=[gas_notes, micro_notes],
-        marks=[_seen(config), _seen(unique)],
-    )
-
-
-def _record_parts(records: pl.DataFrame) -> _Parts:
-    """The throughput, pipeline step and pipeline config records in ``records`` (``order``, ``text``)."""
-    return _throughput(records).add(_pipe_steps(records)).add(_pipe_config(records))
-
-
-def read_records(records: pl.LazyFrame) -> Events:
-    """The kind RECORDS."""
-    return _events(_record_parts(records.collect()))
+def _record_events(records: pl.DataFrame) -> Events:
+    """A step event per throughput record (``CurrSamplesPerSec``; the memory, GB (DeepSpeed divides by
+    1024**3), back to MiB like Megatron's) and pipeline step (loss, time, samples/s); of a record's first
+    ``CONFIG:`` the gradient accumulation steps and micro batch, of ``UNIQUE_PARAMS=`` the model size."""
+    throughput = _matches(records, THROUGHPUT, ["digits", "curr", "mem", "max_mem"])
+    memory = {"mem_allocated_mb": _real("mem") * 1024, "mem_max_allocated_mb": _real("max_mem") * 1024}
+    events = _steps(throughput, _THROUGHPUT, samples_per_sec=_real("curr"), **memory)
+    pipe = _matches(records, PIPE_STEPS, ["digits", "loss", "seconds", "rate"])
+    rate = {"loss": _real("loss"), "elapsed_ms": _real("seconds") * 1000, "samples_per_sec": _real("rate")}
+    events.extend(_steps(pipe, _PIPE, **rate))
+    config = _matches(records, PIPE_CONFIG, ["gas", "micro_batch_size"]).filter(pl.col("seq") == 0)
+    unique = _matches(records, UNIQUE_PARAMS, ["params"]).filter(pl.col("seq") == 0)
+    counts = [_count(config, pl.col(fact), fact, whole=True) for fact in ("gas", "micro_batch_size")]
+    size = _statements(unique, "logged_model_size", _divided(_real("params"), 1e9))
+    events.extend(_facts(pl.concat([*counts, size])))
+    events.marks += [_seen(config), _seen(unique)]
+    return events
 
 
 RECORDS = RecordKind(
     family=NAME,
     name="records",
-    test=_RECORDS_TEST,
-    read=read_records,
+    test=RecordTest(markers=_RECORD_MARKERS, pattern=_RECORDS_PATTERN),
+    read=lambda records: _numbered(_record_events(records.collect())),
     facts=("gas", "micro_batch_size", "logged_model_size"),
 )
 
 
 # --- the steps: ``step=N, skipped=M, lr=[...]`` ----------------------------------------------------------
 
-#: a step record from its ``step=`` on (the character before ``step=`` is no word character nor ``/``)
+#: a step record, after a character that is no word character nor ``/`` (or none)
 STEP_RECORD = (
-    rf"^step={_WS}([0-9]+){_WS}, skipped={_WS}([0-9]+){_WS}, lr={_WS}\["
+    rf"(?:^|[^\w/])step={_WS}([0-9]+){_WS}, skipped={_WS}([0-9]+){_WS}, lr={_WS}\["
     rf"(?:{_WS}({NUMBER})(?:{_WS},{_WS}{NUMBER})*)?{_WS}\]"
 )
-_HOLDS_STEP_RECORD = r"(?:^|[^\w/])" + STEP_RECORD.removeprefix("^")
 
 
-def _progress(frame: pl.DataFrame) -> _Parts:
-    """A step event per step record of the run (its first ``lr``), but step 0, printed at the engine's
-    start before any training step. ``skipped=`` counts the skipped steps since the start: each step's
-    row gets those since the step record before (step 0's included), none if fewer."""
-    found = (
-        _pieces(frame.filter(pl.col("text").str.contains(_HOLDS_STEP_RECORD)), "step=", literal=True)
-        .filter(~pl.col("before").str.contains(r"[\w/]$"))
-        .with_columns(
-            pl.col("piece")
-            .str.extract_groups(STEP_RECORD)
-            .struct.rename_fields(["step_text", "total", "lr"])
-            .alias("groups")
-        )
-        .unnest("groups")
-        .drop_nulls("step_text")
-        .sort("run", "order", "item")
-        .with_columns(
-            step=pl.col("step_text").cast(pl.Int64, strict=False),
-            total=pl.col("total").cast(pl.Int64, strict=False),
-            seq=pl.col("item"),
-        )
-        .with_columns(before=pl.col("total").shift(1).over("run").fill_null(0))
-        .filter(pl.col("step_text").str.contains("[1-9]"))
-        .collect()
-    )
-    steps = _step_frame(
-        found.drop_nulls("step"),
-        _STEP,
-        lr=_real("lr"),
-        skipped=pl.max_horizontal(pl.col("total") - pl.col("before"), 0),
-    )
-    return _Parts(steps=[steps], notes=[_steps_too_long(found, "step_text")], marks=[_seen(found)])
+def _progress(frame: pl.DataFrame, carry: pl.DataFrame) -> tuple[Events, pl.DataFrame]:
+    """A step event per step record (its first ``lr``) but step 0, printed at the engine's start. As
+    ``skipped=`` counts since the start, a step's are those since the record before (after the ``total``
+    carried), none if fewer. And each run's last total."""
+    # a record glued after another's "]": a space after every "]" leaves it a character before its own
+    spaced = pl.col("text").str.replace_all("]", "] ", literal=True)
+    stepped = frame.filter(pl.col("text").str.contains("step=", literal=True)).select("run", "order", spaced)
+    found = _matches(stepped, STEP_RECORD, ["digits", "total", "lr"])
+    found = found.with_columns(pl.col("total").cast(pl.Int64, strict=False))
+    found = pl.concat([carry.select("run", "total", order=pl.lit(-1, pl.Int64)), found], how="diagonal")
+    total, run = pl.col("total"), pl.col("run")
+    before = pl.when(run == run.shift()).then(total.shift()).fill_null(0)
+    found = found.sort("run", "order", "seq").with_columns(skipped=pl.max_horizontal(total - before, 0))
+    steps = found.filter(pl.col("digits").str.contains("[1-9]"))
+    return _steps(steps, _STEP, lr=_real("lr"), skipped=pl.col("skipped")), found.unique("run", keep="last")
 
 
 # --- the flops profiler's summary ----------------------------------------------------------------------
 
 PROFILE_HEADER = "DeepSpeed Flops Profiler"
-#: the profiler's summary is read this many lines after its header (line numbers of whichever file: a
-#: header near the end of a job's .out opens the first lines of its .err too)
+#: a summary is read this many lines after its header (of whichever file: a header near the end of a
+#: job's .out opens the first lines of its .err too)
 PROFILE_WINDOW_LINES = 60
 PROFILE_STEP = r"Profile Summary at step (\d+)"
-PROFILE_FLOPS = r"^FLOPS per GPU = [\d.]+ \* fwd flops per GPU / iter latency:"
 #: summary labels (the text before the value) -> what they state; the first a record starts with
 PROFILE_LABELS: dict[str, str] = {
     "world size:": "gpus",
@@ -376,510 +241,294 @@ PROFILE_LABELS: dict[str, str] = {
     "params of model = params per GPU * mp_size:": "logged_model_size",
     "params of model:": "logged_model_size",
 }
+_LABELS = "|".join(map(re.escape, PROFILE_LABELS))
+_LABEL = rf"^(?:FLOPS per GPU = [\d.]+ \* fwd flops per GPU / iter latency:|{_LABELS})"
+_PROFILE_LINE = rf"Profile Summary at step \d|^{PS}*(?:FLOPS per GPU = |{_LABELS})"
+_PROFILE_MARKERS = ("Profile Summary at step", "FLOPS per GPU = ", *PROFILE_LABELS)
 _PREFIX_SCALE = {"T": 1e12, "G": 1e9, "B": 1e9, "M": 1e6, "K": 1e3, "m": 1e-3, "u": 1e-6}
-#: a profiler value, number_to_string() with a unit prefix: "1.2 B", "2.63 K", "143.52 M" of "143.52 MFLOPS"
-_SCALED = rf"^{_WS}({NUMBER}){_WS}([TGBMKmu])?{_WS}$"
-_PROFILE_LABEL = "|".join(re.escape(label) for label in PROFILE_LABELS)
-_PROFILE_LINE = rf"Profile Summary at step \d|^{PYTHON_SPACE}*(?:FLOPS per GPU = |{_PROFILE_LABEL})"
 
 
 def _scaled(text: pl.Expr, unit: str = "") -> pl.Expr:
-    """``2.63 K`` -> 2630.0; with ``unit`` (``FLOPS``) after the prefix taken off first."""
+    """A value as the profiler prints one, ``2.63 K`` -> 2630.0; ``unit`` (``FLOPS``) after it taken off."""
     body = _strip(text)
     if unit:
         body = _strip(body.str.replace(re.escape(unit) + "$", ""))
-    parts = body.str.extract_groups(_SCALED)
+    parts = body.str.extract_groups(rf"^{_WS}({NUMBER}){_WS}([TGBMKmu])?{_WS}$")
     scale = parts.struct[1].replace_strict(_PREFIX_SCALE, default=1.0, return_dtype=pl.Float64)
     return parts.struct[0].cast(pl.Float64, strict=False) * scale
 
 
-def _profile(lines: pl.DataFrame) -> _Parts:
-    """Each summary (its header and the 60 lines after it; a new header starts a new one), of the records
-    that are not the printer's: ``Profile Summary at step N`` says which step the lines after it
-    describe, ``FLOPS per GPU`` is that step's ``logged_tflops_per_gpu`` (its row points at the summary's
-    step line), the world size, data-parallel size and batch per GPU are facts, and the model's
-    parameters its size."""
+def _profile(lines: pl.DataFrame, carry: pl.DataFrame) -> tuple[Events, pl.DataFrame]:
+    """Each summary (60 lines after its header, or up to the next): ``Profile Summary at step N`` names the
+    step of the lines after it, whose ``FLOPS per GPU`` is its ``logged_tflops_per_gpu`` (at the step's
+    line); its counts are facts (``int()``: NaN or infinity raised, noted), its parameters the model size.
+    And each run's last header's line."""
     header = pl.col("text").str.contains(PROFILE_HEADER, literal=True)
-    headers = lines.filter(header).select("run", summary="order", opened="line")
+    carried = carry.select("run", summary=pl.lit(-1, pl.Int64), opened="profiled").drop_nulls("opened")
+    headers = pl.concat([carried, lines.filter(header).select("run", summary="order", opened="line")])
+    stripped = _strip(pl.col("text"))
+    step, fact, value, rest = map(pl.col, ["step", "fact", "value", "rest"])
+    label = pl.when(step.is_null()).then(stripped.str.extract(_LABEL, 0))
+    number = step.cast(pl.Int64, strict=False)
     said = (
         lines.filter(~header)
         .join_asof(headers, left_on="order", right_on="summary", by="run", check_sortedness=False)
         .filter(pl.col("line") - pl.col("opened") <= PROFILE_WINDOW_LINES)
-        .with_columns(stripped=_strip(pl.col("text")))
-        .with_columns(
-            step_text=pl.when(pl.col("text").str.contains("Profile Summary at step ", literal=True)).then(
-                pl.col("text").str.extract(PROFILE_STEP, 1)
-            )
-        )
-        .with_columns(
-            flops_line=pl.col("step_text").is_null() & pl.col("stripped").str.contains(PROFILE_FLOPS)
-        )
-    )
-    summaries = said.drop_nulls("step_text").select(
-        "summary", at="order", step=pl.col("step_text").cast(pl.Int64, strict=False)
-    )
-    flops = (
-        said.filter(pl.col("flops_line"))
-        .with_columns(flops=_scaled(pl.col("stripped").str.splitn(":", 2).struct[1], "FLOPS"))
-        .drop_nulls("flops")
-        .join_asof(summaries, left_on="order", right_on="at", by="summary", check_sortedness=False)
-        .drop_nulls("step")
-    )
-    steps = _step_frame(
-        flops.select(order="at", seq="order", step="step", flops="flops"),
-        _PROFILE,
-        STEP_METRICS,
-        logged_tflops_per_gpu=_divided(pl.col("flops"), 1e12),
-    )
-    labelled = (
-        said.filter(pl.col("step_text").is_null(), ~pl.col("flops_line"))
-        .with_columns(label=pl.col("stripped").str.extract(f"^(?:{_PROFILE_LABEL})", 0))
+        .with_columns(step=pl.col("text").str.extract(PROFILE_STEP, 1))
+        .with_columns(label=label, at=pl.when(step.is_not_null()).then("order"))
+        .with_columns(pl.col("step", "at").forward_fill().over("summary"))
         .drop_nulls("label")
-        .with_columns(
-            fact=pl.col("label").replace_strict(PROFILE_LABELS, return_dtype=pl.String),
-            value=_scaled(pl.col("stripped").str.slice(pl.col("label").str.len_chars())),
-        )
+        .with_columns(fact=pl.col("label").replace_strict(PROFILE_LABELS, default="flops"), step=number)
+        .with_columns(rest=stripped.str.slice(pl.col("label").str.len_chars()))
+        .with_columns(value=pl.when(fact == "flops").then(_scaled(rest, "FLOPS")).otherwise(_scaled(rest)))
         .drop_nulls("value")
     )
-    return _Parts(steps=[steps], marks=[_seen(flops)]).add(_profile_facts(labelled))
+    flops = said.filter(fact == "flops").drop_nulls("step").with_columns(seq="order", digits=None)
+    events = _steps(flops, _PROFILE, kinds.STEP_METRICS, "at", logged_tflops_per_gpu=_divided(value, 1e12))
+    nan = pl.lit("ValueError: cannot convert float NaN to integer")
+    infinite = pl.lit("OverflowError: cannot convert float infinity to integer")
+    wide = value.cast(pl.Int128, strict=False)
+    whole, error = wide.cast(pl.Int64, strict=False), pl.when(value.is_nan()).then(nan)
+    error = error.when(value.is_infinite()).then(infinite).otherwise(_too_long(fact, wide))
+    counts = said.filter(fact.is_in(["gpus", "dp", "micro_batch_size"]))
+    counts = _statements(counts, fact, whole, pl.when(whole.is_null()).then(error))
+    size = _statements(said.filter(fact == "logged_model_size"), fact, _divided(value, 1e9))
+    events.extend(_facts(pl.concat([counts, size])))
+    return events, headers.group_by("run").agg(profiled=pl.col("opened").last())
 
 
-def _profile_facts(labelled: pl.DataFrame) -> _Parts:
-    """The summary's counts (``int()`` of the value: NaN or infinity is an error the line notes) and the
-    model size."""
-    counts = labelled.filter(pl.col("fact") != "logged_model_size")
-    whole = _as_int(pl.col("value"))
-    errors = counts.select(
-        "order",
-        family=pl.lit(NAME),
-        message=pl.when(pl.col("value").is_nan())
-        .then(pl.lit("ValueError: cannot convert float NaN to integer"))
-        .when(pl.col("value").is_infinite())
-        .then(pl.lit("OverflowError: cannot convert float infinity to integer"))
-        .when(whole.is_null())
-        .then(_too_long(pl.col("fact"), pl.col("value").cast(pl.Int128, strict=False))),
-    ).drop_nulls("message")
-    size = labelled.filter(pl.col("fact") == "logged_model_size")
-    return _Parts(
-        facts=[
-            counts.select("order", "fact", value=whole, family=pl.lit(NAME)).drop_nulls("value"),
-            size.select("order", "fact", value=_divided(pl.col("value"), 1e9), family=pl.lit(NAME)),
-        ],
-        notes=[errors],
-    )
-
-
-# --- the config printer: the dumps ---------------------------------------------------------------------
+# --- the config printer's dumps ---------------------------------------------------------------------------
 
 PRINT_TAG = r"\[config\.py:\d+:print(?:_user_config)?\]"
 _DUMP_HEADER = "DeepSpeedEngine configuration"
-#: ``  json = {...}`` (``print_user_config``): one space around "=", not the dotted filler
-_USER_CONFIG = rf"^{PYTHON_SPACE}*json = (.*)$"
-#: the name of a ``name ..... value`` record body (stripped)
-_NAME = r"^[A-Za-z_][A-Za-z0-9_]*"
-#: another rank's record glued onto a value: the value ends before it
-_GLUED_TIMESTAMP = r"\[\d{4}-\d\d-\d\d \d\d:\d\d.*$"
 #: a JSON value is read at most this many lines after the attribute that opens it, in the same file
 JSON_MAX_LINES = 300
-
-#: dump attributes that are a run fact, an integer (``int(float(...))`` of its first word)
-DUMP_FACTS: dict[str, str] = {
-    "train_batch_size": "global_batch_size",
-    "train_micro_batch_size_per_gpu": "micro_batch_size",
-    "gradient_accumulation_steps": "gas",
-    "zero_optimization_stage": "zero_stage",
-}
+#: dump attributes that are a count; the user config's at the top of ``json = {...}`` (but the stage)
+DUMP_FACTS = {"train_batch_size": "global_batch_size", "train_micro_batch_size_per_gpu": "micro_batch_size"}
+DUMP_FACTS |= {"gradient_accumulation_steps": "gas", "zero_optimization_stage": "zero_stage"}
+JSON_FACTS = dict(list(DUMP_FACTS.items())[:3])
 #: precision attributes -> the flag they set (``*_config``: today's ``enabled=...`` pydantic repr)
-PRECISION_FLAGS: dict[str, str] = {
-    "fp16_enabled": "fp16",
-    "float16_config": "fp16",
-    "bfloat16_enabled": "bfloat16",
-    "bfloat16_config": "bfloat16",
-    "bf16_enabled": "bf16",
-    "amp_enabled": "amp",
-}
-_FLAGS = ("fp16", "bfloat16", "bf16", "amp")
+PRECISION_FLAGS = dict.fromkeys(("fp16_enabled", "float16_config"), "fp16") | {"bf16_enabled": "bf16"}
+PRECISION_FLAGS |= dict.fromkeys(("bfloat16_enabled", "bfloat16_config"), "bfloat16") | {"amp_enabled": "amp"}
+#: the flags whose statement (readable, on or off) the fp32 rule asks for
+_STATED = ("fp16", "bfloat16", "bf16")
 #: the attributes a dump is read for: no other states anything or opens a JSON value that is read
-NAMES_READ = (
-    frozenset(DUMP_FACTS) | {"world_size", "zero_config", "zero_enabled", "json"} | frozenset(PRECISION_FLAGS)
-)
-#: user config keys read at the top of ``json = {...}``
-JSON_FACTS = {
-    "train_batch_size": "global_batch_size",
-    "train_micro_batch_size_per_gpu": "micro_batch_size",
-    "gradient_accumulation_steps": "gas",
-}
-_OFFLOADS = ("offload_param", "offload_optimizer")
+NAMES_READ = frozenset((*DUMP_FACTS, "world_size", "zero_config", "zero_enabled", "json", *PRECISION_FLAGS))
 #: the JSON keys read (at any depth, but JSON_FACTS); lines with other keys only open or close objects
 JSON_VALUE_KEYS = frozenset(
-    (*_OFFLOADS, "device", "enabled", "stage", "cpu_offload", "cpu_offload_params")
-) | frozenset(JSON_FACTS)
-_QUOTED_KEYS = tuple(f'"{key}"' for key in sorted(JSON_VALUE_KEYS))
-#: ``"key": value,`` of a JSON line (searched, not anchored)
-_JSON_KEY = rf'"(\w+)"{PYTHON_SPACE}*:{PYTHON_SPACE}*([^,\s\x1c-\x1f][^,]*)?,?{PYTHON_SPACE}*$'
-#: the records of a JSON value that can change what it records: one that closes an object (starts with
-#: ``}``), a key whose value opens one (``"fp16": {``), a key the values are read for
-JSON_LINE = rf'^{PYTHON_SPACE}*\}}|"{PYTHON_SPACE}*:{PYTHON_SPACE}*\{{|' + "|".join(
-    map(re.escape, _QUOTED_KEYS)
+    (*_OFFLOADS, "device", "enabled", "stage", "cpu_offload", "cpu_offload_params", *JSON_FACTS)
 )
+_QUOTED_KEYS = "|".join(re.escape(f'"{key}"') for key in sorted(JSON_VALUE_KEYS))
+#: the records of a JSON value that can change what it states: one that closes an object (starts with
+#: ``}``), a key whose value opens one (``"fp16": {``), a key whose values are read
+JSON_LINE = rf'^{PS}*\}}|"{PS}*:{PS}*\{{|{_QUOTED_KEYS}'
+_W = "[A-Za-z0-9_]"
+_NAME = rf"[A-Za-z_]{_W}*"
+#: ``name ..... value``: after the name, dots after any whitespace, two whitespace characters, or a tab
+#: (Python's expandtabs widened it to two spaces or more unless the name's length is 7 modulo 8)
+_DOTTED = rf"^{_NAME}(?:{PS}*\.\.+|{PS}{{2,}})|^[A-Za-z_](?:{_W}{{8}})*(?:{_W}{{0,5}}|{_W}{{7}})\t"
+#: ``"key": value,`` of a JSON line (searched, not anchored)
+_JSON_KEY = rf'"(\w+)"{PS}*:{PS}*([^,\s\x1c-\x1f][^,]*)?,?{PS}*$'
 
 
-def _items(printed: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The printer's records in ``printed`` (several ranks' glued without a tag: one per tag), sorted, each
-    with ``order`` (the record's, plus its index), ``kind`` (``header``, ``value`` or null: a body that
-    names nothing), ``name`` and ``dump``: how many dump headers of its run came before it (it included),
-    the dump it belongs to. And those of the attributes the dump is read for, with their ``value``
-    (stripped, a glued record cut off) and whether it ``opens`` a JSON value (it ends with ``{``)."""
-    # ``name ..... value``: after the name a filler, dots after any whitespace, or whitespace (two
-    # characters, or a tab, which Python's expandtabs widened to two spaces or more unless the name's
-    # length is 7 modulo 8); the value after it (the body is stripped: whitespace is followed by more)
-    name, rest, after = pl.col("name"), pl.col("rest"), pl.col("after")
-    spaces = rest.str.len_chars() - after.str.len_chars()
-    dots = after.str.starts_with("..")
-    dotted = (
-        dots | (spaces > 1) | ((spaces == 1) & rest.str.starts_with("\t") & (name.str.len_chars() % 8 != 7))
-    )
-    items = (
-        _pieces(printed, PRINT_TAG, literal=False)
-        .with_columns(
-            body=pl.col("piece").str.splitn("]", 2).struct[1], order=pl.col("order") + pl.col("item") - 1
-        )
-        .with_columns(stripped=_strip(pl.col("body")), json=pl.col("body").str.extract(_USER_CONFIG, 1))
-        .with_columns(name=pl.col("stripped").str.extract(_NAME, 0))
-        .with_columns(rest=pl.col("stripped").str.slice(name.str.len_chars()))
-        .with_columns(after=rest.str.strip_chars_start(WHITESPACE))
-        .with_columns(dotted=dotted.fill_null(False))
-        .select(
-            "run",
-            "order",
-            "line",
-            "file",
-            kind=pl.when(pl.col("stripped").str.starts_with(_DUMP_HEADER))
-            .then(pl.lit("header"))
-            .when(pl.col("json").is_not_null() | pl.col("dotted"))
-            .then(pl.lit("value")),
-            name=pl.when(pl.col("json").is_not_null())
-            .then(pl.lit("json"))
-            .when(pl.col("dotted"))
-            .then("name"),
-            raw=pl.coalesce("json", pl.when(dots).then(after.str.strip_chars_start(".")).otherwise(after)),
-        )
-        .sort("run", "order")
-        .with_columns(dump=(pl.col("kind") == "header").fill_null(False).cum_sum().over("run"))
+def _items(printed: pl.DataFrame, carry: pl.DataFrame) -> pl.DataFrame:
+    """The printer's records (ranks glued without a tag: one per tag, ``order`` plus its index), in order,
+    with ``kind`` (``header``, ``value`` or null: it names nothing), ``name``, ``dump`` (the run's headers
+    so far, the carried ones too) and, of a name read, its ``value`` (stripped, another rank's record
+    glued onto it cut off) and whether it ``opens`` a JSON value (it ends with ``{``)."""
+    body, stripped, head, json = map(pl.col, ("body", "stripped", "head", "json"))
+    kind = pl.when(stripped.str.starts_with(_DUMP_HEADER)).then(pl.lit("header"))
+    kind = kind.when(json.is_not_null() | head.is_not_null()).then(pl.lit("value"))
+    name = pl.when(json.is_not_null()).then(pl.lit("json")).otherwise(head.str.extract(f"^{_NAME}", 0))
+    value = _strip(pl.col("raw").str.replace(r"\[\d{4}-\d\d-\d\d \d\d:\d\d.*$", ""))
+    headers, order = (pl.col("kind") == "header").fill_null(False), pl.col("order") + pl.col("item") - 1
+    dump = headers.cum_sum().over("run") + pl.col("carried").fill_null(0)
+    return (
+        printed.lazy()
+        .with_columns(pl.col("text").str.replace_all(PRINT_TAG, "\x00$0").str.split("\x00"))
+        .with_columns(item=pl.int_ranges(pl.col("text").list.len()))
+        .explode("text", "item")
+        .filter(pl.col("item") > 0)
+        .with_columns(body=pl.col("text").str.splitn("]", 2).struct[1])
+        .with_columns(stripped=_strip(body), json=body.str.extract(rf"^{PS}*json = (.*)$", 1))
+        .with_columns(head=stripped.str.extract(_DOTTED, 0))
+        .with_columns(kind=kind, name=name, raw=pl.coalesce(json, stripped.str.slice(head.str.len_chars())))
+        .join(carry.lazy().select("run", carried="dump"), on="run", how="left", maintain_order="left")
+        .with_columns(dump=dump, value=pl.when(pl.col("name").is_in(list(NAMES_READ))).then(value))
+        .select("run", "line", "file", "kind", "name", "dump", "value", order=order)
+        .with_columns(opens=pl.col("value").str.ends_with("{").fill_null(False))
         .collect()
     )
-    values = (
-        items.filter(pl.col("name").is_in(list(NAMES_READ)))
-        .with_columns(value=_strip(pl.col("raw").str.replace(_GLUED_TIMESTAMP, "")))
-        .with_columns(opens=pl.col("value").str.ends_with("{"))
-    )
-    return items.drop("raw"), values.drop("raw")
 
 
-#: a statement of a fact in a dump: ``value`` its text (null: an integer beyond int64, which ``note``
-#: says); ``unless_seen`` the family whose record before it cancels it
-_STATEMENT_SCHEMA = {
-    "run": pl.Int64,
-    "dump": pl.Int64,
-    "order": pl.Int64,
-    "fact": pl.String,
-    "value": pl.String,
-    "note": pl.String,
-    "unless_seen": pl.String,
-}
-
-
-def _statements(
-    frame: pl.DataFrame,
-    fact: str | pl.Expr,
-    value: pl.Expr,
-    note: pl.Expr | None = None,
-    unless_seen: str | None = None,
-) -> pl.DataFrame:
-    return (
-        frame.select(
-            "run",
-            "dump",
-            "order",
-            fact=pl.lit(fact) if isinstance(fact, str) else fact,
-            value=value.cast(pl.String),
-            note=pl.lit(None, dtype=pl.String) if note is None else note,
-            unless_seen=pl.lit(unless_seen, dtype=pl.String),
-        )
-        .filter(pl.col("value").is_not_null() | pl.col("note").is_not_null())
-        .cast(_STATEMENT_SCHEMA)
-    )
-
-
-def _count(text: pl.Expr, fact: str | pl.Expr) -> tuple[pl.Expr, pl.Expr]:
-    """A count as ``int(float(text))`` (nothing for a word, NaN or infinity), and the note of one
-    beyond int64."""
-    number = text.cast(pl.Float64, strict=False)
-    count = _as_int(number)
-    return count, pl.when(count.is_null() & number.is_finite()).then(
-        _too_long(fact, number.cast(pl.Int128, strict=False))
-    )
-
-
-def _attribute_statements(values: pl.DataFrame) -> list[pl.DataFrame]:
-    """The batch, stage and world-size attributes, zero_config's offloads (today's one-line repr) and
-    ``zero_enabled False`` (stage 0)."""
-    word = _first_word(pl.col("value"))
-    counts = values.filter(pl.col("name").is_in(list(DUMP_FACTS)))
-    fact = pl.col("name").replace_strict(DUMP_FACTS, default=None, return_dtype=pl.String)
-    world = values.filter(pl.col("name") == "world_size")
-    size = word.cast(pl.Int64, strict=False)
-    too_long = pl.when(size.is_null() & word.str.contains(r"^[-+]?[0-9]+$"))
-    frames = [
-        _statements(counts, fact, *_count(word, fact)),
-        _statements(world, "dp", size, too_long.then(_too_long("dp", _wide(word)))),
+def _attributes(items: pl.DataFrame) -> list[pl.DataFrame]:
+    """The counts and world size, zero_config's offloads (today's one-line repr: None, or a config whose
+    device is not none) and ``zero_enabled False`` (stage 0)."""
+    name, word = pl.col("name"), pl.col("value").str.extract(_WORD, 1)
+    counts, world = items.filter(name.is_in(list(DUMP_FACTS))), items.filter(name == "world_size")
+    statements = [
+        _count(counts, word, name.replace_strict(DUMP_FACTS, default=None)),
+        _count(world, word, "dp", whole=True),
         # the data-parallel size is the GPU count unless Megatron (model parallelism) came before it
-        _statements(
-            world, "gpus", size, too_long.then(_too_long("gpus", _wide(word))), unless_seen="megatron"
-        ),
+        _count(world, word, "gpus", whole=True, unless="megatron"),
     ]
-    zero = values.filter(pl.col("name") == "zero_config")
+    zero = items.filter(name == "zero_config")
     for key in _OFFLOADS:
-        offload = pl.col("value").str.extract(rf"(?:^|\W){key}=(None|\w+\([^)]*\))", 1)
-        device = offload.str.extract(r"device='?(\w+)'?", 1).fill_null("none")
-        on = (
-            pl.when(offload.str.starts_with("None"))
-            .then(False)
-            .when(offload.is_not_null())
-            .then(device != "none")
-        )
-        frames.append(_statements(zero, key, on))
-    enabled = values.filter(pl.col("name") == "zero_enabled")
-    frames.append(_statements(enabled, "zero_stage", pl.when(~_as_bool(pl.col("value"))).then(0)))
-    return frames
+        on = pl.col("value").str.extract(rf"(?:^|\W){key}=(None|\w+\([^)]*\))", 1)
+        device = on.str.extract(r"device='?(\w+)'?", 1).fill_null("none")
+        offload = pl.when(on.str.starts_with("None")).then(False).when(on.is_not_null())
+        statements.append(_statements(zero, key, offload.then(device != "none")))
+    enabled = items.filter(name == "zero_enabled")
+    return [*statements, _statements(enabled, "zero_stage", pl.when(~_as_bool(pl.col("value"))).then(0))]
 
 
-def _precision_statements(values: pl.DataFrame) -> pl.DataFrame:
-    """Precision from the dump's flags: fp16 once fp16 or amp is on, else bf16 once bfloat16 or bf16 is
-    (each flag as the dump's last line of it so far set it: on, off or unreadable); fp32 at ``json`` when
-    the dump stated fp16 and a bf16 flag and none is on."""
-    config = pl.col("value").str.extract(r"(?:^|\W)enabled=(\w+)", 1)
-    flags = values.filter(pl.col("name").is_in([*PRECISION_FLAGS, "json"])).with_columns(
-        flag=pl.col("name").replace_strict(PRECISION_FLAGS, default=None, return_dtype=pl.String),
-        on=pl.when(pl.col("name").str.ends_with("_config"))
-        .then(_as_bool(config))
-        .otherwise(_as_bool(pl.col("value"))),
+def _precision(items: pl.DataFrame, carry: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Precision where a flag is turned on: fp16 by fp16 or amp, bf16 by bfloat16 or bf16 (the dump's first
+    statement wins: no flag was on before); fp32 at ``json`` once the dump's fp16 flag and a bf16 flag are
+    stated readable (each by its last line so far, the carried state first: none was on, else an earlier
+    statement wins). And that state after each record."""
+    name, flag, on, value = pl.col("name"), pl.col("flag"), pl.col("on"), pl.col("value")
+    enabled = value.str.extract(r"(?:^|\W)enabled=(\w+)", 1)
+    flags = items.filter(name.is_in([*PRECISION_FLAGS, "json"])).with_columns(
+        flag=name.replace_strict(PRECISION_FLAGS, default=None, return_dtype=pl.String),
+        on=pl.when(name.str.ends_with("_config")).then(_as_bool(enabled)).otherwise(_as_bool(value)),
     )
-    # each flag's state so far in the dump: 1 on, 0 off, -1 unreadable, null never stated
-    state = flags.with_columns(
-        pl.when(pl.col("flag") == flag)
-        .then(pl.col("on").cast(pl.Int8).fill_null(-1))
-        .forward_fill()
-        .over("run", "dump")
-        .alias(flag)
-        for flag in _FLAGS
-    )
-    on = {flag: (pl.col(flag) == 1).fill_null(False) for flag in _FLAGS}
-    stated = {flag: pl.col(flag).is_in([0, 1]).fill_null(False) for flag in _FLAGS}
-    value = (
-        pl.when(pl.col("flag").is_not_null() & (on["fp16"] | on["amp"]))
-        .then(pl.lit("fp16"))
-        .when(pl.col("flag").is_not_null() & (on["bfloat16"] | on["bf16"]))
-        .then(pl.lit("bf16"))
-        .when(
-            (pl.col("name") == "json")
-            & stated["fp16"]
-            & (stated["bfloat16"] | stated["bf16"])
-            & ~pl.any_horizontal(*on.values())
-        )
-        .then(pl.lit("fp32"))
-    )
-    return _statements(state, "precision", value)
+    carried = carry.select("run", "dump", *_STATED, order=pl.lit(-1, pl.Int64))
+    readable = (pl.when(flag == f).then(on.is_not_null()).otherwise(pl.col(f)).alias(f) for f in _STATED)
+    filled = pl.col(_STATED).forward_fill().over("run", "dump").fill_null(False)
+    state = pl.concat([carried, flags], how="diagonal").with_columns(readable).with_columns(filled)
+    fp32 = (name == "json") & pl.col("fp16") & (pl.col("bfloat16") | pl.col("bf16"))
+    on = on & flag.is_not_null()
+    value = pl.when(on & flag.is_in(["fp16", "amp"])).then(pl.lit("fp16")).when(on).then(pl.lit("bf16"))
+    value = value.when(fp32).then(pl.lit("fp32"))
+    return _statements(state, "precision", value), state.select("run", "dump", *_STATED)
 
 
-def _json_statements(lines: pl.DataFrame, items: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame:
-    """The statements of the dumps' multi-line JSON values: 2021's ``zero_config`` (the offload settings,
-    the stage) and ``json = {...}`` (the batch sizes at its top, the precision). A value is opened by an
-    attribute the dump is read for whose value ends with ``{``; it is read up to the printer's next record
-    (one that names nothing does not end it), the ``}`` that closes it, JSON_MAX_LINES lines or the end
-    of its file. Each line is one of: ``}`` (closes an object), ``"key": {`` (opens one), ``"key": value``
-    (read if the key is, by its parent object)."""
-    parsed = (
-        items.drop_nulls("kind")
-        .join(values.select("order", "opens"), on="order", how="left")
-        .select(
-            "run",
-            "dump",
-            "name",
-            owner="order",
-            opened_at="line",
-            opened_in="file",
-            opens=pl.col("opens").fill_null(False),
-        )
-    )
-    stripped, opens, closes = pl.col("stripped"), pl.col("opens"), pl.col("closes")
-    lines = (
-        lines.select("run", "order", "line", "file", stripped=_strip(pl.col("text")))
-        .join_asof(parsed, left_on="order", right_on="owner", by="run", check_sortedness=False)
-        .filter(
-            pl.col("opens"),
-            pl.col("file") == pl.col("opened_in"),
-            pl.col("line") - pl.col("opened_at") <= JSON_MAX_LINES,
-        )
-        .drop("opens")
-        .with_columns(stripped.str.extract_groups(_JSON_KEY).struct.rename_fields(["key", "raw"]).alias("kv"))
+def _json_values(lines: pl.DataFrame, items: pl.DataFrame) -> list[pl.DataFrame]:
+    """Statements of the dumps' multi-line JSON values, 2021's ``zero_config`` (offloads, stage) and ``json
+    = {...}`` (the batch sizes at its top, precision): a value opens at an attribute read whose value ends
+    with ``{``, up to the printer's next record that names something, the ``}`` that closes it,
+    JSON_MAX_LINES lines or the end of its file. Its lines close an object, open one (``"key": {``) or
+    state a value of a key read, by its parent (the object it is in; at the top, the attribute)."""
+    owners = items.drop_nulls("kind").rename({"order": "owner", "line": "at", "file": "in_file"})
+    key, value, text, opens, closes = map(pl.col, ("key", "value", "text", "opens", "closes"))
+    depth, parent = pl.col("depth"), pl.col("parent")
+    within = (pl.col("file") == pl.col("in_file")) & (pl.col("line") - pl.col("at") <= JSON_MAX_LINES)
+    parents = pl.when(opens).then(key).forward_fill().over("owner", "depth").fill_null(pl.col("name"))
+    reads = (
+        lines.select("run", "order", "line", "file", text=_strip(pl.col("text")))
+        .join_asof(owners, left_on="order", right_on="owner", by="run", check_sortedness=False)
+        .filter(opens & within)
+        .with_columns(text.str.extract_groups(_JSON_KEY).struct.rename_fields(["key", "raw"]).alias("kv"))
         .unnest("kv")
-        .with_columns(closes=stripped.str.starts_with("}"), value=_strip(pl.col("raw").fill_null("")))
-        .with_columns(opens=~closes & pl.col("key").is_not_null() & pl.col("value").str.starts_with("{"))
-        .with_columns(reads=~closes & ~opens & pl.col("key").is_in(list(JSON_VALUE_KEYS)))
-        .filter(closes | opens | pl.col("reads"))
+        .with_columns(closes=text.str.starts_with("}"), value=_strip(pl.col("raw").fill_null("")))
+        .with_columns(opens=~closes & key.is_not_null() & value.str.starts_with("{"))
+        .filter(closes | opens | key.is_in(list(JSON_VALUE_KEYS)))
         .with_columns(depth=1 + (opens.cast(pl.Int64) - closes.cast(pl.Int64)).cum_sum().over("owner"))
         # a value is closed once its depth fell to 0: the lines after that are not its own
-        .filter(pl.col("depth").shift(1).fill_null(1).cum_min().over("owner") > 0)
+        .filter(depth.shift(1).fill_null(1).cum_min().over("owner") > 0)
+        .with_columns(parent=parents)
+        .filter(~closes, ~opens)
     )
-    objects = pl.concat(
-        [
-            parsed.filter(opens).select("owner", at="owner", depth=pl.lit(1, pl.Int64), parent="name"),
-            lines.filter(opens).select("owner", at="order", depth="depth", parent="key"),
-        ]
-    ).sort("at")
-    reads = lines.filter(pl.col("reads")).join_asof(
-        objects, left_on="order", right_on="at", by=["owner", "depth"], check_sortedness=False
-    )
-    key, value, parent = pl.col("key"), pl.col("value"), pl.col("parent")
-    top_fact = key.replace_strict(JSON_FACTS, default=None, return_dtype=pl.String)
+    top = reads.filter(key.is_in(list(JSON_FACTS)), depth == 1, pl.col("name") == "json")
+    device = reads.filter(key == "device", parent.is_in(_OFFLOADS))
+    enabled = reads.filter(key == "enabled", parent.is_in(["fp16", "bf16", "bfloat16"]))
     stage = reads.filter(key == "stage", parent.is_in(["zero_optimization", "zero_config"]))
-    top = reads.filter(key.is_in(list(JSON_FACTS)), pl.col("depth") == 1, pl.col("name") == "json")
-    return pl.concat(
-        [
-            _statements(reads.filter(key.is_in(_OFFLOADS)), key, pl.when(value == "null").then(False)),
-            _statements(
-                reads.filter(key == "device", parent.is_in(_OFFLOADS)),
-                parent,
-                ~value.str.strip_chars('"').is_in(["none", "null"]),
-            ),
-            _statements(
-                reads.filter(key == "enabled", parent.is_in(["fp16", "bf16", "bfloat16"])),
-                "precision",
-                pl.when(_as_bool(value)).then(
-                    pl.when(parent == "fp16").then(pl.lit("fp16")).otherwise(pl.lit("bf16"))
-                ),
-            ),
-            _statements(stage, "zero_stage", *_count(value, "zero_stage")),
-            _statements(top, top_fact, *_count(value, top_fact)),
-            # DeepSpeed 0.3.x's ZeRO-Offload switches (a value neither true nor false states nothing)
-            _statements(
-                reads.filter(key.is_in(["cpu_offload", "cpu_offload_params"])),
-                pl.when(key == "cpu_offload")
-                .then(pl.lit("offload_optimizer"))
-                .otherwise(pl.lit("offload_param")),
-                _as_bool(value),
-            ),
-        ]
-    )
+    fp16 = pl.when(parent == "fp16").then(pl.lit("fp16")).otherwise(pl.lit("bf16"))
+    offload = pl.when(key == "cpu_offload").then(pl.lit(_OFFLOADS[1])).otherwise(pl.lit(_OFFLOADS[0]))
+    return [
+        _statements(reads.filter(key.is_in(_OFFLOADS)), key, pl.when(value == "null").then(False)),
+        _statements(device, parent, ~value.str.strip_chars('"').is_in(["none", "null"])),
+        _statements(enabled, "precision", pl.when(_as_bool(value)).then(fp16)),
+        _count(stage, value, "zero_stage"),
+        _count(top, value, key.replace_strict(JSON_FACTS, default=None, return_dtype=pl.String)),
+        # DeepSpeed 0.3.x's ZeRO-Offload switches (neither true nor false states nothing)
+        _statements(reads.filter(key.is_in(["cpu_offload", "cpu_offload_params"])), offload, _as_bool(value)),
+    ]
 
 
-#: the facts the dumps state, by type
-_INT_FACTS = ("global_batch_size", "micro_batch_size", "gas", "zero_stage", "dp", "gpus")
+def _dumps(printed: pl.DataFrame, others: pl.DataFrame, carry: pl.DataFrame) -> tuple[Events, pl.DataFrame]:
+    """The dumps' facts (a dump starts at its header; the records before any are the carried dump's, or
+    one whose header was lost) from the printer's records and the others (the JSON values' lines), a mark
+    per printer record; and each run's last dump, the facts it stated, its flags' state."""
+    items = _items(printed, carry)
+    precision, flags = _precision(items, carry)
+    carried = carry.select("run", "dump", order=pl.lit(-1, pl.Int64), fact="stated", value=pl.lit(""))
+    statements = [carried.explode("fact").drop_nulls("fact"), *_attributes(items), precision]
+    statements = pl.concat([*statements, *_json_values(others, items)], how="diagonal_relaxed")
+    events = _facts(statements.sort("order", maintain_order=True))
+    events.marks.append(_seen(printed))
+    last = pl.concat([carry.select("run", "dump"), items.select("run", "dump")]).group_by("run").max()
+    stated = statements.drop_nulls("value").group_by("run", "dump").agg(stated=pl.col("fact").unique())
+    flags = flags.join(last, on=["run", "dump"], maintain_order="left").group_by("run")
+    flags = flags.agg(pl.col(_STATED).last())
+    return events, last.join(stated, on=["run", "dump"], how="left").join(flags, on="run", how="left")
 
 
-def _dump_facts(statements: pl.DataFrame) -> _Parts:
-    """Within a dump the first statement of a fact wins (the attribute lines come before the user's JSON):
-    it is the dump's; a later dump (a relaunched engine) states the fact again. A statement of an integer
-    beyond int64 is noted, when the dump had not stated the fact yet."""
-    group = ["run", "dump", "fact"]
-    facts = (
-        statements.drop_nulls("value")
-        .sort("order")
-        .unique(group, keep="first", maintain_order=True)
-        .with_columns(family=pl.lit(NAME))
-    )
-    unstated = statements.filter(pl.col("value").is_null())
-    if unstated.height:  # the notes before the dump's statement of the fact
-        unstated = unstated.join(facts.select(*group, first="order"), on=group, how="left").filter(
-            pl.col("first").is_null() | (pl.col("order") < pl.col("first"))
-        )
-    return _Parts(
-        facts=[
-            facts.filter(pl.col("fact").is_in(_INT_FACTS)).select(
-                "order", "fact", pl.col("value").cast(pl.Int64), "family", "unless_seen"
-            ),
-            facts.filter(pl.col("fact").is_in(_OFFLOADS)).select(
-                "order", "fact", pl.col("value") == "true", "family"
-            ),
-            facts.filter(pl.col("fact") == "precision").select("order", "fact", "value", "family"),
-        ],
-        notes=[unstated.select("order", family=pl.lit(NAME), message="note")],
-    )
+# --- the kinds and blocks -------------------------------------------------------------------------------
+
+#: what a run's SEQUENCE records leave to the next segment's: its dumps so far, the facts the last stated
+#: and its flags' state, the last ``skipped=`` total, the last profiler header's line
+_CARRY = {"run": pl.Int64, "dump": pl.Int64, "stated": pl.List(pl.String)} | dict.fromkeys(
+    _STATED, pl.Boolean
+)
+_CARRY |= {"total": pl.Int64, "profiled": pl.Int64}
 
 
-def _dumps(printed: pl.DataFrame, others: pl.DataFrame) -> _Parts:
-    """The dumps' facts (a dump starts at its header; records before any header are a dump whose header
-    was lost) from the printer's records and the others (the JSON values' lines among them), and a mark
-    per printer record."""
-    items, values = _items(printed)
-    statements = pl.concat(
-        [
-            *_attribute_statements(values),
-            _precision_statements(values),
-            _json_statements(others, items, values),
-        ]
-    )
-    parts = _dump_facts(statements)
-    parts.marks.append(_seen(printed))
-    return parts
-
-
-# --- the records read in order (kind SEQUENCE) -----------------------------------------------------------
-
-
-def read_sequence(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
-    """Every run's SEQUENCE records, in order: its dumps, steps and profiler summaries, and the RECORDS
-    records glued to them (a record is one kind's)."""
+def read_sequence(records: pl.LazyFrame, carry: pl.DataFrame | None) -> Events:
+    """A segment of the runs' SEQUENCE records, after the ``carry`` of the one before: the dumps, steps and
+    profiler summaries, and the RECORDS records glued to them (a record is one kind's)."""
     frame = records.collect()
+    carry = pl.DataFrame(schema=_CARRY) if carry is None else carry
     printer = pl.col("text").str.contains(PRINT_TAG)
     printed, others = frame.filter(printer), frame.filter(~printer)
-    parts = _dumps(printed, others).add(_progress(frame)).add(_profile(others))
-    glued = frame.filter(_RECORDS_TEST.expr(pl.col("text")))
-    if glued.height:
-        parts.add(_record_parts(glued.select("order", "text")))
-    return _events(parts)
+    events, dumped = _dumps(printed, others, carry)
+    (progress, totals), (profile, profiled) = _progress(frame, carry), _profile(others, carry)
+    glued = frame.filter(pl.col("text").str.contains(_RECORDS_PATTERN))
+    for more in (progress, profile, _record_events(glued) if glued.height else Events()):
+        events.extend(more)
+    carried = pl.concat([dumped, totals.select("run", "total"), profiled], how="diagonal_relaxed")
+    events.carry = (
+        carried.group_by("run").agg(pl.all().drop_nulls().first()).select(list(_CARRY)).cast(_CARRY)
+    )
+    return _numbered(events)
 
 
 SEQUENCE = RecordKind(
     family=NAME,
     name="sequence",
-    test=RecordTest(
-        pattern="|".join([PRINT_TAG, _HOLDS_STEP_RECORD, re.escape(PROFILE_HEADER), _PROFILE_LINE])
-    ),
+    test=RecordTest(pattern="|".join([PRINT_TAG, STEP_RECORD, re.escape(PROFILE_HEADER), _PROFILE_LINE])),
     read=read_sequence,
-    whole_run=True,
     facts=(*_INT_FACTS, *_OFFLOADS, "precision", "logged_model_size"),
 )
-
-#: a printer's record that names something (a header, ``json = ``, ``name .. value``): it ends a JSON value
-_NAMING = (
-    rf"{PRINT_TAG}{PYTHON_SPACE}*(?:{_DUMP_HEADER}|json = |[A-Za-z_][A-Za-z0-9_]*"
-    rf"(?:{PYTHON_SPACE}*\.\.|{PYTHON_SPACE}{{2,}}[^\s\x1c-\x1f]|\t))"
-)
-#: the raw lines that can hold a record of a JSON value that matters (``JSON_LINE``: a record starts at
-#: the line's start, a CR, or after the ':' or ' ' ending a launcher prefix or a rank's tag), and the
-#: printer's records (one that names something ends the value). A bare "{" or "}" matched every line of a
-#: one-line dict and every brace of the other attributes' values.
-JSON_LINES = "|".join(
-    [
-        rf'"{PYTHON_SPACE}*:{PYTHON_SPACE}*\{{',
-        rf"(?:^|[\r:]){PYTHON_SPACE}*\}}",
-        re.escape(":print"),
-        *map(re.escape, _QUOTED_KEYS),
-    ]
-)
+#: the raw lines that can hold a JSON_LINE record (at the line's start, a CR, a prefix's or tag's ':' or
+#: ' ') or a printer's (it may end the value): a bare "{" or "}" matched every brace of a one-line dict
+JSON_LINES = rf'"{PS}*:{PS}*\{{|(?:^|[\r:]){PS}*\}}|{re.escape(":print")}|{_QUOTED_KEYS}'
+#: a printer's record that names something (a header, ``json = ``, ``name .. value``) ends a JSON value
+_NAMING = rf"{PRINT_TAG}{PS}*(?:{_DUMP_HEADER}|json = |{_NAME}(?:{PS}*\.\.|{PS}{{2,}}[^\s\x1c-\x1f]|\t))"
 #: the lines of the dumps' multi-line JSON values, which carry no marker: from a printer's record that may
-#: open one (a value ending with ``{``) up to the next one that names something, JSON_MAX_LINES lines or
-#: the end of the file, the records that can matter, read with SEQUENCE's
+#: open one (a value ending with ``{``) up to the next that names something, JSON_MAX_LINES lines or the
+#: end of the file, the records that can matter
 JSON_VALUES = Block(
     family=NAME,
     name="json values",
-    opens=RecordTest(pattern=rf"{PRINT_TAG}.*\{{{PYTHON_SPACE}*(?:$|\[)"),
+    opens=RecordTest(pattern=rf"{PRINT_TAG}.*\{{{PS}*(?:$|\[)"),
     ends=RecordTest(pattern=_NAMING),
     body=RecordTest(pattern=f"{PRINT_TAG}|{JSON_LINE}"),
     hint=JSON_LINES,
     max_lines=JSON_MAX_LINES,
+    into=SEQUENCE.name,
+)
+#: the profiler's summaries (a header up to the next or its 60 lines), a block so that no segment of
+#: SEQUENCE's ends inside one: a FLOPS line's step event is its summary's step line's
+PROFILE = Block(
+    family=NAME,
+    name="profile",
+    opens=RecordTest(markers=(PROFILE_HEADER,)),
+    ends=RecordTest(markers=(PROFILE_HEADER,)),
+    markers=_PROFILE_MARKERS,
+    body=RecordTest(pattern=_PROFILE_LINE),
+    max_lines=PROFILE_WINDOW_LINES,
     into=SEQUENCE.name,
 )
 
@@ -889,23 +538,12 @@ def evidence(run: RunBuilder) -> int:
     return run.families_seen.get(NAME, 0)
 
 
-#: the printer's records that a dump is read for hold one of these (its header, a name it reads); the
-#: others matter only inside a JSON value, where JSON_VALUES finds them
-_PRINT_MARKERS = (_DUMP_HEADER, *sorted(NAMES_READ))
-
 FAMILY = Family(
     name=NAME,
-    markers=(
-        *_PRINT_MARKERS,
-        "step=",
-        PROFILE_HEADER,
-        "Profile Summary at step",
-        "FLOPS per GPU = ",
-        *PROFILE_LABELS,
-        *_RECORD_MARKERS,
-    ),
+    # a dump's header, the names it is read for: its other lines matter only in JSON values (JSON_VALUES)
+    markers=(_DUMP_HEADER, *sorted(NAMES_READ), "step=", PROFILE_HEADER, *_PROFILE_MARKERS, *_RECORD_MARKERS),
     evidence=evidence,
     kinds=(SEQUENCE, RECORDS),
-    blocks=(JSON_VALUES,),
+    blocks=(JSON_VALUES, PROFILE),
     description="DeepSpeed engine: config dump, step=/throughput lines, pipeline steps, flops profiler",
 )

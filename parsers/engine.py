@@ -293,6 +293,7 @@ def _flush(reading: Reading, *, last: bool = False) -> None:
         records = pl.concat(frames)
         cut = None if last else _open_from(reading, group.blocks)
         if cut is not None:
+            cut = _before_blocks(records, cut)
             held = (
                 records.join(cut, on="run", how="left").select(pl.col("order") >= pl.col("cut")).to_series()
             )
@@ -332,6 +333,21 @@ def _open_from(reading: Reading, blocks: list[int]) -> pl.DataFrame | None:
     return pl.DataFrame(
         {"run": list(cuts), "cut": list(cuts.values())}, schema={"run": pl.Int64, "cut": pl.Int64}
     )
+
+
+def _before_blocks(records: pl.DataFrame, cut: pl.DataFrame) -> pl.DataFrame:
+    """``cut`` moved back to the opener of each block that would straddle it: a group's blocks may overlap,
+    and one that ended can have records past the opener of another still open."""
+    while True:
+        across = (
+            records.join(cut, on="run")
+            .filter(pl.col("order") >= pl.col("cut"), pl.col("block") < pl.col("cut"))
+            .group_by("run")
+            .agg(opener=pl.col("block").min())
+        )
+        if across.is_empty():
+            return cut
+        cut = cut.join(across, on="run", how="left").select("run", cut=pl.min_horizontal("cut", "opener"))
 
 
 def _flush_kinds(reading: Reading) -> None:

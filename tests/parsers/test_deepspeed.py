@@ -4,14 +4,17 @@
 Expected values were read off the files with the one-liners quoted beside them, not with the parser.
 """
 
+from functools import partial
 from pathlib import Path
 
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from logstat.parsers import deepspeed, megatron
+from logstat.parsers import deepspeed, engine, megatron, reader, source
 from logstat.parsers.base import RunBuilder
 from logstat.parsers.reader import RunFiles, read_settled
+from polars.testing import assert_frame_equal
 
 from tests.parsers.feeding import feed_file, feed_lines
 
@@ -294,3 +297,25 @@ def test_a_json_value_left_open_in_the_out_file_does_not_read_the_err_file(tmp_p
     runs = load_runs([tmp_path]).runs
     assert runs["zero_stage"].to_list() == [None]
     assert runs["paths"].to_list()[0][1].endswith("job-77.err")
+
+
+def _frames(paths: list[Path]) -> tuple[pl.DataFrame, ...]:
+    groups = [RunFiles(key=str(path), files=(path,)) for path in paths]
+    return reader.frames(reader.read_runs(groups, [megatron.FAMILY, deepspeed.FAMILY]))
+
+
+def test_a_log_read_in_segments_gives_what_it_gives_read_whole(tmp_path, monkeypatch):
+    """Flushed after every batch of a few hundred bytes, a run's records are read in many segments, each
+    after what the one before left (which dump, what it stated, its precision flags, the ``skipped=``
+    total, the profiler's header): the frames are those of the log read whole."""
+    zero1 = (DS / "ds_zero1_fp32_2cpu.log").read_text().splitlines()
+    # without its user config, whose JSON value (a block still open) holds the records after it back
+    relaunched = tmp_path / "relaunched.log"
+    relaunched.write_text("".join(f"{line}\n" for line in 2 * (zero1[:142] + zero1[149:])))
+    paths = [*sorted(DS.glob("*.*")), DS.parent / "hf_trainer" / HF_REAL, relaunched]
+    whole = _frames(paths)
+    monkeypatch.setattr(engine, "FLUSH_RECORDS", 1)
+    monkeypatch.setattr(source, "CHUNK_BYTES", 1000)
+    monkeypatch.setattr(source, "batches", partial(source.batches, batch_bytes=1000))
+    for segmented, read_whole in zip(_frames(paths), whole, strict=True):
+        assert_frame_equal(segmented, read_whole)

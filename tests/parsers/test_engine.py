@@ -5,9 +5,11 @@ batch edges change nothing."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import polars as pl
 import pytest
-from logstat.parsers import source
+from logstat.parsers import engine, source
 from logstat.parsers.base import Family, RunBuilder
 from logstat.parsers.kinds import (
     BODY,
@@ -201,3 +203,35 @@ def test_many_small_runs_in_one_batch_keep_their_own_records(tmp_path):
     runs = _read(tmp_path, [probe], *[f"note {n}\nstep {n} loss {n}\n" for n in range(1, 6)])
     assert [list(run.iterations) for run in runs] == [[1], [2], [3], [4], [5]]
     assert seen == [(f"run{n - 1}.log", 1, f"note {n}") for n in range(1, 6)]
+
+
+def test_a_segment_never_ends_inside_a_block_of_its_read(tmp_path, monkeypatch):
+    """Two blocks of one read overlap: when the first has ended and the second is still open, the segment
+    read ends before the first's opener, not inside the first at the second's."""
+
+    def block(name: str, opener: str, closer: str) -> Block:
+        body, closes = RecordTest(pattern=r"^\w+ = "), RecordTest(pattern=f"^{closer}$")
+        return Block(
+            family="probe",
+            name=name,
+            opens=RecordTest(markers=(opener,)),
+            body=body,
+            closes=closes,
+            read=_block_events,
+        )
+
+    family = Family(
+        name="probe",
+        markers=("BEGIN", "OPEN"),
+        blocks=(block("a", "BEGIN", "END"), block("b", "OPEN", "CLOSE")),
+    )
+    log = "BEGIN\na = 1\nOPEN\nb = 2\nEND\nc = 3\nCLOSE\n"
+    expected = [
+        f"1: {OPENER}:BEGIN|{BODY}:a = 1|{BODY}:b = 2|{CLOSER}:END",
+        f"3: {OPENER}:OPEN|{BODY}:b = 2|{BODY}:c = 3|{CLOSER}:CLOSE",
+    ]
+    assert _blocks(_read(tmp_path, [family], log)[0]) == expected
+    monkeypatch.setattr(engine, "FLUSH_RECORDS", 1)  # a segment read after every line
+    monkeypatch.setattr(source, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(source, "batches", partial(source.batches, batch_bytes=1))
+    assert _blocks(_read(tmp_path, [family], log)[0]) == expected
