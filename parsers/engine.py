@@ -180,7 +180,7 @@ def _kept_spans(reading: Reading, number: int, spans: Spans) -> pl.DataFrame:
     group = reading.plan.group_of_block[number]
     if block.into is None:
         _keep(reading, group, spans.records.with_columns(source=pl.lit(block.name)))
-    else:  # the lines go to a whole-run kind; its opener is one of the kind's records already
+    else:  # the lines go to a kind; its opener is one of the kind's records already
         lines = spans.records.filter(pl.col("role") != ENDED, pl.col("role") != OPENER)
         _keep(reading, group, lines.with_columns(source=pl.lit(block.into)))
     return spans.taken
@@ -283,15 +283,14 @@ def _read_python(reading: Reading, records: pl.DataFrame) -> None:
 
 def _flush(reading: Reading, *, last: bool = False) -> None:
     """Hand what is kept to the reading thread: the kinds read on their own, and each read group's records
-    up to (not including) the first block of the group still open in each run (all at the ``last``; a
-    ``whole_run`` group only then, and a group whose read returned a carry once more, without records)."""
+    up to (not including) the first block of the group still open in each run (all at the ``last``, and
+    then a group whose read returned a carry once more, without records)."""
     _flush_kinds(reading)
-    for number, group in enumerate(reading.plan.groups):
-        frames = reading.group_records[number]
-        if not frames or (group.whole_run and not last):
+    for number, frames in enumerate(reading.group_records):
+        if not frames:
             continue
         records = pl.concat(frames)
-        cut = None if last else _open_from(reading, group.blocks)
+        cut = None if last else _open_from(reading, reading.plan.groups[number].blocks)
         if cut is not None:
             cut = _before_blocks(records, cut)
             held = (
@@ -306,12 +305,7 @@ def _flush(reading: Reading, *, last: bool = False) -> None:
             reading.reads.append(_reader().submit(_read_group, reading, number, records))
     if last:  # after the reads before it, in the reading thread: the carries are theirs
         reading.reads.append(_reader().submit(_read_carries, reading))
-    reading.kept = sum(
-        frame.height
-        for group, frames in zip(reading.plan.groups, reading.group_records, strict=True)
-        if not group.whole_run
-        for frame in frames
-    )
+    reading.kept = sum(frame.height for frames in reading.group_records for frame in frames)
 
 
 def _read_carries(reading: Reading) -> None:

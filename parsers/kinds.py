@@ -191,15 +191,10 @@ class RecordKind:
     a line), ``text`` (the record, launcher prefixes stripped), ``run`` (its run among those read together,
     for rules per run such as "the first one counts"), ``line`` and ``file`` (its line number and file
     index); an event's order adds its index in the record. A kind whose ``read`` is also its family's
-    blocks' is read with them, all its records at once at the end (``Block.read``'s frame, its rows of
-    ``source`` its name)."""
+    blocks' is read with them, in segments (``Block.read``'s frame and carry, its rows of ``source`` its
+    name)."""
     facts: tuple[str, ...] = ()
     """The run facts its events state (``RunBuilder`` weighs them against the Python families')."""
-    whole_run: bool = False
-    """Whether what a record says depends on the run's records of the kind before it (DeepSpeed's config
-    dump: which dump it is in, what the dump said before; its cumulative ``skipped=``): its records are
-    read once, at the end, every run's in reading order, with columns ``run``, ``line`` and ``file`` (the
-    record's line number and file index: the orders are keys of the reading, not of the file)."""
 
 
 #: the ``role`` of a block's records: the record that opened it, one it reads, its own record that closed
@@ -236,7 +231,7 @@ class Block:
     for the run's end, in event frames without ``order`` (``run``, ``line`` and ``file`` instead: a record
     an earlier segment held). None: ``into`` reads them."""
     into: str | None = None
-    """The name of a ``whole_run`` kind of the family that reads the block's records (not its opener, one of
+    """The name of a kind of the family that reads the block's records (not its opener, one of
     the kind's records) with its own: the block only finds the lines that belong to the kind's records
     (DeepSpeed's multi-line JSON values, which carry no marker, to its config printer's records)."""
     body: RecordTest = RecordTest()

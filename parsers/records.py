@@ -69,15 +69,13 @@ def _all_markers(family: Family) -> tuple[str, ...]:
 @dataclass
 class ReadGroup:
     """One read of the blocks (and of the kinds) that share it: their records are kept together and read
-    in line order, in segments that end before a block still open (the ``whole_run`` ones at the end)."""
+    in line order, in segments that end before a block still open."""
 
     read: object
     blocks: list[int] = field(default_factory=list)
     """The indexes of its blocks in ``Plan.blocks``."""
     kinds: list[int] = field(default_factory=list)
-    """The indexes of its kinds in ``Plan.kinds``: a ``whole_run`` kind, or one sharing a block's read."""
-    whole_run: bool = False
-    """Whether it is read once, at the end (one of its kinds is ``whole_run``)."""
+    """The indexes of its kinds in ``Plan.kinds``: those sharing a block's read."""
 
 
 @dataclass(frozen=True)
@@ -148,10 +146,8 @@ class Plan:
             )
             groups.setdefault(read, ReadGroup(read=read)).blocks.append(number)
         for index, kind in enumerate(self.kinds):
-            if kind.read in groups or kind.whole_run:
-                group = groups.setdefault(kind.read, ReadGroup(read=kind.read))
-                group.kinds.append(index)
-                group.whole_run |= kind.whole_run
+            if kind.read in groups:
+                groups[kind.read].kinds.append(index)
         return list(groups.values())
 
     @cached_property
