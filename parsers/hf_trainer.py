@@ -194,7 +194,7 @@ def _typed(value: Any) -> dict[str, Any]:
         return {"kind": "none"}
     kind = {bool: "bool", int: "int", float: "float"}.get(type(value), "str")
     if kind == "int" and not INT64_MIN <= value <= INT64_MAX:
-        kind, value_real = "bigint", math.copysign(math.inf, value)
+        kind, value_real = "bigint", math.inf if value > 0 else -math.inf  # copysign would float() it
     else:
         value_real = float(value) if kind != "str" else None
     integer = int(value) if kind in ("bool", "int") else None
@@ -372,7 +372,12 @@ def _number(value: Any) -> float | None:
             return float(value.replace(",", ""))
         except ValueError:
             return None
-    return None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond any float: infinite, as the text "1e400" reads
+        return math.inf if value > 0 else -math.inf
 
 
 def _final(fact: str, value: float | int, text: str) -> dict[str, Any]:

@@ -215,6 +215,25 @@ def test_command_line_flags_and_block_size():
     assert "precision" not in run.facts and "train_iters" not in run.facts
 
 
+def test_numbers_beyond_any_float_are_noted_not_raised():
+    huge = "1" + "0" * 400
+    run = feed_lines(
+        [
+            f"+ python hf_run.py --config_overrides n_embd=nan,vocab_size={huge}",
+            f"{{'loss': {huge}, 'learning_rate': -{huge}, 'epoch': 0.01}}",
+        ]
+    )
+    (note,) = run.state["parse_errors"]
+    assert note.startswith("hf-trainer:1: vocab_size=1000") and note.endswith(
+        "does not fit a 64-bit integer; not recorded"
+    )
+    assert (
+        "hidden_size" not in run.facts and "vocab_size" not in run.facts
+    )  # nan is no size; 10**400 no int64
+    (step,) = run.iterations.values()
+    assert (step["loss"], step["lr"]) == (float("inf"), float("-inf"))  # as the texts "1e400" read
+
+
 def test_command_line_switches_and_logging_steps_map_later_dicts():
     run = feed_lines(
         [
