@@ -27,6 +27,7 @@ from logstat.parsers.kinds import (
     FILE_SHIFT,
     LINE_SHIFT,
     OPENER,
+    SEEN,
     Events,
     file_of,
     line_of,
@@ -105,7 +106,7 @@ def _prepared(batches: Iterator[list], plan: Plan) -> Iterator[Prepared]:
 
 
 #: batches prepared ahead of the one being read
-AHEAD = 2
+AHEAD = 1
 
 
 @cache
@@ -285,6 +286,9 @@ def _flush(reading: Reading, *, last: bool = False) -> None:
     """Hand what is kept to the reading thread: the kinds read on their own, and each read group's records
     up to (not including) the first block of the group still open in each run (all at the ``last``, and
     then a group whose read returned a carry once more, without records)."""
+    for pending in reading.reads:  # the flush before's: kept records must not pile up behind a slow read
+        pending.result()
+    reading.reads = []
     _flush_kinds(reading)
     for number, frames in enumerate(reading.group_records):
         if not frames:
@@ -412,8 +416,21 @@ def _located(events: Events, base: pl.DataFrame) -> Events:
             frame = _relocated(frame, "order", base, with_run=True)
             if "at" in frame.columns:
                 frame = _relocated(frame, "at", base, with_run=False)
-            getattr(located, name).append(frame)
+            getattr(located, name).append(_counted(frame) if name == "marks" else frame)
     return located
+
+
+def _counted(marks: pl.DataFrame) -> pl.DataFrame:
+    """``marks`` with a ``count``: the SEEN marks of a read folded into one per run and family, at the
+    first (settle asks how many and where the first is: a mark per record of a 1 GiB log is ~100 MB)."""
+    seen = pl.col("mark") == SEEN
+    columns = [*marks.columns, "count"]
+    folded = (
+        marks.filter(seen).group_by("run", "family").agg(pl.all().sort_by("order").first(), count=pl.len())
+    )
+    return pl.concat(
+        [marks.filter(~seen).with_columns(count=pl.lit(1, pl.UInt32)).select(columns), folded.select(columns)]
+    )
 
 
 def _relocated(frame: pl.DataFrame, column: str, base: pl.DataFrame, *, with_run: bool) -> pl.DataFrame:

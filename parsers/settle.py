@@ -94,7 +94,11 @@ def _settle_marks(runs: list[RunBuilder], marks: list[pl.DataFrame]) -> None:
     if not marks:
         return
     frame = pl.concat(marks).sort("run", "order", maintain_order=True)
-    seen = frame.filter(pl.col("mark") == SEEN).group_by("run", "family").agg(pl.len(), pl.col("order").min())
+    seen = (
+        frame.filter(pl.col("mark") == SEEN)
+        .group_by("run", "family")
+        .agg(pl.col("count").sum(), pl.col("order").min())
+    )
     for index, family, count, first in seen.iter_rows():
         runs[index].saw(family, count, at=first)
     for mark, keep in ((COMPLETE, "last"), (CLEAN_EXIT, "first")):

@@ -23,9 +23,10 @@ from pathlib import Path
 import polars as pl
 from logstat.parsers.kinds import FILE_SHIFT, LINE_SHIFT
 
-CHUNK_BYTES = 32 << 20
-#: a batch is read once this many bytes are gathered (the chunks of small files share one)
-BATCH_BYTES = 32 << 20
+CHUNK_BYTES = 16 << 20
+#: a batch is read once this many bytes are gathered (the chunks of small files share one): a batch in
+#: flight holds ~5x its bytes, and three are (two prepared ahead, one read), so 1 GiB stays under 500 MB
+BATCH_BYTES = 24 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
 # "BZh" is plain text: bzip2 also needs its block size digit and a block (or end-of-stream) magic.
