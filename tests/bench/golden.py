@@ -3,10 +3,9 @@
     python tests/bench/golden.py save     # before touching the parse path
     python tests/bench/golden.py check    # after each change: prints OK, or the columns that differ
 
-``tests/parsers/test_fast_path.py`` holds the fast path equal to the read-every-line path of the same
-code; this script holds today's code equal to yesterday's, which that test cannot see (a family change,
-a narrower marker, a record read column-wise). It parses the fixtures (the real logs of ``fixtures/bigscience`` included), the fixtures with each framework
-family forced, and, when ``make bench`` has built ``bench-corpus/``, 150 of its small files and the
+It holds today's code equal to yesterday's (a family change, a narrower marker, a record read
+column-wise): it parses the fixtures (the real logs of ``fixtures/bigscience`` included), the fixtures
+with each framework family forced, and, when ``make bench`` has built ``bench-corpus/``, 150 of its small files and the
 first 60 MB of its large one, and keeps the runs/iterations/timers frames under ``bench-corpus/golden/``
 (git-ignored). Not collected by pytest (no ``test_`` prefix).
 """
