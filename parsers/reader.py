@@ -70,7 +70,7 @@ def _uncompressed_name(path: Path) -> str:
 
 
 def _base(path: Path) -> tuple[str, str]:
-    """``(stem, suffix)`` with ``.gz``/``.xz``/``.bz2`` looked through: ``job-12.out.gz`` -> ``("job-12", ".out")``."""
+    """``(stem, suffix)`` of the uncompressed name: ``job-12.out.gz`` -> ``("job-12", ".out")``."""
     stem, dot, suffix = _uncompressed_name(path).rpartition(".")
     return (stem, "." + suffix) if dot else (suffix, "")
 
