@@ -147,10 +147,9 @@ class RunBuilder:
         self.step_events.append((self._order(), step, RECORD, family, lineno, len(self.files) - 1, kept))
 
     def new_launch(self, family: str) -> None:
-        """The training may have started again in the same log (an arguments dump: a relaunch appending
-        to its job's file, a resume from a checkpoint). It did if ``family`` logged a step since its
-        previous such call: then a step it logs again replaces the earlier launch's row (last launch
-        wins), where the many ranks printing a step within one launch merge (first print wins)."""
+        """The training may have started again in this log (an arguments dump: a relaunch appending to its
+        job's file, a resume). It did if ``family`` logged a step since its previous call: a step logged
+        again then replaces the earlier launch's row, where ranks printing one step merge (first wins)."""
         self.launch_candidates.append((self.position, family))
 
     @property
@@ -158,10 +157,8 @@ class RunBuilder:
         """The settled rows by step, each without its null columns (for reading a few)."""
         if self.iteration_frame is None:
             return {}
-        return {
-            row["iteration"]: {key: value for key, value in row.items() if value is not None}
-            for row in self.iteration_frame.iter_rows(named=True)
-        }
+        rows = self.iteration_frame.iter_rows(named=True)
+        return {row["iteration"]: {k: v for k, v in row.items() if v is not None} for row in rows}
 
     @property
     def timers(self) -> list[dict[str, Any]]:
@@ -181,12 +178,10 @@ class RunBuilder:
         exception: bool = False,
         chained: bool = False,
     ) -> None:
-        """Record a failure event: it becomes the run's ``failure`` when it is stronger (``weight``) than
-        the one on record, else it is kept as a consequence (the first of its ``kind``; none of the
-        failure's own kind, which repeats it: the same error on another rank, the same watchdog line).
-        ``exception``: a traceback's exception line; ``chained``: one of a chained traceback, which takes
-        the place of the failure when that is the exception line before it (the process died of the last
-        exception raised while handling, or from, the one before)."""
+        """Record a failure event: the run's ``failure`` if stronger (``weight``) than the one on record,
+        else a consequence (the first of its ``kind``; none of the failure's kind, which repeats it).
+        ``exception``: a traceback's exception line; ``chained``: one of a chained traceback, which replaces
+        the failure when that is the exception line before it (the process died of the last one raised)."""
         event = (self._order(), status, reason, weight, kind, exception, chained)
         self.failure_events.append(event)
         self._fold(event, lineno, self.current_file)
@@ -202,13 +197,11 @@ class RunBuilder:
             and self.failure_kind == kind == "exception"
             and (self.failure[2], self.failure_path) == self.last_exception
         ):
-            self.failure = (status, reason, lineno)
-            self.failure_path = path
+            self.failure, self.failure_path = (status, reason, lineno), path
         elif self.failure is None or weight > self.failure_weight:
             before = (self.failure_kind, self.failure, self.failure_path)
-            self.failure = (status, reason, lineno)
+            self.failure, self.failure_path = (status, reason, lineno), path
             self.failure_weight, self.failure_kind = weight, kind
-            self.failure_path = path
             if before[1] is not None:  # the weaker evidence on record follows from this one
                 self._consequence(before[0], before[1][1], before[1][2], before[2])
         else:

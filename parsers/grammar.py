@@ -46,9 +46,7 @@ _FLOAT_WORDS = frozenset({"nan", "inf", "infinity"})
 def positive_int(text: str) -> int | None:
     """A dumped value that is a whole number > 0 (a count, a size), else None (booleans are not counts)."""
     value = literal(text)
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def command_line_flags(text: str) -> dict[str, str]:

@@ -80,9 +80,7 @@ def fits_column(fact: str, value: Any) -> bool:
         return isinstance(value, bool)
     if dtype == pl.String:
         return isinstance(value, str)
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, int) if dtype == pl.Int64 else isinstance(value, int | float)
+    return not isinstance(value, bool) and isinstance(value, int if dtype == pl.Int64 else int | float)
 
 
 def apply(run: RunBuilder, log_path: Path) -> None:

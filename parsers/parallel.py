@@ -53,12 +53,13 @@ def read_frames(
     ``workers`` processes (None: one per core for big inputs, 1: this process only). ``progress(done,
     total)`` after each run."""
     count = default_workers(groups) if workers is None else max(1, min(workers, len(groups)))
+    report = progress or (lambda done, total: None)
     if count == 1:
         active = reader.active_families(family)
         results: list[reader.RunResult] = []
         for batch in _batches(groups, 1):
             results.extend(reader.read_runs(batch, active, forced=family))
-            _report(progress, len(results), len(groups))
+            report(len(results), len(groups))
         return reader.frames(results)
     # here: parsing one small file should not pay for importing these
     import multiprocessing
@@ -75,7 +76,7 @@ def read_frames(
         for batch, part in pool.map(_frames_of_batch, [(batch, family) for batch in _batches(groups, count)]):
             parts.append(part)
             done += batch
-            _report(progress, done, len(groups))
+            report(done, len(groups))
     # not rechunked: one copy of the rows in memory; the frames are read column by column anyway
     return tuple(pl.concat([part[index] for part in parts], rechunk=False) for index in range(3))
 
@@ -93,11 +94,6 @@ def _polars_threads_per_worker(workers: int) -> Iterator[None]:
         yield
     finally:
         os.environ.pop(POLARS_THREADS, None)
-
-
-def _report(progress: Callable[[int, int], None] | None, done: int, total: int) -> None:
-    if progress is not None:
-        progress(done, total)
 
 
 @cache

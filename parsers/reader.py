@@ -132,10 +132,9 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
 
 
 def read_runs(groups: list[RunFiles], active: list[Family], *, forced: str | None = None) -> list[RunResult]:
-    """Read every file of each run through the ``active`` families, then settle the runs' steps, timers,
-    facts and failures together (column-wise, one query for them all), and conclude each run (the file
-    name's job id, its manifest, derived facts, its primary family: ``forced`` names it instead of the
-    evidence)."""
+    """Read every file of each run through the ``active`` families, settle the runs together (one
+    column-wise query for them all), and conclude each run (job id, manifest, derived facts, primary
+    family: ``forced`` names it instead of the evidence)."""
     results = read_settled(groups, active)
     for result in results:
         _conclude(result, active, forced)
@@ -145,11 +144,9 @@ def read_runs(groups: list[RunFiles], active: list[Family], *, forced: str | Non
 def read_settled(groups: list[RunFiles], active: list[Family]) -> list[RunResult]:
     """The runs read and settled, with their families' last words (``Family.finish``), not concluded."""
     plan = plan_of(tuple(active))
-    results = [RunResult(run=RunBuilder(path=files.key), files=files) for files in groups]
     stating = (*plan.kinds, *plan.blocks)
-    for result in results:
-        result.run.fact_statements = declared_facts(stating)
-    runs = [result.run for result in results]
+    runs = [RunBuilder(path=files.key, fact_statements=declared_facts(stating)) for files in groups]
+    results = [RunResult(run=run, files=files) for run, files in zip(runs, groups, strict=True)]
     events = engine.read(runs, [files.files for files in groups], plan, [r.reports for r in results])
     settle_runs(runs, events)
     for run, files in zip(runs, groups, strict=True):
@@ -167,8 +164,7 @@ def plan_of(active: tuple[Family, ...]) -> Plan:
 
 
 def _conclude(result: RunResult, active: list[Family], forced: str | None) -> None:
-    """What follows from a settled run: the file name's job id, the manifest, derived facts, and the
-    primary family."""
+    """What follows from a settled run: the file name's job id, manifest, derived facts, primary family."""
     run, files = result.run, result.files
     job_id = job_id_from_name(Path(files.key))
     if job_id:
@@ -194,9 +190,8 @@ def derive_facts(run: RunBuilder) -> None:
     if "dp" not in facts and known("gpus", "tp", "pp") and facts["gpus"] % (facts["tp"] * facts["pp"]) == 0:
         run.set_fact("dp", facts["gpus"] // (facts["tp"] * facts["pp"]), "derived", 0)
     if "global_batch_size" not in facts and known("micro_batch_size", "gas", "dp"):
-        run.set_fact(
-            "global_batch_size", facts["micro_batch_size"] * facts["gas"] * facts["dp"], "derived", 0
-        )
+        global_batch = facts["micro_batch_size"] * facts["gas"] * facts["dp"]
+        run.set_fact("global_batch_size", global_batch, "derived", 0)
     if "gas" not in facts and known("global_batch_size", "micro_batch_size", "dp"):
         per_step = facts["micro_batch_size"] * facts["dp"]
         if facts["global_batch_size"] % per_step == 0:

@@ -65,10 +65,9 @@ def supplied(run: RunBuilder) -> dict[str, int]:
 
 
 def primary(scores: dict[str, int], numbers: dict[str, int] | None = None) -> str:
-    """The run's primary family from per-family evidence ``scores`` (0 = none) and the ``numbers`` each
-    supplied (``supplied``): of the families with evidence, the first in registry order that supplied
-    numbers, else the first at all; ``unknown`` if none. A family of a ``COMBINED`` mix that all has
-    evidence gives the mix's name."""
+    """The run's primary family from per-family evidence ``scores`` (0 = none) and ``numbers`` supplied
+    (``supplied``): of the families with evidence, the first in registry order that supplied numbers,
+    else the first; ``unknown`` if none; a ``COMBINED`` mix's name if every family of it has evidence."""
     seen = [f.name for f in families() if not f.context and scores.get(f.name, 0) > 0]
     if not seen:
         return "unknown"
