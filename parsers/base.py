@@ -1,15 +1,13 @@
 """What every log family module provides, and the builder the families write into.
 
-A family module (``parsers/<family>.py``) is registered once in ``parsers/registry.py`` and exposes a
-module-level ``FAMILY: Family``: its markers, its record kinds and blocks (read column-wise, ``kinds``),
-and ``parse_line`` for its rare other records (prefixes stripped, glued ranks split), in line order. A
-family never raises on a bad line: it records nothing, or a note, and goes on.
+A family module (registered in ``parsers/registry.py``) exposes ``FAMILY: Family``: markers, record kinds
+and blocks (read column-wise) and ``parse_line`` for its rare other records. A family never raises on a
+bad line: it records nothing, or a note, and goes on.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +36,7 @@ class Family:
     markers: tuple[str, ...]
     """Fixed substrings; a line is given to ``parse_line`` only if it contains one of them."""
     parse_line: Callable[[str, int, RunBuilder], None] | None = None
-    """Read one record (``text``, its 1-based ``lineno``) that no kind or block took into the builder;
-    never raises. None: every record of the family is a kind's or a block's."""
+    """Read one record (1-based ``lineno``) no kind or block took; never raises. None: there is none."""
     evidence: Callable[[RunBuilder], int] = lambda run: 0
     """How strongly the run's collected records say "this family" (0 = not at all)."""
     description: str = ""
@@ -47,24 +44,18 @@ class Family:
     context: bool = False
     """True for launcher/cluster context (Slurm): such a family is never a run's primary family."""
     finish: Callable[[RunBuilder], None] | None = None
-    """Called once after every file of a run was read: a family that kept a record for the end (the last
-    of many progress-bar updates, not worth reading each) reads it; never raises."""
+    """Called once after a run's files were read, to read a record kept for the end (the last of many
+    progress-bar updates); never raises."""
     kinds: tuple[RecordKind, ...] = ()
-    """The family's records read column-wise (``kinds.RecordKind``): ``parse_line`` never sees them."""
+    """Records read column-wise: ``parse_line`` never sees them."""
     blocks: tuple[Block, ...] = ()
-    """The family's multi-line blocks (``kinds.Block``), read column-wise: ``parse_line`` never sees their
-    records."""
+    """Multi-line blocks read column-wise: ``parse_line`` never sees their records."""
 
 
-#: the columns of ``RunBuilder.timers``, in order.
-TIMER_FIELDS = ("iteration", "timer", "ms", "family", "line", "source_path")
-#: What a failure event says about how a run ended (``RunBuilder.fail``), strongest first. A root cause
-#: explains the end (a worker's exception, CUDA OOM, an NCCL watchdog timeout, the cgroup OOM killer, a
-#: time limit, a node failure, a user's cancel); the other three follow from one: EFFECT says how a
-#: process ended (killed by signal 9, a peer's connection reset), REPORT only that one failed (a
-#: launcher's exit code or ChildFailedError, Slurm's ``DUE TO TASK FAILURE``, mpirun's summary), CLEANUP
-#: is a launcher stopping its other workers. The run's reason is the first event of the strongest weight
-#: in line order: the first root cause when there is one.
+#: What a failure event says about how a run ended (``RunBuilder.fail``), strongest first: a root CAUSE
+#: (an exception, OOM, a watchdog timeout, a time limit, a cancel) explains it; EFFECT is how a process
+#: ended (signal 9), REPORT only that one failed (an exit code), CLEANUP a launcher stopping the others.
+#: The run's reason is the first event of the strongest weight in line order.
 CAUSE, EFFECT, REPORT, CLEANUP = 3, 2, 1, 0
 #: the ``consequences`` column: at most this many evidence lines, one per kind, each cut to REASON_CHARS.
 MAX_CONSEQUENCES = 5
@@ -73,11 +64,9 @@ REASON_CHARS = 300
 
 @dataclass
 class RunBuilder:
-    """Facts, steps, timers and failures of one run as its lines are read.
-
-    Steps and timers are events (``kinds``' schemas) in reading order: the column-wise records of the
-    record kinds and the calls of the Python families. ``settle.settle_runs`` merges them once every file was read:
-    ``iterations``, ``timers`` and ``last_iteration`` are known from then on."""
+    """Facts, steps, timers and failures of one run as its lines are read. ``settle.settle_runs`` merges
+    the step and timer events once every file was read: then ``iterations``, ``timers`` and
+    ``last_iteration`` are known."""
 
     path: str
     facts: dict[str, Any] = field(default_factory=dict)
@@ -102,8 +91,8 @@ class RunBuilder:
     event_index: int = 0  # events the record made so far (the reader sets it to 0 per record)
     # step events of the Python families: (order, step, mode, family, line, file, metrics)
     step_events: list[tuple] = field(default_factory=list)
-    # failure events of the Python families, as FAILURE_EVENT_SCHEMA's rows (``settle`` folds them again
-    # with the record kinds' in line order: from then on, every failure event of the run, see ``refold``)
+    # failure events of the Python families as FAILURE_EVENT_SCHEMA's rows; after ``settle``, every
+    # failure event of the run (``refold``)
     failure_events: list[tuple] = field(default_factory=list)
     last_exception: tuple[int, str] | None = None  # (line, file) of the last traceback exception folded
     # facts a record kind states too: every statement of the Python families, (order, family, value, line)
@@ -152,22 +141,15 @@ class RunBuilder:
     def add_iteration(self, step: int | None, family: str, lineno: int, **metrics: Any) -> None:
         """Record metrics of training step ``step`` (None: the last step logged before); repeated steps
         (many ranks) merge, first value wins (``settle.settle_runs``)."""
-        self._step_event(step, RECORD, family, lineno, metrics)
-
-    def _step_event(self, step: int | None, mode: int, family: str, lineno: int, metrics: dict) -> None:
         if step is not None and not self.fits("iteration", step, family, lineno):
             return
-        kept = {}
-        for key, value in metrics.items():
-            if value is not None and self.fits(key, value, family, lineno):
-                kept[key] = value
-        self.step_events.append((self._order(), step, mode, family, lineno, len(self.files) - 1, kept))
+        kept = {k: v for k, v in metrics.items() if v is not None and self.fits(k, v, family, lineno)}
+        self.step_events.append((self._order(), step, RECORD, family, lineno, len(self.files) - 1, kept))
 
     def new_launch(self, family: str) -> None:
-        """The training may have started again in the same log (an arguments dump: a relaunch appending
-        to its job's file, a resume from a checkpoint). It did if ``family`` logged a step since its
-        previous such call: then a step it logs again replaces the earlier launch's row (last launch
-        wins), where the many ranks printing a step within one launch merge (first print wins)."""
+        """The training may have started again in this log (an arguments dump: a relaunch appending to its
+        job's file, a resume). It did if ``family`` logged a step since its previous call: a step logged
+        again then replaces the earlier launch's row, where ranks printing one step merge (first wins)."""
         self.launch_candidates.append((self.position, family))
 
     @property
@@ -175,17 +157,15 @@ class RunBuilder:
         """The settled rows by step, each without its null columns (for reading a few)."""
         if self.iteration_frame is None:
             return {}
-        return {
-            row["iteration"]: {key: value for key, value in row.items() if value is not None}
-            for row in self.iteration_frame.iter_rows(named=True)
-        }
+        rows = self.iteration_frame.iter_rows(named=True)
+        return {row["iteration"]: {k: v for k, v in row.items() if v is not None} for row in rows}
 
     @property
     def timers(self) -> list[dict[str, Any]]:
-        """The settled timers as dicts (``TIMER_FIELDS``), for reading a few."""
+        """The settled timers as dicts, for reading a few."""
         if self.timer_frame is None:
             return []
-        return self.timer_frame.select(TIMER_FIELDS).to_dicts()
+        return self.timer_frame.select("iteration", "timer", "ms", "family", "line", "source_path").to_dicts()
 
     def fail(
         self,
@@ -198,28 +178,18 @@ class RunBuilder:
         exception: bool = False,
         chained: bool = False,
     ) -> None:
-        """Record a failure event: it becomes the run's ``failure`` when it is stronger (``weight``) than
-        the one on record, else it is kept as a consequence (the first of its ``kind``; none of the
-        failure's own kind, which repeats it: the same error on another rank, the same watchdog line).
-        ``exception``: a traceback's exception line; ``chained``: one of a chained traceback, which takes
-        the place of the failure when that is the exception line before it (the process died of the last
-        exception raised while handling, or from, the one before)."""
-        order = self._order()
-        self.failure_events.append((order, status, reason, weight, kind, exception, chained))
-        self.fold_failure(status, reason, lineno, self.current_file, weight, kind, exception, chained)
+        """Record a failure event: the run's ``failure`` if stronger (``weight``) than the one on record,
+        else a consequence (the first of its ``kind``; none of the failure's kind, which repeats it).
+        ``exception``: a traceback's exception line; ``chained``: one of a chained traceback, which replaces
+        the failure when that is the exception line before it (the process died of the last one raised)."""
+        event = (self._order(), status, reason, weight, kind, exception, chained)
+        self.failure_events.append(event)
+        self._fold(event, lineno, self.current_file)
 
-    def fold_failure(
-        self,
-        status: str,
-        reason: str,
-        lineno: int,
-        path: str,
-        weight: int,
-        kind: str,
-        exception: bool = False,
-        chained: bool = False,
-    ) -> None:
-        """One failure event, in line order, into ``failure`` and ``consequences`` (see ``fail``)."""
+    def _fold(self, event: tuple, lineno: int, path: str) -> None:
+        """One failure event (FAILURE_EVENT_SCHEMA's row), in line order, into ``failure`` and
+        ``consequences`` (see ``fail``)."""
+        _, status, reason, weight, kind, exception, chained = event
         reason = reason.strip()[:REASON_CHARS]
         if (
             chained
@@ -227,13 +197,11 @@ class RunBuilder:
             and self.failure_kind == kind == "exception"
             and (self.failure[2], self.failure_path) == self.last_exception
         ):
-            self.failure = (status, reason, lineno)
-            self.failure_path = path
+            self.failure, self.failure_path = (status, reason, lineno), path
         elif self.failure is None or weight > self.failure_weight:
             before = (self.failure_kind, self.failure, self.failure_path)
-            self.failure = (status, reason, lineno)
+            self.failure, self.failure_path = (status, reason, lineno), path
             self.failure_weight, self.failure_kind = weight, kind
-            self.failure_path = path
             if before[1] is not None:  # the weaker evidence on record follows from this one
                 self._consequence(before[0], before[1][1], before[1][2], before[2])
         else:
@@ -248,15 +216,13 @@ class RunBuilder:
         self.failure, self.failure_weight, self.failure_kind, self.failure_path = None, -1, "", None
         self.consequences, self.last_exception = [], None
         self.state.pop("failure_files", None)
-        for order, status, reason, weight, kind, exception, chained in events:
-            path = self.files[order >> FILE_SHIFT]
-            self.fold_failure(status, reason, line_of_order(order), path, weight, kind, exception, chained)
+        for event in events:
+            self._fold(event, line_of_order(event[0]), self.files[event[0] >> FILE_SHIFT])
         self.failure_events = events
 
     def _consequence(self, kind: str, reason: str, lineno: int, path: str | None) -> None:
-        if kind == self.failure_kind or len(self.consequences) >= MAX_CONSEQUENCES:
-            return
-        if any(known == kind for _, _, known, _ in self.consequences):
+        seen = [known for _, _, known, _ in self.consequences]
+        if kind == self.failure_kind or kind in seen or len(seen) >= MAX_CONSEQUENCES:
             return
         files = self.state.setdefault("failure_files", {})
         number = files.setdefault(path, len(files))
@@ -276,10 +242,9 @@ class RunBuilder:
         self.completion = (evidence.strip()[:300], lineno, self.current_file, self.position)
 
     def exited_cleanly(self, evidence: str, lineno: int) -> None:
-        """Record a launcher's word that its workers exited with code 0 (DeepSpeed's ``Process N exits
-        successfully.``, torch elastic's ``worker group successfully finished``): the run is ``ok`` when
-        nothing failed, but unlike :meth:`complete` it never outweighs a failure (one worker can exit
-        cleanly while another fails). The first such line is kept."""
+        """Record the first line of a launcher saying its workers exited with code 0: the run is ``ok``
+        if nothing failed, but unlike :meth:`complete` it never outweighs a failure (one worker can exit
+        cleanly while another fails)."""
         if self.clean_exit is None:
             self.clean_exit = (evidence.strip()[:300], lineno, self.current_file, self.position)
 
@@ -294,9 +259,6 @@ class RunBuilder:
     def note(self, family: str, lineno: int, message: str) -> None:
         """A line ``family`` could not read: kept in ``parse_errors``, never silently dropped."""
         self.state.setdefault("parse_errors", []).append(f"{family}:{lineno}: {message}")
-
-    def provenance_json(self) -> str:
-        return json.dumps(self.provenance, sort_keys=True)
 
 
 LineReader = Callable[[str, int, RunBuilder], None]

@@ -1,10 +1,6 @@
-"""Shared pyparsing pieces of the log families, module-level and named so each is testable alone.
-
-- ``number``: integer / float / scientific literal, also ``nan`` and ``inf``.
-- ``literal``, ``positive_int``: a dumped value as Python reads it.
-- ``command_line_flags``: the ``--name value`` flags of an echoed launch command.
-
-Parse actions only convert types; turning parse results into facts is the families' job.
+"""Shared pyparsing pieces of the log families, module-level and named so each is testable alone:
+``number`` (also ``nan``, ``inf``), ``literal`` and ``positive_int`` (a dumped value as Python reads it),
+``command_line_flags``. Parse actions only convert types; making facts of them is the families' job.
 """
 
 from __future__ import annotations
@@ -29,9 +25,8 @@ def literal(text: str) -> Any:
         return None
     if lowered in ("true", "false"):
         return lowered == "true"
-    # The conversions below fail by exception (~1 us each): a word such as ``cosine`` skips both, a
-    # number with a "." skips int(). int() and float() read only decimal digits and signs, "_", ".",
-    # "e", and the words nan, inf and infinity, so neither reads a word of letters but those three.
+    # A failed conversion costs an exception (~1 us): a word (``cosine``) skips both, a "." skips int().
+    # Of words of letters, int() and float() read only nan, inf and infinity.
     if value.isalpha() and lowered not in _FLOAT_WORDS:
         return value
     if "." not in value:
@@ -51,9 +46,7 @@ _FLOAT_WORDS = frozenset({"nan", "inf", "infinity"})
 def positive_int(text: str) -> int | None:
     """A dumped value that is a whole number > 0 (a count, a size), else None (booleans are not counts)."""
     value = literal(text)
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def command_line_flags(text: str) -> dict[str, str]:

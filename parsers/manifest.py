@@ -1,9 +1,7 @@
 """Run facts from the ``manifest.json`` the runners write beside a run's log.
 
-The manifest holds what was launched (the resolved spec), so its facts override what the parsers
-read or could not read from the log; provenance says ``manifest``. A log without a manifest, or
-with one that cannot be read, is parsed from its lines alone (a broken manifest is noted in the
-run's state, never fatal).
+The manifest holds what was launched (the resolved spec), so its facts override the log's; provenance
+says ``manifest``. A log without a readable manifest is read from its lines alone (a broken one is noted).
 """
 
 from __future__ import annotations
@@ -52,12 +50,6 @@ TOP_FACTS: dict[str, str] = {
 }
 
 
-def find(log_path: Path) -> Path | None:
-    """The manifest beside ``log_path`` (same directory), if there is one."""
-    candidate = log_path.parent / MANIFEST_NAME
-    return candidate if candidate.is_file() else None
-
-
 def facts(manifest: dict[str, Any]) -> dict[str, Any]:
     """The run facts a manifest states (absent keys are left out, never guessed)."""
     spec = manifest.get("spec") if isinstance(manifest.get("spec"), dict) else {}
@@ -88,15 +80,13 @@ def fits_column(fact: str, value: Any) -> bool:
         return isinstance(value, bool)
     if dtype == pl.String:
         return isinstance(value, str)
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, int) if dtype == pl.Int64 else isinstance(value, int | float)
+    return not isinstance(value, bool) and isinstance(value, int if dtype == pl.Int64 else int | float)
 
 
 def apply(run: RunBuilder, log_path: Path) -> None:
     """Override ``run``'s facts with those of the manifest beside ``log_path`` (if any)."""
-    path = find(log_path)
-    if path is None:
+    path = log_path.parent / MANIFEST_NAME
+    if not path.is_file():
         return
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))

@@ -2,16 +2,12 @@
 
 Its output, as the seed's README quotes it::
 
-    python benchmark.py --n_layer 21 --n_head 16 --n_embd 8192 --gpus 8 --precision 16 --limit_train_batches 120 --batch_size 1
-
+    python benchmark.py --n_layer 21 --n_head 16 --n_embd 8192 --gpus 8 --precision 16 --batch_size 1
     Average Epoch time: 45.65 seconds
     Average Peak CUDA memory: 36086.14MiB
-    CPU Virtual Memory:  used = 867.61 GB, percent = 91.8%
 
-The command line gives the run's shape (``--n_layer``, ``--n_head``, ``--n_embd``, ``--block_size``,
-``--vocab_size``), GPUs per node (``--gpus``, Lightning's devices per node; ``--num_nodes``), the
-micro batch (``--batch_size``), precision (``--precision 16``/``bf16``/``32``) and the strategy
-(``deepspeed_stage_3``, ``--cpu_offload``).
+The command line gives the run's shape, GPUs per node (``--gpus``; ``--num_nodes``), the micro batch,
+precision and the strategy (``deepspeed_stage_3``, ``--cpu_offload``).
 """
 
 from __future__ import annotations
@@ -117,15 +113,9 @@ def _scan(pattern: re.Pattern[str], literal: str, text: str) -> list[int | float
     return [number_of(match) for match in pattern.finditer(text)]
 
 
-def evidence(run: RunBuilder) -> int:
-    """The benchmark's own result lines and its command line."""
-    return run.families_seen.get(NAME, 0)
-
-
 FAMILY = Family(
     name=NAME,
     markers=("Average Epoch time:", "Average Peak CUDA memory:", "--n_layer"),
     parse_line=parse_line,
-    evidence=evidence,
     description="minGPT/Lightning benchmark: average epoch time, peak CUDA memory, benchmark.py command line",
 )

@@ -1,14 +1,11 @@
 """Reading many runs on every core.
 
-Runs are independent: all files of one run are read, in order, by one worker, so each run's result
-is exactly what the serial reader gives, and the results keep the order of the runs. A worker turns
-its run into that run's rows of the three frames before sending it back: the parent only joins them,
-so the reading objects of hundreds of runs (their builders and states) never pile up in one process,
-and the rows are built on every core instead of after the last run. Workers are
-started with ``spawn``, not ``fork``: the parent already runs polars' thread pool, and forking a
-process that has threads can deadlock the child. A worker costs a fraction of a second to start, so
-small inputs are read in this process. Spawned workers re-import the caller's main module: a script
-that asks for workers must guard its top level with ``if __name__ == "__main__":``.
+Runs are independent: one worker reads all files of a run, so each result is what the serial reader
+gives, in the runs' order. A worker sends back its runs' frames, not their builders: the parent only
+joins them, and the rows are built on every core. Workers are started with ``spawn``: forking a process
+that runs polars' threads can deadlock the child. Starting one takes a fraction of a second, so small
+inputs are read here. A script asking for workers must guard its top level with ``if __name__ ==
+"__main__":`` (spawned workers re-import it).
 """
 
 from __future__ import annotations
@@ -23,10 +20,10 @@ from logstat.parsers import reader
 from logstat.parsers.base import Family
 from logstat.parsers.source import file_size
 
+#: below this many bytes in total, starting workers costs more than it saves
 PARALLEL_MIN_BYTES = 32 << 20
-"""Below this many bytes in total, starting workers costs more than it saves."""
+#: the environment variable polars sizes its thread pool by, when it is imported
 POLARS_THREADS = "POLARS_MAX_THREADS"
-"""The environment variable polars sizes its thread pool by, when it is imported."""
 
 
 def usable_cores() -> int:
@@ -56,12 +53,13 @@ def read_frames(
     ``workers`` processes (None: one per core for big inputs, 1: this process only). ``progress(done,
     total)`` after each run."""
     count = default_workers(groups) if workers is None else max(1, min(workers, len(groups)))
+    report = progress or (lambda done, total: None)
     if count == 1:
         active = reader.active_families(family)
         results: list[reader.RunResult] = []
         for batch in _batches(groups, 1):
             results.extend(reader.read_runs(batch, active, forced=family))
-            _report(progress, len(results), len(groups))
+            report(len(results), len(groups))
         return reader.frames(results)
     # here: parsing one small file should not pay for importing these
     import multiprocessing
@@ -78,17 +76,16 @@ def read_frames(
         for batch, part in pool.map(_frames_of_batch, [(batch, family) for batch in _batches(groups, count)]):
             parts.append(part)
             done += batch
-            _report(progress, done, len(groups))
+            report(done, len(groups))
     # not rechunked: one copy of the rows in memory; the frames are read column by column anyway
     return tuple(pl.concat([part[index] for part in parts], rechunk=False) for index in range(3))
 
 
 @contextmanager
 def _polars_threads_per_worker(workers: int) -> Iterator[None]:
-    """Workers started in this block give polars their share of the cores, not every core each: on a
-    ~1 MiB file polars' threads only take turns, the same wall time for ~45% more CPU, which the other
-    workers' readers need. A spawned worker imports polars after this process started it, so the
-    environment set here sizes its pool. A POLARS_MAX_THREADS the user set stays."""
+    """Workers started in this block give polars their share of the cores, not every core each (on a
+    ~1 MiB file the threads only take turns: ~45% more CPU, the same wall time). A spawned worker
+    imports polars after this is set; a POLARS_MAX_THREADS the user set stays."""
     if POLARS_THREADS in os.environ:
         yield
         return
@@ -97,11 +94,6 @@ def _polars_threads_per_worker(workers: int) -> Iterator[None]:
         yield
     finally:
         os.environ.pop(POLARS_THREADS, None)
-
-
-def _report(progress: Callable[[int, int], None] | None, done: int, total: int) -> None:
-    if progress is not None:
-        progress(done, total)
 
 
 @cache

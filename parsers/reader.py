@@ -1,16 +1,14 @@
 """Files -> runs -> frames: group a job's files, stream their lines through the families, build rows.
 
-One batch job is one run: its output and error files (same name stem in the same directory) are read
-together, output first, so the iterations of the one and the failure in the other end up in one row.
-The schedulers name them: Slurm ``%x-%j.out`` / ``%x-%j.err`` (``slurm-%j.out`` by default), LSF
-``*.stdout`` / ``*.stderr`` as job scripts commonly ask with ``-o``/``-e``, PBS Pro / Torque and SGE / UGE
-(and ABCI, which ran both) ``name.o12345`` / ``name.e12345`` (an array task adds ``.3``, Torque ``-3``;
-SGE's parallel-environment ``name.po12345`` / ``name.pe12345`` belong to the job too). Every other log
-file (``*.log``, ``*.txt``) is a run of its own.
+A batch job's output and error files (same stem, same directory) are one run, read output first, so the
+iterations of the one and the failure in the other are one row: Slurm ``%x-%j.out``/``.err``, LSF
+``*.stdout``/``*.stderr``, PBS/Torque and SGE ``name.o12345``/``name.e12345`` (an array task adds ``.3``,
+Torque ``-3``; SGE's ``name.po12345``/``.pe12345`` too). Any other log (``*.log``, ``*.txt``) is one run.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -68,15 +66,11 @@ COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2")
 
 def _uncompressed_name(path: Path) -> str:
     """The file name with ``.gz``/``.xz``/``.bz2`` looked through: ``job-12.out.gz`` -> ``job-12.out``."""
-    name = path.name
-    for compressed in COMPRESSED_SUFFIXES:
-        if name.endswith(compressed):
-            return name[: -len(compressed)]
-    return name
+    return path.name.rpartition(".")[0] if path.name.endswith(COMPRESSED_SUFFIXES) else path.name
 
 
 def _base(path: Path) -> tuple[str, str]:
-    """``(stem, suffix)`` with ``.gz``/``.xz``/``.bz2`` looked through: ``job-12.out.gz`` -> ``("job-12", ".out")``."""
+    """``(stem, suffix)`` of the uncompressed name: ``job-12.out.gz`` -> ``("job-12", ".out")``."""
     stem, dot, suffix = _uncompressed_name(path).rpartition(".")
     return (stem, "." + suffix) if dot else (suffix, "")
 
@@ -107,15 +101,14 @@ def _job_stream(path: Path) -> tuple[tuple[str, str], int] | None:
 def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
     """Group files into runs: a job's output and error files (same stem, same directory) are one."""
     groups: dict[tuple[Path, tuple[str, str]], list[tuple[int, Path]]] = {}
-    singles: list[RunFiles] = []
+    runs: list[RunFiles] = []
     for path in paths:
         stream = _job_stream(path)
         if stream is not None:
             key, order = stream
             groups.setdefault((path.parent, key), []).append((order, path))
         else:
-            singles.append(RunFiles(key=str(path), files=(path,)))
-    runs = list(singles)
+            runs.append(RunFiles(key=str(path), files=(path,)))
     for files in groups.values():
         ordered = [path for _, path in sorted(files, key=lambda item: (item[0], item[1].name))]
         runs.append(RunFiles(key=str(ordered[0]), files=tuple(ordered)))
@@ -139,10 +132,9 @@ def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None
 
 
 def read_runs(groups: list[RunFiles], active: list[Family], *, forced: str | None = None) -> list[RunResult]:
-    """Read every file of each run through the ``active`` families, then settle the runs' steps, timers,
-    facts and failures together (column-wise, one query for them all), and conclude each run (the file
-    name's job id, its manifest, derived facts, its primary family: ``forced`` names it instead of the
-    evidence)."""
+    """Read every file of each run through the ``active`` families, settle the runs together (one
+    column-wise query for them all), and conclude each run (job id, manifest, derived facts, primary
+    family: ``forced`` names it instead of the evidence)."""
     results = read_settled(groups, active)
     for result in results:
         _conclude(result, active, forced)
@@ -152,20 +144,13 @@ def read_runs(groups: list[RunFiles], active: list[Family], *, forced: str | Non
 def read_settled(groups: list[RunFiles], active: list[Family]) -> list[RunResult]:
     """The runs read and settled, with their families' last words (``Family.finish``), not concluded."""
     plan = plan_of(tuple(active))
-    results = [RunResult(run=RunBuilder(path=files.key), files=files) for files in groups]
     stating = (*plan.kinds, *plan.blocks)
-    for result in results:
-        result.run.fact_statements = declared_facts(stating)
-    events = engine.read(
-        [result.run for result in results],
-        [files.files for files in groups],
-        plan,
-        [result.reports for result in results],
-    )
-    settle_runs([result.run for result in results], events)
-    for result in results:
-        run = result.run
-        run.position, run.event_index = order_key(len(result.files.files), 0), 0
+    runs = [RunBuilder(path=files.key, fact_statements=declared_facts(stating)) for files in groups]
+    results = [RunResult(run=run, files=files) for run, files in zip(runs, groups, strict=True)]
+    events = engine.read(runs, [files.files for files in groups], plan, [r.reports for r in results])
+    settle_runs(runs, events)
+    for run, files in zip(runs, groups, strict=True):
+        run.position, run.event_index = order_key(len(files.files), 0), 0
         for family in active:
             if family.finish is not None:
                 family.finish(run)
@@ -179,8 +164,7 @@ def plan_of(active: tuple[Family, ...]) -> Plan:
 
 
 def _conclude(result: RunResult, active: list[Family], forced: str | None) -> None:
-    """What follows from a settled run: the file name's job id, the manifest, derived facts, and the
-    primary family."""
+    """What follows from a settled run: the file name's job id, manifest, derived facts, primary family."""
     run, files = result.run, result.files
     job_id = job_id_from_name(Path(files.key))
     if job_id:
@@ -206,9 +190,8 @@ def derive_facts(run: RunBuilder) -> None:
     if "dp" not in facts and known("gpus", "tp", "pp") and facts["gpus"] % (facts["tp"] * facts["pp"]) == 0:
         run.set_fact("dp", facts["gpus"] // (facts["tp"] * facts["pp"]), "derived", 0)
     if "global_batch_size" not in facts and known("micro_batch_size", "gas", "dp"):
-        run.set_fact(
-            "global_batch_size", facts["micro_batch_size"] * facts["gas"] * facts["dp"], "derived", 0
-        )
+        global_batch = facts["micro_batch_size"] * facts["gas"] * facts["dp"]
+        run.set_fact("global_batch_size", global_batch, "derived", 0)
     if "gas" not in facts and known("global_batch_size", "micro_batch_size", "dp"):
         per_step = facts["micro_batch_size"] * facts["dp"]
         if facts["global_batch_size"] % per_step == 0:
@@ -224,20 +207,14 @@ def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
         return "empty", "empty file: no lines to read", None, None
     anything = bool(run.iterations or run.facts.keys() - {"job_id"} or run.failure)
     if problems and not anything:
-        first = problems[0]
-        return "unreadable", first.problem, None, first.path
+        return "unreadable", problems[0].problem, None, problems[0].path
     completion = run.completion or _completion_from_facts(run)
     if run.failure is not None:
         status, reason, line = run.failure
-        superseded = completion is not None and completion[2] == run.failure_path and completion[1] > line
-        if not superseded:
+        if completion is None or completion[2] != run.failure_path or completion[1] <= line:
             return status, reason, line, run.failure_path
-        return (
-            "ok",
-            f"{completion[0]} (after an earlier failure at line {line}: {reason})",
-            completion[1],
-            completion[2],
-        )
+        after = f"{completion[0]} (after an earlier failure at line {line}: {reason})"
+        return "ok", after, completion[1], completion[2]
     if completion is not None:
         return "ok", completion[0], completion[1], completion[2]
     if run.clean_exit is not None:
@@ -252,12 +229,8 @@ def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
         planned = run.facts.get("train_iters")
         of = f" of {planned}" if planned else ""
         row = run.iterations.get(run.last_iteration, {})
-        return (
-            "incomplete",
-            f"log stops after iteration {run.last_iteration}{of}, with no failure or end message",
-            row.get("line"),
-            row.get("source_path") or str(result.files.files[0]),
-        )
+        stops = f"log stops after iteration {run.last_iteration}{of}, with no failure or end message"
+        return "incomplete", stops, row.get("line"), row.get("source_path") or str(result.files.files[0])
     return "incomplete", "log stops before any training step, with no failure or end message", None, None
 
 
@@ -273,11 +246,8 @@ def _completion_from_facts(run: RunBuilder) -> tuple[str, int, str] | None:
     planned = run.facts.get("train_iters")
     if planned and run.last_iteration is not None and run.last_iteration >= planned:
         row = run.iterations.get(run.last_iteration, {})
-        return (
-            f"reached the planned {planned} iterations",
-            row.get("line") or 0,
-            str(row.get("source_path") or run.current_file),
-        )
+        where = str(row.get("source_path") or run.current_file)
+        return f"reached the planned {planned} iterations", row.get("line") or 0, where
     return None
 
 
@@ -285,8 +255,7 @@ def runs_row(result: RunResult) -> dict:
     """One row of the ``runs`` frame."""
     run = result.run
     status, reason, line, reason_path = status_of(result)
-    row = {name: run.facts.get(name) for name in RUNS_SCHEMA}
-    row.update(
+    return {name: run.facts.get(name) for name in RUNS_SCHEMA} | dict(
         path=result.files.key,
         paths=[str(p) for p in result.files.files],
         family=result.family,
@@ -296,10 +265,9 @@ def runs_row(result: RunResult) -> dict:
         reason_line=line,
         reason_path=reason_path,
         consequences=run.consequence_lines(),
-        provenance=run.provenance_json(),
+        provenance=json.dumps(run.provenance, sort_keys=True),
         warnings=warnings_of(result),
     )
-    return row
 
 
 MAX_WARNINGS = 20

@@ -1,18 +1,11 @@
-"""The one place log families are registered.
+"""The one place log families are registered, most specific framework first, most generic engine last.
 
-Each entry is the module path of a family module exposing ``FAMILY: Family``. Order matters:
-families are listed from the most specific training framework to the most generic engine. A run's
-primary family is weighed by what its records supplied (``primary``): a family whose records gave the
-run's numbers (iteration rows, measured results) outweighs any number of records that only describe
-the run (a banner, a command line, a config dump), and among those the first in this order wins (an
-HF Trainer run also logs DeepSpeed's progress lines, often more of them than its own). DeepSpeed-Chat
-prints its own ``***** Running training *****`` and HF-style flags on its command line, but every
-number comes from DeepSpeed's lines: its family is ``deepspeed``. A Megatron-DeepSpeed run prints
-both Megatron's and DeepSpeed's lines and is named by ``COMBINED``. Context families (Slurm) are
-never primary.
-
-Adding a family: write ``parsers/<name>.py`` with ``FAMILY``, add its module path here, add
-fixtures and a test (STYLE.md rule 1).
+A run's primary family (``primary``) is the first in this order among those whose records supplied the
+run's numbers (iteration rows, measured results), which outweigh any number of records that only
+describe the run: an HF Trainer run also logs DeepSpeed's progress lines, often more than its own, and
+DeepSpeed-Chat prints HF-style lines but every number comes from DeepSpeed's. Context families (Slurm)
+are never primary. Adding a family: ``parsers/<name>.py`` with ``FAMILY``, its module here, fixtures
+and a test (STYLE.md rule 1).
 """
 
 from __future__ import annotations
@@ -25,29 +18,18 @@ from logstat.parsers.base import Family, RunBuilder
 
 from logstat.errors import LogstatError
 
-FAMILY_MODULES: tuple[str, ...] = (
-    "logstat.parsers.megatron",
-    "logstat.parsers.hf_trainer",
-    "logstat.parsers.mingpt",
-    "logstat.parsers.deepspeed",
-    "logstat.parsers.slurm",
+FAMILY_MODULES = tuple(
+    f"logstat.parsers.{name}" for name in ("megatron", "hf_trainer", "mingpt", "deepspeed", "slurm")
 )
 
 #: runs showing evidence of every family of a key are named by its value.
-COMBINED: dict[frozenset[str], str] = {
-    frozenset({"megatron", "deepspeed"}): "megatron-deepspeed",
-}
+COMBINED: dict[frozenset[str], str] = {frozenset({"megatron", "deepspeed"}): "megatron-deepspeed"}
 
 
 @cache
 def families() -> tuple[Family, ...]:
     """Every registered family, in registry order."""
     return tuple(importlib.import_module(module).FAMILY for module in FAMILY_MODULES)
-
-
-def names() -> list[str]:
-    """Registry names of the families, for help texts and error messages."""
-    return [family.name for family in families()]
 
 
 def get(name: str) -> Family:
@@ -57,7 +39,8 @@ def get(name: str) -> Family:
     for family in families():
         if family.name.replace("_", "-") == wanted:
             return family
-    raise LogstatError(f"unknown log family {name!r}: choose one of {', '.join(names())}")
+    names = ", ".join(family.name for family in families())
+    raise LogstatError(f"unknown log family {name!r}: choose one of {names}")
 
 
 #: the ``runs`` facts that are measured results of the run (its numbers, like the iteration rows), not
@@ -82,10 +65,9 @@ def supplied(run: RunBuilder) -> dict[str, int]:
 
 
 def primary(scores: dict[str, int], numbers: dict[str, int] | None = None) -> str:
-    """The run's primary family from per-family evidence ``scores`` (0 = none) and the ``numbers`` each
-    supplied (``supplied``): of the families with evidence, the first in registry order that supplied
-    numbers, else the first at all; ``unknown`` if none. A family of a ``COMBINED`` mix that all has
-    evidence gives the mix's name."""
+    """The run's primary family from per-family evidence ``scores`` (0 = none) and ``numbers`` supplied
+    (``supplied``): of the families with evidence, the first in registry order that supplied numbers,
+    else the first; ``unknown`` if none; a ``COMBINED`` mix's name if every family of it has evidence."""
     seen = [f.name for f in families() if not f.context and scores.get(f.name, 0) > 0]
     if not seen:
         return "unknown"

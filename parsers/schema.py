@@ -1,8 +1,7 @@
 """The frames that are the contract between the layers, each schema declared once.
 
-``runs``: one row per run (a Slurm job: its ``.out`` and ``.err`` read together, or one log file).
-``iterations``: one row per logged training step. ``timers``: the per-step timer breakdown,
-long format (one row per timer name). Facts come from the log (or the run's manifest), never
+``runs``: one row per run (one log, or a job's ``.out`` and ``.err``); ``iterations``: one per logged
+step; ``timers``: one per step and timer name. Facts come from the log (or the run's manifest), never
 guessed: unknown is null. Units are in the column names.
 """
 
@@ -11,15 +10,14 @@ import polars as pl
 RUNS_SCHEMA: dict[str, pl.DataType] = {
     "path": pl.String,  # the run's main log file
     "paths": pl.List(pl.String),  # every file read for this run (.out + .err of one job)
-    "family": pl.String,  # primary log family: megatron, megatron-deepspeed, deepspeed, hf-trainer, mingpt, unknown
+    "family": pl.String,  # primary: megatron, megatron-deepspeed, deepspeed, hf-trainer, mingpt, unknown
     "families": pl.List(pl.String),  # every family seen in the run's lines
     "job_id": pl.String,
     "status": pl.String,  # ok | failed | cancelled | incomplete | empty | unreadable
     "reason": pl.String,  # the evidence line (quoted) or why nothing was read
     "reason_line": pl.Int64,  # line number of the evidence
     "reason_path": pl.String,  # the file holding the evidence line (a job's .err, say)
-    # the other failure evidence, downstream of the reason (a launcher's exit, Slurm's cancel, another
-    # rank's error), quoted as "file:line: evidence" in reading order; one per kind, at most 5
+    # the other failure evidence as "file:line: evidence", in reading order, one per kind, at most 5
     "consequences": pl.List(pl.String),
     "gpus": pl.Int64,  # world size
     "gpus_per_node": pl.Int64,
@@ -56,13 +54,11 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     "progress_sec_per_iter": pl.Float64,  # tqdm's rate of the training progress bar, last update
     "avg_epoch_time_s": pl.Float64,  # minGPT/Lightning benchmark
     "peak_memory_mib": pl.Float64,  # minGPT/Lightning benchmark
-    "stack": pl.String,  # a `logstat run` directory's runner stack (manifest): megatron-deepspeed, hf-zero3, ddp-powersgd
+    "stack": pl.String,  # a `logstat run` runner stack (manifest): megatron-deepspeed, hf-zero3, ddp-powersgd
     "spec_name": pl.String,  # a `logstat run` directory's spec name (manifest)
     "run_id": pl.String,  # a `logstat run` directory's name, <UTC time>-<short id> (manifest)
     "provenance": pl.String,  # JSON object: fact name -> "family:line" (or "manifest")
-    "warnings": pl.List(
-        pl.String
-    ),  # lines or files that could not be read ("family:line: why"), never silent
+    "warnings": pl.List(pl.String),  # lines or files that could not be read ("family:line: why")
 }
 
 ITERATIONS_SCHEMA: dict[str, pl.DataType] = {
@@ -106,7 +102,7 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "model_size_b": pl.Float64,  # computed from the shape, units of 1e9
     "model_size_note": pl.String,  # disagreement with the log's own line, if any
     "tflops_per_gpu": pl.Float64,  # seed formula (factor 4 with activation checkpointing, 3 without)
-    "tflops_per_gpu_megatron": pl.Float64,  # Megatron-LM's count (eq. 3 generalized), the run's recomputation
+    "tflops_per_gpu_megatron": pl.Float64,  # Megatron-LM's count (eq. 3 generalized, its recomputation)
     "mfu": pl.Float64,  # model FLOPs (that count without recomputation, PaLM's MFU) / the GPU's dense peak
     "hfu": pl.Float64,  # hardware FLOPs (that count with the run's recomputation) / the GPU's dense peak
     "logged_tflops_per_gpu": pl.Float64,  # the log's own TFLOP/s/GPU, median of the steps after warm-up
@@ -114,11 +110,6 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "mem_logged_gb": pl.Float64,  # logged peak allocated memory per GPU (largest rank), 1e9 bytes
     "mem_pred_ratio": pl.Float64,  # model_state_gb_pred / mem_logged_gb (activations are not predicted)
 }
-
-
-def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    """An empty frame with the given schema."""
-    return pl.DataFrame(schema=schema)
 
 
 def run_names(paths: pl.Series) -> pl.Series:
@@ -140,10 +131,8 @@ def run_names(paths: pl.Series) -> pl.Series:
 
 
 def run_labels(runs: pl.DataFrame) -> pl.Series:
-    """The name a reader sees for each run of ``runs``: ``spec name/run id`` for a run of a
-    ``logstat run`` directory (its manifest says both: the path under ``runs/``), else the log's
-    :func:`run_names`. Two runs that would share a label (two logs of one run directory) keep the
-    log names that tell them apart."""
+    """Each run's name for a reader: ``spec name/run id`` of a ``logstat run`` directory (its manifest
+    says both), else :func:`run_names`, which two logs of one run directory keep to be told apart."""
     by_log = run_names(runs["path"])
     by_run = pl.concat_str([runs["spec_name"], runs["run_id"]], separator="/")
     shared = by_run.is_duplicated() & by_run.is_not_null()
