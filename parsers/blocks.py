@@ -49,18 +49,11 @@ RECORD_SCHEMA = {"run": pl.Int64, "block": pl.Int64, "order": pl.Int64, "text": 
 
 
 def find_spans(
-    number: int,
-    block: Block,
-    family: str,
-    batch: Batch,
-    records: pl.DataFrame,
-    carried: dict[int, OpenBlock],
-    continues: int | None,
+    number: int, block: Block, family: str, batch: Batch, records: pl.DataFrame, carried: dict[int, OpenBlock]
 ) -> Spans | None:
     """The spans of block ``number`` in a batch (``records``: its tagged records; ``family``: the tag
     column of the block's family), resolving the block left open by the batch before (``carried``, by
-    run: in the file the batch goes on with); ``continues``: the run whose last file goes on in the next
-    batch."""
+    run: in the file the batch goes on with)."""
     openers = records.filter(pl.col(f"o{number}")).select("run", "row", "order", herald=_test(block.heralds))
     if openers.is_empty() and not carried:
         return None
@@ -84,7 +77,7 @@ def find_spans(
     else:
         starts = starts.with_columns(holds=pl.col("order"))
     closed = _first_after(starts, candidates.filter(pl.col("closes")), "closed", at="holds")
-    kept, still_open = _resolve(starts.join(closed, on=["run", "order"], how="left"), batch, continues)
+    kept, still_open = _resolve(starts.join(closed, on=["run", "order"], how="left"), batch)
     opened, ended = (_bound_records(kept, records, role) for role in (OPENER, ENDED))
     block_records = pl.concat([opened, _records(kept, candidates), ended])
     spans = kept.select("run", start=pl.coalesce("holds", "end"), end="end").cast(_SPAN_SCHEMA)
@@ -288,9 +281,7 @@ def _renewed(starts: pl.DataFrame, candidates: pl.DataFrame, block: Block) -> pl
     )
 
 
-def _resolve(
-    starts: pl.DataFrame, batch: Batch, continues: int | None
-) -> tuple[pl.DataFrame, dict[int, OpenBlock]]:
+def _resolve(starts: pl.DataFrame, batch: Batch) -> tuple[pl.DataFrame, dict[int, OpenBlock]]:
     """The blocks that open (an opener inside an open block is none), each with its ``end``: the order of
     the first record past it (its closer's order + 1, a record that ends it, its deadline); and the one
     still open when the batch ends (its file goes on in the next batch)."""
@@ -311,7 +302,7 @@ def _resolve(
         if order < open_until:
             continue  # an opener inside the open block is one of its records
         goes_on = (
-            run == continues
+            run == batch.continues
             and file_last_row == last_row
             and ended is None
             and closed is None
