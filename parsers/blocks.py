@@ -1,10 +1,9 @@
 """Where the families' multi-line blocks are, batch by batch, and which records are theirs.
 
-A block (``kinds.Block``) opens at a record of its family and runs over the following lines. Those lines
-need no marker: they are looked for only inside blocks (the block's ``hint`` on the raw lines first, then
-its record tests on the few lines that pass it). Spans are found per batch in line order: an opener
-inside an open block is one of its records, not a new block, and a block still open at the end of a
-batch goes on in the next one (``OpenBlock``), unless its file ended.
+A block (``kinds.Block``) opens at a record of its family; its lines need no marker, as they are looked
+for only inside blocks (``hint`` on the raw lines, then the record tests). An opener inside an open block
+is one of its records; a block open at a batch's end goes on in the next (``OpenBlock``) unless its file
+ended.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import polars as pl
-from logstat.parsers.kinds import BODY, CLOSER, ENDED, FILE_SHIFT, LINE_SHIFT, OPENER, Block
+from logstat.parsers.kinds import BODY, CLOSER, ENDED, FILE_SHIFT, LINE_SHIFT, OPENER, Block, RecordTest
 from logstat.parsers.records import split_records
 from logstat.parsers.source import Batch
 
@@ -45,57 +44,42 @@ class Spans:
 
 
 _SPAN_SCHEMA = {"run": pl.Int64, "start": pl.Int64, "end": pl.Int64}
+_KEPT_SCHEMA = dict.fromkeys(("run", "start", "block", "end", "holds"), pl.Int64) | {"by_end": pl.Boolean}
 RECORD_SCHEMA = {"run": pl.Int64, "block": pl.Int64, "order": pl.Int64, "text": pl.String, "role": pl.Int8}
 
 
 def find_spans(
-    number: int,
-    block: Block,
-    family: str,
-    batch: Batch,
-    records: pl.DataFrame,
-    carried: dict[int, OpenBlock],
-    continues: int | None,
+    number: int, block: Block, family: str, batch: Batch, records: pl.DataFrame, carried: dict[int, OpenBlock]
 ) -> Spans | None:
     """The spans of block ``number`` in a batch (``records``: its tagged records; ``family``: the tag
     column of the block's family), resolving the block left open by the batch before (``carried``, by
-    run: in the file the batch goes on with); ``continues``: the run whose last file goes on in the next
-    batch."""
-    heralds = block.heralds.expr(pl.col("text")) if block.heralds is not None else pl.lit(False)
-    openers = records.filter(pl.col(f"o{number}")).select("run", "row", "order", herald=heralds)
+    run: in the file the batch goes on with)."""
+    openers = records.filter(pl.col(f"o{number}")).select("run", "row", "order", herald=_test(block.heralds))
     if openers.is_empty() and not carried:
         return None
     starts = _starts(openers, carried, batch, block)
     if starts.is_empty():
         empty = pl.DataFrame(schema=RECORD_SCHEMA)
-        return Spans(
-            records=empty, spans=pl.DataFrame(schema=_SPAN_SCHEMA), taken=empty.select("run", "order")
-        )
-    ends = records.filter(pl.col(f"e{number}")).select("run", "row", "order")
-    marked_closers = records.filter(pl.col(f"c{number}")).select("run", "row", "order")
-    starts = starts.join(
-        _first_after(starts, ends, "ended", "ended_row"), on=["run", "order"], how="left"
-    ).join(
-        _first_after(starts, marked_closers, "marked_closer", "marked_closer_row"),
-        on=["run", "order"],
-        how="left",
-    )
+        return Spans(empty, pl.DataFrame(schema=_SPAN_SCHEMA), empty.select("run", "order"))
+    for tag, name in (("e", "ended"), ("c", "marked_closer")):
+        found = _first_after(starts, records.filter(pl.col(f"{tag}{number}")), name)
+        starts = starts.join(found, on=["run", "order"], how="left")
     if block.markers:  # its lines are marked: its candidates are among the batch's records
-        candidates = _tested(block, records.lazy().filter(pl.col(family).is_not_null())).collect()
+        lines = records.lazy().filter(pl.col(family).is_not_null())
     else:
-        candidates = _candidates(block, _window(starts, block, batch), batch)
+        lines = _window(starts, block, batch).lazy()
+        if block.hint is not None:
+            lines = lines.filter(pl.col("text").str.contains(block.hint))
+        lines = split_records(batch.located(lines), batch.separator)
+    candidates = _tested(block, lines).collect()
     if block.renews is not None:
         starts = _renewed(starts, candidates, block)
     else:
         starts = starts.with_columns(holds=pl.col("order"))
-    closers = candidates.filter(pl.col("closes")).select("run", "row", "order")
-    starts = starts.join(
-        _first_after(starts, closers, "closed", "closed_row", at="holds"), on=["run", "order"], how="left"
-    )
-    kept, still_open = _resolve(starts, batch, continues)
-    block_records = pl.concat(
-        [_opener_records(kept, records), _records(kept, candidates), _ended_records(kept, records)]
-    )
+    closed = _first_after(starts, candidates.filter(pl.col("closes")), "closed", at="holds")
+    kept, still_open = _resolve(starts.join(closed, on=["run", "order"], how="left"), batch)
+    opened, ended = (_bound_records(kept, records, role) for role in (OPENER, ENDED))
+    block_records = pl.concat([opened, _records(kept, candidates), ended])
     spans = kept.select("run", start=pl.coalesce("holds", "end"), end="end").cast(_SPAN_SCHEMA)
     own = block_records.filter(pl.col("role") != ENDED).select("run", "order")
     return Spans(
@@ -130,20 +114,9 @@ def _starts(openers: pl.DataFrame, carried: dict[int, OpenBlock], batch: Batch, 
         if state is not None:
             file_start = state.opener // (1 << FILE_SHIFT) * (1 << FILE_SHIFT)
             line_order = file_start + (first["first_line"] + 1) * (1 << LINE_SHIFT)
-            frames.append(
-                pl.DataFrame(
-                    [(first["run"], 0, line_order - 1, state.opener, state.deadline, state.held)],
-                    schema={
-                        "run": pl.Int64,
-                        "row": pl.Int64,
-                        "order": pl.Int64,
-                        "block": pl.Int64,
-                        "deadline": pl.Int64,
-                        "held": pl.Boolean,
-                    },
-                    orient="row",
-                )
-            )
+            row = (first["run"], 0, line_order - 1, state.opener, state.deadline, state.held)
+            columns = ["run", "row", "order", "block", "deadline", "held"]
+            frames.append(pl.DataFrame([row], schema=columns, orient="row"))
     starts = pl.concat(frames, how="vertical_relaxed").sort("run", "order")
     return starts.join_asof(
         _file_rows(batch), left_on="row", right_on="first_row", check_sortedness=False
@@ -162,10 +135,8 @@ def _file_rows(batch: Batch) -> pl.DataFrame:
     )
 
 
-def _first_after(
-    starts: pl.DataFrame, events: pl.DataFrame, name: str, row_name: str, at: str = "order"
-) -> pl.DataFrame:
-    """Per start, the order (``name``) and row (``row_name``) of the first of ``events`` in its run after
+def _first_after(starts: pl.DataFrame, events: pl.DataFrame, name: str, at: str = "order") -> pl.DataFrame:
+    """Per start, the order (``name``) and row (``<name>_row``) of the first of ``events`` in its run after
     its order (or its column ``at``: none where that is null)."""
     return (
         starts.select("run", "order", at=pl.col(at))
@@ -173,7 +144,7 @@ def _first_after(
         .sort("run", "at")
         .join_asof(
             events.sort("run", "order").select(
-                "run", pl.col("order").alias(name), pl.col("row").alias(row_name)
+                "run", pl.col("order").alias(name), pl.col("row").alias(f"{name}_row")
             ),
             left_on="at",
             right_on=name,
@@ -182,7 +153,7 @@ def _first_after(
             allow_exact_matches=False,
             check_sortedness=False,
         )
-        .select("run", "order", name, row_name)
+        .select("run", "order", name, f"{name}_row")
     )
 
 
@@ -208,27 +179,20 @@ def _window(starts: pl.DataFrame, block: Block, batch: Batch) -> pl.DataFrame:
     return pl.concat([batch.lines.slice(first, last - first + 1) for first, last in ranges])
 
 
-def _candidates(block: Block, window: pl.DataFrame, batch: Batch) -> pl.DataFrame:
-    """The records of the window's lines that are the block's (``body``), close it (``closes``) or renew
-    it (``renews``)."""
-    lines = window.lazy()
-    if block.hint is not None:
-        lines = lines.filter(pl.col("text").str.contains(block.hint))
-    return _tested(block, split_records(batch.located(lines), batch.separator)).collect()
-
-
 def _tested(block: Block, records: pl.LazyFrame) -> pl.LazyFrame:
     """Those of ``records`` that are the block's (``body``), close it (``closes``) or renew it
     (``renews``), in line order (the split records are not)."""
-    text = pl.col("text")
-    closes = block.closes.expr(text) if block.closes is not None else pl.lit(False)
-    renews = block.renews.expr(text) if block.renews is not None else pl.lit(False)
     return (
         records.select("run", "row", "order", "text")
-        .with_columns(body=block.body.expr(text), closes=closes, renews=renews)
+        .with_columns(body=_test(block.body), closes=_test(block.closes), renews=_test(block.renews))
         .filter(pl.col("body") | pl.col("closes") | pl.col("renews"))
         .sort("run", "order")
     )
+
+
+def _test(test: RecordTest | None) -> pl.Expr:
+    """Whether a record's ``text`` passes ``test`` (none: never)."""
+    return test.expr(pl.col("text")) if test is not None else pl.lit(False)
 
 
 def _renewed(starts: pl.DataFrame, candidates: pl.DataFrame, block: Block) -> pl.DataFrame:
@@ -317,9 +281,7 @@ def _renewed(starts: pl.DataFrame, candidates: pl.DataFrame, block: Block) -> pl
     )
 
 
-def _resolve(
-    starts: pl.DataFrame, batch: Batch, continues: int | None
-) -> tuple[pl.DataFrame, dict[int, OpenBlock]]:
+def _resolve(starts: pl.DataFrame, batch: Batch) -> tuple[pl.DataFrame, dict[int, OpenBlock]]:
     """The blocks that open (an opener inside an open block is none), each with its ``end``: the order of
     the first record past it (its closer's order + 1, a record that ends it, its deadline); and the one
     still open when the batch ends (its file goes on in the next batch)."""
@@ -340,7 +302,7 @@ def _resolve(
         if order < open_until:
             continue  # an opener inside the open block is one of its records
         goes_on = (
-            run == continues
+            run == batch.continues
             and file_last_row == last_row
             and ended is None
             and closed is None
@@ -348,23 +310,11 @@ def _resolve(
         )
         if holds is None and not goes_on:
             end = order + 1  # a herald that no opener followed: a block of its own record
-        kept.append((run, order, block, end, ended is not None and ended == end, holds))
+        kept.append((run, order, block, end, holds, ended is not None and ended == end))
         open_until = end
         if goes_on:
             still_open[run] = OpenBlock(opener=block, deadline=deadline, held=holds is not None)
-    frame = pl.DataFrame(
-        kept,
-        schema={
-            "run": pl.Int64,
-            "start": pl.Int64,
-            "block": pl.Int64,
-            "end": pl.Int64,
-            "by_end": pl.Boolean,
-            "holds": pl.Int64,
-        },
-        orient="row",
-    )
-    return frame, still_open
+    return pl.DataFrame(kept, schema=_KEPT_SCHEMA, orient="row"), still_open
 
 
 def _records(kept: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
@@ -398,19 +348,15 @@ def _records(kept: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
     return inside.cast(RECORD_SCHEMA)
 
 
-def _opener_records(kept: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
-    """The records that opened the kept blocks (a carried block's opener was in an earlier batch)."""
+def _bound_records(kept: pl.DataFrame, records: pl.DataFrame, role: int) -> pl.DataFrame:
+    """The records that opened the kept blocks (``OPENER``: a carried block's was in an earlier batch) or
+    the family's that ended them (``ENDED``: not theirs, read as usual too)."""
+    if role == OPENER:
+        bounds = kept.select("run", "block", order="block")
+    else:
+        bounds = kept.filter(pl.col("by_end")).select("run", "block", order="end")
     return (
-        records.join(kept.select("run", order="block"), on=["run", "order"])
-        .select("run", block="order", order="order", text="text", role=pl.lit(OPENER, dtype=pl.Int8))
-        .cast(RECORD_SCHEMA)
-    )
-
-
-def _ended_records(kept: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
-    """The records of the family that ended kept blocks (not theirs: read as usual too)."""
-    return (
-        records.join(kept.filter(pl.col("by_end")).select("run", "block", order="end"), on=["run", "order"])
-        .select("run", "block", "order", "text", role=pl.lit(ENDED, dtype=pl.Int8))
+        records.join(bounds, on=["run", "order"])
+        .select("run", "block", "order", "text", role=pl.lit(role, dtype=pl.Int8))
         .cast(RECORD_SCHEMA)
     )

@@ -1,10 +1,9 @@
 """The runs' files -> their builders and events, batch by batch.
 
-Each batch of lines (``source``) is split into tagged records in polars (``records.Plan``), in a
-read-ahead thread while the batch before is read here. Here, per batch: the families' blocks are found
-(``blocks``), the records of the record kinds and blocks are kept for reading column-wise, and the rest
-(the rare records: failures, banners, command lines) go to their families' ``parse_line`` in line order.
-The kept records are read into events in a few polars queries for many batches at once.
+Worker threads split each batch of lines (``source``) into tagged records (``records.Plan``) ahead of the
+one read here. Here, per batch: the families' blocks are found (``blocks``), the records of the kinds and
+blocks are kept, to be read column-wise in a few polars queries for many batches at once, and the rest
+(failures, banners, command lines) go to their families' ``parse_line`` in line order.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from pathlib import Path
 import polars as pl
 from logstat.parsers import source
 from logstat.parsers.base import Family, LineReader, RunBuilder, is_guarded, never_raises
-from logstat.parsers.blocks import OpenBlock, Spans, find_spans, inside
+from logstat.parsers.blocks import RECORD_SCHEMA, OpenBlock, Spans, find_spans, inside
 from logstat.parsers.kinds import (
     BODY,
     ENDED,
@@ -39,17 +38,15 @@ from logstat.parsers.records import Plan
 #: ~1 KB a record of a read group: the sort and join here, the family's read), so a flush of 100k keeps a
 #: 1 GiB log of HF Trainer records under 500 MB (400k: 720 MB), for a few reads more of a few ms each
 FLUSH_RECORDS = 100_000
+#: batches prepared ahead of the one being read
+AHEAD = 1
+#: the threads of each pool: batches are prepared one per core, blocks found one per family at most, and
+#: kept records read by one thread, so that the reads of a group follow each other (each hands its carry on)
+_THREADS = {"prepare": max(2, os.cpu_count() or 1), "spans": 8, "read": 1}
 _KIND_RECORD_SCHEMA = {"run": pl.Int64, "order": pl.Int64, "text": pl.String, "kind": pl.Int32}
+_GROUP_RECORD_SCHEMA = {**RECORD_SCHEMA, "source": pl.String}
 #: a record's events: its order plus an index below this (``kinds.order_key``)
 _EVENTS_PER_RECORD = 256
-
-
-@dataclass
-class Prepared:
-    """A batch as the read-ahead thread hands it over: its lines and their tagged records."""
-
-    batch: source.Batch
-    records: pl.DataFrame
 
 
 @dataclass
@@ -60,17 +57,18 @@ class Reading:
     plan: Plan
     runs: list[RunBuilder]
     files: list[Sequence[Path]]
-    readers: list[LineReader | None]
+    readers: list[LineReader | None] = field(init=False)
     kind_records: list[pl.DataFrame] = field(default_factory=list)
-    group_records: list[list[pl.DataFrame]] = field(default_factory=list)
-    carries: list[pl.DataFrame | None] = field(default_factory=list)
+    group_records: list[list[pl.DataFrame]] = field(init=False)
+    carries: list[pl.DataFrame | None] = field(init=False)
     kept: int = 0
-    open_blocks: list[dict[int, OpenBlock]] = field(default_factory=list)
+    open_blocks: list[dict[int, OpenBlock]] = field(init=False)
     events: Events = field(default_factory=Events)
     reads: list[Future[None]] = field(default_factory=list)
     """The reads of kept records handed to the reading thread, in order."""
 
     def __post_init__(self) -> None:
+        self.readers = [_safe_reader(family) for family in self.plan.families]
         self.group_records = [[] for _ in self.plan.groups]
         self.carries = [None for _ in self.plan.groups]
         self.open_blocks = [{} for _ in self.plan.blocks]
@@ -79,11 +77,9 @@ class Reading:
 def read(runs: list[RunBuilder], files: list[Sequence[Path]], plan: Plan, reports: list[list]) -> Events:
     """Read every file of ``runs`` (``files``, in order; a ``SourceReport`` per file into ``reports``):
     the Python families' records into the builders, the rest into the events returned."""
-    reading = Reading(
-        plan=plan, runs=runs, files=files, readers=[_safe_reader(family) for family in plan.families]
-    )
-    for batch in _prepared(source.batches(files, reports), plan):
-        _read_batch(reading, batch)
+    reading = Reading(plan, runs, files)
+    for batch, records in _prepared(source.batches(files, reports), plan):
+        _read_batch(reading, batch, records)
         if reading.kept >= FLUSH_RECORDS:
             _flush(reading)
     _flush(reading, last=True)
@@ -92,51 +88,42 @@ def read(runs: list[RunBuilder], files: list[Sequence[Path]], plan: Plan, report
     return reading.events
 
 
-def _prepared(batches: Iterator[list], plan: Plan) -> Iterator[Prepared]:
+def _prepared(batches: Iterator[list], plan: Plan) -> Iterator[tuple[source.Batch, pl.DataFrame]]:
     """Each batch framed and split into tagged records by worker threads (polars works outside the
-    GIL), a few batches ahead of the one read here, in order."""
-    pool = _workers()
-    pending: deque[Future[Prepared]] = deque()
+    GIL), ``AHEAD`` batches ahead of the one read here, in order."""
+    pending: deque[Future[tuple[source.Batch, pl.DataFrame]]] = deque()
     for items in batches:
-        pending.append(pool.submit(_prepare, items, plan))
+        pending.append(_pool("prepare").submit(_prepare, items, plan))
         if len(pending) > AHEAD:
             yield pending.popleft().result()
     while pending:
         yield pending.popleft().result()
 
 
-#: batches prepared ahead of the one being read
-AHEAD = 1
-
-
-@cache
-def _reader() -> ThreadPoolExecutor:
-    """The thread that reads kept records into events while the next batches are found: one, so that
-    the reads of a group follow each other (each hands its carry to the next)."""
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="logstat-read")
-
-
-@cache
-def _workers() -> ThreadPoolExecutor:
-    """The threads that prepare batches, one per core (starting threads per file costs more than a small
-    file's parse). Like polars' own thread pool they do not survive a fork: logstat's workers are spawned."""
-    return ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1), thread_name_prefix="logstat-prepare")
-
-
-def _prepare(items: list, plan: Plan) -> Prepared:
+def _prepare(items: list, plan: Plan) -> tuple[source.Batch, pl.DataFrame]:
     batch = source.frame_batch(items)
-    return Prepared(batch, plan.records(batch))
+    return batch, plan.records(batch)
 
 
-def _read_batch(reading: Reading, batch: Prepared) -> None:
-    _register_files(reading, batch.batch.files)
-    plan, records = reading.plan, batch.records
+@cache
+def _pool(name: str) -> ThreadPoolExecutor:
+    """The process's thread pool ``name`` (starting threads per file costs more than a small file's parse).
+    Like polars' own pool it does not survive a fork: logstat's workers are spawned."""
+    return ThreadPoolExecutor(max_workers=_THREADS[name], thread_name_prefix=f"logstat-{name}")
+
+
+def _read_batch(reading: Reading, batch: source.Batch, records: pl.DataFrame) -> None:
+    for run, file in batch.files:  # each file a batch starts is the next of its run's files
+        builder = reading.runs[run]
+        if file == len(builder.files):
+            builder.files.append(str(reading.files[run][file]))
+    plan = reading.plan
     by_family: dict[str, list[int]] = {}
     for number, block in enumerate(plan.blocks):
         by_family.setdefault(block.family, []).append(number)
     # the families' blocks are found at once: a family's blocks take only its own records
     found = [
-        _finders().submit(_family_spans, plan, numbers, batch.batch, records, reading.open_blocks)
+        _pool("spans").submit(_family_spans, plan, numbers, batch, records, reading.open_blocks)
         for numbers in by_family.values()
     ]
     for (name, numbers), spans in zip(by_family.items(), found, strict=True):
@@ -144,7 +131,8 @@ def _read_batch(reading: Reading, batch: Prepared) -> None:
         for number, block_spans in zip(numbers, spans.result(), strict=True):
             if block_spans is not None:
                 reading.open_blocks[number] = block_spans.still_open
-                taken.append(_kept_spans(reading, number, block_spans))
+                _keep_spans(reading, number, block_spans)
+                taken.append(block_spans.taken)
         if taken:
             records = _without(records, f"f{plan.number(name)}", pl.concat(taken).unique())
     _keep_kinds(reading, records)
@@ -160,7 +148,7 @@ def _family_spans(
     for number in numbers:
         block = plan.blocks[number]
         family = f"f{plan.number(block.family)}"
-        spans = find_spans(number, block, family, batch, records, dict(open_blocks[number]), batch.continues)
+        spans = find_spans(number, block, family, batch, records, dict(open_blocks[number]))
         found.append(spans)
         if spans is None:
             continue
@@ -175,51 +163,28 @@ def _family_spans(
     return found
 
 
-def _kept_spans(reading: Reading, number: int, spans: Spans) -> pl.DataFrame:
-    """Keep the records of block ``number``'s spans in its read group; the family's records it takes."""
+def _keep_spans(reading: Reading, number: int, spans: Spans) -> None:
+    """Keep the records of block ``number``'s spans in its read group."""
     block = reading.plan.blocks[number]
-    group = reading.plan.group_of_block[number]
-    if block.into is None:
-        _keep(reading, group, spans.records.with_columns(source=pl.lit(block.name)))
-    else:  # the lines go to a kind; its opener is one of the kind's records already
-        lines = spans.records.filter(pl.col("role") != ENDED, pl.col("role") != OPENER)
-        _keep(reading, group, lines.with_columns(source=pl.lit(block.into)))
-    return spans.taken
-
-
-@cache
-def _finders() -> ThreadPoolExecutor:
-    """The threads that find the families' blocks in a batch, one per family at most."""
-    return ThreadPoolExecutor(max_workers=8, thread_name_prefix="logstat-spans")
-
-
-def _register_files(reading: Reading, files: list[tuple[int, int]]) -> None:
-    """Each file a batch starts is the next of its run's files."""
-    for run, file in files:
-        builder = reading.runs[run]
-        if file == len(builder.files):
-            builder.files.append(str(reading.files[run][file]))
+    records = spans.records.with_columns(source=pl.lit(block.name if block.into is None else block.into))
+    if block.into is not None:  # the lines go to a kind; its opener is one of the kind's records already
+        records = records.filter(pl.col("role") != ENDED, pl.col("role") != OPENER)
+    _keep(reading, reading.plan.group_of_block[number], records)
 
 
 def _without(records: pl.DataFrame, family: str, taken: pl.DataFrame) -> pl.DataFrame:
     """``records`` with those of ``taken`` no longer the family's."""
+    untagged = pl.when(pl.col("taken")).then(None).otherwise(pl.col(family)).alias(family)
     taken = taken.with_columns(taken=pl.lit(True))
-    return (
-        records.join(taken, on=["run", "order"], how="left")
-        .with_columns(pl.when(pl.col("taken")).then(None).otherwise(pl.col(family)).alias(family))
-        .drop("taken")
-    )
+    return records.join(taken, on=["run", "order"], how="left").with_columns(untagged).drop("taken")
 
 
 def _keep_kinds(reading: Reading, records: pl.DataFrame) -> None:
     """The batch's records of the record kinds, kept to be read with others (a kind of a read group with
     its group's records)."""
-    columns = [f"f{number}" for number in range(len(reading.plan.families))]
     kinds = pl.concat(
-        [
-            records.filter(pl.col(column) >= 0).select("run", "order", "text", kind=pl.col(column))
-            for column in columns
-        ]
+        records.filter(pl.col(f"f{number}") >= 0).select("run", "order", "text", kind=pl.col(f"f{number}"))
+        for number in range(len(reading.plan.families))
     )
     if kinds.is_empty():
         return
@@ -245,16 +210,6 @@ def _keep(reading: Reading, group: int, records: pl.DataFrame) -> None:
         reading.kept += records.height
 
 
-_GROUP_RECORD_SCHEMA = {
-    "run": pl.Int64,
-    "block": pl.Int64,
-    "order": pl.Int64,
-    "text": pl.String,
-    "role": pl.Int8,
-    "source": pl.String,
-}
-
-
 def _read_python(reading: Reading, records: pl.DataFrame) -> None:
     """The records no kind or block took, to their families' ``parse_line``, in line order."""
     # a family without parse_line has no residue: its other records are dropped here, not looped over
@@ -266,9 +221,7 @@ def _read_python(reading: Reading, records: pl.DataFrame) -> None:
     python = (
         records.select("run", "order", "text", mask=mask).filter(pl.col("mask") != 0).sort("run", "order")
     )
-    readers = reading.readers
     current = (-1, -1)
-    builder = reading.runs[0]
     for run, order, text, bits in python.iter_rows():
         builder = reading.runs[run]
         file = order >> FILE_SHIFT
@@ -277,65 +230,50 @@ def _read_python(reading: Reading, records: pl.DataFrame) -> None:
             builder.current_file = builder.files[file]
         builder.position, builder.event_index = order, 0
         line = (order % (1 << FILE_SHIFT)) >> LINE_SHIFT
-        for number, parse in enumerate(readers):
+        for number, parse in enumerate(reading.readers):
             if bits >> number & 1 and parse is not None:
                 parse(text, line, builder)
 
 
 def _flush(reading: Reading, *, last: bool = False) -> None:
     """Hand what is kept to the reading thread: the kinds read on their own, and each read group's records
-    up to (not including) the first block of the group still open in each run (all at the ``last``, and
-    then a group whose read returned a carry once more, without records)."""
+    up to the first block of the group still open in each run (all at the ``last``, and then a group whose
+    read returned a carry once more, without records)."""
     for pending in reading.reads:  # the flush before's: kept records must not pile up behind a slow read
         pending.result()
     reading.reads = []
-    _flush_kinds(reading)
+    if reading.kind_records:
+        records = pl.concat(reading.kind_records).sort("run", "order")  # keyed in line order
+        reading.kind_records = []
+        reading.reads.append(_pool("read").submit(_read_kinds, reading, records))
     for number, frames in enumerate(reading.group_records):
         if not frames:
             continue
-        records = pl.concat(frames)
-        cut = None if last else _open_from(reading, reading.plan.groups[number].blocks)
-        if cut is not None:
-            cut = _before_blocks(records, cut)
-            held = (
-                records.join(cut, on="run", how="left").select(pl.col("order") >= pl.col("cut")).to_series()
-            )
-            held = held.fill_null(False)
-            records, rest = records.filter(~held), records.filter(held)
-            reading.group_records[number] = [rest] if rest.height else []
-        else:
-            reading.group_records[number] = []
+        records, held = _held_back(reading, number, pl.concat(frames), last)
+        reading.group_records[number] = [held] if held.height else []
         if records.height:
-            reading.reads.append(_reader().submit(_read_group, reading, number, records))
+            reading.reads.append(_pool("read").submit(_read_group, reading, number, records))
     if last:  # after the reads before it, in the reading thread: the carries are theirs
-        reading.reads.append(_reader().submit(_read_carries, reading))
+        reading.reads.append(_pool("read").submit(_read_carries, reading))
     reading.kept = sum(frame.height for frames in reading.group_records for frame in frames)
 
 
-def _read_carries(reading: Reading) -> None:
-    """The end: a read that returned a carry states, from no records, what waited for it."""
-    for number, carry in enumerate(list(reading.carries)):
-        if carry is not None:
-            _read_group(reading, number, pl.DataFrame(schema=_GROUP_RECORD_SCHEMA))
-
-
-def _open_from(reading: Reading, blocks: list[int]) -> pl.DataFrame | None:
-    """Per run (``run``, ``cut``), the opener of the first of ``blocks`` still open: its records and the
-    later ones wait for the block to end."""
+def _held_back(
+    reading: Reading, number: int, records: pl.DataFrame, last: bool
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Group ``number``'s ``records`` split into those read now and those that wait for a block to end:
+    per run, from the opener of its first block still open (none at the ``last``), moved back to the
+    opener of each block that would straddle it (a group's blocks may overlap: one that ended can have
+    records past the opener of another still open)."""
     cuts: dict[int, int] = {}
-    for number in blocks:
-        for run, state in reading.open_blocks[number].items():
+    for block in reading.plan.groups[number].blocks:
+        for run, state in reading.open_blocks[block].items():
             cuts[run] = min(cuts.get(run, state.opener), state.opener)
-    if not cuts:
-        return None
-    return pl.DataFrame(
+    if last or not cuts:
+        return records, records.clear()
+    cut = pl.DataFrame(
         {"run": list(cuts), "cut": list(cuts.values())}, schema={"run": pl.Int64, "cut": pl.Int64}
     )
-
-
-def _before_blocks(records: pl.DataFrame, cut: pl.DataFrame) -> pl.DataFrame:
-    """``cut`` moved back to the opener of each block that would straddle it: a group's blocks may overlap,
-    and one that ended can have records past the opener of another still open."""
     while True:
         across = (
             records.join(cut, on="run")
@@ -344,17 +282,18 @@ def _before_blocks(records: pl.DataFrame, cut: pl.DataFrame) -> pl.DataFrame:
             .agg(opener=pl.col("block").min())
         )
         if across.is_empty():
-            return cut
+            break
         cut = cut.join(across, on="run", how="left").select("run", cut=pl.min_horizontal("cut", "opener"))
+    held = records.join(cut, on="run", how="left").select(pl.col("order") >= pl.col("cut")).to_series()
+    held = held.fill_null(False)
+    return records.filter(~held), records.filter(held)
 
 
-def _flush_kinds(reading: Reading) -> None:
-    """Hand the kept records of the kinds read on their own to the reading thread."""
-    if not reading.kind_records:
-        return
-    records = pl.concat(reading.kind_records).sort("run", "order")  # keyed in line order
-    reading.kind_records = []
-    reading.reads.append(_reader().submit(_read_kinds, reading, records))
+def _read_carries(reading: Reading) -> None:
+    """The end: a read that returned a carry states, from no records, what waited for it."""
+    for number, carry in enumerate(list(reading.carries)):
+        if carry is not None:
+            _read_group(reading, number, pl.DataFrame(schema=_GROUP_RECORD_SCHEMA))
 
 
 def _read_kinds(reading: Reading, records: pl.DataFrame) -> None:
@@ -413,9 +352,9 @@ def _located(events: Events, base: pl.DataFrame) -> Events:
                 order = pl.col("file") * (1 << FILE_SHIFT) + pl.col("line") * (1 << LINE_SHIFT)
                 getattr(located, name).append(frame.with_columns(order=order).drop("line", "file"))
                 continue
-            frame = _relocated(frame, "order", base, with_run=True)
+            frame = _relocated(frame, "order", base)
             if "at" in frame.columns:
-                frame = _relocated(frame, "at", base, with_run=False)
+                frame = _relocated(frame, "at", base.drop("run"))
             getattr(located, name).append(_counted(frame) if name == "marks" else frame)
     return located
 
@@ -433,20 +372,19 @@ def _counted(marks: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _relocated(frame: pl.DataFrame, column: str, base: pl.DataFrame, *, with_run: bool) -> pl.DataFrame:
-    """``frame`` with its keyed ``column`` made a real order (and the row's ``run`` added)."""
-    keys = base if with_run else base.drop("run")
+def _relocated(frame: pl.DataFrame, column: str, base: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with its keyed ``column`` made a real order (and ``base``'s other columns added)."""
     return (
         frame.with_columns(row=pl.col(column) // _EVENTS_PER_RECORD, item=pl.col(column) % _EVENTS_PER_RECORD)
-        .join(keys, on="row", how="left")
+        .join(base, on="row", how="left")
         .with_columns((pl.col("base") + pl.col("item")).alias(column))
         .drop("row", "item", "base")
     )
 
 
 def _safe_reader(family: Family) -> LineReader | None:
-    """``family.parse_line`` guarded once: a family must never raise; if one does anyway, the line is
-    noted in ``parse_errors``, not fatal. A reader the family already guarded is used as is."""
+    """``family.parse_line`` guarded once (unless it is already): a family that raises anyway has the line
+    noted in ``parse_errors``, which is not fatal."""
     parse = family.parse_line
     if parse is None:
         return None
