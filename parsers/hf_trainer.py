@@ -282,7 +282,9 @@ def _banner(label: str, value: int, out: list) -> None:
     (ZeRO-3 partitions parameters: some versions count 0), and DP from the three batch numbers (total =
     micro batch x accumulation x DP; not the GPU count: tensor parallel ranks are not in it)."""
     if label == "Number of trainable parameters":
-        if value > 0:
+        if value > INT64_MAX:  # noted as a count beyond int64 (and beyond a float's range: no division)
+            out.append(_fact("logged_model_size", value))
+        elif value > 0:
             out.append(_fact("logged_model_size", value / 1e9))
     elif value > 0:
         out.append(_fact(fact := _BANNER_FACTS[label], value))

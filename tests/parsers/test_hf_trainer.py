@@ -221,12 +221,15 @@ def test_numbers_beyond_any_float_are_noted_not_raised():
         [
             f"+ python hf_run.py --config_overrides n_embd=nan,vocab_size={huge}",
             f"{{'loss': {huge}, 'learning_rate': -{huge}, 'epoch': 0.01}}",
+            f"  Number of trainable parameters = {huge},000",
         ]
     )
-    (note,) = run.state["parse_errors"]
-    assert note.startswith("hf-trainer:1: vocab_size=1000") and note.endswith(
-        "does not fit a 64-bit integer; not recorded"
-    )
+    notes = run.state["parse_errors"]
+    assert [note.split("=")[0] for note in notes] == [
+        "hf-trainer:1: vocab_size",
+        "hf-trainer:3: logged_model_size",
+    ]
+    assert all(note.endswith("does not fit a 64-bit integer; not recorded") for note in notes)
     assert (
         "hidden_size" not in run.facts and "vocab_size" not in run.facts
     )  # nan is no size; 10**400 no int64
