@@ -1,9 +1,7 @@
 """Runs' step, timer and fact events merged column-wise into their rows, once their files were read.
 
-The record kinds' records of every run read together are turned into events in one polars query per
-kind (a query has a fixed cost of milliseconds, which a thousand small files would pay a thousand
-times), and all runs' events are merged at once, keyed by run. The rules are those a run's lines
-imply when read in order (``kinds.order_key``):
+All runs read together are merged at once, keyed by run (a polars query costs milliseconds, which a
+thousand small files would pay a thousand times), by the rules a run's lines imply in order:
 
 - a step's row merges every event of the step in its last launch (ranks print a step many times; a
   relaunch that logs a step again replaces the earlier launch's row): per column, the first value;
@@ -46,8 +44,7 @@ TIMER_COLUMNS = ("iteration", "timer", "ms", "family", "line", "source_path")
 
 def settle_runs(runs: list[RunBuilder], events: Events) -> None:
     """Fill each run's ``iteration_frame``, ``timer_frame``, ``last_iteration``, facts, failure,
-    completion and record counts from the Python families' calls and ``events`` (each frame with its
-    ``run``: an index into ``runs``)."""
+    completion and record counts from the Python families' calls and ``events`` (with ``run`` columns)."""
     _settle_marks(runs, events.marks)
     files = pl.DataFrame(
         [(index, number, path) for index, run in enumerate(runs) for number, path in enumerate(run.files)],
@@ -101,18 +98,14 @@ def _settle_marks(runs: list[RunBuilder], marks: list[pl.DataFrame]) -> None:
     )
     for index, family, count, first in seen.iter_rows():
         runs[index].saw(family, count, at=first)
-    for mark, keep in ((COMPLETE, "last"), (CLEAN_EXIT, "first")):
+    for mark, keep, attribute in ((COMPLETE, "last", "completion"), (CLEAN_EXIT, "first", "clean_exit")):
         chosen = frame.filter(pl.col("mark") == mark).unique("run", keep=keep, maintain_order=True)
         for index, order, text in chosen.select("run", "order", "text").iter_rows():
             run = runs[index]
-            known = run.completion if mark == COMPLETE else run.clean_exit
-            if known is not None and (known[3] > order if mark == COMPLETE else known[3] < order):
-                continue
-            located = (text.strip()[:300], line_of_order(order), run.files[order >> FILE_SHIFT], order)
-            if mark == COMPLETE:
-                run.completion = located
-            else:
-                run.clean_exit = located
+            known = getattr(run, attribute)
+            if known is None or (known[3] <= order if mark == COMPLETE else known[3] >= order):
+                located = (text.strip()[:300], line_of_order(order), run.files[order >> FILE_SHIFT], order)
+                setattr(run, attribute, located)
     for index, order, family in (
         frame.filter(pl.col("mark") == LAUNCH).select("run", "order", "family").iter_rows()
     ):
@@ -129,35 +122,21 @@ def _settle_failures(runs: list[RunBuilder], failures: list[pl.DataFrame]) -> No
     frame = pl.concat(failures).sort("run", "order", maintain_order=True)
     for (index,), events in frame.group_by("run", maintain_order=True):
         run = runs[index]
-        rows = [
-            (order, status, reason, weight, kind, exception, chained)
-            for order, status, reason, weight, kind, exception, chained in events.select(
-                "order", "status", "reason", "weight", "kind", "exception", "chained"
-            ).iter_rows()
-        ]
+        rows = events.select("order", "status", "reason", "weight", "kind", "exception", "chained").rows()
         run.refold(sorted(run.failure_events + rows, key=lambda event: event[0]))
 
 
 def _step_events(runs: list[RunBuilder], kind_steps: list[pl.DataFrame]) -> pl.DataFrame:
     """Every step event of ``runs`` (the Python families' and the kinds'), with its ``line`` and ``file``,
     sorted by run and order."""
-    columns: dict[str, list[Any]] = {name: [] for name in ("run", *STEP_EVENT_SCHEMA, "line", "file")}
+    schema = {"run": pl.Int64, **STEP_EVENT_SCHEMA, "line": pl.Int64, "file": pl.Int64}
+    columns: dict[str, list[Any]] = {name: [] for name in schema}
     for index, run in enumerate(runs):
         for order, step, mode, family, line, file, metrics in run.step_events:
-            for name, value in (
-                ("run", index),
-                ("order", order),
-                ("step", step),
-                ("mode", mode),
-                ("family", family),
-            ):
-                columns[name].append(value)
-            for name in STEP_METRICS_SCHEMA:
-                columns[name].append(metrics.get(name))
-            columns["line"].append(line)
-            columns["file"].append(file)
+            values = (index, order, step, mode, family, *map(metrics.get, STEP_METRICS_SCHEMA), line, file)
+            for column, value in zip(columns.values(), values, strict=True):
+                column.append(value)
         run.step_events = []
-    schema = {"run": pl.Int64, **STEP_EVENT_SCHEMA, "line": pl.Int64, "file": pl.Int64}
     python = pl.DataFrame(columns, schema=schema, strict=False)
     located = [
         frame.with_columns(line=line_of(pl.col("order")), file=file_of(pl.col("order")))
@@ -298,17 +277,14 @@ def _settle_facts(runs: list[RunBuilder], facts: list[pl.DataFrame]) -> None:
 
 
 def _uncancelled(runs: list[RunBuilder], frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame``'s fact events but those a record of another family cancels: an event whose ``unless_seen``
-    names a family is not a statement when a record of that family came at or before it (DeepSpeed's
-    ``world_size`` is the GPU count unless Megatron, which runs it with model parallelism, came first)."""
+    """``frame``'s fact events but those cancelled by a record of their ``unless_seen`` family at or before
+    them (DeepSpeed's ``world_size`` is the GPU count unless Megatron, which runs it with model
+    parallelism, came first)."""
     if "unless_seen" not in frame.columns:
         return frame
+    firsts = [(index, *first) for index, run in enumerate(runs) for first in run.first_seen.items()]
     seen = pl.DataFrame(
-        [
-            (index, family, order)
-            for index, run in enumerate(runs)
-            for family, order in run.first_seen.items()
-        ],
+        firsts,
         schema={"run": pl.Int64, "unless_seen": pl.String, "seen_at": pl.Int64},
         orient="row",
     )
@@ -320,6 +296,5 @@ def _uncancelled(runs: list[RunBuilder], frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def declared_facts(stating: tuple) -> dict[str, list]:
-    """The facts the record kinds and blocks ``stating`` state, each with an empty list of the Python
-    families' statements."""
+    """The facts the kinds and blocks ``stating`` state, each with an empty list of Python statements."""
     return {fact: [] for kind in stating for fact in kind.facts}
