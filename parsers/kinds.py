@@ -125,11 +125,10 @@ class Events:
 def facts_of(frame: pl.LazyFrame, family: str, **values: pl.Expr) -> pl.LazyFrame:
     """Long fact events (``order``, ``fact``, ``value``, ``family``) of ``frame``'s records, one per
     ``fact=value`` expression that is not null there (each expression of one type)."""
-    parts = [
+    return pl.concat(
         frame.select("order", fact=pl.lit(name), value=value, family=pl.lit(family)).drop_nulls("value")
         for name, value in values.items()
-    ]
-    return pl.concat(parts)
+    )
 
 
 def marks_of(frame: pl.LazyFrame, family: str, mark: str, text: pl.Expr | None = None) -> pl.DataFrame:
