@@ -64,9 +64,7 @@ def settle_runs(runs: list[RunBuilder], events: Events) -> None:
         .pipe(_with_launch, starts)
     )
     final_launch = steps.group_by("run", "step").agg(final=pl.col("launch").max())
-    rows = _rows(
-        steps.join(final_launch, on=["run", "step"]).filter(pl.col("launch") == pl.col("final")), files
-    )
+    rows = _rows(steps, final_launch, files)
     timers = _timers(events.timers, records, starts, final_launch, files)
     last = steps.filter(pl.col("mode") != PEAK).group_by("run").agg(pl.col("step").last())
     by_run_rows = rows.partition_by("run", as_dict=True, include_key=False)
@@ -106,9 +104,8 @@ def _settle_marks(runs: list[RunBuilder], marks: list[pl.DataFrame]) -> None:
             if known is None or (known[3] <= order if mark == COMPLETE else known[3] >= order):
                 located = (text.strip()[:300], line_of_order(order), run.files[order >> FILE_SHIFT], order)
                 setattr(run, attribute, located)
-    for index, order, family in (
-        frame.filter(pl.col("mark") == LAUNCH).select("run", "order", "family").iter_rows()
-    ):
+    launches = frame.filter(pl.col("mark") == LAUNCH).select("run", "order", "family")
+    for index, order, family in launches.iter_rows():
         runs[index].launch_candidates.append((order, family))
     for run in runs:
         run.launch_candidates.sort()
@@ -174,8 +171,9 @@ def _with_launch(events: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:
     ).with_columns(pl.col("launch").fill_null(0))
 
 
-def _rows(steps: pl.DataFrame, files: pl.DataFrame) -> pl.DataFrame:
+def _rows(steps: pl.DataFrame, final_launch: pl.DataFrame, files: pl.DataFrame) -> pl.DataFrame:
     """One row per run and step, of the step's final launch's events."""
+    steps = steps.join(final_launch, on=["run", "step"]).filter(pl.col("launch") == pl.col("final"))
     index = pl.int_range(pl.len())
     first_record = pl.col("order").filter((index > 0) & (pl.col("mode") != PEAK)).first()
     values = [
@@ -238,24 +236,16 @@ def _settle_facts(runs: list[RunBuilder], facts: list[pl.DataFrame]) -> None:
     family to state a fact owns it, and its last statement is the value (``RunBuilder.set_fact``)."""
     by_type: dict[pl.DataType, list[pl.DataFrame]] = {}
     for frame in facts:
-        by_type.setdefault(frame.schema["value"], []).append(_uncancelled(runs, frame))
+        lined = frame.with_columns(line=line_of(pl.col("at" if "at" in frame.columns else "order")))
+        by_type.setdefault(frame.schema["value"], []).append(_uncancelled(runs, lined))
     # (order, family, value or None: a first statement whose value a later one replaces, line)
     stated: dict[tuple[int, str], list[tuple[int, str, Any, int]]] = {}
     for frames in by_type.values():
-        lined = [
-            frame.with_columns(line=line_of(pl.col("at") if "at" in frame.columns else pl.col("order")))
-            for frame in frames
-        ]
         summary = (
-            pl.concat(lined, how="diagonal_relaxed")
+            pl.concat(frames, how="diagonal_relaxed")
             .sort("run", "order", maintain_order=True)  # ties: in reading order
             .group_by("run", "fact", "family")
-            .agg(
-                first=pl.col("order").first(),
-                last=pl.col("order").last(),
-                value=pl.col("value").last(),
-                line=pl.col("line").last(),
-            )
+            .agg(pl.col("order").first().alias("first"), pl.col("order", "value", "line").last())
         )
         for index, name, family, first, last, value, line in summary.iter_rows():
             stated.setdefault((index, name), []).extend(
@@ -284,9 +274,7 @@ def _uncancelled(runs: list[RunBuilder], frame: pl.DataFrame) -> pl.DataFrame:
         return frame
     firsts = [(index, *first) for index, run in enumerate(runs) for first in run.first_seen.items()]
     seen = pl.DataFrame(
-        firsts,
-        schema={"run": pl.Int64, "unless_seen": pl.String, "seen_at": pl.Int64},
-        orient="row",
+        firsts, schema={"run": pl.Int64, "unless_seen": pl.String, "seen_at": pl.Int64}, orient="row"
     )
     return (
         frame.join(seen, on=["run", "unless_seen"], how="left")
