@@ -154,7 +154,6 @@ class RecordTest:
     unless: tuple[str, ...] = ()
 
     def expr(self, record: pl.Expr) -> pl.Expr:
-        """The test of each record of ``record``."""
         test = pl.lit(True)
         if self.markers:
             test = record.str.contains(literals(self.markers))
@@ -216,9 +215,8 @@ class Block:
     with no records, for what waited for the run's end: frames with ``run``, ``line``, ``file`` instead
     of ``order``. None: ``into`` reads them."""
     into: str | None = None
-    """The name of the family's kind that reads the block's records (not its opener) with its own: the
-    block only finds their lines (DeepSpeed's multi-line JSON values, with no marker, for its config
-    printer's records)."""
+    """The family's kind that reads the block's records (not its opener) with its own: the block only finds
+    their lines (DeepSpeed's multi-line JSON values, with no marker, for its config printer's records)."""
     body: RecordTest = RecordTest()
     closes: RecordTest | None = None
     ends: RecordTest | None = None
@@ -239,8 +237,7 @@ class Block:
 
 
 def read_records(kinds: tuple[RecordKind, ...], records: pl.DataFrame) -> Events:
-    """The events of ``records`` (``order``, ``text``, ``run``, ``line``, ``file``, ``kind``: an index into
-    ``kinds``); a kind without records is not read."""
+    """The events of ``records`` (``order``, ``text``, ``run``, ``line``, ``file``, ``kind``: an index)."""
     events = Events()
     for index in sorted(records.get_column("kind").unique().to_list()):
         of_kind = records.lazy().filter(pl.col("kind") == index)
@@ -253,17 +250,15 @@ def read_records(kinds: tuple[RecordKind, ...], records: pl.DataFrame) -> Events
 #: a number as Megatron prints one (and Python's int() / float() read): digits, a fraction, an exponent,
 #: or nan / inf / infinity in any case
 NUMBER = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?i:nan|inf(?:inity)?))"
-#: a ``name: value`` field of a ``|``-separated record: the name starts at a letter and holds no ``:``,
-#: ``=`` or ``|``, the value is a number followed by the next ``|`` or the end of the record (a field
-#: whose value is no number, ``learning rate: N/A``, is none)
+#: a ``name: value`` field of a ``|``-separated record: a name from a letter, without ``:=|``, and a number
+#: up to the next ``|`` or the record's end (``learning rate: N/A`` is no field)
 FIELD = rf"[A-Za-z][^:|=]*:\s*{NUMBER}\s*(?:\||$)"
 _INTEGER = r"^[-+]*\d+$"
 
 
 def pipe_fields(records: pl.LazyFrame, body: pl.Expr) -> pl.LazyFrame:
     """The numeric fields of ``body`` (``key: value | key: value``), long: ``order``, ``position`` in the
-    record, ``name`` (stripped, lower case), ``value`` (text). Fields are matched whole and split at their
-    first ``:``."""
+    record, ``name`` (stripped, lower case), ``value`` (text); each matched whole, split at its first ":"."""
     return (
         records.select("order", field=body.str.extract_all(FIELD))
         .with_columns(position=pl.int_ranges(pl.col("field").list.len()))

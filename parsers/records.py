@@ -17,9 +17,8 @@ from logstat.parsers.kinds import PYTHON_SPACE, RECORD_SHIFT, Block, RecordKind,
 from logstat.parsers.source import Batch
 
 _DIGIT = r"\d"  # Rust's \d is Unicode's decimal digits, as Python's
-#: the stacked launcher prefixes at the start of a record: torchrun's tags (``[default3]:``, ``[rank7]:``),
-#: ``srun --label``'s ``12: ``, pdsh/DeepSpeed's multi-node runner (``10.0.0.2: ``, ``localhost: ``,
-#: ``node12: ``), each after any whitespace
+#: a record's stacked launcher prefixes, each after any whitespace: torchrun's ``[default3]:``, ``[rank7]:``,
+#: ``srun --label``'s ``12: ``, pdsh/DeepSpeed's runner (``10.0.0.2: ``, ``localhost: ``, ``node12: ``)
 LEADING_PREFIX = (
     rf"^(?:{PYTHON_SPACE}*(?:\[(?:default|rank){_DIGIT}+\]:|{_DIGIT}{{1,5}}: |(?:{_DIGIT}{{1,3}}\.){{3}}"
     rf"{_DIGIT}{{1,3}}: |localhost: |[a-z][a-z0-9-]*{_DIGIT}[a-z0-9-]*(?:\.[a-z0-9.-]+)?: ))+"

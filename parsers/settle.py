@@ -3,11 +3,10 @@
 All runs read together are merged at once, keyed by run (a polars query costs milliseconds, which a
 thousand small files would pay a thousand times), by the rules a run's lines imply in order:
 
-- a step's row merges every event of the step in its last launch (ranks print a step many times; a
-  relaunch that logs a step again replaces the earlier launch's row): per column, the first value;
-  a peak metric (memory of the largest rank) the largest;
-- the row points at the step's first record; a row a metric line opened (memory, the profiler) points
-  at the step's own record when one comes later;
+- a step's row merges its events of the step's last launch (ranks print a step many times; a relaunch
+  logging it again replaces the earlier row): per column the first value, a peak metric the largest;
+- the row points at the step's first record, or at its own record coming later if a metric line
+  (memory, the profiler) opened it;
 - an event without a step (a timer breakdown, Megatron's effective TFLOPs) belongs to the last step
   logged before it (``join_asof``), and a timer of a step a later launch logged again is dropped;
 - a fact goes to the first family that states it, with that family's last statement.
@@ -206,8 +205,7 @@ def _timers(
     final_launch: pl.DataFrame,
     files: pl.DataFrame,
 ) -> pl.DataFrame:
-    """The timer rows, each of the last step its run logged before it; those of a step a later launch
-    logged again are dropped."""
+    """The timer rows, each of the last step logged before it, but of a step a later launch logged again."""
     if timers:
         frame = pl.concat(timers, how="diagonal_relaxed")
     else:
@@ -267,9 +265,8 @@ def _settle_facts(runs: list[RunBuilder], facts: list[pl.DataFrame]) -> None:
 
 
 def _uncancelled(runs: list[RunBuilder], frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame``'s fact events but those cancelled by a record of their ``unless_seen`` family at or before
-    them (DeepSpeed's ``world_size`` is the GPU count unless Megatron, which runs it with model
-    parallelism, came first)."""
+    """``frame``'s facts but those at or after a record of their ``unless_seen`` family (DeepSpeed's
+    ``world_size`` is the GPU count unless Megatron, which runs it with model parallelism, came first)."""
     if "unless_seen" not in frame.columns:
         return frame
     firsts = [(index, *first) for index, run in enumerate(runs) for first in run.first_seen.items()]

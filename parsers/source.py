@@ -1,9 +1,8 @@
 """Raw log bytes -> numbered lines, as one polars frame per batch of about ``BATCH_BYTES``.
 
-Files are read in chunks of whole lines (gzip, xz and bzip2 recognised by their magic bytes). The chunks
-of as many runs' files as fit are joined into a batch that polars' CSV reader splits and decodes at once
-(no Python object per line): a thousand small files cost a few hundred polars calls, not thousands.
-Each line of a batch knows its run, its file and its 1-based line number there.
+Files are read in chunks of whole lines; the chunks of as many runs' files as fit make a batch that
+polars' CSV reader splits and decodes at once (no Python object per line, a few hundred polars calls for
+a thousand small files). Each line of a batch knows its run, its file and its 1-based line number there.
 """
 
 from __future__ import annotations
@@ -51,10 +50,9 @@ class SourceReport:
 
 @dataclass(frozen=True)
 class Piece:
-    """Whole lines of one file, the unit of a batch: ``run`` (its index among those read together),
-    ``file`` (among the run's), ``first_line`` (lines of the file before it), ``data``, of which
-    ``data[:end]`` are its lines (the last may lack its newline, at its file's end); what follows is part
-    of a line the next piece holds whole."""
+    """Whole lines of one file, a batch's unit: ``run`` and ``file`` (indexes), ``first_line`` (lines of
+    the file before it), ``data``, of which ``data[:end]`` are its lines (the last may lack its newline,
+    at its file's end); what follows is part of a line the next piece holds whole."""
 
     run: int
     file: int
@@ -89,7 +87,7 @@ class Batch:
     """The run whose last file goes on in the next batch."""
 
     def located(self, frame: pl.LazyFrame) -> pl.LazyFrame:
-        """``frame`` (with ``row``) with each row's ``run`` and ``order`` (``kinds.order_key`` of its line)."""
+        """``frame`` (with ``row``) with each row's ``run`` and ``order`` (its line's ``kinds.order_key``)."""
         line = pl.col("first_line") + pl.col("row") - pl.col("start") + 1
         return (
             frame.join_asof(
@@ -109,8 +107,7 @@ def without_escapes(text: pl.Expr) -> pl.Expr:
 
 
 def _decompressor(path: Path):
-    """The ``open`` of ``path``'s compression (gzip, xz, bzip2: archived logs), by its magic bytes, not
-    its name; None for a plain file."""
+    """The ``open`` of ``path``'s compression (gzip, xz, bzip2), by its magic bytes; None if plain."""
     with open(path, "rb") as probe:
         magic = probe.read(10)
     if magic.startswith(GZIP_MAGIC):
@@ -121,7 +118,7 @@ def _decompressor(path: Path):
 
 
 def file_size(path: os.PathLike) -> int:
-    """The size of ``path`` in bytes; 0 if it cannot be read (the reader reports that file in its run's row)."""
+    """The size of ``path`` in bytes; 0 if unreadable (the reader reports that file in its run's row)."""
     try:
         return os.stat(path).st_size
     except OSError:
@@ -129,9 +126,8 @@ def file_size(path: os.PathLike) -> int:
 
 
 def _read_block(stream, report: SourceReport, carry: bytes) -> bytes:
-    """``carry`` and about CHUNK_BYTES (decompressed) bytes after it, joined in one copy; ``carry``
-    alone at the end. ``read1`` hands out what was decompressed so far, so a truncated gzip stream
-    still yields everything before the cut. Counts the new bytes in ``report``."""
+    """``carry`` and about CHUNK_BYTES decompressed bytes after it (none at the end), counted in ``report``.
+    ``read1`` hands out what was decompressed so far: a truncated stream yields all before the cut."""
     parts: list[bytes] = [carry]
     size = 0
     while size < CHUNK_BYTES:
@@ -170,9 +166,8 @@ _NOISE = re.compile("[\x01-\x08\x0e-\x1a\x1c-\x1f\x7f\ufffd]")
 
 
 def is_binary(head: bytes) -> bool:
-    """A binary file (checkpoint, image, archive) holds NUL bytes among much other non-text. A text
-    log may hold NUL bytes too, a block of them where a crashed node's last writes were lost on a
-    shared file system, and stays text around them: its lines are still read."""
+    """A binary file (checkpoint, image, archive) holds NUL bytes among much other non-text; a text log
+    may hold a block of NULs too (a crashed node's writes lost on a shared file system), text around it."""
     if b"\x00" not in head:
         return False
     text = head.replace(b"\x00", b"").decode("utf-8", errors="replace")
@@ -180,9 +175,8 @@ def is_binary(head: bytes) -> bool:
 
 
 def _file_chunks(path: Path, report: SourceReport) -> Iterator[tuple[bytes, int]]:
-    """The chunks of one file: ``(data, end)``, ``data[:end]`` its whole lines (the last one may lack its
-    newline); none of a binary or unreadable file, whose ``report`` says why. A plain file is read
-    straight into each chunk (``os.pread``: one copy of each byte), a compressed one decompressed."""
+    """The chunks ``(data, end)`` of one file, as ``Piece``'s; none of a binary or unreadable file, whose
+    ``report`` says why. A plain file is read straight into them (``os.pread``: one copy of each byte)."""
     try:
         decompressor = _decompressor(path)
         if decompressor is None:
@@ -225,9 +219,8 @@ def _plain_chunks(path: Path, report: SourceReport) -> Iterator[tuple[bytes, int
 def batches(
     runs: Sequence[Sequence[Path]], reports: Sequence[list[SourceReport]], batch_bytes: int = BATCH_BYTES
 ) -> Iterator[list[Piece | tuple[int, int]]]:
-    """The pieces of every file of ``runs`` in reading order, gathered into batches of about
-    ``batch_bytes`` (``frame_batch`` makes lines of one), each file's end marked by ``(run, file)`` after
-    its last piece. ``reports`` gets a ``SourceReport`` per file as it is opened."""
+    """The pieces of ``runs``' files in reading order in batches of about ``batch_bytes`` for ``frame_batch``,
+    a ``(run, file)`` after a file's last piece; ``reports`` gets a ``SourceReport`` per file opened."""
     items: list[Piece | tuple[int, int]] = []
     size = 0
     for run, files in enumerate(runs):
