@@ -1,15 +1,10 @@
 """Record kinds and blocks: what a family reads column-wise, declared once, and the events it makes.
 
-A log's bulk is a few kinds of records repeated every step or every rank (Megatron's iteration, timer
-and memory lines, DeepSpeed's config printer, the ranks' tracebacks). Handing each to Python costs
-microseconds; read as columns it costs well under one. A family declares each such kind once
-(``RecordKind``: a ``RecordTest`` that tags a record, and the polars query that turns a frame of such
-records into typed events) and each multi-line block once (``Block``: the records that open, close and
-fill it); the reader tags the records of a batch of lines in polars and hands the family's Python code
-only the rest. The events of a run (steps, timers, facts, failures, marks) are merged column-wise with
-those the Python families recorded, in line order (``settle``).
-
-Every event carries an ``order``: its place in the run's reading order, packed into one integer
+A log's bulk is a few kinds of records repeated every step or rank (Megatron's iteration lines,
+DeepSpeed's config printer, the ranks' tracebacks): handed to Python each costs microseconds, read as
+columns well under one. A family declares each kind once (``RecordKind``) and each multi-line block once
+(``Block``); the reader tags a batch's records in polars and hands the family's Python code only the
+rest. Every event carries an ``order``, its place in the run's reading order packed into one integer
 (``order_key``) so that polars can sort and ``join_asof`` on it.
 """
 
@@ -34,8 +29,8 @@ PYTHON_SPACE = r"[\s\x1c-\x1f]"
 
 
 def order_key(file_index: int, line: int, record: int = 0) -> int:
-    """The reading order of record ``record`` of line ``line`` (1-based) of the run's ``file_index``-th file;
-    an event of the record adds its index within the record (< 256)."""
+    """The order of record ``record`` of line ``line`` (1-based) of the run's ``file_index``-th file; an
+    event of the record adds its index within the record (< 256)."""
     return (file_index << FILE_SHIFT) + (line << LINE_SHIFT) + (min(record, MAX_RECORD) << RECORD_SHIFT)
 
 
@@ -103,13 +98,11 @@ SEEN, COMPLETE, CLEAN_EXIT, LAUNCH = "seen", "complete", "clean exit", "launch"
 
 @dataclass
 class Events:
-    """Typed events read from records, frames per sort: steps and timers in their ``*_EVENT_SCHEMA``
-    (timers with their ``position`` in the record), facts (``order``, ``fact``, ``value``, ``family``; one
-    value type per frame; an ``at`` column, if any, is the order of the record whose line the fact's
-    provenance names when it is not the record stating it: a block's fact stated when the block ends; an
-    ``unless_seen`` column, if any, names a family whose record at or before the event cancels it), notes
-    (``order``, ``family``, ``message``), failures (``FAILURE_EVENT_SCHEMA``) and marks
-    (``MARK_EVENT_SCHEMA``)."""
+    """Typed events read from records, frames per sort: steps, timers (with their ``position`` in the
+    record), failures and marks in their ``*_EVENT_SCHEMA``; notes (``order``, ``family``, ``message``);
+    facts (``order``, ``fact``, ``value``, ``family``, one value type per frame; optional ``at``: the order
+    whose line the provenance names, as for a block's fact stated at its end; optional ``unless_seen``: a
+    family whose record at or before the event cancels it)."""
 
     steps: list[pl.DataFrame] = field(default_factory=list)
     timers: list[pl.DataFrame] = field(default_factory=list)
@@ -119,13 +112,12 @@ class Events:
     marks: list[pl.DataFrame] = field(default_factory=list)
 
     carry: pl.DataFrame | None = None
-    """What a read group's read hands its next read (``Block.read``): per run (a ``run`` column), what its
-    records so far left open, in values, lines and files (orders are keys of one read only)."""
+    """What a read group's read hands its next (``Block.read``): per ``run``, what its records left open,
+    in values, lines and files (orders are keys of one read only)."""
 
     SORTS = ("steps", "timers", "facts", "notes", "failures", "marks")
 
     def extend(self, other: Events) -> None:
-        """Add ``other``'s events."""
         for name in self.SORTS:
             getattr(self, name).extend(frame for frame in getattr(other, name) if frame.height)
 
@@ -133,11 +125,10 @@ class Events:
 def facts_of(frame: pl.LazyFrame, family: str, **values: pl.Expr) -> pl.LazyFrame:
     """Long fact events (``order``, ``fact``, ``value``, ``family``) of ``frame``'s records, one per
     ``fact=value`` expression that is not null there (each expression of one type)."""
-    parts = [
+    return pl.concat(
         frame.select("order", fact=pl.lit(name), value=value, family=pl.lit(family)).drop_nulls("value")
         for name, value in values.items()
-    ]
-    return pl.concat(parts)
+    )
 
 
 def marks_of(frame: pl.LazyFrame, family: str, mark: str, text: pl.Expr | None = None) -> pl.DataFrame:
@@ -163,7 +154,6 @@ class RecordTest:
     unless: tuple[str, ...] = ()
 
     def expr(self, record: pl.Expr) -> pl.Expr:
-        """The test of each record of ``record``."""
         test = pl.lit(True)
         if self.markers:
             test = record.str.contains(literals(self.markers))
@@ -187,12 +177,10 @@ class RecordKind:
     name: str
     test: RecordTest
     read: Callable[[pl.LazyFrame], Events]
-    """Typed events of a frame of records of this kind: ``order`` (the record's key in this reading: never
-    a line), ``text`` (the record, launcher prefixes stripped), ``run`` (its run among those read together,
-    for rules per run such as "the first one counts"), ``line`` and ``file`` (its line number and file
-    index); an event's order adds its index in the record. A kind whose ``read`` is also its family's
-    blocks' is read with them, in segments (``Block.read``'s frame and carry, its rows of ``source`` its
-    name)."""
+    """Typed events of a frame of its records: ``order`` (a key of this reading, never a line), ``text``
+    (launcher prefixes stripped), ``run`` (for rules per run: "the first one counts"), ``line``, ``file``;
+    an event's order adds its index in the record. A kind sharing its ``read`` with its family's blocks
+    is read with them (``Block.read``; its rows' ``source`` is its name)."""
     facts: tuple[str, ...] = ()
     """The run facts its events state (``RunBuilder`` weighs them against the Python families')."""
 
@@ -204,51 +192,43 @@ OPENER, BODY, CLOSER, ENDED = 0, 1, 2, 3
 
 @dataclass(frozen=True, kw_only=True)
 class Block:
-    """A multi-line block of a family: a record that ``opens`` it, then the records it reads, up to the
-    first record that ``closes`` it (its own, read with it), a record of the family that ``ends`` it (not
-    its own: read as usual), ``max_lines`` after the opener, or the end of the file. A record that opens
-    one while it is open is one of its records, not a new block. ``swallows``: the family's other records
-    inside it are not read otherwise.
+    """A multi-line block of a family: a record that ``opens`` it, the records it reads, up to the first
+    record that ``closes`` it (its own), one of the family's that ``ends`` it (read as usual),
+    ``max_lines`` after the opener, or the file's end. An opener inside it is one of its records.
+    ``swallows``: the family's other records inside it are not read otherwise.
 
-    Its lines are found in one of two ways. With ``markers`` (literals a body or closing line holds: the
-    reader searches every line for them with the family's), its records are the marked records inside
-    it that pass ``body`` or ``closes``; a record that holds only these markers is nobody's outside a
-    block. Without, its lines carry no marker: every line inside it is a candidate (the ``hint``, a regex
-    on the raw line, picks those worth splitting into records), so such a block should be rare and short."""
+    With ``markers`` (literals its body or closing lines hold, searched for with the family's), its
+    records are the marked ones inside it passing ``body`` or ``closes`` (outside a block, a record with
+    only these markers is nobody's). Without, every line inside it is a candidate (``hint``, a regex on
+    the raw line, picks those worth splitting into records): such a block should be rare and short."""
 
     family: str
     name: str
     opens: RecordTest
     read: Callable[[pl.LazyFrame, pl.DataFrame | None], Events] | None = None
-    """Events of a frame of blocks' records: ``run``, ``source`` (the block's ``name``), ``block`` (the
-    opener's order), ``order``, ``text``, ``role`` (OPENER, BODY, CLOSER, ENDED), ``line`` and ``file``
-    (the record's line in its file: for rules on how many lines apart two records are, which the orders
-    do not tell), sorted by run and order. The family's blocks (and kinds) that share one ``read`` are
-    read together, in one frame: a record in several of them has one ``order`` there (a ``block`` is one
-    only with its ``source``). A long log is read in segments, each ending before a block still open:
-    the second argument is the ``Events.carry`` of the read of the segment before (None for the first).
-    A read that returned a carry is called once more at the end, with no records: it states what waited
-    for the run's end, in event frames without ``order`` (``run``, ``line`` and ``file`` instead: a record
-    an earlier segment held). None: ``into`` reads them."""
+    """Events of a frame of blocks' records, sorted by run and order: ``run``, ``source`` (the block's
+    ``name``), ``block`` (the opener's order), ``order``, ``text``, ``role`` (OPENER, BODY, CLOSER, ENDED),
+    ``line`` and ``file`` (how many lines apart two records are, which orders do not tell). Blocks and
+    kinds sharing a ``read`` are read in one frame (a record in several has one ``order``; a ``block`` is
+    one only with its ``source``), in segments ending before a block still open: the second argument is
+    the previous segment's ``Events.carry`` (None first). A read that returned a carry is called once more
+    with no records, for what waited for the run's end: frames with ``run``, ``line``, ``file`` instead
+    of ``order``. None: ``into`` reads them."""
     into: str | None = None
-    """The name of a kind of the family that reads the block's records (not its opener, one of
-    the kind's records) with its own: the block only finds the lines that belong to the kind's records
-    (DeepSpeed's multi-line JSON values, which carry no marker, to its config printer's records)."""
+    """The family's kind that reads the block's records (not its opener) with its own: the block only finds
+    their lines (DeepSpeed's multi-line JSON values, with no marker, for its config printer's records)."""
     body: RecordTest = RecordTest()
     closes: RecordTest | None = None
     ends: RecordTest | None = None
     max_lines: int | None = None
     markers: tuple[str, ...] = ()
     renews: RecordTest | None = None
-    """Records that renew ``max_lines`` (found as its body's are, they need not be its records): the block
-    then ends ``max_lines`` lines after its opener or its last such record (each within ``max_lines`` of
-    the one before). A traceback stays open while frames come, however long it is."""
+    """Records (found as its body's, not necessarily its own) after which the block ends ``max_lines``
+    later, not ``max_lines`` after its opener: a traceback stays open while frames come."""
     heralds: RecordTest | None = None
-    """With ``renews``: openers that only herald a block, that of the next opener if it follows within
-    ``herald_lines`` lines with no other herald between (from which on it holds: reads its records,
-    swallows the family's others; the lines between are read as usual), else a block of the herald's
-    record alone: Python's line before a traceback that it printed and ignored, or that it chains to the
-    one before."""
+    """With ``renews``: openers that herald the block of the next opener within ``herald_lines`` lines,
+    no herald between (it holds from that opener on), else are a block alone: Python's line before a
+    traceback it printed and ignored, or that it chains to the one before."""
     herald_lines: int = 0
     hint: str | None = None
     swallows: bool = False
@@ -257,17 +237,11 @@ class Block:
 
 
 def read_records(kinds: tuple[RecordKind, ...], records: pl.DataFrame) -> Events:
-    """The events of ``records`` (``order``, ``text``, ``run``, ``line``, ``file``, ``kind``: an index into
-    ``kinds``); a kind without records is not read."""
+    """The events of ``records`` (``order``, ``text``, ``run``, ``line``, ``file``, ``kind``: an index)."""
     events = Events()
-    present = set(records.get_column("kind").unique().to_list())
-    for index, kind in enumerate(kinds):
-        if index not in present:
-            continue
-        of_kind = (
-            records.lazy().filter(pl.col("kind") == index).select("order", "text", "run", "line", "file")
-        )
-        events.extend(kind.read(of_kind))
+    for index in sorted(records.get_column("kind").unique().to_list()):
+        of_kind = records.lazy().filter(pl.col("kind") == index)
+        events.extend(kinds[index].read(of_kind.select("order", "text", "run", "line", "file")))
     return events
 
 
@@ -276,18 +250,15 @@ def read_records(kinds: tuple[RecordKind, ...], records: pl.DataFrame) -> Events
 #: a number as Megatron prints one (and Python's int() / float() read): digits, a fraction, an exponent,
 #: or nan / inf / infinity in any case
 NUMBER = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?i:nan|inf(?:inity)?))"
-#: a ``name: value`` field of a ``|``-separated record: the name starts at a letter and holds no ``:``,
-#: ``=`` or ``|``, the value is a number followed by the next ``|`` or the end of the record (a field
-#: whose value is no number, ``learning rate: N/A``, is none)
+#: a ``name: value`` field of a ``|``-separated record: a name from a letter, without ``:=|``, and a number
+#: up to the next ``|`` or the record's end (``learning rate: N/A`` is no field)
 FIELD = rf"[A-Za-z][^:|=]*:\s*{NUMBER}\s*(?:\||$)"
 _INTEGER = r"^[-+]*\d+$"
 
 
 def pipe_fields(records: pl.LazyFrame, body: pl.Expr) -> pl.LazyFrame:
-    """The numeric fields of ``body`` (each record's ``key: value | key: value`` text), long: ``order``,
-    ``position`` (of the field in its record), ``name`` (stripped, lower case), ``value`` (the text).
-    Fields are matched whole (``str.extract_all``: no capture runs over a record) and split at their
-    first ``:``."""
+    """The numeric fields of ``body`` (``key: value | key: value``), long: ``order``, ``position`` in the
+    record, ``name`` (stripped, lower case), ``value`` (text); each matched whole, split at its first ":"."""
     return (
         records.select("order", field=body.str.extract_all(FIELD))
         .with_columns(position=pl.int_ranges(pl.col("field").list.len()))

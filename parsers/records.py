@@ -1,11 +1,9 @@
 """Lines -> records, in polars: the records of the lines that hold a marker, and what each record is.
 
-Many ranks write one file, so a line may hold several records: launchers put a prefix before each
-rank's line (``srun --label``'s ``12: ``, torchrun's ``[default3]:``, pdsh's ``10.0.0.2: ``, ...), ranks
-writing at once glue their records together behind such tags, and progress bars end theirs with a
-carriage return. A record is one rank's text, prefixes stripped. Each record is tagged with the families
-whose markers it holds and, per family, the record kind it is (``kinds.RecordKind``), or -1: a record
-for the family's Python code.
+Many ranks write one file: launchers prefix each rank's line (``12: ``, ``[default3]:``, ``10.0.0.2: ``),
+ranks writing at once glue their records behind such tags, progress bars end theirs with a carriage
+return. A record is one rank's text, prefixes stripped, tagged per family with its record kind
+(``kinds.RecordKind``) or -1: a record for the family's Python code.
 """
 
 from __future__ import annotations
@@ -19,9 +17,8 @@ from logstat.parsers.kinds import PYTHON_SPACE, RECORD_SHIFT, Block, RecordKind,
 from logstat.parsers.source import Batch
 
 _DIGIT = r"\d"  # Rust's \d is Unicode's decimal digits, as Python's
-#: the stacked launcher prefixes at the start of a record: torchrun's tags (``[default3]:``, ``[rank7]:``),
-#: ``srun --label``'s ``12: ``, pdsh/DeepSpeed's multi-node runner (``10.0.0.2: ``, ``localhost: ``,
-#: ``node12: ``), each after any whitespace
+#: a record's stacked launcher prefixes, each after any whitespace: torchrun's ``[default3]:``, ``[rank7]:``,
+#: ``srun --label``'s ``12: ``, pdsh/DeepSpeed's runner (``10.0.0.2: ``, ``localhost: ``, ``node12: ``)
 LEADING_PREFIX = (
     rf"^(?:{PYTHON_SPACE}*(?:\[(?:default|rank){_DIGIT}+\]:|{_DIGIT}{{1,5}}: |(?:{_DIGIT}{{1,3}}\.){{3}}"
     rf"{_DIGIT}{{1,3}}: |localhost: |[a-z][a-z0-9-]*{_DIGIT}[a-z0-9-]*(?:\.[a-z0-9.-]+)?: ))+"
@@ -31,10 +28,9 @@ GLUED_TAG = rf"\[(?:default|rank){_DIGIT}+\]:"
 
 
 def split_records(lines: pl.LazyFrame, separator: str) -> pl.LazyFrame:
-    """The records of ``lines`` (``run``, ``row``, ``order``, ``text``), not in line order: one row per
-    non-blank record, ``order`` with the record's index in its line, ``text`` without launcher prefixes;
-    ``separator``: a character no line holds. Most lines are one record: only those with a carriage
-    return or a ``]:`` (a tag) are split."""
+    """The non-blank records of ``lines`` (``run``, ``row``, ``order`` with the record's index in its
+    line, ``text`` without prefixes), not in line order; ``separator``: a character no line holds. Only
+    lines with a carriage return or a ``]:`` (a tag) are split."""
     text = pl.col("text")
     several = text.str.contains("\r", literal=True) | text.str.contains("]:", literal=True)
     single = lines.filter(~several).select("run", "row", "order", text=text.str.replace(LEADING_PREFIX, ""))
@@ -68,14 +64,12 @@ def _all_markers(family: Family) -> tuple[str, ...]:
 
 @dataclass
 class ReadGroup:
-    """One read of the blocks (and of the kinds) that share it: their records are kept together and read
-    in line order, in segments that end before a block still open."""
+    """One read shared by blocks and kinds (indexes into ``Plan.blocks`` and ``Plan.kinds``): their
+    records are kept together and read in line order, in segments that end before a block still open."""
 
     read: object
     blocks: list[int] = field(default_factory=list)
-    """The indexes of its blocks in ``Plan.blocks``."""
     kinds: list[int] = field(default_factory=list)
-    """The indexes of its kinds in ``Plan.kinds``: those sharing a block's read."""
 
 
 @dataclass(frozen=True)
@@ -100,12 +94,10 @@ class Plan:
 
     @cached_property
     def tags(self) -> list[tuple[pl.Expr, list[pl.Expr]]]:
-        """Per family, whether a record holds one of its markers (its blocks' included), and the tags of
-        such a record: ``f<i>``, the index (into ``kinds``) of the first of its kinds the record is, else
-        -1 when it holds one of the family's own markers (a record for ``parse_line``), -2 when only a
-        block's; and per block of the family (``o<j>``, ``e<j>``, ``c<j>``), whether it opens, ends or
-        closes the block (a closer that is one of the family's marked records bounds the lines
-        searched)."""
+        """Per family, whether a record holds one of its markers (its blocks' included), and its tags:
+        ``f<i>``, the index into ``kinds`` of its first kind, else -1 with one of the family's own markers
+        (for ``parse_line``), -2 with only a block's; per block ``j``, whether it opens, ends or closes
+        it (``o<j>``, ``e<j>``, ``c<j>``: a closer among the family's marked records bounds the search)."""
         text = pl.col("text")
         found, first, blocks = [], 0, iter(range(len(self.blocks)))
         for number, family in enumerate(self.families):
@@ -130,20 +122,15 @@ class Plan:
         """The index of the family called ``name``."""
         return next(number for number, family in enumerate(self.families) if family.name == name)
 
-    def kind_number(self, family: str, name: str) -> int:
-        """The index (into ``kinds``) of the kind ``name`` of ``family``."""
-        return next(i for i, kind in enumerate(self.kinds) if (kind.family, kind.name) == (family, name))
-
     @cached_property
     def groups(self) -> list[ReadGroup]:
         """The reads of the blocks, with the kinds that share one (``ReadGroup``)."""
         groups: dict[object, ReadGroup] = {}
         for number, block in enumerate(self.blocks):
-            read = (
-                block.read
-                if block.into is None
-                else self.kinds[self.kind_number(block.family, block.into)].read
+            into = (
+                kind.read for kind in self.kinds if (kind.family, kind.name) == (block.family, block.into)
             )
+            read = block.read if block.into is None else next(into)
             groups.setdefault(read, ReadGroup(read=read)).blocks.append(number)
         for index, kind in enumerate(self.kinds):
             if kind.read in groups:
@@ -152,12 +139,11 @@ class Plan:
 
     @cached_property
     def group_of_kind(self) -> dict[int, int]:
-        """The group (index into ``groups``) of each kind read in one."""
+        """The group (index into ``groups``) of each kind read in one; ``group_of_block``: of each block."""
         return {kind: number for number, group in enumerate(self.groups) for kind in group.kinds}
 
     @cached_property
     def group_of_block(self) -> list[int]:
-        """The group of each block."""
         found = {block: number for number, group in enumerate(self.groups) for block in group.blocks}
         return [found[number] for number in range(len(self.blocks))]
 

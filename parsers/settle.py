@@ -1,15 +1,12 @@
 """Runs' step, timer and fact events merged column-wise into their rows, once their files were read.
 
-The record kinds' records of every run read together are turned into events in one polars query per
-kind (a query has a fixed cost of milliseconds, which a thousand small files would pay a thousand
-times), and all runs' events are merged at once, keyed by run. The rules are those a run's lines
-imply when read in order (``kinds.order_key``):
+All runs read together are merged at once, keyed by run (a polars query costs milliseconds, which a
+thousand small files would pay a thousand times), by the rules a run's lines imply in order:
 
-- a step's row merges every event of the step in its last launch (ranks print a step many times; a
-  relaunch that logs a step again replaces the earlier launch's row): per column, the first value;
-  a peak metric (memory of the largest rank) the largest;
-- the row points at the step's first record; a row a metric line opened (memory, the profiler) points
-  at the step's own record when one comes later;
+- a step's row merges its events of the step's last launch (ranks print a step many times; a relaunch
+  logging it again replaces the earlier row): per column the first value, a peak metric the largest;
+- the row points at the step's first record, or at its own record coming later if a metric line
+  (memory, the profiler) opened it;
 - an event without a step (a timer breakdown, Megatron's effective TFLOPs) belongs to the last step
   logged before it (``join_asof``), and a timer of a step a later launch logged again is dropped;
 - a fact goes to the first family that states it, with that family's last statement.
@@ -46,8 +43,7 @@ TIMER_COLUMNS = ("iteration", "timer", "ms", "family", "line", "source_path")
 
 def settle_runs(runs: list[RunBuilder], events: Events) -> None:
     """Fill each run's ``iteration_frame``, ``timer_frame``, ``last_iteration``, facts, failure,
-    completion and record counts from the Python families' calls and ``events`` (each frame with its
-    ``run``: an index into ``runs``)."""
+    completion and record counts from the Python families' calls and ``events`` (with ``run`` columns)."""
     _settle_marks(runs, events.marks)
     files = pl.DataFrame(
         [(index, number, path) for index, run in enumerate(runs) for number, path in enumerate(run.files)],
@@ -67,9 +63,7 @@ def settle_runs(runs: list[RunBuilder], events: Events) -> None:
         .pipe(_with_launch, starts)
     )
     final_launch = steps.group_by("run", "step").agg(final=pl.col("launch").max())
-    rows = _rows(
-        steps.join(final_launch, on=["run", "step"]).filter(pl.col("launch") == pl.col("final")), files
-    )
+    rows = _rows(steps, final_launch, files)
     timers = _timers(events.timers, records, starts, final_launch, files)
     last = steps.filter(pl.col("mode") != PEAK).group_by("run").agg(pl.col("step").last())
     by_run_rows = rows.partition_by("run", as_dict=True, include_key=False)
@@ -101,21 +95,16 @@ def _settle_marks(runs: list[RunBuilder], marks: list[pl.DataFrame]) -> None:
     )
     for index, family, count, first in seen.iter_rows():
         runs[index].saw(family, count, at=first)
-    for mark, keep in ((COMPLETE, "last"), (CLEAN_EXIT, "first")):
+    for mark, keep, attribute in ((COMPLETE, "last", "completion"), (CLEAN_EXIT, "first", "clean_exit")):
         chosen = frame.filter(pl.col("mark") == mark).unique("run", keep=keep, maintain_order=True)
         for index, order, text in chosen.select("run", "order", "text").iter_rows():
             run = runs[index]
-            known = run.completion if mark == COMPLETE else run.clean_exit
-            if known is not None and (known[3] > order if mark == COMPLETE else known[3] < order):
-                continue
-            located = (text.strip()[:300], line_of_order(order), run.files[order >> FILE_SHIFT], order)
-            if mark == COMPLETE:
-                run.completion = located
-            else:
-                run.clean_exit = located
-    for index, order, family in (
-        frame.filter(pl.col("mark") == LAUNCH).select("run", "order", "family").iter_rows()
-    ):
+            known = getattr(run, attribute)
+            if known is None or (known[3] <= order if mark == COMPLETE else known[3] >= order):
+                located = (text.strip()[:300], line_of_order(order), run.files[order >> FILE_SHIFT], order)
+                setattr(run, attribute, located)
+    launches = frame.filter(pl.col("mark") == LAUNCH).select("run", "order", "family")
+    for index, order, family in launches.iter_rows():
         runs[index].launch_candidates.append((order, family))
     for run in runs:
         run.launch_candidates.sort()
@@ -129,35 +118,21 @@ def _settle_failures(runs: list[RunBuilder], failures: list[pl.DataFrame]) -> No
     frame = pl.concat(failures).sort("run", "order", maintain_order=True)
     for (index,), events in frame.group_by("run", maintain_order=True):
         run = runs[index]
-        rows = [
-            (order, status, reason, weight, kind, exception, chained)
-            for order, status, reason, weight, kind, exception, chained in events.select(
-                "order", "status", "reason", "weight", "kind", "exception", "chained"
-            ).iter_rows()
-        ]
+        rows = events.select("order", "status", "reason", "weight", "kind", "exception", "chained").rows()
         run.refold(sorted(run.failure_events + rows, key=lambda event: event[0]))
 
 
 def _step_events(runs: list[RunBuilder], kind_steps: list[pl.DataFrame]) -> pl.DataFrame:
     """Every step event of ``runs`` (the Python families' and the kinds'), with its ``line`` and ``file``,
     sorted by run and order."""
-    columns: dict[str, list[Any]] = {name: [] for name in ("run", *STEP_EVENT_SCHEMA, "line", "file")}
+    schema = {"run": pl.Int64, **STEP_EVENT_SCHEMA, "line": pl.Int64, "file": pl.Int64}
+    columns: dict[str, list[Any]] = {name: [] for name in schema}
     for index, run in enumerate(runs):
         for order, step, mode, family, line, file, metrics in run.step_events:
-            for name, value in (
-                ("run", index),
-                ("order", order),
-                ("step", step),
-                ("mode", mode),
-                ("family", family),
-            ):
-                columns[name].append(value)
-            for name in STEP_METRICS_SCHEMA:
-                columns[name].append(metrics.get(name))
-            columns["line"].append(line)
-            columns["file"].append(file)
+            values = (index, order, step, mode, family, *map(metrics.get, STEP_METRICS_SCHEMA), line, file)
+            for column, value in zip(columns.values(), values, strict=True):
+                column.append(value)
         run.step_events = []
-    schema = {"run": pl.Int64, **STEP_EVENT_SCHEMA, "line": pl.Int64, "file": pl.Int64}
     python = pl.DataFrame(columns, schema=schema, strict=False)
     located = [
         frame.with_columns(line=line_of(pl.col("order")), file=file_of(pl.col("order")))
@@ -195,8 +170,9 @@ def _with_launch(events: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:
     ).with_columns(pl.col("launch").fill_null(0))
 
 
-def _rows(steps: pl.DataFrame, files: pl.DataFrame) -> pl.DataFrame:
+def _rows(steps: pl.DataFrame, final_launch: pl.DataFrame, files: pl.DataFrame) -> pl.DataFrame:
     """One row per run and step, of the step's final launch's events."""
+    steps = steps.join(final_launch, on=["run", "step"]).filter(pl.col("launch") == pl.col("final"))
     index = pl.int_range(pl.len())
     first_record = pl.col("order").filter((index > 0) & (pl.col("mode") != PEAK)).first()
     values = [
@@ -229,8 +205,7 @@ def _timers(
     final_launch: pl.DataFrame,
     files: pl.DataFrame,
 ) -> pl.DataFrame:
-    """The timer rows, each of the last step its run logged before it; those of a step a later launch
-    logged again are dropped."""
+    """The timer rows, each of the last step logged before it, but of a step a later launch logged again."""
     if timers:
         frame = pl.concat(timers, how="diagonal_relaxed")
     else:
@@ -259,24 +234,16 @@ def _settle_facts(runs: list[RunBuilder], facts: list[pl.DataFrame]) -> None:
     family to state a fact owns it, and its last statement is the value (``RunBuilder.set_fact``)."""
     by_type: dict[pl.DataType, list[pl.DataFrame]] = {}
     for frame in facts:
-        by_type.setdefault(frame.schema["value"], []).append(_uncancelled(runs, frame))
+        lined = frame.with_columns(line=line_of(pl.col("at" if "at" in frame.columns else "order")))
+        by_type.setdefault(frame.schema["value"], []).append(_uncancelled(runs, lined))
     # (order, family, value or None: a first statement whose value a later one replaces, line)
     stated: dict[tuple[int, str], list[tuple[int, str, Any, int]]] = {}
     for frames in by_type.values():
-        lined = [
-            frame.with_columns(line=line_of(pl.col("at") if "at" in frame.columns else pl.col("order")))
-            for frame in frames
-        ]
         summary = (
-            pl.concat(lined, how="diagonal_relaxed")
+            pl.concat(frames, how="diagonal_relaxed")
             .sort("run", "order", maintain_order=True)  # ties: in reading order
             .group_by("run", "fact", "family")
-            .agg(
-                first=pl.col("order").first(),
-                last=pl.col("order").last(),
-                value=pl.col("value").last(),
-                line=pl.col("line").last(),
-            )
+            .agg(pl.col("order").first().alias("first"), pl.col("order", "value", "line").last())
         )
         for index, name, family, first, last, value, line in summary.iter_rows():
             stated.setdefault((index, name), []).extend(
@@ -298,19 +265,13 @@ def _settle_facts(runs: list[RunBuilder], facts: list[pl.DataFrame]) -> None:
 
 
 def _uncancelled(runs: list[RunBuilder], frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame``'s fact events but those a record of another family cancels: an event whose ``unless_seen``
-    names a family is not a statement when a record of that family came at or before it (DeepSpeed's
+    """``frame``'s facts but those at or after a record of their ``unless_seen`` family (DeepSpeed's
     ``world_size`` is the GPU count unless Megatron, which runs it with model parallelism, came first)."""
     if "unless_seen" not in frame.columns:
         return frame
+    firsts = [(index, *first) for index, run in enumerate(runs) for first in run.first_seen.items()]
     seen = pl.DataFrame(
-        [
-            (index, family, order)
-            for index, run in enumerate(runs)
-            for family, order in run.first_seen.items()
-        ],
-        schema={"run": pl.Int64, "unless_seen": pl.String, "seen_at": pl.Int64},
-        orient="row",
+        firsts, schema={"run": pl.Int64, "unless_seen": pl.String, "seen_at": pl.Int64}, orient="row"
     )
     return (
         frame.join(seen, on=["run", "unless_seen"], how="left")
@@ -320,6 +281,5 @@ def _uncancelled(runs: list[RunBuilder], frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def declared_facts(stating: tuple) -> dict[str, list]:
-    """The facts the record kinds and blocks ``stating`` state, each with an empty list of the Python
-    families' statements."""
+    """The facts the kinds and blocks ``stating`` state, each with an empty list of Python statements."""
     return {fact: [] for kind in stating for fact in kind.facts}

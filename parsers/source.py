@@ -1,10 +1,8 @@
 """Raw log bytes -> numbered lines, as one polars frame per batch of about ``BATCH_BYTES``.
 
-Files are read in chunks of whole lines (gzip, xz and bzip2 recognised by their magic bytes, colour
-codes dropped at the byte level so that a code cannot cut a marker in two). The chunks of a run's files,
-and of as many runs as fit, are joined into a batch that polars' CSV reader splits and decodes at once
-(one field per line, no Python object per line), so a thousand small files cost a few hundred polars
-calls, not thousands. Each line of a batch knows its run, its file and its 1-based line number there.
+Files are read in chunks of whole lines; the chunks of as many runs' files as fit make a batch that
+polars' CSV reader splits and decodes at once (no Python object per line, a few hundred polars calls for
+a thousand small files). Each line of a batch knows its run, its file and its 1-based line number there.
 """
 
 from __future__ import annotations
@@ -32,10 +30,9 @@ XZ_MAGIC = b"\xfd7zXZ\x00"
 # "BZh" is plain text: bzip2 also needs its block size digit and a block (or end-of-stream) magic.
 BZIP2_MAGIC = re.compile(rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)")
 UTF8_BOM = b"\xef\xbb\xbf"
-# Escape sequences (ECMA-48) that coloured loggers, rich and progress bars write: CSI (colours, cursor
-# moves), OSC up to its terminator (rich's file hyperlinks, window titles) and the short ones (``ESC ( B``
-# of ``tput sgr0``, ``ESC 7``). rich colours the parts of a record, so a code can sit inside a marker
-# (``\x1b[33mstep\x1b[0m=``, ``time \x1b[1m(\x1b[0mms``): chunks are read without them.
+# Escape sequences (ECMA-48) of coloured loggers and progress bars: CSI (colours, cursor moves), OSC up
+# to its terminator (rich's hyperlinks, window titles), the short ones (``ESC ( B``, ``ESC 7``). rich
+# colours a record's parts, so a code can sit inside a marker (``\x1b[33mstep\x1b[0m=``): dropped first.
 ESCAPE = r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[ -/]*[0-~])"
 
 
@@ -53,22 +50,18 @@ class SourceReport:
 
 @dataclass(frozen=True)
 class Piece:
-    """Whole lines of one file: the unit a batch is made of."""
+    """Whole lines of one file, a batch's unit: ``run`` and ``file`` (indexes), ``first_line`` (lines of
+    the file before it), ``data``, of which ``data[:end]`` are its lines (the last may lack its newline,
+    at its file's end); what follows is part of a line the next piece holds whole."""
 
     run: int
-    """The run's index among those read together."""
     file: int
-    """The file's index among the run's files."""
     first_line: int
-    """Lines of the file before the piece."""
     data: bytes
     end: int
-    """``data[:end]`` are its lines (the last one may lack its newline, at the end of its file); what
-    follows is part of a line the next piece holds whole."""
 
     @property
     def lines(self) -> int:
-        """Its lines."""
         return self.data.count(b"\n", 0, self.end) + (self.end > 0 and self.data[self.end - 1] != 10)
 
     @property
@@ -87,15 +80,14 @@ class Batch:
     lines: pl.DataFrame
     pieces: pl.DataFrame
     separator: str = "\x1f"
-    """A character no line of the batch holds (splitting records uses it; a private-use character when
-    the batch holds every control character that could be)."""
+    """A character no line holds, for splitting records (private-use if it holds every candidate)."""
     files: list[tuple[int, int]] = field(default_factory=list)
     """``(run, file)`` of each file the batch reads, in reading order."""
     continues: int | None = None
     """The run whose last file goes on in the next batch."""
 
     def located(self, frame: pl.LazyFrame) -> pl.LazyFrame:
-        """``frame`` (with ``row``) with each row's ``run`` and ``order`` (``kinds.order_key`` of its line)."""
+        """``frame`` (with ``row``) with each row's ``run`` and ``order`` (its line's ``kinds.order_key``)."""
         line = pl.col("first_line") + pl.col("row") - pl.col("start") + 1
         return (
             frame.join_asof(
@@ -114,22 +106,19 @@ def without_escapes(text: pl.Expr) -> pl.Expr:
     return text.str.replace_all(ESCAPE, "")
 
 
-def open_log(path: Path):
-    """Open ``path`` for binary reading; gzip, xz and bzip2 (archived logs) are recognised by their
-    magic bytes, not their name."""
+def _decompressor(path: Path):
+    """The ``open`` of ``path``'s compression (gzip, xz, bzip2), by its magic bytes; None if plain."""
     with open(path, "rb") as probe:
         magic = probe.read(10)
     if magic.startswith(GZIP_MAGIC):
-        return gzip.open(path, "rb"), True
+        return gzip.open
     if magic.startswith(XZ_MAGIC):
-        return lzma.open(path, "rb"), True
-    if BZIP2_MAGIC.match(magic):
-        return bz2.open(path, "rb"), True
-    return open(path, "rb"), False
+        return lzma.open
+    return bz2.open if BZIP2_MAGIC.match(magic) else None
 
 
 def file_size(path: os.PathLike) -> int:
-    """The size of ``path`` in bytes; 0 if it cannot be read (the reader reports that file in its run's row)."""
+    """The size of ``path`` in bytes; 0 if unreadable (the reader reports that file in its run's row)."""
     try:
         return os.stat(path).st_size
     except OSError:
@@ -137,9 +126,8 @@ def file_size(path: os.PathLike) -> int:
 
 
 def _read_block(stream, report: SourceReport, carry: bytes) -> bytes:
-    """``carry`` and about CHUNK_BYTES (decompressed) bytes after it, joined in one copy; ``carry``
-    alone at the end. ``read1`` hands out what was decompressed so far, so a truncated gzip stream
-    still yields everything before the cut. Counts the new bytes in ``report``."""
+    """``carry`` and about CHUNK_BYTES decompressed bytes after it (none at the end), counted in ``report``.
+    ``read1`` hands out what was decompressed so far: a truncated stream yields all before the cut."""
     parts: list[bytes] = [carry]
     size = 0
     while size < CHUNK_BYTES:
@@ -157,23 +145,19 @@ def _read_block(stream, report: SourceReport, carry: bytes) -> bytes:
     return b"".join(parts)
 
 
-def _chunks(stream, report: SourceReport) -> Iterator[bytes]:
-    """Chunks of whole lines, the last one newline-terminated too, counting bytes; never raises."""
+def _chunks(stream, report: SourceReport) -> Iterator[tuple[bytes, int]]:
+    """The chunks of a decompressed ``stream``, as ``_plain_chunks``'s, counting bytes; never raises."""
     carry = b""
     while True:
         block = carry if report.problem else _read_block(stream, report, carry)
         if len(block) == len(carry):  # nothing new: the end
             if carry:
-                yield carry + b"\n"
+                yield carry, len(carry)
             return
-        cut = block.rfind(b"\n") + 1
-        if cut == 0:
-            carry = block
-            continue
-        carry, chunk = block[cut:], block[:cut]
-        del block  # a copy is out: the block need not live on while the chunk is parsed
-        yield chunk
-        del chunk
+        end = block.rfind(b"\n") + 1
+        if end:
+            yield block, end
+        carry = block[end:]
 
 
 #: share of control characters and invalid UTF-8 above which a head holding NUL bytes is binary.
@@ -182,9 +166,8 @@ _NOISE = re.compile("[\x01-\x08\x0e-\x1a\x1c-\x1f\x7f\ufffd]")
 
 
 def is_binary(head: bytes) -> bool:
-    """A binary file (checkpoint, image, archive) holds NUL bytes among much other non-text. A text
-    log may hold NUL bytes too, a block of them where a crashed node's last writes were lost on a
-    shared file system, and stays text around them: its lines are still read."""
+    """A binary file (checkpoint, image, archive) holds NUL bytes among much other non-text; a text log
+    may hold a block of NULs too (a crashed node's writes lost on a shared file system), text around it."""
     if b"\x00" not in head:
         return False
     text = head.replace(b"\x00", b"").decode("utf-8", errors="replace")
@@ -192,30 +175,26 @@ def is_binary(head: bytes) -> bool:
 
 
 def _file_chunks(path: Path, report: SourceReport) -> Iterator[tuple[bytes, int]]:
-    """The chunks of one file: ``(data, end)``, ``data[:end]`` its whole lines (the last one may lack its
-    newline); none of a binary or unreadable file, whose ``report`` says why. A plain file is read
-    straight into each chunk (``os.pread``: one copy of each byte), a compressed one decompressed."""
+    """The chunks ``(data, end)`` of one file, as ``Piece``'s; none of a binary or unreadable file, whose
+    ``report`` says why. A plain file is read straight into them (``os.pread``: one copy of each byte)."""
     try:
-        with open(path, "rb") as probe:
-            magic = probe.read(10)
-        if magic.startswith(GZIP_MAGIC) or magic.startswith(XZ_MAGIC) or BZIP2_MAGIC.match(magic):
-            stream, report.compressed = open_log(path)
-            with stream:
-                yield from _unbinary(((chunk, len(chunk)) for chunk in _chunks(stream, report)), report)
-        else:
+        decompressor = _decompressor(path)
+        if decompressor is None:
             yield from _unbinary(_plain_chunks(path, report), report)
+            return
+        report.compressed = True
+        with decompressor(path, "rb") as stream:
+            yield from _unbinary(_chunks(stream, report), report)
     except OSError as exc:
         report.problem = f"cannot read: {exc.strerror or exc}"
 
 
 def _unbinary(chunks: Iterator[tuple[bytes, int]], report: SourceReport) -> Iterator[tuple[bytes, int]]:
     """``chunks``, unless the first is binary content (then none, and ``report`` says so)."""
-    first = True
-    for chunk, end in chunks:
-        if first and is_binary(chunk[:end]):
+    for number, (chunk, end) in enumerate(chunks):
+        if number == 0 and is_binary(chunk[:end]):
             report.problem = "binary content (NUL bytes): not a text log"
             return
-        first = False
         yield chunk, end
 
 
@@ -224,40 +203,24 @@ def _plain_chunks(path: Path, report: SourceReport) -> Iterator[tuple[bytes, int
     end with part of a line, which the next one reads again whole."""
     descriptor = os.open(path, os.O_RDONLY)
     try:
-        offset = 0
-        while chunk := os.pread(descriptor, CHUNK_BYTES, offset):
-            end = len(chunk)
-            if end == CHUNK_BYTES:  # the file goes on: the chunk ends at its last line's end
-                end = chunk.rfind(b"\n") + 1
-                if end == 0:  # a line longer than a chunk: read to its end
-                    chunk = _line_to_end(descriptor, offset, chunk)
-                    end = len(chunk)
-            offset += end
-            report.bytes_read = offset
-            yield chunk, end
+        offset, size = 0, CHUNK_BYTES
+        while chunk := os.pread(descriptor, size, offset):
+            # the file goes on: the chunk ends at its last line's end (a longer line: read twice as much)
+            end = len(chunk) if len(chunk) < size else chunk.rfind(b"\n") + 1
+            size = CHUNK_BYTES if end else 2 * size
+            if end:
+                offset += end
+                report.bytes_read = offset
+                yield chunk, end
     finally:
         os.close(descriptor)
-
-
-def _line_to_end(descriptor: int, offset: int, start: bytes) -> bytes:
-    """``start`` (a line's first CHUNK_BYTES at ``offset``) and the rest of that line."""
-    parts = [start]
-    position = offset + len(start)
-    while more := os.pread(descriptor, CHUNK_BYTES, position):
-        cut = more.find(b"\n") + 1
-        parts.append(more[:cut] if cut else more)
-        position += len(parts[-1])
-        if cut:
-            break
-    return b"".join(parts)
 
 
 def batches(
     runs: Sequence[Sequence[Path]], reports: Sequence[list[SourceReport]], batch_bytes: int = BATCH_BYTES
 ) -> Iterator[list[Piece | tuple[int, int]]]:
-    """The pieces of every file of ``runs`` in reading order, gathered into batches of about
-    ``batch_bytes`` (``frame_batch`` makes lines of one), each file's end marked by ``(run, file)`` after
-    its last piece. ``reports`` gets a ``SourceReport`` per file as it is opened."""
+    """The pieces of ``runs``' files in reading order in batches of about ``batch_bytes`` for ``frame_batch``,
+    a ``(run, file)`` after a file's last piece; ``reports`` gets a ``SourceReport`` per file opened."""
     items: list[Piece | tuple[int, int]] = []
     size = 0
     for run, files in enumerate(runs):
@@ -293,13 +256,12 @@ def frame_batch(items: list[Piece | tuple[int, int]]) -> Batch:
     pieces = [item for item in items if isinstance(item, Piece)]
     starts = [0, *accumulate(piece.lines for piece in pieces[:-1])] if pieces else []
     table = pl.DataFrame(
-        {
-            "row": starts,
-            "run": [piece.run for piece in pieces],
-            "file": [piece.file for piece in pieces],
-            "first_line": [piece.first_line for piece in pieces],
-        },
+        [
+            (start, piece.run, piece.file, piece.first_line)
+            for start, piece in zip(starts, pieces, strict=True)
+        ],
         schema=PIECE_SCHEMA,
+        orient="row",
     )
     files = list(dict.fromkeys((item.run, item.file) if isinstance(item, Piece) else item for item in items))
     last = items[-1]
