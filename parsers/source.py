@@ -23,7 +23,7 @@ from logstat.parsers.kinds import FILE_SHIFT, LINE_SHIFT
 
 CHUNK_BYTES = 16 << 20
 #: a batch is read once this many bytes are gathered (the chunks of small files share one): a batch in
-#: flight holds ~5x its bytes, and three are (two prepared ahead, one read), so 1 GiB stays under 500 MB
+#: flight holds ~5x its bytes, and three are (one being prepared, one ahead, one read)
 BATCH_BYTES = 24 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
@@ -217,9 +217,10 @@ def _plain_chunks(path: Path, report: SourceReport) -> Iterator[tuple[bytes, int
 
 
 def batches(
-    runs: Sequence[Sequence[Path]], reports: Sequence[list[SourceReport]], batch_bytes: int = BATCH_BYTES
+    runs: Sequence[Sequence[Path]], reports: Sequence[list[SourceReport]], batch_bytes: int | None = None
 ) -> Iterator[list[Piece | tuple[int, int]]]:
-    """The pieces of ``runs``' files in reading order in batches of about ``batch_bytes`` for ``frame_batch``,
+    """The pieces of ``runs``' files in reading order in batches of about ``batch_bytes`` (BATCH_BYTES, read
+    at the call: tests patch it) for ``frame_batch``,
     a ``(run, file)`` after a file's last piece; ``reports`` gets a ``SourceReport`` per file opened."""
     items: list[Piece | tuple[int, int]] = []
     size = 0
@@ -234,7 +235,7 @@ def batches(
                 report.lines = lines
                 items.append(piece)
                 size += end
-                if size >= batch_bytes:
+                if size >= (batch_bytes or BATCH_BYTES):
                     yield items
                     items, size = [], 0
             items.append((run, file))
