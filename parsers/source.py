@@ -220,8 +220,8 @@ def batches(
     runs: Sequence[Sequence[Path]], reports: Sequence[list[SourceReport]], batch_bytes: int | None = None
 ) -> Iterator[list[Piece | tuple[int, int]]]:
     """The pieces of ``runs``' files in reading order in batches of about ``batch_bytes`` (BATCH_BYTES, read
-    at the call: tests patch it) for ``frame_batch``,
-    a ``(run, file)`` after a file's last piece; ``reports`` gets a ``SourceReport`` per file opened."""
+    at the call: tests patch it) for ``frame_batch``, a ``(run, file)`` after a file's last piece;
+    ``reports`` gets a ``SourceReport`` per file opened."""
     items: list[Piece | tuple[int, int]] = []
     size = 0
     for run, files in enumerate(runs):
