@@ -111,6 +111,8 @@ def _python_step(body: str) -> tuple | None:
     if "train_runtime" in logged or "train_samples_per_second" in logged:
         return None
     step = logged.get("step")
+    if isinstance(step, int) and not -(2**63) <= step < 2**63:  # the frames' int64: noted, no row
+        return None
     numbers = [_python_number(logged.get(key)) for key in ("loss", "learning_rate", "grad_norm")]
     return (int(step) if isinstance(step, int) else None, *numbers)
 
@@ -173,6 +175,7 @@ def test_real_dicts_are_read_as_python_reads_them():
         "{'loss': 1, 'loss': 2}",
         "{'loss': 1, 'step': 123456789012345678}",
         "{'loss': 1, 'step': 1234567890123456789}",  # long integers: literal_eval's limits apply
+        "{'loss': 1, 'step': 10000000000000000000}",  # beyond int64: noted, no row
         "{'loss': 1, 'step': True}",
         "{'loss': 1, 'step': 7.0}",
         "{'loss': 007}",
