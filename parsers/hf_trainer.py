@@ -1,19 +1,15 @@
 """HF Trainer log family: logged dicts, final train metrics, the TrainingArguments dump, the model shape.
 
-Formats (transformers' ``trainer_callback.py``, ``trainer_pt_utils.py``, ``training_args.py``,
-``trainer.py``, and the 2021 real log): each log as a Python dict (``{'loss': 2.3, 'epoch': 0.1}``; today
-``'4.705'`` strings), printed by every node's rank 0 (identical dicts are one step), the final one with
-``train_runtime``; ``***** train metrics *****`` then ``  train_runtime = 0:01:23.45`` lines;
-``TrainingArguments(``, one ``name=value,`` a line, ``)`` (older versions: on one line); the ``*****
-Running training *****`` banner; the model shape (``--config_overrides``, ``Overriding config:``, the
-printed ``GPT2Config {...}``); tqdm's bar (`` 45%|████▌     | 450/1000 [1:02:30<1:16:23,  8.33s/it]``);
-the launch context, for the GPU count (``--nproc_per_node 4 --nnodes 16``, ``WORLD_SIZE=64``...). A dict
-carries no step: the n-th distinct training dict is step ``n * logging_steps`` (the arguments known
-before it; step 1 first with ``logging_first_step``), else n.
+Formats (transformers' trainer*.py, training_args.py, a 2021 real log): Python dicts (``{'loss': 2.3}``;
+today ``'4.705'`` strings) from every node's rank 0 (identical dicts are one step), the last with
+``train_runtime``; ``***** train metrics *****`` then ``train_runtime = 0:01:23.45`` lines;
+``TrainingArguments(`` with a ``name=value,`` a line (older versions: one line); the ``Running training``
+banner; the model shape (``--config_overrides``, ``Overriding config:``, ``GPT2Config {...}``); tqdm's
+bar; the launch's GPU count (``--nproc_per_node 4 --nnodes 16``, ``WORLD_SIZE=64``). A dict has no step:
+the n-th distinct training dict is step ``n * logging_steps`` (1 first with ``logging_first_step``), else n.
 
-The family's records (``TRAINER``) and its three blocks' lines are read together (``read_trainer``), a
-segment of the log at a time: each distinct text once in Python, into what the record does (an effect),
-then the rules between records in polars, with what earlier segments left that later records need.
+Records (``TRAINER``) and the three blocks' lines are read together a segment at a time: each distinct
+text once in Python into what it does (an effect), then the rules between records in polars, with a carry.
 """
 
 from __future__ import annotations
@@ -79,13 +75,11 @@ _TRAIN_OUTPUT = re.compile(r"TrainOutput\(global_step=(\d+),")
 _WORLD_SIZE = re.compile(
     r"(?<!\w)(?:dist_world_size|world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)"
 )
-#: launchers whose ``--nnodes`` defaults to one node
-_TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")
+_TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")  # --nnodes: 1
 #: TrainingArguments fields / command-line flags that are run facts (integers).
 _ARGS_INT_FACTS = {"per_device_train_batch_size": "micro_batch_size", "gradient_accumulation_steps": "gas"}
 _FLAG_INT_FACTS = {**_ARGS_INT_FACTS, "max_steps": "train_iters"}
-#: the fields read: facts, and what later records need (a dict's step, full precision where the dump
-#: ends, the GPU count of one process); the others' values are not converted.
+#: the fields read: facts, and what later records need (a dict's step, fp32, one process's GPU count)
 _ARGS_READ = frozenset(
     [*_FLAG_INT_FACTS, "fp16", "bf16", "gradient_checkpointing", "activation_checkpointing", "local_rank"]
     + ["_n_gpu", "logging_steps", "logging_first_step", "deepspeed"]
@@ -113,15 +107,13 @@ FACTS = (
     "progress_sec_per_iter",
     *dict.fromkeys(_SHAPE_KEYS.values()),
 )
-#: the raw lines (before launcher prefixes are cut and glued ranks split) that can hold a record the
-#: dump's block reads: a read field's ``name=`` where a record can start (line start, a CR, a prefix's
-#: ':', whitespace), or a ``)`` with only whitespace between it and where a record can start and end
-#: (line end, a CR, the '[' of another rank's tag): a bare ``\)`` matched 30 times as many lines.
+#: raw lines that can hold a record the dump's block reads: a read field's ``name=`` or a lone ``)``
+#: where a record can start (line start, CR, a prefix's ':') and end (a bare ``\)`` matched 30x the lines)
 _ARGS_LINES = (
     rf"(?:^|:|{_SPACE})(?:{'|'.join(re.escape(f'{name}=') for name in sorted(_ARGS_READ))})"
     rf"|(?:^|[\r:]){_SPACE}*\){_SPACE}*(?:$|[\r\[])"
 )
-#: the raw lines that can change what the model config block records: a key it reads, or a ``}`` where a
+#: raw lines that can change what the model config block records: a key it reads, or a ``}`` where a
 #: record starts (only that one closes it: a nested object's is indented).
 _CONFIG_LINES = "|".join([r"(?:^|[\r:] ?)\}", *(re.escape(f'"{key}"') for key in sorted(_CONFIG_KEYS))])
 
@@ -131,8 +123,7 @@ _CONFIG_LINES = "|".join([r"(?:^|[\r:] ?)\}", *(re.escape(f'"{key}"') for key in
 
 @dataclass(frozen=True, kw_only=True)
 class _Records(RecordTest):
-    """A record test that is any polars predicate of the text ("a line that is not a metric", "a bar
-    without a dict"), which literals and one regex cannot say."""
+    """A record test by any polars predicate of the text, which literals and one regex cannot say."""
 
     predicate: Callable[[pl.Expr], pl.Expr]
 
@@ -173,15 +164,12 @@ def _is_metric(text: pl.Expr) -> pl.Expr:
 
 # --- each distinct text once, in Python: what a record does, in the order the line reader did it ----
 
-#: a value as ``grammar.literal`` reads it: ``kind`` none, bool, int, bigint (beyond int64), float or str;
-#: ``text``: Python's ``str`` of it
+#: a ``grammar.literal`` value: ``kind`` none, bool, int, bigint (beyond int64), float, str; ``text``: str
 _TYPED = pl.Struct({"kind": pl.String, "integer": pl.Int64, "real": pl.Float64, "text": pl.String})
-#: what a record does (``what``): states a ``fact`` (``name`` = ``value``) or a ``note`` (``name``), is
-#: ``seen`` (a record of the family), sets an ``arg`` (a TrainingArguments field), a command line's
-#: ``default`` for one or a ``banner`` count; asks for ``dp``, ``gpus`` or ``fp32`` from those before it;
-#: states a printed model ``shape`` key, an ``override`` or a ``sized`` block; a copy of a ``final`` metric
-#: (with its ``digits``); a training ``step`` (``name``: the dict's text when it has no own ``value``); a
-#: ``point`` of the training bar (a dict written through it)
+#: what a record does (``what``): a ``fact`` (``name`` = ``value``), a ``note``, ``seen``; an ``arg``, a
+#: command line's ``default`` or a ``banner`` count; asks for ``dp``, ``gpus`` or ``fp32`` from those; a model
+#: ``shape`` key, an ``override``, a ``sized`` block; a ``final`` metric's copy (``digits``); a ``step``
+#: (``name``: the dict's text, lacking a ``value``); a bar's ``point`` (a dict written through it)
 _EFFECT = pl.Struct(
     {"what": pl.String, "name": pl.String, "value": _TYPED, "digits": pl.Int64}
     | dict.fromkeys(_DICT_METRICS.values(), pl.Float64)
@@ -227,15 +215,6 @@ def _argument(name: str, raw: str, out: list) -> None:
         out.append({"what": "gpus"})
 
 
-def _dump(text: str, out: list) -> None:
-    """A record holding ``TrainingArguments(``: a dump's opener, or a one-line dump (older versions)."""
-    if not text.rstrip().endswith(_ARGS_MARKER):
-        for field in _ONE_LINE_FIELD.finditer(text.split(_ARGS_MARKER, 1)[1]):
-            _argument(field[1], field[2], out)
-        out.append({"what": "fp32"})
-    out.append(_SEEN)
-
-
 def _shape(key: str, raw: str, out: list, *, override: bool = False) -> None:
     """A model-config key, printed or from ``--config_overrides``/``Overriding config:`` (``override``)."""
     raw = raw.strip().strip("\"'")
@@ -278,9 +257,8 @@ def _plain(text: str, out: list) -> None:
 
 
 def _banner(label: str, value: int, out: list) -> None:
-    """``***** Running training *****``: the batch sizes, accumulation, planned steps, parameter count
-    (ZeRO-3 partitions parameters: some versions count 0), and DP from the three batch numbers (total =
-    micro batch x accumulation x DP; not the GPU count: tensor parallel ranks are not in it)."""
+    """``Running training``'s counts (ZeRO-3 partitions parameters: some versions count 0), and DP from the
+    batch numbers (total = micro batch x accumulation x DP; no GPU count: TP ranks are not in it)."""
     if label == "Number of trainable parameters":
         if value > 0:
             out.append(_fact("logged_model_size", value / 1e9))
@@ -292,9 +270,8 @@ def _banner(label: str, value: int, out: list) -> None:
 
 
 def _command_line(text: str, out: list) -> None:
-    """The echoed launch command (``set -x``): ``--config_overrides``, ``--block_size`` (the length trained
-    on: no later n_positions replaces it), the batch flags, ``--fp16``/``--bf16``,
-    ``--gradient_checkpointing``, ``--max_steps``, ``--logging_steps`` (unless an argument says it)."""
+    """The echoed launch command (``set -x``): overrides, ``--block_size`` (the length trained on: no later
+    n_positions replaces it), facts, and ``--logging_steps`` defaults (unless an argument says it)."""
     flags = grammar.command_line_flags(text)
     if flags.get("config_overrides"):
         _overrides(flags["config_overrides"], out)
@@ -367,22 +344,19 @@ def _dicts(text: str, out: list) -> None:
 
 def _number(value: Any) -> float | None:
     """A dict value as a float: 2021 logs print floats, today's print ``'4.705'`` strings."""
-    if isinstance(value, str):
-        try:
-            return float(value.replace(",", ""))
-        except ValueError:
-            return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
         return None
     try:
-        return float(value)
+        return float(value.replace(",", "") if isinstance(value, str) else value)
+    except ValueError:
+        return None
     except OverflowError:  # an integer beyond any float: infinite, as the text "1e400" reads
         return math.inf if value > 0 else -math.inf
 
 
 def _final(fact: str, value: float | int, text: str) -> dict[str, Any]:
-    """A copy of a final metric: the one with the most significant digits wins (the dict prints ``.4g``
-    today, the metrics block rounds to 4 decimals), the first among equals (the lowest node)."""
+    """A copy of a final metric: the one with the most significant digits wins (dicts print ``.4g``, the
+    metrics block 4 decimals), the first among equals (the lowest node)."""
     return {"what": "final", "name": fact, "value": _typed(value), "digits": _significant_digits(text)}
 
 
@@ -392,8 +366,7 @@ def _significant_digits(text: str) -> int:
 
 
 def _metric(text: str, out: list) -> None:
-    """A line of the train metrics block: a record of the family; ``train_runtime`` (a duration) and the
-    samples and steps per second are copies of the final metrics."""
+    """A line of the train metrics block: its final metrics are copies (``train_runtime`` a duration)."""
     if (parsed := metric_line(text.strip())) is None:
         return
     name, value = parsed[0], parsed[1].strip()
@@ -422,7 +395,7 @@ _RUNTIME = re.compile(
 
 def metric_line(text: str) -> tuple[str, str] | None:
     """``(name, value)`` of a ``name = value`` line of the train metrics block, or None (tabs expanded)."""
-    match = _METRIC_LINE.match(text.expandtabs() if "\t" in text else text)
+    match = _METRIC_LINE.match(text.expandtabs())
     return None if match is None else match.group("name", "value")
 
 
@@ -434,16 +407,11 @@ def _runtime_seconds(text: str) -> float | None:
 
 
 def runtime_parts(text: str) -> dict[str, int | float] | None:
-    """``days`` (when printed), ``hours``, ``minutes`` and ``seconds`` of a ``_RUNTIME`` duration (tabs
-    expanded first), or None."""
-    if (match := _RUNTIME.match(text.expandtabs() if "\t" in text else text)) is None:
+    """``days`` (when printed), ``hours``, ``minutes``, ``seconds`` of a ``_RUNTIME`` duration, or None."""
+    if (match := _RUNTIME.match(text.expandtabs())) is None:
         return None
-    parts: dict[str, int | float] = {} if match["days"] is None else {"days": int(match["days"])}
-    return parts | {
-        "hours": int(match["hours"]),
-        "minutes": int(match["minutes"]),
-        "seconds": number_of(match),
-    }
+    parts = {name: int(match[name]) for name in ("days", "hours", "minutes") if match[name] is not None}
+    return parts | {"seconds": number_of(match)}
 
 
 def number_of(match: re.Match[str]) -> int | float:
@@ -454,12 +422,16 @@ def number_of(match: re.Match[str]) -> int | float:
 
 
 def _effects_of(use: str, text: str) -> list[dict[str, Any]]:
-    """What a record does, by its use: a record of the family's own (a dump's, another's), or a block's
-    line (``source`` and ``role``); an error stops it with a note, as a line reader's did."""
+    """What a record does, by its use: the family's own (a dump or another), or a block's line (``source``
+    and ``role``); an error stops it with a note."""
     out: list[dict[str, Any]] = []
     try:
-        if use == "dump":
-            _dump(text, out)
+        if use == "dump":  # a dump's opener, or a one-line dump (older versions)
+            if not text.rstrip().endswith(_ARGS_MARKER):
+                for field in _ONE_LINE_FIELD.finditer(text.split(_ARGS_MARKER, 1)[1]):
+                    _argument(field[1], field[2], out)
+                out.append({"what": "fp32"})
+            out.append(_SEEN)
         elif use == "plain":
             _plain(text, out)
         elif use == f"arguments{BODY}" and (field := re.match(_ARGS_FIELD, text)):
@@ -478,8 +450,7 @@ def _effects_of(use: str, text: str) -> list[dict[str, Any]]:
 # --- the rules between records, in polars, a segment at a time --------------------------------------
 
 #: what a segment's read leaves the next (``Events.carry``): per run, the last effect of each sort and
-#: name later records depend on (arguments, block size, overrides, final copies stated, the numbered
-#: dicts, the bar's updates and totals), with the line and file of a bar's update
+#: name later records need (arguments, sizes, overrides, finals, numbered dicts, bars; a bar's line, file)
 _CARRY = {"run": pl.Int64, "what": pl.String, "name": pl.String, "value": _TYPED, "digits": pl.Int64}
 _CARRY |= {"line": pl.Int64, "file": pl.Int64}
 
@@ -495,7 +466,9 @@ def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Ev
     what, order = pl.col("what"), pl.col("order")
     args = effects.filter(what.is_in(["arg", "default", "banner"]))  # a default only where none came before
     args = args.filter((what != "default") | pl.struct("run", "name").is_first_distinct())
-    shapes, finals = _shapes(effects), _stated_finals(effects)
+    shapes, before = _shapes(effects), pl.col("digits").cum_max().shift(1).over("run", "name")
+    # a final's copy with more digits than all before it is stated: the last, the run's, has the most
+    finals = effects.filter(what == "final").filter(before.is_null() | (pl.col("digits") > before))
     facts = pl.concat(
         [effects.filter(what == "fact"), _asked(effects, args), finals, shapes.filter(what != "sized")],
         how="diagonal_relaxed",
@@ -510,9 +483,8 @@ def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Ev
 
 
 def _effects(frame: pl.DataFrame) -> pl.DataFrame:
-    """What the records do (``run``, ``order``: the record's plus the effect's index, and ``_EFFECT``'s
-    fields): a record's own unless a block reads it as its line, a block line's; a bar's or an opener's
-    nothing (but the bar's update, ``_bars``)."""
+    """What the records do (``run``, ``order``: the record's plus the effect's index, ``_EFFECT``'s fields):
+    a block's line its line's, else a record's own; a bar's or an opener's nothing (``_bars`` reads bars)."""
     text, source, role = pl.col("text"), pl.col("source"), pl.col("role")
     line = (source != "trainer") & role.is_in([BODY, CLOSER])
     taken = frame.filter(line)["order"].implode()
@@ -552,9 +524,8 @@ def _state_at(points: pl.DataFrame, args: pl.DataFrame, *names: str) -> pl.DataF
 
 
 def _asked(effects: pl.DataFrame, args: pl.DataFrame) -> pl.DataFrame:
-    """What records ask of the arguments before them: DP from the banner's batch numbers; where a dump
-    ends (a few a segment, read in Python) the GPU count of one process (its ``_n_gpu``), and fp32 with
-    fp16 and bf16 False and no DeepSpeed config (which could enable either)."""
+    """What records ask of the arguments before them: DP from the banner's batch numbers; where a dump ends
+    (a few a segment: in Python) one process's ``_n_gpu``, fp32 if no fp16, bf16 or DeepSpeed config."""
     what = pl.col("what")
     banner = _state_at(effects.filter(what == "dp"), args, "micro_batch_size", "gas", "global_batch_size")
     total = _field("integer", "global_batch_size")
@@ -573,35 +544,20 @@ def _asked(effects: pl.DataFrame, args: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([dp, pl.DataFrame(rows, schema=schema, orient="row")], how="diagonal_relaxed")
 
 
-def _stated_finals(effects: pl.DataFrame) -> pl.DataFrame:
-    """Of the copies of a final metric in reading order, each with more significant digits than all before
-    it is stated: the last, the run's, is the first copy with the most."""
-    before = pl.col("digits").cum_max().shift(1).over("run", "name")
-    return effects.filter(pl.col("what") == "final").filter(before.is_null() | (pl.col("digits") > before))
-
-
 def _shapes(effects: pl.DataFrame) -> pl.DataFrame:
     """The model shape's statements and block sizes: an overridden key is not replaced by a config printed
     later (run_clm builds the model from the overrides; the config it prints after them is the base one the
     tokenizer loads: n_embd 768, n_layer 12), nor the length trained on (``--block_size``) by n_positions."""
     what, order = pl.col("what"), pl.col("order")
+    sized, overridden = (order.filter(what == key).min() for key in ("sized", "override"))
     shapes = effects.filter(what.is_in(["shape", "override", "sized"]))
-    sized = shapes.filter(what == "sized").group_by("run").agg(sized=order.min())
-    shapes = shapes.join(sized, on="run", how="left").filter(
-        pl.col("name").ne_missing("seq_len") | pl.col("sized").is_null() | (order < pl.col("sized"))
-    )
-    overridden = shapes.filter(what == "override").group_by("run", "name").agg(overridden=order.min())
-    return (
-        shapes.join(overridden, on=["run", "name"], how="left")
-        .filter((what != "shape") | pl.col("overridden").is_null() | (order < pl.col("overridden")))
-        .drop("sized", "overridden")
-    )
+    shapes = shapes.filter(pl.col("name").ne_missing("seq_len") | (order < sized.over("run")).fill_null(True))
+    return shapes.filter((what != "shape") | (order < overridden.over("run", "name")).fill_null(True))
 
 
 def _steps(effects: pl.DataFrame, args: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The training dicts' steps: a dict's own ``step``, else its place among the run's distinct training
-    dicts (several nodes print each) with the arguments known before it; and the dicts numbered so far
-    (``dict``: its text and step)."""
+    """The training dicts' steps: a dict's own ``step``, else from its place among the run's distinct ones
+    (several nodes print each); and the dicts numbered so far (``dict``: its text and step)."""
     steps, known = effects.filter(pl.col("what") == "step"), effects.filter(pl.col("what") == "dict")
     new = (
         steps.drop_nulls("name")
@@ -637,9 +593,8 @@ def _position_to_step(position: int, interval: Any, first_step: Any, max_steps: 
 
 
 def _bars(frame: pl.DataFrame, effects: pl.DataFrame) -> pl.DataFrame:
-    """What the training bar needs of a segment: each total's last update (``bar``), the total of the last
-    update (``last_bar``) and of the last one at or before a training or final dict (``dict_bar``;
-    ``ProgressCallback`` writes its dicts through the training bar)."""
+    """A segment's bar updates (``bar``: each total's last), the last one's total (``last_bar``) and that at
+    or before a dict (``dict_bar``: ``ProgressCallback`` writes dicts through the training bar)."""
     text, what = pl.col("text"), pl.col("what")
     updates = frame.filter(_holds(text, *_RATES)).unique("order").sort("order")
     total = text.str.split(" [").list.first().str.split("/").list.last()  # after the last / before " ["
@@ -657,11 +612,9 @@ def _bars(frame: pl.DataFrame, effects: pl.DataFrame) -> pl.DataFrame:
 
 
 def _progress(carry: pl.DataFrame | None) -> Events:
-    """tqdm's rate of the training bar's last update (its closing update shows the bar's average). The
-    training bar is the one of the steps the Trainer planned last (its banner's ``Total optimization
-    steps``, ``max_steps``: ``tqdm(total=max_steps)``), else the one updated last before a training or
-    final dict; a bar with a description is not the Trainer's. The Trainer's own plan counts even where
-    another family stated ``train_iters`` first: Megatron's planned iterations are no total of its bar."""
+    """tqdm's rate of the training bar's last update (the closing one shows the average). The training bar
+    is ``tqdm(total=max_steps)`` of the Trainer's last plan (not another family's: Megatron's iterations
+    are no total of its bar), else the last updated before a dict; a bar with a description is not it."""
     if carry is None:
         return Events()
     chosen = (
@@ -682,9 +635,8 @@ def _progress(carry: pl.DataFrame | None) -> Events:
 
 
 def _events(facts: pl.DataFrame, steps: pl.DataFrame, effects: pl.DataFrame, carry: pl.DataFrame) -> Events:
-    """The read's events: facts (a frame per value type; an integer beyond int64 is noted instead; of a
-    fact's statements of a type, settle reads the first and last), steps, notes in reading order, the
-    records of the family (a shape's statement is one)."""
+    """The read's events: facts (a frame per type; a bigint noted instead; settle reads a fact's first and
+    last), steps, notes in reading order, the family's records (a shape's statement is one)."""
     family, kind, what = pl.lit(NAME), _field("kind"), pl.col("what")
     types = dict(int=_field("integer"), bool=_field("integer") == 1, float=_field("real"), str=_field("text"))
     too_long = pl.format("{}={} does not fit a 64-bit integer; not recorded", "name", _field("text"))
@@ -711,7 +663,7 @@ def evidence(run: RunBuilder) -> int:
 
 
 def _block(name: str, hint: str | None, *tests: Callable[[pl.Expr], pl.Expr]) -> Block:
-    """A block of the family, by the predicates of the records that open it, are its body, close it, end it."""
+    """A block of the family, by the predicates of its opener, body, closer and end."""
     opens, body, closes, ends = (_Records(predicate=test) for test in tests)
     block = dict(opens=opens, body=body, closes=closes, ends=ends, max_lines=BLOCK_MAX_LINES, hint=hint)
     return Block(family=NAME, name=name, read=read_trainer, **block)
