@@ -43,14 +43,12 @@ MARKERS = (
     *("--nproc_per_node", "--nproc-per-node", "world_size=", "WORLD_SIZE=", "global_world_sizes="),
     *_RATES,  # tqdm's training bar: the step time of a run whose final metrics are missing
 )
-#: a multi-line block (TrainingArguments, model config, metrics) is read at most this many lines.
-BLOCK_MAX_LINES = 400
+BLOCK_MAX_LINES = 400  # a multi-line block (TrainingArguments, model config, metrics) is read at most
 
 _SPACE = kinds.PYTHON_SPACE
 #: a line of the multi-line TrainingArguments dump: ``per_device_train_batch_size=8,``, and its last
 _ARGS_FIELD, _ARGS_CLOSER = rf"^{_SPACE}*(\w+)=(.*)$", rf"^{_SPACE}*\){_SPACE}*$"
-#: a field of a one-line dump, up to the next field or the closing parenthesis
-_ONE_LINE_FIELD = re.compile(r"(\w+)=([^,()]*?)(?=, \w+=|\)\s*$)")
+_ONE_LINE_FIELD = re.compile(r"(\w+)=([^,()]*?)(?=, \w+=|\)\s*$)")  # a field of a one-line dump
 #: ``Model config GPT2Config {``: a printed model config (``json.dumps(indent=2)``), and its lines
 _CONFIG_OPENER = rf"Config \{{{_SPACE}*$"
 _CONFIG_JSON = rf'^{_SPACE}*"(\w+)"{_SPACE}*:{_SPACE}*([^,]*?){_SPACE}*,?{_SPACE}*$'
@@ -65,16 +63,13 @@ _BANNER_FACTS = {
     "Total train batch size (w. parallel, distributed & accumulation)": "global_batch_size",
     "Gradient Accumulation steps": "gas",
     "Total optimization steps": "train_iters",
+    "Number of trainable parameters": "logged_model_size",
 }
-_TRAIN_BANNER = re.compile(
-    rf"({'|'.join(map(re.escape, _BANNER_FACTS))}|Number of trainable parameters) = ([\d,]+)"
-)
+_TRAIN_BANNER = re.compile(rf"({'|'.join(map(re.escape, _BANNER_FACTS))}) = ([\d,]+)")
 _TRAIN_OUTPUT = re.compile(r"TrainOutput\(global_step=(\d+),")
 #: the world size of DeepSpeed's launcher and MPI discovery, torch elastic, the environment; not after a
 #: word character: a node's (``LOCAL_WORLD_SIZE``), a role's, the node count, DeepSpeed's DP size.
-_WORLD_SIZE = re.compile(
-    r"(?<!\w)(?:dist_world_size|world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)"
-)
+_WORLD_SIZE = re.compile(r"(?<!\w)(?:(?:dist_)?world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)")
 _TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")  # --nnodes: 1
 #: TrainingArguments fields / command-line flags that are run facts (integers).
 _ARGS_INT_FACTS = {"per_device_train_batch_size": "micro_batch_size", "gradient_accumulation_steps": "gas"}
@@ -91,8 +86,7 @@ _SHAPE_KEYS = {
     **dict(n_inner="ffn_hidden_size", intermediate_size="ffn_hidden_size", n_positions="seq_len"),
     **dict(max_position_embeddings="seq_len", num_key_value_heads="num_query_groups"),
 }
-#: ``hidden_act`` of the gated MLPs (``down(act(gate(x)) * up(x))``: Llama, Mistral, Qwen2, Phi-3...);
-#: GPT-2, GPT-NeoX, OPT, BLOOM have two matrices and another activation
+#: ``hidden_act`` of gated MLPs (``down(act(gate(x)) * up(x))``: Llama, Mistral, Qwen2...; not GPT-2, OPT)
 _GATED_ACTIVATIONS = ("silu", "swish", "swiglu")
 #: the model-config keys read: the shape, the activation, 2021's ``gradient_checkpointing`` attribute.
 _CONFIG_KEYS = (*_SHAPE_KEYS, "hidden_act", "gradient_checkpointing")
@@ -103,9 +97,7 @@ _DICT_METRICS = {"loss": "loss", "learning_rate": "lr", "grad_norm": "grad_norm"
 FACTS = (
     *("micro_batch_size", "gas", "global_batch_size", "dp", "train_iters", "precision", "gpus", "nodes"),
     *("activation_checkpointing", "gpus_per_node", "logged_model_size", "final_steps", "swiglu"),
-    *_FINAL_FACTS.values(),
-    "progress_sec_per_iter",
-    *dict.fromkeys(_SHAPE_KEYS.values()),
+    *(*_FINAL_FACTS.values(), "progress_sec_per_iter", *dict.fromkeys(_SHAPE_KEYS.values())),
 )
 #: raw lines that can hold a record the dump's block reads: a read field's ``name=`` or a lone ``)``
 #: where a record can start (line start, CR, a prefix's ':') and end (a bare ``\)`` matched 30x the lines)
@@ -259,13 +251,11 @@ def _plain(text: str, out: list) -> None:
 def _banner(label: str, value: int, out: list) -> None:
     """``Running training``'s counts (ZeRO-3 partitions parameters: some versions count 0), and DP from the
     batch numbers (total = micro batch x accumulation x DP; no GPU count: TP ranks are not in it)."""
-    if label == "Number of trainable parameters":
-        if value > 0:
-            out.append(_fact("logged_model_size", value / 1e9))
-    elif value > 0:
-        out.append(_fact(fact := _BANNER_FACTS[label], value))
-        if fact != "train_iters":
-            out += [{"what": "banner", "name": fact, "value": _typed(value)}, {"what": "dp"}]
+    fact = _BANNER_FACTS[label]
+    if value > 0:
+        out.append(_fact(fact, value / 1e9 if fact == "logged_model_size" else value))
+    if value > 0 and fact not in ("train_iters", "logged_model_size"):
+        out += [{"what": "banner", "name": fact, "value": _typed(value)}, {"what": "dp"}]
     out.append(_SEEN)
 
 
@@ -366,11 +356,14 @@ def _significant_digits(text: str) -> int:
 
 
 def _metric(text: str, out: list) -> None:
-    """A line of the train metrics block: its final metrics are copies (``train_runtime`` a duration)."""
+    """A line of the train metrics block: its final metrics are copies (``train_runtime`` a duration:
+    ``0:01:23.45``, ``1 day, 2:03:04.50``, whole seconds an int; or a bare number of seconds)."""
     if (parsed := metric_line(text.strip())) is None:
         return
     name, value = parsed[0], parsed[1].strip()
-    number = _runtime_seconds(value) if name == "train_runtime" else _number(value)
+    number = _number(value)
+    if name == "train_runtime" and (span := runtime_parts(value)) is not None:
+        number = span.get("days", 0) * 86400 + span["hours"] * 3600 + span["minutes"] * 60 + span["seconds"]
     if name == "train_runtime" and number is None:
         out.append(_note(f"train_runtime not a duration: {value!r}"))
     elif name in _FINAL_FACTS and number is not None:
@@ -397,13 +390,6 @@ def metric_line(text: str) -> tuple[str, str] | None:
     """``(name, value)`` of a ``name = value`` line of the train metrics block, or None (tabs expanded)."""
     match = _METRIC_LINE.match(text.expandtabs())
     return None if match is None else match.group("name", "value")
-
-
-def _runtime_seconds(text: str) -> float | None:
-    """``0:01:23.45`` / ``1 day, 2:03:04.50`` -> seconds (whole ones an int); a bare number is seconds."""
-    if (parts := runtime_parts(text.strip())) is None:
-        return _number(text)
-    return parts.get("days", 0) * 86400 + parts["hours"] * 3600 + parts["minutes"] * 60 + parts["seconds"]
 
 
 def runtime_parts(text: str) -> dict[str, int | float] | None:
@@ -489,16 +475,10 @@ def _effects(frame: pl.DataFrame) -> pl.DataFrame:
     line = (source != "trainer") & role.is_in([BODY, CLOSER])
     taken = frame.filter(line)["order"].implode()
     own = ((source == "trainer") | (role == OPENER)) & ~pl.col("order").is_in(taken)
-    use = (
-        pl.when(own & _bar_only(text))
-        .then(None)
-        .when(own & _holds(text, _ARGS_MARKER))
-        .then(pl.lit("dump"))
-        .when(own & ~_holds(text, _METRICS_BANNER) & ~text.str.contains(_CONFIG_OPENER))
-        .then(pl.lit("plain"))
-        .when(line)
-        .then(pl.concat_str(source, role.cast(pl.String)))
-    )
+    opener = _holds(text, _METRICS_BANNER) | text.str.contains(_CONFIG_OPENER)
+    mine = pl.when(_holds(text, _ARGS_MARKER)).then(pl.lit("dump")).when(~opener).then(pl.lit("plain"))
+    block_line = pl.concat_str(source, role.cast(pl.String))
+    use = pl.when(own & ~_bar_only(text)).then(mine).when(line).then(block_line)
     rows = frame.select("run", "order", "text", use=use).drop_nulls("use")
     table = rows.select("use", "text").unique()
     read = pl.Series([_effects_of(use, text) for use, text in table.iter_rows()], dtype=pl.List(_EFFECT))
@@ -617,12 +597,8 @@ def _progress(carry: pl.DataFrame | None) -> Events:
     are no total of its bar), else the last updated before a dict; a bar with a description is not it."""
     if carry is None:
         return Events()
-    chosen = (
-        carry.filter(pl.col("what").is_in(["planned", "dict_bar"]))
-        .sort("what", descending=True)
-        .group_by("run")
-        .agg(name=_field("text").first())
-    )
+    chosen = carry.filter(pl.col("what").is_in(["planned", "dict_bar"])).sort("what", descending=True)
+    chosen = chosen.group_by("run").agg(name=_field("text").first())
     bars = carry.filter(pl.col("what") == "bar").join(chosen, on=["run", "name"])
     rates = []
     for run, total, text, line, file in bars.select("run", "name", _field("text"), "line", "file").rows():
