@@ -23,7 +23,7 @@ from typing import Any
 
 import polars as pl
 from logstat.parsers import grammar, kinds
-from logstat.parsers.base import INT64_MAX, INT64_MIN, Family, RunBuilder
+from logstat.parsers.base import INT64_MAX, INT64_MIN, Family
 from logstat.parsers.kinds import BODY, CLOSER, OPENER, Block, Events, RecordTest, literals
 from pyparsing import pyparsing_common as ppc
 
@@ -356,8 +356,7 @@ def _significant_digits(text: str) -> int:
 
 
 def _metric(text: str, out: list) -> None:
-    """A line of the train metrics block: its final metrics are copies (``train_runtime`` a duration:
-    ``0:01:23.45``, ``1 day, 2:03:04.50``, whole seconds an int; or a bare number of seconds)."""
+    """A metrics block line: a final metric's copy (``train_runtime``: ``1 day, 2:03:04.50`` or seconds)."""
     if (parsed := metric_line(text.strip())) is None:
         return
     name, value = parsed[0], parsed[1].strip()
@@ -493,14 +492,12 @@ def _field(name: str, column: str = "value") -> pl.Expr:
     return pl.col(column).struct.field(name)
 
 
-def _state_at(points: pl.DataFrame, args: pl.DataFrame, *names: str) -> pl.DataFrame:
-    """``points`` with a column per name: the last argument so named before each point."""
+def _state_at(at: pl.DataFrame, args: pl.DataFrame, *names: str) -> pl.DataFrame:
+    """``at`` with a column per name: the last argument so named before each row."""
     for name in names:
         named = args.filter(pl.col("name") == name).select("run", "order", **{name: "value"})
-        points = points.join_asof(
-            named, on="order", by="run", allow_exact_matches=False, check_sortedness=False
-        )
-    return points
+        at = at.join_asof(named, on="order", by="run", allow_exact_matches=False, check_sortedness=False)
+    return at
 
 
 def _asked(effects: pl.DataFrame, args: pl.DataFrame) -> pl.DataFrame:
@@ -576,19 +573,16 @@ def _bars(frame: pl.DataFrame, effects: pl.DataFrame) -> pl.DataFrame:
     """A segment's bar updates (``bar``: each total's last), the last one's total (``last_bar``) and that at
     or before a dict (``dict_bar``: ``ProgressCallback`` writes dicts through the training bar)."""
     text, what = pl.col("text"), pl.col("what")
-    updates = frame.filter(_holds(text, *_RATES)).unique("order").sort("order")
+    bars = frame.filter(_holds(text, *_RATES)).unique("order").sort("order")
     total = text.str.split(" [").list.first().str.split("/").list.last()  # after the last / before " ["
-    updates = updates.select(
-        "run", "order", "line", "file", what=pl.lit("bar"), name=total, value=pl.struct(text=text)
-    )
-    totals = updates.select("run", "order", value=pl.struct(text="name"))
+    bars = bars.select("run", "order", "line", "file", what=pl.lit("bar"), name=total, value=pl.struct(text))
+    totals = bars.select("run", "order", value=pl.struct(text="name"))
     carried = effects.filter(what == "last_bar").select(*totals.columns)
     totals = pl.concat([carried, totals], how="vertical_relaxed").sort("order")
     points = effects.filter(what == "point").select("run", "order", what=pl.lit("dict_bar"))
     dict_bars = points.join_asof(totals, on="order", by="run", check_sortedness=False).drop_nulls("value")
-    return pl.concat(
-        [updates, totals.with_columns(what=pl.lit("last_bar")), dict_bars], how="diagonal_relaxed"
-    )
+    last_bar = totals.with_columns(what=pl.lit("last_bar"))
+    return pl.concat([bars, last_bar, dict_bars], how="diagonal_relaxed")
 
 
 def _progress(carry: pl.DataFrame | None) -> Events:
@@ -633,11 +627,6 @@ def _events(facts: pl.DataFrame, steps: pl.DataFrame, effects: pl.DataFrame, car
     )
 
 
-def evidence(run: RunBuilder) -> int:
-    """Records only HF Trainer prints (dicts, metrics, TrainingArguments, its banner)."""
-    return run.families_seen.get(NAME, 0)
-
-
 def _block(name: str, hint: str | None, *tests: Callable[[pl.Expr], pl.Expr]) -> Block:
     """A block of the family, by the predicates of its opener, body, closer and end."""
     opens, body, closes, ends = (_Records(predicate=test) for test in tests)
@@ -670,7 +659,6 @@ TRAINER = kinds.RecordKind(
 FAMILY = Family(
     name=NAME,
     markers=MARKERS,
-    evidence=evidence,
     kinds=(TRAINER,),
     blocks=(ARGUMENTS, CONFIG, METRICS),
     description="HF Trainer: logged dicts, train metrics, TrainingArguments dump, --config_overrides shape",
