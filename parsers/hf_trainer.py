@@ -88,8 +88,7 @@ _SHAPE_KEYS = {
 }
 #: ``hidden_act`` of gated MLPs (``down(act(gate(x)) * up(x))``: Llama, Mistral, Qwen2...; not GPT-2, OPT)
 _GATED_ACTIVATIONS = ("silu", "swish", "swiglu")
-#: the model-config keys read: the shape, the activation, 2021's ``gradient_checkpointing`` attribute.
-_CONFIG_KEYS = (*_SHAPE_KEYS, "hidden_act", "gradient_checkpointing")
+_CONFIG_KEYS = (*_SHAPE_KEYS, "hidden_act", "gradient_checkpointing")  # the model-config keys read
 #: final metrics (dict and metrics block keys) -> fact, in the order a dict's are read.
 _FINAL_FACTS = {"train_runtime": "final_train_runtime_s", "train_samples_per_second": "final_samples_per_sec"}
 _FINAL_FACTS["train_steps_per_second"] = "final_steps_per_sec"
@@ -110,17 +109,15 @@ _ARGS_LINES = (
 _CONFIG_LINES = "|".join([r"(?:^|[\r:] ?)\}", *(re.escape(f'"{key}"') for key in sorted(_CONFIG_KEYS))])
 
 
-# --- what records are: polars predicates on a record's text ---------------------------------------
-
-
 @dataclass(frozen=True, kw_only=True)
 class _Records(RecordTest):
-    """A record test by any polars predicate of the text, which literals and one regex cannot say."""
+    """A record test by any polars predicate of the text, which literals and one regex cannot say; a tqdm
+    update alone passes none."""
 
     predicate: Callable[[pl.Expr], pl.Expr]
 
     def expr(self, record: pl.Expr) -> pl.Expr:
-        return self.predicate(record)
+        return self.predicate(record) & ~_bar_only(record)
 
 
 def _holds(text: pl.Expr, *words: str) -> pl.Expr:
@@ -132,29 +129,22 @@ def _bar_only(text: pl.Expr) -> pl.Expr:
     return _holds(text, *_RATES) & _holds(text, "%|") & ~_holds(text, "{'")
 
 
-def _opens_arguments(text: pl.Expr) -> pl.Expr:
-    return text.str.contains(rf"TrainingArguments\({_SPACE}*$") & ~_bar_only(text)
-
-
-def _opens_metrics(text: pl.Expr) -> pl.Expr:
-    return _holds(text, _METRICS_BANNER) & ~_holds(text, _ARGS_MARKER) & ~_bar_only(text)
-
-
-def _opens_config(text: pl.Expr) -> pl.Expr:
-    return text.str.contains(_CONFIG_OPENER) & ~_holds(text, _ARGS_MARKER, _METRICS_BANNER) & ~_bar_only(text)
+#: what opens each block; one ends the block open before it (the Trainer prints one at a time)
+_OPENS = {
+    "arguments": lambda text: text.str.contains(rf"TrainingArguments\({_SPACE}*$"),
+    "metrics": lambda text: _holds(text, _METRICS_BANNER) & ~_holds(text, _ARGS_MARKER),
+    "config": lambda text: text.str.contains(_CONFIG_OPENER) & ~_holds(text, _ARGS_MARKER, _METRICS_BANNER),
+}
 
 
 def _opens_block(text: pl.Expr) -> pl.Expr:
-    """A record that opens a block ends the one open before it (the Trainer prints one at a time)."""
-    return _opens_arguments(text) | _opens_metrics(text) | _opens_config(text)
+    return _OPENS["arguments"](text) | _OPENS["metrics"](text) | _OPENS["config"](text)
 
 
 def _is_metric(text: pl.Expr) -> pl.Expr:
     """A metric, or a tqdm update between them (tqdm writes to stderr, merged into the same file)."""
-    return (text.str.contains(_METRIC) | text.str.contains(_BAR_START)) & ~_bar_only(text)
+    return text.str.contains(_METRIC) | text.str.contains(_BAR_START)
 
-
-# --- each distinct text once, in Python: what a record does, in the order the line reader did it ----
 
 #: a ``grammar.literal`` value: ``kind`` none, bool, int, bigint (beyond int64), float, str; ``text``: str
 _TYPED = pl.Struct({"kind": pl.String, "integer": pl.Int64, "real": pl.Float64, "text": pl.String})
@@ -300,8 +290,7 @@ def _launcher(text: str, out: list) -> None:
 
 
 def _dicts(text: str, out: list) -> None:
-    """The logged dicts: a training dict (``loss``) is a step, a final dict's metrics are copies of the
-    final metrics, a dict cut short or that is no literal is noted; an evaluation dict is nothing."""
+    """Logged dicts: a training dict (``loss``) a step, a final dict's metrics copies; eval dicts nothing."""
     for body in re.findall(_DICT, text):
         if not any(key in body for key in _TRAINER_KEYS):
             continue
@@ -407,8 +396,7 @@ def number_of(match: re.Match[str]) -> int | float:
 
 
 def _effects_of(use: str, text: str) -> list[dict[str, Any]]:
-    """What a record does, by its use: the family's own (a dump or another), or a block's line (``source``
-    and ``role``); an error stops it with a note."""
+    """What a record does, by its use (its own: a dump or another; a block's line); an error is noted."""
     out: list[dict[str, Any]] = []
     try:
         if use == "dump":  # a dump's opener, or a one-line dump (older versions)
@@ -432,8 +420,6 @@ def _effects_of(use: str, text: str) -> list[dict[str, Any]]:
     return out
 
 
-# --- the rules between records, in polars, a segment at a time --------------------------------------
-
 #: what a segment's read leaves the next (``Events.carry``): per run, the last effect of each sort and
 #: name later records need (arguments, sizes, overrides, finals, numbered dicts, bars; a bar's line, file)
 _CARRY = {"run": pl.Int64, "what": pl.String, "name": pl.String, "value": _TYPED, "digits": pl.Int64}
@@ -441,8 +427,7 @@ _CARRY |= {"line": pl.Int64, "file": pl.Int64}
 
 
 def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
-    """The family's records and its blocks' lines, read together (a record a block reads as its line is
-    nothing else), after what the segments before carry; with no records (the end), the training bar."""
+    """The family's records and blocks' lines after what earlier segments carry; at the end, the bar."""
     frame = records.collect()
     if frame.is_empty():
         return _progress(carry)
@@ -533,8 +518,7 @@ def _shapes(effects: pl.DataFrame) -> pl.DataFrame:
 
 
 def _steps(effects: pl.DataFrame, args: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The training dicts' steps: a dict's own ``step``, else from its place among the run's distinct ones
-    (several nodes print each); and the dicts numbered so far (``dict``: its text and step)."""
+    """The dicts' steps (own, else by place among the run's distinct dicts) and the ``dict``s numbered."""
     steps, known = effects.filter(pl.col("what") == "step"), effects.filter(pl.col("what") == "dict")
     new = (
         steps.drop_nulls("name")
@@ -615,21 +599,19 @@ def _events(facts: pl.DataFrame, steps: pl.DataFrame, effects: pl.DataFrame, car
     seen = pl.concat([effects.filter(what == "seen"), facts.filter(what.is_in(["shape", "override"]))])
     statement = pl.struct("run", "name", kind)  # of a fact's statements, only the first and last count
     facts = facts.sort("order").filter(statement.is_first_distinct() | statement.is_last_distinct())
+    typed = [facts.filter(kind == key).select("order", "name", value=value) for key, value in types.items()]
     return Events(
         steps=[steps.with_columns(family=family)],
-        facts=[
-            facts.filter(kind == key).select("order", fact="name", value=value, family=family)
-            for key, value in types.items()
-        ],
+        facts=[frame.select("order", fact="name", value="value", family=family) for frame in typed],
         notes=[notes.select("order", family=family, message="name")],
-        marks=[seen.select("order", mark=pl.lit(kinds.SEEN), family=family, text=pl.lit(None, pl.String))],
+        marks=[kinds.marks_of(seen.lazy(), NAME, kinds.SEEN)],
         carry=carry,
     )
 
 
 def _block(name: str, hint: str | None, *tests: Callable[[pl.Expr], pl.Expr]) -> Block:
-    """A block of the family, by the predicates of its opener, body, closer and end."""
-    opens, body, closes, ends = (_Records(predicate=test) for test in tests)
+    """A block of the family, by the predicates of its body, closer and end."""
+    opens, body, closes, ends = (_Records(predicate=test) for test in (_OPENS[name], *tests))
     block = dict(opens=opens, body=body, closes=closes, ends=ends, max_lines=BLOCK_MAX_LINES, hint=hint)
     return Block(family=NAME, name=name, read=read_trainer, **block)
 
@@ -637,22 +619,20 @@ def _block(name: str, hint: str | None, *tests: Callable[[pl.Expr], pl.Expr]) ->
 ARGUMENTS = _block(
     "arguments",
     f"{_ARGS_LINES}|{literals(MARKERS)}",
-    _opens_arguments,
-    lambda text: text.str.contains(_ARGS_FIELD) & ~_bar_only(text),
+    lambda text: text.str.contains(_ARGS_FIELD),
     lambda text: text.str.contains(_ARGS_CLOSER),
     lambda text: _opens_block(text) & ~text.str.contains(_ARGS_FIELD),
 )
 CONFIG = _block(
     "config",
     f"{_CONFIG_LINES}|{literals(MARKERS)}",
-    _opens_config,
-    lambda text: text.str.contains(_CONFIG_JSON) & ~_bar_only(text),
-    lambda text: text.str.starts_with("}") & ~_bar_only(text),
+    lambda text: text.str.contains(_CONFIG_JSON),
+    lambda text: text.str.starts_with("}"),
     lambda text: _opens_block(text) & ~text.str.contains(_CONFIG_JSON) & ~text.str.starts_with("}"),
 )
 #: the first line that is no metric ends the metrics block (and is read as usual)
-_NOT_METRIC = lambda text: ~_is_metric(text) & ~_bar_only(text)  # noqa: E731
-METRICS = _block("metrics", None, _opens_metrics, _is_metric, _NOT_METRIC, _NOT_METRIC)
+_NOT_METRIC = lambda text: ~_is_metric(text)  # noqa: E731
+METRICS = _block("metrics", None, _is_metric, _NOT_METRIC, _NOT_METRIC)
 TRAINER = kinds.RecordKind(
     family=NAME, name="trainer", test=RecordTest(markers=MARKERS), read=read_trainer, facts=FACTS
 )
