@@ -1,15 +1,11 @@
 """HF Trainer log family: logged dicts, final train metrics, the TrainingArguments dump, the model shape.
 
-Formats (transformers' trainer*.py, training_args.py, a 2021 real log): Python dicts (``{'loss': 2.3}``;
-today ``'4.705'`` strings) from every node's rank 0 (identical dicts are one step), the last with
-``train_runtime``; ``***** train metrics *****`` then ``train_runtime = 0:01:23.45`` lines;
-``TrainingArguments(`` with a ``name=value,`` a line (older versions: one line); the ``Running training``
-banner; the model shape (``--config_overrides``, ``Overriding config:``, ``GPT2Config {...}``); tqdm's
-bar; the launch's GPU count (``--nproc_per_node 4 --nnodes 16``, ``WORLD_SIZE=64``). A dict has no step:
-the n-th distinct training dict is step ``n * logging_steps`` (1 first with ``logging_first_step``), else n.
-
-Records (``TRAINER``) and the three blocks' lines are read together a segment at a time: each distinct
-text once in Python into what it does (an effect), then the rules between records in polars, with a carry.
+Python dicts (``{'loss': 2.3}``; today ``'4.705'`` strings) from every node's rank 0 (identical ones are
+one step; the last has ``train_runtime``), ``train metrics`` lines, ``TrainingArguments(`` a field a line
+(older versions: one line), the ``Running training`` banner, the model shape (overrides, a printed config),
+tqdm's bar, the launch's GPU count. A dict has no step: the n-th distinct training dict is step
+``n * logging_steps`` (1 first with ``logging_first_step``), else n. Records and the blocks' lines are read
+a segment at a time: each distinct text once in Python into effects, then polars rules, with a carry.
 """
 
 from __future__ import annotations
@@ -67,52 +63,44 @@ _BANNER_FACTS = {
 }
 _TRAIN_BANNER = re.compile(rf"({'|'.join(map(re.escape, _BANNER_FACTS))}) = ([\d,]+)")
 _TRAIN_OUTPUT = re.compile(r"TrainOutput\(global_step=(\d+),")
-#: the world size of DeepSpeed's launcher and MPI discovery, torch elastic, the environment; not after a
-#: word character: a node's (``LOCAL_WORLD_SIZE``), a role's, the node count, DeepSpeed's DP size.
+#: the world size (DeepSpeed's launcher, MPI, torch elastic, env); not LOCAL_WORLD_SIZE, a role's or DP's
 _WORLD_SIZE = re.compile(r"(?<!\w)(?:(?:dist_)?world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)")
 _TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")  # --nnodes: 1
-#: TrainingArguments fields / command-line flags that are run facts (integers).
 _ARGS_INT_FACTS = {"per_device_train_batch_size": "micro_batch_size", "gradient_accumulation_steps": "gas"}
-_FLAG_INT_FACTS = {**_ARGS_INT_FACTS, "max_steps": "train_iters"}
+_FLAG_INT_FACTS = {**_ARGS_INT_FACTS, "max_steps": "train_iters"}  # the arguments', flags' integer facts
 #: the fields read: facts, and what later records need (a dict's step, fp32, one process's GPU count)
 _ARGS_READ = frozenset(
     [*_FLAG_INT_FACTS, "fp16", "bf16", "gradient_checkpointing", "activation_checkpointing", "local_rank"]
     + ["_n_gpu", "logging_steps", "logging_first_step", "deepspeed"]
 )
-#: model-config keys (GPT-2's and the generic ones) -> fact; ``num_key_value_heads``: grouped-query attention
-_SHAPE_KEYS = {
+_SHAPE_KEYS = {  # model-config keys (GPT-2's, the generic ones) -> fact; num_key_value_heads: GQA
     **dict(n_embd="hidden_size", hidden_size="hidden_size", n_layer="num_layers", n_head="num_heads"),
     **dict(num_hidden_layers="num_layers", num_attention_heads="num_heads", vocab_size="vocab_size"),
     **dict(n_inner="ffn_hidden_size", intermediate_size="ffn_hidden_size", n_positions="seq_len"),
     **dict(max_position_embeddings="seq_len", num_key_value_heads="num_query_groups"),
 }
-#: ``hidden_act`` of gated MLPs (``down(act(gate(x)) * up(x))``: Llama, Mistral, Qwen2...; not GPT-2, OPT)
-_GATED_ACTIVATIONS = ("silu", "swish", "swiglu")
+_GATED_ACTIVATIONS = ("silu", "swish", "swiglu")  # ``hidden_act`` of gated MLPs (Llama...; not GPT-2, OPT)
 _CONFIG_KEYS = (*_SHAPE_KEYS, "hidden_act", "gradient_checkpointing")  # the model-config keys read
-#: final metrics (dict and metrics block keys) -> fact, in the order a dict's are read.
 _FINAL_FACTS = {"train_runtime": "final_train_runtime_s", "train_samples_per_second": "final_samples_per_sec"}
-_FINAL_FACTS["train_steps_per_second"] = "final_steps_per_sec"
+_FINAL_FACTS["train_steps_per_second"] = "final_steps_per_sec"  # final metrics -> fact, in reading order
 _DICT_METRICS = {"loss": "loss", "learning_rate": "lr", "grad_norm": "grad_norm"}  # dict key -> step metric
 FACTS = (
     *("micro_batch_size", "gas", "global_batch_size", "dp", "train_iters", "precision", "gpus", "nodes"),
     *("activation_checkpointing", "gpus_per_node", "logged_model_size", "final_steps", "swiglu"),
     *(*_FINAL_FACTS.values(), "progress_sec_per_iter", *dict.fromkeys(_SHAPE_KEYS.values())),
 )
-#: raw lines that can hold a record the dump's block reads: a read field's ``name=`` or a lone ``)``
-#: where a record can start (line start, CR, a prefix's ':') and end (a bare ``\)`` matched 30x the lines)
+#: raw lines that can hold a dump's record: a read field's ``name=``, a ``)`` alone (a bare ``\)``: 30x more)
 _ARGS_LINES = (
     rf"(?:^|:|{_SPACE})(?:{'|'.join(re.escape(f'{name}=') for name in sorted(_ARGS_READ))})"
     rf"|(?:^|[\r:]){_SPACE}*\){_SPACE}*(?:$|[\r\[])"
 )
-#: raw lines that can change what the model config block records: a key it reads, or a ``}`` where a
-#: record starts (only that one closes it: a nested object's is indented).
+#: raw lines that change what the config block records: a key it reads, a ``}`` starting a record (closing)
 _CONFIG_LINES = "|".join([r"(?:^|[\r:] ?)\}", *(re.escape(f'"{key}"') for key in sorted(_CONFIG_KEYS))])
 
 
 @dataclass(frozen=True, kw_only=True)
 class _Records(RecordTest):
-    """A record test by any polars predicate of the text, which literals and one regex cannot say; a tqdm
-    update alone passes none."""
+    """A record test by any polars predicate of the text (not just literals); a lone tqdm update fails it."""
 
     predicate: Callable[[pl.Expr], pl.Expr]
 
@@ -148,10 +136,9 @@ def _is_metric(text: pl.Expr) -> pl.Expr:
 
 #: a ``grammar.literal`` value: ``kind`` none, bool, int, bigint (beyond int64), float, str; ``text``: str
 _TYPED = pl.Struct({"kind": pl.String, "integer": pl.Int64, "real": pl.Float64, "text": pl.String})
-#: what a record does (``what``): a ``fact`` (``name`` = ``value``), a ``note``, ``seen``; an ``arg``, a
-#: command line's ``default`` or a ``banner`` count; asks for ``dp``, ``gpus`` or ``fp32`` from those; a model
-#: ``shape`` key, an ``override``, a ``sized`` block; a ``final`` metric's copy (``digits``); a ``step``
-#: (``name``: the dict's text, lacking a ``value``); a bar's ``point`` (a dict written through it)
+#: what a record does: a ``fact`` (``name`` = ``value``), ``note``, ``seen``; an ``arg``, ``default``,
+#: ``banner``; asks for ``dp``, ``gpus``, ``fp32``; a ``shape``, ``override``, ``sized``; a ``final`` copy
+#: (``digits``); a ``step`` (``name``: its dict's text if no ``value``); a ``point`` (a dict on the bar)
 _EFFECT = pl.Struct(
     {"what": pl.String, "name": pl.String, "value": _TYPED, "digits": pl.Int64}
     | dict.fromkeys(_DICT_METRICS.values(), pl.Float64)
@@ -163,12 +150,11 @@ def _typed(value: Any) -> dict[str, Any]:
     if value is None:
         return {"kind": "none"}
     kind = {bool: "bool", int: "int", float: "float"}.get(type(value), "str")
-    if kind == "int" and not INT64_MIN <= value <= INT64_MAX:
-        kind, value_real = "bigint", math.inf if value > 0 else -math.inf  # copysign would float() it
-    else:
-        value_real = float(value) if kind != "str" else None
+    if kind == "int" and not INT64_MIN <= value <= INT64_MAX:  # copysign would float() it
+        return {"kind": "bigint", "real": math.inf if value > 0 else -math.inf, "text": str(value)}
     integer = int(value) if kind in ("bool", "int") else None
-    return {"kind": kind, "integer": integer, "real": value_real, "text": str(value)}
+    real = None if kind == "str" else float(value)
+    return {"kind": kind, "integer": integer, "real": real, "text": str(value)}
 
 
 def _fact(name: str, value: Any) -> dict[str, Any]:
@@ -250,16 +236,14 @@ def _banner(label: str, value: int, out: list) -> None:
 
 
 def _command_line(text: str, out: list) -> None:
-    """The echoed launch command (``set -x``): overrides, ``--block_size`` (the length trained on: no later
-    n_positions replaces it), facts, and ``--logging_steps`` defaults (unless an argument says it)."""
+    """An echoed launch command (``set -x``): facts, ``sized`` by ``--block_size``, ``--logging_steps``."""
     flags = grammar.command_line_flags(text)
     if flags.get("config_overrides"):
         _overrides(flags["config_overrides"], out)
     if (block_size := grammar.positive_int(flags.get("block_size", ""))) is not None:
         out += [_fact("seq_len", block_size), {"what": "sized"}]
-    for flag, fact in _FLAG_INT_FACTS.items():
-        if (value := grammar.positive_int(flags.get(flag, ""))) is not None:
-            out.append(_fact(fact, value))
+    numbers = {fact: grammar.positive_int(flags.get(flag, "")) for flag, fact in _FLAG_INT_FACTS.items()}
+    out += [_fact(fact, value) for fact, value in numbers.items() if value is not None]
     out += [_fact("precision", flag) for flag in ("fp16", "bf16") if _switch_on(flags, flag)]
     if _switch_on(flags, "gradient_checkpointing"):
         out.append(_fact("activation_checkpointing", True))
@@ -277,8 +261,7 @@ def _switch_on(flags: dict[str, str], name: str) -> bool:
 
 
 def _launcher(text: str, out: list) -> None:
-    """``--nproc_per_node 4 --nnodes 16``: GPUs per node, nodes and their product. A torch launcher
-    without ``--nnodes`` runs on one node; a range (``1:4``) or ``--nproc_per_node gpu`` is no count."""
+    """``--nproc_per_node 4 --nnodes 16`` (a torch launcher's default: one node; ``1:4``, ``gpu``: none)."""
     flags = grammar.command_line_flags(text)
     per_node = grammar.positive_int(flags.get("nproc_per_node") or flags.get("nproc-per-node") or "")
     nodes = grammar.positive_int(flags.get("nnodes", ""))
@@ -294,14 +277,12 @@ def _dicts(text: str, out: list) -> None:
     for body in re.findall(_DICT, text):
         if not any(key in body for key in _TRAINER_KEYS):
             continue
-        if not body.endswith("}"):
-            out.append(_note(f"dict cut short, not read: {body[:80]!r}"))
-            continue
         try:
-            logged = ast.literal_eval(body)
+            logged = ast.literal_eval(body) if body.endswith("}") else "dict cut short, not read"
         except (ValueError, SyntaxError, MemoryError, RecursionError):
-            out.append(_note(f"not a Python dict literal: {body[:80]!r}"))
-            continue
+            logged = "not a Python dict literal"
+        if isinstance(logged, str):
+            out.append(_note(f"{logged}: {body[:80]!r}"))
         if not isinstance(logged, dict):
             continue
         if "loss" in logged or "train_runtime" in logged:
@@ -334,8 +315,7 @@ def _number(value: Any) -> float | None:
 
 
 def _final(fact: str, value: float | int, text: str) -> dict[str, Any]:
-    """A copy of a final metric: the one with the most significant digits wins (dicts print ``.4g``, the
-    metrics block 4 decimals), the first among equals (the lowest node)."""
+    """A final metric's copy: most significant digits win (dicts print ``.4g``, the block 4 decimals)."""
     return {"what": "final", "name": fact, "value": _typed(value), "digits": _significant_digits(text)}
 
 
@@ -453,8 +433,7 @@ def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Ev
 
 
 def _effects(frame: pl.DataFrame) -> pl.DataFrame:
-    """What the records do (``run``, ``order``: the record's plus the effect's index, ``_EFFECT``'s fields):
-    a block's line its line's, else a record's own; a bar's or an opener's nothing (``_bars`` reads bars)."""
+    """Effects of the records (a block's line its line's, else its own; a bar's, an opener's none)."""
     text, source, role = pl.col("text"), pl.col("source"), pl.col("role")
     line = (source != "trainer") & role.is_in([BODY, CLOSER])
     taken = frame.filter(line)["order"].implode()
@@ -507,9 +486,8 @@ def _asked(effects: pl.DataFrame, args: pl.DataFrame) -> pl.DataFrame:
 
 
 def _shapes(effects: pl.DataFrame) -> pl.DataFrame:
-    """The model shape's statements and block sizes: an overridden key is not replaced by a config printed
-    later (run_clm builds the model from the overrides; the config it prints after them is the base one the
-    tokenizer loads: n_embd 768, n_layer 12), nor the length trained on (``--block_size``) by n_positions."""
+    """Shape statements and block sizes: a config printed later (run_clm's base one: n_embd 768, n_layer 12)
+    replaces no override, nor n_positions the length trained on (``--block_size``)."""
     what, order = pl.col("what"), pl.col("order")
     sized, overridden = (order.filter(what == key).min() for key in ("sized", "override"))
     shapes = effects.filter(what.is_in(["shape", "override", "sized"]))
@@ -554,8 +532,7 @@ def _position_to_step(position: int, interval: Any, first_step: Any, max_steps: 
 
 
 def _bars(frame: pl.DataFrame, effects: pl.DataFrame) -> pl.DataFrame:
-    """A segment's bar updates (``bar``: each total's last), the last one's total (``last_bar``) and that at
-    or before a dict (``dict_bar``: ``ProgressCallback`` writes dicts through the training bar)."""
+    """Bar updates (``bar``), the last's total (``last_bar``), the one before a dict's (``dict_bar``)."""
     text, what = pl.col("text"), pl.col("what")
     bars = frame.filter(_holds(text, *_RATES)).unique("order").sort("order")
     total = text.str.split(" [").list.first().str.split("/").list.last()  # after the last / before " ["
@@ -570,9 +547,8 @@ def _bars(frame: pl.DataFrame, effects: pl.DataFrame) -> pl.DataFrame:
 
 
 def _progress(carry: pl.DataFrame | None) -> Events:
-    """tqdm's rate of the training bar's last update (the closing one shows the average). The training bar
-    is ``tqdm(total=max_steps)`` of the Trainer's last plan (not another family's: Megatron's iterations
-    are no total of its bar), else the last updated before a dict; a bar with a description is not it."""
+    """tqdm's rate of the training bar's last update: the bar of the Trainer's last planned ``max_steps`` (not
+    Megatron's), else the last before a dict (ProgressCallback writes through it); none with a description."""
     if carry is None:
         return Events()
     chosen = carry.filter(pl.col("what").is_in(["planned", "dict_bar"])).sort("what", descending=True)
@@ -589,8 +565,7 @@ def _progress(carry: pl.DataFrame | None) -> Events:
 
 
 def _events(facts: pl.DataFrame, steps: pl.DataFrame, effects: pl.DataFrame, carry: pl.DataFrame) -> Events:
-    """The read's events: facts (a frame per type; a bigint noted instead; settle reads a fact's first and
-    last), steps, notes in reading order, the family's records (a shape's statement is one)."""
+    """The read's events: facts a frame per type (a bigint noted), steps, notes, records (and shapes)."""
     family, kind, what = pl.lit(NAME), _field("kind"), pl.col("what")
     types = dict(int=_field("integer"), bool=_field("integer") == 1, float=_field("real"), str=_field("text"))
     too_long = pl.format("{}={} does not fit a 64-bit integer; not recorded", "name", _field("text"))
