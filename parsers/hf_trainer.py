@@ -1,19 +1,11 @@
 """HF Trainer log family: logged dicts, final train metrics, the TrainingArguments dump, the model shape.
 
-Formats (transformers' ``trainer_callback.py``, ``trainer_pt_utils.py``, ``training_args.py``,
-``trainer.py``, and the 2021 real log): each log as a Python dict (``{'loss': 2.3, 'epoch': 0.1}``; today
-``'4.705'`` strings), printed by every node's rank 0 (identical dicts are one step), the final one with
-``train_runtime``; ``***** train metrics *****`` then ``  train_runtime = 0:01:23.45`` lines;
-``TrainingArguments(``, one ``name=value,`` a line, ``)`` (older versions: on one line); the ``*****
-Running training *****`` banner; the model shape (``--config_overrides``, ``Overriding config:``, the
-printed ``GPT2Config {...}``); tqdm's bar (`` 45%|████▌     | 450/1000 [1:02:30<1:16:23,  8.33s/it]``);
-the launch context, for the GPU count (``--nproc_per_node 4 --nnodes 16``, ``WORLD_SIZE=64``...). A dict
-carries no step: the n-th distinct training dict is step ``n * logging_steps`` (the arguments known
-before it; step 1 first with ``logging_first_step``), else n.
-
-The family's records (``TRAINER``) and its three blocks' lines are read together (``read_trainer``), a
-segment of the log at a time: each distinct text once in Python, into what the record does (an effect),
-then the rules between records in polars, with what earlier segments left that later records need.
+Python dicts (``{'loss': 2.3}``; today ``'4.705'`` strings) from every node's rank 0 (identical ones are
+one step; the last has ``train_runtime``), ``train metrics`` lines, ``TrainingArguments(`` a field a line
+(older versions: one line), the ``Running training`` banner, the model shape (overrides, a printed config),
+tqdm's bar, the launch's GPU count. A dict has no step: the n-th distinct training dict is step
+``n * logging_steps`` (1 first with ``logging_first_step``), else n. Records and the blocks' lines are read
+a segment at a time: each distinct text once in Python into effects, then polars rules, with a carry.
 """
 
 from __future__ import annotations
@@ -27,7 +19,7 @@ from typing import Any
 
 import polars as pl
 from logstat.parsers import grammar, kinds
-from logstat.parsers.base import INT64_MAX, INT64_MIN, Family, RunBuilder
+from logstat.parsers.base import INT64_MAX, INT64_MIN, Family
 from logstat.parsers.kinds import BODY, CLOSER, OPENER, Block, Events, RecordTest, literals
 from pyparsing import pyparsing_common as ppc
 
@@ -47,14 +39,12 @@ MARKERS = (
     *("--nproc_per_node", "--nproc-per-node", "world_size=", "WORLD_SIZE=", "global_world_sizes="),
     *_RATES,  # tqdm's training bar: the step time of a run whose final metrics are missing
 )
-#: a multi-line block (TrainingArguments, model config, metrics) is read at most this many lines.
-BLOCK_MAX_LINES = 400
+BLOCK_MAX_LINES = 400  # a multi-line block (TrainingArguments, model config, metrics) is read at most
 
 _SPACE = kinds.PYTHON_SPACE
 #: a line of the multi-line TrainingArguments dump: ``per_device_train_batch_size=8,``, and its last
 _ARGS_FIELD, _ARGS_CLOSER = rf"^{_SPACE}*(\w+)=(.*)$", rf"^{_SPACE}*\){_SPACE}*$"
-#: a field of a one-line dump, up to the next field or the closing parenthesis
-_ONE_LINE_FIELD = re.compile(r"(\w+)=([^,()]*?)(?=, \w+=|\)\s*$)")
+_ONE_LINE_FIELD = re.compile(r"(\w+)=([^,()]*?)(?=, \w+=|\)\s*$)")  # a field of a one-line dump
 #: ``Model config GPT2Config {``: a printed model config (``json.dumps(indent=2)``), and its lines
 _CONFIG_OPENER = rf"Config \{{{_SPACE}*$"
 _CONFIG_JSON = rf'^{_SPACE}*"(\w+)"{_SPACE}*:{_SPACE}*([^,]*?){_SPACE}*,?{_SPACE}*$'
@@ -69,75 +59,53 @@ _BANNER_FACTS = {
     "Total train batch size (w. parallel, distributed & accumulation)": "global_batch_size",
     "Gradient Accumulation steps": "gas",
     "Total optimization steps": "train_iters",
+    "Number of trainable parameters": "logged_model_size",
 }
-_TRAIN_BANNER = re.compile(
-    rf"({'|'.join(map(re.escape, _BANNER_FACTS))}|Number of trainable parameters) = ([\d,]+)"
-)
+_TRAIN_BANNER = re.compile(rf"({'|'.join(map(re.escape, _BANNER_FACTS))}) = ([\d,]+)")
 _TRAIN_OUTPUT = re.compile(r"TrainOutput\(global_step=(\d+),")
-#: the world size of DeepSpeed's launcher and MPI discovery, torch elastic, the environment; not after a
-#: word character: a node's (``LOCAL_WORLD_SIZE``), a role's, the node count, DeepSpeed's DP size.
-_WORLD_SIZE = re.compile(
-    r"(?<!\w)(?:dist_world_size|world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)"
-)
-#: launchers whose ``--nnodes`` defaults to one node
-_TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")
-#: TrainingArguments fields / command-line flags that are run facts (integers).
+#: the world size (DeepSpeed's launcher, MPI, torch elastic, env); not LOCAL_WORLD_SIZE, a role's or DP's
+_WORLD_SIZE = re.compile(r"(?<!\w)(?:(?:dist_)?world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)")
+_TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")  # --nnodes: 1
 _ARGS_INT_FACTS = {"per_device_train_batch_size": "micro_batch_size", "gradient_accumulation_steps": "gas"}
-_FLAG_INT_FACTS = {**_ARGS_INT_FACTS, "max_steps": "train_iters"}
-#: the fields read: facts, and what later records need (a dict's step, full precision where the dump
-#: ends, the GPU count of one process); the others' values are not converted.
+_FLAG_INT_FACTS = {**_ARGS_INT_FACTS, "max_steps": "train_iters"}  # the arguments', flags' integer facts
+#: the fields read: facts, and what later records need (a dict's step, fp32, one process's GPU count)
 _ARGS_READ = frozenset(
     [*_FLAG_INT_FACTS, "fp16", "bf16", "gradient_checkpointing", "activation_checkpointing", "local_rank"]
     + ["_n_gpu", "logging_steps", "logging_first_step", "deepspeed"]
 )
-#: model-config keys (GPT-2's and the generic ones) -> fact; ``num_key_value_heads``: grouped-query attention
-_SHAPE_KEYS = {
+_SHAPE_KEYS = {  # model-config keys (GPT-2's, the generic ones) -> fact; num_key_value_heads: GQA
     **dict(n_embd="hidden_size", hidden_size="hidden_size", n_layer="num_layers", n_head="num_heads"),
     **dict(num_hidden_layers="num_layers", num_attention_heads="num_heads", vocab_size="vocab_size"),
     **dict(n_inner="ffn_hidden_size", intermediate_size="ffn_hidden_size", n_positions="seq_len"),
     **dict(max_position_embeddings="seq_len", num_key_value_heads="num_query_groups"),
 }
-#: ``hidden_act`` of the gated MLPs (``down(act(gate(x)) * up(x))``: Llama, Mistral, Qwen2, Phi-3...);
-#: GPT-2, GPT-NeoX, OPT, BLOOM have two matrices and another activation
-_GATED_ACTIVATIONS = ("silu", "swish", "swiglu")
-#: the model-config keys read: the shape, the activation, 2021's ``gradient_checkpointing`` attribute.
-_CONFIG_KEYS = (*_SHAPE_KEYS, "hidden_act", "gradient_checkpointing")
-#: final metrics (dict and metrics block keys) -> fact, in the order a dict's are read.
+_GATED_ACTIVATIONS = ("silu", "swish", "swiglu")  # ``hidden_act`` of gated MLPs (Llama...; not GPT-2, OPT)
+_CONFIG_KEYS = (*_SHAPE_KEYS, "hidden_act", "gradient_checkpointing")  # the model-config keys read
 _FINAL_FACTS = {"train_runtime": "final_train_runtime_s", "train_samples_per_second": "final_samples_per_sec"}
-_FINAL_FACTS["train_steps_per_second"] = "final_steps_per_sec"
+_FINAL_FACTS["train_steps_per_second"] = "final_steps_per_sec"  # final metrics -> fact, in reading order
 _DICT_METRICS = {"loss": "loss", "learning_rate": "lr", "grad_norm": "grad_norm"}  # dict key -> step metric
 FACTS = (
     *("micro_batch_size", "gas", "global_batch_size", "dp", "train_iters", "precision", "gpus", "nodes"),
     *("activation_checkpointing", "gpus_per_node", "logged_model_size", "final_steps", "swiglu"),
-    *_FINAL_FACTS.values(),
-    "progress_sec_per_iter",
-    *dict.fromkeys(_SHAPE_KEYS.values()),
+    *(*_FINAL_FACTS.values(), "progress_sec_per_iter", *dict.fromkeys(_SHAPE_KEYS.values())),
 )
-#: the raw lines (before launcher prefixes are cut and glued ranks split) that can hold a record the
-#: dump's block reads: a read field's ``name=`` where a record can start (line start, a CR, a prefix's
-#: ':', whitespace), or a ``)`` with only whitespace between it and where a record can start and end
-#: (line end, a CR, the '[' of another rank's tag): a bare ``\)`` matched 30 times as many lines.
+#: raw lines that can hold a dump's record: a read field's ``name=``, a ``)`` alone (a bare ``\)``: 30x more)
 _ARGS_LINES = (
     rf"(?:^|:|{_SPACE})(?:{'|'.join(re.escape(f'{name}=') for name in sorted(_ARGS_READ))})"
     rf"|(?:^|[\r:]){_SPACE}*\){_SPACE}*(?:$|[\r\[])"
 )
-#: the raw lines that can change what the model config block records: a key it reads, or a ``}`` where a
-#: record starts (only that one closes it: a nested object's is indented).
+#: raw lines that change what the config block records: a key it reads, a ``}`` starting a record (closing)
 _CONFIG_LINES = "|".join([r"(?:^|[\r:] ?)\}", *(re.escape(f'"{key}"') for key in sorted(_CONFIG_KEYS))])
-
-
-# --- what records are: polars predicates on a record's text ---------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True)
 class _Records(RecordTest):
-    """A record test that is any polars predicate of the text ("a line that is not a metric", "a bar
-    without a dict"), which literals and one regex cannot say."""
+    """A record test by any polars predicate of the text (not just literals); a lone tqdm update fails it."""
 
     predicate: Callable[[pl.Expr], pl.Expr]
 
     def expr(self, record: pl.Expr) -> pl.Expr:
-        return self.predicate(record)
+        return self.predicate(record) & ~_bar_only(record)
 
 
 def _holds(text: pl.Expr, *words: str) -> pl.Expr:
@@ -149,39 +117,28 @@ def _bar_only(text: pl.Expr) -> pl.Expr:
     return _holds(text, *_RATES) & _holds(text, "%|") & ~_holds(text, "{'")
 
 
-def _opens_arguments(text: pl.Expr) -> pl.Expr:
-    return text.str.contains(rf"TrainingArguments\({_SPACE}*$") & ~_bar_only(text)
-
-
-def _opens_metrics(text: pl.Expr) -> pl.Expr:
-    return _holds(text, _METRICS_BANNER) & ~_holds(text, _ARGS_MARKER) & ~_bar_only(text)
-
-
-def _opens_config(text: pl.Expr) -> pl.Expr:
-    return text.str.contains(_CONFIG_OPENER) & ~_holds(text, _ARGS_MARKER, _METRICS_BANNER) & ~_bar_only(text)
+#: what opens each block; one ends the block open before it (the Trainer prints one at a time)
+_OPENS = {
+    "arguments": lambda text: text.str.contains(rf"TrainingArguments\({_SPACE}*$"),
+    "metrics": lambda text: _holds(text, _METRICS_BANNER) & ~_holds(text, _ARGS_MARKER),
+    "config": lambda text: text.str.contains(_CONFIG_OPENER) & ~_holds(text, _ARGS_MARKER, _METRICS_BANNER),
+}
 
 
 def _opens_block(text: pl.Expr) -> pl.Expr:
-    """A record that opens a block ends the one open before it (the Trainer prints one at a time)."""
-    return _opens_arguments(text) | _opens_metrics(text) | _opens_config(text)
+    return _OPENS["arguments"](text) | _OPENS["metrics"](text) | _OPENS["config"](text)
 
 
 def _is_metric(text: pl.Expr) -> pl.Expr:
     """A metric, or a tqdm update between them (tqdm writes to stderr, merged into the same file)."""
-    return (text.str.contains(_METRIC) | text.str.contains(_BAR_START)) & ~_bar_only(text)
+    return text.str.contains(_METRIC) | text.str.contains(_BAR_START)
 
 
-# --- each distinct text once, in Python: what a record does, in the order the line reader did it ----
-
-#: a value as ``grammar.literal`` reads it: ``kind`` none, bool, int, bigint (beyond int64), float or str;
-#: ``text``: Python's ``str`` of it
+#: a ``grammar.literal`` value: ``kind`` none, bool, int, bigint (beyond int64), float, str; ``text``: str
 _TYPED = pl.Struct({"kind": pl.String, "integer": pl.Int64, "real": pl.Float64, "text": pl.String})
-#: what a record does (``what``): states a ``fact`` (``name`` = ``value``) or a ``note`` (``name``), is
-#: ``seen`` (a record of the family), sets an ``arg`` (a TrainingArguments field), a command line's
-#: ``default`` for one or a ``banner`` count; asks for ``dp``, ``gpus`` or ``fp32`` from those before it;
-#: states a printed model ``shape`` key, an ``override`` or a ``sized`` block; a copy of a ``final`` metric
-#: (with its ``digits``); a training ``step`` (``name``: the dict's text when it has no own ``value``); a
-#: ``point`` of the training bar (a dict written through it)
+#: what a record does: a ``fact`` (``name`` = ``value``), ``note``, ``seen``; an ``arg``, ``default``,
+#: ``banner``; asks for ``dp``, ``gpus``, ``fp32``; a ``shape``, ``override``, ``sized``; a ``final`` copy
+#: (``digits``); a ``step`` (``name``: its dict's text if no ``value``); a ``point`` (a dict on the bar)
 _EFFECT = pl.Struct(
     {"what": pl.String, "name": pl.String, "value": _TYPED, "digits": pl.Int64}
     | dict.fromkeys(_DICT_METRICS.values(), pl.Float64)
@@ -193,12 +150,11 @@ def _typed(value: Any) -> dict[str, Any]:
     if value is None:
         return {"kind": "none"}
     kind = {bool: "bool", int: "int", float: "float"}.get(type(value), "str")
-    if kind == "int" and not INT64_MIN <= value <= INT64_MAX:
-        kind, value_real = "bigint", math.inf if value > 0 else -math.inf  # copysign would float() it
-    else:
-        value_real = float(value) if kind != "str" else None
+    if kind == "int" and not INT64_MIN <= value <= INT64_MAX:  # copysign would float() it
+        return {"kind": "bigint", "real": math.inf if value > 0 else -math.inf, "text": str(value)}
     integer = int(value) if kind in ("bool", "int") else None
-    return {"kind": kind, "integer": integer, "real": value_real, "text": str(value)}
+    real = None if kind == "str" else float(value)
+    return {"kind": kind, "integer": integer, "real": real, "text": str(value)}
 
 
 def _fact(name: str, value: Any) -> dict[str, Any]:
@@ -225,15 +181,6 @@ def _argument(name: str, raw: str, out: list) -> None:
         out.append(_fact("train_iters", value))
     elif name == "local_rank" and value == -1:  # one process: _n_gpu is the GPUs it drives (DataParallel)
         out.append({"what": "gpus"})
-
-
-def _dump(text: str, out: list) -> None:
-    """A record holding ``TrainingArguments(``: a dump's opener, or a one-line dump (older versions)."""
-    if not text.rstrip().endswith(_ARGS_MARKER):
-        for field in _ONE_LINE_FIELD.finditer(text.split(_ARGS_MARKER, 1)[1]):
-            _argument(field[1], field[2], out)
-        out.append({"what": "fp32"})
-    out.append(_SEEN)
 
 
 def _shape(key: str, raw: str, out: list, *, override: bool = False) -> None:
@@ -278,33 +225,26 @@ def _plain(text: str, out: list) -> None:
 
 
 def _banner(label: str, value: int, out: list) -> None:
-    """``***** Running training *****``: the batch sizes, accumulation, planned steps, parameter count
-    (ZeRO-3 partitions parameters: some versions count 0), and DP from the three batch numbers (total =
-    micro batch x accumulation x DP; not the GPU count: tensor parallel ranks are not in it)."""
-    if label == "Number of trainable parameters":
-        if value > INT64_MAX:  # noted as a count beyond int64 (and beyond a float's range: no division)
-            out.append(_fact("logged_model_size", value))
-        elif value > 0:
-            out.append(_fact("logged_model_size", value / 1e9))
-    elif value > 0:
-        out.append(_fact(fact := _BANNER_FACTS[label], value))
-        if fact != "train_iters":
-            out += [{"what": "banner", "name": fact, "value": _typed(value)}, {"what": "dp"}]
+    """``Running training``'s counts (ZeRO-3 partitions parameters: some versions count 0), and DP from the
+    batch numbers (total = micro batch x accumulation x DP; no GPU count: TP ranks are not in it)."""
+    fact = _BANNER_FACTS[label]
+    size = fact == "logged_model_size" and value <= INT64_MAX  # beyond: noted, never divided (OverflowError)
+    if value > 0:
+        out.append(_fact(fact, value / 1e9 if size else value))
+    if value > 0 and fact not in ("train_iters", "logged_model_size"):
+        out += [{"what": "banner", "name": fact, "value": _typed(value)}, {"what": "dp"}]
     out.append(_SEEN)
 
 
 def _command_line(text: str, out: list) -> None:
-    """The echoed launch command (``set -x``): ``--config_overrides``, ``--block_size`` (the length trained
-    on: no later n_positions replaces it), the batch flags, ``--fp16``/``--bf16``,
-    ``--gradient_checkpointing``, ``--max_steps``, ``--logging_steps`` (unless an argument says it)."""
+    """An echoed launch command (``set -x``): facts, ``sized`` by ``--block_size``, ``--logging_steps``."""
     flags = grammar.command_line_flags(text)
     if flags.get("config_overrides"):
         _overrides(flags["config_overrides"], out)
     if (block_size := grammar.positive_int(flags.get("block_size", ""))) is not None:
         out += [_fact("seq_len", block_size), {"what": "sized"}]
-    for flag, fact in _FLAG_INT_FACTS.items():
-        if (value := grammar.positive_int(flags.get(flag, ""))) is not None:
-            out.append(_fact(fact, value))
+    numbers = {fact: grammar.positive_int(flags.get(flag, "")) for flag, fact in _FLAG_INT_FACTS.items()}
+    out += [_fact(fact, value) for fact, value in numbers.items() if value is not None]
     out += [_fact("precision", flag) for flag in ("fp16", "bf16") if _switch_on(flags, flag)]
     if _switch_on(flags, "gradient_checkpointing"):
         out.append(_fact("activation_checkpointing", True))
@@ -322,8 +262,7 @@ def _switch_on(flags: dict[str, str], name: str) -> bool:
 
 
 def _launcher(text: str, out: list) -> None:
-    """``--nproc_per_node 4 --nnodes 16``: GPUs per node, nodes and their product. A torch launcher
-    without ``--nnodes`` runs on one node; a range (``1:4``) or ``--nproc_per_node gpu`` is no count."""
+    """``--nproc_per_node 4 --nnodes 16`` (a torch launcher's default: one node; ``1:4``, ``gpu``: none)."""
     flags = grammar.command_line_flags(text)
     per_node = grammar.positive_int(flags.get("nproc_per_node") or flags.get("nproc-per-node") or "")
     nodes = grammar.positive_int(flags.get("nnodes", ""))
@@ -335,19 +274,16 @@ def _launcher(text: str, out: list) -> None:
 
 
 def _dicts(text: str, out: list) -> None:
-    """The logged dicts: a training dict (``loss``) is a step, a final dict's metrics are copies of the
-    final metrics, a dict cut short or that is no literal is noted; an evaluation dict is nothing."""
+    """Logged dicts: a training dict (``loss``) a step, a final dict's metrics copies; eval dicts nothing."""
     for body in re.findall(_DICT, text):
         if not any(key in body for key in _TRAINER_KEYS):
             continue
-        if not body.endswith("}"):
-            out.append(_note(f"dict cut short, not read: {body[:80]!r}"))
-            continue
         try:
-            logged = ast.literal_eval(body)
+            logged = ast.literal_eval(body) if body.endswith("}") else "dict cut short, not read"
         except (ValueError, SyntaxError, MemoryError, RecursionError):
-            out.append(_note(f"not a Python dict literal: {body[:80]!r}"))
-            continue
+            logged = "not a Python dict literal"
+        if isinstance(logged, str):
+            out.append(_note(f"{logged}: {body[:80]!r}"))
         if not isinstance(logged, dict):
             continue
         if "loss" in logged or "train_runtime" in logged:
@@ -369,22 +305,18 @@ def _dicts(text: str, out: list) -> None:
 
 def _number(value: Any) -> float | None:
     """A dict value as a float: 2021 logs print floats, today's print ``'4.705'`` strings."""
-    if isinstance(value, str):
-        try:
-            return float(value.replace(",", ""))
-        except ValueError:
-            return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
         return None
     try:
-        return float(value)
+        return float(value.replace(",", "") if isinstance(value, str) else value)
+    except ValueError:
+        return None
     except OverflowError:  # an integer beyond any float: infinite, as the text "1e400" reads
         return math.inf if value > 0 else -math.inf
 
 
 def _final(fact: str, value: float | int, text: str) -> dict[str, Any]:
-    """A copy of a final metric: the one with the most significant digits wins (the dict prints ``.4g``
-    today, the metrics block rounds to 4 decimals), the first among equals (the lowest node)."""
+    """A final metric's copy: most significant digits win (dicts print ``.4g``, the block 4 decimals)."""
     return {"what": "final", "name": fact, "value": _typed(value), "digits": _significant_digits(text)}
 
 
@@ -394,12 +326,13 @@ def _significant_digits(text: str) -> int:
 
 
 def _metric(text: str, out: list) -> None:
-    """A line of the train metrics block: a record of the family; ``train_runtime`` (a duration) and the
-    samples and steps per second are copies of the final metrics."""
+    """A metrics block line: a final metric's copy (``train_runtime``: ``1 day, 2:03:04.50`` or seconds)."""
     if (parsed := metric_line(text.strip())) is None:
         return
     name, value = parsed[0], parsed[1].strip()
-    number = _runtime_seconds(value) if name == "train_runtime" else _number(value)
+    number = _number(value)
+    if name == "train_runtime" and (span := runtime_parts(value)) is not None:
+        number = span.get("days", 0) * 86400 + span["hours"] * 3600 + span["minutes"] * 60 + span["seconds"]
     if name == "train_runtime" and number is None:
         out.append(_note(f"train_runtime not a duration: {value!r}"))
     elif name in _FINAL_FACTS and number is not None:
@@ -424,28 +357,16 @@ _RUNTIME = re.compile(
 
 def metric_line(text: str) -> tuple[str, str] | None:
     """``(name, value)`` of a ``name = value`` line of the train metrics block, or None (tabs expanded)."""
-    match = _METRIC_LINE.match(text.expandtabs() if "\t" in text else text)
+    match = _METRIC_LINE.match(text.expandtabs())
     return None if match is None else match.group("name", "value")
 
 
-def _runtime_seconds(text: str) -> float | None:
-    """``0:01:23.45`` / ``1 day, 2:03:04.50`` -> seconds (whole ones an int); a bare number is seconds."""
-    if (parts := runtime_parts(text.strip())) is None:
-        return _number(text)
-    return parts.get("days", 0) * 86400 + parts["hours"] * 3600 + parts["minutes"] * 60 + parts["seconds"]
-
-
 def runtime_parts(text: str) -> dict[str, int | float] | None:
-    """``days`` (when printed), ``hours``, ``minutes`` and ``seconds`` of a ``_RUNTIME`` duration (tabs
-    expanded first), or None."""
-    if (match := _RUNTIME.match(text.expandtabs() if "\t" in text else text)) is None:
+    """``days`` (when printed), ``hours``, ``minutes``, ``seconds`` of a ``_RUNTIME`` duration, or None."""
+    if (match := _RUNTIME.match(text.expandtabs())) is None:
         return None
-    parts: dict[str, int | float] = {} if match["days"] is None else {"days": int(match["days"])}
-    return parts | {
-        "hours": int(match["hours"]),
-        "minutes": int(match["minutes"]),
-        "seconds": number_of(match),
-    }
+    parts = {name: int(match[name]) for name in ("days", "hours", "minutes") if match[name] is not None}
+    return parts | {"seconds": number_of(match)}
 
 
 def number_of(match: re.Match[str]) -> int | float:
@@ -456,12 +377,15 @@ def number_of(match: re.Match[str]) -> int | float:
 
 
 def _effects_of(use: str, text: str) -> list[dict[str, Any]]:
-    """What a record does, by its use: a record of the family's own (a dump's, another's), or a block's
-    line (``source`` and ``role``); an error stops it with a note, as a line reader's did."""
+    """What a record does, by its use (its own: a dump or another; a block's line); an error is noted."""
     out: list[dict[str, Any]] = []
     try:
-        if use == "dump":
-            _dump(text, out)
+        if use == "dump":  # a dump's opener, or a one-line dump (older versions)
+            if not text.rstrip().endswith(_ARGS_MARKER):
+                for field in _ONE_LINE_FIELD.finditer(text.split(_ARGS_MARKER, 1)[1]):
+                    _argument(field[1], field[2], out)
+                out.append({"what": "fp32"})
+            out.append(_SEEN)
         elif use == "plain":
             _plain(text, out)
         elif use == f"arguments{BODY}" and (field := re.match(_ARGS_FIELD, text)):
@@ -477,18 +401,14 @@ def _effects_of(use: str, text: str) -> list[dict[str, Any]]:
     return out
 
 
-# --- the rules between records, in polars, a segment at a time --------------------------------------
-
 #: what a segment's read leaves the next (``Events.carry``): per run, the last effect of each sort and
-#: name later records depend on (arguments, block size, overrides, final copies stated, the numbered
-#: dicts, the bar's updates and totals), with the line and file of a bar's update
+#: name later records need (arguments, sizes, overrides, finals, numbered dicts, bars; a bar's line, file)
 _CARRY = {"run": pl.Int64, "what": pl.String, "name": pl.String, "value": _TYPED, "digits": pl.Int64}
 _CARRY |= {"line": pl.Int64, "file": pl.Int64}
 
 
 def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
-    """The family's records and its blocks' lines, read together (a record a block reads as its line is
-    nothing else), after what the segments before carry; with no records (the end), the training bar."""
+    """The family's records and blocks' lines after what earlier segments carry; at the end, the bar."""
     frame = records.collect()
     if frame.is_empty():
         return _progress(carry)
@@ -497,7 +417,9 @@ def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Ev
     what, order = pl.col("what"), pl.col("order")
     args = effects.filter(what.is_in(["arg", "default", "banner"]))  # a default only where none came before
     args = args.filter((what != "default") | pl.struct("run", "name").is_first_distinct())
-    shapes, finals = _shapes(effects), _stated_finals(effects)
+    shapes, before = _shapes(effects), pl.col("digits").cum_max().shift(1).over("run", "name")
+    # a final's copy with more digits than all before it is stated: the last, the run's, has the most
+    finals = effects.filter(what == "final").filter(before.is_null() | (pl.col("digits") > before))
     facts = pl.concat(
         [effects.filter(what == "fact"), _asked(effects, args), finals, shapes.filter(what != "sized")],
         how="diagonal_relaxed",
@@ -512,23 +434,15 @@ def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Ev
 
 
 def _effects(frame: pl.DataFrame) -> pl.DataFrame:
-    """What the records do (``run``, ``order``: the record's plus the effect's index, and ``_EFFECT``'s
-    fields): a record's own unless a block reads it as its line, a block line's; a bar's or an opener's
-    nothing (but the bar's update, ``_bars``)."""
+    """Effects of the records (a block's line its line's, else its own; a bar's, an opener's none)."""
     text, source, role = pl.col("text"), pl.col("source"), pl.col("role")
     line = (source != "trainer") & role.is_in([BODY, CLOSER])
     taken = frame.filter(line)["order"].implode()
     own = ((source == "trainer") | (role == OPENER)) & ~pl.col("order").is_in(taken)
-    use = (
-        pl.when(own & _bar_only(text))
-        .then(None)
-        .when(own & _holds(text, _ARGS_MARKER))
-        .then(pl.lit("dump"))
-        .when(own & ~_holds(text, _METRICS_BANNER) & ~text.str.contains(_CONFIG_OPENER))
-        .then(pl.lit("plain"))
-        .when(line)
-        .then(pl.concat_str(source, role.cast(pl.String)))
-    )
+    opener = _holds(text, _METRICS_BANNER) | text.str.contains(_CONFIG_OPENER)
+    mine = pl.when(_holds(text, _ARGS_MARKER)).then(pl.lit("dump")).when(~opener).then(pl.lit("plain"))
+    block_line = pl.concat_str(source, role.cast(pl.String))
+    use = pl.when(own & ~_bar_only(text)).then(mine).when(line).then(block_line)
     rows = frame.select("run", "order", "text", use=use).drop_nulls("use")
     table = rows.select("use", "text").unique()
     read = pl.Series([_effects_of(use, text) for use, text in table.iter_rows()], dtype=pl.List(_EFFECT))
@@ -543,20 +457,17 @@ def _field(name: str, column: str = "value") -> pl.Expr:
     return pl.col(column).struct.field(name)
 
 
-def _state_at(points: pl.DataFrame, args: pl.DataFrame, *names: str) -> pl.DataFrame:
-    """``points`` with a column per name: the last argument so named before each point."""
+def _state_at(at: pl.DataFrame, args: pl.DataFrame, *names: str) -> pl.DataFrame:
+    """``at`` with a column per name: the last argument so named before each row."""
     for name in names:
         named = args.filter(pl.col("name") == name).select("run", "order", **{name: "value"})
-        points = points.join_asof(
-            named, on="order", by="run", allow_exact_matches=False, check_sortedness=False
-        )
-    return points
+        at = at.join_asof(named, on="order", by="run", allow_exact_matches=False, check_sortedness=False)
+    return at
 
 
 def _asked(effects: pl.DataFrame, args: pl.DataFrame) -> pl.DataFrame:
-    """What records ask of the arguments before them: DP from the banner's batch numbers; where a dump
-    ends (a few a segment, read in Python) the GPU count of one process (its ``_n_gpu``), and fp32 with
-    fp16 and bf16 False and no DeepSpeed config (which could enable either)."""
+    """What records ask of the arguments before them: DP from the banner's batch numbers; where a dump ends
+    (a few a segment: in Python) one process's ``_n_gpu``, fp32 if no fp16, bf16 or DeepSpeed config."""
     what = pl.col("what")
     banner = _state_at(effects.filter(what == "dp"), args, "micro_batch_size", "gas", "global_batch_size")
     total = _field("integer", "global_batch_size")
@@ -575,35 +486,18 @@ def _asked(effects: pl.DataFrame, args: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([dp, pl.DataFrame(rows, schema=schema, orient="row")], how="diagonal_relaxed")
 
 
-def _stated_finals(effects: pl.DataFrame) -> pl.DataFrame:
-    """Of the copies of a final metric in reading order, each with more significant digits than all before
-    it is stated: the last, the run's, is the first copy with the most."""
-    before = pl.col("digits").cum_max().shift(1).over("run", "name")
-    return effects.filter(pl.col("what") == "final").filter(before.is_null() | (pl.col("digits") > before))
-
-
 def _shapes(effects: pl.DataFrame) -> pl.DataFrame:
-    """The model shape's statements and block sizes: an overridden key is not replaced by a config printed
-    later (run_clm builds the model from the overrides; the config it prints after them is the base one the
-    tokenizer loads: n_embd 768, n_layer 12), nor the length trained on (``--block_size``) by n_positions."""
+    """Shape statements and block sizes: a config printed later (run_clm's base one: n_embd 768, n_layer 12)
+    replaces no override, nor n_positions the length trained on (``--block_size``)."""
     what, order = pl.col("what"), pl.col("order")
+    sized, overridden = (order.filter(what == key).min() for key in ("sized", "override"))
     shapes = effects.filter(what.is_in(["shape", "override", "sized"]))
-    sized = shapes.filter(what == "sized").group_by("run").agg(sized=order.min())
-    shapes = shapes.join(sized, on="run", how="left").filter(
-        pl.col("name").ne_missing("seq_len") | pl.col("sized").is_null() | (order < pl.col("sized"))
-    )
-    overridden = shapes.filter(what == "override").group_by("run", "name").agg(overridden=order.min())
-    return (
-        shapes.join(overridden, on=["run", "name"], how="left")
-        .filter((what != "shape") | pl.col("overridden").is_null() | (order < pl.col("overridden")))
-        .drop("sized", "overridden")
-    )
+    shapes = shapes.filter(pl.col("name").ne_missing("seq_len") | (order < sized.over("run")).fill_null(True))
+    return shapes.filter((what != "shape") | (order < overridden.over("run", "name")).fill_null(True))
 
 
 def _steps(effects: pl.DataFrame, args: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The training dicts' steps: a dict's own ``step``, else its place among the run's distinct training
-    dicts (several nodes print each) with the arguments known before it; and the dicts numbered so far
-    (``dict``: its text and step)."""
+    """The dicts' steps (own, else by place among the run's distinct dicts) and the ``dict``s numbered."""
     steps, known = effects.filter(pl.col("what") == "step"), effects.filter(pl.col("what") == "dict")
     new = (
         steps.drop_nulls("name")
@@ -639,39 +533,27 @@ def _position_to_step(position: int, interval: Any, first_step: Any, max_steps: 
 
 
 def _bars(frame: pl.DataFrame, effects: pl.DataFrame) -> pl.DataFrame:
-    """What the training bar needs of a segment: each total's last update (``bar``), the total of the last
-    update (``last_bar``) and of the last one at or before a training or final dict (``dict_bar``;
-    ``ProgressCallback`` writes its dicts through the training bar)."""
+    """Bar updates (``bar``), the last's total (``last_bar``), the one before a dict's (``dict_bar``)."""
     text, what = pl.col("text"), pl.col("what")
-    updates = frame.filter(_holds(text, *_RATES)).unique("order").sort("order")
+    bars = frame.filter(_holds(text, *_RATES)).unique("order").sort("order")
     total = text.str.split(" [").list.first().str.split("/").list.last()  # after the last / before " ["
-    updates = updates.select(
-        "run", "order", "line", "file", what=pl.lit("bar"), name=total, value=pl.struct(text=text)
-    )
-    totals = updates.select("run", "order", value=pl.struct(text="name"))
+    bars = bars.select("run", "order", "line", "file", what=pl.lit("bar"), name=total, value=pl.struct(text))
+    totals = bars.select("run", "order", value=pl.struct(text="name"))
     carried = effects.filter(what == "last_bar").select(*totals.columns)
     totals = pl.concat([carried, totals], how="vertical_relaxed").sort("order")
     points = effects.filter(what == "point").select("run", "order", what=pl.lit("dict_bar"))
     dict_bars = points.join_asof(totals, on="order", by="run", check_sortedness=False).drop_nulls("value")
-    return pl.concat(
-        [updates, totals.with_columns(what=pl.lit("last_bar")), dict_bars], how="diagonal_relaxed"
-    )
+    last_bar = totals.with_columns(what=pl.lit("last_bar"))
+    return pl.concat([bars, last_bar, dict_bars], how="diagonal_relaxed")
 
 
 def _progress(carry: pl.DataFrame | None) -> Events:
-    """tqdm's rate of the training bar's last update (its closing update shows the bar's average). The
-    training bar is the one of the steps the Trainer planned last (its banner's ``Total optimization
-    steps``, ``max_steps``: ``tqdm(total=max_steps)``), else the one updated last before a training or
-    final dict; a bar with a description is not the Trainer's. The Trainer's own plan counts even where
-    another family stated ``train_iters`` first: Megatron's planned iterations are no total of its bar."""
+    """tqdm's rate of the training bar's last update: the bar of the Trainer's last planned ``max_steps`` (not
+    Megatron's), else the last before a dict (ProgressCallback writes through it); none with a description."""
     if carry is None:
         return Events()
-    chosen = (
-        carry.filter(pl.col("what").is_in(["planned", "dict_bar"]))
-        .sort("what", descending=True)
-        .group_by("run")
-        .agg(name=_field("text").first())
-    )
+    chosen = carry.filter(pl.col("what").is_in(["planned", "dict_bar"])).sort("what", descending=True)
+    chosen = chosen.group_by("run").agg(name=_field("text").first())
     bars = carry.filter(pl.col("what") == "bar").join(chosen, on=["run", "name"])
     rates = []
     for run, total, text, line, file in bars.select("run", "name", _field("text"), "line", "file").rows():
@@ -684,9 +566,7 @@ def _progress(carry: pl.DataFrame | None) -> Events:
 
 
 def _events(facts: pl.DataFrame, steps: pl.DataFrame, effects: pl.DataFrame, carry: pl.DataFrame) -> Events:
-    """The read's events: facts (a frame per value type; an integer beyond int64 is noted instead; of a
-    fact's statements of a type, settle reads the first and last), steps, notes in reading order, the
-    records of the family (a shape's statement is one)."""
+    """The read's events: facts a frame per type (a bigint noted), steps, notes, records (and shapes)."""
     family, kind, what = pl.lit(NAME), _field("kind"), pl.col("what")
     types = dict(int=_field("integer"), bool=_field("integer") == 1, float=_field("real"), str=_field("text"))
     too_long = pl.format("{}={} does not fit a 64-bit integer; not recorded", "name", _field("text"))
@@ -695,26 +575,19 @@ def _events(facts: pl.DataFrame, steps: pl.DataFrame, effects: pl.DataFrame, car
     seen = pl.concat([effects.filter(what == "seen"), facts.filter(what.is_in(["shape", "override"]))])
     statement = pl.struct("run", "name", kind)  # of a fact's statements, only the first and last count
     facts = facts.sort("order").filter(statement.is_first_distinct() | statement.is_last_distinct())
+    typed = [facts.filter(kind == key).select("order", "name", value=value) for key, value in types.items()]
     return Events(
         steps=[steps.with_columns(family=family)],
-        facts=[
-            facts.filter(kind == key).select("order", fact="name", value=value, family=family)
-            for key, value in types.items()
-        ],
+        facts=[frame.select("order", fact="name", value="value", family=family) for frame in typed],
         notes=[notes.select("order", family=family, message="name")],
-        marks=[seen.select("order", mark=pl.lit(kinds.SEEN), family=family, text=pl.lit(None, pl.String))],
+        marks=[kinds.marks_of(seen.lazy(), NAME, kinds.SEEN)],
         carry=carry,
     )
 
 
-def evidence(run: RunBuilder) -> int:
-    """Records only HF Trainer prints (dicts, metrics, TrainingArguments, its banner)."""
-    return run.families_seen.get(NAME, 0)
-
-
 def _block(name: str, hint: str | None, *tests: Callable[[pl.Expr], pl.Expr]) -> Block:
-    """A block of the family, by the predicates of the records that open it, are its body, close it, end it."""
-    opens, body, closes, ends = (_Records(predicate=test) for test in tests)
+    """A block of the family, by the predicates of its body, closer and end."""
+    opens, body, closes, ends = (_Records(predicate=test) for test in (_OPENS[name], *tests))
     block = dict(opens=opens, body=body, closes=closes, ends=ends, max_lines=BLOCK_MAX_LINES, hint=hint)
     return Block(family=NAME, name=name, read=read_trainer, **block)
 
@@ -722,29 +595,26 @@ def _block(name: str, hint: str | None, *tests: Callable[[pl.Expr], pl.Expr]) ->
 ARGUMENTS = _block(
     "arguments",
     f"{_ARGS_LINES}|{literals(MARKERS)}",
-    _opens_arguments,
-    lambda text: text.str.contains(_ARGS_FIELD) & ~_bar_only(text),
+    lambda text: text.str.contains(_ARGS_FIELD),
     lambda text: text.str.contains(_ARGS_CLOSER),
     lambda text: _opens_block(text) & ~text.str.contains(_ARGS_FIELD),
 )
 CONFIG = _block(
     "config",
     f"{_CONFIG_LINES}|{literals(MARKERS)}",
-    _opens_config,
-    lambda text: text.str.contains(_CONFIG_JSON) & ~_bar_only(text),
-    lambda text: text.str.starts_with("}") & ~_bar_only(text),
+    lambda text: text.str.contains(_CONFIG_JSON),
+    lambda text: text.str.starts_with("}"),
     lambda text: _opens_block(text) & ~text.str.contains(_CONFIG_JSON) & ~text.str.starts_with("}"),
 )
 #: the first line that is no metric ends the metrics block (and is read as usual)
-_NOT_METRIC = lambda text: ~_is_metric(text) & ~_bar_only(text)  # noqa: E731
-METRICS = _block("metrics", None, _opens_metrics, _is_metric, _NOT_METRIC, _NOT_METRIC)
+_NOT_METRIC = lambda text: ~_is_metric(text)  # noqa: E731
+METRICS = _block("metrics", None, _is_metric, _NOT_METRIC, _NOT_METRIC)
 TRAINER = kinds.RecordKind(
     family=NAME, name="trainer", test=RecordTest(markers=MARKERS), read=read_trainer, facts=FACTS
 )
 FAMILY = Family(
     name=NAME,
     markers=MARKERS,
-    evidence=evidence,
     kinds=(TRAINER,),
     blocks=(ARGUMENTS, CONFIG, METRICS),
     description="HF Trainer: logged dicts, train metrics, TrainingArguments dump, --config_overrides shape",
