@@ -4,6 +4,7 @@ the traceback. A user error is never reported as an internal exception ("run wit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -292,11 +293,25 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(2.0)
+    # interrupted once it reads the log (~2 s of parsing here), not after a fixed delay: a faster machine
+    # finished the parse before a signal sent after 2 s
+    _wait_until_open(started.pid, tmp_path / "long-1.out")
+    time.sleep(0.2)
     started.send_signal(signal.SIGINT)
     err = started.communicate(timeout=60)[1]
     assert started.returncode == 130
     assert err.strip() == "Aborted."
+
+
+def _wait_until_open(pid: int, path: Path, timeout: float = 60.0) -> None:
+    """Until process ``pid`` holds ``path`` open (Linux's /proc)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):  # a descriptor closed while listed
+            if any(Path(os.readlink(fd)) == path for fd in Path(f"/proc/{pid}/fd").iterdir()):
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"{path} was never opened by process {pid}")
 
 
 def test_a_dangling_symlink_in_a_directory_is_a_row_not_a_loss(tmp_path, capsys):
