@@ -18,6 +18,7 @@ from logstat.parsers.kinds import (
     FILE_SHIFT,
     PYTHON_EVENTS,
     RECORD,
+    TOO_LONG,
     Block,
     RecordKind,
     line_of_order,
@@ -253,7 +254,7 @@ class RunBuilder:
         (polars refuses a whole frame for one integer beyond int64, e.g. ``99999999999999999999999``)."""
         if isinstance(value, bool) or not isinstance(value, int) or INT64_MIN <= value <= INT64_MAX:
             return True
-        self.note(family, lineno, f"{name}={value} does not fit a 64-bit integer; not recorded")
+        self.note(family, lineno, f"{name}={value} {TOO_LONG}")
         return False
 
     def note(self, family: str, lineno: int, message: str) -> None:

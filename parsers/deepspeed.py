@@ -62,12 +62,6 @@ def _divided(number: pl.Expr, divisor: float) -> pl.Expr:
     return number / pl.int_range(pl.len()).cast(pl.Float64).clip(divisor, divisor)
 
 
-def _too_long(name: str | pl.Expr, value: pl.Expr) -> pl.Expr:
-    """The note ``RunBuilder.fits`` writes for an integer beyond int64 (``value``: a wider number)."""
-    name = pl.lit(name) if isinstance(name, str) else name
-    return pl.format("{}={} does not fit a 64-bit integer; not recorded", name, value.cast(pl.String))
-
-
 def _seen(frame: pl.DataFrame) -> pl.DataFrame:
     """A mark per row: a record of the family, as ``RunBuilder.saw`` counted one."""
     return frame.select("order", mark=pl.lit(kinds.SEEN), family=pl.lit(NAME), text=pl.lit(None, pl.String))
@@ -96,7 +90,7 @@ def _steps(found: pl.DataFrame, band: int, mode=kinds.RECORD, at="order", **metr
     metrics = {name: metrics.get(name, pl.lit(None)).cast(dtype) for name, dtype in schema.items()}
     steps = found.drop_nulls("step").with_columns(band=pl.lit(band, pl.Int8), mode=pl.lit(mode, pl.Int8))
     steps = steps.select("step", "band", "mode", order=at, seq="seq", family=pl.lit(NAME), **metrics)
-    note = _too_long("iteration", pl.col("digits").cast(_DECIMAL, strict=False))
+    note = kinds.too_long_note("iteration", pl.col("digits").cast(_DECIMAL, strict=False))
     notes = found.filter(pl.col("step").is_null()).select("order", family=pl.lit(NAME), message=note)
     return Events(steps=[steps], notes=[notes.drop_nulls("message")], marks=[_seen(found)])
 
@@ -129,7 +123,9 @@ def _count(frame: pl.DataFrame, text: pl.Expr, fact, *, whole: bool = False, **k
         number = text.cast(pl.Float64, strict=False)
         wide = pl.when(number.is_finite()).then(number.cast(pl.Int128, strict=False))
     count = wide.cast(pl.Int64, strict=False)
-    return _statements(frame, fact, count, pl.when(count.is_null()).then(_too_long(fact, wide)), **kw)
+    return _statements(
+        frame, fact, count, pl.when(count.is_null()).then(kinds.too_long_note(fact, wide)), **kw
+    )
 
 
 def _facts(statements: pl.DataFrame) -> Events:
@@ -289,7 +285,7 @@ def _profile(lines: pl.DataFrame, carry: pl.DataFrame) -> tuple[Events, pl.DataF
     infinite = pl.lit("OverflowError: cannot convert float infinity to integer")
     wide = value.cast(pl.Int128, strict=False)
     whole, error = wide.cast(pl.Int64, strict=False), pl.when(value.is_nan()).then(nan)
-    error = error.when(value.is_infinite()).then(infinite).otherwise(_too_long(fact, wide))
+    error = error.when(value.is_infinite()).then(infinite).otherwise(kinds.too_long_note(fact, wide))
     counts = said.filter(fact.is_in(["gpus", "dp", "micro_batch_size"]))
     counts = _statements(counts, fact, whole, pl.when(whole.is_null()).then(error))
     size = _statements(said.filter(fact == "logged_model_size"), fact, _divided(value, 1e9))

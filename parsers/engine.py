@@ -118,15 +118,12 @@ def _read_batch(reading: Reading, batch: source.Batch, records: pl.DataFrame) ->
         if file == len(builder.files):
             builder.files.append(str(reading.files[run][file]))
     plan = reading.plan
-    by_family: dict[str, list[int]] = {}
-    for number, block in enumerate(plan.blocks):
-        by_family.setdefault(block.family, []).append(number)
     # the families' blocks are found at once: a family's blocks take only its own records
     found = [
         _pool("spans").submit(_family_spans, plan, numbers, batch, records, reading.open_blocks)
-        for numbers in by_family.values()
+        for numbers in plan.blocks_by_family.values()
     ]
-    for (name, numbers), spans in zip(by_family.items(), found, strict=True):
+    for (name, numbers), spans in zip(plan.blocks_by_family.items(), found, strict=True):
         taken = []
         for number, block_spans in zip(numbers, spans.result(), strict=True):
             if block_spans is not None:

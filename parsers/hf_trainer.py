@@ -295,7 +295,7 @@ def _dicts(text: str, out: list) -> None:
         elif "loss" not in logged:
             continue
         elif isinstance(step := logged.get("step"), int) and not INT64_MIN <= step <= INT64_MAX:
-            out.append(_note(f"iteration={step} does not fit a 64-bit integer; not recorded"))
+            out.append(_note(f"iteration={step} {kinds.TOO_LONG}"))
         else:
             step = {"value": _typed(step)} if isinstance(step, int) else {"name": " ".join(body.split())}
             metrics = {column: _number(logged.get(key)) for key, column in _DICT_METRICS.items()}
@@ -569,7 +569,7 @@ def _events(facts: pl.DataFrame, steps: pl.DataFrame, effects: pl.DataFrame, car
     """The read's events: facts a frame per type (a bigint noted), steps, notes, records (and shapes)."""
     family, kind, what = pl.lit(NAME), _field("kind"), pl.col("what")
     types = dict(int=_field("integer"), bool=_field("integer") == 1, float=_field("real"), str=_field("text"))
-    too_long = pl.format("{}={} does not fit a 64-bit integer; not recorded", "name", _field("text"))
+    too_long = kinds.too_long_note(pl.col("name"), _field("text"))
     notes = [effects.filter(what == "note").select("order", "name"), facts.filter(kind == "bigint")]
     notes = pl.concat([notes[0], notes[1].select("order", name=too_long)]).sort("order")
     seen = pl.concat([effects.filter(what == "seen"), facts.filter(what.is_in(["shape", "override"]))])

@@ -308,3 +308,14 @@ def as_count(value: pl.Expr) -> pl.Expr:
 def too_long(value: pl.Expr) -> pl.Expr:
     """Whether an integer's text does not fit int64 (the frames' integers): such a value is noted."""
     return value.str.contains(_INTEGER) & value.cast(pl.Int64, strict=False).is_null()
+
+
+#: what is noted after ``name=value`` of an integer beyond int64 (polars refuses a frame holding one)
+TOO_LONG = "does not fit a 64-bit integer; not recorded"
+
+
+def too_long_note(name: str | pl.Expr, value: pl.Expr) -> pl.Expr:
+    """The note ``name=value TOO_LONG`` of each row, concatenated: polars 2.1 panics ``pl.format``ting a
+    filtered frame of several chunks."""
+    name = pl.lit(name) if isinstance(name, str) else name
+    return name + "=" + value.cast(pl.String) + f" {TOO_LONG}"

@@ -50,6 +50,7 @@ from logstat.parsers.kinds import (
     named_field,
     pipe_fields,
     too_long,
+    too_long_note,
 )
 
 NAME = "megatron"
@@ -173,12 +174,9 @@ def _records(lines: pl.LazyFrame, header: str) -> pl.LazyFrame:
 
 
 def _too_long(frame: pl.DataFrame, name: str | pl.Expr, text: pl.Expr) -> pl.DataFrame:
-    """A note per integer of ``text`` beyond int64, as ``RunBuilder.fits`` notes one (concatenated, not
-    ``pl.format``'ted: polars 2.1 panics formatting a filtered frame of several chunks)."""
+    """A note per integer of ``text`` beyond int64, as ``RunBuilder.fits`` notes one."""
     return frame.filter(too_long(text)).select(
-        "order",
-        family=pl.lit(NAME),
-        message=name + "=" + text + " does not fit a 64-bit integer; not recorded",
+        "order", family=pl.lit(NAME), message=too_long_note(name, text)
     )
 
 

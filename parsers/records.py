@@ -87,6 +87,14 @@ class Plan:
         return tuple(block for family in self.families for block in family.blocks)
 
     @cached_property
+    def blocks_by_family(self) -> dict[str, list[int]]:
+        """The indexes (into ``blocks``) of each family's blocks, by family name."""
+        found: dict[str, list[int]] = {}
+        for number, block in enumerate(self.blocks):
+            found.setdefault(block.family, []).append(number)
+        return found
+
+    @cached_property
     def marked(self) -> pl.Expr:
         """Whether a line holds any family's marker (its blocks' included)."""
         markers = tuple(dict.fromkeys(marker for family in self.families for marker in _all_markers(family)))

@@ -192,7 +192,8 @@ def _file_chunks(path: Path, report: SourceReport) -> Iterator[tuple[bytes, int]
 def _unbinary(chunks: Iterator[tuple[bytes, int]], report: SourceReport) -> Iterator[tuple[bytes, int]]:
     """``chunks``, unless the first is binary content (then none, and ``report`` says so)."""
     for number, (chunk, end) in enumerate(chunks):
-        if number == 0 and is_binary(chunk[:end]):
+        # searched in place first: a copy of a file's first chunk for every text log is ~1 GiB for 1,000 files
+        if number == 0 and chunk.find(b"\x00", 0, end) >= 0 and is_binary(chunk[:end]):
             report.problem = "binary content (NUL bytes): not a text log"
             return
         yield chunk, end
