@@ -33,6 +33,7 @@ from logstat.parsers.kinds import (
     read_records,
 )
 from logstat.parsers.records import Plan
+from logstat.parsers.settle import fact_ends
 
 #: kind records kept before they are read into events: a read's memory grows with its records (at its peak
 #: ~1 KB a record of a read group: the sort and join here, the family's read), so a flush of 100k keeps a
@@ -352,7 +353,11 @@ def _located(events: Events, base: pl.DataFrame) -> Events:
             frame = _relocated(frame, "order", base)
             if "at" in frame.columns:
                 frame = _relocated(frame, "at", base.drop("run"))
-            getattr(located, name).append(_counted(frame) if name == "marks" else frame)
+            if name == "marks":
+                frame = _counted(frame)
+            elif name == "facts":
+                frame = fact_ends(frame)
+            getattr(located, name).append(frame)
     return located
 
 

@@ -242,7 +242,8 @@ def _settle_facts(runs: list[RunBuilder], facts: list[pl.DataFrame]) -> None:
         summary = (
             pl.concat(frames, how="diagonal_relaxed")
             .sort("run", "order", maintain_order=True)  # ties: in reading order
-            .group_by("run", "fact", "family")
+            # two families stating a fact at one order: the first in reading order owns it
+            .group_by("run", "fact", "family", maintain_order=True)
             .agg(pl.col("order").first().alias("first"), pl.col("order", "value", "line").last())
         )
         for index, name, family, first, last, value, line in summary.iter_rows():
@@ -262,6 +263,21 @@ def _settle_facts(runs: list[RunBuilder], facts: list[pl.DataFrame]) -> None:
         run.provenance[name] = f"{owner}:{line}"
         if (order >> FILE_SHIFT) < len(run.files):
             run.state.setdefault("fact_files", {})[name] = run.files[order >> FILE_SHIFT]
+
+
+def fact_ends(facts: pl.DataFrame) -> pl.DataFrame:
+    """One read's fact events (with ``run``) reduced to what ``_settle_facts`` weighs of them: per run, fact
+    and family the first and the last statement (in line order, ties in reading order), so that a fact
+    restated on every step (Megatron's ``train_iters``) is not kept once per step. A statement a family's
+    record may cancel (``unless_seen``) is kept: which are cancelled is known only when settling."""
+    if facts.height < 3:
+        return facts
+    cancellable = "unless_seen" in facts.columns
+    statement = pl.struct("run", "fact", "family", *(["unless_seen"] if cancellable else []))
+    kept = statement.is_first_distinct() | statement.is_last_distinct()
+    if cancellable:
+        kept = kept | pl.col("unless_seen").is_not_null()
+    return facts.sort("run", "order", maintain_order=True).filter(kept)
 
 
 def _uncancelled(runs: list[RunBuilder], frame: pl.DataFrame) -> pl.DataFrame:
