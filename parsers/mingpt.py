@@ -13,7 +13,6 @@ precision and the strategy (``deepspeed_stage_3``, ``--cpu_offload``).
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from logstat.parsers import grammar
 from logstat.parsers.base import Family, RunBuilder, never_raises
@@ -50,12 +49,16 @@ def _read_command_line(run: RunBuilder, command: str, lineno: int) -> None:
     """``command``: the line from the script's name on."""
     flags = grammar.command_line_flags(command)
     for flag, fact in _SHAPE_FLAGS.items():
-        if flag not in flags:
-            continue  # positive_int("") is None: no call for the flags the command leaves out
-        value = grammar.positive_int(flags[flag])
+        value = grammar.positive_int(flags.get(flag, ""))  # None for a flag left out, as for ""
         if value is not None:
             run.set_fact(fact, value, NAME, lineno)
-    _read_devices(run, flags, lineno)
+    # ``--gpus 8`` is Lightning's devices per node; with ``--num_nodes`` the world size is their product
+    per_node = grammar.positive_int(flags.get("gpus", flags.get("devices", "")))
+    if per_node is not None:
+        nodes = grammar.positive_int(flags.get("num_nodes", "")) or 1
+        run.set_fact("gpus_per_node", per_node, NAME, lineno)
+        run.set_fact("nodes", nodes, NAME, lineno)
+        run.set_fact("gpus", per_node * nodes, NAME, lineno)
     precision = _PRECISION.get(flags.get("precision", ""))
     if precision:
         run.set_fact("precision", precision, NAME, lineno)
@@ -65,17 +68,6 @@ def _read_command_line(run: RunBuilder, command: str, lineno: int) -> None:
     if "cpu_offload" in flags:
         run.set_fact("offload_optimizer", True, NAME, lineno)
     run.saw(NAME)
-
-
-def _read_devices(run: RunBuilder, flags: dict[str, Any], lineno: int) -> None:
-    """``--gpus 8`` is Lightning's devices per node; with ``--num_nodes`` the world size is their product."""
-    per_node = grammar.positive_int(flags.get("gpus", flags.get("devices", "")))
-    if per_node is None:
-        return
-    nodes = grammar.positive_int(flags.get("num_nodes", "")) or 1
-    run.set_fact("gpus_per_node", per_node, NAME, lineno)
-    run.set_fact("nodes", nodes, NAME, lineno)
-    run.set_fact("gpus", per_node * nodes, NAME, lineno)
 
 
 @never_raises(NAME)
