@@ -48,8 +48,9 @@ _ONE_LINE_FIELD = re.compile(r"(\w+)=([^,()]*?)(?=, \w+=|\)\s*$)")  # a field of
 #: ``Model config GPT2Config {``: a printed model config (``json.dumps(indent=2)``), and its lines
 _CONFIG_OPENER = rf"Config \{{{_SPACE}*$"
 _CONFIG_JSON = rf'^{_SPACE}*"(\w+)"{_SPACE}*:{_SPACE}*([^,]*?){_SPACE}*,?{_SPACE}*$'
-#: a ``name = value`` line of the train metrics block, and a tqdm update at the start of a line
-_METRIC, _BAR_START = rf"^{_SPACE}*[A-Za-z_][A-Za-z0-9_]*[ \t]*=", rf"^{_SPACE}*\d{{1,3}}%\|"
+#: a line of the train metrics block: ``name = value``, or a tqdm update between them (tqdm writes to
+#: stderr, merged into the same file)
+_METRIC = rf"^{_SPACE}*(?:[A-Za-z_][A-Za-z0-9_]*[ \t]*=|\d{{1,3}}%\|)"
 _DICT = r"\{'[^{}]*\}?"  # a logged dict, cut short or not
 #: an update of the Trainer's bar (``tqdm(total=max_steps)``, no description): tqdm writes ``| {n}/{total}
 #: [{elapsed}<{remaining}, {rate:5.2f}it/s]``, or ``{1/rate:5.2f}s/it`` at over a second a step
@@ -127,11 +128,6 @@ _OPENS = {
 
 def _opens_block(text: pl.Expr) -> pl.Expr:
     return _OPENS["arguments"](text) | _OPENS["metrics"](text) | _OPENS["config"](text)
-
-
-def _is_metric(text: pl.Expr) -> pl.Expr:
-    """A metric, or a tqdm update between them (tqdm writes to stderr, merged into the same file)."""
-    return text.str.contains(_METRIC) | text.str.contains(_BAR_START)
 
 
 #: a ``grammar.literal`` value: ``kind`` none, bool, int, bigint (beyond int64), float, str; ``text``: str
@@ -607,8 +603,8 @@ CONFIG = _block(
     lambda text: _opens_block(text) & ~text.str.contains(_CONFIG_JSON) & ~text.str.starts_with("}"),
 )
 #: the first line that is no metric ends the metrics block (and is read as usual)
-_NOT_METRIC = lambda text: ~_is_metric(text)  # noqa: E731
-METRICS = _block("metrics", None, _is_metric, _NOT_METRIC, _NOT_METRIC)
+_NOT_METRIC = lambda text: ~text.str.contains(_METRIC)  # noqa: E731
+METRICS = _block("metrics", None, lambda text: text.str.contains(_METRIC), _NOT_METRIC, _NOT_METRIC)
 TRAINER = kinds.RecordKind(
     family=NAME, name="trainer", test=RecordTest(markers=MARKERS), read=read_trainer, facts=FACTS
 )
