@@ -62,7 +62,7 @@ _BANNER_FACTS = {
     "Total optimization steps": "train_iters",
     "Number of trainable parameters": "logged_model_size",
 }
-_TRAIN_BANNER = re.compile(rf"({'|'.join(map(re.escape, _BANNER_FACTS))}) = ([\d,]+)")
+_TRAIN_BANNER = re.compile(rf"({literals(tuple(_BANNER_FACTS))}) = ([\d,]+)")
 _TRAIN_OUTPUT = re.compile(r"TrainOutput\(global_step=(\d+),")
 #: the world size (DeepSpeed's launcher, MPI, torch elastic, env); not LOCAL_WORLD_SIZE, a role's or DP's
 _WORLD_SIZE = re.compile(r"(?<!\w)(?:(?:dist_)?world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)")
