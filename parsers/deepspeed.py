@@ -95,8 +95,7 @@ def _numbered(events: Events) -> Events:
     """``events`` with the step events of a record numbered from ``_EVENT_BASE``, by band and ``seq``."""
     if events.steps:
         steps = pl.concat(events.steps).sort("order", "band", "seq")
-        row, first = pl.int_range(pl.len()), (pl.col("order") != pl.col("order").shift()).fill_null(True)
-        index = (row - pl.when(first).then(row).forward_fill()).clip(0, kinds.PYTHON_EVENTS - 1 - _EVENT_BASE)
+        index = pl.int_range(pl.len()).over("order").clip(0, kinds.PYTHON_EVENTS - 1 - _EVENT_BASE)
         events.steps = [steps.with_columns(order=pl.col("order") + _EVENT_BASE + index).drop("band", "seq")]
     return events
 
@@ -210,9 +209,9 @@ def _progress(frame: pl.DataFrame, carry: pl.DataFrame) -> tuple[Events, pl.Data
     found = _matches(stepped, STEP_RECORD, ["digits", "total", "lr"])
     found = found.with_columns(pl.col("total").cast(pl.Int64, strict=False))
     found = pl.concat([carry.select("run", "total", order=pl.lit(-1, pl.Int64)), found], how="diagonal")
-    total, run = pl.col("total"), pl.col("run")
-    before = pl.when(run == run.shift()).then(total.shift()).fill_null(0)
-    found = found.sort("run", "order", "seq").with_columns(skipped=pl.max_horizontal(total - before, 0))
+    total = pl.col("total")
+    skipped = pl.max_horizontal(total - total.shift().over("run").fill_null(0), 0)
+    found = found.sort("run", "order", "seq").with_columns(skipped=skipped)
     steps = found.filter(pl.col("digits").str.contains("[1-9]"))
     return _steps(steps, _STEP, lr=_real("lr"), skipped=pl.col("skipped")), found.unique("run", keep="last")
 
@@ -475,9 +474,7 @@ def read_sequence(records: pl.LazyFrame, carry: pl.DataFrame | None) -> Events:
     for more in (progress, profile, _record_events(glued) if glued.height else Events()):
         events.extend(more)
     carried = pl.concat([dumped, totals.select("run", "total"), profiled], how="diagonal_relaxed")
-    events.carry = (
-        carried.group_by("run").agg(pl.all().drop_nulls().first()).select(list(_CARRY)).cast(_CARRY)
-    )
+    events.carry = carried.group_by("run").agg(pl.all().drop_nulls().first()).cast(_CARRY)
     return _numbered(events)
 
 
