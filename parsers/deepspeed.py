@@ -10,9 +10,8 @@ A dump's ``world_size`` is the data-parallel size, the GPU count unless Megatron
 first. Of a restarted job's dumps the last wins.
 
 RECORDS reads each throughput and pipeline record alone; SEQUENCE the printer's, step and profiler
-records, which depend on the run's earlier ones, in segments, each after the ``carry`` of the one before.
-The blocks JSON_VALUES (the dumps' JSON values, which carry no marker) and PROFILE (the profiler's
-summaries) hand their lines to SEQUENCE, and no segment ends inside one.
+records, which depend on the run's earlier ones, in segments, each after the ``carry`` of the one before;
+the blocks JSON_VALUES and PROFILE hand it their lines.
 """
 
 from __future__ import annotations
@@ -243,7 +242,7 @@ def _scaled(text: pl.Expr, unit: str = "") -> pl.Expr:
     body = _strip(text)
     if unit:
         body = _strip(body.str.replace(re.escape(unit) + "$", ""))
-    parts = body.str.extract_groups(rf"^{_WS}({NUMBER}){_WS}([TGBMKmu])?{_WS}$")
+    parts = body.str.extract_groups(rf"^({NUMBER}){_WS}([TGBMKmu])?$")
     scale = parts.struct[1].replace_strict(_PREFIX_SCALE, default=1.0, return_dtype=pl.Float64)
     return parts.struct[0].cast(pl.Float64, strict=False) * scale
 
