@@ -10,9 +10,8 @@ A dump's ``world_size`` is the data-parallel size, the GPU count unless Megatron
 first. Of a restarted job's dumps the last wins.
 
 RECORDS reads each throughput and pipeline record alone; SEQUENCE the printer's, step and profiler
-records, which depend on the run's earlier ones, in segments, each after the ``carry`` of the one before.
-The blocks JSON_VALUES (the dumps' JSON values, which carry no marker) and PROFILE (the profiler's
-summaries) hand their lines to SEQUENCE, and no segment ends inside one.
+records, which depend on the run's earlier ones, in segments, each after the ``carry`` of the one before;
+the blocks JSON_VALUES and PROFILE hand it their lines.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import re
 
 import polars as pl
 from logstat.parsers import kinds
-from logstat.parsers.base import Family, RunBuilder
+from logstat.parsers.base import Family
 from logstat.parsers.kinds import Block, Events, RecordKind, RecordTest
 
 NAME = "deepspeed"
@@ -62,11 +61,6 @@ def _divided(number: pl.Expr, divisor: float) -> pl.Expr:
     return number / pl.int_range(pl.len()).cast(pl.Float64).clip(divisor, divisor)
 
 
-def _seen(frame: pl.DataFrame) -> pl.DataFrame:
-    """A mark per row: a record of the family, as ``RunBuilder.saw`` counted one."""
-    return frame.select("order", mark=pl.lit(kinds.SEEN), family=pl.lit(NAME), text=pl.lit(None, pl.String))
-
-
 def _matches(records: pl.DataFrame, pattern: str, names: list[str]) -> pl.DataFrame:
     """Every match of ``pattern`` in each record (its other columns kept): ``seq`` its index, its groups as
     ``names`` (read off the match: a capture over a long record costs ten times a match), ``step`` the
@@ -92,15 +86,15 @@ def _steps(found: pl.DataFrame, band: int, mode=kinds.RECORD, at="order", **metr
     steps = steps.select("step", "band", "mode", order=at, seq="seq", family=pl.lit(NAME), **metrics)
     note = kinds.too_long_note("iteration", pl.col("digits").cast(_DECIMAL, strict=False))
     notes = found.filter(pl.col("step").is_null()).select("order", family=pl.lit(NAME), message=note)
-    return Events(steps=[steps], notes=[notes.drop_nulls("message")], marks=[_seen(found)])
+    marks = kinds.marks_of(found.lazy(), NAME, kinds.SEEN)
+    return Events(steps=[steps], notes=[notes.drop_nulls("message")], marks=[marks])
 
 
 def _numbered(events: Events) -> Events:
     """``events`` with the step events of a record numbered from ``_EVENT_BASE``, by band and ``seq``."""
     if events.steps:
         steps = pl.concat(events.steps).sort("order", "band", "seq")
-        row, first = pl.int_range(pl.len()), (pl.col("order") != pl.col("order").shift()).fill_null(True)
-        index = (row - pl.when(first).then(row).forward_fill()).clip(0, kinds.PYTHON_EVENTS - 1 - _EVENT_BASE)
+        index = pl.int_range(pl.len()).over("order").clip(0, kinds.PYTHON_EVENTS - 1 - _EVENT_BASE)
         events.steps = [steps.with_columns(order=pl.col("order") + _EVENT_BASE + index).drop("band", "seq")]
     return events
 
@@ -114,18 +108,17 @@ def _statements(frame: pl.DataFrame, fact, value: pl.Expr, note=None, unless=Non
     return stated.filter(pl.col("value").is_not_null() | pl.col("note").is_not_null()).cast(_STATEMENT)
 
 
-def _count(frame: pl.DataFrame, text: pl.Expr, fact, *, whole: bool = False, **kw) -> pl.DataFrame:
-    """Statements of ``int(text)`` (``whole``) or ``int(float(text))`` (of a word, NaN or infinity none),
-    noted when beyond int64."""
+def _count(frame: pl.DataFrame, text: pl.Expr, fact, *, whole: bool = False, nan=None, **kw) -> pl.DataFrame:
+    """Statements of ``int(text)`` (``whole``) or ``int(float(text))`` (of a word, NaN or infinity none,
+    noted ``nan``: a ``pl.when`` chain), noted when beyond int64."""
     if whole:
         wide = pl.when(text.str.contains(r"^[-+]?[0-9]+$")).then(text.cast(_DECIMAL, strict=False))
     else:  # truncated as int() does
         number = text.cast(pl.Float64, strict=False)
         wide = pl.when(number.is_finite()).then(number.cast(pl.Int128, strict=False))
-    count = wide.cast(pl.Int64, strict=False)
-    return _statements(
-        frame, fact, count, pl.when(count.is_null()).then(kinds.too_long_note(fact, wide)), **kw
-    )
+    count, note = wide.cast(pl.Int64, strict=False), kinds.too_long_note(fact, wide)
+    note = note if nan is None else nan.otherwise(note)
+    return _statements(frame, fact, count, pl.when(count.is_null()).then(note), **kw)
 
 
 def _facts(statements: pl.DataFrame) -> Events:
@@ -183,7 +176,7 @@ def _record_events(records: pl.DataFrame) -> Events:
     counts = [_count(config, pl.col(fact), fact, whole=True) for fact in ("gas", "micro_batch_size")]
     size = _statements(unique, "logged_model_size", _divided(_real("params"), 1e9))
     events.extend(_facts(pl.concat([*counts, size])))
-    events.marks += [_seen(config), _seen(unique)]
+    events.marks += [kinds.marks_of(frame.lazy(), NAME, kinds.SEEN) for frame in (config, unique)]
     return events
 
 
@@ -215,9 +208,9 @@ def _progress(frame: pl.DataFrame, carry: pl.DataFrame) -> tuple[Events, pl.Data
     found = _matches(stepped, STEP_RECORD, ["digits", "total", "lr"])
     found = found.with_columns(pl.col("total").cast(pl.Int64, strict=False))
     found = pl.concat([carry.select("run", "total", order=pl.lit(-1, pl.Int64)), found], how="diagonal")
-    total, run = pl.col("total"), pl.col("run")
-    before = pl.when(run == run.shift()).then(total.shift()).fill_null(0)
-    found = found.sort("run", "order", "seq").with_columns(skipped=pl.max_horizontal(total - before, 0))
+    total = pl.col("total")
+    skipped = pl.max_horizontal(total - total.shift().over("run").fill_null(0), 0)
+    found = found.sort("run", "order", "seq").with_columns(skipped=skipped)
     steps = found.filter(pl.col("digits").str.contains("[1-9]"))
     return _steps(steps, _STEP, lr=_real("lr"), skipped=pl.col("skipped")), found.unique("run", keep="last")
 
@@ -249,7 +242,7 @@ def _scaled(text: pl.Expr, unit: str = "") -> pl.Expr:
     body = _strip(text)
     if unit:
         body = _strip(body.str.replace(re.escape(unit) + "$", ""))
-    parts = body.str.extract_groups(rf"^{_WS}({NUMBER}){_WS}([TGBMKmu])?{_WS}$")
+    parts = body.str.extract_groups(rf"^({NUMBER}){_WS}([TGBMKmu])?$")
     scale = parts.struct[1].replace_strict(_PREFIX_SCALE, default=1.0, return_dtype=pl.Float64)
     return parts.struct[0].cast(pl.Float64, strict=False) * scale
 
@@ -281,13 +274,10 @@ def _profile(lines: pl.DataFrame, carry: pl.DataFrame) -> tuple[Events, pl.DataF
     )
     flops = said.filter(fact == "flops").drop_nulls("step").with_columns(seq="order", digits=None)
     events = _steps(flops, _PROFILE, kinds.STEP_METRICS, "at", logged_tflops_per_gpu=_divided(value, 1e12))
-    nan = pl.lit("ValueError: cannot convert float NaN to integer")
     infinite = pl.lit("OverflowError: cannot convert float infinity to integer")
-    wide = value.cast(pl.Int128, strict=False)
-    whole, error = wide.cast(pl.Int64, strict=False), pl.when(value.is_nan()).then(nan)
-    error = error.when(value.is_infinite()).then(infinite).otherwise(kinds.too_long_note(fact, wide))
-    counts = said.filter(fact.is_in(["gpus", "dp", "micro_batch_size"]))
-    counts = _statements(counts, fact, whole, pl.when(whole.is_null()).then(error))
+    nan = pl.when(value.is_nan()).then(pl.lit("ValueError: cannot convert float NaN to integer"))
+    nan = nan.when(value.is_infinite()).then(infinite)
+    counts = _count(said.filter(fact.is_in(["gpus", "dp", "micro_batch_size"])), value, fact, nan=nan)
     size = _statements(said.filter(fact == "logged_model_size"), fact, _divided(value, 1e9))
     events.extend(_facts(pl.concat([counts, size])))
     return events, headers.group_by("run").agg(profiled=pl.col("opened").last())
@@ -446,14 +436,15 @@ def _json_values(lines: pl.DataFrame, items: pl.DataFrame) -> list[pl.DataFrame]
 def _dumps(printed: pl.DataFrame, others: pl.DataFrame, carry: pl.DataFrame) -> tuple[Events, pl.DataFrame]:
     """The dumps' facts (a dump starts at its header; the records before any are the carried dump's, or
     one whose header was lost) from the printer's records and the others (the JSON values' lines), a mark
-    per printer record; and each run's last dump, the facts it stated, its flags' state."""
+    per printer record (a dump alone makes a run DeepSpeed's); and each run's last dump, the facts it
+    stated, its flags' state."""
     items = _items(printed, carry)
     precision, flags = _precision(items, carry)
     carried = carry.select("run", "dump", order=pl.lit(-1, pl.Int64), fact="stated", value=pl.lit(""))
     statements = [carried.explode("fact").drop_nulls("fact"), *_attributes(items), precision]
     statements = pl.concat([*statements, *_json_values(others, items)], how="diagonal_relaxed")
     events = _facts(statements.sort("order", maintain_order=True))
-    events.marks.append(_seen(printed))
+    events.marks.append(kinds.marks_of(printed.lazy(), NAME, kinds.SEEN))
     last = pl.concat([carry.select("run", "dump"), items.select("run", "dump")]).group_by("run").max()
     stated = statements.drop_nulls("value").group_by("run", "dump").agg(stated=pl.col("fact").unique())
     flags = flags.join(last, on=["run", "dump"], maintain_order="left").group_by("run")
@@ -465,10 +456,8 @@ def _dumps(printed: pl.DataFrame, others: pl.DataFrame, carry: pl.DataFrame) -> 
 
 #: what a run's SEQUENCE records leave to the next segment's: its dumps so far, the facts the last stated
 #: and its flags' state, the last ``skipped=`` total, the last profiler header's line
-_CARRY = {"run": pl.Int64, "dump": pl.Int64, "stated": pl.List(pl.String)} | dict.fromkeys(
-    _STATED, pl.Boolean
-)
-_CARRY |= {"total": pl.Int64, "profiled": pl.Int64}
+_CARRY = {"run": pl.Int64, "dump": pl.Int64, "stated": pl.List(pl.String)}
+_CARRY |= dict.fromkeys(_STATED, pl.Boolean) | {"total": pl.Int64, "profiled": pl.Int64}
 
 
 def read_sequence(records: pl.LazyFrame, carry: pl.DataFrame | None) -> Events:
@@ -484,9 +473,7 @@ def read_sequence(records: pl.LazyFrame, carry: pl.DataFrame | None) -> Events:
     for more in (progress, profile, _record_events(glued) if glued.height else Events()):
         events.extend(more)
     carried = pl.concat([dumped, totals.select("run", "total"), profiled], how="diagonal_relaxed")
-    events.carry = (
-        carried.group_by("run").agg(pl.all().drop_nulls().first()).select(list(_CARRY)).cast(_CARRY)
-    )
+    events.carry = carried.group_by("run").agg(pl.all().drop_nulls().first()).cast(_CARRY)
     return _numbered(events)
 
 
@@ -529,16 +516,10 @@ PROFILE = Block(
 )
 
 
-def evidence(run: RunBuilder) -> int:
-    """Records of DeepSpeed's own lines; a config dump alone is enough to call a run DeepSpeed."""
-    return run.families_seen.get(NAME, 0)
-
-
 FAMILY = Family(
     name=NAME,
     # a dump's header, the names it is read for: its other lines matter only in JSON values (JSON_VALUES)
     markers=(_DUMP_HEADER, *sorted(NAMES_READ), "step=", PROFILE_HEADER, *_PROFILE_MARKERS, *_RECORD_MARKERS),
-    evidence=evidence,
     kinds=(SEQUENCE, RECORDS),
     blocks=(JSON_VALUES, PROFILE),
     description="DeepSpeed engine: config dump, step=/throughput lines, pipeline steps, flops profiler",

@@ -426,10 +426,6 @@ ARGUMENTS = Block(
 )
 
 
-def evidence(run: RunBuilder) -> int:
-    return run.families_seen.get(NAME, 0)
-
-
 FAMILY = Family(
     name=NAME,
     markers=(
@@ -444,7 +440,6 @@ FAMILY = Family(
         "exiting program at iteration",
     ),
     parse_line=parse_line,
-    evidence=evidence,
     kinds=KINDS,
     blocks=(ARGUMENTS,),
     description="Megatron-LM / Megatron-DeepSpeed: iteration lines, timers, memory, arguments dump",
