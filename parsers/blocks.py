@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import polars as pl
-from logstat.parsers.kinds import BODY, CLOSER, ENDED, FILE_SHIFT, LINE_SHIFT, OPENER, Block
+from logstat.parsers.kinds import BODY, CLOSER, ENDED, FILE_SHIFT, LINE_SHIFT, OPENER, Block, order_key
 from logstat.parsers.records import passes, split_records
 from logstat.parsers.source import Batch
 
@@ -113,8 +113,7 @@ def _starts(openers: pl.DataFrame, carried: dict[int, OpenBlock], batch: Batch, 
         first = batch.pieces.row(0, named=True)
         state = carried.get(first["run"])
         if state is not None:
-            file_start = state.opener // (1 << FILE_SHIFT) * (1 << FILE_SHIFT)
-            line_order = file_start + (first["first_line"] + 1) * (1 << LINE_SHIFT)
+            line_order = order_key(state.opener >> FILE_SHIFT, first["first_line"] + 1)
             row = (first["run"], 0, line_order - 1, state.opener, state.deadline, state.held)
             columns = ["run", "row", "order", "block", "deadline", "held"]
             frames.append(pl.DataFrame([row], schema=columns, orient="row"))

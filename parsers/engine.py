@@ -30,6 +30,7 @@ from logstat.parsers.kinds import (
     Events,
     file_of,
     line_of,
+    line_of_order,
     read_records,
 )
 from logstat.parsers.records import Plan
@@ -227,10 +228,10 @@ def _read_python(reading: Reading, records: pl.DataFrame) -> None:
             current = (run, file)
             builder.current_file = builder.files[file]
         builder.position, builder.event_index = order, 0
-        line = (order % (1 << FILE_SHIFT)) >> LINE_SHIFT
-        for number, parse in enumerate(reading.readers):
-            if bits >> number & 1 and parse is not None:
-                parse(text, line, builder)
+        line = line_of_order(order)
+        for number in read:
+            if bits >> number & 1:
+                reading.readers[number](text, line, builder)
 
 
 def _flush(reading: Reading, *, last: bool = False) -> None:
