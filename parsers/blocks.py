@@ -80,7 +80,8 @@ def find_spans(
         starts = starts.with_columns(holds=pl.col("order"))
     closed = _first_after(starts, candidates.filter(pl.col("closes")), "closed", at="holds")
     kept, still_open = _resolve(starts.join(closed, on=["run", "order"], how="left"), batch)
-    opened, ended = (_bound_records(kept, records, role) for role in (OPENER, ENDED))
+    opened = _bound_records(kept.select("run", "block", order="block"), records, OPENER)
+    ended = _bound_records(kept.filter(pl.col("by_end")).select("run", "block", order="end"), records, ENDED)
     block_records = pl.concat([opened, _records(kept, candidates), ended])
     spans = kept.select("run", start=pl.coalesce("holds", "end"), end="end").cast(_SPAN_SCHEMA)
     own = block_records.filter(pl.col("role") != ENDED).select("run", "order")
@@ -342,13 +343,10 @@ def _records(kept: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
     return inside.cast(RECORD_SCHEMA)
 
 
-def _bound_records(kept: pl.DataFrame, records: pl.DataFrame, role: int) -> pl.DataFrame:
-    """The records that opened the kept blocks (``OPENER``: a carried block's was in an earlier batch) or
-    the family's that ended them (``ENDED``: not theirs, read as usual too)."""
-    if role == OPENER:
-        bounds = kept.select("run", "block", order="block")
-    else:
-        bounds = kept.filter(pl.col("by_end")).select("run", "block", order="end")
+def _bound_records(bounds: pl.DataFrame, records: pl.DataFrame, role: int) -> pl.DataFrame:
+    """The records at ``bounds`` (``run``, ``block``, ``order``) with ``role``: those that opened the kept
+    blocks (``OPENER``: a carried block's was in an earlier batch) or the family's that ended them
+    (``ENDED``: not theirs, read as usual too)."""
     return (
         records.join(bounds, on=["run", "order"])
         .select("run", "block", "order", "text", role=pl.lit(role, dtype=pl.Int8))
