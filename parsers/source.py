@@ -240,8 +240,6 @@ def batches(
 def _plain(text: pl.Series) -> pl.Series:
     """``text`` with the colour codes of the few lines holding one dropped, before anything searches it."""
     coloured = text.str.contains("\x1b", literal=True).arg_true()
-    if coloured.is_empty():
-        return text
     plain = text.gather(coloured).str.replace_all(ESCAPE, "")
     return text.scatter(coloured, plain)
 
