@@ -314,7 +314,7 @@ def _resolve(starts: pl.DataFrame, batch: Batch) -> tuple[pl.DataFrame, dict[int
 
 def _records(kept: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
     """The records of each kept block: its opener's, and its candidates inside it (the closer last)."""
-    inside = (
+    return (
         candidates.filter(pl.col("body") | pl.col("closes"))
         .sort("run", "order")
         .join_asof(
@@ -340,15 +340,12 @@ def _records(kept: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
             .otherwise(pl.lit(BODY, dtype=pl.Int8)),
         )
     )
-    return inside.cast(RECORD_SCHEMA)
 
 
 def _bound_records(bounds: pl.DataFrame, records: pl.DataFrame, role: int) -> pl.DataFrame:
     """The records at ``bounds`` (``run``, ``block``, ``order``) with ``role``: those that opened the kept
     blocks (``OPENER``: a carried block's was in an earlier batch) or the family's that ended them
     (``ENDED``: not theirs, read as usual too)."""
-    return (
-        records.join(bounds, on=["run", "order"])
-        .select("run", "block", "order", "text", role=pl.lit(role, dtype=pl.Int8))
-        .cast(RECORD_SCHEMA)
+    return records.join(bounds, on=["run", "order"]).select(
+        "run", "block", "order", "text", role=pl.lit(role, dtype=pl.Int8)
     )
