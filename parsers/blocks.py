@@ -11,12 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import polars as pl
-from logstat.parsers.kinds import BODY, CLOSER, ENDED, FILE_SHIFT, LINE_SHIFT, OPENER, Block, RecordTest
-from logstat.parsers.records import split_records
+from logstat.parsers.kinds import BODY, CLOSER, ENDED, FILE_SHIFT, LINE_SHIFT, OPENER, Block, order_key
+from logstat.parsers.records import passes, split_records
 from logstat.parsers.source import Batch
 
 #: an order past every record of a batch
 _NEVER = (1 << 62) - 1
+#: the order past the last line of a record's file
+_FILE_END = (pl.col("order") // (1 << FILE_SHIFT) + 1) * (1 << FILE_SHIFT)
 
 
 @dataclass
@@ -54,7 +56,7 @@ def find_spans(
     """The spans of block ``number`` in a batch (``records``: its tagged records; ``family``: the tag
     column of the block's family), resolving the block left open by the batch before (``carried``, by
     run: in the file the batch goes on with)."""
-    openers = records.filter(pl.col(f"o{number}")).select("run", "row", "order", herald=_test(block.heralds))
+    openers = records.filter(pl.col(f"o{number}")).select("run", "row", "order", herald=passes(block.heralds))
     if openers.is_empty() and not carried:
         return None
     starts = _starts(openers, carried, batch, block)
@@ -78,7 +80,8 @@ def find_spans(
         starts = starts.with_columns(holds=pl.col("order"))
     closed = _first_after(starts, candidates.filter(pl.col("closes")), "closed", at="holds")
     kept, still_open = _resolve(starts.join(closed, on=["run", "order"], how="left"), batch)
-    opened, ended = (_bound_records(kept, records, role) for role in (OPENER, ENDED))
+    opened = _bound_records(kept.select("run", "block", order="block"), records, OPENER)
+    ended = _bound_records(kept.filter(pl.col("by_end")).select("run", "block", order="end"), records, ENDED)
     block_records = pl.concat([opened, _records(kept, candidates), ended])
     spans = kept.select("run", start=pl.coalesce("holds", "end"), end="end").cast(_SPAN_SCHEMA)
     own = block_records.filter(pl.col("role") != ENDED).select("run", "order")
@@ -105,15 +108,13 @@ def _starts(openers: pl.DataFrame, carried: dict[int, OpenBlock], batch: Batch, 
     order), ``deadline`` (the first order past its lines), ``last_row`` (the last row of its file in the
     batch), sorted; the openers and the carried blocks (from the batch's first row)."""
     reach = (block.max_lines + 1) * (1 << LINE_SHIFT) if block.max_lines is not None else None
-    file_end = (pl.col("order") // (1 << FILE_SHIFT) + 1) * (1 << FILE_SHIFT)
-    deadline = file_end if reach is None else pl.min_horizontal(pl.col("order") + reach, file_end)
+    deadline = _FILE_END if reach is None else pl.min_horizontal(pl.col("order") + reach, _FILE_END)
     frames = [openers.select("run", "row", "order", block="order", deadline=deadline, held=~pl.col("herald"))]
     if carried and batch.pieces.height:
         first = batch.pieces.row(0, named=True)
         state = carried.get(first["run"])
         if state is not None:
-            file_start = state.opener // (1 << FILE_SHIFT) * (1 << FILE_SHIFT)
-            line_order = file_start + (first["first_line"] + 1) * (1 << LINE_SHIFT)
+            line_order = order_key(state.opener >> FILE_SHIFT, first["first_line"] + 1)
             row = (first["run"], 0, line_order - 1, state.opener, state.deadline, state.held)
             columns = ["run", "row", "order", "block", "deadline", "held"]
             frames.append(pl.DataFrame([row], schema=columns, orient="row"))
@@ -184,15 +185,10 @@ def _tested(block: Block, records: pl.LazyFrame) -> pl.LazyFrame:
     (``renews``), in line order (the split records are not)."""
     return (
         records.select("run", "row", "order", "text")
-        .with_columns(body=_test(block.body), closes=_test(block.closes), renews=_test(block.renews))
+        .with_columns(body=passes(block.body), closes=passes(block.closes), renews=passes(block.renews))
         .filter(pl.col("body") | pl.col("closes") | pl.col("renews"))
         .sort("run", "order")
     )
-
-
-def _test(test: RecordTest | None) -> pl.Expr:
-    """Whether a record's ``text`` passes ``test`` (none: never)."""
-    return test.expr(pl.col("text")) if test is not None else pl.lit(False)
 
 
 def _renewed(starts: pl.DataFrame, candidates: pl.DataFrame, block: Block) -> pl.DataFrame:
@@ -204,11 +200,10 @@ def _renewed(starts: pl.DataFrame, candidates: pl.DataFrame, block: Block) -> pl
     nothing."""
     if block.max_lines is None:
         raise ValueError(f"block {block.name}: renews needs max_lines")
-    file_end = (pl.col("order") // (1 << FILE_SHIFT) + 1) * (1 << FILE_SHIFT)
 
     def past(lines: int) -> pl.Expr:
         return pl.min_horizontal(
-            (pl.col("order") // (1 << LINE_SHIFT) + lines + 1) * (1 << LINE_SHIFT), file_end
+            (pl.col("order") // (1 << LINE_SHIFT) + lines + 1) * (1 << LINE_SHIFT), _FILE_END
         )
 
     opener = pl.col("block") == pl.col("order")
@@ -319,7 +314,7 @@ def _resolve(starts: pl.DataFrame, batch: Batch) -> tuple[pl.DataFrame, dict[int
 
 def _records(kept: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
     """The records of each kept block: its opener's, and its candidates inside it (the closer last)."""
-    inside = (
+    return (
         candidates.filter(pl.col("body") | pl.col("closes"))
         .sort("run", "order")
         .join_asof(
@@ -345,18 +340,12 @@ def _records(kept: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
             .otherwise(pl.lit(BODY, dtype=pl.Int8)),
         )
     )
-    return inside.cast(RECORD_SCHEMA)
 
 
-def _bound_records(kept: pl.DataFrame, records: pl.DataFrame, role: int) -> pl.DataFrame:
-    """The records that opened the kept blocks (``OPENER``: a carried block's was in an earlier batch) or
-    the family's that ended them (``ENDED``: not theirs, read as usual too)."""
-    if role == OPENER:
-        bounds = kept.select("run", "block", order="block")
-    else:
-        bounds = kept.filter(pl.col("by_end")).select("run", "block", order="end")
-    return (
-        records.join(bounds, on=["run", "order"])
-        .select("run", "block", "order", "text", role=pl.lit(role, dtype=pl.Int8))
-        .cast(RECORD_SCHEMA)
+def _bound_records(bounds: pl.DataFrame, records: pl.DataFrame, role: int) -> pl.DataFrame:
+    """The records at ``bounds`` (``run``, ``block``, ``order``) with ``role``: those that opened the kept
+    blocks (``OPENER``: a carried block's was in an earlier batch) or the family's that ended them
+    (``ENDED``: not theirs, read as usual too)."""
+    return records.join(bounds, on=["run", "order"]).select(
+        "run", "block", "order", "text", role=pl.lit(role, dtype=pl.Int8)
     )

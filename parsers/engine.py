@@ -30,6 +30,7 @@ from logstat.parsers.kinds import (
     Events,
     file_of,
     line_of,
+    line_of_order,
     read_records,
 )
 from logstat.parsers.records import Plan
@@ -44,7 +45,6 @@ AHEAD = 1
 #: the threads of each pool: batches are prepared one per core, blocks found one per family at most, and
 #: kept records read by one thread, so that the reads of a group follow each other (each hands its carry on)
 _THREADS = {"prepare": max(2, os.cpu_count() or 1), "spans": 8, "read": 1}
-_KIND_RECORD_SCHEMA = {"run": pl.Int64, "order": pl.Int64, "text": pl.String, "kind": pl.Int32}
 _GROUP_RECORD_SCHEMA = {**RECORD_SCHEMA, "source": pl.String}
 #: a record's events: its order plus an index below this (``kinds.order_key``)
 _EVENTS_PER_RECORD = 256
@@ -195,16 +195,14 @@ def _keep_kinds(reading: Reading, records: pl.DataFrame) -> None:
             )
             _keep(reading, grouped[index], rows.with_columns(source=pl.lit(reading.plan.kinds[index].name)))
         kinds = kinds.filter(~in_group)
-    reading.kind_records.append(kinds.cast(_KIND_RECORD_SCHEMA))
+    reading.kind_records.append(kinds)
     reading.kept += kinds.height
 
 
 def _keep(reading: Reading, group: int, records: pl.DataFrame) -> None:
     """Keep a group's records (``run``, ``block``, ``order``, ``text``, ``role``, ``source``)."""
     if records.height:
-        reading.group_records[group].append(
-            records.select(list(_GROUP_RECORD_SCHEMA)).cast(_GROUP_RECORD_SCHEMA)
-        )
+        reading.group_records[group].append(records.select(list(_GROUP_RECORD_SCHEMA)))
         reading.kept += records.height
 
 
@@ -227,10 +225,10 @@ def _read_python(reading: Reading, records: pl.DataFrame) -> None:
             current = (run, file)
             builder.current_file = builder.files[file]
         builder.position, builder.event_index = order, 0
-        line = (order % (1 << FILE_SHIFT)) >> LINE_SHIFT
-        for number, parse in enumerate(reading.readers):
-            if bits >> number & 1 and parse is not None:
-                parse(text, line, builder)
+        line = line_of_order(order)
+        for number in read:
+            if bits >> number & 1:
+                reading.readers[number](text, line, builder)
 
 
 def _flush(reading: Reading, *, last: bool = False) -> None:

@@ -84,25 +84,19 @@ FAILURE_EVENT_SCHEMA: dict[str, pl.DataType] = {
     "exception": pl.Boolean,
     "chained": pl.Boolean,
 }
-#: a mark: ``mark`` one of MARKS, ``family`` who made it, ``text`` its evidence (complete, clean exit)
-MARK_EVENT_SCHEMA: dict[str, pl.DataType] = {
-    "order": pl.Int64,
-    "mark": pl.String,
-    "family": pl.String,
-    "text": pl.String,
-}
-#: what a mark says: a record of its family (``RunBuilder.saw``), the run's end (``complete``), a clean
-#: exit of the launcher's workers (``exited_cleanly``), a new launch of the training (``new_launch``)
+#: what a mark (``order``, ``mark``, ``family`` who made it, ``text``: its evidence) says: a record of its
+#: family (``RunBuilder.saw``), the run's end (``complete``), a clean exit of the launcher's workers
+#: (``exited_cleanly``), a new launch of the training (``new_launch``)
 SEEN, COMPLETE, CLEAN_EXIT, LAUNCH = "seen", "complete", "clean exit", "launch"
 
 
 @dataclass
 class Events:
     """Typed events read from records, frames per sort: steps, timers (with their ``position`` in the
-    record), failures and marks in their ``*_EVENT_SCHEMA``; notes (``order``, ``family``, ``message``);
-    facts (``order``, ``fact``, ``value``, ``family``, one value type per frame; optional ``at``: the order
-    whose line the provenance names, as for a block's fact stated at its end; optional ``unless_seen``: a
-    family whose record at or before the event cancels it)."""
+    record) and failures in their ``*_EVENT_SCHEMA``; marks (``marks_of``); notes (``order``, ``family``,
+    ``message``); facts (``order``, ``fact``, ``value``, ``family``, one value type per frame; optional
+    ``at``: the order whose line the provenance names, as for a block's fact stated at its end; optional
+    ``unless_seen``: a family whose record at or before the event cancels it)."""
 
     steps: list[pl.DataFrame] = field(default_factory=list)
     timers: list[pl.DataFrame] = field(default_factory=list)

@@ -13,7 +13,7 @@ from functools import cached_property
 
 import polars as pl
 from logstat.parsers.base import Family
-from logstat.parsers.kinds import PYTHON_SPACE, RECORD_SHIFT, Block, RecordKind, literals
+from logstat.parsers.kinds import PYTHON_SPACE, RECORD_SHIFT, Block, RecordKind, RecordTest, literals
 from logstat.parsers.source import Batch
 
 _DIGIT = r"\d"  # Rust's \d is Unicode's decimal digits, as Python's
@@ -53,6 +53,11 @@ def split_records(lines: pl.LazyFrame, separator: str) -> pl.LazyFrame:
 
 #: a record holding more than Python's whitespace
 NOT_BLANK = r"[^\s\x1c-\x1f]"
+
+
+def passes(test: RecordTest | None) -> pl.Expr:
+    """Whether a record's ``text`` passes ``test`` (none: never)."""
+    return test.expr(pl.col("text")) if test is not None else pl.lit(False)
 
 
 def _all_markers(family: Family) -> tuple[str, ...]:
@@ -119,9 +124,7 @@ class Plan:
             columns = [tag.otherwise(pl.lit(-1, dtype=pl.Int32)).alias(f"f{number}")]
             for block, index in zip(family.blocks, blocks, strict=False):
                 for name, test in (("o", block.opens), ("e", block.ends), ("c", block.closes)):
-                    columns.append(
-                        (test.expr(text) if test is not None else pl.lit(False)).alias(f"{name}{index}")
-                    )
+                    columns.append(passes(test).alias(f"{name}{index}"))
             found.append((text.str.contains(literals(markers)) if markers else pl.lit(False), columns))
             first += len(family.kinds)
         return found
@@ -151,9 +154,8 @@ class Plan:
         return {kind: number for number, group in enumerate(self.groups) for kind in group.kinds}
 
     @cached_property
-    def group_of_block(self) -> list[int]:
-        found = {block: number for number, group in enumerate(self.groups) for block in group.blocks}
-        return [found[number] for number in range(len(self.blocks))]
+    def group_of_block(self) -> dict[int, int]:
+        return {block: number for number, group in enumerate(self.groups) for block in group.blocks}
 
     def records(self, batch: Batch) -> pl.DataFrame:
         """The tagged records of the marked lines of a batch (``run``, ``row``, ``order``, ``text``)."""

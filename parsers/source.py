@@ -33,6 +33,7 @@ UTF8_BOM = b"\xef\xbb\xbf"
 # Escape sequences (ECMA-48) of coloured loggers and progress bars: CSI (colours, cursor moves), OSC up
 # to its terminator (rich's hyperlinks, window titles), the short ones (``ESC ( B``, ``ESC 7``). rich
 # colours a record's parts, so a code can sit inside a marker (``\x1b[33mstep\x1b[0m=``): dropped first.
+# No sequence holds a newline: lines stay.
 ESCAPE = r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[ -/]*[0-~])"
 
 
@@ -51,18 +52,15 @@ class SourceReport:
 @dataclass(frozen=True)
 class Piece:
     """Whole lines of one file, a batch's unit: ``run`` and ``file`` (indexes), ``first_line`` (lines of
-    the file before it), ``data``, of which ``data[:end]`` are its lines (the last may lack its newline,
-    at its file's end); what follows is part of a line the next piece holds whole."""
+    the file before it), ``data``, of which ``data[:end]`` are its ``lines`` lines (the last may lack its
+    newline, at its file's end); what follows is part of a line the next piece holds whole."""
 
     run: int
     file: int
     first_line: int
     data: bytes
     end: int
-
-    @property
-    def lines(self) -> int:
-        return self.data.count(b"\n", 0, self.end) + (self.end > 0 and self.data[self.end - 1] != 10)
+    lines: int
 
     @property
     def whole(self) -> bytes:
@@ -99,11 +97,6 @@ class Batch:
             .with_columns(order=pl.col("file") * (1 << FILE_SHIFT) + line * (1 << LINE_SHIFT))
             .drop("start", "file", "first_line")
         )
-
-
-def without_escapes(text: pl.Expr) -> pl.Expr:
-    """``text`` without its escape sequences (colour codes). No sequence holds a newline: lines stay."""
-    return text.str.replace_all(ESCAPE, "")
 
 
 def _decompressor(path: Path):
@@ -231,10 +224,10 @@ def batches(
             reports[run].append(report)
             lines = 0
             for data, end in _file_chunks(Path(path), report):
-                piece = Piece(run=run, file=file, first_line=lines, data=data, end=end)
-                lines += piece.lines
+                count = data.count(b"\n", 0, end) + (data[end - 1] != 10)  # a chunk is never empty
+                items.append(Piece(run=run, file=file, first_line=lines, data=data, end=end, lines=count))
+                lines += count
                 report.lines = lines
-                items.append(piece)
                 size += end
                 if size >= (batch_bytes or BATCH_BYTES):
                     yield items
@@ -247,9 +240,7 @@ def batches(
 def _plain(text: pl.Series) -> pl.Series:
     """``text`` with the colour codes of the few lines holding one dropped, before anything searches it."""
     coloured = text.str.contains("\x1b", literal=True).arg_true()
-    if coloured.is_empty():
-        return text
-    plain = text.gather(coloured).to_frame("text").select(without_escapes(pl.col("text"))).to_series()
+    plain = text.gather(coloured).str.replace_all(ESCAPE, "")
     return text.scatter(coloured, plain)
 
 
