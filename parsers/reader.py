@@ -126,11 +126,6 @@ def job_id_from_name(path: Path) -> str | None:
     return match.group(1) if match else None
 
 
-def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None) -> RunResult:
-    """``read_runs`` of one run."""
-    return read_runs([files], active, forced=forced)[0]
-
-
 def read_runs(groups: list[RunFiles], active: list[Family], *, forced: str | None = None) -> list[RunResult]:
     """Read every file of each run through the ``active`` families, settle the runs together (one
     column-wise query for them all), and conclude each run (job id, manifest, derived facts, primary

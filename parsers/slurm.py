@@ -71,7 +71,6 @@ MPIRUN_ENDS = ("exited on signal", "exited with non-zero status", "terminated no
 #: what the CUDA caching allocator's error says (``RuntimeError: CUDA out of memory.``, torch 2's
 #: ``torch.OutOfMemoryError``)
 CUDA_OOM = ("CUDA out of memory", "OutOfMemoryError")
-#: what opens a traceback
 TRACEBACK_HEADER = "Traceback (most recent call last)"
 #: lines right before a traceback that Python printed and ignored: the unraisable hook's (``__del__``,
 #: atexit callbacks: "Exception ignored in: <...>", "Exception ignored in atexit callback: <...>") and
@@ -196,9 +195,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         return
     run.saw(NAME)
     run.fail(status, label + text.strip(), lineno, weight=weight, kind=kind)
-    if (
-        bare_cancel
-    ):  # no failure before it that Python read: ``finish`` weighs it against the column-wise ones
+    if bare_cancel:  # no failure before it that Python read: ``finish`` weighs it with the column-wise ones
         run.state.setdefault(NAME, {}).setdefault("bare_step_cancel", (run.failure_events[-1][0], text))
 
 
