@@ -27,7 +27,6 @@ from logstat.parsers.source import SourceReport
 #: suffix -> (naming convention, order): a job's output (0) and error (1) file of one convention and
 #: one stem are one run (``.out`` pairs with ``.err``, ``.stdout`` with ``.stderr``).
 STREAM_SUFFIXES = {".out": ("out", 0), ".err": ("out", 1), ".stdout": ("stdout", 0), ".stderr": ("stdout", 1)}
-#: suffixes of logs that are a run of their own.
 SINGLE_SUFFIXES = (".log", ".txt")
 LOG_SUFFIXES = (*STREAM_SUFFIXES, *SINGLE_SUFFIXES)
 # Slurm's %j at the end of the name (``slurm-123456``, ``name-123456``, or the whole stem ``123456``), an
@@ -161,9 +160,7 @@ def plan_of(active: tuple[Family, ...]) -> Plan:
 def _conclude(result: RunResult, active: list[Family], forced: str | None) -> None:
     """What follows from a settled run: the file name's job id, manifest, derived facts, primary family."""
     run, files = result.run, result.files
-    job_id = job_id_from_name(Path(files.key))
-    if job_id:
-        run.set_fact("job_id", job_id, "filename", 0)
+    run.set_fact("job_id", job_id_from_name(Path(files.key)), "filename", 0)  # None: no fact
     manifest.apply(run, Path(files.key))
     derive_facts(run)
     scores = {family.name: family.evidence(run) or run.families_seen.get(family.name, 0) for family in active}
