@@ -21,7 +21,7 @@ from logstat.parsers.base import Family, RunBuilder
 from logstat.parsers.kinds import order_key
 from logstat.parsers.records import Plan
 from logstat.parsers.schema import ITERATIONS_SCHEMA, RUNS_SCHEMA, TIMERS_SCHEMA
-from logstat.parsers.settle import ITERATION_COLUMNS, TIMER_COLUMNS, declared_facts, settle_runs
+from logstat.parsers.settle import declared_facts, settle_runs
 from logstat.parsers.source import SourceReport
 
 #: suffix -> (naming convention, order): a job's output (0) and error (1) file of one convention and
@@ -277,12 +277,12 @@ def warnings_of(result: RunResult) -> list[str]:
 def frames(results: list[RunResult]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """``(runs, iterations, timers)`` frames of the read runs, each with its declared schema."""
     runs = pl.DataFrame([runs_row(r) for r in results], schema=RUNS_SCHEMA, strict=False)
-    iterations = _stacked(results, "iteration_frame", ITERATION_COLUMNS, ITERATIONS_SCHEMA)
-    timers = _stacked(results, "timer_frame", TIMER_COLUMNS, TIMERS_SCHEMA)
+    iterations = _stacked(results, "iteration_frame", ITERATIONS_SCHEMA)
+    timers = _stacked(results, "timer_frame", TIMERS_SCHEMA)
     return runs, iterations, timers
 
 
-def _stacked(results: list[RunResult], name: str, columns: tuple[str, ...], schema: dict) -> pl.DataFrame:
+def _stacked(results: list[RunResult], name: str, schema: dict) -> pl.DataFrame:
     """The runs' settled frames ``name`` stacked, each with its run's ``path``, in ``schema``."""
     stacked = [
         frame.with_columns(path=pl.lit(result.files.key))
