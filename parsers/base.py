@@ -168,28 +168,18 @@ class RunBuilder:
             return []
         return self.timer_frame.select("iteration", "timer", "ms", "family", "line", "source_path").to_dicts()
 
-    def fail(
-        self,
-        status: str,
-        reason: str,
-        lineno: int,
-        *,
-        weight: int = CAUSE,
-        kind: str = "",
-        exception: bool = False,
-        chained: bool = False,
-    ) -> None:
+    def fail(self, status: str, reason: str, lineno: int, *, weight: int = CAUSE, kind: str = "") -> None:
         """Record a failure event: the run's ``failure`` if stronger (``weight``) than the one on record,
-        else a consequence (the first of its ``kind``; none of the failure's kind, which repeats it).
-        ``exception``: a traceback's exception line; ``chained``: one of a chained traceback, which replaces
-        the failure when that is the exception line before it (the process died of the last one raised)."""
-        event = (self._order(), status, reason, weight, kind, exception, chained)
+        else a consequence (the first of its ``kind``; none of the failure's kind, which repeats it)."""
+        event = (self._order(), status, reason, weight, kind, False, False)
         self.failure_events.append(event)
         self._fold(event, lineno, self.current_file)
 
     def _fold(self, event: tuple, lineno: int, path: str) -> None:
         """One failure event (FAILURE_EVENT_SCHEMA's row), in line order, into ``failure`` and
-        ``consequences`` (see ``fail``)."""
+        ``consequences`` (see ``fail``). Its ``exception``: a traceback's exception line (read column-wise);
+        ``chained``: one of a chained traceback, which replaces the failure when that is the exception line
+        before it (the process died of the last one raised)."""
         _, status, reason, weight, kind, exception, chained = event
         reason = reason.strip()[:REASON_CHARS]
         if (

@@ -13,11 +13,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from functools import cache
 
 import polars as pl
 from logstat.parsers import reader
-from logstat.parsers.base import Family
 from logstat.parsers.source import file_size
 
 #: below this many bytes in total, starting workers costs more than it saves
@@ -96,18 +94,13 @@ def _polars_threads_per_worker(workers: int) -> Iterator[None]:
         os.environ.pop(POLARS_THREADS, None)
 
 
-@cache
-def _active(family: str | None) -> list[Family]:
-    return reader.active_families(family)
-
-
 def _frames_of_batch(
     task: tuple[list[reader.RunFiles], str | None],
 ) -> tuple[int, tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]]:
     """Worker side: a batch of runs and their frames. Families are resolved here by name (Family objects
     hold lambdas: not picklable)."""
     batch, family = task
-    return len(batch), reader.frames(reader.read_runs(batch, _active(family), forced=family))
+    return len(batch), reader.frames(reader.read_runs(batch, reader.active_families(family), forced=family))
 
 
 #: runs settled together: their records are read in one polars query (a query costs milliseconds)

@@ -21,13 +21,12 @@ from logstat.parsers.base import Family, RunBuilder
 from logstat.parsers.kinds import order_key
 from logstat.parsers.records import Plan
 from logstat.parsers.schema import ITERATIONS_SCHEMA, RUNS_SCHEMA, TIMERS_SCHEMA
-from logstat.parsers.settle import ITERATION_COLUMNS, TIMER_COLUMNS, declared_facts, settle_runs
+from logstat.parsers.settle import declared_facts, settle_runs
 from logstat.parsers.source import SourceReport
 
 #: suffix -> (naming convention, order): a job's output (0) and error (1) file of one convention and
 #: one stem are one run (``.out`` pairs with ``.err``, ``.stdout`` with ``.stderr``).
 STREAM_SUFFIXES = {".out": ("out", 0), ".err": ("out", 1), ".stdout": ("stdout", 0), ".stderr": ("stdout", 1)}
-#: suffixes of logs that are a run of their own.
 SINGLE_SUFFIXES = (".log", ".txt")
 LOG_SUFFIXES = (*STREAM_SUFFIXES, *SINGLE_SUFFIXES)
 # Slurm's %j at the end of the name (``slurm-123456``, ``name-123456``, or the whole stem ``123456``), an
@@ -126,11 +125,6 @@ def job_id_from_name(path: Path) -> str | None:
     return match.group(1) if match else None
 
 
-def read_run(files: RunFiles, active: list[Family], *, forced: str | None = None) -> RunResult:
-    """``read_runs`` of one run."""
-    return read_runs([files], active, forced=forced)[0]
-
-
 def read_runs(groups: list[RunFiles], active: list[Family], *, forced: str | None = None) -> list[RunResult]:
     """Read every file of each run through the ``active`` families, settle the runs together (one
     column-wise query for them all), and conclude each run (job id, manifest, derived facts, primary
@@ -166,9 +160,7 @@ def plan_of(active: tuple[Family, ...]) -> Plan:
 def _conclude(result: RunResult, active: list[Family], forced: str | None) -> None:
     """What follows from a settled run: the file name's job id, manifest, derived facts, primary family."""
     run, files = result.run, result.files
-    job_id = job_id_from_name(Path(files.key))
-    if job_id:
-        run.set_fact("job_id", job_id, "filename", 0)
+    run.set_fact("job_id", job_id_from_name(Path(files.key)), "filename", 0)  # None: no fact
     manifest.apply(run, Path(files.key))
     derive_facts(run)
     scores = {family.name: family.evidence(run) or run.families_seen.get(family.name, 0) for family in active}
@@ -285,12 +277,12 @@ def warnings_of(result: RunResult) -> list[str]:
 def frames(results: list[RunResult]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """``(runs, iterations, timers)`` frames of the read runs, each with its declared schema."""
     runs = pl.DataFrame([runs_row(r) for r in results], schema=RUNS_SCHEMA, strict=False)
-    iterations = _stacked(results, "iteration_frame", ITERATION_COLUMNS, ITERATIONS_SCHEMA)
-    timers = _stacked(results, "timer_frame", TIMER_COLUMNS, TIMERS_SCHEMA)
+    iterations = _stacked(results, "iteration_frame", ITERATIONS_SCHEMA)
+    timers = _stacked(results, "timer_frame", TIMERS_SCHEMA)
     return runs, iterations, timers
 
 
-def _stacked(results: list[RunResult], name: str, columns: tuple[str, ...], schema: dict) -> pl.DataFrame:
+def _stacked(results: list[RunResult], name: str, schema: dict) -> pl.DataFrame:
     """The runs' settled frames ``name`` stacked, each with its run's ``path``, in ``schema``."""
     stacked = [
         frame.with_columns(path=pl.lit(result.files.key))

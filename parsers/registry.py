@@ -64,14 +64,14 @@ def supplied(run: RunBuilder) -> dict[str, int]:
     return dict(counts)
 
 
-def primary(scores: dict[str, int], numbers: dict[str, int] | None = None) -> str:
+def primary(scores: dict[str, int], numbers: dict[str, int]) -> str:
     """The run's primary family from per-family evidence ``scores`` (0 = none) and ``numbers`` supplied
     (``supplied``): of the families with evidence, the first in registry order that supplied numbers,
     else the first; ``unknown`` if none; a ``COMBINED`` mix's name if every family of it has evidence."""
     seen = [f.name for f in families() if not f.context and scores.get(f.name, 0) > 0]
     if not seen:
         return "unknown"
-    weighed = [name for name in seen if (numbers or {}).get(name, 0) > 0]
+    weighed = [name for name in seen if numbers.get(name, 0) > 0]
     chosen = (weighed or seen)[0]
     for combined_of, combined_name in COMBINED.items():
         if chosen in combined_of and combined_of <= set(seen):

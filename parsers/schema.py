@@ -5,6 +5,8 @@ step; ``timers``: one per step and timer name. Facts come from the log (or the r
 guessed: unknown is null. Units are in the column names.
 """
 
+from collections import Counter
+
 import polars as pl
 
 RUNS_SCHEMA: dict[str, pl.DataType] = {
@@ -121,10 +123,9 @@ def run_names(paths: pl.Series) -> pl.Series:
     depth = 1
     while len(names) < len(parts):
         suffixes = {path: "/".join(p[-depth:]) for path, p in parts.items()}
-        counts = pl.Series(list(suffixes.values())).value_counts()
-        unique = set(counts.filter(pl.col("count") == 1).get_column(counts.columns[0]))
+        counts = Counter(suffixes.values())
         for path, suffix in suffixes.items():
-            if path not in names and (suffix in unique or depth >= len(parts[path])):
+            if path not in names and (counts[suffix] == 1 or depth >= len(parts[path])):
                 names[path] = suffix
         depth += 1
     return paths.replace_strict(names, default=None, return_dtype=pl.String)

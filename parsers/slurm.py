@@ -63,15 +63,13 @@ PEER_RESETS = ("Connection reset by peer", "Connection closed by peer")
 PEER_FAILURES = (*PEER_RESETS, "NCCL communicator was aborted", "ncclRemoteError", "remote process exited")
 #: NCCL's errors; not bare "NCCL": NCCL_DEBUG=INFO prints millions of "NCCL INFO" lines
 NCCL_ERRORS = ("NCCL timeout", "NCCL error", "NCCL Error", "ncclInternalError", "ncclSystemError")
-#: a launcher's word that a worker exited with code 0: DeepSpeed's launcher (launch.py, ``Process N exits
-#: successfully.``) and torch elastic's agent (``[default] worker group successfully finished. Waiting ...``)
+#: a launcher's word that a worker exited with code 0: DeepSpeed's launcher (launch.py), torch elastic's agent
 CLEAN_EXITS = ("exits successfully", "worker group successfully finished")
 #: Open MPI's mpirun after a rank failed (help-mpirun.txt, help-errmgr-base.txt)
 MPIRUN_ENDS = ("exited on signal", "exited with non-zero status", "terminated normally, but")
 #: what the CUDA caching allocator's error says (``RuntimeError: CUDA out of memory.``, torch 2's
 #: ``torch.OutOfMemoryError``)
 CUDA_OOM = ("CUDA out of memory", "OutOfMemoryError")
-#: what opens a traceback
 TRACEBACK_HEADER = "Traceback (most recent call last)"
 #: lines right before a traceback that Python printed and ignored: the unraisable hook's (``__del__``,
 #: atexit callbacks: "Exception ignored in: <...>", "Exception ignored in atexit callback: <...>") and
@@ -103,7 +101,7 @@ _H100 = re.compile(r"H100(?P<rest>[- ]\w+)?", re.IGNORECASE)
 # (?<!\d): a search must not restart inside a run of digits (quadratic on a line of 100k digits)
 _SMI_MEMORY = re.compile(r"(?<!\d)(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
 
-_NCCL_FAILURE = re.compile(r"[Tt]ime(d )?out|timeout|[Ee]rror")
+_NCCL_FAILURE = re.compile(r"[Tt]ime(d )?out|[Ee]rror")
 #: srun's ``srun: error: <node>: task 3: Exited with exit code 1`` / ``tasks 0-3: Killed``
 _SRUN_TASK = re.compile(r"\btasks? [\d,-]+: (?P<how>.*)")
 #: argparse's ``<prog>: error: <message>`` (prog: the script's name), not a scheduler's own errors
@@ -196,9 +194,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         return
     run.saw(NAME)
     run.fail(status, label + text.strip(), lineno, weight=weight, kind=kind)
-    if (
-        bare_cancel
-    ):  # no failure before it that Python read: ``finish`` weighs it against the column-wise ones
+    if bare_cancel:  # no failure before it that Python read: ``finish`` weighs it with the column-wise ones
         run.state.setdefault(NAME, {}).setdefault("bare_step_cancel", (run.failure_events[-1][0], text))
 
 

@@ -168,7 +168,7 @@ def test_a_family_that_raises_loses_only_its_line():
 
     patched = dataclasses.replace(megatron.FAMILY, parse_line=broken)
     files = reader.group_runs([FIXTURES / "megatron" / "meg_gpt2_perf_n16.out"])[0]
-    result = reader.read_run(files, [patched])
+    result = reader.read_runs([files], [patched])[0]
     # the line is lost, and only it: the steps (read column-wise) and every later line are read
     assert sorted(result.run.iterations) == [1, 2, 3]
     assert "ZeroDivisionError" in result.run.state["parse_errors"][0]

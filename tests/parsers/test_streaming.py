@@ -159,7 +159,7 @@ def _peak_bytes_reading(path: Path) -> int:
     (files,) = reader.group_runs([path])
     tracemalloc.start()
     try:
-        result = reader.read_run(files, active)
+        result = reader.read_runs([files], active)[0]
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
