@@ -29,7 +29,6 @@ GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
 # "BZh" is plain text: bzip2 also needs its block size digit and a block (or end-of-stream) magic.
 BZIP2_MAGIC = re.compile(rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)")
-UTF8_BOM = b"\xef\xbb\xbf"
 # Escape sequences (ECMA-48) of coloured loggers and progress bars: CSI (colours, cursor moves), OSC up
 # to its terminator (rich's hyperlinks, window titles), the short ones (``ESC ( B``, ``ESC 7``). rich
 # colours a record's parts, so a code can sit inside a marker (``\x1b[33mstep\x1b[0m=``): dropped first.
@@ -298,9 +297,10 @@ def _split(data: bytes, separator: str | None) -> pl.Series:
         if lines[-1] == "":
             lines.pop()
         return pl.Series("text", [line.removesuffix("\r") or None for line in lines], dtype=pl.String)
-    bom = data.startswith(UTF8_BOM)  # the reader drops a leading BOM: a first empty line keeps it
+    # after a first empty line (dropped): the reader drops a leading BOM, and takes data whose first bytes
+    # look like a compressed stream's magic (``x^``, ``x\x9c``: zlib) for one, and fails on it
     lines = pl.read_csv(
-        b"\n" + data if bom else data,
+        b"\n" + data,
         has_header=False,
         separator=separator,
         quote_char=None,
@@ -308,4 +308,4 @@ def _split(data: bytes, separator: str | None) -> pl.Series:
         encoding="utf8-lossy",
         truncate_ragged_lines=True,
     )["text"]
-    return lines.slice(1) if bom else lines
+    return lines.slice(1)

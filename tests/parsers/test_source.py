@@ -183,6 +183,10 @@ def reading(request, monkeypatch):
         b"iteration 1\r\niteration 2\r\n",  # CRLF
         b"\n\n\niteration 4",  # blank lines, no newline at the end
         b"iteration \x00\x00 1\n",  # NUL bytes inside a text line
+        # a first line whose bytes start like a compressed stream (zlib, zstd): polars' reader sniffs them
+        b"x^0000 iteration 1\n",
+        b"x\x9citeration 1\niteration 2\n",
+        b"(\xb5/\xfditeration 1\n",
     ],
 )
 def test_odd_bytes_give_the_lines_python_gives(tmp_path, raw, reading):
