@@ -15,6 +15,18 @@ from pyparsing import pyparsing_common as ppc
 nan_inf = pp.Regex(r"[-+]?(?:nan|inf(?:inity)?)\b", flags=re.IGNORECASE).set_name("nan_inf")
 nan_inf.set_parse_action(lambda t: float(t[0]))
 number = (ppc.sci_real | ppc.real | ppc.signed_integer | nan_inf).set_name("number")
+NUMBER_FIRST_MATCH = (
+    rf"(?>(?P<sci_real>{ppc.sci_real.re.pattern})|(?P<real>{ppc.real.re.pattern})"
+    rf"|(?P<signed_integer>{ppc.signed_integer.re.pattern})|(?P<nan_inf>(?i:{nan_inf.re.pattern})))"
+)
+"""``number`` as a regex; the named group that matched says how the grammar converts it."""
+
+
+def number_of(match: re.Match[str]) -> int | float:
+    """The value ``number`` gives a ``NUMBER_FIRST_MATCH``: an integer for ``signed_integer``."""
+    if match["signed_integer"] is not None:
+        return int(match["signed_integer"])
+    return float(match["sci_real"] or match["real"] or match["nan_inf"])
 
 
 def literal(text: str) -> Any:

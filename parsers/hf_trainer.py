@@ -21,7 +21,6 @@ import polars as pl
 from logstat.parsers import grammar, kinds
 from logstat.parsers.base import INT64_MAX, INT64_MIN, Family
 from logstat.parsers.kinds import BODY, CLOSER, OPENER, Block, Events, RecordTest, literals
-from pyparsing import pyparsing_common as ppc
 
 NAME = "hf-trainer"
 
@@ -339,15 +338,10 @@ def _metric(text: str, out: list) -> None:
 #: a ``name = value`` line of the train metrics block, stripped, tabs expanded
 _SKIP = r"[ \t\r\n]*+"
 _METRIC_LINE = re.compile(rf"{_SKIP}(?P<name>[A-Za-z_][A-Za-z0-9_]*+){_SKIP}={_SKIP}(?P<value>.*+){_SKIP}\Z")
-NUMBER_FIRST_MATCH = (
-    rf"(?>(?P<sci_real>{ppc.sci_real.re.pattern})|(?P<real>{ppc.real.re.pattern})"
-    rf"|(?P<signed_integer>{ppc.signed_integer.re.pattern})|(?P<nan_inf>(?i:{grammar.nan_inf.re.pattern})))"
-)
-"""``grammar.number`` as a regex; the named group that matched says how the grammar converts it."""
 #: datetime.timedelta's str(): "0:01:23", "1 day, 2:03:04"; log_metrics appends ".45" (hundredths).
 _RUNTIME = re.compile(
     rf"{_SKIP}(?>(?:(?P<days>[0-9]++){_SKIP}days?,)?){_SKIP}(?P<hours>[0-9]++){_SKIP}:{_SKIP}"
-    rf"(?P<minutes>[0-9]++){_SKIP}:{_SKIP}{NUMBER_FIRST_MATCH}{_SKIP}\Z"
+    rf"(?P<minutes>[0-9]++){_SKIP}:{_SKIP}{grammar.NUMBER_FIRST_MATCH}{_SKIP}\Z"
 )
 
 
@@ -362,14 +356,7 @@ def runtime_parts(text: str) -> dict[str, int | float] | None:
     if (match := _RUNTIME.match(text.expandtabs())) is None:
         return None
     parts = {name: int(match[name]) for name in ("days", "hours", "minutes") if match[name] is not None}
-    return parts | {"seconds": number_of(match)}
-
-
-def number_of(match: re.Match[str]) -> int | float:
-    """The value ``grammar.number`` gives a ``NUMBER_FIRST_MATCH``: an integer for ``signed_integer``."""
-    if match["signed_integer"] is not None:
-        return int(match["signed_integer"])
-    return float(match["sci_real"] or match["real"] or match["nan_inf"])
+    return parts | {"seconds": grammar.number_of(match)}
 
 
 def _effects_of(use: str, text: str) -> list[dict[str, Any]]:

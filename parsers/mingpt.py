@@ -16,14 +16,13 @@ import re
 
 from logstat.parsers import grammar
 from logstat.parsers.base import Family, RunBuilder, never_raises
-from logstat.parsers.hf_trainer import NUMBER_FIRST_MATCH, number_of
 
 NAME = "mingpt"
 
 # the benchmark's result lines: the literal, a number (``grammar.number``'s first alternative that
 # matches: an integer stays one) and its unit, whitespace allowed between them
-_EPOCH_TIME = re.compile(rf"Average Epoch time:[ \t\r\n]*+{NUMBER_FIRST_MATCH}[ \t\r\n]*+seconds")
-_PEAK_MEMORY = re.compile(rf"Average Peak CUDA memory:[ \t\r\n]*+{NUMBER_FIRST_MATCH}[ \t\r\n]*+MiB")
+_EPOCH_TIME = re.compile(rf"Average Epoch time:[ \t\r\n]*+{grammar.NUMBER_FIRST_MATCH}[ \t\r\n]*+seconds")
+_PEAK_MEMORY = re.compile(rf"Average Peak CUDA memory:[ \t\r\n]*+{grammar.NUMBER_FIRST_MATCH}[ \t\r\n]*+MiB")
 
 _SCRIPT = re.compile(r"\b(?:benchmark|train)\.py\b")
 _ZERO_STAGE = re.compile(r"deepspeed_stage_(\d)")  # compiled once, not looked up in re's cache per line
@@ -102,7 +101,7 @@ def _scan(pattern: re.Pattern[str], literal: str, text: str) -> list[int | float
         text = text.expandtabs()
     elif literal not in text:
         return []
-    return [number_of(match) for match in pattern.finditer(text)]
+    return [grammar.number_of(match) for match in pattern.finditer(text)]
 
 
 FAMILY = Family(
