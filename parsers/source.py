@@ -260,10 +260,11 @@ def frame_batch(items: list[Piece | tuple[int, int]]) -> Batch:
     continues = last.run if isinstance(last, Piece) else None
     if not pieces:
         return Batch(lines=pl.DataFrame(schema=LINE_SCHEMA), pieces=table, files=files, continues=continues)
+    # each batch's bytes start with an empty line, which _split drops (one copy of a batch's bytes)
     if len(pieces) == 1:  # read as it is: a piece of a line after its end is one row, dropped
-        data, cut = pieces[0].data, pieces[0].end < len(pieces[0].data)
+        data, cut = b"\n" + pieces[0].data, pieces[0].end < len(pieces[0].data)
     else:
-        data, cut = b"".join(piece.whole for piece in pieces), False
+        data, cut = b"".join([b"\n", *(piece.whole for piece in pieces)]), False
     separator = _absent_character(data)
     text = _split(data, separator)
     if cut:
@@ -290,17 +291,17 @@ _SEPARATORS = (0x1F, 0x1E, 0x1D, 0x1C, *range(1, 9), *range(0x0E, 0x1B))
 
 
 def _split(data: bytes, separator: str | None) -> pl.Series:
-    """The lines of ``data``, decoded as ``bytes.decode(errors="replace")`` does;
-    an empty line is null, a CR before the newline dropped (it would only end a record)."""
+    """The lines of ``data`` after its first, empty, line, decoded as ``bytes.decode(errors="replace")``
+    does; an empty line is null, a CR before the newline dropped (it would only end a record). The empty
+    first line is for polars' CSV reader: it drops a leading BOM, and takes data whose first bytes look
+    like a compressed stream's magic (``x^``, ``x\\x9c``: zlib) for one, and fails on it."""
     if separator is None:  # every candidate byte is in the batch: cut and decode in Python
-        lines = data.decode("utf-8", "replace").split("\n")
+        lines = data.decode("utf-8", "replace").split("\n")[1:]
         if lines[-1] == "":
             lines.pop()
         return pl.Series("text", [line.removesuffix("\r") or None for line in lines], dtype=pl.String)
-    # after a first empty line (dropped): the reader drops a leading BOM, and takes data whose first bytes
-    # look like a compressed stream's magic (``x^``, ``x\x9c``: zlib) for one, and fails on it
     lines = pl.read_csv(
-        b"\n" + data,
+        data,
         has_header=False,
         separator=separator,
         quote_char=None,

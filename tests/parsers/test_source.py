@@ -187,6 +187,8 @@ def reading(request, monkeypatch):
         b"x^0000 iteration 1\n",
         b"x\x9citeration 1\niteration 2\n",
         b"(\xb5/\xfditeration 1\n",
+        # every separator candidate in the batch: the lines are cut and decoded in Python instead
+        b"x^iteration " + bytes([*range(1, 9), *range(0x0E, 0x20)]) + b" 1\n\niteration 2",
     ],
 )
 def test_odd_bytes_give_the_lines_python_gives(tmp_path, raw, reading):
