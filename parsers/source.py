@@ -29,6 +29,9 @@ GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
 # "BZh" is plain text: bzip2 also needs its block size digit and a block (or end-of-stream) magic.
 BZIP2_MAGIC = re.compile(rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)")
+#: compressed files Python's standard library does not read (zstd, lz4 frames, zip): reported, not read
+#: as text (a small one may hold no NUL byte, and would be read as garbled lines)
+UNREADABLE_MAGIC = {b"\x28\xb5\x2f\xfd": "zstd", b"\x04\x22\x4d\x18": "lz4", b"PK\x03\x04": "zip"}
 # Escape sequences (ECMA-48) of coloured loggers and progress bars: CSI (colours, cursor moves), OSC up
 # to its terminator (rich's hyperlinks, window titles), the short ones (``ESC ( B``, ``ESC 7``). rich
 # colours a record's parts, so a code can sit inside a marker (``\x1b[33mstep\x1b[0m=``): dropped first.
@@ -98,10 +101,8 @@ class Batch:
         )
 
 
-def _decompressor(path: Path):
-    """The ``open`` of ``path``'s compression (gzip, xz, bzip2), by its magic bytes; None if plain."""
-    with open(path, "rb") as probe:
-        magic = probe.read(10)
+def _decompressor(magic: bytes):
+    """The ``open`` of a file's compression (gzip, xz, bzip2) by its first bytes (``magic``); None if plain."""
     if magic.startswith(GZIP_MAGIC):
         return gzip.open
     if magic.startswith(XZ_MAGIC):
@@ -170,7 +171,13 @@ def _file_chunks(path: Path, report: SourceReport) -> Iterator[tuple[bytes, int]
     """The chunks ``(data, end)`` of one file, as ``Piece``'s; none of a binary or unreadable file, whose
     ``report`` says why. A plain file is read straight into them (``os.pread``: one copy of each byte)."""
     try:
-        decompressor = _decompressor(path)
+        with open(path, "rb") as probe:
+            magic = probe.read(10)
+        unreadable = next((name for start, name in UNREADABLE_MAGIC.items() if magic.startswith(start)), None)
+        if unreadable is not None:
+            report.problem = f"{unreadable}-compressed: logstat does not read it (decompress it first)"
+            return
+        decompressor = _decompressor(magic)
         if decompressor is None:
             yield from _unbinary(_plain_chunks(path, report), report)
             return
