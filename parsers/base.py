@@ -38,8 +38,6 @@ class Family:
     """Fixed substrings; a line is given to ``parse_line`` only if it contains one of them."""
     parse_line: Callable[[str, int, RunBuilder], None] | None = None
     """Read one record (1-based ``lineno``) no kind or block took; never raises. None: there is none."""
-    evidence: Callable[[RunBuilder], int] = lambda run: 0
-    """How strongly the run's collected records say "this family" (0 = not at all)."""
     description: str = ""
     """One line for ``--family`` help and error messages."""
     context: bool = False

@@ -26,7 +26,6 @@ from logstat.parsers.kinds import (
     FILE_SHIFT,
     LINE_SHIFT,
     OPENER,
-    SEEN,
     Events,
     file_of,
     line_of,
@@ -34,7 +33,7 @@ from logstat.parsers.kinds import (
     read_records,
 )
 from logstat.parsers.records import Plan
-from logstat.parsers.settle import fact_ends
+from logstat.parsers.settle import fact_ends, seen_folded
 
 #: kind records kept before they are read into events: a read's memory grows with its records (at its peak
 #: ~1 KB a record of a read group: the sort and join here, the family's read), so a flush of 100k keeps a
@@ -352,24 +351,11 @@ def _located(events: Events, base: pl.DataFrame) -> Events:
             if "at" in frame.columns:
                 frame = _relocated(frame, "at", base.drop("run"))
             if name == "marks":
-                frame = _counted(frame)
+                frame = seen_folded(frame)
             elif name == "facts":
                 frame = fact_ends(frame)
             getattr(located, name).append(frame)
     return located
-
-
-def _counted(marks: pl.DataFrame) -> pl.DataFrame:
-    """``marks`` with a ``count``: the SEEN marks of a read folded into one per run and family, at the
-    first (settle asks how many and where the first is: a mark per record of a 1 GiB log is ~100 MB)."""
-    seen = pl.col("mark") == SEEN
-    columns = [*marks.columns, "count"]
-    folded = (
-        marks.filter(seen).group_by("run", "family").agg(pl.all().sort_by("order").first(), count=pl.len())
-    )
-    return pl.concat(
-        [marks.filter(~seen).with_columns(count=pl.lit(1, pl.UInt32)).select(columns), folded.select(columns)]
-    )
 
 
 def _relocated(frame: pl.DataFrame, column: str, base: pl.DataFrame) -> pl.DataFrame:

@@ -163,7 +163,7 @@ def _conclude(result: RunResult, active: list[Family], forced: str | None) -> No
     run.set_fact("job_id", job_id_from_name(Path(files.key)), "filename", 0)  # None: no fact
     manifest.apply(run, Path(files.key))
     derive_facts(run)
-    scores = {family.name: family.evidence(run) or run.families_seen.get(family.name, 0) for family in active}
+    scores = {family.name: run.families_seen.get(family.name, 0) for family in active}
     result.families = sorted(name for name, score in scores.items() if score > 0)
     result.family = registry.get(forced).name if forced else registry.primary(scores, registry.supplied(run))
 

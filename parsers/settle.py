@@ -110,6 +110,20 @@ def _settle_marks(runs: list[RunBuilder], marks: list[pl.DataFrame]) -> None:
         run.launch_candidates.sort()
 
 
+def seen_folded(marks: pl.DataFrame) -> pl.DataFrame:
+    """One read's marks (with ``run``) with a ``count``: its SEEN marks folded into one per run and family,
+    at the first (``_settle_marks`` asks how many and where the first is: a mark per record of a 1 GiB log
+    is ~100 MB)."""
+    seen = pl.col("mark") == SEEN
+    columns = [*marks.columns, "count"]
+    folded = (
+        marks.filter(seen).group_by("run", "family").agg(pl.all().sort_by("order").first(), count=pl.len())
+    )
+    return pl.concat(
+        [marks.filter(~seen).with_columns(count=pl.lit(1, pl.UInt32)).select(columns), folded.select(columns)]
+    )
+
+
 def _settle_failures(runs: list[RunBuilder], failures: list[pl.DataFrame]) -> None:
     """The record kinds' failure events folded with the Python families', in line order, into each run's
     failure and consequences (``RunBuilder.refold``: the run keeps them all, for the families' ``finish``)."""
