@@ -94,6 +94,7 @@ def _prepared(batches: Iterator[list], plan: Plan) -> Iterator[tuple[source.Batc
     pending: deque[Future[tuple[source.Batch, pl.DataFrame]]] = deque()
     for items in batches:
         pending.append(_pool("prepare").submit(_prepare, items, plan))
+        del items  # the raw bytes go once framed, not after the batch that is read meanwhile
         if len(pending) > AHEAD:
             yield pending.popleft().result()
     while pending:

@@ -65,10 +65,10 @@ class Piece:
     lines: int
 
     @property
-    def whole(self) -> bytes:
-        """Its lines, the last one newline-terminated."""
-        lines = self.data if self.end == len(self.data) else self.data[: self.end]
-        return lines if lines.endswith(b"\n") or not lines else lines + b"\n"
+    def whole(self) -> list[bytes | memoryview]:
+        """Its lines, the last one newline-terminated: a view of ``data`` (a batch's join is its only copy)."""
+        lines = memoryview(self.data)[: self.end]
+        return [lines] if not lines or lines[-1] == 10 else [lines, b"\n"]
 
 
 @dataclass
@@ -271,7 +271,7 @@ def frame_batch(items: list[Piece | tuple[int, int]]) -> Batch:
     if len(pieces) == 1:  # read as it is: a piece of a line after its end is one row, dropped
         data, cut = b"\n" + pieces[0].data, pieces[0].end < len(pieces[0].data)
     else:
-        data, cut = b"".join([b"\n", *(piece.whole for piece in pieces)]), False
+        data, cut = b"".join([b"\n", *(part for piece in pieces for part in piece.whole)]), False
     separator = _absent_character(data)
     text = _split(data, separator)
     if cut:
