@@ -65,8 +65,9 @@ class Piece:
     lines: int
 
     @property
-    def whole(self) -> list[bytes | memoryview]:
-        """Its lines, the last one newline-terminated: a view of ``data`` (a batch's join is its only copy)."""
+    def parts(self) -> list[bytes | memoryview]:
+        """Its whole lines for a batch's join, the last one newline-terminated: a view of ``data`` (and a
+        newline), so that the join is the only copy."""
         lines = memoryview(self.data)[: self.end]
         return [lines] if not lines or lines[-1] == 10 else [lines, b"\n"]
 
@@ -271,7 +272,7 @@ def frame_batch(items: list[Piece | tuple[int, int]]) -> Batch:
     if len(pieces) == 1:  # read as it is: a piece of a line after its end is one row, dropped
         data, cut = b"\n" + pieces[0].data, pieces[0].end < len(pieces[0].data)
     else:
-        data, cut = b"".join([b"\n", *(part for piece in pieces for part in piece.whole)]), False
+        data, cut = b"".join([b"\n", *(part for piece in pieces for part in piece.parts)]), False
     separator = _absent_character(data)
     text = _split(data, separator)
     if cut:
