@@ -7,7 +7,8 @@ A100-SXM4-80GB`` lines, and a launch script's ``Model size: 52B`` echo (seed 001
 Failures are events, each either a root cause or one of its consequences (weights in parsers/base.py):
 
 - causes: a worker's exception (a traceback's exception line; the last one of a chained traceback),
-  CUDA out of memory, an NCCL watchdog timeout or NCCL error, the cgroup OOM killer's ``oom_kill
+  CUDA out of memory, an NCCL watchdog timeout or NCCL error (or the CUDA error the watchdog ended on),
+  a native abort (a C++ exception's ``what():``, ``Fatal Python error:``), the cgroup OOM killer's ``oom_kill
   event``, ``CANCELLED AT ... DUE TO TIME LIMIT`` / ``NODE FAILURE`` (failed), a cancel without a
   failure before it (cancelled), srun's node failure or other errors, argparse's ``<prog>: error:``;
 - consequences: a kill (``Killed``, signal 9, SIGKILL), a peer's connection reset or aborted NCCL
@@ -63,6 +64,14 @@ PEER_RESETS = ("Connection reset by peer", "Connection closed by peer")
 PEER_FAILURES = (*PEER_RESETS, "NCCL communicator was aborted", "ncclRemoteError", "remote process exited")
 #: NCCL's errors; not bare "NCCL": NCCL_DEBUG=INFO prints millions of "NCCL INFO" lines
 NCCL_ERRORS = ("NCCL timeout", "NCCL error", "NCCL Error", "ncclInternalError", "ncclSystemError")
+#: ProcessGroupNCCL's watchdog ending its process: on a collective's timeout, or on any exception (a CUDA
+#: error, an NCCL error), torch 2.2+'s ``[PG 0 Rank 3] Process group watchdog thread terminated with
+#: exception: CUDA error: ...``
+WATCHDOG_ENDS = ("Watchdog caught", "watchdog thread terminated with exception")
+#: a process ended by native code, where no Python traceback is printed: an uncaught C++ exception
+#: (libstdc++'s terminate handler quotes it on the line after its ``terminate called after throwing``:
+#: ``  what():  <message>``) and CPython's fatal errors (``Fatal Python error: Segmentation fault``)
+NATIVE_ABORTS = ("what():  ", "Fatal Python error: ")
 #: a launcher's word that a worker exited with code 0: DeepSpeed's launcher (launch.py), torch elastic's agent
 CLEAN_EXITS = ("exits successfully", "worker group successfully finished")
 #: Open MPI's mpirun after a rank failed (help-mpirun.txt, help-errmgr-base.txt)
@@ -155,11 +164,13 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         else:  # preemption, scancel by a user or an admin, a requeue
             status = kind = "cancelled"
             label, bare_cancel = "preempted: " if "PREEMPTION" in text else "", bare_step
-    elif "Watchdog caught" in text or ("NCCL" in text and _NCCL_FAILURE.search(text)):
+    elif any(end in text for end in WATCHDOG_ENDS) or ("NCCL" in text and _NCCL_FAILURE.search(text)):
         # the first rank's watchdog is the cause; a communicator aborted because a peer failed is not
-        label, kind = "NCCL timeout/error: ", "nccl"
+        label, kind = ("", "cuda error") if "CUDA error" in text else ("NCCL timeout/error: ", "nccl")
         if any(failure in text for failure in PEER_FAILURES):
             weight, kind = EFFECT, "peer"
+    elif any(abort in text for abort in NATIVE_ABORTS):
+        kind = "native abort"
     elif "srun: error" in text or "NODE_FAIL" in text:
         # a node failure is a cause, so is an error of a step that could not start; a task's end (``task 3:
         # Exited with exit code 1``, ``task 3: Killed``) follows from what the task printed before
@@ -256,8 +267,8 @@ FRAME_OR_HEADER = rf'{_LEADING_SPACE}(?:File "|{re.escape(TRACEBACK_HEADER)})'
 TRACEBACK_LINES = r'File "|Traceback|Error|Exception|Interrupt|Exit|Failure|CUDA out of memory'
 #: the literal tests of parse_line's branches before its test for a kill: a record that passes one is read
 #: there (its NCCL test is not literal: a record naming an NCCL error and the launcher's kill is a kill)
-_READ_BEFORE_KILLS = (*CUDA_OOM, "CANCELLED AT", "Watchdog caught", "srun: error", "NODE_FAIL", *CLEAN_EXITS)
-_READ_BEFORE_KILLS += ("exits with return code", *MPIRUN_ENDS)
+_READ_BEFORE_KILLS = (*CUDA_OOM, "CANCELLED AT", *WATCHDOG_ENDS, *NATIVE_ABORTS, "srun: error", "NODE_FAIL")
+_READ_BEFORE_KILLS += (*CLEAN_EXITS, "exits with return code", *MPIRUN_ENDS)
 #: parse_line's literal tests for a kill, and the launcher's kill
 _KILLS = ("Killing subprocess", "oom-kill", "oom_kill", "SIGKILL")
 #: and before a traceback's: a record that passes one is read there, not as a traceback's start (one naming

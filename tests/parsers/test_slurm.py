@@ -91,6 +91,48 @@ def test_failure_kinds(lines, status, reason_start):
     assert run.failure[1].startswith(reason_start)
 
 
+@pytest.mark.parametrize(
+    ("lines", "reason", "line", "consequence"),
+    [
+        (  # torch 2.2+'s watchdog ending on a CUDA error (no NCCL error), then libstdc++'s terminate
+            [
+                "[rank1]:[E1121 22:02:06.412538901 ProcessGroupNCCL.cpp:1595] [PG ID 0 PG GUID 0(default_pg) "
+                "Rank 1] Process group watchdog thread terminated with exception: CUDA error: an illegal memory "
+                "access was encountered",
+                "terminate called after throwing an instance of 'c10::DistBackendError'",
+                "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with "
+                "exception: CUDA error: an illegal memory access was encountered",
+                "srun: error: r7i4n1: task 1: Aborted (core dumped)",
+            ],
+            "[E1121 22:02:06.412538901 ProcessGroupNCCL.cpp:1595] [PG ID 0 PG GUID 0(default_pg) Rank 1] "
+            "Process group watchdog thread terminated with exception: CUDA error",
+            1,
+            "srun: error: r7i4n1: task 1: Aborted (core dumped)",
+        ),
+        (  # an uncaught C++ exception outside the watchdog: the cause is what() quotes
+            [
+                "terminate called after throwing an instance of 'c10::Error'",
+                "  what():  CUDA error: device-side assert triggered",
+                "srun: error: r7i4n1: task 1: Aborted (core dumped)",
+            ],
+            "what():  CUDA error: device-side assert triggered",
+            2,
+            "srun: error: r7i4n1: task 1: Aborted (core dumped)",
+        ),
+        (  # CPython's faulthandler
+            ["Fatal Python error: Segmentation fault", "srun: error: r7i4n1: task 5: Segmentation fault"],
+            "Fatal Python error: Segmentation fault",
+            1,
+            "srun: error: r7i4n1: task 5: Segmentation fault",
+        ),
+    ],
+)
+def test_native_ends_are_causes_ahead_of_srun(lines, reason, line, consequence):
+    run = feed(*lines)
+    assert (run.failure[0], run.failure[1][: len(reason)], run.failure[2]) == ("failed", reason, line)
+    assert [text for *_, text in run.consequences] == [consequence]
+
+
 def test_traceback_reason_is_its_last_exception_line():
     run = feed(
         "Traceback (most recent call last):",

@@ -130,6 +130,15 @@ EXPECTED = {
         9,
         2,
     ),
+    "torchrun-segfault-3019.out": ("failed", "Fatal Python error: Segmentation fault", "", 9, 2),
+    "watchdog-cuda-error-3020.out": (
+        "failed",
+        "[E1121 22:02:06.412538901 ProcessGroupNCCL.cpp:1595] [PG ID 0 PG GUID 0(default_pg) Rank 1] Process group "
+        "watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered",
+        "",
+        9,
+        2,
+    ),
     # c10d's rendezvous retries are warnings that name a connection reset: the log simply stops
     "c10d-warnings-3018.out": ("incomplete", "log stops after iteration 2 of 1000", "", 4, 2),
 }
@@ -160,6 +169,8 @@ CONSEQUENCES = {
     "mpirun-384-ranks-3016.out.gz": [4995],  # mpirun's "Primary job  terminated normally, but ..."
     "timelimit-signal-traceback-3017.out": [41],  # torchrun's SignalException
     "c10d-warnings-3018.out": [],
+    "torchrun-segfault-3019.out": [33],  # ChildFailedError; its "Signal 11 (SIGSEGV)" is no event
+    "watchdog-cuda-error-3020.out": [44, 66],  # ChildFailedError, srun's exit code; what() repeats line 9
 }
 
 
