@@ -85,6 +85,13 @@ _EFFECTIVE_TFLOPS = re.compile(
 )
 
 
+#: training.py's ``print_datetime`` of a run that ended as planned: its iterations done, its
+#: ``--exit-interval`` reached, its ``--exit-duration-in-mins`` spent (``exiting program after 1190.2
+#: minutes``) or its ``--exit-signal-handler`` run (``exiting program after receiving SIGTERM.``), each
+#: after the checkpoint is saved
+PLANNED_ENDS = ("after training is done", "exiting program at iteration", "exiting program after")
+
+
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Read one of Megatron's rare lines into ``run`` (the per-step records and the arguments dump are
     read column-wise: ``KINDS``, ``ARGUMENTS``); lines it does not know are ignored."""
@@ -95,7 +102,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             run.set_fact("logged_model_size", float(match["params"]), NAME, lineno)
             # the step logged last before the line (None: settled column-wise with the steps)
             run.add_iteration(None, NAME, lineno, logged_tflops_per_gpu=float(match["tflops"]))
-    elif "after training is done" in text or "exiting program at iteration" in text:
+    elif any(end in text for end in PLANNED_ENDS):
         run.complete(text.strip(), lineno)
     elif (match := _DTYPE.search(text)) and match["dtype"] in _DTYPES:
         run.set_fact("precision", _DTYPES[match["dtype"]], NAME, lineno)
@@ -437,7 +444,7 @@ FAMILY = Family(
         "padded vocab",
         "number of micro-batches",
         "Effective Tera Flops",
-        "exiting program at iteration",
+        *PLANNED_ENDS,
     ),
     parse_line=parse_line,
     kinds=KINDS,

@@ -322,9 +322,17 @@ def test_misc_fact_lines():
     assert run.iterations[1]["logged_tflops_per_gpu"] == 41.94
 
 
-def test_end_of_training_completes_the_run():
-    run = feed("[after training is done] datetime: 2024-03-10 14:02:19")
-    assert run.completion[0].startswith("[after training is done]")
+@pytest.mark.parametrize(
+    "end",
+    [
+        "[after training is done] datetime: 2024-03-10 14:02:19 ",
+        "[exiting program at iteration 5000] datetime: 2024-03-10 14:02:19 ",
+        "[exiting program after 1190.0371 minutes] datetime: 2024-03-10 14:02:19 ",
+        "[exiting program after receiving SIGTERM.] datetime: 2024-03-10 14:02:19 ",
+    ],
+)
+def test_a_planned_end_completes_the_run(end):
+    assert feed(ITERATION_1, end).completion[:2] == (end.strip(), 2)
 
 
 @pytest.mark.parametrize(
