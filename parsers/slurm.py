@@ -10,7 +10,7 @@ Failures are events, each either a root cause or one of its consequences (weight
   CUDA out of memory, an NCCL watchdog timeout or NCCL error (or the CUDA error the watchdog ended on),
   a native abort (a C++ exception's ``what():``, ``Fatal Python error:``), the cgroup OOM killer's ``oom_kill
   event``, ``CANCELLED AT ... DUE TO TIME LIMIT`` / ``NODE FAILURE`` (failed), a cancel without a
-  failure before it (cancelled), srun's node failure or other errors, argparse's ``<prog>: error:``;
+  failure before it or a ``KeyboardInterrupt`` (cancelled), srun's node failure or other errors, argparse's ``<prog>: error:``;
 - consequences: a kill (``Killed``, signal 9, SIGKILL), a peer's connection reset or aborted NCCL
   communicator, a signal's exception; then reports that a worker failed (a launcher's exit code,
   ChildFailedError, CalledProcessError, ``DUE TO TASK FAILURE``, mpirun's summary, ``srun: error:
@@ -276,9 +276,12 @@ _KILLS = ("Killing subprocess", "oom-kill", "oom_kill", "SIGKILL")
 _READ_BEFORE_TRACEBACKS = (*_READ_BEFORE_KILLS, *_KILLS, "by peer")
 #: a traceback's exception line's kind (``RunBuilder.fail``) by what it names: a launcher's own exception
 #: (torchrun's ChildFailedError, DeepSpeed's runner's CalledProcessError) only says that a worker failed;
-#: a signal (torch elastic's SignalException) or a peer's end (connection reset) says how a process ended
+#: a signal (torch elastic's SignalException) or a peer's end (connection reset) says how a process ended;
+#: KeyboardInterrupt (SIGINT: a user's Ctrl-C, forwarded by srun) cancelled the run
 _EXCEPTION_KINDS = {"launcher": LAUNCHER_EXCEPTIONS, "signal": SIGNAL_EXCEPTIONS, "peer": PEER_FAILURES}
+_EXCEPTION_KINDS["interrupt"] = ("KeyboardInterrupt",)
 _WEIGHTS = {"cuda oom": CAUSE, "launcher": REPORT, "signal": EFFECT, "peer": EFFECT, "exception": CAUSE}
+_WEIGHTS["interrupt"] = CAUSE
 
 
 def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
@@ -318,7 +321,8 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     first = pl.int_range(pl.len()).over("run", "kind") == 0
     next_chained = pl.when("exception").then("chained").shift(-1).backward_fill().over("run").fill_null(False)
     kept = events.filter(first | (pl.col("exception") & (pl.col("chained") | next_chained)))
-    return _failures(kept.lazy(), weight=pl.col("kind").replace_strict(_WEIGHTS))
+    status = pl.when(pl.col("kind") == "interrupt").then(pl.lit("cancelled")).otherwise(pl.lit("failed"))
+    return _failures(kept.lazy(), weight=pl.col("kind").replace_strict(_WEIGHTS), status=status)
 
 
 def read_launcher_kills(records: pl.LazyFrame) -> Events:

@@ -53,7 +53,6 @@ def test_the_384_ranks_tracebacks_never_reach_python():
     ("line", "weight", "kind"),
     [
         ("ValueError: bad value", CAUSE, "exception"),
-        ("KeyboardInterrupt", CAUSE, "exception"),
         ("  torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970 ", CAUSE, "exception"),
         ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", REPORT, "launcher"),
         ("subprocess.CalledProcessError: Command '['python']' returned non-zero exit status 1.", REPORT, "launcher"),
@@ -65,6 +64,14 @@ def test_an_exception_line_ends_a_traceback_weighed_by_what_it_says(line, weight
     run = feed(HEADER, FRAME, "    main()", line)
     assert run.failure == ("failed", line.strip(), 4)
     assert (run.failure_weight, run.failure_kind) == (weight, kind)
+
+
+def test_a_keyboard_interrupt_cancelled_the_run_unless_a_failure_came_first():
+    interrupted = feed(HEADER, FRAME, "    main()", "KeyboardInterrupt")
+    assert interrupted.failure == ("cancelled", "KeyboardInterrupt", 4)
+    assert (interrupted.failure_weight, interrupted.failure_kind) == (CAUSE, "interrupt")
+    failed_first = feed(HEADER, FRAME, "ValueError: bad value", HEADER, FRAME, "KeyboardInterrupt")
+    assert failed_first.failure == ("failed", "ValueError: bad value", 3)
 
 
 @pytest.mark.parametrize(
