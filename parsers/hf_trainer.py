@@ -4,7 +4,8 @@ Python dicts (``{'loss': 2.3}``; today ``'4.705'`` strings) from every node's ra
 one step; the last has ``train_runtime``), ``train metrics`` lines, ``TrainingArguments(`` a field a line
 (older versions: one line), the ``Running training`` banner, the model shape (overrides, a printed config),
 tqdm's bar, the launch's GPU count. A dict has no step: the n-th distinct training dict is step
-``n * logging_steps`` (1 first with ``logging_first_step``), else n. Records and the blocks' lines are read
+``n * logging_steps`` (1 first with ``logging_first_step``; after a resume from a checkpoint at step s,
+the k-th dict after it is ``s + k * logging_steps``), else n. Records and the blocks' lines are read
 a segment at a time: each distinct text once in Python into effects, then polars rules, with a carry.
 """
 
@@ -28,12 +29,15 @@ NAME = "hf-trainer"
 _TRAINER_KEYS = ("'loss'", "'learning_rate'", "'train_runtime'", "'train_samples_per_second'", "'epoch'")
 _RATES = ("it/s]", "s/it]")  # a tqdm update's rate
 _METRICS_BANNER, _ARGS_MARKER = "***** train metrics *****", "TrainingArguments("
+#: the banner's line of a run resumed from a checkpoint (transformers 4's, 5's): its dicts count from that step
+_RESUMED_AT = ("Continuing training from global step", "Resuming training from checkpoint with epoch")
 MARKERS = (
     # not bare "{'": DeepSpeed's config printer writes twice as many other dicts (optimizer_params...)
     *(*_TRAINER_KEYS, _ARGS_MARKER, _METRICS_BANNER, "Config {", "Overriding config:", "--config_overrides"),
     *("--per_device_train_batch_size", "Instantaneous batch size per device", "Total train batch size"),
     *("Gradient Accumulation steps", "Total optimization steps", "Number of trainable parameters"),
     "TrainOutput(global_step=",
+    *_RESUMED_AT,
     # launch context: the GPU count (the banner's total batch gives DP only)
     *("--nproc_per_node", "--nproc-per-node", "world_size=", "WORLD_SIZE=", "global_world_sizes="),
     *_RATES,  # tqdm's training bar: the step time of a run whose final metrics are missing
@@ -63,6 +67,7 @@ _BANNER_FACTS = {
 }
 _TRAIN_BANNER = re.compile(rf"({literals(tuple(_BANNER_FACTS))}) = ([\d,]+)")
 _TRAIN_OUTPUT = re.compile(r"TrainOutput\(global_step=(\d+),")
+_RESUMED_STEP = re.compile(r"(?:Continuing training from|checkpoint with epoch \d+ and) global step (\d+)\b")
 #: the world size (DeepSpeed's launcher, MPI, torch elastic, env); not LOCAL_WORLD_SIZE, a role's or DP's
 _WORLD_SIZE = re.compile(r"(?<!\w)(?:(?:dist_)?world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)")
 _TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")  # --nnodes: 1
@@ -133,7 +138,8 @@ def _opens_block(text: pl.Expr) -> pl.Expr:
 _TYPED = pl.Struct({"kind": pl.String, "integer": pl.Int64, "real": pl.Float64, "text": pl.String})
 #: what a record does: a ``fact`` (``name`` = ``value``), ``note``, ``seen``; an ``arg``, ``default``,
 #: ``banner``; asks for ``dp``, ``gpus``, ``fp32``; a ``shape``, ``override``, ``sized``; a ``final`` copy
-#: (``digits``); a ``step`` (``name``: its dict's text if no ``value``); a ``point`` (a dict on the bar)
+#: (``digits``); a ``step`` (``name``: its dict's text if no ``value``); a ``point`` (a dict on the bar); a
+#: ``resume`` (its step)
 _EFFECT = pl.Struct(
     {"what": pl.String, "name": pl.String, "value": _TYPED, "digits": pl.Int64}
     | dict.fromkeys(_DICT_METRICS.values(), pl.Float64)
@@ -206,6 +212,8 @@ def _plain(text: str, out: list) -> None:
         _dicts(text, out)
     if "TrainOutput(global_step=" in text and (output := _TRAIN_OUTPUT.search(text)):
         out += [_fact("final_steps", int(output[1])), _SEEN]  # what Trainer.train() returns, printed
+    if "training from" in text and (resumed := _RESUMED_STEP.search(text)) and int(resumed[1]) <= INT64_MAX:
+        out += [{"what": "resume", "value": _typed(int(resumed[1]))}, _SEEN]
     if " = " in text and (banner := _TRAIN_BANNER.search(text)):
         _banner(banner[1], int(banner[2].replace(",", "")), out)
     if "Overriding config:" in text:
@@ -387,7 +395,7 @@ def _effects_of(use: str, text: str) -> list[dict[str, Any]]:
 #: what a segment's read leaves the next (``Events.carry``): per run, the last effect of each sort and
 #: name later records need (arguments, sizes, overrides, finals, numbered dicts, bars; a bar's line, file)
 _CARRY = {"run": pl.Int64, "what": pl.String, "name": pl.String, "value": _TYPED, "digits": pl.Int64}
-_CARRY |= {"line": pl.Int64, "file": pl.Int64}
+_CARRY |= {"line": pl.Int64, "file": pl.Int64, "base": pl.Int64}  # base: a resume's dicts before it
 
 
 def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
@@ -407,10 +415,10 @@ def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Ev
         [effects.filter(what == "fact"), _asked(effects, args), finals, shapes.filter(what != "sized")],
         how="diagonal_relaxed",
     ).filter(order >= 0)
-    steps, dicts = _steps(effects, args)
+    steps, dicts, resumes = _steps(effects, args)
     planned = facts.filter(pl.col("name") == "train_iters").with_columns(what=pl.lit("planned"))
     kept = [effects.filter(order < 0), args.with_columns(what=pl.lit("arg")), shapes.filter(what != "shape")]
-    carry = pl.concat([*kept, finals, dicts, _bars(frame, effects), planned], how="diagonal_relaxed")
+    carry = pl.concat([*kept, finals, dicts, resumes, _bars(frame, effects), planned], how="diagonal_relaxed")
     carry = carry.group_by("run", "what", "name").agg(pl.all().get(pl.col("order").arg_max()))
     carry = carry.select(*_CARRY).cast(_CARRY)
     return _events(facts, steps, effects, carry)
@@ -479,24 +487,50 @@ def _shapes(effects: pl.DataFrame) -> pl.DataFrame:
     return shapes.filter((what != "shape") | (order < overridden.over("run", "name")).fill_null(True))
 
 
-def _steps(effects: pl.DataFrame, args: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The dicts' steps (own, else by place among the run's distinct dicts) and the ``dict``s numbered."""
+def _steps(effects: pl.DataFrame, args: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The dicts' steps (own, else by place among the run's distinct dicts, after the last resume), the
+    ``dict``s numbered and the resumes with their ``base``."""
     steps, known = effects.filter(pl.col("what") == "step"), effects.filter(pl.col("what") == "dict")
+    known_count = known.group_by("run").agg(known=pl.len())
     new = (
         steps.drop_nulls("name")
         .unique(["run", "name"], keep="first", maintain_order=True)
         .join(known, on=["run", "name"], how="anti", maintain_order="left")
-        .join(known.group_by("run").agg(known=pl.len()), on="run", how="left")
+        .join(known_count, on="run", how="left")
         .with_columns(position=pl.col("known").fill_null(0) + pl.int_range(1, pl.len() + 1).over("run"))
     )
+    resumes = _resumes(effects, new, known_count)
     new = _state_at(new, args, "logging_steps", "logging_first_step", "max_steps")
-    state = new.select("position", "logging_steps", "logging_first_step", "max_steps").rows()
-    numbered = [_typed(_position_to_step(position, *map(_untyped, values))) for position, *values in state]
+    by_resume = resumes.select("run", "order", resumed=_field("integer"), resume_base="base")
+    new = new.join_asof(by_resume, on="order", by="run", allow_exact_matches=False, check_sortedness=False)
+    state = new.select(
+        "position", "logging_steps", "logging_first_step", "max_steps", "resumed", "resume_base"
+    )
+    numbered = [
+        _typed(_position_to_step(position, *map(_untyped, values), resumed=resumed, base=base))
+        for position, *values, resumed, base in state.rows()
+    ]
     new = new.select("run", "order", "name", what=pl.lit("dict"), value=pl.Series(numbered, dtype=_TYPED))
     dicts = pl.concat([known, new], how="diagonal_relaxed")
     steps = steps.join(dicts.select("run", "name", number=_field("integer")), on=["run", "name"], how="left")
     step, mode = pl.coalesce(_field("integer"), "number"), pl.lit(kinds.RECORD, pl.Int8)
-    return steps.select("order", *_DICT_METRICS.values(), step=step, mode=mode), dicts
+    return steps.select("order", *_DICT_METRICS.values(), step=step, mode=mode), dicts, resumes
+
+
+def _resumes(effects: pl.DataFrame, new: pl.DataFrame, known_count: pl.DataFrame) -> pl.DataFrame:
+    """The run's resumes (a carried one keeps its ``base``), each with ``base``: the distinct dicts before it."""
+    resumes = effects.filter(pl.col("what") == "resume")
+    if "base" not in resumes.columns:  # nothing carried
+        resumes = resumes.with_columns(base=pl.lit(None, pl.Int64))
+    fresh = resumes.filter(pl.col("order") >= 0).drop("base")
+    fresh = fresh.join_asof(
+        new.select("run", "order", "position"), on="order", by="run", check_sortedness=False
+    )
+    fresh = fresh.join(known_count, on="run", how="left")
+    fresh = fresh.with_columns(base=pl.coalesce("position", "known", pl.lit(0, pl.Int64)))
+    carried = resumes.filter(pl.col("order") < 0)
+    columns = ["run", "order", "what", "name", "value", "base"]
+    return pl.concat([carried.select(columns), fresh.select(columns)], how="vertical_relaxed")
 
 
 def _untyped(typed: dict[str, Any] | None) -> Any:
@@ -504,14 +538,20 @@ def _untyped(typed: dict[str, Any] | None) -> Any:
     return None if typed is None else grammar.literal(typed["text"] or "")
 
 
-def _position_to_step(position: int, interval: Any, first_step: Any, max_steps: Any) -> int:
+def _position_to_step(
+    position: int, interval: Any, first_step: Any, max_steps: Any, *, resumed: int | None, base: int | None
+) -> int:
     """The n-th distinct training dict's step, from ``logging_steps`` (a ratio of ``max_steps`` below 1)
-    and ``logging_first_step``; a step beyond int64 is none (the dict's position instead)."""
+    and ``logging_first_step``, or after a resume at step ``resumed`` with ``base`` dicts before it; a step
+    beyond int64 is none (the dict's position instead)."""
     if isinstance(interval, float) and 0 < interval < 1 and isinstance(max_steps, int | float):
         interval = math.ceil(max_steps * interval) if max_steps > 0 else interval
     if not isinstance(interval, int | float) or not 1 <= interval < math.inf:
         return position
-    step = 1 if first_step and position == 1 else int((position - bool(first_step)) * interval)
+    if resumed is not None and base is not None:
+        step = resumed + int((position - base) * interval)
+    else:
+        step = 1 if first_step and position == 1 else int((position - bool(first_step)) * interval)
     return step if step <= INT64_MAX else position
 
 

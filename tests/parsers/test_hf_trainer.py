@@ -626,6 +626,23 @@ def test_logging_steps_known_before_a_dict_numbers_it():
     assert sorted(feed_lines([first, *dump, second]).iterations) == [1, 10]
 
 
+@pytest.mark.parametrize(
+    "resume",
+    [
+        "[INFO|trainer.py:2161] 2024-05-02 10:00:00,000 >>   Continuing training from global step 500",  # 4.x
+        "  Resuming training from checkpoint with epoch 0 and global step 500",  # transformers 5
+    ],
+)
+def test_a_resumed_run_numbers_its_dicts_from_the_resumed_step(resume):
+    first = "{'loss': 4.705, 'learning_rate': 0.0004167, 'epoch': 0.25}"
+    second = "{'loss': 4.71, 'learning_rate': 0.00025, 'epoch': 0.5}"
+    dump = ["TrainingArguments(", "logging_first_step=True,", "logging_steps=5,", ")"]
+    assert sorted(feed_lines([*dump, resume, first, second]).iterations) == [505, 510]
+    assert sorted(feed_lines([*dump, first, resume, second]).iterations) == [1, 505]
+    # no logging_steps: the dicts' order, as without a resume
+    assert sorted(feed_lines([resume, first, second]).iterations) == [1, 2]
+
+
 def test_final_metrics_copies_weigh_their_digits():
     lines = [
         "{'train_runtime': 11.2, 'train_samples_per_second': 4.276, 'epoch': 0.75}",
@@ -718,6 +735,7 @@ _FAR_APART = [
     "{'loss': 4.705, 'learning_rate': 0.0004167, 'epoch': 0.25}",
     "  3%|▎         | 1/30 [00:00<00:05,  5.50it/s]",
     "{'loss': 4.71, 'learning_rate': 0.00025, 'epoch': 0.5}",
+    "  Continuing training from global step 40",
     "100%|██████████| 10/10 [00:11<00:00,  1.25s/it]",
     "{'loss': 4.705, 'learning_rate': 0.0004167, 'epoch': 0.25}",
     "Model config GPT2Config {",
@@ -746,6 +764,8 @@ def test_a_log_read_in_segments_gives_the_frames_it_gives_read_whole(tmp_path, m
     assert whole[0].filter(pl.col("path").str.ends_with("far_apart.log")).select(
         "hidden_size", "seq_len", "gpus", "dp", "precision", "final_train_runtime_s", "progress_sec_per_iter"
     ).row(0) == (1024, 512, 2, 2, "fp32", 11.22, 1.25)
+    far_apart = whole[1].filter(pl.col("path").str.ends_with("far_apart.log"))
+    assert far_apart["iteration"].to_list() == [5, 10, 45]  # the last dict: resumed at 40, 1 dict after
     monkeypatch.setattr(engine, "FLUSH_RECORDS", 1)  # a read after every batch
     monkeypatch.setattr(source, "CHUNK_BYTES", min(batch_bytes, 4096))
     monkeypatch.setattr(source, "batches", partial(source.batches, batch_bytes=batch_bytes))
