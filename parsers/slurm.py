@@ -11,7 +11,7 @@ Failures are events, each either a root cause or one of its consequences (weight
   a native abort (a C++ exception's ``what():``, ``Fatal Python error:``), the cgroup OOM killer's ``oom_kill
   event``, ``CANCELLED AT ... DUE TO TIME LIMIT`` / ``NODE FAILURE`` (failed), a cancel without a
   failure before it or a ``KeyboardInterrupt`` (cancelled), srun's node failure or other errors, argparse's ``<prog>: error:``;
-- consequences: a kill (``Killed``, signal 9, SIGKILL), a peer's connection reset or aborted NCCL
+- consequences: a kill (``Killed``, signal 9, SIGKILL) or a crash (SIGSEGV, SIGABRT, ...), a peer's connection reset or aborted NCCL
   communicator, a signal's exception; then reports that a worker failed (a launcher's exit code,
   ChildFailedError, CalledProcessError, ``DUE TO TASK FAILURE``, mpirun's summary, ``srun: error:
   ...: task 3: Exited with exit code 1``); last the launcher killing its other workers.
@@ -72,6 +72,10 @@ WATCHDOG_ENDS = ("Watchdog caught", "watchdog thread terminated with exception")
 #: (libstdc++'s terminate handler quotes it on the line after its ``terminate called after throwing``:
 #: ``  what():  <message>``) and CPython's fatal errors (``Fatal Python error: Segmentation fault``)
 NATIVE_ABORTS = ("what():  ", "Fatal Python error: ")
+#: a process's own crash, as torch elastic names the signal that ended a worker (``exitcode  : -11 (pid: 9)
+#: (SIGSEGV)``, ``Signal 11 (SIGSEGV) received by PID 9``): how it ended, never the launcher's doing (its
+#: SIGTERM, SIGKILL of the other workers)
+CRASH_SIGNALS = ("(SIGSEGV)", "(SIGABRT)", "(SIGBUS)", "(SIGFPE)", "(SIGILL)")
 #: a launcher's word that a worker exited with code 0: DeepSpeed's launcher (launch.py), torch elastic's agent
 CLEAN_EXITS = ("exits successfully", "worker group successfully finished")
 #: Open MPI's mpirun after a rank failed (help-mpirun.txt, help-errmgr-base.txt)
@@ -188,6 +192,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         label, weight, kind = "worker failed: ", REPORT, "launcher exit"
     elif any(end in text for end in MPIRUN_ENDS):
         weight, kind = EFFECT if "exited on signal" in text else REPORT, "mpirun"
+    elif any(crash in text for crash in CRASH_SIGNALS):
+        label, weight, kind = "crashed: ", EFFECT, "crash"
     elif _KILLED.search(text):  # the cgroup OOM killer's event is a cause, a kill says how a process ended
         oom_kill = "oom-kill" in text or "oom_kill" in text
         label, weight, kind = "killed: ", CAUSE if oom_kill else EFFECT, "oom-kill" if oom_kill else "killed"
@@ -268,7 +274,7 @@ TRACEBACK_LINES = r'File "|Traceback|Error|Exception|Interrupt|Exit|Failure|CUDA
 #: the literal tests of parse_line's branches before its test for a kill: a record that passes one is read
 #: there (its NCCL test is not literal: a record naming an NCCL error and the launcher's kill is a kill)
 _READ_BEFORE_KILLS = (*CUDA_OOM, "CANCELLED AT", *WATCHDOG_ENDS, *NATIVE_ABORTS, "srun: error", "NODE_FAIL")
-_READ_BEFORE_KILLS += (*CLEAN_EXITS, "exits with return code", *MPIRUN_ENDS)
+_READ_BEFORE_KILLS += (*CLEAN_EXITS, "exits with return code", *MPIRUN_ENDS, *CRASH_SIGNALS)
 #: parse_line's literal tests for a kill, and the launcher's kill
 _KILLS = ("Killing subprocess", "oom-kill", "oom_kill", "SIGKILL")
 #: and before a traceback's: a record that passes one is read there, not as a traceback's start (one naming

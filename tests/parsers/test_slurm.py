@@ -83,6 +83,9 @@ def test_model_size_echo_of_the_seed_script():
         ),
         (["slurmstepd: error: Detected 1 oom-kill event(s) in StepId=1006.batch."], "failed", "killed"),
         (["Killing subprocess 22920"], "failed", "killed"),
+        # torch elastic's root cause of a worker that crashed without a word of its own
+        (["  exitcode  : -11 (pid: 9593)  (SIGSEGV)"], "failed", "crashed: exitcode  : -11"),
+        (["  traceback : Signal 6 (SIGABRT) received by PID 9593"], "failed", "crashed: traceback"),
     ],
 )
 def test_failure_kinds(lines, status, reason_start):
@@ -155,6 +158,13 @@ def test_cancel_outranks_an_earlier_failure():
         "slurmstepd: error: *** JOB 1 ON n CANCELLED AT 2021 ***",
     )
     assert run.failure[0] == "cancelled"
+
+
+def test_the_launcher_stopping_the_other_workers_is_no_crash():
+    run = feed(
+        "  exitcode  : -15 (pid: 2459)  (SIGTERM)", "  traceback : Signal 15 (SIGTERM) received by PID 2459"
+    )
+    assert run.failure is None
 
 
 def test_ordinary_nccl_info_is_not_a_failure():

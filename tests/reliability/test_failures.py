@@ -169,8 +169,9 @@ CONSEQUENCES = {
     "mpirun-384-ranks-3016.out.gz": [4995],  # mpirun's "Primary job  terminated normally, but ..."
     "timelimit-signal-traceback-3017.out": [41],  # torchrun's SignalException
     "c10d-warnings-3018.out": [],
-    "torchrun-segfault-3019.out": [33],  # ChildFailedError; its "Signal 11 (SIGSEGV)" is no event
-    "watchdog-cuda-error-3020.out": [44, 66],  # ChildFailedError, srun's exit code; what() repeats line 9
+    "torchrun-segfault-3019.out": [33, 51],  # ChildFailedError, the root cause's SIGSEGV
+    # ChildFailedError, the root cause's SIGABRT, srun's exit code; what() repeats line 9
+    "watchdog-cuda-error-3020.out": [44, 62, 66],
 }
 
 
