@@ -5,7 +5,7 @@ one step; the last has ``train_runtime``), ``train metrics`` lines, ``TrainingAr
 (older versions: one line), the ``Running training`` banner, the model shape (overrides, a printed config),
 tqdm's bar, the launch's GPU count. A dict has no step: the n-th distinct training dict is step
 ``n * logging_steps`` (1 first with ``logging_first_step``; after a resume from a checkpoint at step s,
-the k-th dict after it is ``s + k * logging_steps``), else n. Records and the blocks' lines are read
+the k-th dict after it is the k-th multiple of ``logging_steps`` after s), else n. Records and the blocks' lines are read
 a segment at a time: each distinct text once in Python into effects, then polars rules, with a carry.
 """
 
@@ -39,7 +39,14 @@ MARKERS = (
     "TrainOutput(global_step=",
     *_RESUMED_AT,
     # launch context: the GPU count (the banner's total batch gives DP only)
-    *("--nproc_per_node", "--nproc-per-node", "world_size=", "WORLD_SIZE=", "global_world_sizes="),
+    *(
+        "--nproc_per_node",
+        "--nproc-per-node",
+        "--num_processes",
+        "world_size=",
+        "WORLD_SIZE=",
+        "global_world_sizes=",
+    ),
     *_RATES,  # tqdm's training bar: the step time of a run whose final metrics are missing
 )
 BLOCK_MAX_LINES = 400  # a multi-line block (TrainingArguments, model config, metrics) is read at most
@@ -220,7 +227,7 @@ def _plain(text: str, out: list) -> None:
         _overrides(text.split("Overriding config:", 1)[1], out)
     elif "--config_overrides" in text or "--per_device_train_batch_size" in text:
         _command_line(text, out)
-    if "--nproc" in text:
+    if "--nproc" in text or "--num_processes" in text:
         _launcher(text, out)
     elif ("orld_size" in text or "WORLD_SIZE=" in text) and (world := _WORLD_SIZE.search(text)):
         if (size := int(world[1] or world[2])) > 0:
@@ -236,6 +243,8 @@ def _banner(label: str, value: int, out: list) -> None:
         out.append(_fact(fact, value / 1e9 if size else value))
     if value > 0 and fact not in ("train_iters", "logged_model_size"):
         out += [{"what": "banner", "name": fact, "value": _typed(value)}, {"what": "dp"}]
+    elif value > 0 and fact == "train_iters":  # the steps a ratio of logging_steps is of (max_steps -1)
+        out.append({"what": "banner", "name": "max_steps", "value": _typed(value)})
     out.append(_SEEN)
 
 
@@ -265,8 +274,15 @@ def _switch_on(flags: dict[str, str], name: str) -> bool:
 
 
 def _launcher(text: str, out: list) -> None:
-    """``--nproc_per_node 4 --nnodes 16`` (a torch launcher's default: one node; ``1:4``, ``gpu``: none)."""
+    """``--nproc_per_node 4 --nnodes 16`` (a torch launcher's default: one node; ``1:4``, ``gpu``: none);
+    ``accelerate launch --num_processes 8 --num_machines 2`` (the processes of every machine)."""
     flags = grammar.command_line_flags(text)
+    if (processes := grammar.positive_int(flags.get("num_processes", ""))) is not None:
+        machines = grammar.positive_int(flags.get("num_machines", "1"))
+        out += [_fact("gpus", processes)] + ([_fact("nodes", machines)] if machines else [])
+        if machines and processes % machines == 0:
+            out.append(_fact("gpus_per_node", processes // machines))
+        return
     per_node = grammar.positive_int(flags.get("nproc_per_node") or flags.get("nproc-per-node") or "")
     nodes = grammar.positive_int(flags.get("nnodes", ""))
     if nodes is None and "nnodes" not in flags and any(name in text for name in _TORCH_LAUNCHERS):
@@ -282,7 +298,8 @@ def _dicts(text: str, out: list) -> None:
         if not any(key in body for key in _TRAINER_KEYS):
             continue
         try:
-            logged = ast.literal_eval(body) if body.endswith("}") else "dict cut short, not read"
+            literal = _NON_FINITE.sub(r"'\1'", body)  # ``'nan'``: read by _number as the float
+            logged = ast.literal_eval(literal) if body.endswith("}") else "dict cut short, not read"
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             logged = "not a Python dict literal"
         if isinstance(logged, str):
@@ -304,6 +321,11 @@ def _dicts(text: str, out: list) -> None:
             metrics = {column: _number(logged.get(key)) for key, column in _DICT_METRICS.items()}
             out.append({"what": "step", **step, **metrics})
         out.append(_SEEN)
+
+
+#: a bare non-finite float of a dict (transformers 4 prints the floats: ``'grad_norm': inf`` when fp16
+#: overflows, ``'loss': nan``), which no Python literal spells
+_NON_FINITE = re.compile(r"(?<=: )(-?(?:nan|inf))(?=[,}])")
 
 
 def _number(value: Any) -> float | None:
@@ -548,8 +570,8 @@ def _position_to_step(
         interval = math.ceil(max_steps * interval) if max_steps > 0 else interval
     if not isinstance(interval, int | float) or not 1 <= interval < math.inf:
         return position
-    if resumed is not None and base is not None:
-        step = resumed + int((position - base) * interval)
+    if resumed is not None and base is not None:  # the Trainer logs when the step is a multiple of it
+        step = (resumed // int(interval) + position - base) * int(interval)
     else:
         step = 1 if first_step and position == 1 else int((position - bool(first_step)) * interval)
     return step if step <= INT64_MAX else position

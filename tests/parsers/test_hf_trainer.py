@@ -3,6 +3,7 @@
 Expected values were read off the files with the one-liners quoted beside them, not with the parser.
 """
 
+import math
 import re
 import time
 from functools import partial
@@ -519,6 +520,13 @@ def test_gpu_count_from_launchers_and_world_sizes():
         16,
         4,
     )
+    # accelerate launch: --num_processes counts the processes of every machine
+    assert gpus("+ accelerate launch --num_processes 16 --num_machines 2 --machine_rank 0 run_clm.py") == (
+        16,
+        2,
+        8,
+    )
+    assert gpus("+ accelerate launch --num_processes=8 --mixed_precision bf16 run_clm.py") == (8, 1, 8)
     # a node's, a role's, the node count (elastic's "  group_world_size=1", line 34), DP: no GPU count
     for line in (
         _line(TORCHRUN_TQDM, 34),
@@ -641,6 +649,26 @@ def test_a_resumed_run_numbers_its_dicts_from_the_resumed_step(resume):
     assert sorted(feed_lines([*dump, first, resume, second]).iterations) == [1, 505]
     # no logging_steps: the dicts' order, as without a resume
     assert sorted(feed_lines([resume, first, second]).iterations) == [1, 2]
+    # a resume off the logging grid (an epoch's checkpoint): the Trainer logs at multiples of logging_steps
+    off_grid = resume.replace("500", "781")
+    assert sorted(feed_lines([*dump, off_grid, first, second]).iterations) == [785, 790]
+
+
+def test_bare_non_finite_floats_of_transformers_4_are_read():
+    dicts = ["{'loss': 3.5, 'grad_norm': inf, 'learning_rate': 4.5e-05, 'epoch': 0.03}"]
+    dicts.append("{'loss': nan, 'grad_norm': -inf, 'learning_rate': 4e-05, 'epoch': 0.06}")
+    run = feed_lines(["TrainingArguments(", "logging_steps=50,", ")", *dicts])
+    assert sorted(run.iterations) == [50, 100] and "parse_errors" not in run.state
+    assert run.iterations[50]["grad_norm"] == math.inf and math.isnan(run.iterations[100]["loss"])
+    assert run.iterations[100]["grad_norm"] == -math.inf
+
+
+def test_a_logging_steps_ratio_of_an_epoch_run_is_of_the_banner_steps():
+    # max_steps=-1: the Trainer computes the steps from the epochs; the banner prints them
+    dump = ["TrainingArguments(", "logging_steps=0.1,", "max_steps=-1,", ")"]
+    banner = "  Total optimization steps = 468"
+    dicts = ["{'loss': 4.705, 'learning_rate': 0.0004167, 'epoch': 0.1}", "{'loss': 4.71, 'epoch': 0.2}"]
+    assert sorted(feed_lines([*dump, banner, *dicts]).iterations) == [47, 94]
 
 
 def test_final_metrics_copies_weigh_their_digits():
