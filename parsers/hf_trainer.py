@@ -298,8 +298,7 @@ def _dicts(text: str, out: list) -> None:
         if not any(key in body for key in _TRAINER_KEYS):
             continue
         try:
-            literal = _NON_FINITE.sub(r"'\1'", body)  # ``'nan'``: read by _number as the float
-            logged = ast.literal_eval(literal) if body.endswith("}") else "dict cut short, not read"
+            logged = _printed_literal(body) if body.endswith("}") else "dict cut short, not read"
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             logged = "not a Python dict literal"
         if isinstance(logged, str):
@@ -323,9 +322,20 @@ def _dicts(text: str, out: list) -> None:
         out.append(_SEEN)
 
 
-#: a bare non-finite float of a dict (transformers 4 prints the floats: ``'grad_norm': inf`` when fp16
-#: overflows, ``'loss': nan``), which no Python literal spells
-_NON_FINITE = re.compile(r"(?<=: )(-?(?:nan|inf))(?=[,}])")
+def _printed_literal(body: str) -> Any:
+    """``ast.literal_eval`` of a dict as Python prints it: transformers 4 prints the floats, and a
+    non-finite one (``'grad_norm': inf`` when fp16 overflows, ``'loss': nan``) is a name, no literal."""
+    try:
+        return ast.literal_eval(body)
+    except ValueError:
+        return ast.literal_eval(_NonFinite().visit(ast.parse(body, mode="eval")))
+
+
+class _NonFinite(ast.NodeTransformer):
+    """The names ``nan`` and ``inf`` as the floats Python prints so."""
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        return ast.copy_location(ast.Constant(float(node.id)), node) if node.id in ("nan", "inf") else node
 
 
 def _number(value: Any) -> float | None:

@@ -258,10 +258,12 @@ def _context(text: str, lineno: int, run: RunBuilder) -> None:
 
 #: what Python's ``str.strip()`` leaves out at a record's start
 _LEADING_SPACE = f"^{PYTHON_SPACE}*"
-#: a traceback's exception line: a (dotted) exception name, then ``:`` or the end of the (stripped) record
+#: a traceback's exception line: a (dotted) exception name, then ``:`` or the end of the (stripped) record;
+#: a bare ``Exception`` (DeepSpeed's loss scaler at its minimum raises one) and ``StopIteration`` (a data
+#: iterator run dry) name no kind but end a traceback all the same
 EXCEPTION_LINE = (
-    rf"{_LEADING_SPACE}(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)\b"
-    rf"(?::|{PYTHON_SPACE}*$)"
+    rf"{_LEADING_SPACE}(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure)|Exception"
+    rf"|Stop(?:Async)?Iteration)\b(?::|{PYTHON_SPACE}*$)"
 )
 #: a record naming a CUDA OOM that is not indented (an indented one, inside a traceback, is a frame's
 #: source: ``    raise torch.OutOfMemoryError(``; the exception line below it is the evidence)
@@ -270,11 +272,15 @@ OOM_LINE = rf"^[^\s\x1c-\x1f].*(?:{literals(CUDA_OOM)})"
 FRAME_OR_HEADER = rf'{_LEADING_SPACE}(?:File "|{re.escape(TRACEBACK_HEADER)})'
 #: the raw lines that can hold a record a traceback reads: a frame, a header, an exception or OOM line
 #: (an exception's name ends on one of the words; its heralds are openers, found as every family's records)
-TRACEBACK_LINES = r'File "|Traceback|Error|Exception|Interrupt|Exit|Failure|CUDA out of memory'
+TRACEBACK_LINES = r'File "|Traceback|Error|Exception|Interrupt|Exit|Failure|Iteration|CUDA out of memory'
 #: the literal tests of parse_line's branches before its test for a kill: a record that passes one is read
 #: there (its NCCL test is not literal: a record naming an NCCL error and the launcher's kill is a kill)
 _READ_BEFORE_KILLS = (*CUDA_OOM, "CANCELLED AT", *WATCHDOG_ENDS, *NATIVE_ABORTS, "srun: error", "NODE_FAIL")
 _READ_BEFORE_KILLS += (*CLEAN_EXITS, "exits with return code", *MPIRUN_ENDS, *CRASH_SIGNALS)
+#: the reports of launchers and Slurm that come once every worker is gone (DeepSpeed's launcher's exit code,
+#: mpirun's summary, Slurm's cancel): no worker's line follows them but what a signal makes it print. Not
+#: srun's per task nor the launcher's kills: the other workers' output interleaves with them
+LAUNCHER_REPORTS = ("exits with return code", *MPIRUN_ENDS, "CANCELLED AT")
 #: parse_line's literal tests for a kill, and the launcher's kill
 _KILLS = ("Killing subprocess", "oom-kill", "oom_kill", "SIGKILL")
 #: and before a traceback's: a record that passes one is read there, not as a traceback's start (one naming
@@ -369,6 +375,9 @@ TRACEBACK = Block(
     body=RecordTest(markers=(TRACEBACK_HEADER,)),
     closes=RecordTest(pattern=f"{EXCEPTION_LINE}|{OOM_LINE}"),
     renews=RecordTest(pattern=FRAME_OR_HEADER),
+    # a traceback whose exception line was none (a custom exception's name, output cut) ends at such a
+    # report, which is read
+    ends=RecordTest(markers=LAUNCHER_REPORTS),
     max_lines=TRACEBACK_MAX_LINES,
     heralds=RecordTest(markers=(*HARMLESS_TRACEBACKS, *CHAINED_TRACEBACKS), unless=(TRACEBACK_HEADER,)),
     herald_lines=max(HARMLESS_WITHIN, CHAINED_WITHIN),

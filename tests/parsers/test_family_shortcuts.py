@@ -2,12 +2,12 @@
 
 minGPT's result lines, on edge cases with the values they hold. HF's logged dicts are read column-wise when they are plain literals, by
 ``ast.literal_eval`` otherwise: through the reader, every dict's step row holds what Python reads of the
-dict. HF's metrics lines and durations have one definition, their patterns, held to examples.
+dict it printed (whose non-finite floats are the names nan and inf). HF's metrics lines and durations have one definition, their patterns, held to examples.
 """
 
 from __future__ import annotations
 
-import ast
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -102,8 +102,8 @@ def _python_number(value: Any) -> float | None:
 def _python_step(body: str) -> tuple | None:
     """Python's reading of a training dict: its own step (or None), the loss, learning rate and grad
     norm; None when the dict is no training step."""
-    try:
-        logged = ast.literal_eval(body)
+    try:  # Python's reading of a dict it printed: its non-finite floats print as the names nan, inf
+        logged = eval(body, {"__builtins__": {}}, {"nan": math.nan, "inf": math.inf})  # noqa: S307
     except Exception:  # noqa: BLE001 - not a literal: noted, no step
         return None
     if not isinstance(logged, dict) or "loss" not in logged:

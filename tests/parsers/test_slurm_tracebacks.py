@@ -53,6 +53,9 @@ def test_the_384_ranks_tracebacks_never_reach_python():
     ("line", "weight", "kind"),
     [
         ("ValueError: bad value", CAUSE, "exception"),
+        # DeepSpeed's loss scaler at its minimum; a data iterator run dry
+        ("Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.", CAUSE, "exception"),
+        ("StopIteration", CAUSE, "exception"),
         ("  torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970 ", CAUSE, "exception"),
         ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", REPORT, "launcher"),
         ("subprocess.CalledProcessError: Command '['python']' returned non-zero exit status 1.", REPORT, "launcher"),
@@ -66,6 +69,12 @@ def test_an_exception_line_ends_a_traceback_weighed_by_what_it_says(line, weight
     assert (run.failure_weight, run.failure_kind) == (weight, kind)
 
 
+def test_open_mpi_output_tags_are_prefixes():
+    tag = "[1,5]<stderr>:"
+    run = feed(tag + HEADER, tag + FRAME, tag + "ValueError: corrupt shard /data/shard_00417.bin")
+    assert run.failure == ("failed", "ValueError: corrupt shard /data/shard_00417.bin", 3)
+
+
 def test_a_keyboard_interrupt_cancelled_the_run_unless_a_failure_came_first():
     interrupted = feed(HEADER, FRAME, "    main()", "KeyboardInterrupt")
     assert interrupted.failure == ("cancelled", "KeyboardInterrupt", 4)
@@ -77,7 +86,6 @@ def test_a_keyboard_interrupt_cancelled_the_run_unless_a_failure_came_first():
 @pytest.mark.parametrize(
     "line",
     [
-        "Exception: a bare Exception names no error kind",
         "socket.timeout: timed out",
         "ValueError bad value",  # no colon after the name
         "raise ValueError: no",  # a space before the first colon
@@ -86,8 +94,11 @@ def test_a_keyboard_interrupt_cancelled_the_run_unless_a_failure_came_first():
 )
 def test_other_lines_do_not_end_a_traceback(line):
     assert feed(HEADER, FRAME, line).failure is None
-    # the traceback is still open: the family's lines inside are not read
+    # the traceback is still open: the family's lines inside are not read, but the launcher's last report
+    # (every worker gone) ends it
     assert feed(HEADER, FRAME, line, "srun: error: r1: task 0: Exited with exit code 1").failure is None
+    report = "[ERROR] [launch.py:322:sigkill_handler] ['python', 'train.py'] exits with return code = 1"
+    assert feed(HEADER, FRAME, line, report).failure == ("failed", f"worker failed: {report}", 4)
 
 
 def test_an_oom_line_ends_a_traceback_as_an_oom_and_a_frames_source_does_not():
