@@ -49,8 +49,11 @@ def _measured(name: str) -> pl.Expr:
 
 
 def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
-    """Per run: distinct steps, and medians of step time and samples/s over the steps after warm-up."""
-    steady = pl.int_range(pl.len()).over("path") >= warmup
+    """Per run: distinct steps, and medians of step time and samples/s over the steps after warm-up; under
+    a batch-size rampup (Megatron's ``--rampup-batch-size``), over those at the run's last batch size."""
+    batch = pl.col("global_batch_size")
+    at_last_batch = batch.is_null() | (batch == batch.drop_nulls().last().over("path"))
+    steady = (pl.int_range(pl.len()).over("path") >= warmup) & at_last_batch
     steady_tflops = pl.col("logged_tflops_per_gpu").filter(pl.col("steady"))
     return (
         iterations.sort("path", "iteration")
@@ -66,6 +69,7 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
             iterations=pl.col("iteration").n_unique(),
             logged_steps=pl.len(),
             steady_steps=pl.col("elapsed_ms").filter(pl.col("steady")).count(),
+            ramped=batch.n_unique() > 1,
             steady_elapsed_ms=pl.col("elapsed_ms").filter(pl.col("steady")).median(),
             steady_samples_per_sec=pl.col("samples_per_sec").filter(pl.col("steady")).median(),
             steady_samples_steps=pl.col("samples_per_sec").filter(pl.col("steady")).count(),
@@ -107,7 +111,12 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         pl.when(from_elapsed.is_not_null())
         .then(
             pl.format(
-                "median of {} logged step times after the first {}", pl.col("steady_steps"), pl.lit(warmup)
+                "median of {} logged step times after the first {}{}",
+                pl.col("steady_steps"),
+                pl.lit(warmup),
+                pl.when(pl.col("ramped"))
+                .then(pl.lit(" at the last global batch size"))
+                .otherwise(pl.lit("")),
             )
         )
         .when(from_samples.is_not_null())

@@ -142,8 +142,9 @@ ITERATION_FIELDS: dict[str, tuple[str, ...]] = {
     "nan": ("number of nan iterations",),
     "logged_tflops_per_gpu": ("throughput per gpu (tflop/s/gpu)", "tflops"),
     "samples_per_sec": ("samples per second",),
+    "global_batch_size": ("global batch size",),
 }
-#: iteration-record fields that are counts (the rest are measurements); the global batch is a run fact
+#: iteration-record fields that are counts (the rest are measurements)
 COUNT_FIELDS = ("number of skipped iterations", "number of nan iterations", "global batch size")
 #: an iteration record's header; a line may hold several records (ranks glued without a tag)
 ITERATION_HEADER = r"\biteration\s+(?P<step>\d+)\s*/\s*(?P<total>\d+)"

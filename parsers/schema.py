@@ -69,6 +69,7 @@ ITERATIONS_SCHEMA: dict[str, pl.DataType] = {
     "elapsed_ms": pl.Float64,  # time of this step (Megatron: elapsed time per iteration)
     "samples_per_sec": pl.Float64,
     "tokens_per_sec": pl.Float64,
+    "global_batch_size": pl.Int64,  # the step's, where logged each step (Megatron: a batch-size rampup)
     "loss": pl.Float64,
     "lr": pl.Float64,
     "loss_scale": pl.Float64,

@@ -41,6 +41,7 @@ def test_iteration_line():
         "loss_scale": 4294967296.0,
         "skipped": 1,
         "nan": 0,
+        "global_batch_size": 1024,
     }
     assert run.facts["global_batch_size"] == 1024 and run.facts["train_iters"] == 1000
 

@@ -46,6 +46,18 @@ def test_median_after_warmup_and_the_warmup_option():
     assert row["sec_per_iter"] == 3.5
 
 
+def test_a_batch_size_rampup_times_the_steps_at_the_last_batch_size():
+    # Megatron's --rampup-batch-size: 32 -> 64 -> 128 samples a step, each step as fast per sample
+    batches, times = [32, 32, 64, 64, 128, 128, 128], [500.0, 400.0, 800.0, 800.0, 1600.0, 1500.0, 1700.0]
+    its = iterations("a", elapsed_ms=times, global_batch_size=batches)
+    row = one(runs({"path": "a", "global_batch_size": 128}), its)
+    assert (row["sec_per_iter"], row["samples_per_sec"]) == (1.6, 80.0)
+    assert (
+        row["sec_per_iter_source"]
+        == "median of 3 logged step times after the first 1 at the last global batch size"
+    )
+
+
 def test_only_warmup_steps_gives_no_steady_state():
     row = one(runs({"path": "a"}), iterations("a", elapsed_ms=[5000.0]))
     assert row["sec_per_iter"] is None
