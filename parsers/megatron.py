@@ -5,7 +5,10 @@ Lines read (real examples in fixtures/megatron/):
   (old versions lack consumed samples; ``lm loss`` or ``lm-loss``; newer ones add
   ``throughput per GPU (TFLOP/s/GPU)``; BigScience's fork (BLOOM) prints ``elapsed time per iteration
   (s)``, ``samples per second`` and ``TFLOPs``; a timestamp may precede it);
-- ``time (ms) | forward-compute: 32054.16 | ...`` (timers of the step logged just before);
+- ``time (ms) | forward-compute: 32054.16 | ...`` (timers of the step logged just before), and today's
+  Megatron-LM core's block of them, ``(min, max) time across ranks (ms):`` then ``    forward-backward
+  ....: (8900.00, 8920.00)`` a line (``--timing-log-option max``: ``max time across ranks (ms):``,
+  ``....: 8920.00``), of which the slowest rank's time is read;
 - ``[Rank 0] (after 1 iterations) memory (MB) | allocated: ... | max allocated: ...`` and the old
   ``after 1 iterations memory (MB) | ...``;
 - the arguments dump between ``---- arguments ----`` and ``---- end of arguments ----``;
@@ -272,6 +275,27 @@ def read_memory(records: pl.LazyFrame) -> Events:
     return Events(steps=[steps], notes=[_too_long(headers, "iteration", pl.col("step"))])
 
 
+#: a timer of Megatron-LM core's block (``Timers.log``): its name, left-justified with dots, then ``(min,
+#: max)`` or one time in ms (a name of 48 characters or more has no dots: not read)
+_RANK_TIMER = rf"^{PYTHON_SPACE}*(?P<name>\S+) \.+: (?:\((?P<min>[\d.]+), (?P<max>[\d.]+)\)|(?P<value>[\d.]+)){PYTHON_SPACE}*$"
+
+
+def read_rank_timers(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
+    """The timers of Megatron-LM core's blocks, a timer event each (of the step logged before it): the
+    slowest rank's time."""
+    lines = blocks.filter(pl.col("role") == BODY).select(
+        "order", timer=pl.col("text").str.extract_groups(_RANK_TIMER)
+    )
+    timers = lines.select(
+        "order",
+        position=pl.lit(0, pl.Int64),  # a timer a line
+        timer=pl.col("timer").struct.field("name"),
+        ms=as_real(pl.coalesce(pl.col("timer").struct.field("max"), pl.col("timer").struct.field("value"))),
+        family=pl.lit(NAME),
+    )
+    return Events(timers=[timers.drop_nulls("ms").collect()])
+
+
 def _outside_dumps(marker: str) -> RecordTest:
     """A per-step record: one holding ``marker`` but not an arguments dump's opener."""
     return RecordTest(markers=(marker,), unless=(_DUMP_OPENER,))
@@ -434,6 +458,18 @@ ARGUMENTS = Block(
 )
 
 
+RANK_TIMERS = Block(
+    family=NAME,
+    name="rank timers",
+    opens=RecordTest(markers=("time across ranks (ms):",)),
+    body=RecordTest(pattern=_RANK_TIMER),
+    markers=(".: ",),
+    # the next step's line ends it (its timers follow it); a block lists a few dozen timers at most
+    ends=RecordTest(markers=("elapsed time per iteration",)),
+    max_lines=100,
+    read=read_rank_timers,
+)
+
 FAMILY = Family(
     name=NAME,
     markers=(
@@ -445,10 +481,11 @@ FAMILY = Family(
         "padded vocab",
         "number of micro-batches",
         "Effective Tera Flops",
+        *RANK_TIMERS.opens.markers,
         *PLANNED_ENDS,
     ),
     parse_line=parse_line,
     kinds=KINDS,
-    blocks=(ARGUMENTS,),
+    blocks=(ARGUMENTS, RANK_TIMERS),
     description="Megatron-LM / Megatron-DeepSpeed: iteration lines, timers, memory, arguments dump",
 )

@@ -174,13 +174,12 @@ def _code_span(text: str) -> str:
     return f"{ticks} {text} {ticks}"
 
 
-def iterations_text(iterations: pl.DataFrame, runs: pl.DataFrame, *, markdown: bool) -> str:
-    """One row per logged step; ``path`` shows the name of its run in ``runs`` (:func:`run_labels`)."""
-    columns = [(name, name, None) for name in iterations.columns]
+def step_rows_text(steps: pl.DataFrame, runs: pl.DataFrame, *, markdown: bool) -> str:
+    """One row per logged step (or step's timer); ``path`` shows the name of its run in ``runs``
+    (:func:`run_labels`)."""
+    columns = [(name, name, None) for name in steps.columns]
     names = label_of_path(runs)
-    frame = iterations.with_columns(
-        pl.col("path").replace_strict(names, default=None, return_dtype=pl.String)
-    )
+    frame = steps.with_columns(pl.col("path").replace_strict(names, default=None, return_dtype=pl.String))
     return text_table(frame, columns, markdown=markdown) + "\n"
 
 

@@ -71,6 +71,28 @@ def test_iterations_carry_provenance(capsys):
     ]
 
 
+def test_timers_a_row_each_with_the_step_before_them(capsys):
+    log = FIXTURES / "megatron" / "meg_gpt2_perf_n16.out"
+    code, out, _ = logstat(capsys, "parse", log, "--timers", "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    # lines 194 and 236: set-up timers before any step (3); lines 239, 241, 243: 11 timers of steps 1-3
+    assert code == 0 and len(rows) == 3 + 3 * 11
+    assert (rows[0]["iteration"], rows[0]["timer"], rows[0]["ms"], rows[0]["line"]) == (
+        "",
+        "load-checkpoint",
+        "0.47",
+        "194",
+    )
+    assert (rows[3]["iteration"], rows[3]["timer"], rows[3]["ms"], rows[3]["line"]) == (
+        "1",
+        "forward-compute",
+        "32054.16",
+        "239",
+    )
+    code, _, err = logstat(capsys, "parse", log, "--timers", "--iterations")
+    assert code != 0 and "--iterations and --timers" in err
+
+
 def test_markdown_and_warmup(capsys):
     code, out, _ = logstat(
         capsys, "parse", FIXTURES / "slurm" / "timelimit-1003.out", "--format", "markdown", "--warmup", "0"

@@ -78,6 +78,26 @@ def test_timers_belong_to_the_step_logged_before():
     assert len(timers) == 11
 
 
+def test_megatron_core_timer_blocks_give_the_slowest_ranks_time_of_the_step_before():
+    # megatron/core/timers.py: (name + " ").ljust(48, "."), then "(min, max)" or the one time of the option
+    minmax = ["(min, max) time across ranks (ms):"]
+    minmax += [f"    {(name + ' ').ljust(48, '.')}: ({low:.2f}, {high:.2f})" for name, low, high in (
+        ("forward-backward", 8900.0, 8920.0), ("optimizer", 110.5, 112.7))]  # fmt: skip
+    only_max = ["max time across ranks (ms):", f"    {'forward-backward '.ljust(48, '.')}: 59000.00"]
+    second = ITERATION_1.replace("1/", "2/", 1)
+    run = feed(
+        ITERATION_1, *minmax, "[Rank 0] (after 1 iterations) memory (MB) | allocated: 1.0", second, *only_max
+    )
+    got = sorted((t["iteration"], t["timer"], t["ms"], t["line"]) for t in run.timers)
+    assert got == [
+        (1, "forward-backward", 8920.0, 3),
+        (1, "optimizer", 112.7, 4),
+        (2, "forward-backward", 59000.0, 8),
+    ]
+    # a timer line with no block's heading before it is no timer
+    assert feed(ITERATION_1, minmax[1]).timers == []
+
+
 @pytest.mark.parametrize(
     ("line", "expected"),
     [

@@ -367,7 +367,7 @@ def test_a_soup_of_real_lines_of_every_family_reads_and_renders(data, real_lines
     records = formats.run_records(result.runs, tflops=True)
     _strict_json(formats.json_text(records))
     formats.runs_text(result.runs, tflops=True, markdown=True, warmup=1)
-    formats.iterations_text(result.iterations, result.runs, markdown=False)
+    formats.step_rows_text(result.iterations, result.runs, markdown=False)
     assert Path(row["path"]).name in render_tables(result.runs, columns=None)
     for chart in charts_of(result.runs, result.iterations, result.timers).values():
         _strict_json(chart.to_json())

@@ -22,6 +22,9 @@ FORMATS = ("table", "json", "csv", "parquet", "markdown")
 )
 @click.option("--iterations", is_flag=True, help="One row per logged iteration (with its family and line).")
 @click.option(
+    "--timers", is_flag=True, help="One row per timer of a logged iteration (Megatron's, DeepSpeed's), in ms."
+)
+@click.option(
     "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format."
 )
 @click.option("--family", default=None, help="Force one log family instead of detecting it per file.")
@@ -45,6 +48,7 @@ def parse(
     paths: tuple[str, ...],
     tflops: bool,
     iterations: bool,
+    timers: bool,
     fmt: str,
     family: str | None,
     warmup: int,
@@ -63,10 +67,13 @@ def parse(
       logstat parse logs/ --tflops
       logstat parse a.out b.out.gz --format json
       logstat parse logs/ --iterations --format csv -o iterations.csv
+      logstat parse logs/ --timers --format csv
     """
     from logstat import formats
     from logstat.api import find_logs, load_files
 
+    if iterations and timers:
+        raise LogstatError("--iterations and --timers: give one (each is a table of its own)")
     if output is None and fmt == "parquet" and sys.stdout.isatty():
         raise LogstatError("--format parquet is binary: give --output FILE (not written to a terminal)")
     if output is not None:
@@ -85,13 +92,10 @@ def parse(
     _warn(result.runs)
     for line in formats.warmup_warnings(result.runs, warmup):
         click.echo(line, err=True)
-    if iterations:
-        frame = result.iterations
+    if iterations or timers:
+        frame = result.iterations if iterations else result.timers
         formats.write(
-            frame,
-            fmt,
-            lambda markdown: formats.iterations_text(frame, result.runs, markdown=markdown),
-            output,
+            frame, fmt, lambda markdown: formats.step_rows_text(frame, result.runs, markdown=markdown), output
         )
         return
     runs = formats.run_records(result.runs, tflops=tflops)
