@@ -5,7 +5,8 @@ pipeline fill), so seconds per iteration is the median of the logged steps after
 "Warm-up"). Where a log has no per-step time, it comes from samples/s: DeepSpeed's per-step
 throughput (median after warm-up) or HF Trainer's final ``train_samples_per_second`` (the seed's
 ``glob_bs / samples_per_second``), else HF's ``train_runtime / steps``, ``1 / train_steps_per_second``
-or tqdm's rate of the training bar; the ``sec_per_iter_source`` column says which. DeepSpeed's flops
+or tqdm's rate of the training bar (the only one of a run stopped early: transformers 4's final metrics
+count the planned steps); the ``sec_per_iter_source`` column says which. DeepSpeed's flops
 profiler times one profiled micro-batch (its ``iter latency`` and ``samples/second``), not a step, so
 it is no source of them.
 
@@ -67,6 +68,7 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
         .group_by("path")
         .agg(
             iterations=pl.col("iteration").n_unique(),
+            last_step=pl.col("iteration").max(),
             logged_steps=pl.len(),
             steady_steps=pl.col("elapsed_ms").filter(pl.col("steady")).count(),
             ramped=batch.n_unique() > 1,
@@ -103,6 +105,7 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
     from_final = formulas.sec_per_iter_from_samples(
         global_batch=gbs, samples_per_sec=_measured("final_samples_per_sec")
     )
+    from_final = pl.when(~_stopped_early()).then(from_final)
     from_runtime, from_steps_rate, from_progress = _hf_step_time()
     sec_per_iter = pl.coalesce(
         from_elapsed, from_samples, from_final, from_runtime, from_steps_rate, from_progress
@@ -354,6 +357,13 @@ def _hf_steps() -> pl.Expr:
     return pl.coalesce(_f("final_steps"), _f("train_iters"))
 
 
+def _stopped_early() -> pl.Expr:
+    """An HF Trainer run whose last logged step falls a tenth or more short of the planned ones (early
+    stopping): transformers 4's final metrics count the planned steps (``speed_metrics`` is given
+    ``max_steps``), not those run, so neither its samples/s nor its steps/s times a step."""
+    return (_f("last_step") < 0.9 * _f("train_iters")).fill_null(False)
+
+
 def _hf_step_time() -> tuple[pl.Expr, pl.Expr, pl.Expr]:
     """Seconds per step of an HF Trainer run whose logged dicts carry no time: ``train_runtime / steps``,
     ``1 / train_steps_per_second``, and tqdm's rate of the training bar, in that order of preference.
@@ -365,8 +375,9 @@ def _hf_step_time() -> tuple[pl.Expr, pl.Expr, pl.Expr]:
     runtime = _measured("final_train_runtime_s")
     logged_rate = _measured("final_steps_per_sec")
     agrees = logged_rate.is_null() | ((steps / runtime - logged_rate).abs() <= 0.0005 + 0.0005 * logged_rate)
-    from_runtime = pl.when((steps > 0) & agrees).then(runtime / steps)
-    return from_runtime, 1 / logged_rate, _measured("progress_sec_per_iter")
+    timed = ~_stopped_early()
+    from_runtime = pl.when((steps > 0) & agrees & timed).then(runtime / steps)
+    return from_runtime, pl.when(timed).then(1 / logged_rate), _measured("progress_sec_per_iter")
 
 
 def _by_checkpointing(build) -> pl.Expr:

@@ -77,6 +77,26 @@ def test_sec_per_iter_from_deepspeed_samples_and_hf_final_metrics():
     assert row["iterations"] == 0
 
 
+def test_an_hf_run_stopped_early_is_timed_by_its_bar_not_its_planned_steps_final_metrics():
+    # transformers 4's speed_metrics over max_steps: 2000 planned steps of 64 samples in 1800 s -> 71.111
+    # samples/s and 1.111 steps/s, of a run that early stopping ended at step 600 (3 s a step)
+    final = {"final_samples_per_sec": 71.111, "final_steps_per_sec": 1.111, "final_train_runtime_s": 1800.0}
+    hf = {"path": "hf", "global_batch_size": 64, "train_iters": 2000, "progress_sec_per_iter": 3.0, **final}
+    row = one(runs(hf), _steps("hf", [200, 400, 600]))
+    assert (row["sec_per_iter"], row["sec_per_iter_source"]) == (
+        3.0,
+        "tqdm rate of the training progress bar (last update)",
+    )
+    # run to its end, the same metrics time its steps
+    row = one(runs(hf), _steps("hf", [1000, 1500, 2000]))
+    assert row["sec_per_iter"] == pytest.approx(64 / 71.111)
+
+
+def _steps(path: str, steps: list[int]) -> pl.DataFrame:
+    """HF Trainer's logged steps (a loss each, no time)."""
+    return iterations(path, loss=[2.0] * len(steps)).with_columns(iteration=pl.Series(steps))
+
+
 def test_hf_step_time_without_a_global_batch_runtime_per_step_then_steps_per_second_then_tqdm():
     no_steps = iterations("other", elapsed_ms=[1.0])
     # speed_metrics: train_steps_per_second = round(steps / runtime, 3); 6 / 8.669 = 0.692
