@@ -6,15 +6,17 @@ A100-SXM4-80GB`` lines, and a launch script's ``Model size: 52B`` echo (seed 001
 
 Failures are events, each either a root cause or one of its consequences (weights in parsers/base.py):
 
-- causes: a worker's exception (a traceback's exception line; the last one of a chained traceback),
-  CUDA out of memory, an NCCL watchdog timeout or NCCL error (or the CUDA error the watchdog ended on),
-  a native abort (a C++ exception's ``what():``, ``Fatal Python error:``), the cgroup OOM killer's ``oom_kill
-  event``, ``CANCELLED AT ... DUE TO TIME LIMIT`` / ``NODE FAILURE`` (failed), a cancel without a
-  failure before it or a ``KeyboardInterrupt`` (cancelled), srun's node failure or other errors, argparse's ``<prog>: error:``;
-- consequences: a kill (``Killed``, signal 9, SIGKILL) or a crash (SIGSEGV, SIGABRT, ...), a peer's connection reset or aborted NCCL
-  communicator, a signal's exception; then reports that a worker failed (a launcher's exit code,
-  ChildFailedError, CalledProcessError, ``DUE TO TASK FAILURE``, mpirun's summary, ``srun: error:
-  ...: task 3: Exited with exit code 1``); last the launcher killing its other workers.
+- causes: a worker's exception (a traceback's exception line; the last one of a chained traceback), CUDA
+  out of memory, an NCCL watchdog timeout or NCCL error (or the CUDA error the watchdog ended on), a
+  native abort (a C++ exception's ``what():``, ``Fatal Python error:``), the cgroup OOM killer's
+  ``oom_kill event``, ``CANCELLED AT ... DUE TO TIME LIMIT`` / ``NODE FAILURE`` (failed), a cancel
+  without a failure before it or a ``KeyboardInterrupt`` (cancelled), srun's node failure or other
+  errors, argparse's ``<prog>: error:``;
+- consequences: a kill (``Killed``, signal 9, SIGKILL) or a crash (SIGSEGV, SIGABRT, ...), a peer's
+  connection reset or aborted NCCL communicator, a signal's exception; then reports that a worker failed
+  (a launcher's exit code, ChildFailedError, CalledProcessError, ``DUE TO TASK FAILURE``, mpirun's
+  summary, ``srun: error: ...: task 3: Exited with exit code 1``); last the launcher killing its other
+  workers.
 
 The run's reason is the first event of the strongest weight in line order, so the first cause when
 there is one, whatever follows. A time limit's line comes after the training's last lines and before
