@@ -4,9 +4,10 @@ Python dicts (``{'loss': 2.3}``; today ``'4.705'`` strings) from every node's ra
 one step; the last has ``train_runtime``), ``train metrics`` lines, ``TrainingArguments(`` a field a line
 (older versions: one line), the ``Running training`` banner, the model shape (overrides, a printed config),
 tqdm's bar, the launch's GPU count. A dict has no step: the n-th distinct training dict is step
-``n * logging_steps`` (1 first with ``logging_first_step``; after a resume from a checkpoint at step s,
-the k-th dict after it is the k-th multiple of ``logging_steps`` after s), else n. Records and the blocks' lines are read
-a segment at a time: each distinct text once in Python into effects, then polars rules, with a carry.
+``n * logging_steps`` (1 first with ``logging_first_step``; after a resume from a checkpoint at step s, the
+k-th dict after it is the k-th multiple of ``logging_steps`` after s), else n. Records and the blocks'
+lines are read a segment at a time: each distinct text once in Python into effects, then polars rules,
+with a carry.
 """
 
 from __future__ import annotations
