@@ -37,6 +37,7 @@ MARKERS = (
     *(*_TRAINER_KEYS, _ARGS_MARKER, _METRICS_BANNER, "Config {", "Overriding config:", "--config_overrides"),
     *("--per_device_train_batch_size", "Instantaneous batch size per device", "Total train batch size"),
     *("Gradient Accumulation steps", "Total optimization steps", "Number of trainable parameters"),
+    *("Num Epochs", "Num update steps per epoch"),
     "TrainOutput(global_step=",
     *_RESUMED_AT,
     # launch context: the GPU count (the banner's total batch gives DP only)
@@ -73,7 +74,10 @@ _BANNER_FACTS = {
     "Total optimization steps": "train_iters",
     "Number of trainable parameters": "logged_model_size",
 }
-_TRAIN_BANNER = re.compile(rf"({literals(tuple(_BANNER_FACTS))}) = ([\d,]+)")
+#: the banner's counts that number the dicts of ``logging_strategy`` epoch (transformers 5 prints the steps
+#: an epoch takes; 4 only the epochs, of the optimization steps)
+_BANNER_COUNTS = {"Num Epochs": "num_train_epochs", "Num update steps per epoch": "steps_per_epoch"}
+_TRAIN_BANNER = re.compile(rf"({literals((*_BANNER_FACTS, *_BANNER_COUNTS))}) = ([\d,]+)")
 _TRAIN_OUTPUT = re.compile(r"TrainOutput\(global_step=(\d+),")
 _RESUMED_STEP = re.compile(r"(?:Continuing training from|checkpoint with epoch \d+ and) global step (\d+)\b")
 #: the world size (DeepSpeed's launcher, MPI, torch elastic, env); not LOCAL_WORLD_SIZE, a role's or DP's
@@ -84,7 +88,7 @@ _FLAG_INT_FACTS = {**_ARGS_INT_FACTS, "max_steps": "train_iters"}  # the argumen
 #: the fields read: facts, and what later records need (a dict's step, fp32, one process's GPU count)
 _ARGS_READ = frozenset(
     [*_FLAG_INT_FACTS, "fp16", "bf16", "gradient_checkpointing", "activation_checkpointing", "local_rank"]
-    + ["_n_gpu", "logging_steps", "logging_first_step", "deepspeed"]
+    + ["_n_gpu", "logging_steps", "logging_first_step", "logging_strategy", "deepspeed"]
 )
 _SHAPE_KEYS = {  # model-config keys (GPT-2's, the generic ones) -> fact; num_key_value_heads: GQA
     **dict(n_embd="hidden_size", hidden_size="hidden_size", n_layer="num_layers", n_head="num_heads"),
@@ -238,6 +242,9 @@ def _plain(text: str, out: list) -> None:
 def _banner(label: str, value: int, out: list) -> None:
     """``Running training``'s counts (ZeRO-3 partitions parameters: some versions count 0), and DP from the
     batch numbers (total = micro batch x accumulation x DP; no GPU count: TP ranks are not in it)."""
+    if label in _BANNER_COUNTS:
+        out += [{"what": "banner", "name": _BANNER_COUNTS[label], "value": _typed(value)}, _SEEN]
+        return
     fact = _BANNER_FACTS[label]
     size = fact == "logged_model_size" and value <= INT64_MAX  # beyond: noted, never divided (OverflowError)
     if value > 0:
@@ -533,7 +540,8 @@ def _steps(effects: pl.DataFrame, args: pl.DataFrame) -> tuple[pl.DataFrame, pl.
         .with_columns(position=pl.col("known").fill_null(0) + pl.int_range(1, pl.len() + 1).over("run"))
     )
     resumes = _resumes(effects, new, known_count)
-    new = _state_at(new, args, "logging_steps", "logging_first_step", "max_steps")
+    new = _state_at(new, args, "logging_steps", "logging_first_step", "max_steps", *_EPOCH_STATE)
+    new = new.with_columns(logging_steps=pl.coalesce(_steps_per_epoch(), "logging_steps"))
     by_resume = resumes.select("run", "order", resumed=_field("integer"), resume_base="base")
     new = new.join_asof(by_resume, on="order", by="run", allow_exact_matches=False, check_sortedness=False)
     state = new.select(
@@ -548,6 +556,24 @@ def _steps(effects: pl.DataFrame, args: pl.DataFrame) -> tuple[pl.DataFrame, pl.
     steps = steps.join(dicts.select("run", "name", number=_field("integer")), on=["run", "name"], how="left")
     step, mode = pl.coalesce(_field("integer"), "number"), pl.lit(kinds.RECORD, pl.Int8)
     return steps.select("order", *_DICT_METRICS.values(), step=step, mode=mode), dicts, resumes
+
+
+#: what numbers the dicts of ``logging_strategy`` epoch: the strategy, the banner's counts
+_EPOCH_STATE = ("logging_strategy", "steps_per_epoch", "num_train_epochs")
+
+
+def _steps_per_epoch() -> pl.Expr:
+    """The steps an epoch takes where ``logging_strategy`` is epoch (the Trainer logs at each epoch's end):
+    the banner's, else its optimization steps over its epochs; else null."""
+    epochs, total = _field("integer", "num_train_epochs"), _field("integer", "max_steps")
+    per_epoch = pl.coalesce(
+        _field("integer", "steps_per_epoch"), pl.when(total % epochs == 0).then(total // epochs)
+    )
+    by_epoch = _field("text", "logging_strategy").str.to_lowercase().str.ends_with("epoch")
+    typed = pl.struct(
+        kind=pl.lit("int"), integer=per_epoch, real=per_epoch.cast(pl.Float64), text=per_epoch.cast(pl.String)
+    )
+    return pl.when(by_epoch & (per_epoch > 0)).then(typed)
 
 
 def _resumes(effects: pl.DataFrame, new: pl.DataFrame, known_count: pl.DataFrame) -> pl.DataFrame:

@@ -671,6 +671,26 @@ def test_a_logging_steps_ratio_of_an_epoch_run_is_of_the_banner_steps():
     assert sorted(feed_lines([*dump, banner, *dicts]).iterations) == [47, 94]
 
 
+def test_an_epoch_logging_strategy_logs_at_each_epochs_end():
+    dump = ["TrainingArguments(", "logging_steps=500,", "logging_strategy=IntervalStrategy.EPOCH,", ")"]
+    dicts = [
+        "{'loss': 0.5, 'learning_rate': 4e-05, 'epoch': 1.0}",
+        "{'loss': 0.3, 'learning_rate': 2e-05, 'epoch': 2.0}",
+    ]
+    # transformers 4: the epochs and the optimization steps; 5 also prints the steps of an epoch
+    banner_4 = ["  Num Epochs = 3", "  Total optimization steps = 2,343"]
+    assert sorted(feed_lines([*dump, *banner_4, *dicts]).iterations) == [781, 1562]
+    banner_5 = [
+        "  Num Epochs = 3",
+        "  Num update steps per epoch = 700",
+        "  Total optimization steps = 2,100",
+    ]
+    assert sorted(feed_lines([*dump, *banner_5, *dicts]).iterations) == [700, 1400]
+    # logging by steps: logging_steps, whatever the banner says of epochs
+    steps = [dump[0], dump[1], "logging_strategy=steps,", ")"]
+    assert sorted(feed_lines([*steps, *banner_4, *dicts]).iterations) == [500, 1000]
+
+
 def test_final_metrics_copies_weigh_their_digits():
     lines = [
         "{'train_runtime': 11.2, 'train_samples_per_second': 4.276, 'epoch': 0.75}",
