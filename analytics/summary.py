@@ -71,7 +71,7 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
             last_step=pl.col("iteration").max(),
             logged_steps=pl.len(),
             steady_steps=pl.col("elapsed_ms").filter(pl.col("steady")).count(),
-            ramped=batch.n_unique() > 1,
+            ramped=batch.drop_nulls().n_unique() > 1,
             steady_elapsed_ms=pl.col("elapsed_ms").filter(pl.col("steady")).median(),
             steady_samples_per_sec=pl.col("samples_per_sec").filter(pl.col("steady")).median(),
             steady_samples_steps=pl.col("samples_per_sec").filter(pl.col("steady")).count(),
@@ -105,8 +105,9 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
     from_final = formulas.sec_per_iter_from_samples(
         global_batch=gbs, samples_per_sec=_measured("final_samples_per_sec")
     )
-    from_final = pl.when(~_stopped_early()).then(from_final)
-    from_runtime, from_steps_rate, from_progress = _hf_step_time()
+    timed = ~_stopped_early()
+    from_final = pl.when(timed).then(from_final)
+    from_runtime, from_steps_rate, from_progress = _hf_step_time(timed)
     sec_per_iter = pl.coalesce(
         from_elapsed, from_samples, from_final, from_runtime, from_steps_rate, from_progress
     )
@@ -364,9 +365,10 @@ def _stopped_early() -> pl.Expr:
     return (_f("last_step") < 0.9 * _f("train_iters")).fill_null(False)
 
 
-def _hf_step_time() -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+def _hf_step_time(timed: pl.Expr) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
     """Seconds per step of an HF Trainer run whose logged dicts carry no time: ``train_runtime / steps``,
-    ``1 / train_steps_per_second``, and tqdm's rate of the training bar, in that order of preference.
+    ``1 / train_steps_per_second`` (where its final metrics are ``timed``: not ``_stopped_early``), and
+    tqdm's rate of the training bar, in that order of preference.
 
     ``train_steps_per_second`` is ``steps / train_runtime`` rounded to 3 decimals (``speed_metrics``;
     today's dicts print it ``.4g``): 0.007 for a 137 s step, so ``train_runtime / steps`` is preferred
@@ -375,7 +377,6 @@ def _hf_step_time() -> tuple[pl.Expr, pl.Expr, pl.Expr]:
     runtime = _measured("final_train_runtime_s")
     logged_rate = _measured("final_steps_per_sec")
     agrees = logged_rate.is_null() | ((steps / runtime - logged_rate).abs() <= 0.0005 + 0.0005 * logged_rate)
-    timed = ~_stopped_early()
     from_runtime = pl.when((steps > 0) & agrees & timed).then(runtime / steps)
     return from_runtime, pl.when(timed).then(1 / logged_rate), _measured("progress_sec_per_iter")
 

@@ -276,8 +276,10 @@ def read_memory(records: pl.LazyFrame) -> Events:
 
 
 #: a timer of Megatron-LM core's block (``Timers.log``): its name, left-justified with dots, then ``(min,
-#: max)`` or one time in ms (a name of 48 characters or more has no dots: not read)
-_RANK_TIMER = rf"^{PYTHON_SPACE}*(?P<name>\S+) \.+: (?:\((?P<min>[\d.]+), (?P<max>[\d.]+)\)|(?P<value>[\d.]+)){PYTHON_SPACE}*$"
+#: max)`` or one time in ms (a name of 48 characters or more has no dots: not read); the max is kept
+_RANK_TIMER = (
+    rf"^{PYTHON_SPACE}*(?P<name>\S+) \.+: (?:\([\d.]+, (?P<max>[\d.]+)\)|(?P<value>[\d.]+)){PYTHON_SPACE}*$"
+)
 
 
 def read_rank_timers(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:

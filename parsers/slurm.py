@@ -292,10 +292,20 @@ _READ_BEFORE_TRACEBACKS = (*_READ_BEFORE_KILLS, *_KILLS, "by peer")
 #: (torchrun's ChildFailedError, DeepSpeed's runner's CalledProcessError) only says that a worker failed;
 #: a signal (torch elastic's SignalException) or a peer's end (connection reset) says how a process ended;
 #: KeyboardInterrupt (SIGINT: a user's Ctrl-C, forwarded by srun) cancelled the run
-_EXCEPTION_KINDS = {"launcher": LAUNCHER_EXCEPTIONS, "signal": SIGNAL_EXCEPTIONS, "peer": PEER_FAILURES}
-_EXCEPTION_KINDS["interrupt"] = ("KeyboardInterrupt",)
-_WEIGHTS = {"cuda oom": CAUSE, "launcher": REPORT, "signal": EFFECT, "peer": EFFECT, "exception": CAUSE}
-_WEIGHTS["interrupt"] = CAUSE
+_EXCEPTION_KINDS = {
+    "launcher": LAUNCHER_EXCEPTIONS,
+    "signal": SIGNAL_EXCEPTIONS,
+    "peer": PEER_FAILURES,
+    "interrupt": ("KeyboardInterrupt",),
+}
+_WEIGHTS = {
+    "cuda oom": CAUSE,
+    "launcher": REPORT,
+    "signal": EFFECT,
+    "peer": EFFECT,
+    "interrupt": CAUSE,
+    "exception": CAUSE,
+}
 
 
 def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
