@@ -6,8 +6,8 @@ the engine's ``step=N, skipped=N, lr=[...]``; the ThroughputTimer's ``.../global
 CurrSamplesPerSec=Y, MemAllocated=aGB, MaxMemAllocated=bGB``; the pipeline engine's ``steps: N loss: X
 iter time (s): T samples/sec: S``, ``CONFIG: micro_batches=N micro_batch_size=M``, ``UNIQUE_PARAMS=N``;
 the flops profiler's summary (its latency is one profiled micro-batch's; its ``FLOPS per GPU`` the step's).
-A dump's ``world_size`` is the data-parallel size, the GPU count unless Megatron (model parallelism) came
-first. Of a restarted job's dumps the last wins.
+A dump's ``world_size`` is the data-parallel size, the GPU count unless Megatron or a pipeline's topology
+(model parallelism) came first. Of a restarted job's dumps the last wins.
 
 RECORDS reads each throughput and pipeline record alone; SEQUENCE the printer's, step and profiler
 records, which depend on the run's earlier ones, in segments, each after the ``carry`` of the one before;
@@ -35,7 +35,7 @@ _DECIMAL = pl.Decimal(38, 0)
 #: a record's step events are numbered from this index (a Megatron record glued to it first), by band
 _EVENT_BASE = 64
 _STEP, _THROUGHPUT, _PIPE, _PROFILE = range(4)
-_INT_FACTS = ("global_batch_size", "micro_batch_size", "gas", "zero_stage", "dp", "gpus")
+_INT_FACTS = ("global_batch_size", "micro_batch_size", "gas", "zero_stage", "dp", "gpus", "pp", "tp")
 _OFFLOADS = ("offload_param", "offload_optimizer")
 _STATEMENT = dict.fromkeys(("run", "order", "dump"), pl.Int64)
 _STATEMENT |= dict.fromkeys(("fact", "value", "note", "unless_seen"), pl.String)
@@ -99,10 +99,11 @@ def _numbered(events: Events) -> Events:
     return events
 
 
-def _statements(frame: pl.DataFrame, fact, value: pl.Expr, note=None, unless=None) -> pl.DataFrame:
+def _statements(frame: pl.DataFrame, fact, value: pl.Expr, note=None, unless=()) -> pl.DataFrame:
     """Statements of ``fact`` (``run``, ``order``, ``dump``: null outside a dump), ``value`` as text or
-    null and a ``note``; ``unless_seen``: a family whose record before cancels it."""
+    null and a ``note``; ``unless_seen``: the families (a comma-joined list) whose record before cancels it."""
     fact = pl.lit(fact) if isinstance(fact, str) else fact
+    unless = ",".join(unless) if unless else None
     columns = {"dump": "dump" if "dump" in frame.columns else None, "unless_seen": pl.lit(unless)}
     stated = frame.select("run", "order", fact=fact, value=value.cast(pl.String), note=note, **columns)
     return stated.filter(pl.col("value").is_not_null() | pl.col("note").is_not_null()).cast(_STATEMENT)
@@ -155,16 +156,29 @@ PIPE_STEPS = (
 )
 PIPE_CONFIG = r"CONFIG: micro_batches=(\d+) micro_batch_size=(\d+)"
 UNIQUE_PARAMS = r"UNIQUE_PARAMS=(\d+)"
-_RECORD_MARKERS = ("SamplesPerSec=", "iter time (s):", "CONFIG: micro_batches=", "UNIQUE_PARAMS=")
+#: the pipeline grid's rank map, printed whole by rank 0 (``PipelineParallelGrid``): its coordinates run
+#: in order, so the last holds each axis's size less one and the last rank
+TOPOLOGY = r"Using topology: \{.*ProcessCoord\(([^()]*)\): ([0-9]+)\}"
+#: what a topology's record is marked as seen by: the dump's ``world_size`` after one is the DP size
+TOPOLOGY_SEEN = "deepspeed topology"
+_AXES = {"pp": "pipe", "dp": "data", "tp": "model"}
+_RECORD_MARKERS = (
+    "SamplesPerSec=",
+    "iter time (s):",
+    "CONFIG: micro_batches=",
+    "UNIQUE_PARAMS=",
+    "Using topology:",
+)
 _RECORDS_PATTERN = "|".join(
-    f"(?:{pattern})" for pattern in (THROUGHPUT, PIPE_STEPS, PIPE_CONFIG, UNIQUE_PARAMS)
+    f"(?:{pattern})" for pattern in (THROUGHPUT, PIPE_STEPS, PIPE_CONFIG, UNIQUE_PARAMS, TOPOLOGY)
 )
 
 
 def _record_events(records: pl.DataFrame) -> Events:
     """A step event per throughput record (``CurrSamplesPerSec``; the memory, GB (DeepSpeed divides by
     1024**3), back to MiB like Megatron's) and pipeline step (loss, time, samples/s); of a record's first
-    ``CONFIG:`` the gradient accumulation steps and micro batch, of ``UNIQUE_PARAMS=`` the model size."""
+    ``CONFIG:`` the gradient accumulation steps and micro batch, of ``UNIQUE_PARAMS=`` the model size, of a
+    pipeline's topology the GPU count and each axis's size (DeepSpeed's ``pipe``, ``data``, ``model``)."""
     throughput = _matches(records, THROUGHPUT, ["digits", "curr", "mem", "max_mem"])
     memory = {"mem_allocated_mb": _real("mem") * 1024, "mem_max_allocated_mb": _real("max_mem") * 1024}
     events = _steps(throughput, _THROUGHPUT, samples_per_sec=_real("curr"), **memory)
@@ -175,9 +189,18 @@ def _record_events(records: pl.DataFrame) -> Events:
     unique = _matches(records, UNIQUE_PARAMS, ["params"]).filter(pl.col("seq") == 0)
     counts = [_count(config, pl.col(fact), fact, whole=True) for fact in ("gas", "micro_batch_size")]
     size = _statements(unique, "logged_model_size", _divided(_real("params"), 1e9))
-    events.extend(_facts(pl.concat([*counts, size])))
-    events.marks += [kinds.marks_of(frame.lazy(), NAME, kinds.SEEN) for frame in (config, unique)]
+    topology = _matches(records, TOPOLOGY, ["axes", "last"]).filter(pl.col("seq") == 0)
+    axes = [_count(topology, _axis(name) + 1, fact) for fact, name in _AXES.items()]
+    gpus = _count(topology, pl.col("last").cast(pl.Int64, strict=False) + 1, "gpus")
+    events.extend(_facts(pl.concat([*counts, size, *axes, gpus])))
+    seen = [kinds.marks_of(frame.lazy(), NAME, kinds.SEEN) for frame in (config, unique, topology)]
+    events.marks += [*seen, kinds.marks_of(topology.lazy(), TOPOLOGY_SEEN, kinds.SEEN)]
     return events
+
+
+def _axis(name: str) -> pl.Expr:
+    """The coordinate ``name`` of a topology's last rank (null if the grid has no such axis)."""
+    return pl.col("axes").str.extract(rf"(?:^|[ ,]){name}=([0-9]+)", 1).cast(pl.Int64, strict=False)
 
 
 RECORDS = RecordKind(
@@ -185,7 +208,7 @@ RECORDS = RecordKind(
     name="records",
     test=RecordTest(markers=_RECORD_MARKERS, pattern=_RECORDS_PATTERN),
     read=lambda records: _numbered(_record_events(records.collect())),
-    facts=("gas", "micro_batch_size", "logged_model_size"),
+    facts=("gas", "micro_batch_size", "logged_model_size", "pp", "dp", "tp", "gpus"),
 )
 
 
@@ -355,8 +378,8 @@ def _attributes(items: pl.DataFrame) -> list[pl.DataFrame]:
     statements = [
         _count(counts, word, name.replace_strict(DUMP_FACTS, default=None)),
         _count(world, word, "dp", whole=True),
-        # the data-parallel size is the GPU count unless Megatron (model parallelism) came before it
-        _count(world, word, "gpus", whole=True, unless="megatron"),
+        # the data-parallel size is the GPU count unless model parallelism (Megatron's or a pipeline's) came
+        _count(world, word, "gpus", whole=True, unless=("megatron", TOPOLOGY_SEEN)),
     ]
     zero = items.filter(name == "zero_config")
     for key in _OFFLOADS:

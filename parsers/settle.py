@@ -295,18 +295,26 @@ def fact_ends(facts: pl.DataFrame) -> pl.DataFrame:
 
 
 def _uncancelled(runs: list[RunBuilder], frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame``'s facts but those at or after a record of their ``unless_seen`` family (DeepSpeed's
-    ``world_size`` is the GPU count unless Megatron, which runs it with model parallelism, came first)."""
+    """``frame``'s facts but those at or after a record of one of their ``unless_seen`` families (a
+    comma-joined list: DeepSpeed's ``world_size`` is the GPU count unless Megatron or a pipeline topology,
+    which run it with model parallelism, came first)."""
     if "unless_seen" not in frame.columns:
         return frame
     firsts = [(index, *first) for index, run in enumerate(runs) for first in run.first_seen.items()]
     seen = pl.DataFrame(
-        firsts, schema={"run": pl.Int64, "unless_seen": pl.String, "seen_at": pl.Int64}, orient="row"
+        firsts, schema={"run": pl.Int64, "family": pl.String, "seen_at": pl.Int64}, orient="row"
+    )
+    cancelling = (
+        frame.with_row_index("statement")
+        .select("statement", "run", "order", family=pl.col("unless_seen").str.split(","))
+        .explode("family")
+        .join(seen, on=["run", "family"])
+        .filter(pl.col("seen_at") <= pl.col("order"))
     )
     return (
-        frame.join(seen, on=["run", "unless_seen"], how="left")
-        .filter(pl.col("seen_at").is_null() | (pl.col("seen_at") > pl.col("order")))
-        .drop("unless_seen", "seen_at")
+        frame.with_row_index("statement")
+        .join(cancelling.select("statement"), on="statement", how="anti", maintain_order="left")
+        .drop("statement", "unless_seen")
     )
 
 

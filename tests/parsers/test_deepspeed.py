@@ -319,3 +319,36 @@ def test_a_log_read_in_segments_gives_what_it_gives_read_whole(tmp_path, monkeyp
     monkeypatch.setattr(source, "batches", partial(source.batches, batch_bytes=1000))
     for segmented, read_whole in zip(_frames(paths), whole, strict=True):
         assert_frame_equal(segmented, read_whole)
+
+
+def _topology_line(grid) -> str:
+    """What ``PipelineParallelGrid`` prints on rank 0 for ``grid`` (the installed DeepSpeed's own class)."""
+    return f"Using topology: {grid}"
+
+
+@pytest.mark.parametrize(("pp", "tp", "dp"), [(4, None, 2), (2, 2, 2), (1, 4, 1)])
+def test_a_pipeline_topology_states_the_gpus_the_dump_world_size_does_not(tmp_path, pp, tp, dp):
+    from deepspeed.runtime.pipe.topology import PipeDataParallelTopology, PipeModelDataParallelTopology
+
+    if tp is None:
+        grid = PipeDataParallelTopology(num_pp=pp, num_dp=dp)
+    else:
+        grid = PipeModelDataParallelTopology(num_pp=pp, num_mp=tp, num_dp=dp)
+    # the pipeline engine's config world_size is the data-parallel size (mpu's), printed after the grid
+    dump = [DUMP[0], DUMP[1].replace("16", str(dp))]
+    run = feed_with_megatron(tmp_path, [_topology_line(grid), *dump])
+    assert (run.facts["gpus"], run.facts["pp"], run.facts.get("tp"), run.facts["dp"]) == (
+        pp * (tp or 1) * dp,
+        pp,
+        tp,
+        dp,
+    )
+    assert run.provenance["gpus"] == run.provenance["pp"] == "deepspeed:1"
+
+
+def test_a_topology_cut_before_its_end_states_nothing(tmp_path):
+    from deepspeed.runtime.pipe.topology import PipeDataParallelTopology
+
+    cut = _topology_line(PipeDataParallelTopology(num_pp=4, num_dp=2))[:-20]
+    run = feed_with_megatron(tmp_path, [cut, *DUMP])
+    assert run.facts.get("pp") is None and run.facts["gpus"] == run.facts["dp"] == 16
