@@ -82,10 +82,13 @@ def main() -> int:
 
 
 def _difference(got: pl.DataFrame, want: pl.DataFrame) -> str:
-    """Where two frames first differ: their shapes, or the first columns and rows that do."""
-    if got.shape != want.shape:
-        return f"shape {got.shape}, snapshot {want.shape}"
-    notes = []
+    """Where two frames first differ: the columns one has alone (the rest compared), their heights, or the
+    first columns and rows that do."""
+    notes = [f"{label}: {sorted(names)}" for label, names in _columns_alone(got, want) if names]
+    common = [column for column in got.columns if column in want.columns]
+    got, want = got.select(common), want.select(common)
+    if got.height != want.height:
+        return "; ".join([*notes, f"height {got.height}, snapshot {want.height}"])
     for column in got.columns:
         if got[column].equals(want[column]):
             continue
@@ -93,7 +96,14 @@ def _difference(got: pl.DataFrame, want: pl.DataFrame) -> str:
         mine, theirs = got[column].to_list(), want[column].to_list()
         rows = [row for row in range(got.height) if repr(mine[row]) != repr(theirs[row])][:3]
         notes.append(f"{column} rows {rows}: {[mine[r] for r in rows]} vs {[theirs[r] for r in rows]}")
-    return "; ".join(notes[:3])
+    return "; ".join(notes[:4]) or "column order"
+
+
+def _columns_alone(got: pl.DataFrame, want: pl.DataFrame) -> list[tuple[str, set[str]]]:
+    return [
+        ("new columns", set(got.columns) - set(want.columns)),
+        ("gone", set(want.columns) - set(got.columns)),
+    ]
 
 
 if __name__ == "__main__":
