@@ -50,16 +50,22 @@ def _measured(name: str) -> pl.Expr:
 
 
 def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
-    """Per run: distinct steps, and medians of step time and samples/s over the steps after warm-up; under
-    a batch-size rampup (Megatron's ``--rampup-batch-size``), over those at the run's last batch size."""
-    batch = pl.col("global_batch_size")
+    """Per run: distinct steps, and medians of step time and samples/s over the steps after warm-up of the
+    last launch that logged any (``timed_launch``: a relaunch starts up again, perhaps on other GPUs or
+    batches, and the run's facts are its last launch's); under a batch-size rampup (Megatron's
+    ``--rampup-batch-size``), over those at the run's last batch size. The memory peak is the last launch's
+    that logged one."""
+    batch, launch = pl.col("global_batch_size"), pl.col("launch")
     at_last_batch = batch.is_null() | (batch == batch.drop_nulls().last().over("path"))
-    steady = (pl.int_range(pl.len()).over("path") >= warmup) & at_last_batch
+    after_warmup = pl.int_range(pl.len()).over("path", "launch") >= warmup
+    timed = launch == launch.filter(after_warmup).max().over("path")
     steady_tflops = pl.col("logged_tflops_per_gpu").filter(pl.col("steady"))
+    memory = pl.col("mem_max_allocated_mb")
     return (
         iterations.sort("path", "iteration")
+        .with_columns(launch.fill_null(0))
+        .with_columns(steady=after_warmup & timed & at_last_batch)
         .with_columns(
-            steady=steady,
             elapsed_ms=_measured("elapsed_ms"),
             samples_per_sec=_measured("samples_per_sec"),
             logged_tflops_per_gpu=_measured("logged_tflops_per_gpu"),
@@ -80,10 +86,17 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
             logged_tflops_family=pl.col("family")
             .filter(pl.col("steady") & pl.col("logged_tflops_per_gpu").is_not_null())
             .first(),
+            timed_launch=launch.filter(pl.col("steady")).first(),
             # the allocator's running peak: the largest of every logged step, warm-up included
-            max_allocated_mb=pl.col("mem_max_allocated_mb").max(),
+            max_allocated_mb=memory.filter(launch == launch.filter(memory.is_not_null()).max()).max(),
         )
     )
+
+
+def _of_launch() -> pl.Expr:
+    """`` of launch N`` where the steady steps are a relaunch's (numbered from 1), else nothing."""
+    launch = pl.col("timed_launch")
+    return pl.when(launch > 0).then(pl.format(" of launch {}", launch + 1)).otherwise(pl.lit(""))
 
 
 def _peak_expr() -> pl.Expr:
@@ -115,9 +128,10 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         pl.when(from_elapsed.is_not_null())
         .then(
             pl.format(
-                "median of {} logged step times after the first {}{}",
+                "median of {} logged step times after the first {}{}{}",
                 pl.col("steady_steps"),
                 pl.lit(warmup),
+                _of_launch(),
                 pl.when(pl.col("ramped"))
                 .then(pl.lit(" at the last global batch size"))
                 .otherwise(pl.lit("")),
@@ -126,9 +140,10 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         .when(from_samples.is_not_null())
         .then(
             pl.format(
-                "global batch / median samples/s of {} steps after the first {}",
+                "global batch / median samples/s of {} steps after the first {}{}",
                 pl.col("steady_samples_steps"),
                 pl.lit(warmup),
+                _of_launch(),
             )
         )
         .when(from_final.is_not_null())

@@ -57,7 +57,7 @@ RECORD, STEP_METRICS, PEAK = 0, 1, 2
 STEP_METRICS_SCHEMA: dict[str, pl.DataType] = {
     name: dtype
     for name, dtype in ITERATIONS_SCHEMA.items()
-    if name not in ("path", "iteration", "family", "line", "source_path")
+    if name not in ("path", "iteration", "launch", "family", "line", "source_path")
 }
 #: a step event; ``step`` null: the last step logged before it (a line about "this" step)
 STEP_EVENT_SCHEMA: dict[str, pl.DataType] = {

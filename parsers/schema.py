@@ -66,6 +66,7 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
 ITERATIONS_SCHEMA: dict[str, pl.DataType] = {
     "path": pl.String,  # run key (the run's main log file)
     "iteration": pl.Int64,
+    "launch": pl.Int64,  # the job's launch that logged the step: 0 the first, 1 after a relaunch (requeue)...
     "elapsed_ms": pl.Float64,  # time of this step (Megatron: elapsed time per iteration)
     "samples_per_sec": pl.Float64,
     "tokens_per_sec": pl.Float64,

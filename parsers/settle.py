@@ -37,7 +37,7 @@ from logstat.parsers.kinds import (
 if TYPE_CHECKING:
     from logstat.parsers.base import RunBuilder
 
-ITERATION_COLUMNS = ("iteration", *STEP_METRICS_SCHEMA, "family", "line", "source_path")
+ITERATION_COLUMNS = ("iteration", "launch", *STEP_METRICS_SCHEMA, "family", "line", "source_path")
 TIMER_COLUMNS = ("iteration", "timer", "ms", "family", "line", "source_path")
 
 
@@ -185,7 +185,7 @@ def _with_launch(events: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:
 
 
 def _rows(steps: pl.DataFrame, final_launch: pl.DataFrame, files: pl.DataFrame) -> pl.DataFrame:
-    """One row per run and step, of the step's final launch's events."""
+    """One row per run and step, of the step's final launch's events (``launch``: which)."""
     steps = steps.join(final_launch, on=["run", "step"]).filter(pl.col("launch") == pl.col("final"))
     index = pl.int_range(pl.len())
     first_record = pl.col("order").filter((index > 0) & (pl.col("mode") != PEAK)).first()
@@ -201,7 +201,7 @@ def _rows(steps: pl.DataFrame, final_launch: pl.DataFrame, files: pl.DataFrame) 
         .then(pl.col("order").first())
         .otherwise(pl.coalesce(first_record, pl.col("order").first()))
     )
-    rows = steps.group_by("run", "step").agg(*values, pointer=pointer)
+    rows = steps.group_by("run", "step").agg(*values, pointer=pointer, launch=pl.col("final").first())
     provenance = steps.select("run", "order", "family", "line", "file")
     return (
         rows.join(provenance, left_on=["run", "pointer"], right_on=["run", "order"])

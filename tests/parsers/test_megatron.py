@@ -34,6 +34,7 @@ def test_iteration_line():
     run = feed(ITERATION_1)
     assert run.iterations[1] == {
         "iteration": 1,
+        "launch": 0,
         "family": "megatron",
         "line": 1,
         "elapsed_ms": 155483.8,

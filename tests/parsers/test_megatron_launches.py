@@ -25,10 +25,12 @@ def test_relaunch_after_a_new_arguments_dump_replaces_the_steps_it_logs_again():
     assert its["loss"].to_list() == [10.42137, 9.314206, 8.698834, 8.21557]
     assert its["logged_tflops_per_gpu"].to_list() == [397.0, 399.1, 397.9, 398.5]
     assert its["line"].to_list() == [34, 35, 79, 80]
+    assert its["launch"].to_list() == [0, 0, 1, 1]
     row = result.runs.row(0, named=True)
     assert (row["iterations"], row["train_iters"], row["family"]) == (4, 40, "megatron")
-    # median of the steps after the first: 4688.1, 4701.5, 4695.2 ms
+    # the steps of the last launch after its first (its start-up): 4695.2 ms
     assert row["sec_per_iter"] == 4.6952
+    assert row["sec_per_iter_source"] == "median of 1 logged step times after the first 1 of launch 2"
 
 
 def test_a_relaunch_in_the_2021_format_replaces_the_steps_and_their_timers():
@@ -40,6 +42,8 @@ def test_a_relaunch_in_the_2021_format_replaces_the_steps_and_their_timers():
     assert its["elapsed_ms"].to_list() == [155483.8, 131774.2, 130412.9]
     assert its["loss_scale"].to_list() == [4294967296.0, 4294967296.0, 2147483648.0]
     assert its["line"].to_list() == [143, 292, 294]
+    assert its["launch"].to_list() == [0, 1, 1]
+    assert result.runs["sec_per_iter"].to_list() == [130.4129]  # the relaunch's step 3: its step 2 started it
     timers = result.timers
     assert timers.group_by("iteration").agg(pl.len(), pl.col("line").unique()).sort("iteration").rows() == [
         (1, 11, [144]),
@@ -85,7 +89,7 @@ def test_ranks_printing_one_step_still_merge_first_print_wins():
     run.add_iteration(5, "megatron", 1, elapsed_ms=10.0)
     run.add_iteration(5, "megatron", 2, elapsed_ms=99.0, loss=2.0)
     assert settled(run).iterations[5] == {
-        "iteration": 5, "family": "megatron", "line": 1, "elapsed_ms": 10.0, "loss": 2.0,
+        "iteration": 5, "launch": 0, "family": "megatron", "line": 1, "elapsed_ms": 10.0, "loss": 2.0,
     }  # fmt: skip
     run = RunBuilder(path="x")
     run.add_iteration(5, "megatron", 1, elapsed_ms=10.0)
@@ -94,7 +98,9 @@ def test_ranks_printing_one_step_still_merge_first_print_wins():
     run.position += 1 << 16
     run.add_iteration(5, "megatron", 3, elapsed_ms=11.0)
     run.add_iteration(5, "megatron", 4, elapsed_ms=98.0)
-    assert settled(run).iterations[5] == {"iteration": 5, "family": "megatron", "line": 3, "elapsed_ms": 11.0}
+    assert settled(run).iterations[5] == {
+        "iteration": 5, "launch": 1, "family": "megatron", "line": 3, "elapsed_ms": 11.0,
+    }  # fmt: skip
 
 
 def test_without_a_relaunch_the_timers_are_left_as_they_are():

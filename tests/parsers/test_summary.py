@@ -58,6 +58,25 @@ def test_a_batch_size_rampup_times_the_steps_at_the_last_batch_size():
     )
 
 
+def test_a_relaunch_on_other_gpus_is_timed_and_its_memory_read_alone():
+    # a job requeued from 16 onto 32 GPUs (the run's facts are the last launch's): 4.6 s a step, then 2.4
+    times = [9000.0, 4600.0, 4600.0, 4600.0, 7000.0, 2400.0, 2402.0]
+    its = iterations("a", elapsed_ms=times, launch=[0, 0, 0, 0, 1, 1, 1])
+    its = its.with_columns(mem_max_allocated_mb=pl.Series([20000.0] * 4 + [12000.0] * 3))
+    row = one(runs({"path": "a", "gpus": 32}), its)
+    # each launch starts up again: launch 2's first step (7 s) is its warm-up
+    assert (row["sec_per_iter"], row["mem_logged_gb"]) == (2.401, 12000.0 * 2**20 / 1e9)
+    assert row["sec_per_iter_source"] == "median of 2 logged step times after the first 1 of launch 2"
+
+
+def test_a_last_launch_with_only_its_warmup_step_leaves_the_launch_before_timed():
+    its = iterations("a", elapsed_ms=[9000.0, 4600.0, 4400.0, 7000.0], launch=[0, 0, 0, 1])
+    its = its.with_columns(mem_max_allocated_mb=pl.Series([20000.0, 20000.0, 21000.0, 15000.0]))
+    row = one(runs({"path": "a"}), its)
+    assert row["sec_per_iter"] == 4.5 and row["sec_per_iter_source"].endswith("after the first 1")
+    assert row["mem_logged_gb"] == 15000.0 * 2**20 / 1e9  # the peak of the last launch that logged one
+
+
 def test_only_warmup_steps_gives_no_steady_state():
     row = one(runs({"path": "a"}), iterations("a", elapsed_ms=[5000.0]))
     assert row["sec_per_iter"] is None
