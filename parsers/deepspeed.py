@@ -467,7 +467,12 @@ def _dumps(printed: pl.DataFrame, others: pl.DataFrame, carry: pl.DataFrame) -> 
     statements = [carried.explode("fact").drop_nulls("fact"), *_attributes(items), precision]
     statements = pl.concat([*statements, *_json_values(others, items)], how="diagonal_relaxed")
     events = _facts(statements.sort("order", maintain_order=True))
-    events.marks.append(kinds.marks_of(printed.lazy(), NAME, kinds.SEEN))
+    # an engine's dump after steps were logged starts a new launch (a relaunch appended to the log)
+    headers = items.lazy().filter(pl.col("kind") == "header")
+    events.marks += [
+        kinds.marks_of(printed.lazy(), NAME, kinds.SEEN),
+        kinds.marks_of(headers, NAME, kinds.LAUNCH),
+    ]
     last = pl.concat([carry.select("run", "dump"), items.select("run", "dump")]).group_by("run").max()
     stated = statements.drop_nulls("value").group_by("run", "dump").agg(stated=pl.col("fact").unique())
     flags = flags.join(last, on=["run", "dump"], maintain_order="left").group_by("run")

@@ -157,21 +157,21 @@ def _step_events(runs: list[RunBuilder], kind_steps: list[pl.DataFrame]) -> pl.D
 
 def _launch_starts(runs: list[RunBuilder], steps: pl.DataFrame) -> pl.DataFrame:
     """``(run, order, launch)`` where a launch starts: each ``new_launch`` call after which its family had
-    logged a step record (not a metric alone, nor a line about the last step) since its previous call."""
+    logged a step record (not a metric alone, nor a line about the last step) since the last launch start
+    (a relaunch Megatron and DeepSpeed both announce, by their dumps, starts one launch)."""
     starts: list[tuple[int, int, int]] = []
     for index, run in enumerate(runs):
         if not run.launch_candidates:
             continue
         mine = steps.filter(pl.col("run") == index, pl.col("mode") != PEAK, pl.col("step").is_not_null())
         by_family = {family: frame["order"].to_list() for (family,), frame in mine.group_by("family")}
-        previous: dict[str, int] = {}
-        launches = 0
+        started, launches = -1, 0
         for order, family in run.launch_candidates:
             orders = by_family.get(family, [])
-            if bisect_left(orders, order) > bisect_right(orders, previous.get(family, -1)):
+            if bisect_left(orders, order) > bisect_right(orders, started):
                 launches += 1
                 starts.append((index, order, launches))
-            previous[family] = order
+                started = order
     return pl.DataFrame(starts, schema={"run": pl.Int64, "order": pl.Int64, "launch": pl.Int64}, orient="row")
 
 

@@ -352,3 +352,27 @@ def test_a_topology_cut_before_its_end_states_nothing(tmp_path):
     cut = _topology_line(PipeDataParallelTopology(num_pp=4, num_dp=2))[:-20]
     run = feed_with_megatron(tmp_path, [cut, *DUMP])
     assert run.facts.get("pp") is None and run.facts["gpus"] == run.facts["dp"] == 16
+
+
+def _throughput(step: int, samples_per_sec: float) -> str:
+    """ThroughputTimer's record (DeepSpeed 0.19's format, timer.py) of ``step`` at 2 micro-steps a step."""
+    return (
+        f"[2026-11-21 21:47:07,715] [INFO] [timer.py:264:stop] epoch=0/micro_step={2 * step}/global_step={step}, "
+        f"RunningAvgSamplesPerSec={samples_per_sec}, CurrSamplesPerSec={samples_per_sec}, "
+        "MemAllocated=0.37GB, MaxMemAllocated=0.5GB"
+    )
+
+
+def test_an_engine_dump_after_steps_starts_a_launch_whose_steps_replace_the_earlier():
+    # a job requeued into the same file: the new engine prints its dump, resumes at step 2, logs 2 and 3 again
+    first = [*DUMP, _throughput(1, 10.0), _throughput(2, 20.0), _throughput(3, 30.0)]
+    again = [*DUMP, _throughput(2, 22.0), _throughput(3, 33.0), _throughput(4, 44.0)]
+    run = feed_lines(deepspeed.FAMILY, first + again)
+    rows = run.iteration_frame.select("iteration", "launch", "samples_per_sec", "line").rows()
+    assert rows == [(1, 0, 10.0, 3), (2, 1, 22.0, 8), (3, 1, 33.0, 9), (4, 1, 44.0, 10)]
+
+
+def test_a_dump_before_any_step_and_step_zero_start_no_launch():
+    lines = ["[INFO] [logging.py:96:log_dist] [Rank 0] step=0, skipped=0, lr=[5e-05], mom=[[0.9, 0.999]]"]
+    run = feed_lines(deepspeed.FAMILY, [*lines, *DUMP, *DUMP, _throughput(1, 10.0), _throughput(2, 20.0)])
+    assert run.iteration_frame["launch"].to_list() == [0, 0]
