@@ -150,7 +150,8 @@ def test_any_set_of_altered_cells_is_restored_and_exactly_listed(seed_bytes, dat
         widest = 10 ** (len(old) - 2) - 0.1
         value = data.draw(st.floats(min_value=0, max_value=widest).map(lambda v: f"{v:.1f}"))
         value = value if len(value) <= len(old) else old
-        value = value if value != old else f"{float(old) + 1:.1f}"
+        # another value as wide: 9.2 + 1 would be wider, so it wraps round to 0.2
+        value = value if value != old else f"{(float(old) + 1) % (widest + 0.1):.1f}"
         left_aligned = tail.startswith("  ")  # "| 46.7   |": an editor types over it from the left
         altered[i] = head + (value.ljust(len(old)) if left_aligned else value.rjust(len(old))) + tail
     result = update_tflops_text("\n".join(altered))
