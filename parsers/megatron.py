@@ -62,7 +62,7 @@ NAME = "megatron"
 # size: 16"; newer versions insert context-parallel and encoder sizes, so the pairs are read one by one.
 _WORLD_PAIR = re.compile(
     r"(?<![\w-])(?P<key>world size|data-parallel[- ]size|tensor-model-parallel size"
-    r"|pipeline-model-parallel size): (?P<value>\d+)"
+    r"|pipeline-model-parallel size|context-parallel size): (?P<value>\d+)"
 )
 _WORLD_KEYS = {
     "world size": "gpus",
@@ -70,6 +70,7 @@ _WORLD_KEYS = {
     "data-parallel size": "dp",
     "tensor-model-parallel size": "tp",
     "pipeline-model-parallel size": "pp",
+    "context-parallel size": "cp",
 }
 _WORLD_OLD = re.compile(r"using world size: (?P<world>\d+) and model-parallel size: (?P<tp>\d+)")
 _DTYPE = re.compile(r"using torch\.(?P<dtype>\w+) for parameters")
@@ -325,6 +326,7 @@ ARG_FACTS: dict[str, str] = {
     "tensor_model_parallel_size": "tp",
     "model_parallel_size": "tp",  # old Megatron: model parallelism was tensor parallelism only
     "pipeline_model_parallel_size": "pp",
+    "context_parallel_size": "cp",
     "data_parallel_size": "dp",
     "micro_batch_size": "micro_batch_size",
     "batch_size": "micro_batch_size",  # old Megatron's name of the per-GPU batch

@@ -170,8 +170,8 @@ def _conclude(result: RunResult, active: list[Family], forced: str | None) -> No
 
 def derive_facts(run: RunBuilder) -> None:
     """Fill facts that follow by formula from facts the log states (provenance ``derived``):
-    DP = world / (TP * PP), world = nodes * GPUs per node, global batch = micro * gas * DP
-    (seed 002), and gas = global / (micro * DP) as Megatron computes its micro-batch count."""
+    DP = world / (TP * PP * CP) (CP 1 unless stated), world = nodes * GPUs per node, global batch = micro *
+    gas * DP (seed 002), and gas = global / (micro * DP) as Megatron computes its micro-batch count."""
     facts = run.facts
 
     def known(*names: str) -> bool:
@@ -179,8 +179,9 @@ def derive_facts(run: RunBuilder) -> None:
 
     if "gpus" not in facts and known("nodes", "gpus_per_node"):
         run.set_fact("gpus", facts["nodes"] * facts["gpus_per_node"], "derived", 0)
-    if "dp" not in facts and known("gpus", "tp", "pp") and facts["gpus"] % (facts["tp"] * facts["pp"]) == 0:
-        run.set_fact("dp", facts["gpus"] // (facts["tp"] * facts["pp"]), "derived", 0)
+    model_parallel = known("tp", "pp") and facts["tp"] * facts["pp"] * (facts["cp"] if known("cp") else 1)
+    if "dp" not in facts and known("gpus") and model_parallel and facts["gpus"] % model_parallel == 0:
+        run.set_fact("dp", facts["gpus"] // model_parallel, "derived", 0)
     if "global_batch_size" not in facts and known("micro_batch_size", "gas", "dp"):
         global_batch = facts["micro_batch_size"] * facts["gas"] * facts["dp"]
         run.set_fact("global_batch_size", global_batch, "derived", 0)

@@ -26,6 +26,7 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     "nodes": pl.Int64,
     "tp": pl.Int64,
     "pp": pl.Int64,
+    "cp": pl.Int64,  # context parallelism (Megatron-LM's --context-parallel-size): splits each sequence
     "dp": pl.Int64,
     "micro_batch_size": pl.Int64,
     "global_batch_size": pl.Int64,

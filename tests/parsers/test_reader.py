@@ -11,6 +11,7 @@ from logstat.parsers.reader import group_runs
 from logstat.api import load_runs
 from logstat.errors import LogstatError
 from tests.conftest import FIXTURES
+from tests.parsers.feeding import feed_lines
 
 
 def run_of(*paths, **kw):
@@ -196,6 +197,28 @@ def test_facts_that_follow_by_formula_are_derived_and_say_so():
     partial.set_fact("tp", 4, "megatron", 1)
     derive_facts(partial)
     assert partial.facts == {"tp": 4}  # nothing follows: nothing is guessed
+
+
+def test_context_parallelism_takes_its_share_of_the_world_before_dp_is_derived(tmp_path):
+    from logstat.parsers import megatron, reader
+
+    # Megatron-LM's arguments dump of a 16,384-GPU Llama 405B run, without the "using world size" line
+    dump = ["------------------------ arguments ------------------------"]
+    args = dict(context_parallel_size=16, global_batch_size=2048, micro_batch_size=1, world_size=16384)
+    args |= dict(pipeline_model_parallel_size=16, tensor_model_parallel_size=8)
+    dump += [f"  {name} {'.' * (48 - len(name))} {value}" for name, value in sorted(args.items())]
+    log = tmp_path / "llama405b.out"
+    log.write_text("\n".join([*dump, "-------------------- end of arguments ---------------------", ""]))
+    run = reader.read_runs(reader.group_runs([log]), [megatron.FAMILY])[0].run
+    # 16384 / (8 * 16 * 16) = DP 8; 2048 / (1 * 8) = 256 micro-batches a step
+    assert (run.facts["cp"], run.facts["dp"], run.facts["gas"]) == (16, 8, 256)
+    assert run.provenance["dp"] == run.provenance["gas"] == "derived:0"
+    # today's world-size line states it among the others (the llama fixture's line 10)
+    world = (
+        "using world size: 8, data-parallel size: 4, context-parallel size: 1, tensor-model-parallel size: 2"
+    )
+    megatron_run = feed_lines(megatron.FAMILY, [world])
+    assert (megatron_run.facts["cp"], megatron_run.facts["dp"]) == (1, 4)
 
 
 def test_megatron_paper_tflops_agree_with_the_logged_throughput():
