@@ -4,14 +4,16 @@ Lines read (real examples in fixtures/megatron/):
 - `` iteration  2/ 1000 | consumed samples: 2048 | elapsed time per iteration (ms): 129028.8 | ...``
   (old versions lack consumed samples; ``lm loss`` or ``lm-loss``; newer ones add
   ``throughput per GPU (TFLOP/s/GPU)``; BigScience's fork (BLOOM) prints ``elapsed time per iteration
-  (s)``, ``samples per second`` and ``TFLOPs``; a timestamp may precede it);
+  (s)``, ``samples per second`` and ``TFLOPs``; GPT-NeoX's ``samples/sec: 41.712 | iteration ...`` with
+  ``approx flops per GPU: 95.3TFLOPS`` and ``lm_loss``; a timestamp may precede it);
 - ``time (ms) | forward-compute: 32054.16 | ...`` (timers of the step logged just before), and today's
   Megatron-LM core's block of them, ``(min, max) time across ranks (ms):`` then ``    forward-backward
   ....: (8900.00, 8920.00)`` a line (``--timing-log-option max``: ``max time across ranks (ms):``,
   ``....: 8920.00``), of which the slowest rank's time is read;
 - ``[Rank 0] (after 1 iterations) memory (MB) | allocated: ... | max allocated: ...`` and the old
   ``after 1 iterations memory (MB) | ...``;
-- the arguments dump between ``---- arguments ----`` and ``---- end of arguments ----``;
+- the arguments dump between ``---- arguments ----`` and ``---- end of arguments ----`` (GPT-NeoX's:
+  its own names, ``6144.....updated`` values);
 - ``using world size: 64, data-parallel-size: 1, tensor-model-parallel size: 4, pipeline-model-parallel
   size: 16`` (old: ``using world size: 64 and model-parallel size: 4``), ``using torch.float16 for
   parameters``, ``padded vocab (size: 50257) with 431 dummy tokens (new size: 50688)``, ``setting number
@@ -36,6 +38,7 @@ from logstat.parsers.kinds import (
     CLOSER,
     ENDED,
     LAUNCH,
+    NUMBER,
     OPENER,
     PEAK,
     PYTHON_EVENTS,
@@ -139,15 +142,18 @@ ITERATION_FIELDS: dict[str, tuple[str, ...]] = {
     # BigScience's Megatron-DeepSpeed (BLOOM's runs) prints seconds: _value reads them as ms
     "elapsed_ms": ("elapsed time per iteration (ms)", "elapsed time per iteration (s)"),
     "lr": ("learning rate",),
-    "loss": ("lm loss", "lm-loss", "loss"),
+    "loss": ("lm loss", "lm-loss", "lm_loss", "loss"),
     "loss_scale": ("loss scale",),
     "grad_norm": ("grad norm",),
     "skipped": ("number of skipped iterations",),
     "nan": ("number of nan iterations",),
     "logged_tflops_per_gpu": ("throughput per gpu (tflop/s/gpu)", "tflops"),
-    "samples_per_sec": ("samples per second",),
+    "samples_per_sec": ("samples per second", "samples/sec"),
     "global_batch_size": ("global batch size",),
 }
+#: GPT-NeoX's ``approx flops per GPU: 95.3TFLOPS`` (its ``human_readable_flops``: no unit below a thousand)
+_NEOX_FLOPS = rf"\|[^A-Za-z|]*(?i:approx flops per gpu)\s*:\s*({NUMBER})\s*([KMGTPEZ]?)(?:FLOPS)?\s*\|"
+_FLOPS_PREFIXES = {"": 1e-12, "K": 1e-9, "M": 1e-6, "G": 1e-3, "T": 1.0, "P": 1e3, "E": 1e6, "Z": 1e9}
 #: iteration-record fields that are counts (the rest are measurements)
 COUNT_FIELDS = ("number of skipped iterations", "number of nan iterations", "global batch size")
 #: an iteration record's header; a line may hold several records (ranks glued without a tag)
@@ -162,7 +168,7 @@ _DUMP_OPENER = " arguments --"
 
 def _records(lines: pl.LazyFrame, header: str) -> pl.LazyFrame:
     """Each header's record: ``order`` (its line's, plus its index in the line), the header's groups and
-    ``body``, the text after it up to the next header. A line of glued ranks is split at a separator no
+    ``body``, its text up to the next header, a ``|`` for the header. A line of glued ranks is split at a separator no
     record holds; no group spans the body (a capture over a long span costs ten times a match)."""
     text = pl.col("text")
     glued = text.str.count_matches(header) > 1
@@ -178,7 +184,8 @@ def _records(lines: pl.LazyFrame, header: str) -> pl.LazyFrame:
         .select(
             "order",
             text.str.extract_groups(header).alias("header"),
-            body=text.str.replace(f"^.*?{header}", ""),
+            # the header's place is a field separator: a field may come before it
+            body=text.str.replace(header, "|"),
         )
         .unnest("header")
         .drop_nulls("step")
@@ -214,10 +221,13 @@ def _value(name: str) -> pl.Expr:
 
 def read_iterations(records: pl.LazyFrame) -> Events:
     """``iteration N/M | name: value | ...`` records: a step event each (its ITERATION_FIELDS columns),
-    and the facts ``train_iters`` and ``global_batch_size``. A field is read between two ``|``: text
-    after the last one is a field cut short (a log read while written, or cut by a crash)."""
+    and the facts ``train_iters`` and ``global_batch_size``. A field is read between two ``|`` (before the
+    header too: GPT-NeoX prints ``samples/sec`` first): text after the last one is a field cut short (a
+    log read while written, or cut by a crash)."""
     names = dict.fromkeys(chain(*ITERATION_FIELDS.values(), COUNT_FIELDS))
     # each field's text is extracted once into a column: an expression used twice would run twice
+    neox_flops = pl.col("body").str.extract_groups(_NEOX_FLOPS)
+    flops = as_real(neox_flops.struct[0]) * neox_flops.struct[1].replace_strict(_FLOPS_PREFIXES, default=None)
     steps = (
         _records(records, ITERATION_HEADER)
         .with_columns(body="|" + pl.col("body"))
@@ -229,6 +239,7 @@ def read_iterations(records: pl.LazyFrame) -> Events:
             },
             counted=pl.concat_list(f"raw {name}" for name in COUNT_FIELDS),
         )
+        .with_columns(logged_tflops_per_gpu=pl.coalesce("logged_tflops_per_gpu", flops))
         .collect()
     )
     step_events = _step_events(steps, RECORD, ITERATION_FIELDS)
@@ -341,10 +352,18 @@ ARG_FACTS: dict[str, str] = {
     "vocab_size": "vocab_size",
     "zero_stage": "zero_stage",
     "train_iters": "train_iters",
+    # GPT-NeoX's names (its dump also names DeepSpeed's config keys)
+    "global_num_gpus": "gpus",
+    "pipe_parallel_size": "pp",
+    "train_micro_batch_size_per_gpu": "micro_batch_size",
+    "train_batch_size": "global_batch_size",
+    "gradient_accumulation_steps": "gas",
 }
 #: the other arguments read: precision, activation checkpointing, and the model shape's GQA, SwiGLU and
 #: MoE (the arguments Megatron-LM's ``num_floating_point_operations`` reads)
 _FLAG_ARGS = ("bf16", "fp16", "checkpoint_activations", "recompute_granularity", "group_query_attention")
+_FLAG_ARGS += ("precision",)  # GPT-NeoX's: fp16, bfloat16 or fp32 (its fp16 and bf16 are DeepSpeed's dicts)
+_PRECISIONS = {"fp16": "fp16", "bfloat16": "bf16", "bf16": "bf16", "fp32": "fp32"}
 _SHAPE_ARGS = ("num_query_groups", "swiglu", "num_experts", "moe_router_topk")
 # only these are kept from a dump of hundreds of arguments: the others would be converted for nothing
 _KEPT_ARGS = tuple(sorted({*ARG_FACTS, *_FLAG_ARGS, *_SHAPE_ARGS}))
@@ -355,6 +374,8 @@ DOTTED_RECORD = (
     rf"^[ \t\r\n]*(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
     rf"(?:{PYTHON_SPACE}*\.{{2,}}{PYTHON_SPACE}*|{PYTHON_SPACE}{{2,}}|\t)(?P<raw>.*)$"
 )
+#: GPT-NeoX pads a value with dots and says whether it is its default (``6144..........updated``)
+_NEOX_INFO = r"\.{2,}(?:updated|default)$"
 #: what Python's ``str.strip()`` removes from ASCII text (the dump's values are stripped so)
 PYTHON_WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
 
@@ -372,12 +393,20 @@ def _dump_facts() -> dict[str, tuple[pl.Expr, pl.Expr]]:
         names = [name for name, its in reversed(ARG_FACTS.items()) if its == fact]
         stated = [pl.when(number(name).is_not_null()).then(at(name)) for name in names]
         facts[fact] = (pl.coalesce([number(name) for name in names]), pl.coalesce(stated))
-    # bf16 or fp16 when one is True; fp32 when the dump names both and neither is
-    half = pl.when(true("bf16")).then(pl.lit("bf16")).when(true("fp16")).then(pl.lit("fp16"))
+    # GPT-NeoX's pipe_parallel_size 0 is no pipeline: one stage
+    facts["pp"] = (pl.when(facts["pp"][0] == 0).then(1).otherwise(facts["pp"][0]), facts["pp"][1])
+    # a precision named (GPT-NeoX); else bf16 or fp16 when one is True, fp32 when the dump names both
+    named = pl.col("precision").replace_strict(_PRECISIONS, default=None)
+    half = pl.when(named.is_not_null()).then(named)
+    half = half.when(true("bf16")).then(pl.lit("bf16")).when(true("fp16")).then(pl.lit("fp16"))
     both = at("bf16").is_not_null() & at("fp16").is_not_null()
     facts["precision"] = (
         half.when(both).then(pl.lit("fp32")),
-        pl.when(true("bf16")).then(at("bf16")).otherwise(at("fp16")),
+        pl.when(named.is_not_null())
+        .then(at("precision"))
+        .when(true("bf16"))
+        .then(at("bf16"))
+        .otherwise(at("fp16")),
     )
     # Full activation recomputation (the seed formula's factor 4): ``checkpoint_activations`` in older
     # Megatron, ``recompute_granularity full`` in newer; selective recomputation is not full.
@@ -421,7 +450,7 @@ def read_arguments(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> E
         .select("block", "order", arg=pl.col("text").str.extract_groups(DOTTED_RECORD))
         .unnest("arg")
         .filter(pl.col("name").is_in(_KEPT_ARGS))
-        .with_columns(value=pl.col("raw").str.strip_chars(PYTHON_WHITESPACE))
+        .with_columns(value=pl.col("raw").str.strip_chars(PYTHON_WHITESPACE).str.replace(_NEOX_INFO, ""))
         .sort("block", "order")
         .unique(["block", "name"], keep="last", maintain_order=True)
         .join(ends, on="block")

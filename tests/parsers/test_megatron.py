@@ -5,6 +5,7 @@ import pytest
 from logstat.parsers import megatron
 from logstat.parsers.base import RunBuilder
 
+from logstat.api import load_runs
 from tests.parsers.feeding import feed_each, feed_lines
 
 # meg_gpt2_perf_n16.out line 341 and 342
@@ -363,3 +364,88 @@ def test_a_planned_end_completes_the_run(end):
 )
 def test_garbage_never_raises(junk):
     feed(junk)
+
+
+#: GPT-NeoX 20B's configuration (configs/20B.yml, on 96 GPUs), as NeoXArgs.print() dumps it
+NEOX_ARGS = {
+    "attention_config": "['global', 'global']",
+    "bf16": None,
+    "checkpoint_activations": True,
+    "fp16": "{'fp16': True, 'enabled': True, 'loss_scale': 0}",
+    "global_num_gpus": 96,
+    "gradient_accumulation_steps": 32,
+    "hidden_size": 6144,
+    "model_parallel_size": 2,
+    "num_attention_heads": 64,
+    "num_layers": 44,
+    "padded_vocab_size": 50432,
+    "pipe_parallel_size": 4,
+    "precision": "fp16",
+    "seq_length": 2048,
+    "train_batch_size": 1536,
+    "train_iters": 150000,
+    "train_micro_batch_size_per_gpu": 4,
+}
+
+
+def _neox_dump(args: dict) -> list[str]:
+    """NeoXArgs.print(): ``  name ..... value`` padded with dots to 64 characters, then default/updated."""
+    lines = ["-------------------- arguments --------------------"]
+    for name, value in args.items():
+        text = "  {} {} {}".format(name, "." * (32 - len(name)), value)
+        lines.append(text + "." * (64 - len(text)) + ("default" if value is None else "updated"))
+    return [*lines, "---------------- end of arguments ----------------"]
+
+
+def _neox_flops(readable: str, seconds: float, a: dict) -> tuple[float, str]:
+    """GPT-NeoX's get_flops (its flops per GPU of a step) and human_readable_flops' text of it."""
+    h, layers, s, v = a["hidden_size"], a["num_layers"], a["seq_length"], a["padded_vocab_size"]
+    factor = 4 if a["checkpoint_activations"] else 3
+    flops = (
+        24 * factor * a["train_batch_size"] * s * layers * h**2 * (1 + s / (6 * h) + v / (16 * layers * h))
+    )
+    per_gpu = flops / (seconds * a["global_num_gpus"])
+    return per_gpu, readable % (per_gpu / 1e12)
+
+
+def test_gpt_neox_dump_and_iteration_lines_are_read(tmp_path):
+    lines = _neox_dump(NEOX_ARGS)
+    for step, seconds in ((10, 38.1), (20, 36.8), (30, 36.7)):
+        _, flops = _neox_flops("%3.1fTFLOPS", seconds, NEOX_ARGS)
+        lines.append(
+            f" samples/sec: {1536 / seconds:.3f} | iteration {step:8d}/{150000:8d} | elapsed time per iteration"
+            f" (ms): {seconds * 1000:.1f} | learning rate: 9.700E-07 | approx flops per GPU: {flops} | lm_loss:"
+            " 1.116477E+01 | loss scale: 4096.0 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+        )
+    run = feed(*lines)
+    facts = {
+        name: run.facts.get(name) for name in ("gpus", "tp", "pp", "micro_batch_size", "global_batch_size")
+    }
+    assert facts == {"gpus": 96, "tp": 2, "pp": 4, "micro_batch_size": 4, "global_batch_size": 1536}
+    assert (run.facts["gas"], run.facts["precision"], run.facts["activation_checkpointing"]) == (
+        32,
+        "fp16",
+        True,
+    )
+    assert (run.facts["hidden_size"], run.facts["num_layers"], run.facts["seq_len"]) == (6144, 44, 2048)
+    row = run.iterations[20]
+    assert (row["samples_per_sec"], row["loss"], row["elapsed_ms"]) == (41.739, 11.16477, 36800.0)
+    assert row["logged_tflops_per_gpu"] == round(_neox_flops("%3.1f", 36.8, NEOX_ARGS)[0] / 1e12, 1)
+    # NeoX counts as Megatron-LM's eq. 3 with the recomputed forward: logstat's count agrees, no warning
+    (tmp_path / "neox.out").write_text("\n".join(lines) + "\n")
+    summary = load_runs([tmp_path / "neox.out"]).runs.row(0, named=True)
+    assert summary["tflops_per_gpu_megatron"] == pytest.approx(_neox_flops("%f", 36.75, NEOX_ARGS)[0] / 1e12)
+    assert summary["warnings"] == []
+
+
+@pytest.mark.parametrize(
+    ("per_gpu", "text"), [(9.53e13, "95.3TFLOPS"), (8.124e11, "812.4GFLOPS"), (512.0, "512.0")]
+)
+def test_gpt_neox_flops_are_read_in_their_unit(per_gpu, text):
+    line = f" samples/sec: 1.0 | iteration 10/ 100 | elapsed time per iteration (ms): 1.0 | approx flops per GPU: {text} |"
+    assert feed(line).iterations[10]["logged_tflops_per_gpu"] == pytest.approx(per_gpu / 1e12)
+
+
+def test_a_pipe_parallel_size_of_0_is_one_stage():
+    run = feed(*_neox_dump({"pipe_parallel_size": 0, "model_parallel_size": 1}))
+    assert (run.facts["pp"], run.facts["tp"]) == (1, 1)
