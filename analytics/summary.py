@@ -6,7 +6,8 @@ pipeline fill), so seconds per iteration is the median of the logged steps after
 throughput (median after warm-up) or HF Trainer's final ``train_samples_per_second`` (the seed's
 ``glob_bs / samples_per_second``), else HF's ``train_runtime / steps``, ``1 / train_steps_per_second``
 or tqdm's rate of the training bar (the only one of a run stopped early: transformers 4's final metrics
-count the planned steps); the ``sec_per_iter_source`` column says which. DeepSpeed's flops
+count the planned steps; of a run resumed from a checkpoint, only ``train_runtime`` over the steps after
+it: transformers 4's samples/s count the whole schedule); the ``sec_per_iter_source`` column says which. DeepSpeed's flops
 profiler times one profiled micro-batch (its ``iter latency`` and ``samples/second``), not a step, so
 it is no source of them.
 
@@ -119,7 +120,7 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         global_batch=gbs, samples_per_sec=_measured("final_samples_per_sec")
     )
     timed = ~_stopped_early()
-    from_final = pl.when(timed).then(from_final)
+    from_final = pl.when(timed & ~_resumed()).then(from_final)
     from_runtime, from_steps_rate, from_progress = _hf_step_time(timed)
     sec_per_iter = pl.coalesce(
         from_elapsed, from_samples, from_final, from_runtime, from_steps_rate, from_progress
@@ -369,8 +370,16 @@ def _counted(name: str) -> pl.Expr:
 
 def _hf_steps() -> pl.Expr:
     """The steps HF Trainer's final metrics cover: the step ``Trainer.train()`` returned, else the planned
-    ``max_steps`` (``speed_metrics`` is given ``max_steps`` as the step count)."""
-    return pl.coalesce(_f("final_steps"), _f("train_iters"))
+    ``max_steps`` (``speed_metrics`` is given ``max_steps`` as the step count); of a run resumed from a
+    checkpoint, those after it (``train_runtime`` times this session only)."""
+    return pl.coalesce(_f("final_steps"), _f("train_iters")) - _f("resumed_step").fill_null(0)
+
+
+def _resumed() -> pl.Expr:
+    """An HF Trainer run resumed from a checkpoint: transformers 4's final samples/s and steps/s count the
+    whole schedule over this session's runtime, 5's the steps after the checkpoint, so only ``train_runtime``
+    over those steps times a step of either."""
+    return (_f("resumed_step") > 0).fill_null(False)
 
 
 def _stopped_early() -> pl.Expr:
@@ -387,13 +396,15 @@ def _hf_step_time(timed: pl.Expr) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
 
     ``train_steps_per_second`` is ``steps / train_runtime`` rounded to 3 decimals (``speed_metrics``;
     today's dicts print it ``.4g``): 0.007 for a 137 s step, so ``train_runtime / steps`` is preferred
-    where the steps are known and agree with it (a run resumed from a checkpoint timed fewer steps)."""
+    where the steps are known and agree with it (a run resumed from a checkpoint at a step not logged timed
+    fewer steps), or the run's resumed step is known."""
     steps = _hf_steps()
     runtime = _measured("final_train_runtime_s")
     logged_rate = _measured("final_steps_per_sec")
     agrees = logged_rate.is_null() | ((steps / runtime - logged_rate).abs() <= 0.0005 + 0.0005 * logged_rate)
-    from_runtime = pl.when((steps > 0) & agrees & timed).then(runtime / steps)
-    return from_runtime, pl.when(timed).then(1 / logged_rate), _measured("progress_sec_per_iter")
+    from_runtime = pl.when((steps > 0) & (agrees | _resumed()) & timed).then(runtime / steps)
+    from_rate = pl.when(timed & ~_resumed()).then(1 / logged_rate)
+    return from_runtime, from_rate, _measured("progress_sec_per_iter")
 
 
 def _by_checkpointing(build) -> pl.Expr:

@@ -103,7 +103,14 @@ _FINAL_FACTS["train_steps_per_second"] = "final_steps_per_sec"  # final metrics 
 _DICT_METRICS = {"loss": "loss", "learning_rate": "lr", "grad_norm": "grad_norm"}  # dict key -> step metric
 FACTS = (
     *("micro_batch_size", "gas", "global_batch_size", "dp", "train_iters", "precision", "gpus", "nodes"),
-    *("activation_checkpointing", "gpus_per_node", "logged_model_size", "final_steps", "swiglu"),
+    *(
+        "activation_checkpointing",
+        "gpus_per_node",
+        "logged_model_size",
+        "final_steps",
+        "swiglu",
+        "resumed_step",
+    ),
     *(*_FINAL_FACTS.values(), "progress_sec_per_iter", *dict.fromkeys(_SHAPE_KEYS.values())),
 )
 #: raw lines that can hold a dump's record: a read field's ``name=``, a ``)`` alone (a bare ``\)``: 30x more)
@@ -225,7 +232,8 @@ def _plain(text: str, out: list) -> None:
     if "TrainOutput(global_step=" in text and (output := _TRAIN_OUTPUT.search(text)):
         out += [_fact("final_steps", int(output[1])), _SEEN]  # what Trainer.train() returns, printed
     if "training from" in text and (resumed := _RESUMED_STEP.search(text)) and int(resumed[1]) <= INT64_MAX:
-        out += [{"what": "resume", "value": _typed(int(resumed[1]))}, _SEEN]
+        step = int(resumed[1])
+        out += [{"what": "resume", "value": _typed(step)}, _fact("resumed_step", step), _SEEN]
     if " = " in text and (banner := _TRAIN_BANNER.search(text)):
         _banner(banner[1], int(banner[2].replace(",", "")), out)
     if "Overriding config:" in text:

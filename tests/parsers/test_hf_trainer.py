@@ -652,6 +652,9 @@ def test_a_resumed_run_numbers_its_dicts_from_the_resumed_step(resume):
     # a resume off the logging grid (an epoch's checkpoint): the Trainer logs at multiples of logging_steps
     off_grid = resume.replace("500", "781")
     assert sorted(feed_lines([*dump, off_grid, first, second]).iterations) == [785, 790]
+    # the step it resumed from is a fact (the final metrics' runtime times the steps after it); the last wins
+    run = feed_lines([resume, first, off_grid, second])
+    assert (run.facts["resumed_step"], run.provenance["resumed_step"]) == (781, "hf-trainer:3")
 
 
 def test_bare_non_finite_floats_of_transformers_4_are_read():

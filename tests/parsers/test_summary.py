@@ -111,6 +111,26 @@ def test_an_hf_run_stopped_early_is_timed_by_its_bar_not_its_planned_steps_final
     assert row["sec_per_iter"] == pytest.approx(64 / 71.111)
 
 
+@pytest.mark.parametrize(
+    ("samples_per_sec", "steps_per_sec"),
+    [
+        (
+            50.98,
+            1.593,
+        ),  # transformers 4: the whole schedule's 1562 steps of 32 samples over this session's time
+        (25.49, 0.797),  # transformers 5: the 781 steps run after the checkpoint
+    ],
+)
+def test_a_resumed_hf_run_is_timed_by_the_steps_after_its_checkpoint(samples_per_sec, steps_per_sec):
+    final = {"final_train_runtime_s": 980.5, "final_samples_per_sec": samples_per_sec}
+    hf = {"path": "hf", "global_batch_size": 32, "train_iters": 1562, "resumed_step": 781, **final}
+    row = one(runs({**hf, "final_steps_per_sec": steps_per_sec}), _steps("hf", [1000, 1500, 1560]))
+    assert (row["sec_per_iter"], row["sec_per_iter_source"]) == (
+        980.5 / 781,
+        "final train_runtime / 781 steps",
+    )
+
+
 def _steps(path: str, steps: list[int]) -> pl.DataFrame:
     """HF Trainer's logged steps (a loss each, no time)."""
     return iterations(path, loss=[2.0] * len(steps)).with_columns(iteration=pl.Series(steps))
