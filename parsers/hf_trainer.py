@@ -1,7 +1,8 @@
 """HF Trainer log family: logged dicts, final train metrics, the TrainingArguments dump, the model shape.
 
-Python dicts (``{'loss': 2.3}``; today ``'4.705'`` strings) from every node's rank 0 (identical ones are
-one step; the last has ``train_runtime``), ``train metrics`` lines, ``TrainingArguments(`` a field a line
+Python dicts (``{'loss': 2.3}``; today ``'4.705'`` strings) from every node's rank 0 (a node's copies of one
+are one step: every ``copies`` prints of a text where their count is known, else all; the last has
+``train_runtime``), ``train metrics`` lines, ``TrainingArguments(`` a field a line
 (older versions: one line), the ``Running training`` banner, the model shape (overrides, a printed config),
 tqdm's bar, the launch's GPU count. A dict has no step: the n-th distinct training dict is step
 ``n * logging_steps`` (1 first with ``logging_first_step``; after a resume from a checkpoint at step s, the
@@ -88,7 +89,7 @@ _FLAG_INT_FACTS = {**_ARGS_INT_FACTS, "max_steps": "train_iters"}  # the argumen
 #: the fields read: facts, and what later records need (a dict's step, fp32, one process's GPU count)
 _ARGS_READ = frozenset(
     [*_FLAG_INT_FACTS, "fp16", "bf16", "gradient_checkpointing", "activation_checkpointing", "local_rank"]
-    + ["_n_gpu", "logging_steps", "logging_first_step", "logging_strategy", "deepspeed"]
+    + ["_n_gpu", "logging_steps", "logging_first_step", "logging_strategy", "deepspeed", "disable_tqdm"]
 )
 _SHAPE_KEYS = {  # model-config keys (GPT-2's, the generic ones) -> fact; num_key_value_heads: GQA
     **dict(n_embd="hidden_size", hidden_size="hidden_size", n_layer="num_layers", n_head="num_heads"),
@@ -463,10 +464,16 @@ def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Ev
         [effects.filter(what == "fact"), _asked(effects, args), finals, shapes.filter(what != "sized")],
         how="diagonal_relaxed",
     ).filter(order >= 0)
-    steps, dicts, resumes = _steps(effects, args)
+    copies = _copies(effects, args)
+    steps, printed = _copied(effects.filter(what == "step"), effects, copies)
+    steps, dicts, resumes = _steps(steps, effects, args)
     planned = facts.filter(pl.col("name") == "train_iters").with_columns(what=pl.lit("planned"))
     kept = [effects.filter(order < 0), args.with_columns(what=pl.lit("arg")), shapes.filter(what != "shape")]
-    carry = pl.concat([*kept, finals, dicts, resumes, _bars(frame, effects), planned], how="diagonal_relaxed")
+    copies = copies.select(
+        "run", what=pl.lit("copies"), order=pl.lit(0, pl.Int64), value=_int_typed("copies")
+    )
+    carry = [*kept, finals, dicts, resumes, _bars(frame, effects), planned, printed, copies]
+    carry = pl.concat(carry, how="diagonal_relaxed")
     carry = carry.group_by("run", "what", "name").agg(pl.all().get(pl.col("order").arg_max()))
     carry = carry.select(*_CARRY).cast(_CARRY)
     return _events(facts, steps, effects, carry)
@@ -490,6 +497,13 @@ def _effects(frame: pl.DataFrame) -> pl.DataFrame:
     joined = rows.lazy().join(table.lazy(), on=["use", "text"], maintain_order="left_right")
     order = pl.col("order") + pl.col("item").clip(upper_bound=127)
     return joined.select("run", order, *_EFFECT.to_schema()).collect()
+
+
+def _int_typed(column: str) -> pl.Expr:
+    """An integer column as a ``_TYPED`` value."""
+    integer = pl.col(column).cast(pl.Int64)
+    real, text = integer.cast(pl.Float64), integer.cast(pl.String)
+    return pl.struct(kind=pl.lit("int"), integer=integer, real=real, text=text)
 
 
 def _field(name: str, column: str = "value") -> pl.Expr:
@@ -535,10 +549,57 @@ def _shapes(effects: pl.DataFrame) -> pl.DataFrame:
     return shapes.filter((what != "shape") | (order < overridden.over("run", "name")).fill_null(True))
 
 
-def _steps(effects: pl.DataFrame, args: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+def _copies(effects: pl.DataFrame, args: pl.DataFrame) -> pl.DataFrame:
+    """Per run, how many times the Trainer prints each training dict (``copies``), where it is known: once
+    where one node runs it (``--nnodes 1``, or one process: ``local_rank=-1``), once per node with
+    ``disable_tqdm`` (PrinterCallback prints on each node's local rank 0). Else identical dicts are one step
+    (the copies of several nodes: older ProgressCallbacks printed on each node too). The carried count wins."""
+    what, name = pl.col("what"), pl.col("name")
+    carried = effects.filter(what == "copies").select("run", copies=_field("integer"))
+    nodes = effects.filter(what == "fact", name == "nodes").select("run", nodes=_field("integer"))
+    nodes = nodes.group_by("run").agg(pl.col("nodes").last())
+    single = args.filter(name == "local_rank", _field("integer") == -1).select(
+        "run", nodes=pl.lit(1, pl.Int64)
+    )
+    printer = args.filter(name == "disable_tqdm", _field("integer") == 1).select("run", printer=pl.lit(True))
+    known = (
+        pl.concat([single, nodes])
+        .unique("run", keep="first")
+        .join(printer.unique("run"), on="run", how="left")
+    )
+    copies = pl.when(pl.col("nodes") == 1).then(1).when(pl.col("printer")).then("nodes")
+    known = known.select("run", copies=copies.cast(pl.Int64)).filter(pl.col("copies") > 0)
+    return pl.concat([carried, known]).unique("run", keep="first")
+
+
+def _copied(
+    steps: pl.DataFrame, effects: pl.DataFrame, copies: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The step effects, a dict's text named after its copy (``text#n``: its n-th ``copies`` prints, the
+    n-th step that printed that text: a NaN loss at a constant learning rate), where the copies are known.
+    And each text's prints so far (``printed``, carried)."""
+    name = pl.col("name")
+    before = effects.filter(pl.col("what") == "printed").select("run", "name", before=_field("integer"))
+    prints = pl.col("before").fill_null(0) + pl.int_range(pl.len()).over("run", "name")
+    texts = (
+        steps.drop_nulls("name")
+        .join(copies, on="run", how="left")
+        .join(before, on=["run", "name"], how="left")
+        .with_columns(copy=prints // pl.col("copies"))
+    )
+    printed = texts.group_by("run", "name").agg(pl.col("order").max(), value=prints.max() + 1)
+    printed = printed.select("run", "order", "name", what=pl.lit("printed"), value=_int_typed("value"))
+    keyed = pl.when(pl.col("copy") > 0).then(name + "#" + pl.col("copy").cast(pl.String)).otherwise(name)
+    texts = texts.with_columns(name=keyed).drop("copies", "before", "copy")
+    return pl.concat([steps.filter(name.is_null()), texts], how="diagonal_relaxed").sort("order"), printed
+
+
+def _steps(
+    steps: pl.DataFrame, effects: pl.DataFrame, args: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """The dicts' steps (own, else by place among the run's distinct dicts, after the last resume), the
     ``dict``s numbered and the resumes with their ``base``."""
-    steps, known = effects.filter(pl.col("what") == "step"), effects.filter(pl.col("what") == "dict")
+    known = effects.filter(pl.col("what") == "dict")
     known_count = known.group_by("run").agg(known=pl.len())
     new = (
         steps.drop_nulls("name")

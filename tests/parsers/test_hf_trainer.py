@@ -127,6 +127,32 @@ def test_identical_dicts_from_several_nodes_are_one_step():
     assert sorted(run.iterations) == [1, 50]
 
 
+#: a diverged run at a constant learning rate: its dicts after the NaN are one text (transformers 5's .4g)
+_NAN = "{'loss': 'nan', 'grad_norm': 'nan', 'learning_rate': '0.0003', 'epoch': '1.001'}"
+_FINE = "{'loss': '2.113', 'grad_norm': '0.5', 'learning_rate': '0.0003', 'epoch': '1'}"
+
+
+def test_identical_dicts_one_process_prints_are_each_a_step():
+    dump = ["TrainingArguments(", "local_rank=-1,", "logging_steps=10,", ")"]
+    assert sorted(feed_lines([*dump, _FINE, _NAN, _NAN, _NAN]).iterations) == [10, 20, 30, 40]
+    # one node (torchrun's default --nnodes 1)
+    launch = ["+ torchrun --nproc_per_node 8 train.py", "TrainingArguments(", "logging_steps=10,", ")"]
+    assert sorted(feed_lines([*launch, _FINE, _NAN, _NAN]).iterations) == [10, 20, 30]
+
+
+def test_identical_dicts_of_several_nodes_printers_are_a_step_per_node_count():
+    # PrinterCallback (disable_tqdm) prints each dict on every node's local rank 0: 2 nodes, 2 copies a step
+    launch = "+ srun --nodes 2 torchrun --nnodes 2 --nproc_per_node 8 train.py --logging_steps 10"
+    dump = ["TrainingArguments(", "disable_tqdm=True,", "logging_steps=10,", ")"]
+    lines = [launch, *dump, _FINE, _FINE, _NAN, _NAN, _NAN, _NAN, _NAN, _NAN]
+    run = feed_lines(lines)
+    assert sorted(run.iterations) == [10, 20, 30, 40]
+    assert [run.iterations[step]["line"] for step in (10, 20, 30, 40)] == [6, 8, 10, 12]  # each first copy
+    # with the bar (ProgressCallback: some versions printed on every node too) identical dicts stay one step
+    lines[2] = "disable_tqdm=False,"
+    assert sorted(feed_lines(lines).iterations) == [10, 20]
+
+
 def test_dict_cut_in_the_middle_is_reported_not_read():
     run = feed_lines(
         [
@@ -816,7 +842,9 @@ def test_a_log_read_in_segments_gives_the_frames_it_gives_read_whole(tmp_path, m
         "hidden_size", "seq_len", "gpus", "dp", "precision", "final_train_runtime_s", "progress_sec_per_iter"
     ).row(0) == (1024, 512, 2, 2, "fp32", 11.22, 1.25)
     far_apart = whole[1].filter(pl.col("path").str.ends_with("far_apart.log"))
-    assert far_apart["iteration"].to_list() == [5, 10, 45]  # the last dict: resumed at 40, 1 dict after
+    # resumed at 40: one process prints a dict once, so the first dict printed again is step 45 (its prints
+    # so far are carried), the last 50
+    assert far_apart["iteration"].to_list() == [5, 10, 45, 50]
     monkeypatch.setattr(engine, "FLUSH_RECORDS", 1)  # a read after every batch
     monkeypatch.setattr(source, "CHUNK_BYTES", min(batch_bytes, 4096))
     monkeypatch.setattr(source, "batches", partial(source.batches, batch_bytes=batch_bytes))
