@@ -22,7 +22,7 @@ from typing import Any
 
 import polars as pl
 from logstat.parsers import grammar, kinds
-from logstat.parsers.base import INT64_MAX, INT64_MIN, Family
+from logstat.parsers.base import INT64_MAX, INT64_MIN, Family, RunBuilder
 from logstat.parsers.kinds import BODY, CLOSER, OPENER, Block, Events, RecordTest, literals
 
 NAME = "hf-trainer"
@@ -31,11 +31,15 @@ NAME = "hf-trainer"
 _TRAINER_KEYS = ("'loss'", "'learning_rate'", "'train_runtime'", "'train_samples_per_second'", "'epoch'")
 _RATES = ("it/s]", "s/it]")  # a tqdm update's rate
 _METRICS_BANNER, _ARGS_MARKER = "***** train metrics *****", "TrainingArguments("
+#: ``Trainer.log_metrics`` of an evaluation (the example scripts' ``--do_eval``): the end of a run that
+#: trained nothing, or of one whose training ended before it
+_EVAL_BANNER = "***** eval metrics *****"
 #: the banner's line of a run resumed from a checkpoint (transformers 4's, 5's): its dicts count from that step
 _RESUMED_AT = ("Continuing training from global step", "Resuming training from checkpoint with epoch")
 MARKERS = (
     # not bare "{'": DeepSpeed's config printer writes twice as many other dicts (optimizer_params...)
     *(*_TRAINER_KEYS, _ARGS_MARKER, _METRICS_BANNER, "Config {", "Overriding config:", "--config_overrides"),
+    _EVAL_BANNER,
     *("--per_device_train_batch_size", "Instantaneous batch size per device", "Total train batch size"),
     *("Gradient Accumulation steps", "Total optimization steps", "Number of trainable parameters"),
     *("Num Epochs", "Num update steps per epoch"),
@@ -230,6 +234,8 @@ def _plain(text: str, out: list) -> None:
     """A record of the family that no block reads and that is no dump, bar or block opener."""
     if "{'" in text:
         _dicts(text, out)
+    if _EVAL_BANNER in text:
+        out += [{"what": "evaluated"}, _SEEN]
     if "TrainOutput(global_step=" in text and (output := _TRAIN_OUTPUT.search(text)):
         out += [_fact("final_steps", int(output[1])), _SEEN]  # what Trainer.train() returns, printed
     if "training from" in text and (resumed := _RESUMED_STEP.search(text)) and int(resumed[1]) <= INT64_MAX:
@@ -731,9 +737,27 @@ def _events(facts: pl.DataFrame, steps: pl.DataFrame, effects: pl.DataFrame, car
         steps=[steps.with_columns(family=family)],
         facts=[frame.select("order", fact="name", value="value", family=family) for frame in typed],
         notes=[notes.select("order", family=family, message="name")],
-        marks=[kinds.marks_of(seen.lazy(), NAME, kinds.SEEN)],
+        marks=[kinds.marks_of(seen.lazy(), NAME, kinds.SEEN), _evaluated(effects)],
         carry=carry,
     )
+
+
+#: the completion an evaluation's metrics give a run that trained nothing
+EVALUATED = f"evaluation metrics logged ({_EVAL_BANNER}), no training step"
+
+
+def _evaluated(effects: pl.DataFrame) -> pl.DataFrame:
+    """A completion mark per evaluation's metrics (``finish`` voids it where the run trained)."""
+    evaluated = effects.lazy().filter(pl.col("what") == "evaluated", pl.col("order") >= 0)
+    return kinds.marks_of(evaluated, NAME, kinds.COMPLETE, pl.lit(EVALUATED))
+
+
+def finish(run: RunBuilder) -> None:
+    """An evaluation's metrics end a run that trained nothing; a run that logged training steps or final
+    train metrics ends (or not) by those, whether it evaluated before or after training."""
+    trained = run.last_iteration is not None or "final_train_runtime_s" in run.facts
+    if trained and run.completion is not None and run.completion[0] == EVALUATED:
+        run.completion = None
 
 
 def _block(name: str, hint: str | None, *tests: Callable[[pl.Expr], pl.Expr]) -> Block:
@@ -768,5 +792,6 @@ FAMILY = Family(
     markers=MARKERS,
     kinds=(TRAINER,),
     blocks=(ARGUMENTS, CONFIG, METRICS),
+    finish=finish,
     description="HF Trainer: logged dicts, train metrics, TrainingArguments dump, --config_overrides shape",
 )

@@ -97,6 +97,8 @@ _EFFECTIVE_TFLOPS = re.compile(
 #: minutes``) or its ``--exit-signal-handler`` run (``exiting program after receiving SIGTERM.``), each
 #: after the checkpoint is saved
 PLANNED_ENDS = ("after training is done", "exiting program at iteration", "exiting program after")
+#: tasks/main.py's last line, of an evaluation (zero-shot LAMBADA, WikiText) or a finetuning run that ended
+PLANNED_ENDS += ("done :-)",)
 
 
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:

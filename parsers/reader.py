@@ -201,7 +201,7 @@ def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
     anything = bool(run.iterations or run.facts.keys() - {"job_id"} or run.failure)
     if problems and not anything:
         return "unreadable", problems[0].problem, None, problems[0].path
-    completion = run.completion or _completion_from_facts(run)
+    completion = _unless_trained_after(run, run.completion) or _completion_from_facts(run)
     if run.failure is not None:
         status, reason, line = run.failure
         if completion is None or completion[2] != run.failure_path or completion[1] <= line:
@@ -225,6 +225,16 @@ def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
         stops = f"log stops after iteration {run.last_iteration}{of}, with no failure or end message"
         return "incomplete", stops, row.get("line"), row.get("source_path") or str(result.files.files[0])
     return "incomplete", "log stops before any training step, with no failure or end message", None, None
+
+
+def _unless_trained_after(run: RunBuilder, completion: tuple | None) -> tuple | None:
+    """``completion``, unless the run logged a training step after it in its file (an evaluation before
+    training, a finished run relaunched into the same log): the run did not end there."""
+    if completion is None or run.iteration_frame is None:
+        return completion
+    rows = run.iteration_frame.select("line", path=pl.col("source_path").fill_null(str(run.files[0])))
+    later = rows.filter(pl.col("path") == str(completion[2]), pl.col("line") > completion[1])
+    return None if later.height else completion
 
 
 def _completion_from_facts(run: RunBuilder) -> tuple[str, int, str] | None:

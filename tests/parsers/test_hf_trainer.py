@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from logstat.parsers import engine, hf_trainer, reader, source
 from logstat.parsers.base import RunBuilder
 
+from logstat.api import load_runs
 from tests.parsers import feeding
 from tests.parsers.random_text import joined
 
@@ -854,3 +855,40 @@ def test_a_log_read_in_segments_gives_the_frames_it_gives_read_whole(tmp_path, m
     for got, want in zip(reader.frames(reader.read_runs(groups, [hf_trainer.FAMILY])), whole, strict=True):
         assert got.equals(want)
     assert len(reads) > 5
+
+
+#: run_glue.py --do_eval without --do_train: Trainer.evaluate(), then log_metrics("eval", ...)
+_EVALUATION = [
+    "***** Running Evaluation *****",
+    "  Num examples = 872",
+    "100%|██████████| 14/14 [00:03<00:00,  4.12it/s]",
+    "***** eval metrics *****",
+    "  eval_loss               =     0.2451",
+    "  eval_runtime            = 0:00:03.41",
+]
+_TRAINING = [
+    "TrainingArguments(",
+    "logging_steps=10,",
+    ")",
+    "{'loss': 2.3016, 'grad_norm': 1.23, 'learning_rate': 5e-05, 'epoch': 0.1}",
+    "{'loss': 2.2016, 'grad_norm': 1.2, 'learning_rate': 4e-05, 'epoch': 0.2}",
+]
+
+
+def _status(tmp_path, lines: list[str]) -> tuple:
+    (tmp_path / "job.out").write_text("\n".join(lines) + "\n")
+    row = load_runs([tmp_path / "job.out"]).runs.row(0, named=True)
+    return row["status"], row["reason"], row["reason_line"]
+
+
+def test_an_evaluation_only_run_ends_with_its_metrics(tmp_path):
+    assert _status(tmp_path, _EVALUATION) == ("ok", hf_trainer.EVALUATED, 4)
+
+
+def test_an_evaluation_before_training_is_no_end_of_the_training(tmp_path):
+    status, reason, line = _status(tmp_path, [*_EVALUATION, *_TRAINING])
+    assert (status, line) == ("incomplete", 11) and reason.startswith("log stops after iteration 20")
+    # after training, the final train metrics say the run ended, not the evaluation
+    final = "{'train_runtime': 8.669, 'train_samples_per_second': 7.38, 'epoch': 1.0}"
+    status, reason, line = _status(tmp_path, [*_TRAINING, final, *_EVALUATION])
+    assert (status, reason, line) == ("ok", "final train metrics logged (final_train_runtime_s=8.669)", 6)

@@ -76,6 +76,22 @@ def test_zero_shot_evaluation_logs_no_training_step():
     assert result.iterations.height == 0
     row = result.runs.row(0, named=True)
     assert (row["family"], row["num_layers"], row["iterations"]) == ("megatron", 24, 0)
+    # tasks/main.py's last line: the evaluation ended as planned
+    assert (row["status"], row["reason"], row["reason_line"]) == ("ok", "done :-)", text.count("\n"))
+
+
+def test_a_finished_run_relaunched_into_its_log_ends_with_the_relaunch(tmp_path):
+    """A job that trained to its end, then ran again appending to the same file (a requeue of a finished
+    job, a rerun with more iterations) and stopped after a step: its end is not the first launch's."""
+    lines = (FIXTURES / "megatron" / "megatron_lm_h100-2001.out").read_text().splitlines()
+    done = next(number for number, line in enumerate(lines, 1) if "after training is done" in line)
+    log = tmp_path / "rerun.out"
+    log.write_text(
+        "\n".join([*lines[:done], *lines[:26]]) + "\n"
+    )  # the run again, up to its step 2 (line 26)
+    row = load_runs([log]).runs.row(0, named=True)
+    assert (row["status"], row["reason_line"]) == ("incomplete", done + 26)
+    assert row["reason"] == "log stops after iteration 2 of 5, with no failure or end message"
 
 
 def settled(run: RunBuilder) -> RunBuilder:
