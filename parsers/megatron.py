@@ -164,6 +164,8 @@ ITERATION_HEADER = r"\biteration\s+(?P<step>\d+)\s*/\s*(?P<total>\d+)"
 #: memory (MB)``) and the fields read from it
 MEMORY_HEADER = r"after (?P<step>\d+) iterations\)? memory \(MB\)"
 _MEMORY_FIELDS = {"allocated": "mem_allocated_mb", "max allocated": "mem_max_allocated_mb"}
+#: the event index of the first memory record glued to a line of iteration records (after theirs)
+_GLUED_EVENTS = 64
 #: what opens an arguments dump: a line holding it is never a per-step record
 _DUMP_OPENER = " arguments --"
 
@@ -258,7 +260,12 @@ def read_iterations(records: pl.LazyFrame) -> Events:
     ]
     # each record counts as the family's (family detection; DeepSpeed's facts ask whether Megatron ran it)
     seen = marks_of(records, NAME, SEEN)
-    return Events(steps=[step_events], facts=[facts.collect()], notes=notes, marks=[seen])
+    events = Events(steps=[step_events], facts=[facts.collect()], notes=notes, marks=[seen])
+    # a rank's memory record glued to the line (a line is one kind's record: this kind's), its events after
+    # the line's iteration records'
+    glued = records.filter(pl.col("text").str.contains("memory (MB)", literal=True))
+    events.extend(read_memory(glued.with_columns(pl.col("order") + _GLUED_EVENTS)))
+    return events
 
 
 def read_timers(records: pl.LazyFrame) -> Events:

@@ -143,6 +143,16 @@ def test_memory_keeps_the_largest_rank():
     assert run.iterations[2]["mem_max_allocated_mb"] == 26118.2294921875
 
 
+def test_a_memory_record_glued_to_an_iteration_line_is_read():
+    # two ranks writing at once: rank 8's memory record after the iteration line's last "|", or before it
+    memory = "[Rank 8] (after 1 iterations) memory (MB) | allocated: 10000.0 | max allocated: 22000.0 |"
+    run = feed(ITERATION_1 + memory)
+    assert (run.iterations[1]["elapsed_ms"], run.iterations[1]["mem_max_allocated_mb"]) == (155483.8, 22000.0)
+    run = feed(memory + ITERATION_1.replace("iteration        1/", "iteration        2/"))
+    assert sorted(run.iterations) == [1, 2] and run.iterations[1]["mem_allocated_mb"] == 10000.0
+    assert run.iterations[2]["elapsed_ms"] == 155483.8 and "mem_allocated_mb" not in run.iterations[2]
+
+
 def test_too_long_steps_are_noted_in_a_frame_of_several_chunks():
     """The engine hands a kind frames of several chunks: polars 2.1's ``pl.format`` panicked on such a
     frame filtered to its too-long steps (a hostile log read with others); concatenation does not."""
