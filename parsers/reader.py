@@ -3,7 +3,8 @@
 A batch job's output and error files (same stem, same directory) are one run, read output first, so the
 iterations of the one and the failure in the other are one row: Slurm ``%x-%j.out``/``.err``, LSF
 ``*.stdout``/``*.stderr``, PBS/Torque and SGE ``name.o12345``/``name.e12345`` (an array task adds ``.3``,
-Torque ``-3``; SGE's ``name.po12345``/``.pe12345`` too). Any other log (``*.log``, ``*.txt``) is one run.
+Torque ``-3``; SGE's ``name.po12345``/``.pe12345`` too). Any other log (``*.log``, ``*.txt``, a name that
+ends with a job id: ``train.123456``) is one run.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ _JOB_ID_IN_NAME = re.compile(r"(?:^|(?<!\d{4}-\d{2})[-_.])(\d{2,}(?:_\d+)?)$")
 # an array task's index after the job number (``.3``; Torque ``-3``).
 _SCHEDULER_STREAM = re.compile(r"(?P<stem>.+)\.(?P<stream>p?[oe])(?P<job>\d+(?:[.-]\d+)?)")
 _SCHEDULER_STREAM_ORDER = {"o": 0, "e": 1, "po": 2, "pe": 3}
+#: a name that is a job id, or ends with one after ``.``, ``-`` or ``_`` and no extension: LSF's ``-o
+#: name.%J``, Slurm's ``--output=%x.%j`` or ``%x-%j`` (an array task's ``%A_%a``); one log each
+_JOB_NAMED = re.compile(r"(?:.*[._-])?(?P<job>\d{4,}(?:_\d+)?)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,7 +85,14 @@ def _scheduler_stream(path: Path) -> re.Match[str] | None:
 
 def is_log_file(path: Path) -> bool:
     """Whether a file found while walking a directory looks like a log (by its name)."""
-    return _base(path)[1] in LOG_SUFFIXES or _scheduler_stream(path) is not None
+    return (
+        _base(path)[1] in LOG_SUFFIXES or _scheduler_stream(path) is not None or _job_named(path) is not None
+    )
+
+
+def _job_named(path: Path) -> re.Match[str] | None:
+    """The name of a job's output named after its id alone (``train.123456``), split (``job``)."""
+    return _JOB_NAMED.fullmatch(_uncompressed_name(path))
 
 
 def _job_stream(path: Path) -> tuple[tuple[str, str], int] | None:
@@ -115,10 +126,10 @@ def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
 
 
 def job_id_from_name(path: Path) -> str | None:
-    """The job id the scheduler put in a file name: Slurm's ``%j`` (``name-123456.out``, ``123456.out``)
-    or ``%A_%a`` of an array task (``slurm-123456_7.out``), PBS's and SGE's ``name.o123456`` (with an
-    array task's index: ``123456.3``), if any."""
-    match = _scheduler_stream(path)
+    """The job id the scheduler put in a file name: Slurm's ``%j`` (``name-123456.out``, ``123456.out``,
+    ``name.123456``) or ``%A_%a`` of an array task (``slurm-123456_7.out``), PBS's and SGE's
+    ``name.o123456`` (with an array task's index: ``123456.3``), LSF's ``name.%J``, if any."""
+    match = _scheduler_stream(path) or _job_named(path)
     if match is not None:
         return match["job"]
     match = _JOB_ID_IN_NAME.search(_base(path)[0])

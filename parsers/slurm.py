@@ -78,8 +78,26 @@ NATIVE_ABORTS = ("what():  ", "Fatal Python error: ")
 #: (SIGSEGV)``, ``Signal 11 (SIGSEGV) received by PID 9``): how it ended, never the launcher's doing (its
 #: SIGTERM, SIGKILL of the other workers)
 CRASH_SIGNALS = ("(SIGSEGV)", "(SIGABRT)", "(SIGBUS)", "(SIGFPE)", "(SIGILL)")
-#: a launcher's word that a worker exited with code 0: DeepSpeed's launcher (launch.py), torch elastic's agent
-CLEAN_EXITS = ("exits successfully", "worker group successfully finished")
+#: a launcher's word that a worker exited with code 0: DeepSpeed's launcher (launch.py), torch elastic's
+#: agent; LSF's job summary (appended to the job's output) of a job that exited with 0
+CLEAN_EXITS = ("exits successfully", "worker group successfully finished", "Successfully completed.")
+#: other batch systems' word on how they ended a job -> (status, label, kind): LSF's job summary
+#: (``TERM_RUNLIMIT: job killed after reaching LSF run time limit.``), PBS's note in the job's error file
+#: (``=>> PBS: job killed: walltime 7210 exceeded limit 7200``); their exit code after it is a report
+SCHEDULER_ENDS = {
+    "TERM_RUNLIMIT": ("failed", "time limit: ", "time limit"),
+    "job killed: walltime": ("failed", "time limit: ", "time limit"),
+    "TERM_MEMLIMIT": ("failed", "killed: ", "oom-kill"),
+    "job killed: mem": ("failed", "killed: ", "oom-kill"),
+    "job killed: vmem": ("failed", "killed: ", "oom-kill"),
+    "TERM_PREEMPT": ("cancelled", "preempted: ", "cancelled"),
+    "TERM_OWNER": ("cancelled", "", "cancelled"),
+    "TERM_ADMIN": ("cancelled", "", "cancelled"),
+    "TERM_FORCE_": ("cancelled", "", "cancelled"),
+    "TERM_REQUEUE_": ("cancelled", "", "cancelled"),
+}
+#: LSF's line after a job summary's TERM_ reason, or of a job whose command failed
+LSF_EXIT = "Exited with exit code"
 #: Open MPI's mpirun after a rank failed (help-mpirun.txt, help-errmgr-base.txt)
 MPIRUN_ENDS = ("exited on signal", "exited with non-zero status", "terminated normally, but")
 #: what the CUDA caching allocator's error says (``RuntimeError: CUDA out of memory.``, torch 2's
@@ -170,6 +188,10 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         else:  # preemption, scancel by a user or an admin, a requeue
             status = kind = "cancelled"
             label, bare_cancel = "preempted: " if "PREEMPTION" in text else "", bare_step
+    elif ended := next((end for end in SCHEDULER_ENDS if end in text), None):
+        status, label, kind = SCHEDULER_ENDS[ended]
+    elif text.startswith(LSF_EXIT):
+        weight, kind = REPORT, "scheduler exit"
     elif any(end in text for end in WATCHDOG_ENDS) or ("NCCL" in text and _NCCL_FAILURE.search(text)):
         # the first rank's watchdog is the cause; a communicator aborted because a peer failed is not
         label, kind = ("", "cuda error") if "CUDA error" in text else ("NCCL timeout/error: ", "nccl")
@@ -187,7 +209,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             kind = "srun"
         else:
             weight, kind = REPORT if task["how"].startswith("Exited") else EFFECT, "srun task"
-    elif "exits successfully" in text or "worker group successfully finished" in text:  # CLEAN_EXITS
+    elif any(end in text for end in CLEAN_EXITS):
         run.saw(NAME)
         return run.exited_cleanly(text, lineno)
     elif "exits with return code" in text:  # DeepSpeed's launcher, after a worker failed
@@ -277,12 +299,13 @@ FRAME_OR_HEADER = rf'{_LEADING_SPACE}(?:File "|{re.escape(TRACEBACK_HEADER)})'
 TRACEBACK_LINES = r'File "|Traceback|Error|Exception|Interrupt|Exit|Failure|Iteration|CUDA out of memory'
 #: the literal tests of parse_line's branches before its test for a kill: a record that passes one is read
 #: there (its NCCL test is not literal: a record naming an NCCL error and the launcher's kill is a kill)
-_READ_BEFORE_KILLS = (*CUDA_OOM, "CANCELLED AT", *WATCHDOG_ENDS, *NATIVE_ABORTS, "srun: error", "NODE_FAIL")
+_READ_BEFORE_KILLS = (*CUDA_OOM, "CANCELLED AT", *SCHEDULER_ENDS, LSF_EXIT, *WATCHDOG_ENDS, *NATIVE_ABORTS)
+_READ_BEFORE_KILLS += ("srun: error", "NODE_FAIL")
 _READ_BEFORE_KILLS += (*CLEAN_EXITS, "exits with return code", *MPIRUN_ENDS, *CRASH_SIGNALS)
 #: the reports of launchers and Slurm that come once every worker is gone (DeepSpeed's launcher's exit code,
-#: mpirun's summary, Slurm's cancel): no worker's line follows them but what a signal makes it print. Not
+#: mpirun's summary, Slurm's cancel, LSF's job summary, PBS's kill): no worker's line follows them but what a signal makes it print. Not
 #: srun's per task nor the launcher's kills: the other workers' output interleaves with them
-LAUNCHER_REPORTS = ("exits with return code", *MPIRUN_ENDS, "CANCELLED AT")
+LAUNCHER_REPORTS = ("exits with return code", *MPIRUN_ENDS, "CANCELLED AT", *SCHEDULER_ENDS)
 #: parse_line's literal tests for a kill, and the launcher's kill
 _KILLS = ("Killing subprocess", "oom-kill", "oom_kill", "SIGKILL")
 #: and before a traceback's: a record that passes one is read there, not as a traceback's start (one naming

@@ -40,8 +40,8 @@ SkipReport = Callable[[Path, str], None]
 def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None = None) -> list[Path]:
     """The log files named by ``paths``: files as given, directories walked recursively for the files
     named like logs (``logstat.parsers.reader.is_log_file``: ``*.out``, ``*.err``, ``*.log``, ``*.txt``,
-    ``*.stdout``, ``*.stderr``, PBS/SGE ``name.o123`` / ``name.e123``, and ``.gz``, ``.xz``, ``.bz2`` of
-    those). Every path the walk passes over (another name, a hidden file or directory, a symbolic link to
+    ``*.stdout``, ``*.stderr``, PBS/SGE ``name.o123`` / ``name.e123``, a job id without an extension
+    (``name.1234``), and ``.gz``, ``.xz``, ``.bz2`` of those). Every path the walk passes over (another name, a hidden file or directory, a symbolic link to
     a directory, which is not followed, a special file) is handed to ``skipped`` with the reason. A path
     that does not exist is an error naming it."""
     found: list[Path] = []

@@ -77,7 +77,10 @@ def test_pairs_of_each_naming_convention_and_array_tasks_stay_apart():
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("name", ["a.o", "x.pt", "model.bin", "notes.md", "run.o12x", "o12", "README"])
+@pytest.mark.parametrize(
+    "name",
+    ["a.o", "x.pt", "model.bin", "notes.md", "run.o12x", "o12", "README", "shard.017", "run_2024-01-01"],
+)
 def test_names_that_are_no_job_output_are_not_logs(name):
     assert not is_log_file(Path("/logs") / name)
 
@@ -140,7 +143,14 @@ def test_find_logs_hands_each_skipped_path_and_reason_to_the_caller(cluttered):
         ("train-123456_7.err.gz", "123456_7"),
         ("run_2024-01-01.log", None),  # a date, not a job
         ("run.log", None),
+        # no extension: LSF's -o name.%J, Slurm's --output=%x.%j or %x-%j (a log of its own)
+        ("gpt.123456", "123456"),
+        ("gpt2-52b-123456", "123456"),
+        ("train.123456_7", "123456_7"),
+        ("123456", "123456"),
+        ("gpt.123456.gz", "123456"),
     ],
 )
 def test_the_job_id_of_a_slurm_output_name(name, job_id):
     assert job_id_from_name(Path("/logs") / name) == job_id
+    assert is_log_file(Path("/logs") / name) == (job_id is not None or name.endswith(".log"))

@@ -212,3 +212,64 @@ def test_traceback_frames_are_skipped_and_the_exception_line_read():
         "ValueError",
     )
     assert run.failure == ("failed", "ValueError", 5)
+
+
+#: LSF's job summary, appended to the job's output file (bsub -o), of a job its run limit ended
+LSF_SUMMARY = [
+    "------------------------------------------------------------",
+    "Sender: LSF System <lsfadmin@batch3>",
+    "Subject: Job 123456: <gpt> in cluster <summit> Exited",
+    "",
+    "The output (if any) is above this job summary.",
+    "",
+    "TERM_RUNLIMIT: job killed after reaching LSF run time limit.",
+    "Exited with exit code 140.",
+    "",
+    "Resource usage summary:",
+]
+
+
+@pytest.mark.parametrize(
+    ("term", "status", "reason"),
+    [
+        (
+            "TERM_RUNLIMIT: job killed after reaching LSF run time limit.",
+            "failed",
+            "time limit: TERM_RUNLIMIT",
+        ),
+        (
+            "TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.",
+            "failed",
+            "killed: TERM_MEMLIMIT",
+        ),
+        ("TERM_OWNER: job killed by owner.", "cancelled", "TERM_OWNER"),
+        ("TERM_PREEMPT: job killed after preemption.", "cancelled", "preempted: TERM_PREEMPT"),
+    ],
+)
+def test_lsf_job_summary_says_why_the_job_ended(term, status, reason):
+    run = feed(*[term if line.startswith("TERM_") else line for line in LSF_SUMMARY])
+    assert (run.failure[0], run.failure[1][: len(reason)], run.failure[2]) == (status, reason, 7)
+    assert run.consequence_lines() == ["lines.log:8: Exited with exit code 140."]
+
+
+def test_lsf_exit_code_alone_is_a_report_and_success_a_clean_exit():
+    run = feed(
+        "Traceback (most recent call last):", '  File "x.py", line 1', "ValueError: bad", LSF_SUMMARY[7]
+    )
+    assert run.failure[1] == "ValueError: bad" and run.consequence_lines() == [
+        "lines.log:4: Exited with exit code 140."
+    ]
+    run = feed(*LSF_SUMMARY[:6], "Successfully completed.")
+    assert run.failure is None and run.clean_exit[:2] == ("Successfully completed.", 7)
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("=>> PBS: job killed: walltime 7210 exceeded limit 7200", "time limit: =>> PBS"),
+        ("=>> PBS: job killed: mem 52428800kb exceeded limit 41943040kb", "killed: =>> PBS"),
+    ],
+)
+def test_pbs_kill_note_says_why_the_job_ended(line, reason):
+    run = feed(line)
+    assert run.failure[:2] == ("failed", reason + line.removeprefix("=>> PBS"))

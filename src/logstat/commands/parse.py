@@ -58,7 +58,7 @@ def parse(
     """Parse training logs (files or directories, plain or .gz/.xz/.bz2) into one row per run.
 
     A job's output and error files are one run (Slurm .out/.err, LSF .stdout/.stderr, PBS/SGE
-    name.o123/name.e123); --verbose lists the files of the directories that were not read. Family
+    name.o123/name.e123; name.1234 is a log too); --verbose lists the files of the directories that were not read. Family
     (Megatron, Megatron-DeepSpeed, DeepSpeed, HF Trainer, minGPT) is detected per file. s/iter is the
     median of the logged steps after the first --warmup ones.
 
@@ -82,7 +82,7 @@ def parse(
     if not files:
         raise LogstatError(
             f"no log files (*.out, *.err, *.stdout, *.stderr, *.log, *.txt, PBS/SGE name.o123 / name.e123,"
-            f" .gz/.xz/.bz2 of those) under {', '.join(paths)}"
+            f" name.1234, .gz/.xz/.bz2 of those) under {', '.join(paths)}"
         )
     from logstat.progress import progress_bar, run_sizes
 
