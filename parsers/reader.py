@@ -38,8 +38,9 @@ _JOB_ID_IN_NAME = re.compile(r"(?:^|(?<!\d{4}-\d{2})[-_.])(\d{2,}(?:_\d+)?)$")
 _SCHEDULER_STREAM = re.compile(r"(?P<stem>.+)\.(?P<stream>p?[oe])(?P<job>\d+(?:[.-]\d+)?)")
 _SCHEDULER_STREAM_ORDER = {"o": 0, "e": 1, "po": 2, "pe": 3}
 #: a name that is a job id, or ends with one after ``.``, ``-`` or ``_`` and no extension: LSF's ``-o
-#: name.%J``, Slurm's ``--output=%x.%j`` or ``%x-%j`` (an array task's ``%A_%a``); one log each
-_JOB_NAMED = re.compile(r"(?:.*[._-])?(?P<job>\d{4,}(?:_\d+)?)")
+#: name.%J``, Slurm's ``--output=%x.%j`` or ``%x-%j`` (an array task's ``%A_%a``); one log each. Not a
+#: core dump's ``core.<pid>``
+_JOB_NAMED = re.compile(r"(?!core\.)(?:.*[._-])?(?P<job>\d{4,}(?:_\d+)?)")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -79,7 +79,18 @@ def test_pairs_of_each_naming_convention_and_array_tasks_stay_apart():
 
 @pytest.mark.parametrize(
     "name",
-    ["a.o", "x.pt", "model.bin", "notes.md", "run.o12x", "o12", "README", "shard.017", "run_2024-01-01"],
+    [
+        "a.o",
+        "x.pt",
+        "model.bin",
+        "notes.md",
+        "run.o12x",
+        "o12",
+        "README",
+        "shard.017",
+        "run_2024-01-01",
+        "core.12345",
+    ],
 )
 def test_names_that_are_no_job_output_are_not_logs(name):
     assert not is_log_file(Path("/logs") / name)
