@@ -108,15 +108,8 @@ _FINAL_FACTS["train_steps_per_second"] = "final_steps_per_sec"  # final metrics 
 _DICT_METRICS = {"loss": "loss", "learning_rate": "lr", "grad_norm": "grad_norm"}  # dict key -> step metric
 FACTS = (
     *("micro_batch_size", "gas", "global_batch_size", "dp", "train_iters", "precision", "gpus", "nodes"),
-    *(
-        "activation_checkpointing",
-        "gpus_per_node",
-        "logged_model_size",
-        "final_steps",
-        "swiglu",
-        "resumed_step",
-    ),
-    *(*_FINAL_FACTS.values(), "progress_sec_per_iter", *dict.fromkeys(_SHAPE_KEYS.values())),
+    *("activation_checkpointing", "gpus_per_node", "logged_model_size", "final_steps", "swiglu"),
+    *(*_FINAL_FACTS.values(), "progress_sec_per_iter", "resumed_step", *dict.fromkeys(_SHAPE_KEYS.values())),
 )
 #: raw lines that can hold a dump's record: a read field's ``name=``, a ``)`` alone (a bare ``\)``: 30x more)
 _ARGS_LINES = (
@@ -589,15 +582,17 @@ def _copied(
     prints = pl.col("before").fill_null(0) + pl.int_range(pl.len()).over("run", "name")
     texts = (
         steps.drop_nulls("name")
-        .join(copies, on="run", how="left")
-        .join(before, on=["run", "name"], how="left")
-        .with_columns(copy=prints // pl.col("copies"))
+        .join(copies, on="run", how="left", maintain_order="left")
+        .join(before, on=["run", "name"], how="left", maintain_order="left")
+        .with_columns(prints=prints)
+        .with_columns(copy=pl.col("prints") // pl.col("copies"))
     )
-    printed = texts.group_by("run", "name").agg(pl.col("order").max(), value=prints.max() + 1)
+    printed = texts.group_by("run", "name").agg(pl.col("order").max(), value=pl.col("prints").max() + 1)
     printed = printed.select("run", "order", "name", what=pl.lit("printed"), value=_int_typed("value"))
     keyed = pl.when(pl.col("copy") > 0).then(name + "#" + pl.col("copy").cast(pl.String)).otherwise(name)
-    texts = texts.with_columns(name=keyed).drop("copies", "before", "copy")
-    return pl.concat([steps.filter(name.is_null()), texts], how="diagonal_relaxed").sort("order"), printed
+    texts = texts.with_columns(name=keyed).drop("copies", "before", "prints", "copy")
+    steps = pl.concat([steps.filter(name.is_null()), texts], how="diagonal_relaxed")
+    return steps.sort("run", "order", maintain_order=True), printed
 
 
 def _steps(
