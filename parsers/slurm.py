@@ -81,9 +81,11 @@ CRASH_SIGNALS = ("(SIGSEGV)", "(SIGABRT)", "(SIGBUS)", "(SIGFPE)", "(SIGILL)")
 #: a launcher's word that a worker exited with code 0: DeepSpeed's launcher (launch.py), torch elastic's
 #: agent; LSF's job summary (appended to the job's output) of a job that exited with 0
 CLEAN_EXITS = ("exits successfully", "worker group successfully finished", "Successfully completed.")
-#: other batch systems' word on how they ended a job -> (status, label, kind): LSF's job summary
-#: (``TERM_RUNLIMIT: job killed after reaching LSF run time limit.``), PBS's note in the job's error file
-#: (``=>> PBS: job killed: walltime 7210 exceeded limit 7200``); their exit code after it is a report
+#: other batch systems' word on how they ended a job -> (status, label, kind), the first named wins: LSF's
+#: job summary (``TERM_RUNLIMIT: job killed after reaching LSF run time limit.``), PBS's note in the job's
+#: error file (``=>> PBS: job killed: walltime 7210 exceeded limit 7200``; any other limit it names),
+#: Flux's job exception (``flux-job: job.exception type=timeout severity=0 resource allocation expired``);
+#: their exit code after it is a report
 SCHEDULER_ENDS = {
     "TERM_RUNLIMIT": ("failed", "time limit: ", "time limit"),
     "job killed: walltime": ("failed", "time limit: ", "time limit"),
@@ -95,6 +97,9 @@ SCHEDULER_ENDS = {
     "TERM_ADMIN": ("cancelled", "", "cancelled"),
     "TERM_FORCE_": ("cancelled", "", "cancelled"),
     "TERM_REQUEUE_": ("cancelled", "", "cancelled"),
+    "=>> PBS: job killed": ("failed", "", "scheduler"),
+    "job.exception type=timeout": ("failed", "time limit: ", "time limit"),
+    "job.exception type=cancel": ("cancelled", "", "cancelled"),
 }
 #: LSF's line after a job summary's TERM_ reason, or of a job whose command failed
 LSF_EXIT = "Exited with exit code"

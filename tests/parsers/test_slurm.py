@@ -268,8 +268,25 @@ def test_lsf_exit_code_alone_is_a_report_and_success_a_clean_exit():
     [
         ("=>> PBS: job killed: walltime 7210 exceeded limit 7200", "time limit: =>> PBS"),
         ("=>> PBS: job killed: mem 52428800kb exceeded limit 41943040kb", "killed: =>> PBS"),
+        ("=>> PBS: job killed: ncpus 37.12 exceeded limit 36 (sum)", "=>> PBS"),
     ],
 )
 def test_pbs_kill_note_says_why_the_job_ended(line, reason):
     run = feed(line)
     assert run.failure[:2] == ("failed", reason + line.removeprefix("=>> PBS"))
+
+
+@pytest.mark.parametrize(
+    ("line", "status", "reason"),
+    [
+        (
+            "flux-job: job.exception type=timeout severity=0 resource allocation expired",
+            "failed",
+            "time limit: ",
+        ),
+        ("flux-job: job.exception type=cancel severity=0 ", "cancelled", ""),
+    ],
+)
+def test_flux_job_exception_says_why_the_job_ended(line, status, reason):
+    run = feed(" iteration       10/    1000 | elapsed time per iteration (ms): 1234.5 |", line)
+    assert run.failure == (status, reason + line.strip(), 2)
