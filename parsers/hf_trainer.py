@@ -34,12 +34,15 @@ _METRICS_BANNER, _ARGS_MARKER = "***** train metrics *****", "TrainingArguments(
 #: ``Trainer.log_metrics`` of an evaluation (the example scripts' ``--do_eval``): the end of a run that
 #: trained nothing, or of one whose training ended before it
 _EVAL_BANNER = "***** eval metrics *****"
+#: ``Trainer.train()``'s banner: after logged steps, a new launch (a requeued job appending to its log)
+_TRAIN_BANNER_LINE = "***** Running training *****"
 #: the banner's line of a run resumed from a checkpoint (transformers 4's, 5's): its dicts count from that step
 _RESUMED_AT = ("Continuing training from global step", "Resuming training from checkpoint with epoch")
 MARKERS = (
     # not bare "{'": DeepSpeed's config printer writes twice as many other dicts (optimizer_params...)
     *(*_TRAINER_KEYS, _ARGS_MARKER, _METRICS_BANNER, "Config {", "Overriding config:", "--config_overrides"),
     _EVAL_BANNER,
+    _TRAIN_BANNER_LINE,
     *("--per_device_train_batch_size", "Instantaneous batch size per device", "Total train batch size"),
     *("Gradient Accumulation steps", "Total optimization steps", "Number of trainable parameters"),
     *("Num Epochs", "Num update steps per epoch"),
@@ -229,6 +232,8 @@ def _plain(text: str, out: list) -> None:
         _dicts(text, out)
     if _EVAL_BANNER in text:
         out += [{"what": "evaluated"}, _SEEN]
+    if _TRAIN_BANNER_LINE in text:  # no record of the family's alone: DeepSpeed-Chat prints it too
+        out.append({"what": "launch"})
     if "TrainOutput(global_step=" in text and (output := _TRAIN_OUTPUT.search(text)):
         out += [_fact("final_steps", int(output[1])), _SEEN]  # what Trainer.train() returns, printed
     if "training from" in text and (resumed := _RESUMED_STEP.search(text)) and int(resumed[1]) <= INT64_MAX:
@@ -732,7 +737,7 @@ def _events(facts: pl.DataFrame, steps: pl.DataFrame, effects: pl.DataFrame, car
         steps=[steps.with_columns(family=family)],
         facts=[frame.select("order", fact="name", value="value", family=family) for frame in typed],
         notes=[notes.select("order", family=family, message="name")],
-        marks=[kinds.marks_of(seen.lazy(), NAME, kinds.SEEN), _evaluated(effects)],
+        marks=[kinds.marks_of(seen.lazy(), NAME, kinds.SEEN), _evaluated(effects), _launches(effects)],
         carry=carry,
     )
 
@@ -745,6 +750,12 @@ def _evaluated(effects: pl.DataFrame) -> pl.DataFrame:
     """A completion mark per evaluation's metrics (``finish`` voids it where the run trained)."""
     evaluated = effects.lazy().filter(pl.col("what") == "evaluated", pl.col("order") >= 0)
     return kinds.marks_of(evaluated, NAME, kinds.COMPLETE, pl.lit(EVALUATED))
+
+
+def _launches(effects: pl.DataFrame) -> pl.DataFrame:
+    """A launch mark per training banner (``settle`` counts one after the family's logged steps only)."""
+    banners = effects.lazy().filter(pl.col("what") == "launch", pl.col("order") >= 0)
+    return kinds.marks_of(banners, NAME, kinds.LAUNCH)
 
 
 def finish(run: RunBuilder) -> None:

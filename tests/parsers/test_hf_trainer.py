@@ -892,3 +892,15 @@ def test_an_evaluation_before_training_is_no_end_of_the_training(tmp_path):
     final = "{'train_runtime': 8.669, 'train_samples_per_second': 7.38, 'epoch': 1.0}"
     status, reason, line = _status(tmp_path, [*_TRAINING, final, *_EVALUATION])
     assert (status, reason, line) == ("ok", "final train metrics logged (final_train_runtime_s=8.669)", 6)
+
+
+def test_a_requeued_run_resumed_into_its_log_replaces_the_steps_it_logs_again():
+    # launch 1 logs steps 10-30 and is requeued; launch 2 resumes from the step-20 checkpoint into the same
+    # log: its step 30 replaces launch 1's, and each row says which launch logged it
+    dump = ["TrainingArguments(", "logging_steps=10,", ")"]
+    first = [f"{{'loss': {loss}, 'learning_rate': 5e-05, 'epoch': 0.1}}" for loss in (3.0, 2.5, 2.0)]
+    second = [f"{{'loss': {loss}, 'learning_rate': 4e-05, 'epoch': 0.2}}" for loss in (2.1, 1.9)]
+    banner, resume = "***** Running training *****", "  Continuing training from global step 20"
+    run = feed_lines([*dump, banner, *first, *dump, banner, resume, *second])
+    rows = run.iteration_frame.select("iteration", "launch", "loss").rows()
+    assert rows == [(10, 0, 3.0), (20, 0, 2.5), (30, 1, 2.1), (40, 1, 1.9)]
