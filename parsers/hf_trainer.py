@@ -6,7 +6,8 @@ are one step: every ``copies`` prints of a text where their count is known, else
 (older versions: one line), the ``Running training`` banner, the model shape (overrides, a printed config),
 tqdm's bar, the launch's GPU count. A dict has no step: the n-th distinct training dict is step
 ``n * logging_steps`` (1 first with ``logging_first_step``; after a resume from a checkpoint at step s, the
-k-th dict after it is the k-th multiple of ``logging_steps`` after s), else n. Records and the blocks'
+k-th dict after it is the k-th multiple of ``logging_steps`` after s; after a training banner that no resume
+follows, the dicts count from its first), else n. Records and the blocks'
 lines are read a segment at a time: each distinct text once in Python into effects, then polars rules,
 with a carry.
 """
@@ -233,7 +234,8 @@ def _plain(text: str, out: list) -> None:
     if _EVAL_BANNER in text:
         out += [{"what": "evaluated"}, _SEEN]
     if _TRAIN_BANNER_LINE in text:  # no record of the family's alone: DeepSpeed-Chat prints it too
-        out.append({"what": "launch"})
+        # a training from step 0, unless a resume's line follows: its dicts count from its first
+        out += [{"what": "launch"}, {"what": "resume", "value": _typed(0)}]
     if "TrainOutput(global_step=" in text and (output := _TRAIN_OUTPUT.search(text)):
         out += [_fact("final_steps", int(output[1])), _SEEN]  # what Trainer.train() returns, printed
     if "training from" in text and (resumed := _RESUMED_STEP.search(text)) and int(resumed[1]) <= INT64_MAX:
@@ -676,13 +678,16 @@ def _position_to_step(
     position: int, interval: Any, first_step: Any, max_steps: Any, *, resumed: int | None, base: int | None
 ) -> int:
     """The n-th distinct training dict's step, from ``logging_steps`` (a ratio of ``max_steps`` below 1)
-    and ``logging_first_step``, or after a resume at step ``resumed`` with ``base`` dicts before it; a step
-    beyond int64 is none (the dict's position instead)."""
+    and ``logging_first_step``, or after a resume at step ``resumed`` with ``base`` dicts before it (a
+    training started again from step 0 counts its own dicts); a step beyond int64 is none (the dict's
+    position instead)."""
+    if resumed == 0 and base:
+        position -= base
     if isinstance(interval, float) and 0 < interval < 1 and isinstance(max_steps, int | float):
         interval = math.ceil(max_steps * interval) if max_steps > 0 else interval
     if not isinstance(interval, int | float) or not 1 <= interval < math.inf:
         return position
-    if resumed is not None and base is not None:  # the Trainer logs when the step is a multiple of it
+    if resumed and base is not None:  # the Trainer logs when the step is a multiple of it
         step = (resumed // int(interval) + position - base) * int(interval)
     else:
         step = 1 if first_step and position == 1 else int((position - bool(first_step)) * interval)

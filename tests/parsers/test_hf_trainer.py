@@ -904,3 +904,14 @@ def test_a_requeued_run_resumed_into_its_log_replaces_the_steps_it_logs_again():
     run = feed_lines([*dump, banner, *first, *dump, banner, resume, *second])
     rows = run.iteration_frame.select("iteration", "launch", "loss").rows()
     assert rows == [(10, 0, 3.0), (20, 0, 2.5), (30, 1, 2.1), (40, 1, 1.9)]
+
+
+def test_a_run_started_again_from_scratch_into_its_log_numbers_its_dicts_from_the_start():
+    dump = ["TrainingArguments(", "logging_first_step=True,", "logging_steps=10,", ")"]
+    banner = "***** Running training *****"
+    first = [f"{{'loss': {loss}, 'learning_rate': 5e-05, 'epoch': 0.1}}" for loss in (3.0, 2.5, 2.0)]
+    again = [f"{{'loss': {loss}, 'learning_rate': 5e-05, 'epoch': 0.1}}" for loss in (3.1, 2.6)]
+    run = feed_lines([*dump, banner, *first, *dump, banner, *again])
+    rows = run.iteration_frame.select("iteration", "launch", "loss").rows()
+    assert rows == [(1, 1, 3.1), (10, 1, 2.6), (20, 0, 2.0)]
+    assert "resumed_step" not in run.facts  # a start from scratch is no resume
