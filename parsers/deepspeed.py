@@ -257,7 +257,6 @@ _LABELS = "|".join(map(re.escape, PROFILE_LABELS))
 _LABEL = rf"^(?:FLOPS per GPU = [\d.]+ \* fwd flops per GPU / iter latency:|{_LABELS})"
 _PROFILE_LINE = rf"Profile Summary at step \d|^{PS}*(?:FLOPS per GPU = |{_LABELS})"
 _PROFILE_MARKERS = ("Profile Summary at step", "FLOPS per GPU = ", *PROFILE_LABELS)
-_PREFIX_SCALE = {"T": 1e12, "G": 1e9, "B": 1e9, "M": 1e6, "K": 1e3, "m": 1e-3, "u": 1e-6}
 
 
 def _scaled(text: pl.Expr, unit: str = "") -> pl.Expr:
@@ -266,7 +265,7 @@ def _scaled(text: pl.Expr, unit: str = "") -> pl.Expr:
     if unit:
         body = _strip(body.str.replace(re.escape(unit) + "$", ""))
     parts = body.str.extract_groups(rf"^({NUMBER}){_WS}([TGBMKmu])?$")
-    scale = parts.struct[1].replace_strict(_PREFIX_SCALE, default=1.0, return_dtype=pl.Float64)
+    scale = parts.struct[1].replace_strict(kinds.SI_PREFIXES, default=1.0, return_dtype=pl.Float64)
     return parts.struct[0].cast(pl.Float64, strict=False) * scale
 
 

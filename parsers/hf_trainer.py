@@ -505,9 +505,9 @@ def _effects(frame: pl.DataFrame) -> pl.DataFrame:
     return joined.select("run", order, *_EFFECT.to_schema()).collect()
 
 
-def _int_typed(column: str) -> pl.Expr:
+def _int_typed(column: str | pl.Expr) -> pl.Expr:
     """An integer column as a ``_TYPED`` value."""
-    integer = pl.col(column).cast(pl.Int64)
+    integer = (pl.col(column) if isinstance(column, str) else column).cast(pl.Int64)
     real, text = integer.cast(pl.Float64), integer.cast(pl.String)
     return pl.struct(kind=pl.lit("int"), integer=integer, real=real, text=text)
 
@@ -647,10 +647,7 @@ def _steps_per_epoch() -> pl.Expr:
         _field("integer", "steps_per_epoch"), pl.when(total % epochs == 0).then(total // epochs)
     )
     by_epoch = _field("text", "logging_strategy").str.to_lowercase().str.ends_with("epoch")
-    typed = pl.struct(
-        kind=pl.lit("int"), integer=per_epoch, real=per_epoch.cast(pl.Float64), text=per_epoch.cast(pl.String)
-    )
-    return pl.when(by_epoch & (per_epoch > 0)).then(typed)
+    return pl.when(by_epoch & (per_epoch > 0)).then(_int_typed(per_epoch))
 
 
 def _resumes(effects: pl.DataFrame, new: pl.DataFrame, known_count: pl.DataFrame) -> pl.DataFrame:

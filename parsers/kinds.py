@@ -271,10 +271,16 @@ def pipe_fields(records: pl.LazyFrame, body: pl.Expr) -> pl.LazyFrame:
     )
 
 
-def named_field(name: str) -> str:
-    """The ``FIELD`` called ``name`` (in any case, after any non-letters), its number the group: for
-    reading a few known fields of a record without splitting it."""
-    return rf"\|[^A-Za-z|]*(?i:{re.escape(name)})\s*:\s*({NUMBER})\s*\|"
+#: the scale of a number's SI prefix as logs print them (``2.63 K``, ``95.3TFLOPS``; ``B`` for billions)
+SI_PREFIXES = {"": 1.0, "u": 1e-6, "m": 1e-3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12}
+SI_PREFIXES |= {"P": 1e15, "E": 1e18, "Z": 1e21}
+
+
+def named_field(name: str, unit: str = "") -> str:
+    """The ``FIELD`` called ``name`` (in any case, after any non-letters), its number the group (then
+    ``unit``, a pattern, its own groups after it): for reading a few known fields of a record without
+    splitting it."""
+    return rf"\|[^A-Za-z|]*(?i:{re.escape(name)})\s*:\s*({NUMBER})\s*{unit}\s*\|"
 
 
 def as_real(value: pl.Expr) -> pl.Expr:

@@ -38,13 +38,13 @@ from logstat.parsers.kinds import (
     CLOSER,
     ENDED,
     LAUNCH,
-    NUMBER,
     OPENER,
     PEAK,
     PYTHON_EVENTS,
     PYTHON_SPACE,
     RECORD,
     SEEN,
+    SI_PREFIXES,
     Block,
     Events,
     RecordKind,
@@ -154,8 +154,7 @@ ITERATION_FIELDS: dict[str, tuple[str, ...]] = {
     "global_batch_size": ("global batch size",),
 }
 #: GPT-NeoX's ``approx flops per GPU: 95.3TFLOPS`` (its ``human_readable_flops``: no unit below a thousand)
-_NEOX_FLOPS = rf"\|[^A-Za-z|]*(?i:approx flops per gpu)\s*:\s*({NUMBER})\s*([KMGTPEZ]?)(?:FLOPS)?\s*\|"
-_FLOPS_PREFIXES = {"": 1e-12, "K": 1e-9, "M": 1e-6, "G": 1e-3, "T": 1.0, "P": 1e3, "E": 1e6, "Z": 1e9}
+_NEOX_FLOPS = named_field("approx flops per gpu", unit="([KMGTPEZ]?)(?:FLOPS)?")
 #: iteration-record fields that are counts (the rest are measurements)
 COUNT_FIELDS = ("number of skipped iterations", "number of nan iterations", "global batch size")
 #: an iteration record's header; a line may hold several records (ranks glued without a tag)
@@ -231,7 +230,8 @@ def read_iterations(records: pl.LazyFrame) -> Events:
     names = dict.fromkeys(chain(*ITERATION_FIELDS.values(), COUNT_FIELDS))
     # each field's text is extracted once into a column: an expression used twice would run twice
     neox_flops = pl.col("body").str.extract_groups(_NEOX_FLOPS)
-    flops = as_real(neox_flops.struct[0]) * neox_flops.struct[1].replace_strict(_FLOPS_PREFIXES, default=None)
+    prefix = neox_flops.struct[1].replace_strict(SI_PREFIXES, default=None, return_dtype=pl.Float64)
+    flops = as_real(neox_flops.struct[0]) * prefix / 1e12
     steps = (
         _records(records, ITERATION_HEADER)
         .with_columns(body="|" + pl.col("body"))

@@ -86,21 +86,19 @@ CLEAN_EXITS = ("exits successfully", "worker group successfully finished", "Succ
 #: error file (``=>> PBS: job killed: walltime 7210 exceeded limit 7200``; any other limit it names),
 #: Flux's job exception (``flux-job: job.exception type=timeout severity=0 resource allocation expired``);
 #: their exit code after it is a report
-SCHEDULER_ENDS = {
-    "TERM_RUNLIMIT": ("failed", "time limit: ", "time limit"),
-    "job killed: walltime": ("failed", "time limit: ", "time limit"),
-    "TERM_MEMLIMIT": ("failed", "killed: ", "oom-kill"),
-    "job killed: mem": ("failed", "killed: ", "oom-kill"),
-    "job killed: vmem": ("failed", "killed: ", "oom-kill"),
-    "TERM_PREEMPT": ("cancelled", "preempted: ", "cancelled"),
-    "TERM_OWNER": ("cancelled", "", "cancelled"),
-    "TERM_ADMIN": ("cancelled", "", "cancelled"),
-    "TERM_FORCE_": ("cancelled", "", "cancelled"),
-    "TERM_REQUEUE_": ("cancelled", "", "cancelled"),
-    "=>> PBS: job killed": ("failed", "", "scheduler"),
-    "job.exception type=timeout": ("failed", "time limit: ", "time limit"),
-    "job.exception type=cancel": ("cancelled", "", "cancelled"),
-}
+SCHEDULER_ENDS = dict.fromkeys(
+    ("TERM_RUNLIMIT", "job killed: walltime", "job.exception type=timeout"),
+    ("failed", "time limit: ", "time limit"),
+)
+SCHEDULER_ENDS |= dict.fromkeys(
+    ("TERM_MEMLIMIT", "job killed: mem", "job killed: vmem"), ("failed", "killed: ", "oom-kill")
+)
+SCHEDULER_ENDS["TERM_PREEMPT"] = ("cancelled", "preempted: ", "cancelled")
+SCHEDULER_ENDS |= dict.fromkeys(
+    ("TERM_OWNER", "TERM_ADMIN", "TERM_FORCE_", "TERM_REQUEUE_", "job.exception type=cancel"),
+    ("cancelled", "", "cancelled"),
+)
+SCHEDULER_ENDS["=>> PBS: job killed"] = ("failed", "", "scheduler")  # another limit: after the named ones
 #: LSF's line after a job summary's TERM_ reason, or of a job whose command failed
 LSF_EXIT = "Exited with exit code"
 #: Open MPI's mpirun after a rank failed (help-mpirun.txt, help-errmgr-base.txt)
