@@ -49,6 +49,8 @@ class Family:
     """Records read column-wise: ``parse_line`` never sees them."""
     blocks: tuple[Block, ...] = ()
     """Multi-line blocks read column-wise: ``parse_line`` never sees their records."""
+    steps_before_timers: bool = False
+    """True if a step's record is printed inside the step, before that step's timers (``settle``)."""
 
 
 #: What a failure event says about how a run ended (``RunBuilder.fail``), strongest first: a root CAUSE

@@ -38,6 +38,15 @@ _STEP, _THROUGHPUT, _PIPE, _PROFILE = range(4)
 _INT_FACTS = ("global_batch_size", "micro_batch_size", "gas", "zero_stage", "dp", "gpus", "pp", "tp")
 _OFFLOADS = ("offload_param", "offload_optimizer")
 _STATEMENT = dict.fromkeys(("run", "order", "dump"), pl.Int64)
+#: the engine's wall-clock breakdown (deepspeed/utils/timer.py): its step timers print at every step's end,
+#: during a step its micro-step timers at every micro-step and ZeRO's optimizer timers (zero/stage3.py,
+#: stage_1_and_2.py); ``step=N`` only every steps_per_print, inside the step, before its timers
+ENGINE_STEP_TIMERS = ("fwd", "bwd", "bwd_inner", "bwd_allreduce", "step")
+ENGINE_IN_STEP_TIMERS = (
+    *(f"{name}_microstep" for name in ENGINE_STEP_TIMERS),
+    *("optimizer_allgather", "optimizer_gradients", "optimizer_step"),
+    *("optimizer_swap_in_state", "optimizer_swap_out_state"),
+)
 _STATEMENT |= dict.fromkeys(("fact", "value", "note", "unless_seen"), pl.String)
 
 
@@ -549,5 +558,6 @@ FAMILY = Family(
     markers=(_DUMP_HEADER, *sorted(NAMES_READ), "step=", PROFILE_HEADER, *_PROFILE_MARKERS, *_RECORD_MARKERS),
     kinds=(SEQUENCE, RECORDS),
     blocks=(JSON_VALUES, PROFILE),
+    steps_before_timers=True,
     description="DeepSpeed engine: config dump, step=/throughput lines, pipeline steps, flops profiler",
 )

@@ -74,6 +74,9 @@ TIMER_EVENT_SCHEMA: dict[str, pl.DataType] = {
     "ms": pl.Float64,
     "family": pl.String,
 }
+#: a timer line's optional ``per_step``: printed at the end of every step, or during every step (at each
+#: micro-step, in the optimizer step)
+STEP_END, IN_STEP = 2, 1
 #: a failure event, as ``RunBuilder.fail`` takes one
 FAILURE_EVENT_SCHEMA: dict[str, pl.DataType] = {
     "order": pl.Int64,

@@ -6,7 +6,8 @@ Lines read (real examples in fixtures/megatron/):
   ``throughput per GPU (TFLOP/s/GPU)``; BigScience's fork (BLOOM) prints ``elapsed time per iteration
   (s)``, ``samples per second`` and ``TFLOPs``; GPT-NeoX's ``samples/sec: 41.712 | iteration ...`` with
   ``approx flops per GPU: 95.3TFLOPS`` and ``lm_loss``; a timestamp may precede it);
-- ``time (ms) | forward-compute: 32054.16 | ...`` (timers of the step logged just before), and today's
+- ``time (ms) | forward-compute: 32054.16 | ...`` (timers of the step logged just before; DeepSpeed's
+  engine prints its wall-clock breakdown in this format, every micro-step and step), and today's
   Megatron-LM core's block of them, ``(min, max) time across ranks (ms):`` then ``    forward-backward
   ....: (8900.00, 8920.00)`` a line (``--timing-log-option max``: ``max time across ranks (ms):``,
   ``....: 8920.00``), of which the slowest rank's time is read;
@@ -32,11 +33,13 @@ from collections.abc import Iterable
 from itertools import chain
 
 import polars as pl
+from logstat.parsers import deepspeed
 from logstat.parsers.base import Family, RunBuilder
 from logstat.parsers.kinds import (
     BODY,
     CLOSER,
     ENDED,
+    IN_STEP,
     LAUNCH,
     OPENER,
     PEAK,
@@ -45,6 +48,7 @@ from logstat.parsers.kinds import (
     RECORD,
     SEEN,
     SI_PREFIXES,
+    STEP_END,
     Block,
     Events,
     RecordKind,
@@ -269,12 +273,16 @@ def read_iterations(records: pl.LazyFrame) -> Events:
 
 
 def read_timers(records: pl.LazyFrame) -> Events:
-    """``time (ms) | name: ms | ...``: a timer event per field (of the step logged before it). The bare
-    heading, printed when no timer ran (half of Megatron's timer lines), has none."""
+    """``time (ms) | name: ms | ...``: a timer event per field (of the step logged before it; DeepSpeed's
+    engine timers of the step they count, ``per_step``). The bare heading, printed when no timer ran
+    (half of Megatron's timer lines), has none."""
     breakdowns = records.select("order", body=pl.col("text").str.replace(r"^.*?time \(ms\)", ""))
     timers = pipe_fields(breakdowns, pl.col("body")).select(
         "order", "position", timer="name", ms=as_real(pl.col("value")), family=pl.lit(NAME)
     )
+    per_step = pl.when(pl.col("timer").is_in(deepspeed.ENGINE_STEP_TIMERS)).then(STEP_END)
+    per_step = per_step.when(pl.col("timer").is_in(deepspeed.ENGINE_IN_STEP_TIMERS)).then(IN_STEP)
+    timers = timers.with_columns(per_step=per_step.max().over("order").cast(pl.Int8))
     return Events(timers=[timers.drop_nulls("ms").collect()])
 
 

@@ -9,12 +9,16 @@ thousand small files would pay a thousand times), by the rules a run's lines imp
   (memory, the profiler) opened it;
 - an event without a step (a timer breakdown, Megatron's effective TFLOPs) belongs to the last step
   logged before it (``join_asof``), and a timer of a step a later launch logged again is dropped;
+- a timer line printed at every step (``per_step``: DeepSpeed's wall-clock breakdown, whose ``step=``
+  is printed only every ``steps_per_print``) belongs to the step counted in step ends from the step
+  record before it in its launch, or else back from the one after it (``_counted_steps``);
 - a fact goes to the first family that states it, with that family's last statement.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -24,7 +28,9 @@ from logstat.parsers.kinds import (
     FILE_SHIFT,
     LAUNCH,
     PEAK,
+    RECORD,
     SEEN,
+    STEP_END,
     STEP_EVENT_SCHEMA,
     STEP_METRICS_SCHEMA,
     TIMER_EVENT_SCHEMA,
@@ -51,10 +57,11 @@ def settle_runs(runs: list[RunBuilder], events: Events) -> None:
         orient="row",
     )
     steps = _step_events(runs, events.steps)
-    records = steps.filter(pl.col("mode") != PEAK, pl.col("step").is_not_null()).select(
-        "run", "order", last_step="step"
-    )
+    anchors = steps.filter(pl.col("mode") != PEAK, pl.col("step").is_not_null())
+    records = anchors.select("run", "order", last_step="step")
     starts = _launch_starts(runs, steps)
+    anchors = anchors.filter(pl.col("mode") == RECORD).select("run", "order", "step", "family")
+    anchors = anchors.pipe(_with_launch, starts)
     steps = (
         steps.join_asof(records, on="order", by="run", strategy="backward", check_sortedness=False)
         .with_columns(step=pl.coalesce("step", "last_step"))
@@ -64,7 +71,7 @@ def settle_runs(runs: list[RunBuilder], events: Events) -> None:
     )
     final_launch = steps.group_by("run", "step").agg(final=pl.col("launch").max())
     rows = _rows(steps, final_launch, files)
-    timers = _timers(events.timers, records, starts, final_launch, files)
+    timers = _timers(events.timers, records, anchors, starts, final_launch, files)
     last = steps.filter(pl.col("mode") != PEAK).group_by("run").agg(pl.col("step").last())
     by_run_rows = rows.partition_by("run", as_dict=True, include_key=False)
     by_run_timers = timers.partition_by("run", as_dict=True, include_key=False)
@@ -215,6 +222,7 @@ def _rows(steps: pl.DataFrame, final_launch: pl.DataFrame, files: pl.DataFrame) 
 def _timers(
     timers: list[pl.DataFrame],
     records: pl.DataFrame,
+    anchors: pl.DataFrame,
     starts: pl.DataFrame,
     final_launch: pl.DataFrame,
     files: pl.DataFrame,
@@ -228,6 +236,7 @@ def _timers(
         frame.sort("run", "order", "position")
         .join_asof(records, on="order", by="run", strategy="backward", check_sortedness=False)
         .pipe(_with_launch, starts)
+        .pipe(_counted_steps, anchors)
         .with_columns(line=line_of(pl.col("order")), file=file_of(pl.col("order")))
         .join(
             final_launch,
@@ -240,6 +249,56 @@ def _timers(
         .join(files, on=["run", "file"], how="left", maintain_order="left")
         .rename({"last_step": "iteration"})
         .select("run", *TIMER_COLUMNS)
+    )
+
+
+@cache
+def _steps_before_timers() -> list[str]:
+    """The families that print a step's record before that step's timers."""
+    from logstat.parsers.registry import families
+
+    return [family.name for family in families() if family.steps_before_timers]
+
+
+def _counted_steps(timers: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
+    """The step of each timer line printed at every step (``per_step``: STEP_END at a step's end, else
+    IN_STEP during one), counted in step ends from the step record before it in its launch: k ends
+    after step N, a line is of step N + k, or N + 1 + k after a record printed once its step's timers
+    were (``Family.steps_before_timers`` false). Before its launch's first record, back from that one."""
+    if "per_step" not in timers.columns:
+        return timers
+    lines = (
+        timers.filter(pl.col("per_step").is_not_null())
+        .unique(["run", "order"], keep="first", maintain_order=True)
+        .select("run", "order", "launch", ends=(pl.col("per_step") == STEP_END).cast(pl.Int64))
+        .with_columns(ended=pl.col("ends").cum_sum().over("run", "launch"))
+    )
+    if lines.is_empty():
+        return timers
+    before = pl.col("family").is_in(_steps_before_timers()).cast(pl.Int64)
+    anchors = anchors.join_asof(
+        lines.drop("ends"), on="order", by=["run", "launch"], check_sortedness=False
+    ).select("run", "launch", "order", "step", before=before, ended=pl.col("ended").fill_null(0))
+    earlier = lines.join_asof(
+        anchors, on="order", by=["run", "launch"], strategy="backward", check_sortedness=False, suffix="_at"
+    )
+    counted = earlier.join_asof(
+        anchors, on="order", by=["run", "launch"], strategy="forward", check_sortedness=False, suffix="_next"
+    ).select(
+        "run",
+        "order",
+        counted=pl.coalesce(
+            pl.col("step") + 1 - pl.col("before") + pl.col("ended") - pl.col("ends") - pl.col("ended_at"),
+            pl.col("step_next")
+            + 1
+            - pl.col("before_next")
+            - (pl.col("ended_next") - pl.col("ended") + pl.col("ends")),
+        ),
+    )
+    return (
+        timers.join(counted, on=["run", "order"], how="left", maintain_order="left")
+        .with_columns(last_step=pl.coalesce("counted", "last_step"))
+        .drop("counted")
     )
 
 

@@ -376,3 +376,64 @@ def test_a_dump_before_any_step_and_step_zero_start_no_launch():
     lines = ["[INFO] [logging.py:96:log_dist] [Rank 0] step=0, skipped=0, lr=[5e-05], mom=[[0.9, 0.999]]"]
     run = feed_lines(deepspeed.FAMILY, [*lines, *DUMP, *DUMP, _throughput(1, 10.0), _throughput(2, 20.0)])
     assert run.iteration_frame["launch"].to_list() == [0, 0]
+
+
+def _ds_timers(names: tuple[str, ...], ms: float) -> str:
+    return "[Rank 0] time (ms) | " + " | ".join(f"{name}: {ms:.2f}" for name in names)
+
+
+def test_engine_timers_printed_every_step_are_of_the_step_they_count():
+    # a real ZeRO-1 run: wall_clock_breakdown prints every micro-step and step, step= every 2nd step
+    path = DS / "ds_zero1_fp32_2cpu.log"
+    ends = 0
+    expected = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if "time (ms) | fwd: " in line:
+            ends += 1
+            expected.append((number, "fwd", ends))
+        elif "time (ms) | fwd_microstep: " in line:
+            expected.append((number, "fwd_microstep", ends + 1))
+        elif "time (ms) | optimizer_allgather: " in line:
+            expected.append((number, "optimizer_allgather", ends + 1))
+    run = read_settled([RunFiles(key=str(path), files=(path,))], [megatron.FAMILY, deepspeed.FAMILY])[0].run
+    timers = run.timer_frame.filter(pl.col("timer").is_in(["fwd", "fwd_microstep", "optimizer_allgather"]))
+    assert timers.select("line", "timer", "iteration").rows() == expected
+    assert ends == 6  # the run's steps
+
+
+def test_megatron_deepspeed_engine_timers_before_the_iteration_line_that_logs_their_step(tmp_path):
+    # a run resumed at 101: per step DeepSpeed's step=N (every 3rd), its timers, then Megatron's iteration
+    # line and Megatron's own timers of that iteration
+    lines = list(MEGATRON_DUMP)
+    for step in range(101, 107):
+        if step % 3 == 0:
+            lines.append(f"[Rank 0] step={step}, skipped=0, lr=[0.0001], mom=[(0.9, 0.95)]")
+        lines.append(_ds_timers(deepspeed.ENGINE_IN_STEP_TIMERS[:5], step / 100))
+        lines.append(_ds_timers(deepspeed.ENGINE_STEP_TIMERS, step))
+        lines.append(
+            f" iteration      {step}/     200 | consumed samples:       {step * 8} | elapsed time per "
+            "iteration (ms): 1000.0 | learning rate: 1.000E-04 | global batch size:     8 | lm loss: "
+            "2.000000E+00 | loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+        )
+        lines.append(f"time (ms) | forward-compute: {step * 10:.2f} | backward-compute: 1.00")
+    run = feed_with_megatron(tmp_path, lines)
+    timers = run.timer_frame.filter(pl.col("timer").is_in(["fwd_microstep", "fwd", "forward-compute"]))
+    got = timers.select("iteration", "timer", "ms").rows()
+    expected = [
+        row
+        for step in range(101, 107)
+        for row in (
+            (step, "fwd_microstep", step / 100),
+            (step, "fwd", step),
+            (step, "forward-compute", step * 10),
+        )
+    ]
+    assert got == expected
+
+
+def test_engine_timers_without_any_step_record_have_no_step(tmp_path):
+    # DeepSpeed logs step= at INFO, hidden by default: nothing says which step the timers are of
+    lines = [_ds_timers(deepspeed.ENGINE_STEP_TIMERS, 1.0), _ds_timers(deepspeed.ENGINE_STEP_TIMERS, 2.0)]
+    run = feed_with_megatron(tmp_path, lines)
+    assert run.timer_frame["ms"].to_list()[::5] == [1.0, 2.0]
+    assert run.timer_frame["iteration"].is_null().all()
