@@ -319,6 +319,16 @@ SHAPE_FACTS = ("num_query_groups", "kv_channels", "swiglu", "moe_topk")
             dict(hidden_size=8192, kv_channels=256),
             dict(num_query_groups=None, kv_channels=256, swiglu=None, moe_topk=None),
         ),
+        # Megatron-DeepSpeed's Llama-2-70B: 64 heads sharing 8 key/value heads (its --num-key-value-heads)
+        (
+            dict(num_attention_heads=64, num_key_value_heads=8, swiglu=True),
+            dict(num_query_groups=8, kv_channels=None, swiglu=True, moe_topk=None),
+        ),
+        # Megatron-DeepSpeed without GQA: validate_args sets num_key_value_heads to the heads
+        (
+            dict(num_attention_heads=32, num_key_value_heads=32),
+            dict(num_query_groups=None, kv_channels=None, swiglu=None, moe_topk=None),
+        ),
         # nonsense values are no facts
         (
             dict(
@@ -336,8 +346,9 @@ def test_gqa_swiglu_and_moe_facts_of_the_arguments_dump(arguments, expected):
     run = _dump(**arguments)
     assert {fact: run.facts.get(fact) for fact in SHAPE_FACTS} == expected
     if expected["num_query_groups"] is not None:
-        # provenance: the num_query_groups line, 1-based after the dump's title line
-        line = 2 + sorted(arguments, key=str.lower).index("num_query_groups")
+        # provenance: the line of the groups' argument, 1-based after the dump's title line
+        name = "num_query_groups" if "num_query_groups" in arguments else "num_key_value_heads"
+        line = 2 + sorted(arguments, key=str.lower).index(name)
         assert run.provenance["num_query_groups"] == f"megatron:{line}"
 
 
