@@ -47,6 +47,8 @@ def megatron_flops_per_iteration(
     ffn_hidden: int | None = None,
     swiglu: bool = False,
     moe_topk: int = 1,
+    moe_ffn_hidden: int | None = None,
+    shared_ffn_hidden: int = 0,
 ) -> float:
     """FLOPs of one iteration: Megatron-LM's ``num_floating_point_operations``, which generalizes
     Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training on GPU Clusters Using
@@ -54,11 +56,13 @@ def megatron_flops_per_iteration(
 
     Megatron-LM, megatron/training/training.py ``num_floating_point_operations`` (core_r0.7.0 on),
     without recomputation:
-    ``12*B*s*l*h^2 * [(1 + g/a + s/h) * (kv*a/h) + (ffn/h) * topk * (3/2 if swiglu else 1) + V/(2*l*h)]``:
-    per layer the query and output projections (1), the key and value projections of ``g`` query
-    groups (g/a), the attention scores and their product with the values (s/h), all scaled by the
-    query projection width ``kv*a`` over ``h``; the MLP (``ffn`` wide, three matrices with SwiGLU instead
-    of two, ``topk`` experts per token with MoE); the logits (V/(2lh)). 12 = 2 FLOPs per
+    ``12*B*s*l*h^2 * [(1 + g/a + s/h) * (kv*a/h) + (ffn*topk + shared)/h * (3/2 if swiglu else 1)
+    + V/(2*l*h)]``: per layer the query and output projections (1), the key and value projections of
+    ``g`` query groups (g/a), the attention scores and their product with the values (s/h), all scaled
+    by the query projection width ``kv*a`` over ``h``; the MLP (``ffn`` wide, three matrices with SwiGLU
+    instead of two; with MoE ``topk`` experts per token, each ``moe_ffn_hidden`` wide (Megatron-LM's
+    ``--moe-ffn-hidden-size``, ``ffn`` unless given), plus the shared experts' ``shared_ffn_hidden``
+    (``--moe-shared-expert-intermediate-size``, core_r0.9 on); the logits (V/(2lh)). 12 = 2 FLOPs per
     multiply-add x 3 passes (forward, backward = 2x forward) x the 2 matrices of each term.
     Defaults are the GPT-2 shape of eq. 3: ``query_groups`` None (no grouped-query attention: g = a),
     ``kv_channels`` None (h/a), ``ffn_hidden`` None (4h), no SwiGLU, ``moe_topk`` 1 (no MoE); ``heads``
@@ -80,7 +84,8 @@ def megatron_flops_per_iteration(
     # expressions (the caller fills a run's unknown shape facts with these defaults).
     query_width = 1 if kv_channels is None else kv_channels * heads / h
     key_value_share = 1 if query_groups is None else query_groups / heads
-    mlp = (4 if ffn_hidden is None else ffn_hidden / h) * moe_topk
+    ffn = 4 * h if ffn_hidden is None else ffn_hidden
+    mlp = ((ffn if moe_ffn_hidden is None else moe_ffn_hidden) * moe_topk + shared_ffn_hidden) / h
     if swiglu:
         mlp = mlp * 3 / 2
     one_pass_of_layers = 4 * b * s * n_layers * h * h * ((1 + key_value_share + s / h) * query_width + mlp)

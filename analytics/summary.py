@@ -353,6 +353,10 @@ def _megatron_tflops(checkpointing: bool) -> pl.Expr:
             ffn_hidden=pl.coalesce(_counted("ffn_hidden_size"), 4 * hidden),
             swiglu=gated,
             moe_topk=_counted("moe_topk").fill_null(1.0),
+            moe_ffn_hidden=pl.coalesce(
+                _counted("moe_ffn_hidden_size"), _counted("ffn_hidden_size"), 4 * hidden
+            ),
+            shared_ffn_hidden=_counted("moe_shared_ffn_hidden_size").fill_null(0.0),
         )
 
     return formulas.tflops_per_gpu(

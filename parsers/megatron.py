@@ -381,7 +381,9 @@ ARG_FACTS: dict[str, str] = {
 _FLAG_ARGS = ("bf16", "fp16", "checkpoint_activations", "recompute_granularity", "group_query_attention")
 _FLAG_ARGS += ("precision",)  # GPT-NeoX's: fp16, bfloat16 or fp32 (its fp16 and bf16 are DeepSpeed's dicts)
 _PRECISIONS = {"fp16": "fp16", "bfloat16": "bf16", "bf16": "bf16", "fp32": "fp32"}
+_SHARED = "moe_shared_expert_intermediate_size"
 _SHAPE_ARGS = ("num_query_groups", "num_key_value_heads", "swiglu", "num_experts", "moe_router_topk")
+_SHAPE_ARGS += ("moe_ffn_hidden_size", _SHARED)
 # only these are kept from a dump of hundreds of arguments: the others would be converted for nothing
 _KEPT_ARGS = tuple(sorted({*ARG_FACTS, *_FLAG_ARGS, *_SHAPE_ARGS}))
 #: ``  name ........ value``: the name as a word, then the filler (dots after any whitespace, or two
@@ -435,8 +437,8 @@ def _dump_facts() -> dict[str, tuple[pl.Expr, pl.Expr]]:
     )
     # ``num_query_groups`` only with ``group_query_attention True`` (without it Megatron-LM prints its
     # unused default 1), or Megatron-DeepSpeed's ``num_key_value_heads`` below the heads (its validate_args
-    # sets it to the heads without GQA); ``moe_topk`` only when ``num_experts`` is a number (None is a
-    # dense model; Megatron-DeepSpeed's list ``[1]`` is another option, DeepSpeed-MoE's)
+    # sets it to the heads without GQA); ``moe_topk`` and the experts' widths only when ``num_experts`` is a
+    # number (None is a dense model; Megatron-DeepSpeed's list ``[1]`` is another option, DeepSpeed-MoE's)
     shared = positive("num_key_value_heads") < number("num_attention_heads")
     groups = pl.when(true("group_query_attention")).then(positive("num_query_groups"))
     groups = groups.when(shared).then(positive("num_key_value_heads"))
@@ -444,8 +446,13 @@ def _dump_facts() -> dict[str, tuple[pl.Expr, pl.Expr]]:
     facts["num_query_groups"] = (groups, groups_at)
     swiglu = pl.col("swiglu").str.to_lowercase()
     facts["swiglu"] = (pl.when(swiglu.is_in(["true", "false"])).then(swiglu == "true"), at("swiglu"))
-    topk = pl.when(positive("num_experts").is_not_null()).then(positive("moe_router_topk"))
-    facts["moe_topk"] = (topk, at("moe_router_topk"))
+    moe = positive("num_experts").is_not_null()
+    facts["moe_topk"] = (pl.when(moe).then(positive("moe_router_topk")), at("moe_router_topk"))
+    for name, fact in (
+        ("moe_ffn_hidden_size", "moe_ffn_hidden_size"),
+        (_SHARED, "moe_shared_ffn_hidden_size"),
+    ):
+        facts[fact] = (pl.when(moe).then(positive(name)), at(name))
     return facts
 
 

@@ -42,6 +42,8 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     "kv_channels": pl.Int64,  # width of an attention head (Megatron's default h / heads)
     "swiglu": pl.Boolean,  # gated MLP of three matrices (Megatron's --swiglu)
     "moe_topk": pl.Int64,  # experts a token is routed to; null without MoE
+    "moe_ffn_hidden_size": pl.Int64,  # an expert's FFN width (Megatron's --moe-ffn-hidden-size); null: ffn's
+    "moe_shared_ffn_hidden_size": pl.Int64,  # the shared experts' FFN width a token also passes; null: none
     "zero_stage": pl.Int64,
     "offload_optimizer": pl.Boolean,
     "offload_param": pl.Boolean,

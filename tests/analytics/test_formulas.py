@@ -158,6 +158,28 @@ def test_megatron_lm_count_of_moe_routes_each_token_through_topk_mlps():
     assert moe - dense == pytest.approx(4 * 4096 * 32 * mlp_per_token_layer, rel=1e-12)
 
 
+def test_megatron_lm_count_of_moe_with_narrow_experts_and_shared_experts():
+    # Qwen2-57B-A14B's shape (its config.json): h 3584, 28 layers, 28 heads of 128 sharing 4 key/value
+    # heads, SwiGLU experts 2560 wide, 8 of 64 per token, shared experts 20480 wide; the dense FFN width
+    # (18944) is no layer's: Megatron-LM counts moe_ffn_hidden_size x topk + the shared width
+    h, layers, heads, groups, kv, v, s, b = 3584, 28, 28, 4, 128, 151936, 4096, 512
+    expert, topk, shared = 2560, 8, 20480
+    per_layer = (
+        2 * h * heads * kv + 2 * h * groups * kv + 2 * s * heads * kv + 3 * h * (expert * topk + shared)
+    )
+    expected = 2 * b * s * (3 * layers * per_layer + 3 * h * v)
+    shape = dict(global_batch=b, seq_len=s, layers=layers, hidden=h, vocab=v, checkpointing=False)
+    moe = dict(heads=heads, query_groups=groups, kv_channels=kv, ffn_hidden=18944, swiglu=True, moe_topk=topk)
+    counted = f.megatron_flops_per_iteration(
+        **{k: Fraction(x) for k, x in shape.items() if k != "checkpointing"},
+        checkpointing=False,
+        **{k: Fraction(x) if type(x) is int else x for k, x in moe.items()},
+        moe_ffn_hidden=Fraction(expert),
+        shared_ffn_hidden=Fraction(shared),
+    )
+    assert counted == expected
+
+
 @pytest.mark.parametrize(
     ("params", "tokens", "gpus", "tflops", "days"),
     [

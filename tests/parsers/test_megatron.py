@@ -352,6 +352,39 @@ def test_gqa_swiglu_and_moe_facts_of_the_arguments_dump(arguments, expected):
         assert run.provenance["num_query_groups"] == f"megatron:{line}"
 
 
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        # Qwen2-57B-A14B-like: experts narrower than the dense FFN, and shared experts
+        (
+            dict(
+                num_experts=64,
+                moe_router_topk=8,
+                moe_ffn_hidden_size=2560,
+                moe_shared_expert_intermediate_size=20480,
+            ),
+            (8, 2560, 20480),
+        ),
+        # Mixtral-like: no shared experts (None), the experts' width printed as validate_args set it
+        (
+            dict(
+                num_experts=8,
+                moe_router_topk=2,
+                moe_ffn_hidden_size=14336,
+                moe_shared_expert_intermediate_size=None,
+            ),
+            (2, 14336, None),
+        ),
+        # a dense model prints its unused MoE defaults
+        (dict(num_experts=None, moe_router_topk=2, moe_ffn_hidden_size=None), (None, None, None)),
+    ],
+)
+def test_moe_expert_widths_of_the_arguments_dump(arguments, expected):
+    run = _dump(**arguments)
+    facts = ("moe_topk", "moe_ffn_hidden_size", "moe_shared_ffn_hidden_size")
+    assert tuple(run.facts.get(fact) for fact in facts) == expected
+
+
 def test_misc_fact_lines():
     run = feed(
         "using torch.float16 for parameters ...",
