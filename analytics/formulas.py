@@ -49,6 +49,7 @@ def megatron_flops_per_iteration(
     moe_topk: int = 1,
     moe_ffn_hidden: int | None = None,
     shared_ffn_hidden: int = 0,
+    recomputed_share: float = 1,
 ) -> float:
     """FLOPs of one iteration: Megatron-LM's ``num_floating_point_operations``, which generalizes
     Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training on GPU Clusters Using
@@ -71,7 +72,8 @@ def megatron_flops_per_iteration(
 
     With full activation recomputation (``checkpointing``), which Megatron-LM's count leaves out, the
     layers' forward runs twice: the layer part is 4 passes instead of 3 (4/3 of it), the logits stay
-    at 3 (the output layer is not recomputed). With the defaults this is eq. 3 as printed:
+    at 3 (the output layer is not recomputed); of ``recomputed_share`` of the layers only when not all
+    are (Megatron-LM's ``--recompute-method block``: ``--recompute-num-layers`` of each stage's). With the defaults this is eq. 3 as printed:
     ``96*B*s*l*h^2 * (1 + s/(6h) + V/(16*l*h))``.
 
     The count without recomputation is the *model* FLOPs of PaLM's MFU (Chowdhery et al. 2022,
@@ -90,7 +92,7 @@ def megatron_flops_per_iteration(
         mlp = mlp * 3 / 2
     one_pass_of_layers = 4 * b * s * n_layers * h * h * ((1 + key_value_share + s / h) * query_width + mlp)
     logits = 6 * b * s * h * v
-    return (4 if checkpointing else 3) * one_pass_of_layers + logits
+    return (3 + (recomputed_share if checkpointing else 0)) * one_pass_of_layers + logits
 
 
 def tflops_per_gpu(*, flops_per_iteration: float, sec_per_iter: float, gpus: int) -> float:

@@ -347,6 +347,7 @@ def _megatron_tflops(checkpointing: bool) -> pl.Expr:
             hidden=hidden,
             vocab=pl.coalesce(_f("padded_vocab_size"), _f("vocab_size")),
             checkpointing=checkpointing,
+            recomputed_share=(_counted("recomputed_layers") / _f("num_layers")).fill_null(1.0),
             heads=heads.fill_null(1.0),
             query_groups=query_groups,
             kv_channels=kv_channels,

@@ -48,6 +48,7 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     "offload_optimizer": pl.Boolean,
     "offload_param": pl.Boolean,
     "activation_checkpointing": pl.Boolean,
+    "recomputed_layers": pl.Int64,  # layers whose forward runs twice, when not all (Megatron's block method)
     "precision": pl.String,  # fp16 | bf16 | fp32
     "gpu_model": pl.String,  # normalised, e.g. "V100-SXM2-32GB", "A100-SXM4-80GB", "H100-SXM"
     "train_iters": pl.Int64,  # planned training steps (Megatron's train_iters, HF's max_steps)

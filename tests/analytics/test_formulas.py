@@ -158,6 +158,19 @@ def test_megatron_lm_count_of_moe_routes_each_token_through_topk_mlps():
     assert moe - dense == pytest.approx(4 * 4096 * 32 * mlp_per_token_layer, rel=1e-12)
 
 
+def test_megatron_lm_count_with_a_share_of_the_layers_recomputed():
+    # 8 of 40 layers run their forward twice (Megatron-LM's block method): 3 passes of every layer, one more
+    # of those 8, 3 of the logits (GPT-2 shape: a layer is 12 h^2 + 2 s h multiply-adds per token)
+    b, s, layers, h, v = 16, 2048, 40, 5120, 51200
+    per_layer = 12 * h * h + 2 * s * h
+    expected = 2 * b * s * ((3 * layers + 8) * per_layer + 3 * h * v)
+    shape = dict(global_batch=b, seq_len=s, layers=layers, hidden=h, vocab=v)
+    counted = f.megatron_flops_per_iteration(
+        **{k: Fraction(x) for k, x in shape.items()}, checkpointing=True, recomputed_share=Fraction(8, 40)
+    )
+    assert counted == expected
+
+
 def test_megatron_lm_count_of_moe_with_narrow_experts_and_shared_experts():
     # Qwen2-57B-A14B's shape (its config.json): h 3584, 28 layers, 28 heads of 128 sharing 4 key/value
     # heads, SwiGLU experts 2560 wide, 8 of 64 per token, shared experts 20480 wide; the dense FFN width

@@ -385,6 +385,48 @@ def test_moe_expert_widths_of_the_arguments_dump(arguments, expected):
     assert tuple(run.facts.get(fact) for fact in facts) == expected
 
 
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        # the first 2 of each stage's 10 layers (4 stages) recompute their forward
+        (dict(recompute_granularity="full", recompute_method="block", recompute_num_layers=2), (True, 8)),
+        # virtual stages of 5 layers: 2 of each of 8 chunks
+        (
+            dict(
+                recompute_granularity="full",
+                recompute_method="block",
+                recompute_num_layers=2,
+                num_layers_per_virtual_pipeline_stage=5,
+            ),
+            (True, 16),
+        ),
+        # as many as a stage has, or the uniform method (chunks of N layers): all of them
+        (dict(recompute_granularity="full", recompute_method="block", recompute_num_layers=10), (True, None)),
+        (
+            dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1),
+            (True, None),
+        ),
+        # selective recomputation (attention only) is no full recomputation of a layer
+        (
+            dict(recompute_granularity="selective", recompute_method=None, recompute_num_layers=1),
+            (False, None),
+        ),
+        # 2022's names
+        (
+            dict(
+                checkpoint_activations=True,
+                activations_checkpoint_method="block",
+                activations_checkpoint_num_layers=3,
+            ),
+            (True, 12),
+        ),
+    ],
+)
+def test_recomputed_layers_of_the_arguments_dump(arguments, expected):
+    run = _dump(num_layers=40, pipeline_model_parallel_size=4, **arguments)
+    assert (run.facts.get("activation_checkpointing"), run.facts.get("recomputed_layers")) == expected
+
+
 def test_misc_fact_lines():
     run = feed(
         "using torch.float16 for parameters ...",

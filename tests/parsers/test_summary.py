@@ -500,6 +500,19 @@ def test_gqa_swiglu_moe_runs_count_their_shape_and_hfu_adds_the_recomputed_forwa
     assert round(1 - eq3 / logged, 2) == (0.44 if topk else 0.05)
 
 
+def test_a_share_of_recomputed_layers_counts_their_forward_alone():
+    # the 70B shape with 20 of its 80 layers recomputed: HFU counts 3 passes of all, one more of the 20
+    run = {"path": "a", "gpus": 64, "global_batch_size": 64, "gpu_model": "H100-SXM", "precision": "bf16"}
+    run.update(LLAMA_70B, activation_checkpointing=True, recomputed_layers=20)
+    h, a, g, kv, ffn, v, s, b = 8192, 64, 8, 128, 28672, 128256, 8192, 64
+    layer = 2 * h * a * kv + 2 * h * g * kv + 2 * s * a * kv + 3 * h * ffn
+    flops = 2 * b * s * ((3 * 80 + 20) * layer + 3 * h * v)
+    its = iterations("a", elapsed_ms=[30000.0, 20000.0, 20000.0])
+    row = one(runs(run), its.with_columns(family=pl.lit("megatron")))
+    assert row["tflops_per_gpu_megatron"] == pytest.approx(flops / (20 * 64 * 1e12), rel=1e-12)
+    assert row["hfu"] == pytest.approx(flops / (20 * 64 * 1e12) / 989, rel=1e-12)
+
+
 def test_moe_runs_count_their_experts_width_and_shared_experts():
     # the 70B shape with MoE layers: 8 experts of 3584 per token (not the dense 28672) and 7168 of shared experts
     run = {"path": "a", "gpus": 64, "global_batch_size": 64, "gpu_model": "H100-SXM", "precision": "bf16"}
