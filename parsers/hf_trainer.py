@@ -347,11 +347,19 @@ def _dicts(text: str, out: list) -> None:
 
 def _printed_literal(body: str) -> Any:
     """``ast.literal_eval`` of a dict as Python prints it: transformers 4 prints the floats, and a
-    non-finite one (``'grad_norm': inf`` when fp16 overflows, ``'loss': nan``) is a name, no literal."""
+    non-finite one (``'grad_norm': inf`` when fp16 overflows, ``'loss': nan``) is a name, no literal; a
+    tensor's repr is its number (no literal either, and ``grad_fn=<...>`` no Python at all)."""
     try:
         return ast.literal_eval(body)
-    except ValueError:
-        return ast.literal_eval(_NonFinite().visit(ast.parse(body, mode="eval")))
+    except (ValueError, SyntaxError):
+        numbers = _TENSOR.sub(r"\1", body) if "tensor(" in body else body
+        return ast.literal_eval(_NonFinite().visit(ast.parse(numbers, mode="eval")))
+
+
+#: a 0-d tensor's repr, ``tensor(1.2910, device='cuda:0')`` (also ``dtype=``, ``grad_fn=<...>``): transformers
+#: 4.38.0-4.38.1 logged DeepSpeed's ``get_global_grad_norm()`` as it came (a tensor under ZeRO-3); later
+#: releases log its ``.item()``
+_TENSOR = re.compile(r"\btensor\(([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))(?:,[^()]*)?\)")
 
 
 class _NonFinite(ast.NodeTransformer):

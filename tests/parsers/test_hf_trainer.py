@@ -915,3 +915,27 @@ def test_a_run_started_again_from_scratch_into_its_log_numbers_its_dicts_from_th
     rows = run.iteration_frame.select("iteration", "launch", "loss").rows()
     assert rows == [(1, 1, 3.1), (10, 1, 2.6), (20, 0, 2.0)]
     assert "resumed_step" not in run.facts  # a start from scratch is no resume
+
+
+@pytest.mark.parametrize(
+    ("grad_norm", "value"),
+    [
+        ("tensor(1.2910, device='cuda:0')", 1.291),
+        ("tensor(2.3438, device='cuda:0', dtype=torch.bfloat16)", 2.3438),
+        ("tensor(0.8125, grad_fn=<NormBackward1>)", 0.8125),
+        ("tensor(1.5000e+01, device='cuda:0')", 15.0),
+    ],
+)
+def test_a_grad_norm_logged_as_a_tensor_is_its_number(grad_norm, value):
+    # transformers 4.38.0 trainer.py:2012 under DeepSpeed: grad_norm = model.get_global_grad_norm() (a tensor under
+    # ZeRO-3), trainer.py:2401 logs["grad_norm"] = grad_norm, and ProgressCallback.on_log (trainer_callback.py:524)
+    # writes str(logs): the tensor's repr; later releases log its .item() (5.24 trainer.py:2264, 2799-2800)
+    dicts = [f"{{'loss': 1.95, 'grad_norm': {grad_norm}, 'learning_rate': 1.9e-05, 'epoch': 0.1}}"]
+    dicts.append(
+        "{'loss': nan, 'grad_norm': tensor(nan, device='cuda:0'), 'learning_rate': 1.8e-05, 'epoch': 0.2}"
+    )
+    run = feed_lines(["TrainingArguments(", "logging_steps=10,", ")", *dicts])
+    assert sorted(run.iterations) == [10, 20] and "parse_errors" not in run.state
+    step = run.iterations[10]
+    assert (step["loss"], step["lr"], step["grad_norm"]) == (1.95, 1.9e-05, value)
+    assert math.isnan(run.iterations[20]["grad_norm"]) and math.isnan(run.iterations[20]["loss"])
