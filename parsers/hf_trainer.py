@@ -3,8 +3,8 @@
 Python dicts (``{'loss': 2.3}``; today ``'4.705'`` strings) from every node's rank 0 (a node's copies of one
 are one step: every ``copies`` prints of a text where their count is known, else all; the last has
 ``train_runtime``), ``train metrics`` lines, ``TrainingArguments(`` a field a line
-(older versions: one line), the ``Running training`` banner, the model shape (overrides, a printed config),
-tqdm's bar, the launch's GPU count. A dict has no step: the n-th distinct training dict is step
+(older versions: one line; a subclass's, TRL's ``SFTConfig(``..., from its first field), the ``Running
+training`` banner, the model shape (overrides, a printed config), tqdm's bar, the launch's GPU count. A dict has no step: the n-th distinct training dict is step
 ``n * logging_steps`` (1 first with ``logging_first_step``; after a resume from a checkpoint at step s, the
 k-th dict after it is the k-th multiple of ``logging_steps`` after s; after a training banner that no resume
 follows, the dicts count from its first), else n. Records and the blocks'
@@ -32,6 +32,10 @@ NAME = "hf-trainer"
 _TRAINER_KEYS = ("'loss'", "'learning_rate'", "'train_runtime'", "'train_samples_per_second'", "'epoch'")
 _RATES = ("it/s]", "s/it]")  # a tqdm update's rate
 _METRICS_BANNER, _ARGS_MARKER = "***** train metrics *****", "TrainingArguments("
+#: the first field of a multi-line dump (``TrainingArguments.__str__`` prints ``{class name}(`` then the fields
+#: sorted): transformers 4's ``_n_gpu``, 5's ``accelerator_config`` (``_n_gpu`` no longer a field). It opens
+#: the dump of any subclass (TRL's ``SFTConfig(``, ``DPOConfig(``...), whatever its name
+_FIRST_FIELDS = ("_n_gpu=", "accelerator_config=")
 #: ``Trainer.log_metrics`` of an evaluation (the example scripts' ``--do_eval``): the end of a run that
 #: trained nothing, or of one whose training ended before it
 _EVAL_BANNER = "***** eval metrics *****"
@@ -42,6 +46,7 @@ _RESUMED_AT = ("Continuing training from global step", "Resuming training from c
 MARKERS = (
     # not bare "{'": DeepSpeed's config printer writes twice as many other dicts (optimizer_params...)
     *(*_TRAINER_KEYS, _ARGS_MARKER, _METRICS_BANNER, "Config {", "Overriding config:", "--config_overrides"),
+    *_FIRST_FIELDS,
     _EVAL_BANNER,
     _TRAIN_BANNER_LINE,
     *("--per_device_train_batch_size", "Instantaneous batch size per device", "Total train batch size"),
@@ -65,6 +70,7 @@ BLOCK_MAX_LINES = 400  # a multi-line block (TrainingArguments, model config, me
 _SPACE = kinds.PYTHON_SPACE
 #: a line of the multi-line TrainingArguments dump: ``per_device_train_batch_size=8,``, and its last
 _ARGS_FIELD, _ARGS_CLOSER = rf"^{_SPACE}*(\w+)=(.*)$", rf"^{_SPACE}*\){_SPACE}*$"
+_FIRST_FIELD = rf"^{_SPACE}*(?:{literals(_FIRST_FIELDS)})"
 _ONE_LINE_FIELD = re.compile(r"(\w+)=([^,()]*?)(?=, \w+=|\)\s*$)")  # a field of a one-line dump
 #: ``Model config GPT2Config {``: a printed model config (``json.dumps(indent=2)``), and its lines
 _CONFIG_OPENER = rf"Config \{{{_SPACE}*$"
@@ -145,7 +151,7 @@ def _bar_only(text: pl.Expr) -> pl.Expr:
 
 #: what opens each block; one ends the block open before it (the Trainer prints one at a time)
 _OPENS = {
-    "arguments": lambda text: text.str.contains(rf"TrainingArguments\({_SPACE}*$"),
+    "arguments": lambda text: text.str.contains(rf"TrainingArguments\({_SPACE}*$|{_FIRST_FIELD}"),
     "metrics": lambda text: _holds(text, _METRICS_BANNER) & ~_holds(text, _ARGS_MARKER),
     "config": lambda text: text.str.contains(_CONFIG_OPENER) & ~_holds(text, _ARGS_MARKER, _METRICS_BANNER),
 }
@@ -442,8 +448,10 @@ def _effects_of(use: str, text: str) -> list[dict[str, Any]]:
             out.append(_SEEN)
         elif use == "plain":
             _plain(text, out)
-        elif use == f"arguments{BODY}" and (field := re.match(_ARGS_FIELD, text)):
+        elif use in ("first field", f"arguments{BODY}") and (field := re.match(_ARGS_FIELD, text)):
             _argument(field[1], field[2].rstrip().removesuffix(","), out)
+            if use == "first field":  # a record of its own: a dump's, whatever the class name heading it
+                out.append(_SEEN)
         elif use == f"arguments{CLOSER}":
             out.append({"what": "fp32"})
         elif use == f"config{BODY}" and (item := re.match(_CONFIG_JSON, text)):
@@ -500,7 +508,14 @@ def _effects(frame: pl.DataFrame) -> pl.DataFrame:
     taken = frame.filter(line)["order"].implode()
     own = ((source == "trainer") | (role == OPENER)) & ~pl.col("order").is_in(taken)
     opener = _holds(text, _METRICS_BANNER) | text.str.contains(_CONFIG_OPENER)
-    mine = pl.when(_holds(text, _ARGS_MARKER)).then(pl.lit("dump")).when(~opener).then(pl.lit("plain"))
+    mine = (
+        pl.when(_holds(text, _ARGS_MARKER))
+        .then(pl.lit("dump"))
+        .when(text.str.contains(_FIRST_FIELD))
+        .then(pl.lit("first field"))
+        .when(~opener)
+        .then(pl.lit("plain"))
+    )
     block_line = pl.concat_str(source, role.cast(pl.String))
     use = pl.when(own & ~_bar_only(text)).then(mine).when(line).then(block_line)
     rows = frame.select("run", "order", "text", use=use).drop_nulls("use")

@@ -939,3 +939,34 @@ def test_a_grad_norm_logged_as_a_tensor_is_its_number(grad_norm, value):
     step = run.iterations[10]
     assert (step["loss"], step["lr"], step["grad_norm"]) == (1.95, 1.9e-05, value)
     assert math.isnan(run.iterations[20]["grad_norm"]) and math.isnan(run.iterations[20]["loss"])
+
+
+#: a multi-line dump's fields as TrainingArguments.__str__ prints them, sorted (transformers 4.38.0
+#: training_args.py:1849-1860, 5.24 training_args.py:1809-1815): 4.x's first field is _n_gpu (4.38.0
+#: training_args.py:1259), 5.x's accelerator_config (_n_gpu is no field there: str(TrainingArguments(...)))
+_DUMP_4 = ["_n_gpu=1,", "bf16=True,", "fp16=False,", "gradient_accumulation_steps=2,", "local_rank=0,"]
+_DUMP_4 += [
+    "logging_first_step=True,",
+    "logging_steps=5,",
+    "max_steps=-1,",
+    "per_device_train_batch_size=16,",
+    ")",
+]
+_DUMP_5 = ["accelerator_config={'split_batches': False, 'dispatch_batches': None},", *_DUMP_4[1:]]
+
+
+@pytest.mark.parametrize("fields", [_DUMP_4, _DUMP_5], ids=["transformers-4", "transformers-5"])
+@pytest.mark.parametrize("header", ["SFTConfig(", "DPOConfig(", "GRPOConfig(", "MyTrainingConfig("])
+def test_a_training_arguments_subclass_dump_reads_as_training_arguments(fields, header):
+    # TRL's configs subclass TrainingArguments (trl 0.9.6 sft_config.py:21; trl 1.16.0 base_config.py:21,
+    # sft_config.py:23) and define no __str__: the dump is TrainingArguments.__str__'s, headed
+    # f"{self.__class__.__name__}(" (alignment-handbook's run_sft.py logs "Training/evaluation parameters {training_args}")
+    prefix = "2024-02-01 10:00:00 - INFO - __main__ - Training/evaluation parameters "
+    dicts = ["{'loss': 1.6, 'grad_norm': 10.5, 'learning_rate': 2.5e-06, 'epoch': 0.01}"]
+    dicts.append("{'loss': 1.495, 'grad_norm': 0.81, 'learning_rate': 1.875e-05, 'epoch': 0.06}")
+    subclass = feed_lines([prefix + header, *fields, *dicts])
+    assert (subclass.facts["micro_batch_size"], subclass.facts["gas"]) == (16, 2)
+    assert (subclass.facts["precision"], sorted(subclass.iterations)) == ("bf16", [1, 5])
+    assert subclass.provenance["micro_batch_size"] == "hf-trainer:10"
+    base = feed_lines([prefix + "TrainingArguments(", *fields, *dicts])
+    assert (subclass.facts, subclass.provenance) == (base.facts, base.provenance)
