@@ -100,10 +100,15 @@ _WORLD_SIZE = re.compile(r"(?<!\w)(?:(?:dist_)?world_size|WORLD_SIZE)=(\d+)\b|gl
 _TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")  # --nnodes: 1
 _ARGS_INT_FACTS = {"per_device_train_batch_size": "micro_batch_size", "gradient_accumulation_steps": "gas"}
 _FLAG_INT_FACTS = {**_ARGS_INT_FACTS, "max_steps": "train_iters"}  # the arguments', flags' integer facts
+#: the sequence length trained on, a dump's field or a flag, over the model's ``max_position_embeddings``:
+#: run_clm's ``block_size``, TRL's ``max_seq_length`` (SFTConfig; ``max_length`` in later TRL and its DPO,
+#: KTO, reward configs), ``model_max_length`` (Alpaca/FastChat's TrainingArguments subclass)
+_TRAINED_LENGTHS = ("block_size", "max_seq_length", "max_length", "model_max_length")
 #: the fields read: facts, and what later records need (a dict's step, fp32, one process's GPU count)
 _ARGS_READ = frozenset(
-    [*_FLAG_INT_FACTS, "fp16", "bf16", "gradient_checkpointing", "activation_checkpointing", "local_rank"]
-    + ["_n_gpu", "logging_steps", "logging_first_step", "logging_strategy", "deepspeed", "disable_tqdm"]
+    [*_FLAG_INT_FACTS, *_TRAINED_LENGTHS, "fp16", "bf16", "gradient_checkpointing", "local_rank"]
+    + ["activation_checkpointing", "_n_gpu", "logging_steps", "logging_first_step", "logging_strategy"]
+    + ["deepspeed", "disable_tqdm"]
 )
 _SHAPE_KEYS = {  # model-config keys (GPT-2's, the generic ones) -> fact; num_key_value_heads: GQA
     **dict(n_embd="hidden_size", hidden_size="hidden_size", n_layer="num_layers", n_head="num_heads"),
@@ -209,6 +214,8 @@ def _argument(name: str, raw: str, out: list) -> None:
         out.append(_fact("train_iters", value))
     elif name == "local_rank" and value == -1:  # one process: _n_gpu is the GPUs it drives (DataParallel)
         out.append({"what": "gpus"})
+    elif name in _TRAINED_LENGTHS and isinstance(value, int) and value > 0:
+        out += [_fact("seq_len", value), {"what": "sized"}]
 
 
 def _shape(key: str, raw: str, out: list, *, override: bool = False) -> None:
@@ -278,12 +285,13 @@ def _banner(label: str, value: int, out: list) -> None:
 
 
 def _command_line(text: str, out: list) -> None:
-    """An echoed launch command (``set -x``): facts, ``sized`` by ``--block_size``, ``--logging_steps``."""
+    """An echoed launch command (``set -x``): facts, ``sized`` by a trained length, ``--logging_steps``."""
     flags = grammar.command_line_flags(text)
     if flags.get("config_overrides"):
         _overrides(flags["config_overrides"], out)
-    if (block_size := grammar.positive_int(flags.get("block_size", ""))) is not None:
-        out += [_fact("seq_len", block_size), {"what": "sized"}]
+    for flag in _TRAINED_LENGTHS:
+        if (length := grammar.positive_int(flags.get(flag, ""))) is not None:
+            out += [_fact("seq_len", length), {"what": "sized"}]
     numbers = {fact: grammar.positive_int(flags.get(flag, "")) for flag, fact in _FLAG_INT_FACTS.items()}
     out += [_fact(fact, value) for fact, value in numbers.items() if value is not None]
     out += [_fact("precision", flag) for flag in ("fp16", "bf16") if _switch_on(flags, flag)]
@@ -570,7 +578,7 @@ def _asked(effects: pl.DataFrame, args: pl.DataFrame) -> pl.DataFrame:
 
 def _shapes(effects: pl.DataFrame) -> pl.DataFrame:
     """Shape statements and block sizes: a config printed later (run_clm's base one: n_embd 768, n_layer 12)
-    replaces no override, nor n_positions the length trained on (``--block_size``)."""
+    replaces no override, nor n_positions the length trained on (``_TRAINED_LENGTHS``: ``--block_size``...)."""
     what, order = pl.col("what"), pl.col("order")
     sized, overridden = (order.filter(what == key).min() for key in ("sized", "override"))
     shapes = effects.filter(what.is_in(["shape", "override", "sized"]))

@@ -970,3 +970,45 @@ def test_a_training_arguments_subclass_dump_reads_as_training_arguments(fields, 
     assert subclass.provenance["micro_batch_size"] == "hf-trainer:10"
     base = feed_lines([prefix + "TrainingArguments(", *fields, *dicts])
     assert (subclass.facts, subclass.provenance) == (base.facts, base.provenance)
+
+
+#: Mistral-7B's printed config: a 32k context (trl_sft_mistral_maxseq.log's model config, trimmed)
+_MISTRAL = [
+    "Model config MistralConfig {",
+    '  "hidden_size": 4096,',
+    '  "max_position_embeddings": 32768,',
+    "}",
+]
+
+
+@pytest.mark.parametrize(
+    ("stated", "length"),
+    [
+        # TRL's SFT script, flags made by HfArgumentParser from SFTConfig's fields: max_seq_length (trl 0.9.6
+        # sft_config.py:58), max_length in later TRL (trl 1.16.0 sft_config.py:202); model_max_length: the field
+        # of Alpaca's and FastChat's train.py TrainingArguments subclass
+        (
+            "+ accelerate launch --num_processes 8 sft.py --per_device_train_batch_size 4 --max_seq_length 2048",
+            2048,
+        ),
+        (
+            "+ accelerate launch --num_processes 8 sft.py --per_device_train_batch_size 4 --max_length 1024",
+            1024,
+        ),
+        (
+            "+ torchrun --nproc_per_node=8 train.py --per_device_train_batch_size 4 --model_max_length 4096",
+            4096,
+        ),
+        # the dump of the config (TrainingArguments.__str__: a field a line), the class TRL's
+        (["SFTConfig(", "_n_gpu=1,", "max_seq_length=2048,", "per_device_train_batch_size=16,", ")"], 2048),
+        (["SFTConfig(", "_n_gpu=1,", "max_length=1024,", "per_device_train_batch_size=16,", ")"], 1024),
+        # no length trained on: TRL's default None (trl 0.9.6 sft_config.py:58), a generation length (Seq2Seq)
+        (["DPOConfig(", "_n_gpu=1,", "max_length=None,", "generation_max_length=128,", ")"], 32768),
+    ],
+)
+def test_the_length_trained_on_wins_over_the_models_context(stated, length):
+    # a TRL SFT run of a 32k-context model on 2048-token sequences: max_position_embeddings is only the longest
+    # possible length; stated before the config (as scripts print them) or after it
+    stated = [stated] if isinstance(stated, str) else stated
+    for lines in ([*stated, *_MISTRAL], [*_MISTRAL, *stated]):
+        assert feed_lines(lines).facts["seq_len"] == length, lines
