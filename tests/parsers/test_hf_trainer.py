@@ -570,6 +570,35 @@ def test_gpu_count_from_launchers_and_world_sizes():
     assert feed_lines([_line(TORCHRUN_TQDM, 3), _line(TORCHRUN_TQDM, 39)]).families_seen == {}
 
 
+def test_moe_configs_give_the_experts_per_token_and_their_widths():
+    # PretrainedConfig.to_json_string of Mixtral's and Qwen2-MoE's configs (their config.json values)
+    mixtral = [
+        "Model config MixtralConfig {",
+        '  "intermediate_size": 14336,',
+        '  "num_experts_per_tok": 2,',
+        '  "num_local_experts": 8,',
+        "}",
+    ]
+    facts = feed_lines(mixtral).facts
+    assert (facts["moe_topk"], facts["ffn_hidden_size"]) == (2, 14336)
+    assert "moe_ffn_hidden_size" not in facts  # Mixtral's experts are intermediate_size wide
+    qwen = [
+        "Model config Qwen2MoeConfig {",
+        '  "intermediate_size": 18944,',
+        '  "moe_intermediate_size": 2560,',
+        '  "num_experts": 64,',
+        '  "num_experts_per_tok": 8,',
+        '  "shared_expert_intermediate_size": 20480,',
+        "}",
+    ]
+    facts = feed_lines(qwen).facts
+    assert (facts["moe_topk"], facts["moe_ffn_hidden_size"], facts["moe_shared_ffn_hidden_size"]) == (
+        8,
+        2560,
+        20480,
+    )
+
+
 def test_a_llama_style_config_gives_the_gated_mlp_and_grouped_query_attention():
     # PretrainedConfig.to_json_string (indent 2, keys sorted) of a LlamaConfig, as the Trainer logs it
     block = [
