@@ -55,7 +55,7 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
     last launch that logged any (``timed_launch``: a relaunch starts up again, perhaps on other GPUs or
     batches, and the run's facts are its last launch's); under a batch-size rampup (Megatron's
     ``--rampup-batch-size``), over those at the run's last batch size. The memory peak is the last launch's
-    that logged one."""
+    that logged one; ``evaluation_s`` the time of the last launch's evaluations."""
     batch, launch = pl.col("global_batch_size"), pl.col("launch")
     at_last_batch = batch.is_null() | (batch == batch.drop_nulls().last().over("path"))
     after_warmup = pl.int_range(pl.len()).over("path", "launch") >= warmup
@@ -88,6 +88,8 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
             .filter(pl.col("steady") & pl.col("logged_tflops_per_gpu").is_not_null())
             .first(),
             timed_launch=launch.filter(pl.col("steady")).first(),
+            # the evaluations of the last launch: its training session's run time counts them (HF Trainer)
+            evaluation_s=pl.col("eval_runtime_s").cast(pl.Float64).filter(launch == launch.max()).sum(),
             # the allocator's running peak: the largest of every logged step, warm-up included
             max_allocated_mb=memory.filter(launch == launch.filter(memory.is_not_null()).max()).max(),
         )
@@ -120,8 +122,9 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         global_batch=gbs, samples_per_sec=_measured("final_samples_per_sec")
     )
     timed = ~_stopped_early()
-    from_final = pl.when(timed & ~_resumed()).then(from_final)
+    from_final = pl.when(timed & ~_resumed()).then(from_final * _training_share())
     from_runtime, from_steps_rate, from_progress = _hf_step_time(timed)
+    from_runtime, from_steps_rate = from_runtime * _training_share(), from_steps_rate * _training_share()
     sec_per_iter = pl.coalesce(
         from_elapsed, from_samples, from_final, from_runtime, from_steps_rate, from_progress
     )
@@ -148,11 +151,11 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
             )
         )
         .when(from_final.is_not_null())
-        .then(pl.lit("global batch / final train_samples_per_second"))
+        .then(pl.format("global batch / final train_samples_per_second{}", _less_evaluations()))
         .when(from_runtime.is_not_null())
-        .then(pl.format("final train_runtime / {} steps", _hf_steps().cast(pl.Int64)))
+        .then(pl.format("final train_runtime / {} steps{}", _hf_steps().cast(pl.Int64), _less_evaluations()))
         .when(from_steps_rate.is_not_null())
-        .then(pl.lit("1 / final train_steps_per_second"))
+        .then(pl.format("1 / final train_steps_per_second{}", _less_evaluations()))
         .when(from_progress.is_not_null())
         .then(pl.lit("tqdm rate of the training progress bar (last update)"))
         .when(pl.col("logged_steps") > 0)
@@ -410,6 +413,23 @@ def _hf_step_time(timed: pl.Expr) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
     from_runtime = pl.when((steps > 0) & (agrees | _resumed()) & timed).then(runtime / steps)
     from_rate = pl.when(timed & ~_resumed()).then(1 / logged_rate)
     return from_runtime, from_rate, _measured("progress_sec_per_iter")
+
+
+def _training_share() -> pl.Expr:
+    """The share of HF Trainer's ``train_runtime`` spent training: its final metrics time the whole training
+    loop (trainer.py's ``speed_metrics`` from the loop's start), the evaluations inside it (``eval_steps``)
+    too, which its logged dicts time (``eval_runtime``); 1 where none was logged."""
+    runtime, evaluations = _measured("final_train_runtime_s"), pl.col("evaluation_s")
+    return pl.when((evaluations > 0) & (runtime > evaluations)).then(1 - evaluations / runtime).otherwise(1.0)
+
+
+def _less_evaluations() -> pl.Expr:
+    """`` less N s of evaluation`` where ``_training_share`` took the evaluations out."""
+    evaluations, runtime = pl.col("evaluation_s"), _measured("final_train_runtime_s")
+    taken = (evaluations > 0) & (runtime > evaluations)
+    return (
+        pl.when(taken).then(pl.format(" less {} s of evaluation", evaluations.round(1))).otherwise(pl.lit(""))
+    )
 
 
 def _by_checkpointing(build) -> pl.Expr:

@@ -175,7 +175,7 @@ _TYPED = pl.Struct({"kind": pl.String, "integer": pl.Int64, "real": pl.Float64, 
 #: what a record does: a ``fact`` (``name`` = ``value``), ``note``, ``seen``; an ``arg``, ``default``,
 #: ``banner``; asks for ``dp``, ``gpus``, ``fp32``; a ``shape``, ``override``, ``sized``; a ``final`` copy
 #: (``digits``); a ``step`` (``name``: its dict's text if no ``value``); a ``point`` (a dict on the bar); a
-#: ``resume`` (its step)
+#: ``resume`` (its step); an ``evaluation`` (its run time, of the step before it)
 _EFFECT = pl.Struct(
     {"what": pl.String, "name": pl.String, "value": _TYPED, "digits": pl.Int64}
     | dict.fromkeys(_DICT_METRICS.values(), pl.Float64)
@@ -353,6 +353,8 @@ def _dicts(text: str, out: list) -> None:
                 if key in logged and (value := _number(logged[key])) is not None:
                     out.append(_final(fact, value, str(logged[key])))
         elif "loss" not in logged:
+            if (seconds := _number(logged.get("eval_runtime"))) is not None:  # an evaluation inside training
+                out.append({"what": "evaluation", "value": _typed(seconds)})
             continue
         elif isinstance(step := logged.get("step"), int) and not INT64_MIN <= step <= INT64_MAX:
             out.append(_note(f"iteration={step} {kinds.TOO_LONG}"))
@@ -770,8 +772,12 @@ def _events(facts: pl.DataFrame, steps: pl.DataFrame, effects: pl.DataFrame, car
     statement = pl.struct("run", "name", kind)  # of a fact's statements, only the first and last count
     facts = facts.sort("order").filter(statement.is_first_distinct() | statement.is_last_distinct())
     typed = [facts.filter(kind == key).select("order", "name", value=value) for key, value in types.items()]
+    # an evaluation's time is a metric of the step logged before it (``settle``: a step event without a step)
+    evaluations = effects.filter(what == "evaluation", pl.col("order") >= 0).select(
+        "order", eval_runtime_s=_field("real"), mode=pl.lit(kinds.STEP_METRICS, pl.Int8)
+    )
     return Events(
-        steps=[steps.with_columns(family=family)],
+        steps=[steps.with_columns(family=family), evaluations.with_columns(family=family)],
         facts=[frame.select("order", fact="name", value="value", family=family) for frame in typed],
         notes=[notes.select("order", family=family, message="name")],
         marks=[kinds.marks_of(seen.lazy(), NAME, kinds.SEEN), _evaluated(effects), _launches(effects)],

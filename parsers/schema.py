@@ -85,6 +85,7 @@ ITERATIONS_SCHEMA: dict[str, pl.DataType] = {
     "mem_allocated_mb": pl.Float64,
     "mem_max_allocated_mb": pl.Float64,
     "logged_tflops_per_gpu": pl.Float64,  # Megatron's own "throughput per GPU (TFLOP/s/GPU)"
+    "eval_runtime_s": pl.Float64,  # an evaluation run after this step (HF Trainer's eval_runtime), seconds
     "family": pl.String,  # provenance of this row
     "line": pl.Int64,  # provenance of this row (line number in `path`, or in the file of `source_path`)
     "source_path": pl.String,  # the file holding `line` (a job's .err, say); `path` is the run

@@ -570,6 +570,19 @@ def test_gpu_count_from_launchers_and_world_sizes():
     assert feed_lines([_line(TORCHRUN_TQDM, 3), _line(TORCHRUN_TQDM, 39)]).families_seen == {}
 
 
+def test_an_evaluation_inside_training_is_a_metric_of_the_step_before_it():
+    # evaluation_strategy steps: the Trainer logs each evaluation's metrics (Trainer.evaluate's
+    # speed_metrics("eval", ...): eval_runtime in seconds) after the step's own dict
+    lines = [
+        "{'loss': 3.49, 'learning_rate': 9e-06, 'epoch': 0.01}",
+        "{'eval_loss': 3.59, 'eval_runtime': 30.25, 'eval_samples_per_second': 80.0, 'eval_steps_per_second': "
+        "1.25, 'epoch': 0.01}",
+        "{'loss': 3.48, 'learning_rate': 8e-06, 'epoch': 0.02}",
+    ]
+    frame = feed_lines(lines).iteration_frame
+    assert frame.select("iteration", "loss", "eval_runtime_s").rows() == [(1, 3.49, 30.25), (2, 3.48, None)]
+
+
 def test_moe_configs_give_the_experts_per_token_and_their_widths():
     # PretrainedConfig.to_json_string of Mixtral's and Qwen2-MoE's configs (their config.json values)
     mixtral = [

@@ -131,6 +131,26 @@ def test_a_resumed_hf_run_is_timed_by_the_steps_after_its_checkpoint(samples_per
     )
 
 
+@pytest.mark.parametrize("launches", [[0, 0, 0], [0, 1, 1]])
+def test_an_hf_runs_evaluations_are_taken_out_of_its_training_runtime(launches):
+    # 1000 steps of 64 samples in 500 s of train_runtime, of which evaluations after steps 400 and 800 took
+    # 30 s and 70 s (trainer.py times the whole loop; eval_runtime each evaluation); of a relaunch, the
+    # runtime is its session's: only its own evaluations count
+    final = {"final_train_runtime_s": 500.0, "final_samples_per_sec": 128.0, "final_steps_per_sec": 2.0}
+    hf = {"path": "hf", "global_batch_size": 64, "train_iters": 1000, **final}
+    its = _steps("hf", [400, 800, 1000]).with_columns(
+        eval_runtime_s=pl.Series([30.0, 70.0, None]), launch=pl.Series(launches)
+    )
+    row = one(runs(hf), its)
+    evaluations = 100.0 if launches[0] == launches[1] else 70.0
+    assert row["sec_per_iter"] == pytest.approx(64 / 128.0 * (1 - evaluations / 500.0), rel=1e-12)
+    assert row["sec_per_iter_source"] == (
+        f"global batch / final train_samples_per_second less {evaluations} s of evaluation"
+    )
+    without = one(runs(hf), its.with_columns(eval_runtime_s=None))
+    assert without["sec_per_iter"] == 0.5
+
+
 def _steps(path: str, steps: list[int]) -> pl.DataFrame:
     """HF Trainer's logged steps (a loss each, no time)."""
     return iterations(path, loss=[2.0] * len(steps)).with_columns(iteration=pl.Series(steps))
