@@ -88,7 +88,7 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
             .filter(pl.col("steady") & pl.col("logged_tflops_per_gpu").is_not_null())
             .first(),
             timed_launch=launch.filter(pl.col("steady")).first(),
-            # the evaluations of the last launch: its training session's run time counts them (HF Trainer)
+            # the evaluations of the last launch, which its training session's run time counts (HF Trainer)
             evaluation_s=pl.col("eval_runtime_s").cast(pl.Float64).filter(launch == launch.max()).sum(),
             # the allocator's running peak: the largest of every logged step, warm-up included
             max_allocated_mb=memory.filter(launch == launch.filter(memory.is_not_null()).max()).max(),

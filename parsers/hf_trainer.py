@@ -772,16 +772,28 @@ def _events(facts: pl.DataFrame, steps: pl.DataFrame, effects: pl.DataFrame, car
     statement = pl.struct("run", "name", kind)  # of a fact's statements, only the first and last count
     facts = facts.sort("order").filter(statement.is_first_distinct() | statement.is_last_distinct())
     typed = [facts.filter(kind == key).select("order", "name", value=value) for key, value in types.items()]
-    # an evaluation's time is a metric of the step logged before it (``settle``: a step event without a step)
-    evaluations = effects.filter(what == "evaluation", pl.col("order") >= 0).select(
-        "order", eval_runtime_s=_field("real"), mode=pl.lit(kinds.STEP_METRICS, pl.Int8)
-    )
+    evaluations = _evaluations_in_training(effects)
     return Events(
         steps=[steps.with_columns(family=family), evaluations.with_columns(family=family)],
         facts=[frame.select("order", fact="name", value="value", family=family) for frame in typed],
         notes=[notes.select("order", family=family, message="name")],
         marks=[kinds.marks_of(seen.lazy(), NAME, kinds.SEEN), _evaluated(effects), _launches(effects)],
         carry=carry,
+    )
+
+
+def _evaluations_in_training(effects: pl.DataFrame) -> pl.DataFrame:
+    """An evaluation's time as a metric of the step logged before it (``settle``: a step event without a
+    step), but not of one after the final train metrics (``--do_eval``'s, after training) in this read
+    until a training banner: ``train_runtime`` counts the evaluations inside the training loop only."""
+    what, order = pl.col("what"), pl.col("order")
+    ends = effects.filter(what.is_in(["final", "launch"]), order >= 0).select(
+        "run", "order", after=what == "final"
+    )
+    evaluations = effects.filter(what == "evaluation", order >= 0).sort("run", "order")
+    inside = evaluations.join_asof(ends.sort("run", "order"), on="order", by="run", check_sortedness=False)
+    return inside.filter(~pl.col("after").fill_null(False)).select(
+        "order", eval_runtime_s=_field("real"), mode=pl.lit(kinds.STEP_METRICS, pl.Int8)
     )
 
 

@@ -578,6 +578,9 @@ def test_an_evaluation_inside_training_is_a_metric_of_the_step_before_it():
         "{'eval_loss': 3.59, 'eval_runtime': 30.25, 'eval_samples_per_second': 80.0, 'eval_steps_per_second': "
         "1.25, 'epoch': 0.01}",
         "{'loss': 3.48, 'learning_rate': 8e-06, 'epoch': 0.02}",
+        # --do_eval's evaluation after training: not timed by train_runtime
+        "{'train_runtime': 500.0, 'train_samples_per_second': 128.0, 'train_steps_per_second': 2.0, 'epoch': 0.02}",
+        "{'eval_loss': 3.58, 'eval_runtime': 44.5, 'eval_samples_per_second': 80.0, 'epoch': 0.02}",
     ]
     frame = feed_lines(lines).iteration_frame
     assert frame.select("iteration", "loss", "eval_runtime_s").rows() == [(1, 3.49, 30.25), (2, 3.48, None)]
