@@ -112,6 +112,19 @@ def test_an_hf_run_stopped_early_is_timed_by_its_bar_not_its_planned_steps_final
 
 
 @pytest.mark.parametrize(
+    ("logged", "timed"),
+    [([500], True), ([300, 600, 900], True), ([300, 600], False), ([100, 200, 300, 400, 500], False)],
+)
+def test_an_hf_run_logging_seldom_is_not_taken_for_one_stopped_early(logged, timed):
+    # 950 planned steps of 64 samples in 190 s (0.2 s a step): logging every 500 steps logs step 500 last,
+    # every 300 step 900; one that logged 600 or 500 last but logs every 300 or 100 steps stopped early
+    final = {"final_samples_per_sec": 320.0, "final_train_runtime_s": 190.0, "final_steps_per_sec": 5.0}
+    hf = {"path": "hf", "global_batch_size": 64, "train_iters": 950, **final}
+    row = one(runs(hf), _steps("hf", logged))
+    assert row["sec_per_iter"] == (pytest.approx(0.2) if timed else None)
+
+
+@pytest.mark.parametrize(
     ("samples_per_sec", "steps_per_sec"),
     [
         (
