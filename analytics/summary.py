@@ -132,6 +132,11 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
     from_final = pl.when(timed & ~_resumed()).then(from_final * _training_share())
     from_runtime, from_steps_rate, from_progress = _hf_step_time(timed)
     from_runtime, from_steps_rate = from_runtime * _training_share(), from_steps_rate * _training_share()
+    # the seed's global batch / samples/s, unless it miscounts the samples: an epoch-based run's are its
+    # examples times its epochs (trainer.py's num_train_samples), not its steps' samples
+    samples = _measured("final_samples_per_sec")
+    printed = (gbs / (from_runtime / _training_share()) - samples).abs() <= 0.0005 + 0.0005 * samples
+    from_final = pl.when(from_runtime.is_null() | printed).then(from_final)
     sec_per_iter = pl.coalesce(
         from_elapsed, from_samples, from_final, from_runtime, from_steps_rate, from_progress
     )

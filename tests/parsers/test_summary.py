@@ -164,6 +164,21 @@ def test_an_hf_runs_evaluations_are_taken_out_of_its_training_runtime(launches):
     assert without["sec_per_iter"] == 0.5
 
 
+def test_an_epoch_based_hf_run_is_timed_by_its_steps_not_its_examples():
+    # 3 epochs of 1000 examples at a global batch of 128: 8 steps an epoch (the last one short), 24 in 240 s;
+    # speed_metrics counts num_examples x epochs = 3000 samples (trainer.py's num_train_samples): 12.5/s
+    final = {"final_train_runtime_s": 240.0, "final_samples_per_sec": 12.5, "final_steps_per_sec": 0.1}
+    hf = {"path": "hf", "global_batch_size": 128, "train_iters": 24, **final}
+    row = one(runs(hf), _steps("hf", [8, 16, 24]))
+    assert (row["sec_per_iter"], row["sec_per_iter_source"]) == (10.0, "final train_runtime / 24 steps")
+    # a max_steps run's samples are its steps': the seed's global batch / samples/s (to its printed digits)
+    row = one(runs({**hf, "final_samples_per_sec": 12.8}), _steps("hf", [8, 16, 24]))
+    assert (row["sec_per_iter"], row["sec_per_iter_source"]) == (
+        10.0,
+        "global batch / final train_samples_per_second",
+    )
+
+
 def _steps(path: str, steps: list[int]) -> pl.DataFrame:
     """HF Trainer's logged steps (a loss each, no time)."""
     return iterations(path, loss=[2.0] * len(steps)).with_columns(iteration=pl.Series(steps))
@@ -188,9 +203,10 @@ def test_hf_step_time_without_a_global_batch_runtime_per_step_then_steps_per_sec
     row = one(runs(failed), no_steps)
     assert row["sec_per_iter"] == 1.9
     assert row["sec_per_iter_source"] == "tqdm rate of the training progress bar (last update)"
-    # the seed's glob_bs / samples_per_second stays first when the global batch is known
-    row = one(runs(dict(hf, global_batch_size=96, final_samples_per_sec=11.07)), no_steps)
-    assert row["sec_per_iter"] == pytest.approx(96 / 11.07)
+    # the seed's glob_bs / samples_per_second stays first when the global batch is known: 6 x 96 / 8.669
+    row = one(runs(dict(hf, global_batch_size=96, final_samples_per_sec=66.443)), no_steps)
+    assert row["sec_per_iter"] == pytest.approx(96 / 66.443)
+    assert row["sec_per_iter_source"] == "global batch / final train_samples_per_second"
 
 
 def test_tflops_factor_follows_activation_checkpointing_and_is_null_when_unknown():
