@@ -19,10 +19,14 @@ from logstat.parsers.source import Batch
 _DIGIT = r"\d"  # Rust's \d is Unicode's decimal digits, as Python's
 #: a record's stacked launcher prefixes, each after any whitespace: torchrun's ``[default3]:``, ``[rank7]:``,
 #: ``srun --label``'s ``12: ``, pdsh/DeepSpeed's runner (``10.0.0.2: ``, ``localhost: ``, ``node12: ``),
-#: Open MPI's ``--tag-output`` (``[1,5]<stderr>:``: job, rank, stream)
+#: Open MPI's ``--tag-output`` (``[1,5]<stderr>:``: job, rank, stream), MPICH's and Intel MPI's
+#: ``-prepend-rank`` (``[13] ``); and the time a line was logged at, by ``docker logs -t`` / ``kubectl logs
+#: --timestamps`` (RFC 3339: ``2024-03-02T10:11:12.123456789Z ``) or in brackets (``[2024-03-02 10:11:12] ``)
+_DATE_TIME = rf"{_DIGIT}{{4}}-{_DIGIT}{{2}}-{_DIGIT}{{2}}[T ]{_DIGIT}{{2}}:{_DIGIT}{{2}}:{_DIGIT}{{2}}"
 LEADING_PREFIX = (
     rf"^(?:{PYTHON_SPACE}*(?:\[(?:default|rank){_DIGIT}+\]:|\[{_DIGIT}+,{_DIGIT}+\]<std(?:out|err)>:|{_DIGIT}{{1,5}}: |(?:{_DIGIT}{{1,3}}\.){{3}}"
-    rf"{_DIGIT}{{1,3}}: |localhost: |[a-z][a-z0-9-]*{_DIGIT}[a-z0-9-]*(?:\.[a-z0-9.-]+)?: ))+"
+    rf"{_DIGIT}{{1,3}}: |localhost: |[a-z][a-z0-9-]*{_DIGIT}[a-z0-9-]*(?:\.[a-z0-9.-]+)?: |\[{_DIGIT}{{1,6}}\] "
+    rf"|{_DATE_TIME}(?:\.{_DIGIT}+)?(?:Z|[+-]{_DIGIT}{{2}}:{_DIGIT}{{2}}) |\[{_DATE_TIME}\] ))+"
 )
 #: a bracketed tag: unambiguous, so a line holding one after its first character glues ranks' records
 GLUED_TAG = rf"\[(?:default|rank){_DIGIT}+\]:"

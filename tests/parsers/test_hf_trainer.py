@@ -554,6 +554,15 @@ def test_gpu_count_from_launchers_and_world_sizes():
         8,
     )
     assert gpus("+ accelerate launch --num_processes=8 --mixed_precision bf16 run_clm.py") == (8, 1, 8)
+    # the deepspeed launcher (launcher/runner.py): --num_gpus a node's, --num_nodes of the hostfile's (-1: all)
+    assert gpus(
+        "+ deepspeed --num_gpus=8 --num_nodes=2 --hostfile hostfile run_clm.py --deepspeed ds.json"
+    ) == (
+        16,
+        2,
+        8,
+    )
+    assert gpus("+ deepspeed --num_gpus 8 --hostfile hostfile run_clm.py") == (None, None, 8)
     # a node's, a role's, the node count (elastic's "  group_world_size=1", line 34), DP: no GPU count
     for line in (
         _line(TORCHRUN_TQDM, 34),
