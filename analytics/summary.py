@@ -54,10 +54,12 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
     """Per run: distinct steps, and medians of step time and samples/s over the steps after warm-up of the
     last launch that logged any (``timed_launch``: a relaunch starts up again, perhaps on other GPUs or
     batches, and the run's facts are its last launch's); under a batch-size rampup (Megatron's
-    ``--rampup-batch-size``), over those at the run's last batch size. The memory peak is the last launch's
+    ``--rampup-batch-size``), over those at the run's last batch size, and under a sequence-length
+    curriculum (Megatron-DeepSpeed's) at its last length (``last_seq_len``). The memory peak is the last launch's
     that logged one; ``evaluation_s`` the time of the last launch's evaluations."""
-    batch, launch = pl.col("global_batch_size"), pl.col("launch")
+    batch, launch, seq = pl.col("global_batch_size"), pl.col("launch"), pl.col("seq_len")
     at_last_batch = batch.is_null() | (batch == batch.drop_nulls().last().over("path"))
+    at_last_batch = at_last_batch & (seq.is_null() | (seq == seq.drop_nulls().last().over("path")))
     after_warmup = pl.int_range(pl.len()).over("path", "launch") >= warmup
     timed = launch == launch.filter(after_warmup).max().over("path")
     steady_tflops = pl.col("logged_tflops_per_gpu").filter(pl.col("steady"))
@@ -86,6 +88,8 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
             logged_steps=pl.len(),
             steady_steps=pl.col("elapsed_ms").filter(pl.col("steady")).count(),
             ramped=batch.drop_nulls().n_unique() > 1,
+            lengthened=seq.drop_nulls().n_unique() > 1,
+            last_seq_len=seq.drop_nulls().last(),
             steady_elapsed_ms=pl.col("elapsed_ms").filter(pl.col("steady")).median(),
             steady_samples_per_sec=pl.col("samples_per_sec").filter(pl.col("steady")).median(),
             steady_samples_steps=pl.col("samples_per_sec").filter(pl.col("steady")).count(),
@@ -144,12 +148,15 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         pl.when(from_elapsed.is_not_null())
         .then(
             pl.format(
-                "median of {} logged step times after the first {}{}{}",
+                "median of {} logged step times after the first {}{}{}{}",
                 pl.col("steady_steps"),
                 pl.lit(warmup),
                 _of_launch(),
                 pl.when(pl.col("ramped"))
                 .then(pl.lit(" at the last global batch size"))
+                .otherwise(pl.lit("")),
+                pl.when(pl.col("lengthened"))
+                .then(pl.format(" at the last sequence length ({})", pl.col("last_seq_len")))
                 .otherwise(pl.lit("")),
             )
         )
@@ -193,12 +200,12 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         samples_per_sec=gbs / pl.col("sec_per_iter"),
     )
     out = out.with_columns(
-        tokens_per_sec=pl.col("samples_per_sec") * _f("seq_len"),
+        tokens_per_sec=pl.col("samples_per_sec") * _trained_seq_len(),
         model_size_note=_model_size_note(),
         tflops_per_gpu=_by_checkpointing(
             lambda ckpt: formulas.seed_tflops_per_gpu(
                 size_b=pl.col("model_size_b"),
-                seq_len=_f("seq_len"),
+                seq_len=_trained_seq_len(),
                 global_batch=gbs,
                 sec_per_iter=pl.col("sec_per_iter"),
                 gpus=_f("gpus"),
@@ -357,7 +364,7 @@ def _megatron_tflops(checkpointing: bool) -> pl.Expr:
     def flops(gated: bool) -> pl.Expr:
         return formulas.megatron_flops_per_iteration(
             global_batch=_f("global_batch_size"),
-            seq_len=_f("seq_len"),
+            seq_len=_trained_seq_len(),
             layers=_f("num_layers"),
             hidden=hidden,
             vocab=pl.coalesce(_f("padded_vocab_size"), _f("vocab_size")),
@@ -380,6 +387,12 @@ def _megatron_tflops(checkpointing: bool) -> pl.Expr:
         sec_per_iter=pl.col("sec_per_iter"),
         gpus=_f("gpus"),
     )
+
+
+def _trained_seq_len() -> pl.Expr:
+    """The sequence length of the steady steps: the last logged one under a curriculum (its steps are timed
+    at it), else the run's."""
+    return pl.coalesce(pl.col("last_seq_len").cast(pl.Float64), _f("seq_len"))
 
 
 def _counted(name: str) -> pl.Expr:

@@ -156,11 +156,14 @@ ITERATION_FIELDS: dict[str, tuple[str, ...]] = {
     "logged_tflops_per_gpu": ("throughput per gpu (tflop/s/gpu)", "tflops"),
     "samples_per_sec": ("samples per second", "samples/sec"),
     "global_batch_size": ("global batch size",),
+    # Megatron-DeepSpeed's (BigScience's: curriculum seqlen only) sequence-length curriculum
+    "seq_len": ("actual seqlen", "curriculum seqlen"),
 }
 #: GPT-NeoX's ``approx flops per GPU: 95.3TFLOPS`` (its ``human_readable_flops``: no unit below a thousand)
 _NEOX_FLOPS = named_field("approx flops per gpu", unit="([KMGTPEZ]?)(?:FLOPS)?")
 #: iteration-record fields that are counts (the rest are measurements)
 COUNT_FIELDS = ("number of skipped iterations", "number of nan iterations", "global batch size")
+COUNT_FIELDS += ("actual seqlen", "curriculum seqlen")
 #: an iteration record's header; a line may hold several records (ranks glued without a tag)
 ITERATION_HEADER = r"\biteration\s+(?P<step>\d+)\s*/\s*(?P<total>\d+)"
 #: a memory record's header (``[Rank 0] (after 1 iterations) memory (MB)``, old: ``after 1 iterations

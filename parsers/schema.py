@@ -76,6 +76,7 @@ ITERATIONS_SCHEMA: dict[str, pl.DataType] = {
     "samples_per_sec": pl.Float64,
     "tokens_per_sec": pl.Float64,
     "global_batch_size": pl.Int64,  # the step's, where logged each step (Megatron: a batch-size rampup)
+    "seq_len": pl.Int64,  # the step's, where logged each step (Megatron-DeepSpeed: a sequence-length curriculum)
     "loss": pl.Float64,
     "lr": pl.Float64,
     "loss_scale": pl.Float64,

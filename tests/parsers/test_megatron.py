@@ -31,6 +31,19 @@ def feed(*lines: str) -> RunBuilder:
     return feed_lines(megatron.FAMILY, lines)
 
 
+def test_a_sequence_length_curriculum_is_a_metric_of_each_step():
+    # Megatron-DeepSpeed's training_log: " curriculum seqlen: {:5d} |" (curriculum learning), then
+    # " actual seqlen: {:5d} |"; BigScience's fork prints the first only
+    run = feed(
+        " iteration       10/  300000 | consumed samples:         5120 | elapsed time per iteration (ms): 1144.0 |"
+        " global batch size:   512 | lm loss: 9.500000E+00 | curriculum seqlen:    72 | actual seqlen:    72 |"
+        " number of skipped iterations:   0 | number of nan iterations:   0 |",
+        " iteration       20/  300000 | consumed samples:        10240 | elapsed time per iteration (ms): 760.0 |"
+        " global batch size:   512 | lm loss: 9.400000E+00 | curriculum seqlen:    80 |",
+    )
+    assert run.iteration_frame.select("iteration", "seq_len").rows() == [(10, 72), (20, 80)]
+
+
 def test_iteration_line():
     run = feed(ITERATION_1)
     assert run.iterations[1] == {

@@ -58,6 +58,21 @@ def test_a_batch_size_rampup_times_the_steps_at_the_last_batch_size():
     )
 
 
+def test_a_sequence_length_curriculum_times_and_counts_the_steps_at_the_last_length():
+    # Megatron-DeepSpeed's curriculum: 64 -> 128 -> 256 tokens a sequence, 512 sequences a step
+    lengths, times = [64, 128, 128, 256, 256, 256], [900.0, 300.0, 320.0, 600.0, 610.0, 640.0]
+    its = iterations("a", elapsed_ms=times).with_columns(seq_len=pl.Series(lengths))
+    shape = {"hidden_size": 2048, "num_layers": 24, "vocab_size": 50304, "activation_checkpointing": False}
+    row = one(runs({"path": "a", "global_batch_size": 512, "seq_len": 2048, "gpus": 8, **shape}), its)
+    assert (row["sec_per_iter"], row["tokens_per_sec"]) == (0.61, 512 * 256 / 0.61)
+    assert row["sec_per_iter_source"] == (
+        "median of 3 logged step times after the first 1 at the last sequence length (256)"
+    )
+    b, s, h, layers, v = 512, 256, 2048, 24, 50304
+    flops = 72 * b * s * layers * h * h * (1 + s / (6 * h)) + 6 * b * s * h * v  # eq. 3 at the trained length
+    assert row["tflops_per_gpu_megatron"] == pytest.approx(flops / (0.61 * 8 * 1e12), rel=1e-12)
+
+
 def test_a_relaunch_on_other_gpus_is_timed_and_its_memory_read_alone():
     # a job requeued from 16 onto 32 GPUs (the run's facts are the last launch's): 4.6 s a step, then 2.4
     times = [9000.0, 4600.0, 4600.0, 4600.0, 7000.0, 2400.0, 2402.0]
