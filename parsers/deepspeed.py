@@ -3,7 +3,8 @@
 Formats of DeepSpeed 0.3.x (the 2021 logs) and 0.19: the config printer's ``name ..... value`` lines,
 ``zero_config`` as multi-line JSON (2021) or ``key=value`` pairs, ``json = {`` the user config as JSON;
 the engine's ``step=N, skipped=N, lr=[...]``; the ThroughputTimer's ``.../global_step=G, ...,
-CurrSamplesPerSec=Y, MemAllocated=aGB, MaxMemAllocated=bGB``; the pipeline engine's ``steps: N loss: X
+CurrSamplesPerSec=Y, MemAllocated=aGB, MaxMemAllocated=bGB`` (0.7's ``E/M, RunningAvgSamplesPerSec=...``
+every step, of the step before it); the pipeline engine's ``steps: N loss: X
 iter time (s): T samples/sec: S``, ``CONFIG: micro_batches=N micro_batch_size=M``, ``UNIQUE_PARAMS=N``;
 the flops profiler's summary (its latency is one profiled micro-batch's; its ``FLOPS per GPU`` the step's).
 A dump's ``world_size`` is the data-parallel size, the GPU count unless Megatron or a pipeline's topology
@@ -88,13 +89,20 @@ def _matches(records: pl.DataFrame, pattern: str, names: list[str]) -> pl.DataFr
 
 def _steps(found: pl.DataFrame, band: int, mode=kinds.RECORD, at="order", **metrics: pl.Expr) -> Events:
     """A step event with ``metrics`` per row of ``found`` (``step``, at the order ``at``, ``seq`` its place
-    there), a note for a step beyond int64 (its text ``digits``: it records nothing), a mark at each."""
+    there; null in a metrics record, which is of the step before it), a note for a step beyond int64 (its
+    text ``digits``: it records nothing), a mark at each."""
     schema = kinds.STEP_METRICS_SCHEMA
     metrics = {name: metrics.get(name, pl.lit(None)).cast(dtype) for name, dtype in schema.items()}
-    steps = found.drop_nulls("step").with_columns(band=pl.lit(band, pl.Int8), mode=pl.lit(mode, pl.Int8))
+    steps = (
+        found.drop_nulls("step")
+        if mode == kinds.RECORD
+        else found.with_columns(pl.col("step").cast(pl.Int64))
+    )
+    steps = steps.with_columns(band=pl.lit(band, pl.Int8), mode=pl.lit(mode, pl.Int8))
     steps = steps.select("step", "band", "mode", order=at, seq="seq", family=pl.lit(NAME), **metrics)
     note = kinds.too_long_note("iteration", pl.col("digits").cast(_DECIMAL, strict=False))
-    notes = found.filter(pl.col("step").is_null()).select("order", family=pl.lit(NAME), message=note)
+    unnumbered = found.filter(pl.col("step").is_null(), pl.lit(mode == kinds.RECORD))
+    notes = unnumbered.select("order", family=pl.lit(NAME), message=note)
     marks = kinds.marks_of(found.lazy(), NAME, kinds.SEEN)
     return Events(steps=[steps], notes=[notes.drop_nulls("message")], marks=[marks])
 
@@ -157,6 +165,13 @@ THROUGHPUT = (
     rf"{_WS},{_WS}RunningAvgSamplesPerSec={_WS}{NUMBER}{_WS},{_WS}CurrSamplesPerSec={_WS}({NUMBER})"
     rf"(?:{_WS},{_WS}MemAllocated={_WS}({NUMBER}){_WS}GB,{_WS}MaxMemAllocated={_WS}({NUMBER}){_WS}GB)?"
 )
+#: DeepSpeed 0.7's ThroughputTimer record, at every step's end: ``epoch/micro-steps of the epoch, ...``, no
+#: step (a metric of the step logged before it: ``step=N`` is printed in the step, before it)
+THROUGHPUT_07 = (
+    rf"(?:^|[\s\]])[0-9]+/([0-9]+){_WS},{_WS}RunningAvgSamplesPerSec={_WS}{NUMBER}{_WS},{_WS}"
+    rf"CurrSamplesPerSec={_WS}({NUMBER})"
+    rf"(?:{_WS},{_WS}MemAllocated={_WS}({NUMBER}){_WS}GB,{_WS}MaxMemAllocated={_WS}({NUMBER}){_WS}GB)?"
+)
 #: the pipeline engine's step record, read at the first ``iter time (s):`` after the loss that a number
 #: and ``samples/sec:`` follow
 PIPE_STEPS = (
@@ -179,7 +194,8 @@ _RECORD_MARKERS = (
     "Using topology:",
 )
 _RECORDS_PATTERN = "|".join(
-    f"(?:{pattern})" for pattern in (THROUGHPUT, PIPE_STEPS, PIPE_CONFIG, UNIQUE_PARAMS, TOPOLOGY)
+    f"(?:{pattern})"
+    for pattern in (THROUGHPUT, THROUGHPUT_07, PIPE_STEPS, PIPE_CONFIG, UNIQUE_PARAMS, TOPOLOGY)
 )
 
 
@@ -191,6 +207,8 @@ def _record_events(records: pl.DataFrame) -> Events:
     throughput = _matches(records, THROUGHPUT, ["digits", "curr", "mem", "max_mem"])
     memory = {"mem_allocated_mb": _real("mem") * 1024, "mem_max_allocated_mb": _real("max_mem") * 1024}
     events = _steps(throughput, _THROUGHPUT, samples_per_sec=_real("curr"), **memory)
+    legacy = _matches(records, THROUGHPUT_07, ["digits", "curr", "mem", "max_mem"]).with_columns(step=None)
+    events.extend(_steps(legacy, _THROUGHPUT, kinds.STEP_METRICS, samples_per_sec=_real("curr"), **memory))
     pipe = _matches(records, PIPE_STEPS, ["digits", "loss", "seconds", "rate"])
     rate = {"loss": _real("loss"), "elapsed_ms": _real("seconds") * 1000, "samples_per_sec": _real("rate")}
     events.extend(_steps(pipe, _PIPE, **rate))

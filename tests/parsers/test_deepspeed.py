@@ -437,3 +437,29 @@ def test_engine_timers_without_any_step_record_have_no_step(tmp_path):
     run = feed_with_megatron(tmp_path, lines)
     assert run.timer_frame["ms"].to_list()[::5] == [1.0, 2.0]
     assert run.timer_frame["iteration"].is_null().all()
+
+
+def _throughput_07(micro_steps: int, samples_per_sec: float) -> str:
+    """DeepSpeed 0.7.7's ThroughputTimer record (utils/timer.py: ``"{}/{}, RunningAvgSamplesPerSec={}, ..."``
+    of the epoch and its micro-steps), printed at every step's end after the engine's ``step=N``."""
+    return (
+        f"[2022-11-20 10:01:00,000] [INFO] [timer.py:197:stop] 0/{micro_steps}, RunningAvgSamplesPerSec=64.0, "
+        f"CurrSamplesPerSec={samples_per_sec}, MemAllocated=5.2GB, MaxMemAllocated=9.87GB"
+    )
+
+
+def test_deepspeed_0_7_throughput_records_are_of_the_step_logged_before_them():
+    # steps_per_print 10, 4 micro-steps a step: step=N then its throughput record; the steps between only
+    # print theirs
+    lines = []
+    for step in range(1, 31):
+        if step % 10 == 0:
+            lines.append(
+                f"[INFO] [logging.py:68:log_dist] [Rank 0] step={step}, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
+            )
+        lines.append(_throughput_07(4 * step, 60.0 + step))
+    run = feed_lines(deepspeed.FAMILY, lines)
+    rows = run.iteration_frame.select(
+        "iteration", "samples_per_sec", "mem_allocated_mb", "mem_max_allocated_mb"
+    )
+    assert rows.rows() == [(step, 60.0 + step, 5.2 * 1024, 9.87 * 1024) for step in (10, 20, 30)]
