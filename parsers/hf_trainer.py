@@ -59,6 +59,7 @@ MARKERS = (
         "--nproc_per_node",
         "--nproc-per-node",
         "--num_processes",
+        "--num_gpus",
         "world_size=",
         "WORLD_SIZE=",
         "global_world_sizes=",
@@ -264,7 +265,7 @@ def _plain(text: str, out: list) -> None:
         _overrides(text.split("Overriding config:", 1)[1], out)
     elif "--config_overrides" in text or "--per_device_train_batch_size" in text:
         _command_line(text, out)
-    if "--nproc" in text or "--num_processes" in text:
+    if "--nproc" in text or "--num_processes" in text or "--num_gpus" in text:
         _launcher(text, out)
     elif ("orld_size" in text or "WORLD_SIZE=" in text) and (world := _WORLD_SIZE.search(text)):
         if (size := int(world[1] or world[2])) > 0:
@@ -316,8 +317,15 @@ def _switch_on(flags: dict[str, str], name: str) -> bool:
 
 def _launcher(text: str, out: list) -> None:
     """``--nproc_per_node 4 --nnodes 16`` (a torch launcher's default: one node; ``1:4``, ``gpu``: none);
-    ``accelerate launch --num_processes 8 --num_machines 2`` (the processes of every machine)."""
+    ``accelerate launch --num_processes 8 --num_machines 2`` (the processes of every machine); the
+    ``deepspeed`` launcher's ``--num_gpus 8 --num_nodes 2`` (launcher/runner.py; each -1 by default: all
+    of a node's, all the hostfile's)."""
     flags = grammar.command_line_flags(text)
+    if (per_node := grammar.positive_int(flags.get("num_gpus", ""))) is not None:
+        nodes = grammar.positive_int(flags.get("num_nodes", ""))
+        out += [_fact("gpus_per_node", per_node)]
+        out += [_fact("nodes", nodes), _fact("gpus", per_node * nodes)] if nodes else []
+        return
     if (processes := grammar.positive_int(flags.get("num_processes", ""))) is not None:
         machines = grammar.positive_int(flags.get("num_machines", "1"))
         out += [_fact("gpus", processes)] + ([_fact("nodes", machines)] if machines else [])
