@@ -9,9 +9,10 @@ Failures are events, each either a root cause or one of its consequences (weight
 - causes: a worker's exception (a traceback's exception line; the last one of a chained traceback), CUDA
   out of memory, an NCCL watchdog timeout or NCCL error (or the CUDA error the watchdog ended on), a
   native abort (a C++ exception's ``what():``, ``Fatal Python error:``), the cgroup OOM killer's
-  ``oom_kill event``, ``CANCELLED AT ... DUE TO TIME LIMIT`` / ``NODE FAILURE`` (failed), a cancel
-  without a failure before it or a ``KeyboardInterrupt`` (cancelled), srun's node failure or other
-  errors, argparse's ``<prog>: error:``;
+  ``oom_kill event`` or another memory limit's kill (srun's ``Out Of Memory``, ``exceeded memory
+  limit``), ``CANCELLED AT ... DUE TO TIME LIMIT`` / ``NODE FAILURE`` (failed), a cancel without a
+  failure before it or a ``KeyboardInterrupt`` (cancelled), srun's node failure or other errors,
+  argparse's ``<prog>: error:``;
 - consequences: a kill (``Killed``, signal 9, SIGKILL) or a crash (SIGSEGV, SIGABRT, ...), a peer's
   connection reset or aborted NCCL communicator, a signal's exception; then reports that a worker failed
   (a launcher's exit code, ChildFailedError, CalledProcessError, ``DUE TO TASK FAILURE``, mpirun's
@@ -99,6 +100,13 @@ SCHEDULER_ENDS |= dict.fromkeys(
     ("cancelled", "", "cancelled"),
 )
 SCHEDULER_ENDS["=>> PBS: job killed"] = ("failed", "", "scheduler")  # another limit: after the named ones
+#: slurmstepd's kill of a step over its memory limit, from the job accounting's polling (not the cgroup's OOM
+#: killer): ``slurmstepd: error: StepId=4001.0 exceeded memory limit (257698037 > 251658240), being killed``
+#: (or ``virtual memory``), then ``slurmstepd: error: Exceeded job memory limit`` (libslurmfull's strings)
+MEMORY_LIMIT_KILLS = ("exceeded memory limit", "exceeded virtual memory limit", "Exceeded job memory limit")
+#: srun's word on a task the step's OOM killer ended (launch_slurm's ``%s: %s %s: Out Of Memory``):
+#: ``srun: error: r7i4n1: task 0: Out Of Memory``
+SRUN_OOM = "Out Of Memory"
 #: LSF's line after a job summary's TERM_ reason, or of a job whose command failed
 LSF_EXIT = "Exited with exit code"
 #: Open MPI's mpirun after a rank failed (help-mpirun.txt, help-errmgr-base.txt)
@@ -193,6 +201,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             label, bare_cancel = "preempted: " if "PREEMPTION" in text else "", bare_step
     elif ended := next((end for end in SCHEDULER_ENDS if end in text), None):
         status, label, kind = SCHEDULER_ENDS[ended]
+    elif any(kill in text for kill in MEMORY_LIMIT_KILLS):  # a host memory limit, as the OOM killer's event
+        label, kind = "killed: ", "oom-kill"
     elif text.startswith(LSF_EXIT):
         weight, kind = REPORT, "scheduler exit"
     elif any(end in text for end in WATCHDOG_ENDS) or ("NCCL" in text and _NCCL_FAILURE.search(text)):
@@ -210,6 +220,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             kind = "node failure"
         elif task is None:
             kind = "srun"
+        elif task["how"].startswith(SRUN_OOM):  # the step's OOM killer, as its own event
+            label, kind = "killed: ", "oom-kill"
         else:
             weight, kind = REPORT if task["how"].startswith("Exited") else EFFECT, "srun task"
     elif any(end in text for end in CLEAN_EXITS):
@@ -303,7 +315,7 @@ TRACEBACK_LINES = r'File "|Traceback|Error|Exception|Interrupt|Exit|Failure|Iter
 #: the literal tests of parse_line's branches before its test for a kill: a record that passes one is read
 #: there (its NCCL test is not literal: a record naming an NCCL error and the launcher's kill is a kill)
 _READ_BEFORE_KILLS = (*CUDA_OOM, "CANCELLED AT", *SCHEDULER_ENDS, LSF_EXIT, *WATCHDOG_ENDS, *NATIVE_ABORTS)
-_READ_BEFORE_KILLS += ("srun: error", "NODE_FAIL")
+_READ_BEFORE_KILLS += (*MEMORY_LIMIT_KILLS, "srun: error", "NODE_FAIL")
 _READ_BEFORE_KILLS += (*CLEAN_EXITS, "exits with return code", *MPIRUN_ENDS, *CRASH_SIGNALS)
 #: the reports of launchers and Slurm that come once every worker is gone (DeepSpeed's launcher's exit code,
 #: mpirun's summary, Slurm's cancel, LSF's job summary, PBS's kill): no worker's line follows them but what a signal makes it print. Not

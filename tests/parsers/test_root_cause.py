@@ -125,6 +125,27 @@ def test_the_oom_killer_is_the_cause_of_the_kill_before_or_after_it():
         assert run.consequence_lines() == [f"lines.log:{3 - line}: killed: {kill}"]
 
 
+@pytest.mark.parametrize(
+    "limit",
+    [
+        # the job accounting's kill and its word after it (libslurmfull: "%ps exceeded memory limit (%lu >
+        # %lu), being killed", "Exceeded job memory limit"), slurmstepd's error() prefix
+        "slurmstepd: error: StepId=4001.0 exceeded memory limit (257698037 > 251658240), being killed",
+        "slurmstepd: error: StepId=4001.0 exceeded virtual memory limit (257698037 > 251658240), being killed",
+        "slurmstepd: error: Exceeded job memory limit",
+        # srun's word on a task the OOM killer ended (launch_slurm: "%s: %s %s: Out Of Memory")
+        "srun: error: r7i4n1: task 0: Out Of Memory",
+    ],
+)
+def test_a_host_memory_limit_is_the_cause_of_the_kill(limit):
+    """A step over its memory limit is killed: the limit is the cause, as the cgroup OOM killer's event."""
+    kill = "srun: error: r7i4n1: task 1: Killed"
+    for lines, line in (([limit, kill], 1), ([kill, limit], 2)):
+        run = feed(*lines)
+        assert (run.failure, run.failure_kind) == (("failed", f"killed: {limit}", line), "oom-kill")
+        assert run.consequence_lines() == [f"lines.log:{3 - line}: {kill}"]
+
+
 def test_torchrun_signal_summary_is_the_reason_only_without_a_cause():
     """torchrun's error summary (errors/__init__.py): ChildFailedError says a worker failed, its root
     cause's ``exitcode : -9 ... (SIGKILL)`` how it ended; the worker's own exception outranks both."""
