@@ -12,7 +12,7 @@ Failures are events, each either a root cause or one of its consequences (weight
   ``oom_kill event`` or another memory limit's kill (srun's ``Out Of Memory``, ``exceeded memory
   limit``), ``CANCELLED AT ... DUE TO TIME LIMIT`` / ``NODE FAILURE`` (failed), a cancel without a
   failure before it or a ``KeyboardInterrupt`` (cancelled), srun's node failure or other errors,
-  argparse's ``<prog>: error:``;
+  slurmstepd's ``execve()`` of a task's program that failed, argparse's ``<prog>: error:``;
 - consequences: a kill (``Killed``, signal 9, SIGKILL) or a crash (SIGSEGV, SIGABRT, ...), a peer's
   connection reset or aborted NCCL communicator, a signal's exception; then reports that a worker failed
   (a launcher's exit code, ChildFailedError, CalledProcessError, ``DUE TO TASK FAILURE``, mpirun's
@@ -148,6 +148,9 @@ _SMI_MEMORY = re.compile(r"(?<!\d)(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
 _NCCL_FAILURE = re.compile(r"[Tt]ime(d )?out|[Ee]rror")
 #: srun's ``srun: error: <node>: task 3: Exited with exit code 1`` / ``tasks 0-3: Killed``
 _SRUN_TASK = re.compile(r"\btasks? [\d,-]+: (?P<how>.*)")
+#: slurmstepd's word that it could not start a task's program (``execve(): %s: %m``, ``execve(): bad
+#: interpreter(%s): %m``): ``slurmstepd: error: execve(): python: No such file or directory``
+EXEC_FAILURE = "execve(): "
 #: argparse's ``<prog>: error: <message>`` (prog: the script's name), not a scheduler's own errors
 _ARGPARSE_ERROR = re.compile(r"(?!(?:srun|slurmstepd|sbatch|salloc):)[\w.-]+: error: ")
 #: a warning: Python's ``file.py:12: UserWarning: ...``, logging's ``WARNING:``/`` - WARNING - ``/
@@ -242,6 +245,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         return  # a traceback's line that no block took (a herald right after another): it says nothing more
     elif ": error: " not in text:
         return _context(text, lineno, run)
+    elif EXEC_FAILURE in text:  # nothing of the task ran: its exit code (srun's report) follows from it
+        kind = "exec"
     elif _ARGPARSE_ERROR.match(text.strip()):  # a worker's (or a launcher's) command line was refused
         kind = "arguments"
     else:

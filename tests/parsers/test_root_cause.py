@@ -146,6 +146,21 @@ def test_a_host_memory_limit_is_the_cause_of_the_kill(limit):
         assert run.consequence_lines() == [f"lines.log:{3 - line}: {kill}"]
 
 
+@pytest.mark.parametrize(
+    "execve",
+    [  # slurmstepd's "execve(): %s: %m" and "execve(): bad interpreter(%s): %m", with its error() prefix
+        "slurmstepd: error: execve(): python: No such file or directory",
+        "slurmstepd: error: execve(): /scratch/run/convert_checkpoint.sh: Permission denied",
+        "slurmstepd: error: execve(): bad interpreter(/opt/venv/bin/python3): No such file or directory",
+    ],
+)
+def test_a_task_slurm_could_not_start_is_the_cause_of_its_exit_code(execve):
+    exit_code = "srun: error: r7i4n1: task 0: Exited with exit code 2"
+    run = feed(execve, exit_code, "srun: launch/slurm: _step_signal: Terminating StepId=4801.0")
+    assert (run.failure, run.failure_kind) == (("failed", execve, 1), "exec")
+    assert run.consequence_lines() == [f"lines.log:2: {exit_code}"]
+
+
 def test_torchrun_signal_summary_is_the_reason_only_without_a_cause():
     """torchrun's error summary (errors/__init__.py): ChildFailedError says a worker failed, its root
     cause's ``exitcode : -9 ... (SIGKILL)`` how it ended; the worker's own exception outranks both."""
