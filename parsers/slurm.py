@@ -13,7 +13,7 @@ Failures are events, each either a root cause or one of its consequences (weight
   limit``), ``CANCELLED AT ... DUE TO TIME LIMIT`` / ``NODE FAILURE`` (failed), a cancel without a
   failure before it or a ``KeyboardInterrupt`` (cancelled), srun's node failure or other errors,
   slurmstepd's ``execve()`` of a task's program that failed, argparse's ``<prog>: error:``;
-- consequences: a kill (``Killed``, signal 9, SIGKILL) or a crash (SIGSEGV, SIGABRT, ...), a peer's
+- consequences: a kill (``Killed``, signal 9, SIGKILL) or a crash (SIGSEGV, SIGABRT, ..., bash's ``Bus error``), a peer's
   connection reset or aborted NCCL communicator, a signal's exception; then reports that a worker failed
   (a launcher's exit code, ChildFailedError, CalledProcessError, ``DUE TO TASK FAILURE``, mpirun's
   summary, ``srun: error: ...: task 3: Exited with exit code 1``); last the launcher killing its other
@@ -77,8 +77,15 @@ WATCHDOG_ENDS = ("Watchdog caught", "watchdog thread terminated with exception")
 NATIVE_ABORTS = ("what():  ", "Fatal Python error: ")
 #: a process's own crash, as torch elastic names the signal that ended a worker (``exitcode  : -11 (pid: 9)
 #: (SIGSEGV)``, ``Signal 11 (SIGSEGV) received by PID 9``): how it ended, never the launcher's doing (its
-#: SIGTERM, SIGKILL of the other workers)
-CRASH_SIGNALS = ("(SIGSEGV)", "(SIGABRT)", "(SIGBUS)", "(SIGFPE)", "(SIGILL)")
+#: SIGTERM, SIGKILL of the other workers); each with its description (glibc's strsignal), as bash names it
+CRASH_SIGNAL_DESCRIPTIONS = {
+    "SIGSEGV": "Segmentation fault",
+    "SIGABRT": "Aborted",
+    "SIGBUS": "Bus error",
+    "SIGFPE": "Floating point exception",
+    "SIGILL": "Illegal instruction",
+}
+CRASH_SIGNALS = tuple(f"({signal})" for signal in CRASH_SIGNAL_DESCRIPTIONS)
 #: a launcher's word that a worker exited with code 0: DeepSpeed's launcher (launch.py), torch elastic's
 #: agent; LSF's job summary (appended to the job's output) of a job that exited with 0
 CLEAN_EXITS = ("exits successfully", "worker group successfully finished", "Successfully completed.")
@@ -151,6 +158,11 @@ _SRUN_TASK = re.compile(r"\btasks? [\d,-]+: (?P<how>.*)")
 #: slurmstepd's word that it could not start a task's program (``execve(): %s: %m``, ``execve(): bad
 #: interpreter(%s): %m``): ``slurmstepd: error: execve(): python: No such file or directory``
 EXEC_FAILURE = "execve(): "
+#: bash's report of a job script's command that a crash signal ended (jobs.c, a shell not interactive: the
+#: script, its line, the pid, the signal's description padded to 24 characters, ``(core dumped)`` if it
+#: dumped one, the command): ``/var/spool/slurmd/job7/slurm_script: line 42: 81234 Segmentation fault
+#: (core dumped) python train.py``; its report of a kill (``81234 Killed``) is read as any kill
+_BASH_CRASH = re.compile(rf": line \d+: \d+ (?:{'|'.join(CRASH_SIGNAL_DESCRIPTIONS.values())})")
 #: argparse's ``<prog>: error: <message>`` (prog: the script's name), not a scheduler's own errors
 _ARGPARSE_ERROR = re.compile(r"(?!(?:srun|slurmstepd|sbatch|salloc):)[\w.-]+: error: ")
 #: a warning: Python's ``file.py:12: UserWarning: ...``, logging's ``WARNING:``/`` - WARNING - ``/
@@ -234,7 +246,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         label, weight, kind = "worker failed: ", REPORT, "launcher exit"
     elif any(end in text for end in MPIRUN_ENDS):
         weight, kind = EFFECT if "exited on signal" in text else REPORT, "mpirun"
-    elif any(crash in text for crash in CRASH_SIGNALS):
+    elif any(crash in text for crash in CRASH_SIGNALS) or (": line " in text and _BASH_CRASH.search(text)):
         label, weight, kind = "crashed: ", EFFECT, "crash"
     elif _KILLED.search(text):  # the cgroup OOM killer's event is a cause, a kill says how a process ended
         oom_kill = "oom-kill" in text or "oom_kill" in text
@@ -450,6 +462,7 @@ FAMILY = Family(
         "NCCL communicator was aborted",
         "Killed",
         "signal 9",
+        *CRASH_SIGNAL_DESCRIPTIONS.values(),  # bash's report of a crash
         *_KILLS,
         *PEER_RESETS,
         *TRACEBACK_OPENERS,

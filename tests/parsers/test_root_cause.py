@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from logstat.parsers import slurm
-from logstat.parsers.base import MAX_CONSEQUENCES, RunBuilder
+from logstat.parsers.base import EFFECT, MAX_CONSEQUENCES, RunBuilder
 
 from tests.parsers.feeding import feed_lines
 
@@ -159,6 +159,37 @@ def test_a_task_slurm_could_not_start_is_the_cause_of_its_exit_code(execve):
     run = feed(execve, exit_code, "srun: launch/slurm: _step_signal: Terminating StepId=4801.0")
     assert (run.failure, run.failure_kind) == (("failed", execve, 1), "exec")
     assert run.consequence_lines() == [f"lines.log:2: {exit_code}"]
+
+
+@pytest.mark.parametrize(
+    "status",  # the signal's description (strsignal) padded to 24 characters, then "(core dumped) " if it dumped
+    [
+        "Segmentation fault      (core dumped)",
+        "Bus error              ",
+        "Aborted                 (core dumped)",
+        "Illegal instruction     ",
+        "Floating point exception(core dumped)",
+    ],
+)
+def test_bashs_report_of_a_crashed_command_is_a_crash(status):
+    """bash 5.2's report (jobs.c, a shell not interactive) of the job script's command that a signal ended,
+    as `sh -c 'kill -SEGV $$'` in a script prints it: ``<script>: line N: <pid> <status> <command>``."""
+    crash = f"/var/spool/slurmd/job4403/slurm_script: line 42: 81234 {status} python pretrain_gpt.py"
+    run = feed("W1121 22:02:07.956000 2386 api.py:1028] Sending process 2459 closing signal SIGTERM", crash)
+    assert (run.failure, run.failure_weight, run.failure_kind) == (
+        ("failed", f"crashed: {crash}", 2),
+        EFFECT,
+        "crash",
+    )
+    # the exception before it is what the command died of; a signal that is no crash, bash's other errors are none
+    exception = feed(*TRACEBACK, "ValueError: bad", crash)
+    assert exception.failure == ("failed", "ValueError: bad", 4)
+    assert exception.consequence_lines() == [f"lines.log:5: crashed: {crash}"]
+    terminated = "/var/spool/slurmd/job4403/slurm_script: line 42: 81234 Terminated              python x.py"
+    assert (
+        feed(terminated, "/var/spool/slurmd/job4403/slurm_script: line 7: conda: command not found").failure
+        is None
+    )
 
 
 def test_torchrun_signal_summary_is_the_reason_only_without_a_cause():
