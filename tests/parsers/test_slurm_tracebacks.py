@@ -69,6 +69,28 @@ def test_an_exception_line_ends_a_traceback_weighed_by_what_it_says(line, weight
     assert (run.failure_weight, run.failure_kind) == (weight, kind)
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        # filelock's Timeout (its __str__; as the installed filelock prints it on a held lock), torch._dynamo's
+        # exc.Unsupported, triton's runtime/errors.py OutOfResources, numpy's _ArrayMemoryError
+        "filelock._core._errors.Timeout: The file lock '/root/.cache/huggingface/x.lock' could not be acquired.",
+        "torch._dynamo.exc.Unsupported: call_function BuiltinVariable(setattr) [TensorVariable()] {}",
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 131072, Hardware "
+        "limit: 101376. Reducing block sizes or `num_stages` may help.",
+        "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 8.00 GiB for an array with shape (1024,)",
+        "StallDetected: no step for 600 s",  # a class of the script itself (__main__'s: no module)
+    ],
+)
+def test_an_exception_line_ends_a_traceback_whatever_its_class_is_called(line):
+    """Python's structure, not the class's name: the first record after the indented frames, a class
+    (qualified by its module) and its message, ends the traceback; srun's report after it is read."""
+    exit_code = "srun: error: r7i4n1: task 3: Exited with exit code 1"
+    run = feed(*(f"[rank3]: {text}" for text in (HEADER, FRAME, "    main()", line)), exit_code)
+    assert (run.failure, run.failure_kind) == (("failed", line, 4), "exception")
+    assert run.consequence_lines() == [f"lines.log:5: {exit_code}"]
+
+
 def test_open_mpi_output_tags_are_prefixes():
     tag = "[1,5]<stderr>:"
     run = feed(tag + HEADER, tag + FRAME, tag + "ValueError: corrupt shard /data/shard_00417.bin")
@@ -90,6 +112,11 @@ def test_a_keyboard_interrupt_cancelled_the_run_unless_a_failure_came_first():
         "ValueError bad value",  # no colon after the name
         "raise ValueError: no",  # a space before the first colon
         "error: lower case",
+        # a tool's word before its colon, logging's level, bash's word on a killed command
+        "slurmstepd: error: couldn't chdir to `/scratch/x': No such file or directory: going to /tmp instead",
+        "INFO:root:saving checkpoint",
+        "WARNING: the lock is held",
+        "Terminated",
     ],
 )
 def test_other_lines_do_not_end_a_traceback(line):
