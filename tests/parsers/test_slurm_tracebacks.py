@@ -97,6 +97,23 @@ def test_open_mpi_output_tags_are_prefixes():
     assert run.failure == ("failed", "ValueError: corrupt shard /data/shard_00417.bin", 3)
 
 
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "2024-03-02T10:11:12.123456789Z ",  # docker logs -t, kubectl logs --timestamps (RFC 3339, UTC)
+        "[2024-03-02 10:11:12] ",  # a bracketed time (moreutils' ts '[%Y-%m-%d %H:%M:%S]')
+        "[13] ",  # MPICH's / Intel MPI's mpiexec -prepend-rank
+        "2024-03-02T10:11:12.123456789Z [13] ",  # stacked
+    ],
+)
+def test_a_traceback_under_a_time_or_rank_prefix_is_read(prefix):
+    exception = "ValueError: sequence length 4097 exceeds max_position_embeddings 4096"
+    exit_code = "srun: error: gpu-node03: task 13: Exited with exit code 1"
+    run = feed(*(prefix + text for text in (HEADER, FRAME, "    main()", exception)), exit_code)
+    assert run.failure == ("failed", exception, 4)
+    assert run.consequence_lines() == [f"lines.log:5: {exit_code}"]
+
+
 def test_a_keyboard_interrupt_cancelled_the_run_unless_a_failure_came_first():
     interrupted = feed(HEADER, FRAME, "    main()", "KeyboardInterrupt")
     assert interrupted.failure == ("cancelled", "KeyboardInterrupt", 4)

@@ -54,12 +54,18 @@ def test_prefixes_of_every_launcher_are_stripped():
         "[rank7]:iteration 3",
         "r7i4n1: iteration 3",
         "localhost: [default1]:x",
+        "[13] iteration 3",
+        "2024-03-02T10:11:12.123456789Z iteration 3",
+        "2024-03-02T10:11:12+01:00 iteration 3",
+        "[2024-03-02 10:11:12] iteration 3",
     )
-    assert got == [["iteration 3"], [" iteration 3"], *[["iteration 3"]] * 5, ["x"]]
+    assert got == [["iteration 3"], [" iteration 3"], *[["iteration 3"]] * 5, ["x"], *[["iteration 3"]] * 4]
 
 
 def test_ordinary_text_is_not_taken_for_a_prefix():
     texts = ("WARNING: could not find", "Error: x", "time (ms) | forward: 1", "Config: alpha=0.1")
+    # DeepSpeed's logger's own time (with its milliseconds) and a list's index are no prefix
+    texts += ("[2024-03-02 10:11:12,345] [INFO] [logging.py:96:log_dist] [Rank 0] step=10", "[13]: x")
     assert records_of(*texts) == [[text] for text in texts]
 
 
