@@ -243,7 +243,9 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.saw(NAME)
         return run.exited_cleanly(text, lineno)
     elif "exits with return code" in text:  # DeepSpeed's launcher, after a worker failed
-        label, weight, kind = "worker failed: ", REPORT, "launcher exit"
+        # a negative code is the signal that ended the worker (subprocess's returncode): how it ended
+        signalled = "return code = -" in text
+        label, weight, kind = "worker failed: ", EFFECT if signalled else REPORT, "launcher exit"
     elif any(end in text for end in MPIRUN_ENDS):
         weight, kind = EFFECT if "exited on signal" in text else REPORT, "mpirun"
     elif any(crash in text for crash in CRASH_SIGNALS) or (": line " in text and _BASH_CRASH.search(text)):
@@ -273,14 +275,34 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
 
 def finish(run: RunBuilder) -> None:
     """A bare STEP cancel that ``parse_line`` read as the first failure, a cancel, is a report if a
-    failure read column-wise (a traceback's, the launcher's kill) came before it: refold the run's
-    failure events with it so."""
+    failure read column-wise (a traceback's, the launcher's kill) came before it; a collective's failure
+    may be a dead peer's effect (``_peers_died``): refold the run's failure events so."""
     order, text = run.state.get(NAME, {}).get("bare_step_cancel", (None, ""))
-    events = run.failure_events
+    events = list(run.failure_events)
     index = next((index for index, event in enumerate(events) if event[0] == order), 0)
     if index:
         events[index] = (order, "failed", text.strip(), REPORT, "slurm cancel", False, False)
+    events = _peers_died(events)
+    if events != run.failure_events:
         run.refold(events)
+
+
+def _peers_died(events: list[tuple]) -> list[tuple]:
+    """An NCCL watchdog's timeout or error is what the other ranks see of a rank that died: an effect, not
+    the cause, where the cgroup OOM killer killed one (slurmstepd reports it when the step ends, after the
+    watchdogs fired) or a rank was killed or crashed before it (the first such effect is then the reason)."""
+    collective = [index for index, event in enumerate(events) if event[4] == "nccl" and event[3] == CAUSE]
+    if not collective:
+        return events
+    first = events[collective[0]][0]
+    killed = any(event[4] == "oom-kill" for event in events)
+    died = any(event[0] < first and event[3] >= EFFECT and event[4] != "peer" for event in events)
+    if not (killed or died):
+        return events
+    return [
+        (*event[:3], EFFECT, *event[4:]) if index in collective else event
+        for index, event in enumerate(events)
+    ]
 
 
 def _fact(run: RunBuilder, name: str, value: object, lineno: int) -> None:

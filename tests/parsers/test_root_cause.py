@@ -255,6 +255,35 @@ def test_mpirun_lines_are_consequences_of_the_ranks_exception():
     ]  # mpirun's first line; the others repeat its kind
 
 
+OOM_KILL = (
+    "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=7.0. Some of your processes may have been killed "
+    "by the cgroup out-of-memory handler."
+)
+DS_KILLED = (
+    "[2024-03-02 10:11:14,001] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python3', '-u', "
+    "'pretrain_gpt.py', '--local_rank=1'] exits with return code = -9"
+)
+
+
+@pytest.mark.parametrize(
+    ("lines", "line"),
+    [
+        # the cgroup OOM killer killed a rank; the others' watchdogs fired, then the step ended, then slurmstepd
+        # said why (task_cgroup_memory_check_oom runs at the step's end)
+        ([WATCHDOG, "srun: error: r7i4n2: task 5: Killed", OOM_KILL], 3),
+        ([WATCHDOG, WATCHDOG.replace("Rank 3", "Rank 2"), OOM_KILL], 3),
+        # a rank killed (DeepSpeed's launcher: its return code is the signal's negative), then the watchdogs
+        ([DS_KILLED, WATCHDOG], 1),
+        ([f"[default0]:{DS_KILLED}", "srun: error: r7i4n1: tasks 0-3: Aborted (core dumped)", WATCHDOG], 1),
+        # the watchdog first, and nothing that killed a rank: it is the cause, its abort an effect
+        ([WATCHDOG, "srun: error: r7i4n1: tasks 0-3: Aborted (core dumped)"], 1),
+        ([WATCHDOG, DS_KILLED], 1),
+    ],
+)
+def test_a_collective_timeout_is_the_effect_of_a_rank_that_died(lines, line):
+    assert reason(feed(*lines)) == ("failed", line)
+
+
 # --- tracebacks ---------------------------------------------------------------------------------------
 
 
