@@ -96,6 +96,11 @@ class RunBuilder:
     # failure event of the run (``refold``)
     failure_events: list[tuple] = field(default_factory=list)
     last_exception: tuple[int, str] | None = None  # (line, file) of the last traceback exception folded
+    launch_start: int = -1
+    """The order where the run's last launch starts (``settle``): the failure events before it are an
+    earlier launch's, consequences only (a job requeued or restarted ended as its last launch did)."""
+    earlier_failure: tuple[str, str, int, str | None] | None = None
+    """The strongest of those, as ``(status, reason, line, file)``, first in line order."""
     # facts a record kind states too: every statement of the Python families, (order, family, value, line)
     fact_statements: dict[str, list[tuple[int, str, Any, int]]] = field(default_factory=dict)
     launch_candidates: list[tuple[int, str]] = field(default_factory=list)  # (order, family), see new_launch
@@ -180,9 +185,14 @@ class RunBuilder:
         ``consequences`` (see ``fail``). Its ``exception``: a traceback's exception line (read column-wise);
         ``chained``: one of a chained traceback, which replaces the failure when that is the exception line
         before it (the process died of the last one raised)."""
-        _, status, reason, weight, kind, exception, chained = event
+        order, status, reason, weight, kind, exception, chained = event
         reason = reason.strip()[:REASON_CHARS]
-        if (
+        if order < self.launch_start:
+            earlier = self.state.setdefault("earlier_weight", -1)
+            if weight > earlier:
+                self.earlier_failure, self.state["earlier_weight"] = (status, reason, lineno, path), weight
+            self._consequence(kind, reason, lineno, path)
+        elif (
             chained
             and self.failure is not None
             and self.failure_kind == kind == "exception"
@@ -205,7 +215,8 @@ class RunBuilder:
         anew into ``failure`` and ``consequences``; they are ``failure_events`` from then on, so that a
         family's ``finish`` can re-decide an event it read before the column-wise ones were known."""
         self.failure, self.failure_weight, self.failure_kind, self.failure_path = None, -1, "", None
-        self.consequences, self.last_exception = [], None
+        self.consequences, self.last_exception, self.earlier_failure = [], None, None
+        self.state.pop("earlier_weight", None)
         self.state.pop("failure_files", None)
         for event in events:
             self._fold(event, line_of_order(event[0]), self.files[event[0] >> FILE_SHIFT])

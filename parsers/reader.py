@@ -220,6 +220,9 @@ def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
             return status, reason, line, run.failure_path
         after = f"{completion[0]} (after an earlier failure at line {line}: {reason})"
         return "ok", after, completion[1], completion[2]
+    if completion is not None and run.earlier_failure is not None:  # a relaunch ended what one failed
+        _, reason, line, _ = run.earlier_failure
+        return "ok", f"{completion[0]} (after an earlier failure at line {line}: {reason})", *completion[1:3]
     if completion is not None:
         return "ok", completion[0], completion[1], completion[2]
     if run.clean_exit is not None:

@@ -81,7 +81,7 @@ def settle_runs(runs: list[RunBuilder], events: Events) -> None:
         run.timer_frame = by_run_timers.get((index,))
         run.last_iteration = last_steps.get(index)
     _settle_facts(runs, events.facts)
-    _settle_failures(runs, events.failures)
+    _settle_failures(runs, events.failures, starts)
     for frame in events.notes:
         for index, family, line, message in frame.select(
             "run", "family", line_of(pl.col("order")), "message"
@@ -131,15 +131,19 @@ def seen_folded(marks: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _settle_failures(runs: list[RunBuilder], failures: list[pl.DataFrame]) -> None:
+def _settle_failures(runs: list[RunBuilder], failures: list[pl.DataFrame], starts: pl.DataFrame) -> None:
     """The record kinds' failure events folded with the Python families', in line order, into each run's
-    failure and consequences (``RunBuilder.refold``: the run keeps them all, for the families' ``finish``)."""
-    if not failures:
-        return
-    frame = pl.concat(failures).sort("run", "order", maintain_order=True)
-    for (index,), events in frame.group_by("run", maintain_order=True):
-        run = runs[index]
-        rows = events.select("order", "status", "reason", "weight", "kind", "exception", "chained").rows()
+    failure and consequences (``RunBuilder.refold``: the run keeps them all, for the families' ``finish``);
+    those before the run's last launch are consequences only (``RunBuilder.launch_start``): a job requeued
+    after a preemption, or restarted after a crash, ended as its last launch did."""
+    last_start = dict(starts.group_by("run").agg(pl.col("order").max()).iter_rows())
+    columns = ("order", "status", "reason", "weight", "kind", "exception", "chained")
+    kind_events = pl.concat(failures).partition_by("run", as_dict=True) if failures else {}
+    for index, run in enumerate(runs):
+        rows = kind_events[(index,)].select(columns).rows() if (index,) in kind_events else []
+        if not rows and not (run.failure_events and index in last_start):
+            continue
+        run.launch_start = last_start.get(index, -1)
         run.refold(sorted(run.failure_events + rows, key=lambda event: event[0]))
 
 

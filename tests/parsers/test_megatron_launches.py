@@ -2,6 +2,9 @@
 evaluation run, and several launches appended to one file (last launch wins per step). Fixtures in
 fixtures/megatron_launches/ (README names their formats)."""
 
+import tempfile
+from pathlib import Path
+
 import polars as pl
 from logstat.parsers import megatron
 from logstat.parsers.base import RunBuilder
@@ -52,6 +55,50 @@ def test_a_relaunch_in_the_2021_format_replaces_the_steps_and_their_timers():
     ]
     forward = timers.filter(pl.col("timer") == "forward-compute").sort("iteration")["ms"].to_list()
     assert forward == [32054.16, 33001.50, 32950.25]
+
+
+def test_a_run_ends_as_its_last_launch_did_the_earlier_launches_failures_are_consequences():
+    """The first launch's end (a killed task, a preemption) is no end of a job relaunched after it: the
+    relaunch of 2003 stops after step 3 with nothing said (incomplete), 2002's finishes (ok, after the
+    earlier failure); each names the earlier launch's end among its consequences."""
+    result = load_runs([MEGATRON / "meg_gpt2_relaunch-2003.out", MEGATRON / "megatron_lm_relaunch-2002.out"])
+    rows = {row["path"].rsplit("/", 1)[1]: row for row in result.runs.iter_rows(named=True)}
+    killed, preempted = rows["meg_gpt2_relaunch-2003.out"], rows["megatron_lm_relaunch-2002.out"]
+    assert (killed["status"], killed["reason"]) == (
+        "incomplete",
+        "log stops after iteration 3 of 1000, with no failure or end message",
+    )
+    assert killed["consequences"] == ["meg_gpt2_relaunch-2003.out:149: srun: error: r7i4n2: task 12: Killed"]
+    assert (preempted["status"], preempted["reason"]) == (
+        "ok",
+        "[after training is done] datetime: 2024-03-11 01:33:05 (after an earlier failure at line 45: preempted: "
+        "slurmstepd: error: *** JOB 2002 ON gpu-node-03 CANCELLED AT 2024-03-11T01:12:40 DUE TO PREEMPTION ***)",
+    )
+    assert preempted["consequences"] == [
+        "megatron_lm_relaunch-2002.out:45: preempted: slurmstepd: error: *** JOB 2002 ON gpu-node-03 CANCELLED AT "
+        "2024-03-11T01:12:40 DUE TO PREEMPTION ***"
+    ]
+
+
+def test_a_relaunch_that_fails_fails_by_its_own_cause():
+    # launch 1 preempted (a cause), launch 2 (its own arguments dump) out of CUDA memory: the run's reason
+    dump = [
+        "------------------------ arguments ------------------------",
+        "-------------------- end of arguments ---------------------",
+    ]
+    step = " iteration        {}/    1000 | consumed samples: 16 | elapsed time per iteration (ms): 1000.0 |"
+    preempted = (
+        "slurmstepd: error: *** JOB 7 ON r7i4n1 CANCELLED AT 2024-03-02T10:11:12 DUE TO PREEMPTION ***"
+    )
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    lines = [*dump, step.format(1), step.format(2), preempted, *dump, step.format(2), step.format(3), oom]
+    with tempfile.TemporaryDirectory() as directory:
+        log = Path(directory) / "requeued-7.out"
+        log.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+        row = load_runs([log]).runs.row(0, named=True)
+    assert (row["status"], row["reason_line"]) == ("failed", 10)
+    assert row["reason"].startswith("CUDA out of memory: torch.OutOfMemoryError")
+    assert [line.split(": ", 1)[0] for line in row["consequences"]] == ["requeued-7.out:5"]
 
 
 def test_a_lower_step_without_a_new_dump_merges_into_the_rows_read():
