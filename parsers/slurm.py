@@ -118,6 +118,9 @@ SRUN_OOM = "Out Of Memory"
 LSF_EXIT = "Exited with exit code"
 #: Open MPI's mpirun after a rank failed (help-mpirun.txt, help-errmgr-base.txt)
 MPIRUN_ENDS = ("exited on signal", "exited with non-zero status", "terminated normally, but")
+#: Open MPI's runtime losing a node's daemon (help-errmgr-base.txt [node-died]: ORTE in Open MPI 4, PRRTE in
+#: 5): a node or its network failed, the cause of the ranks' end there
+LOST_DAEMON = "has lost communication with a remote daemon"
 #: what the CUDA caching allocator's error says (``RuntimeError: CUDA out of memory.``, torch 2's
 #: ``torch.OutOfMemoryError``)
 CUDA_OOM = ("CUDA out of memory", "OutOfMemoryError")
@@ -227,6 +230,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             weight, kind = EFFECT, "peer"
     elif any(abort in text for abort in NATIVE_ABORTS):
         kind = "native abort"
+    elif LOST_DAEMON in text:
+        label, kind = "node failure: ", "node failure"
     elif "srun: error" in text or "NODE_FAIL" in text:
         # a node failure is a cause, so is an error of a step that could not start; a task's end (``task 3:
         # Exited with exit code 1``, ``task 3: Killed``) follows from what the task printed before
@@ -367,7 +372,7 @@ TRACEBACK_LINES = r'File "|Traceback|Error|Exception|Interrupt|Exit|Failure|Iter
 #: the literal tests of parse_line's branches before its test for a kill: a record that passes one is read
 #: there (its NCCL test is not literal: a record naming an NCCL error and the launcher's kill is a kill)
 _READ_BEFORE_KILLS = (*CUDA_OOM, "CANCELLED AT", *SCHEDULER_ENDS, LSF_EXIT, *WATCHDOG_ENDS, *NATIVE_ABORTS)
-_READ_BEFORE_KILLS += (*MEMORY_LIMIT_KILLS, "srun: error", "NODE_FAIL")
+_READ_BEFORE_KILLS += (*MEMORY_LIMIT_KILLS, LOST_DAEMON, "srun: error", "NODE_FAIL")
 _READ_BEFORE_KILLS += (*CLEAN_EXITS, "exits with return code", *MPIRUN_ENDS, *CRASH_SIGNALS)
 #: the reports of launchers and Slurm that come once every worker is gone (DeepSpeed's launcher's exit code,
 #: mpirun's summary, Slurm's cancel, LSF's job summary, PBS's kill): no worker's line follows them but what a signal makes it print. Not

@@ -284,6 +284,20 @@ def test_a_collective_timeout_is_the_effect_of_a_rank_that_died(lines, line):
     assert reason(feed(*lines)) == ("failed", line)
 
 
+@pytest.mark.parametrize("runtime", ["ORTE", "PRRTE"])
+def test_open_mpi_losing_a_nodes_daemon_is_a_node_failure(runtime):
+    # help-errmgr-base.txt [node-died] (Open MPI 4's ORTE, 5's PRRTE), then mpirun's summary of the ranks
+    run = feed(
+        "--------------------------------------------------------------------------",
+        f"{runtime} has lost communication with a remote daemon.",
+        "  HNP daemon   : [[40321,0],0] on node gpu-node01",
+        "  Remote daemon: [[40321,0],3] on node gpu-node04",
+        "mpirun noticed that process rank 12 with PID 0 on node gpu-node04 exited on signal 9 (Killed).",
+    )
+    assert reason(run) == ("failed", 2)
+    assert run.failure[1] == f"node failure: {runtime} has lost communication with a remote daemon."
+
+
 # --- tracebacks ---------------------------------------------------------------------------------------
 
 
