@@ -283,9 +283,10 @@ def read_timers(records: pl.LazyFrame) -> Events:
     timers = pipe_fields(breakdowns, pl.col("body")).select(
         "order", "position", timer="name", ms=as_real(pl.col("value")), family=pl.lit(NAME)
     )
+    # DeepSpeed prints a line of the step timers, or of those of its micro-step or optimizer step, not both
     per_step = pl.when(pl.col("timer").is_in(deepspeed.ENGINE_STEP_TIMERS)).then(STEP_END)
     per_step = per_step.when(pl.col("timer").is_in(deepspeed.ENGINE_IN_STEP_TIMERS)).then(IN_STEP)
-    timers = timers.with_columns(per_step=per_step.max().over("order").cast(pl.Int8))
+    timers = timers.with_columns(per_step=per_step.cast(pl.Int8))
     return Events(timers=[timers.drop_nulls("ms").collect()])
 
 
