@@ -447,17 +447,20 @@ def _training_share() -> pl.Expr:
     """The share of HF Trainer's ``train_runtime`` spent training: its final metrics time the whole training
     loop (trainer.py's ``speed_metrics`` from the loop's start), the evaluations inside it (``eval_steps``)
     too, which its logged dicts time (``eval_runtime``); 1 where none was logged."""
-    runtime, evaluations = _measured("final_train_runtime_s"), pl.col("evaluation_s")
-    return pl.when((evaluations > 0) & (runtime > evaluations)).then(1 - evaluations / runtime).otherwise(1.0)
+    evaluations = pl.col("evaluation_s") / _measured("final_train_runtime_s")
+    return pl.when(_evaluations_taken()).then(1 - evaluations).otherwise(1.0)
 
 
 def _less_evaluations() -> pl.Expr:
     """`` less N s of evaluation`` where ``_training_share`` took the evaluations out."""
-    evaluations, runtime = pl.col("evaluation_s"), _measured("final_train_runtime_s")
-    taken = (evaluations > 0) & (runtime > evaluations)
-    return (
-        pl.when(taken).then(pl.format(" less {} s of evaluation", evaluations.round(1))).otherwise(pl.lit(""))
-    )
+    less = pl.format(" less {} s of evaluation", pl.col("evaluation_s").round(1))
+    return pl.when(_evaluations_taken()).then(less).otherwise(pl.lit(""))
+
+
+def _evaluations_taken() -> pl.Expr:
+    """Evaluations were logged, and took less than the training session's run time."""
+    evaluations = pl.col("evaluation_s")
+    return (evaluations > 0) & (_measured("final_train_runtime_s") > evaluations)
 
 
 def _by_checkpointing(build) -> pl.Expr:

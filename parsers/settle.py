@@ -22,6 +22,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
+from logstat.parsers import registry
 from logstat.parsers.kinds import (
     CLEAN_EXIT,
     COMPLETE,
@@ -259,9 +260,7 @@ def _timers(
 @cache
 def _steps_before_timers() -> list[str]:
     """The families that print a step's record before that step's timers."""
-    from logstat.parsers.registry import families
-
-    return [family.name for family in families() if family.steps_before_timers]
+    return [family.name for family in registry.families() if family.steps_before_timers]
 
 
 def _counted_steps(timers: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
