@@ -1,0 +1,92 @@
+"""NVIDIA NeMo 2.0 log family (Megatron-core under PyTorch Lightning).
+
+Lines read:
+- NeMo 2.0's ``ProgressPrinter`` (nemo/lightning/pytorch/callbacks/progress_printer.py): ``Training epoch 0,
+  iteration 21/99 | lr: 3.3e-06 | global_batch_size: 128 | global_step: 21 | reduced_train_loss: 9.98 |
+  train_step_timing in s: 5.817 | consumed_samples: 2816``, a metric a field (``.4`` significant digits, an
+  integral float as an integer): a step each, numbered by its ``global_step`` (else the iteration), timed
+  by ``train_step_timing in s`` (NeMo's TimingCallback), its global batch a fact;
+- Lightning's ```Trainer.fit` stopped: `max_steps=100` reached.`` (or ``max_epochs``): the run's planned end.
+NeMo 1.x prints its metrics on tqdm's bar only: not read.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from logstat.parsers.base import Family, RunBuilder
+from logstat.parsers.kinds import (
+    RECORD,
+    SEEN,
+    Events,
+    RecordKind,
+    RecordTest,
+    as_count,
+    as_real,
+    facts_of,
+    marks_of,
+    named_field,
+    too_long,
+    too_long_note,
+)
+
+NAME = "nemo"
+#: a record's header; its fields follow it, ``|``-separated (the last one has no ``|`` after it)
+HEADER = r"Training epoch (?P<epoch>\d+), iteration (?P<iteration>\d+)/(?P<total>\d+)"
+#: step metric -> the field that gives it (a time in seconds)
+FIELDS = {"loss": "reduced_train_loss", "lr": "lr", "elapsed_ms": "train_step_timing in s"}
+COUNTS = {"step": "global_step", "global_batch_size": "global_batch_size"}
+_RECORD_MARKER = "Training epoch "
+#: Lightning's word that training reached its planned steps or epochs
+PLANNED_END = "`Trainer.fit` stopped: `max_"
+
+
+def read_iterations(records: pl.LazyFrame) -> Events:
+    """A step event per ``Training epoch E, iteration N/M | ...`` record, and its global batch as a fact."""
+    body = pl.col("text").str.replace(HEADER, "|") + "|"
+    fields = {column: body.str.extract(named_field(name), 1) for column, name in {**FIELDS, **COUNTS}.items()}
+    parsed = (
+        records.select("order", pl.col("text").str.extract(HEADER, 2).alias("iteration"), **fields)
+        .with_columns(step=pl.coalesce("step", "iteration"))
+        .collect()
+    )
+    fits = ~too_long(pl.col("step"))
+    steps = parsed.filter(fits).select(
+        "order",
+        step=as_count(pl.col("step")),
+        loss=as_real(pl.col("loss")),
+        lr=as_real(pl.col("lr")),
+        elapsed_ms=as_real(pl.col("elapsed_ms")) * 1000.0,
+        global_batch_size=as_count(pl.col("global_batch_size")),
+        mode=pl.lit(RECORD, pl.Int8),
+        family=pl.lit(NAME),
+    )
+    notes = parsed.filter(~fits).select(
+        "order", family=pl.lit(NAME), message=too_long_note("iteration", pl.col("step"))
+    )
+    facts = facts_of(parsed.lazy(), NAME, global_batch_size=as_count(pl.col("global_batch_size")))
+    seen = marks_of(records, NAME, SEEN)
+    return Events(steps=[steps.drop_nulls("step")], facts=[facts.collect()], notes=[notes], marks=[seen])
+
+
+def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
+    """Lightning's planned end of training."""
+    if PLANNED_END in text:
+        run.saw(NAME)
+        run.complete(text.strip(), lineno)
+
+
+FAMILY = Family(
+    name=NAME,
+    markers=(_RECORD_MARKER, PLANNED_END),
+    parse_line=parse_line,
+    kinds=(
+        RecordKind(
+            family=NAME,
+            name="iteration",
+            test=RecordTest(markers=(_RECORD_MARKER,), pattern=HEADER),
+            read=read_iterations,
+            facts=("global_batch_size",),
+        ),
+    ),
+    description="NVIDIA NeMo 2.0: ProgressPrinter's per-step lines, Lightning's planned end",
+)
