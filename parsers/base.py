@@ -101,6 +101,7 @@ class RunBuilder:
     earlier launch's, consequences only (a job requeued or restarted ended as its last launch did)."""
     earlier_failure: tuple[str, str, int, str | None] | None = None
     """The strongest of those, as ``(status, reason, line, file)``, first in line order."""
+    earlier_weight: int = -1  # the weight of ``earlier_failure``
     # facts a record kind states too: every statement of the Python families, (order, family, value, line)
     fact_statements: dict[str, list[tuple[int, str, Any, int]]] = field(default_factory=dict)
     launch_candidates: list[tuple[int, str]] = field(default_factory=list)  # (order, family), see new_launch
@@ -188,9 +189,8 @@ class RunBuilder:
         order, status, reason, weight, kind, exception, chained = event
         reason = reason.strip()[:REASON_CHARS]
         if order < self.launch_start:
-            earlier = self.state.setdefault("earlier_weight", -1)
-            if weight > earlier:
-                self.earlier_failure, self.state["earlier_weight"] = (status, reason, lineno, path), weight
+            if weight > self.earlier_weight:
+                self.earlier_failure, self.earlier_weight = (status, reason, lineno, path), weight
             self._consequence(kind, reason, lineno, path)
         elif (
             chained
@@ -215,8 +215,8 @@ class RunBuilder:
         anew into ``failure`` and ``consequences``; they are ``failure_events`` from then on, so that a
         family's ``finish`` can re-decide an event it read before the column-wise ones were known."""
         self.failure, self.failure_weight, self.failure_kind, self.failure_path = None, -1, "", None
-        self.consequences, self.last_exception, self.earlier_failure = [], None, None
-        self.state.pop("earlier_weight", None)
+        self.consequences, self.last_exception = [], None
+        self.earlier_failure, self.earlier_weight = None, -1
         self.state.pop("failure_files", None)
         for event in events:
             self._fold(event, line_of_order(event[0]), self.files[event[0] >> FILE_SHIFT])

@@ -46,24 +46,26 @@ def read_iterations(records: pl.LazyFrame) -> Events:
     fields = {column: body.str.extract(named_field(name), 1) for column, name in {**FIELDS, **COUNTS}.items()}
     parsed = (
         records.select("order", pl.col("text").str.extract(HEADER, 2).alias("iteration"), **fields)
-        .with_columns(step=pl.coalesce("step", "iteration"))
+        .with_columns(
+            step=pl.coalesce("step", "iteration"), global_batch_size=as_count(pl.col("global_batch_size"))
+        )
         .collect()
     )
     fits = ~too_long(pl.col("step"))
     steps = parsed.filter(fits).select(
         "order",
+        "global_batch_size",
         step=as_count(pl.col("step")),
         loss=as_real(pl.col("loss")),
         lr=as_real(pl.col("lr")),
         elapsed_ms=as_real(pl.col("elapsed_ms")) * 1000.0,
-        global_batch_size=as_count(pl.col("global_batch_size")),
         mode=pl.lit(RECORD, pl.Int8),
         family=pl.lit(NAME),
     )
     notes = parsed.filter(~fits).select(
         "order", family=pl.lit(NAME), message=too_long_note("iteration", pl.col("step"))
     )
-    facts = facts_of(parsed.lazy(), NAME, global_batch_size=as_count(pl.col("global_batch_size")))
+    facts = facts_of(parsed.lazy(), NAME, global_batch_size=pl.col("global_batch_size"))
     seen = marks_of(records, NAME, SEEN)
     return Events(steps=[steps.drop_nulls("step")], facts=[facts.collect()], notes=[notes], marks=[seen])
 
