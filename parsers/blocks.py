@@ -67,13 +67,9 @@ def find_spans(
         found = _first_after(starts, records.filter(pl.col(f"{tag}{number}")), name)
         starts = starts.join(found, on=["run", "order"], how="left")
     if block.markers:  # its lines are marked: its candidates are among the batch's records
-        lines = records.lazy().filter(pl.col(family).is_not_null())
+        candidates = _tested(block, records.lazy().filter(pl.col(family).is_not_null())).collect()
     else:
-        lines = _window(starts, block, batch).lazy()
-        if block.hint is not None:
-            lines = lines.filter(pl.col("text").str.contains(block.hint))
-        lines = split_records(batch.located(lines), batch.separator)
-    candidates = _tested(block, lines).collect()
+        candidates = _window_candidates(starts, block, batch)
     if block.renews is not None:
         starts = _renewed(starts, candidates, block)
     else:
@@ -158,26 +154,60 @@ def _first_after(starts: pl.DataFrame, events: pl.DataFrame, name: str, at: str 
     )
 
 
-def _window(starts: pl.DataFrame, block: Block, batch: Batch) -> pl.DataFrame:
-    """The lines (``row``, ``text``) from each start on, up to the record that ends it, ``max_lines``
-    after it or the end of its file in the batch; overlapping windows are read once."""
-    span = block.max_lines if block.max_lines is not None and block.renews is None else 1 << 40
+def _window_candidates(starts: pl.DataFrame, block: Block, batch: Batch) -> pl.DataFrame:
+    """The candidates among the lines from each start on (``_windows``); a window of a block that
+    ``renews`` is widened while renewing records come within ``max_lines`` of its end."""
+    segments = _windows(starts, block)
+    found = []
+    while segments:
+        lines = pl.concat([batch.lines.slice(first, last - first + 1) for first, last, _ in segments]).lazy()
+        if block.hint is not None:
+            lines = lines.filter(pl.col("text").str.contains(block.hint))
+        found.append(_tested(block, split_records(batch.located(lines), batch.separator)).collect())
+        segments = _widened(segments, found[-1], block) if block.renews is not None else []
+    if len(found) == 1:
+        return found[0]
+    # a window widened may reach into the next one: its rows are read twice
+    return pl.concat(found).unique(["run", "order"], keep="first").sort("run", "order")
+
+
+def _windows(starts: pl.DataFrame, block: Block) -> list[tuple[int, int, int]]:
+    """The rows (``first``, ``last``, and the ``bound`` no widening passes) from each start on, up to the
+    record that ends it, ``max_lines`` after it or the end of its file in the batch; overlapping windows
+    are read once."""
+    reach = max(block.max_lines, block.herald_lines) if block.max_lines is not None else 1 << 40
     bounds = starts.select(
         first=pl.col("row"),
-        last=pl.min_horizontal(
-            pl.col("ended_row").fill_null(1 << 40),
-            pl.col("marked_closer_row").fill_null(1 << 40),
-            pl.col("row") + span,
-            "last_row",
+        bound=pl.min_horizontal(
+            pl.col("ended_row").fill_null(1 << 40), pl.col("marked_closer_row").fill_null(1 << 40), "last_row"
         ),
-    ).sort("first")
-    ranges: list[list[int]] = []
-    for first, last in bounds.iter_rows():
-        if ranges and first <= ranges[-1][1] + 1:
-            ranges[-1][1] = max(ranges[-1][1], last)
+    ).select("first", pl.min_horizontal(pl.col("first") + reach, "bound").alias("last"), "bound")
+    windows: list[list[int]] = []
+    for first, last, bound in bounds.sort("first").iter_rows():
+        if windows and first <= windows[-1][1] + 1:
+            windows[-1][1:] = max(windows[-1][1], last), max(windows[-1][2], bound)
         else:
-            ranges.append([first, last])
-    return pl.concat([batch.lines.slice(first, last - first + 1) for first, last in ranges])
+            windows.append([first, last, bound])
+    return [(first, last, bound) for first, last, bound in windows]
+
+
+def _widened(
+    segments: list[tuple[int, int, int]], candidates: pl.DataFrame, block: Block
+) -> list[tuple[int, int, int]]:
+    """The rows past each segment just read that a block renewed in it may still reach: up to
+    ``max_lines`` after its last renewing record (a chain of renewals cannot pass that unless one more
+    comes before it), within the segment's bound."""
+    renewing = candidates.filter(pl.col("renews")).get_column("row").sort()
+    if renewing.is_empty():
+        return []
+    lasts = pl.Series([last for _, last, _ in segments], dtype=renewing.dtype)
+    before = renewing.search_sorted(lasts, side="right").to_list()
+    widened = []
+    for (first, last, bound), index in zip(segments, before, strict=True):
+        renewal = renewing[index - 1] if index else None
+        if renewal is not None and renewal >= first and last < bound and renewal + block.max_lines > last:
+            widened.append((last + 1, min(renewal + block.max_lines, bound), bound))
+    return widened
 
 
 def _tested(block: Block, records: pl.LazyFrame) -> pl.LazyFrame:

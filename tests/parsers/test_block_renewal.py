@@ -72,6 +72,18 @@ def test_a_renewed_block_ends_at_its_closer_and_swallows_the_family_inside(tmp_p
     assert seen == [(1, "note 1"), (7, "note 7")]
 
 
+def test_a_chain_of_renewals_reaches_a_closer_far_past_max_lines_after_its_opener(tmp_path):
+    # the lines are read in windows of max_lines from each opener, widened while renewals come near the end
+    log = "OPEN\n" + "KEEP\nx\n" * 6 + "note 14\nEND\nnote 16\n"
+    blocks, seen = _read(tmp_path, log)
+    assert blocks == ["1: 0:1:OPEN|2:15:END"]
+    assert seen == [(16, "note 16")]
+    # a window widened into the next opener's reads its lines once
+    blocks, seen = _read(tmp_path, "OPEN\nx\nKEEP\nx\nx\nOPEN 6\nx\nEND\nnote 9\n")
+    assert blocks == ["1: 0:1:OPEN|1:6:OPEN 6"]
+    assert seen == [(9, "note 9")]
+
+
 def test_an_opener_that_does_not_renew_inside_a_block_does_not_extend_it(tmp_path):
     blocks, seen = _read(tmp_path, "OPEN\nx\nOPEN 2\nx\nx\nnote\n")
     assert blocks == ["1: 0:1:OPEN|1:3:OPEN 2"]
