@@ -360,13 +360,12 @@ def _located(events: Events, base: pl.DataFrame) -> Events:
 
 
 def _relocated(frame: pl.DataFrame, column: str, base: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` with its keyed ``column`` made a real order (and ``base``'s other columns added)."""
-    return (
-        frame.with_columns(row=pl.col(column) // _EVENTS_PER_RECORD, item=pl.col(column) % _EVENTS_PER_RECORD)
-        .join(base, on="row", how="left")
-        .with_columns((pl.col("base") + pl.col("item")).alias(column))
-        .drop("row", "item", "base")
-    )
+    """``frame`` with its keyed ``column`` made a real order (and ``base``'s other columns added): row
+    ``r`` of ``base`` is the record keyed ``r``, so its values are gathered, not joined."""
+    key = frame.get_column(column)
+    located = base.select(pl.all().gather(key // _EVENTS_PER_RECORD))
+    order = (located.get_column("base") + key % _EVENTS_PER_RECORD).alias(column)
+    return frame.with_columns(order, *located.drop("row", "base"))
 
 
 def _safe_reader(family: Family) -> LineReader | None:
