@@ -22,14 +22,12 @@ import re
 import polars as pl
 from logstat.parsers import kinds
 from logstat.parsers.base import Family
-from logstat.parsers.kinds import Block, Events, RecordKind, RecordTest
+from logstat.parsers.kinds import NUMBER, Block, Events, RecordKind, RecordTest
 
 NAME = "deepspeed"
 PS = kinds.PYTHON_SPACE
-#: whitespace the old grammars skipped between tokens; a number as Python's float() read one (polars
-#: reads ASCII numbers only: one in other digits is none)
+#: whitespace the old grammars skipped between tokens
 _WS = r"[ \t\r\n]*"
-NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?i:nan|inf))"
 WHITESPACE = "".join(filter(str.isspace, map(chr, range(0x3001))))  # what str.strip() strips
 _WORD = rf"^{PS}*([^\s\x1c-\x1f]+)"  # str.split()[0]
 _DECIMAL = pl.Decimal(38, 0)
