@@ -4,7 +4,7 @@ Formats of DeepSpeed 0.3.x (the 2021 logs) and 0.19: the config printer's ``name
 ``zero_config`` as multi-line JSON (2021) or ``key=value`` pairs, ``json = {`` the user config as JSON;
 the engine's ``step=N, skipped=N, lr=[...]``; the ThroughputTimer's ``.../global_step=G, ...,
 CurrSamplesPerSec=Y, MemAllocated=aGB, MaxMemAllocated=bGB`` (0.7's ``E/M, RunningAvgSamplesPerSec=...``
-every step, of the step before it); the pipeline engine's ``steps: N loss: X
+every step, of the step before it; 0.5/0.6's ``E/M, SamplesPerSec=`` a running average); the pipeline engine's ``steps: N loss: X
 iter time (s): T samples/sec: S``, ``CONFIG: micro_batches=N micro_batch_size=M``, ``UNIQUE_PARAMS=N``;
 the flops profiler's summary (its latency is one profiled micro-batch's; its ``FLOPS per GPU`` the step's).
 A dump's ``world_size`` is the data-parallel size, the GPU count unless Megatron or a pipeline's topology
@@ -170,6 +170,9 @@ THROUGHPUT_07 = (
     rf"CurrSamplesPerSec={_WS}({NUMBER})"
     rf"(?:{_WS},{_WS}MemAllocated={_WS}({NUMBER}){_WS}GB,{_WS}MaxMemAllocated={_WS}({NUMBER}){_WS}GB)?"
 )
+#: DeepSpeed 0.5/0.6's ThroughputTimer record, every steps_per_print micro-steps: ``epoch/micro-steps of the
+#: epoch, SamplesPerSec=`` the running average since its start_step, no step (of the step logged before it)
+THROUGHPUT_05 = rf"(?:^|[\s\]])[0-9]+/([0-9]+){_WS},{_WS}SamplesPerSec={_WS}({NUMBER})"
 #: the pipeline engine's step record, read at the first ``iter time (s):`` after the loss that a number
 #: and ``samples/sec:`` follow
 PIPE_STEPS = (
@@ -193,7 +196,15 @@ _RECORD_MARKERS = (
 )
 _RECORDS_PATTERN = "|".join(
     f"(?:{pattern})"
-    for pattern in (THROUGHPUT, THROUGHPUT_07, PIPE_STEPS, PIPE_CONFIG, UNIQUE_PARAMS, TOPOLOGY)
+    for pattern in (
+        THROUGHPUT,
+        THROUGHPUT_07,
+        THROUGHPUT_05,
+        PIPE_STEPS,
+        PIPE_CONFIG,
+        UNIQUE_PARAMS,
+        TOPOLOGY,
+    )
 )
 
 
@@ -207,6 +218,8 @@ def _record_events(records: pl.DataFrame) -> Events:
     events = _steps(throughput, _THROUGHPUT, samples_per_sec=_real("curr"), **memory)
     legacy = _matches(records, THROUGHPUT_07, ["digits", "curr", "mem", "max_mem"]).with_columns(step=None)
     events.extend(_steps(legacy, _THROUGHPUT, kinds.STEP_METRICS, samples_per_sec=_real("curr"), **memory))
+    averaged = _matches(records, THROUGHPUT_05, ["digits", "average"]).with_columns(step=None)
+    events.extend(_steps(averaged, _THROUGHPUT, kinds.STEP_METRICS, samples_per_sec=_real("average")))
     pipe = _matches(records, PIPE_STEPS, ["digits", "loss", "seconds", "rate"])
     rate = {"loss": _real("loss"), "elapsed_ms": _real("seconds") * 1000, "samples_per_sec": _real("rate")}
     events.extend(_steps(pipe, _PIPE, **rate))

@@ -463,3 +463,20 @@ def test_deepspeed_0_7_throughput_records_are_of_the_step_logged_before_them():
         "iteration", "samples_per_sec", "mem_allocated_mb", "mem_max_allocated_mb"
     )
     assert rows.rows() == [(step, 60.0 + step, 5.2 * 1024, 9.87 * 1024) for step in (10, 20, 30)]
+
+
+def test_deepspeed_0_5_running_average_samples_per_sec_is_of_the_step_logged_before_it():
+    # DeepSpeed 0.5.10/0.6 (utils/timer.py: ``"{}/{}, SamplesPerSec={}"`` of the epoch and its micro-steps,
+    # every steps_per_print micro-steps, a running average since the timer's start_step); gas 1,
+    # steps_per_print 10: step=N, then the record
+    lines = []
+    for step in range(10, 31, 10):
+        lines.append(
+            f"[INFO] [logging.py:60:log_dist] [Rank 0] step={step}, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
+        )
+        lines.append(
+            f"[2021-10-02 09:00:00,000] [INFO] [timer.py:181:stop] 0/{step}, SamplesPerSec={50.0 + step}"
+        )
+    run = feed_lines(deepspeed.FAMILY, lines)
+    rows = run.iteration_frame.select("iteration", "samples_per_sec")
+    assert rows.rows() == [(10, 60.0), (20, 70.0), (30, 80.0)]
