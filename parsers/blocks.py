@@ -161,8 +161,8 @@ def _window_candidates(starts: pl.DataFrame, block: Block, batch: Batch) -> pl.D
     found = []
     while segments:
         lines = pl.concat([batch.lines.slice(first, last - first + 1) for first, last, _ in segments]).lazy()
-        if block.hint is not None:
-            lines = lines.filter(pl.col("text").str.contains(block.hint))
+        if block.hint is not None:  # collected: split_records reads the lines twice, a plan searches twice
+            lines = lines.filter(pl.col("text").str.contains(block.hint)).collect().lazy()
         found.append(_tested(block, split_records(batch.located(lines), batch.separator)).collect())
         segments = _widened(segments, found[-1], block) if block.renews is not None else []
     if len(found) == 1:
