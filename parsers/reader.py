@@ -183,7 +183,9 @@ def _conclude(result: RunResult, active: list[Family], forced: str | None) -> No
 def derive_facts(run: RunBuilder) -> None:
     """Fill facts that follow by formula from facts the log states (provenance ``derived``):
     DP = world / (TP * PP * CP) (CP 1 unless stated), world = nodes * GPUs per node, global batch = micro *
-    gas * DP (seed 002), and gas = global / (micro * DP) as Megatron computes its micro-batch count."""
+    gas * DP (seed 002), and gas = global / (micro * DP) as Megatron computes its micro-batch count. A
+    Megatron-LM v1.x dump (2020: a per-GPU ``batch_size``, no global batch) means PP 1 and gas 1: v2.0
+    brought pipeline parallelism and micro-batches; DeepSpeed's dump states its accumulation if it ran."""
     facts = run.facts
 
     def known(*names: str) -> bool:
@@ -191,6 +193,10 @@ def derive_facts(run: RunBuilder) -> None:
 
     if "gpus" not in facts and known("nodes", "gpus_per_node"):
         run.set_fact("gpus", facts["nodes"] * facts["gpus_per_node"], "derived", 0)
+    if _megatron_v1(run):
+        for name in ("pp", "gas"):
+            if name not in facts:
+                run.set_fact(name, 1, "derived", 0)
     model_parallel = known("tp", "pp") and facts["tp"] * facts["pp"] * (facts["cp"] if known("cp") else 1)
     if "dp" not in facts and known("gpus") and model_parallel and facts["gpus"] % model_parallel == 0:
         run.set_fact("dp", facts["gpus"] // model_parallel, "derived", 0)
@@ -201,6 +207,15 @@ def derive_facts(run: RunBuilder) -> None:
         per_step = facts["micro_batch_size"] * facts["dp"]
         if facts["global_batch_size"] % per_step == 0:
             run.set_fact("gas", facts["global_batch_size"] // per_step, "derived", 0)
+
+
+def _megatron_v1(run: RunBuilder) -> bool:
+    """Whether the run's batch is Megatron-LM v1.x's: a per-GPU batch and a tensor-parallel size from its
+    dump, and nothing stating a global batch, gradient accumulation or a pipeline (v2.0 on prints all)."""
+    by_megatron = all(
+        run.provenance.get(name, "").startswith("megatron:") for name in ("micro_batch_size", "tp")
+    )
+    return by_megatron and not any(name in run.facts for name in ("global_batch_size", "gas", "pp"))
 
 
 def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:

@@ -221,6 +221,48 @@ def test_context_parallelism_takes_its_share_of_the_world_before_dp_is_derived(t
     assert (megatron_run.facts["cp"], megatron_run.facts["dp"]) == (1, 4)
 
 
+def _megatron_v1_dump(**args) -> list[str]:
+    """Megatron-LM v1.1's arguments dump (2020: ``--batch-size`` per GPU, ``--model-parallel-size``; no
+    micro-batches, no pipeline), as its ``_print_args`` prints it, sorted."""
+    dump = ["------------------------ arguments ------------------------"]
+    dump += [f"  {name} {'.' * (32 - len(name))} {value}" for name, value in sorted(args.items())]
+    return [*dump, "-------------------- end of arguments ---------------------"]
+
+
+def test_megatron_v1_steps_are_one_batch_per_gpu_on_a_world_without_pipeline(tmp_path):
+    from logstat.parsers import deepspeed, megatron, reader
+
+    args = dict(batch_size=8, model_parallel_size=2, world_size=8, num_layers=24, hidden_size=1024)
+    steps = [
+        f" iteration {step:8d}/  500000 | elapsed time per iteration (ms): 400.0 | learning rate: 1.500E-04 |"
+        " lm loss: 8.452530E+00 | loss scale: 131072.0 | number of skipped iterations:   0 |"
+        " number of nan iterations:   0 |"
+        for step in (100, 200)
+    ]
+    log = tmp_path / "megatron_v1.out"
+    log.write_text("\n".join([*_megatron_v1_dump(**args), *steps, ""]))
+    run = reader.read_runs(reader.group_runs([log]), [megatron.FAMILY])[0].run
+    # v1.x had neither pipeline parallelism (v2.0) nor micro-batches: PP 1, DP 8 / 2 = 4, and a step is
+    # one batch of 8 per GPU: 8 * 1 * 4 = 32
+    facts = {name: run.facts.get(name) for name in ("pp", "dp", "gas", "global_batch_size")}
+    assert facts == {"pp": 1, "dp": 4, "gas": 1, "global_batch_size": 32}
+    assert run.provenance["pp"] == run.provenance["gas"] == "derived:0"
+    assert load_runs([log], warmup=1).runs.row(0, named=True)["samples_per_sec"] == pytest.approx(32 / 0.4)
+    # under DeepSpeed (DeepSpeedExamples' Megatron-LM v1), its config dump states the accumulation
+    ds_dump = [
+        "[INFO] [config.py:748:print] DeepSpeedEngine configuration:",
+        "[INFO] [config.py:752:print]   gradient_accumulation_steps .. 4",
+        "[INFO] [config.py:752:print]   train_batch_size ............. 128",
+    ]
+    log.write_text("\n".join([*_megatron_v1_dump(**args), *ds_dump, *steps, ""]))
+    run = reader.read_runs(reader.group_runs([log]), [megatron.FAMILY, deepspeed.FAMILY])[0].run
+    assert (run.facts["gas"], run.facts["global_batch_size"]) == (4, 128)
+    # a dump of today's Megatron-LM states the global batch: nothing is assumed
+    log.write_text("\n".join([*_megatron_v1_dump(global_batch_size=64, micro_batch_size=8), *steps, ""]))
+    run = reader.read_runs(reader.group_runs([log]), [megatron.FAMILY])[0].run
+    assert "gas" not in run.facts and "pp" not in run.facts
+
+
 def test_megatron_paper_tflops_agree_with_the_logged_throughput():
     # fixtures/megatron/megatron_lm_h100-2001.out: bf16 H100, full recomputation, padded vocab 50304.
     # Its own "throughput per GPU (TFLOP/s/GPU)" of steps 2-5: 401.3, 401.6, 401.0, 401.4 (median 401.35).
