@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -57,3 +58,34 @@ def torchrun(module: str, argv: list[str], *, timeout_s: float) -> subprocess.Co
             f"{module} did not finish in {timeout_s} s; stdout:\n{stdout[-2000:]}\nstderr:\n{stderr[-2000:]}"
         )
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+#: ports handed out by free_ports in this process: a job may not have bound its port yet when the next asks
+_HANDED_OUT: set[int] = set()
+
+
+def free_ports(count: int = 1) -> int:
+    """The first of ``count`` consecutive TCP ports free on this machine and not handed out before, below
+    the kernel's ephemeral range: a port in that range (what binding port 0 hands out) can be taken
+    meanwhile by any process's outgoing connection or by gloo's own listeners, and a sweep's tasks
+    rendezvous on base + task."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+            low = int(ranges.read().split()[0])
+    except OSError:
+        low = 32768  # Linux's default
+    for base in range(20000 + os.getpid() % 5000, low - count):
+        ports = range(base, base + count)
+        if _HANDED_OUT.isdisjoint(ports) and all(map(_bindable, ports)):
+            _HANDED_OUT.update(ports)
+            return base
+    raise RuntimeError(f"no {count} consecutive free ports below {low}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

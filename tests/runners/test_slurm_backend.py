@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -30,15 +29,10 @@ from logstat.runners.spec import load_spec
 
 from logstat.api import load_runs
 from logstat.errors import LogstatError
+from tests.runners.launch import free_ports
 
 LOGSTAT = str(Path(sys.executable).with_name("logstat"))
 SLEEPER = 'import time\nprint("sleeping past the time limit", flush=True)\ntime.sleep(600)\n'
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def prepare(
@@ -48,7 +42,7 @@ def prepare(
 
     A free rendezvous port: other tests (and other people) may be running torch.distributed on 6000.
     """
-    spec = load_spec(spec_name, [f"cluster.master_port={_free_port()}", *overrides])
+    spec = load_spec(spec_name, [f"cluster.master_port={free_ports()}", *overrides])
     run = render(spec, run_dir_path(runs_root, spec.name))
     if program is not None:
         run = replace(run, program=program)
@@ -202,7 +196,7 @@ def test_no_cluster_at_all_gets_a_hint_a_real_refusal_does_not(sbatch_error: str
 def test_tiny_ddp_powersgd_through_logstat_run_completes_and_parses_back(runs_root: Path) -> None:
     # The user's path: `logstat run SPEC --backend slurm --wait`, a real process with no terminal.
     command = [LOGSTAT, "run", "gpt2-tiny-ddp-powersgd", "--backend", "slurm", "--wait"]
-    command += ["--runs-dir", str(runs_root), "--set", f"cluster.master_port={_free_port()}"]
+    command += ["--runs-dir", str(runs_root), "--set", f"cluster.master_port={free_ports()}"]
     done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
 
     assert done.returncode == 0, done.stderr

@@ -18,6 +18,7 @@ from logstat.runners.manifest import read_manifest
 from logstat.runners.spec import SpecError, load_spec
 
 from logstat.errors import LogstatError
+from tests.runners.launch import free_ports
 
 LOGSTAT = Path(sys.executable).parent / "logstat"
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -391,14 +392,6 @@ def test_a_local_sweep_runs_the_points_one_after_another(tmp_path):
     assert_tiny_sweep_table(sweep_dir, log_name=lambda name: "train.log")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_a_slurm_sweep_is_one_job_array(tmp_path):
@@ -407,7 +400,7 @@ def test_a_slurm_sweep_is_one_job_array(tmp_path):
         "gpt2-tiny-ddp-powersgd",
         *TINY_SWEEP,
         "--set",
-        f"cluster.master_port={_free_port()}",
+        f"cluster.master_port={free_ports(6)}",  # a task each
         "--backend",
         "slurm",
         "--max-parallel",
