@@ -194,9 +194,8 @@ def derive_facts(run: RunBuilder) -> None:
     if "gpus" not in facts and known("nodes", "gpus_per_node"):
         run.set_fact("gpus", facts["nodes"] * facts["gpus_per_node"], "derived", 0)
     if _megatron_v1(run):
-        for name in ("pp", "gas"):
-            if name not in facts:
-                run.set_fact(name, 1, "derived", 0)
+        run.set_fact("pp", 1, "derived", 0)
+        run.set_fact("gas", 1, "derived", 0)
     model_parallel = known("tp", "pp") and facts["tp"] * facts["pp"] * (facts["cp"] if known("cp") else 1)
     if "dp" not in facts and known("gpus") and model_parallel and facts["gpus"] % model_parallel == 0:
         run.set_fact("dp", facts["gpus"] // model_parallel, "derived", 0)
