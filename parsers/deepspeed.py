@@ -5,8 +5,8 @@ Formats of DeepSpeed 0.3.x (the 2021 logs) and 0.19: the config printer's ``name
 the engine's ``step=N, skipped=N, lr=[...]``; the ThroughputTimer's ``.../global_step=G, ...,
 CurrSamplesPerSec=Y, MemAllocated=aGB, MaxMemAllocated=bGB`` (0.7's ``E/M, RunningAvgSamplesPerSec=...``
 every step, of the step before it; 0.5/0.6's ``E/M, SamplesPerSec=`` a running average); the pipeline
-engine's ``steps: N loss: X iter time (s): T samples/sec: S``, ``CONFIG: micro_batches=N micro_batch_size=M``, ``UNIQUE_PARAMS=N``;
-the flops profiler's summary (its latency is one profiled micro-batch's; its ``FLOPS per GPU`` the step's).
+engine's ``steps: N loss: X iter time (s): T samples/sec: S``, ``CONFIG: micro_batches=N
+micro_batch_size=M``, ``UNIQUE_PARAMS=N``; the flops profiler's summary (its latency is one profiled micro-batch's; its ``FLOPS per GPU`` the step's).
 A dump's ``world_size`` is the data-parallel size, the GPU count unless Megatron or a pipeline's topology
 (model parallelism) came first. Of a restarted job's dumps the last wins.
 
