@@ -8,8 +8,8 @@ every step, of the step before it; 0.5/0.6's ``E/M, SamplesPerSec=`` a running a
 engine's ``steps: N loss: X iter time (s): T samples/sec: S``, ``CONFIG: micro_batches=N
 micro_batch_size=M``, ``UNIQUE_PARAMS=N``; the flops profiler's summary (its latency is one profiled
 micro-batch's; its ``FLOPS per GPU`` the step's). A dump's ``world_size`` is the data-parallel size, the
-GPU count unless Megatron or a pipeline's topology
-(model parallelism) came first. Of a restarted job's dumps the last wins.
+GPU count unless Megatron or a pipeline's topology (model parallelism) came first. Of a restarted job's
+dumps the last wins.
 
 RECORDS reads each throughput and pipeline record alone; SEQUENCE the printer's, step and profiler
 records, which depend on the run's earlier ones, in segments, each after the ``carry`` of the one before;
