@@ -231,6 +231,8 @@ def batches(
             reports[run].append(report)
             lines = 0
             for data, end in _file_chunks(Path(path), report):
+                if data[end - 1] != 10:  # the file's last chunk, its last line cut: its value may be short
+                    data, end = _without_cut_value(data, end)
                 count = data.count(b"\n", 0, end) + (data[end - 1] != 10)  # a chunk is never empty
                 items.append(Piece(run=run, file=file, first_line=lines, data=data, end=end, lines=count))
                 lines += count
@@ -242,6 +244,20 @@ def batches(
             items.append((run, file))
     if items:
         yield items
+
+
+#: a number after ``=``, ``:``, ``[``, ``(`` or ``,`` at the end of a file's last line that no newline ends:
+#: writers end their lines with one, so the write was cut (a process killed with its buffer half flushed, a
+#: log copied while written), maybe inside the number (``CurrSamplesPerSec=6`` of ``=65.5``)
+_CUT_VALUE = re.compile(rb"[=:\[(,][ \t]*[-+]?(?:[0-9]|\.[0-9])[0-9.eE+-]*\Z")
+
+
+def _without_cut_value(data: bytes, end: int) -> tuple[bytes, int]:
+    """``data[:end]`` without a number its cut last line ends with (``_CUT_VALUE``), its delimiter kept."""
+    cut = _CUT_VALUE.search(data, data.rfind(b"\n", 0, end) + 1, end)
+    if cut is None:
+        return data, end
+    return data[: cut.start() + 1], cut.start() + 1
 
 
 def _plain(text: pl.Series) -> pl.Series:

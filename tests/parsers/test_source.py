@@ -232,6 +232,29 @@ def test_odd_bytes_give_the_lines_python_gives(tmp_path, raw, reading):
     assert report.lines == raw.count(b"\n") + (not raw.endswith(b"\n"))
 
 
+@pytest.mark.parametrize(
+    ("last", "read_as"),
+    [
+        # a write cut inside a value (65.5): the value goes, its name and delimiter stay
+        (b"MemAllocated=5.2GB, CurrSamplesPerSec=6", "MemAllocated=5.2GB, CurrSamplesPerSec="),
+        (b"step=20, skipped=0, lr=[0.00", "step=20, skipped=0, lr=["),
+        (b"| lm loss: 2.3e", "| lm loss:"),
+        (b"losses (0.5, 0.2", "losses (0.5,"),
+        # no delimiter before the number: words end the line, not a value
+        (b"srun: error: task 3: Exited with exit code 1", "srun: error: task 3: Exited with exit code 1"),
+        (b"loss: 2.3 |", "loss: 2.3 |"),
+    ],
+)
+def test_a_value_ending_a_last_line_that_no_newline_ends_was_cut(tmp_path, reading, last, read_as):
+    path = tmp_path / "cut.log"
+    path.write_bytes(b"step loss=1.5\n" + last)
+    got, report = read(path, ("step", "loss", "srun", "Sec="))
+    assert got == [(1, "step loss=1.5"), (2, read_as)] and report.lines == 2
+    # a line its newline ends is whole
+    path.write_bytes(last + b"\n")
+    assert read(path, ("step", "loss", "srun", "Sec="))[0] == [(1, last.decode())]
+
+
 def test_an_empty_file_has_no_lines(tmp_path, reading):
     path = tmp_path / "empty.log"
     path.write_bytes(b"")
