@@ -59,7 +59,7 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
     that logged one; ``evaluation_s`` the time of the last launch's evaluations."""
     batch, launch, seq = pl.col("global_batch_size"), pl.col("launch"), pl.col("seq_len")
     at_last_batch = batch.is_null() | (batch == batch.drop_nulls().last().over("path"))
-    at_last_batch = at_last_batch & (seq.is_null() | (seq == seq.drop_nulls().last().over("path")))
+    at_last_length = seq.is_null() | (seq == seq.drop_nulls().last().over("path"))
     after_warmup = pl.int_range(pl.len()).over("path", "launch") >= warmup
     timed = launch == launch.filter(after_warmup).max().over("path")
     steady_tflops = pl.col("logged_tflops_per_gpu").filter(pl.col("steady"))
@@ -67,7 +67,7 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
     return (
         iterations.sort("path", "iteration")
         .with_columns(launch.fill_null(0))
-        .with_columns(steady=after_warmup & timed & at_last_batch)
+        .with_columns(steady=after_warmup & timed & at_last_batch & at_last_length)
         .with_columns(
             elapsed_ms=_measured("elapsed_ms"),
             samples_per_sec=_measured("samples_per_sec"),

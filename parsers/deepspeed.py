@@ -158,22 +158,20 @@ def _facts(statements: pl.DataFrame) -> Events:
 
 # --- the records read alone: throughput, pipeline steps, pipeline config (kind RECORDS) ---------------
 
-#: ThroughputTimer's record; its memory part is all or nothing
-THROUGHPUT = (
-    rf"epoch={_WS}[0-9]+{_WS}/micro_step={_WS}[0-9]+{_WS}/global_step={_WS}([0-9]+)"
-    rf"{_WS},{_WS}RunningAvgSamplesPerSec={_WS}{NUMBER}{_WS},{_WS}CurrSamplesPerSec={_WS}({NUMBER})"
-    rf"(?:{_WS},{_WS}MemAllocated={_WS}({NUMBER}){_WS}GB,{_WS}MaxMemAllocated={_WS}({NUMBER}){_WS}GB)?"
-)
-#: DeepSpeed 0.7's ThroughputTimer record, at every step's end: ``epoch/micro-steps of the epoch, ...``, no
-#: step (a metric of the step logged before it: ``step=N`` is printed in the step, before it)
-THROUGHPUT_07 = (
-    rf"(?:^|[\s\]])[0-9]+/([0-9]+){_WS},{_WS}RunningAvgSamplesPerSec={_WS}{NUMBER}{_WS},{_WS}"
-    rf"CurrSamplesPerSec={_WS}({NUMBER})"
-    rf"(?:{_WS},{_WS}MemAllocated={_WS}({NUMBER}){_WS}GB,{_WS}MaxMemAllocated={_WS}({NUMBER}){_WS}GB)?"
-)
-#: DeepSpeed 0.5/0.6's ThroughputTimer record, every steps_per_print micro-steps: ``epoch/micro-steps of the
-#: epoch, SamplesPerSec=`` the running average since its start_step, no step (of the step logged before it)
-THROUGHPUT_05 = rf"(?:^|[\s\]])[0-9]+/([0-9]+){_WS},{_WS}SamplesPerSec={_WS}({NUMBER})"
+#: a ThroughputTimer record's rates after its head (the running average, then the step's), and its memory,
+#: all or nothing
+_RATES = rf"{_WS},{_WS}RunningAvgSamplesPerSec={_WS}{NUMBER}{_WS},{_WS}CurrSamplesPerSec={_WS}({NUMBER})"
+_MEMORY = rf"(?:{_WS},{_WS}MemAllocated={_WS}({NUMBER}){_WS}GB,{_WS}MaxMemAllocated={_WS}({NUMBER}){_WS}GB)?"
+#: the head of DeepSpeed 0.5-0.7's ThroughputTimer records: ``epoch/micro-steps of the epoch``, no step
+_EPOCH_MICRO_STEPS = r"(?:^|[\s\]])[0-9]+/([0-9]+)"
+#: ThroughputTimer's record
+THROUGHPUT = rf"epoch={_WS}[0-9]+{_WS}/micro_step={_WS}[0-9]+{_WS}/global_step={_WS}([0-9]+){_RATES}{_MEMORY}"
+#: DeepSpeed 0.7's ThroughputTimer record, at every step's end: a metric of the step logged before it
+#: (``step=N`` is printed in the step, before it)
+THROUGHPUT_07 = rf"{_EPOCH_MICRO_STEPS}{_RATES}{_MEMORY}"
+#: DeepSpeed 0.5/0.6's ThroughputTimer record, every steps_per_print micro-steps: ``SamplesPerSec=`` the
+#: running average since its start_step (of the step logged before it)
+THROUGHPUT_05 = rf"{_EPOCH_MICRO_STEPS}{_WS},{_WS}SamplesPerSec={_WS}({NUMBER})"
 #: the pipeline engine's step record, read at the first ``iter time (s):`` after the loss that a number
 #: and ``samples/sec:`` follow
 PIPE_STEPS = (

@@ -13,8 +13,8 @@ Failures are events, each either a root cause or one of its consequences (weight
   limit``), ``CANCELLED AT ... DUE TO TIME LIMIT`` / ``NODE FAILURE`` (failed), a cancel without a
   failure before it or a ``KeyboardInterrupt`` (cancelled), srun's node failure or other errors,
   slurmstepd's ``execve()`` of a task's program that failed, argparse's ``<prog>: error:``;
-- consequences: a kill (``Killed``, signal 9, SIGKILL) or a crash (SIGSEGV, SIGABRT, ..., bash's ``Bus error``), a peer's
-  connection reset or aborted NCCL communicator, a signal's exception; then reports that a worker failed
+- consequences: a kill (``Killed``, signal 9, SIGKILL) or a crash (SIGSEGV, SIGABRT, ..., bash's ``Bus
+  error``), a peer's connection reset or aborted NCCL communicator, a signal's exception; then reports that a worker failed
   (a launcher's exit code, ChildFailedError, CalledProcessError, ``DUE TO TASK FAILURE``, mpirun's
   summary, ``srun: error: ...: task 3: Exited with exit code 1``); last the launcher killing its other
   workers.
