@@ -58,10 +58,13 @@ from logstat.parsers.kinds import (
 NAME = "slurm"
 #: lines a traceback may go without a frame before it is given up (its exception line was lost)
 TRACEBACK_MAX_LINES = 400
-#: exceptions with which launchers end when a worker failed (the worker's lines say why).
-LAUNCHER_EXCEPTIONS = ("ChildFailedError", "CalledProcessError")
-#: an exception raised because the process got a signal (torch elastic's agent under scancel or a time limit)
-SIGNAL_EXCEPTIONS = ("SignalException", "got signal:")
+#: exceptions with which launchers end when a worker failed (the worker's lines say why); a DataLoader's
+#: when one of its worker processes died (``DataLoader worker (pid(s) 48213) exited unexpectedly``, chained to
+#: how it died; or ``... exited unexpectedly with exit code 1. Details are lost due to multiprocessing.``)
+LAUNCHER_EXCEPTIONS = ("ChildFailedError", "CalledProcessError", "exited unexpectedly")
+#: an exception raised because the process got a signal (torch elastic's agent under scancel or a time limit),
+#: or because a DataLoader's worker did (``DataLoader worker (pid 48213) is killed by signal: Killed.``)
+SIGNAL_EXCEPTIONS = ("SignalException", "got signal:", "killed by signal:")
 #: what a rank prints when a peer died first (gloo/c10d sockets, NCCL's abort of a communicator)
 PEER_RESETS = ("Connection reset by peer", "Connection closed by peer")
 PEER_FAILURES = (*PEER_RESETS, "NCCL communicator was aborted", "ncclRemoteError", "remote process exited")
@@ -73,8 +76,10 @@ NCCL_ERRORS = ("NCCL timeout", "NCCL error", "NCCL Error", "ncclInternalError", 
 WATCHDOG_ENDS = ("Watchdog caught", "watchdog thread terminated with exception")
 #: a process ended by native code, where no Python traceback is printed: an uncaught C++ exception
 #: (libstdc++'s terminate handler quotes it on the line after its ``terminate called after throwing``:
-#: ``  what():  <message>``) and CPython's fatal errors (``Fatal Python error: Segmentation fault``)
-NATIVE_ABORTS = ("what():  ", "Fatal Python error: ")
+#: ``  what():  <message>``), CPython's fatal errors (``Fatal Python error: Segmentation fault``) and a
+#: DataLoader worker's signal handler (torch/csrc/DataLoader.cpp: ``ERROR: Unexpected bus error encountered
+#: in worker. This might be caused by insufficient shared memory (shm).``), before the worker dies of it
+NATIVE_ABORTS = ("what():  ", "Fatal Python error: ", "encountered in worker.")
 #: a process's own crash, as torch elastic names the signal that ended a worker (``exitcode  : -11 (pid: 9)
 #: (SIGSEGV)``, ``Signal 11 (SIGSEGV) received by PID 9``): how it ended, never the launcher's doing (its
 #: SIGTERM, SIGKILL of the other workers); each with its description (glibc's strsignal), as bash names it

@@ -456,3 +456,46 @@ def test_a_clean_exit_of_one_worker_never_outweighs_another_workers_failure(tmp_
     log.write_text("\n".join(lines) + "\n")
     row = load_runs([log]).runs.row(0, named=True)
     assert (row["status"], row["reason"]) == ("failed", "ValueError: bad")
+
+
+# torch's DataLoader: a worker's signal handler (torch/csrc/DataLoader.cpp) prints its line and dies by the
+# signal; the main process's SIGCHLD handler raises how it died, and _try_get_data chains "exited
+# unexpectedly" to it (torch/utils/data/dataloader.py)
+SHM_BUS_ERROR = "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm)."
+WORKER_KILLED = (
+    "RuntimeError: DataLoader worker (pid 48213) is killed by signal: Bus error. It is possible that "
+    "dataloader's workers are out of shared memory. Please try to raise your shared memory limit."
+)
+WORKER_GONE = [
+    "",
+    "The above exception was the direct cause of the following exception:",
+    "",
+    *TRACEBACK,
+    '  File "/opt/torch/utils/data/dataloader.py", line 1305, in _try_get_data',
+    "    raise RuntimeError(f'DataLoader worker (pid(s) {pids_str}) exited unexpectedly') from e",
+    "RuntimeError: DataLoader worker (pid(s) 48213) exited unexpectedly",
+]
+
+
+def test_a_dataloader_workers_death_is_how_it_died_not_that_it_exited():
+    # the worker's own line says why: the cause, before or after the main process's chain
+    for lines, line in (
+        ([SHM_BUS_ERROR, *TRACEBACK, WORKER_KILLED, *WORKER_GONE], 1),
+        ([*TRACEBACK, WORKER_KILLED, *WORKER_GONE, SHM_BUS_ERROR], 14),
+    ):
+        run = feed(*lines)
+        assert run.failure == ("failed", SHM_BUS_ERROR, line)
+    # without it, the signal the worker died of; "exited unexpectedly" is a consequence
+    run = feed(*TRACEBACK, WORKER_KILLED, *WORKER_GONE)
+    assert run.failure == ("failed", WORKER_KILLED, 4)
+    assert [kind for _, _, kind, _ in run.consequences] == ["launcher"]
+    # a worker killed (the host's OOM killer): the kernel's kill is the cause, the worker's end its effect
+    killed = WORKER_KILLED.replace("Bus error. It is possible", "Killed. It is possible").split(" It is")[0]
+    run = feed(
+        *TRACEBACK, killed, *WORKER_GONE, "slurmstepd: error: Detected 1 oom_kill event in StepId=7.0."
+    )
+    assert run.failure == (
+        "failed",
+        "killed: slurmstepd: error: Detected 1 oom_kill event in StepId=7.0.",
+        14,
+    )
