@@ -80,6 +80,8 @@ _WORLD_KEYS = {
     "context-parallel size": "cp",
 }
 _WORLD_OLD = re.compile(r"using world size: (?P<world>\d+) and model-parallel size: (?P<tp>\d+)")
+#: GPT-NeoX prints the old line from ``NeoXArgs.configure_distributed_args()``
+_NEOX_WORLD = "configure_distributed_args()"
 _DTYPE = re.compile(r"using torch\.(?P<dtype>\w+) for parameters")
 _DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32"}
 #: lines stating integer facts, each group named after its fact
@@ -134,6 +136,8 @@ def _world(text: str, lineno: int, run: RunBuilder) -> None:
         # This Megatron has no pipeline parallelism (it says "model-parallel size", not tensor/pipeline):
         # PP is 1 by construction and the rest of the world is data parallel.
         pairs = {"gpus": world, "tp": tp, "pp": 1} | ({"dp": world // tp} if tp and world % tp == 0 else {})
+        if _NEOX_WORLD in text:  # GPT-NeoX's copy of the line: it has pipelines (pipe_parallel_size)
+            pairs = {"gpus": world, "tp": tp}
     if len(pairs) > 1:
         run.saw(NAME)
         for fact, value in pairs.items():

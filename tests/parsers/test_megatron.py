@@ -518,7 +518,10 @@ def _neox_flops(readable: str, seconds: float, a: dict) -> tuple[float, str]:
 
 
 def test_gpt_neox_dump_and_iteration_lines_are_read(tmp_path):
-    lines = _neox_dump(NEOX_ARGS)
+    # NeoXArgs.configure_distributed_args() prints Megatron v1's world line, but NeoX has pipelines: it
+    # states no pipeline size, and the data-parallel size is derived from the dump's
+    world = "NeoXArgs.configure_distributed_args() using world size: 96 and model-parallel size: 2 "
+    lines = [*_neox_dump(NEOX_ARGS), world]
     for step, seconds in ((10, 38.1), (20, 36.8), (30, 36.7)):
         _, flops = _neox_flops("%3.1fTFLOPS", seconds, NEOX_ARGS)
         lines.append(
@@ -531,6 +534,7 @@ def test_gpt_neox_dump_and_iteration_lines_are_read(tmp_path):
         name: run.facts.get(name) for name in ("gpus", "tp", "pp", "micro_batch_size", "global_batch_size")
     }
     assert facts == {"gpus": 96, "tp": 2, "pp": 4, "micro_batch_size": 4, "global_batch_size": 1536}
+    assert "dp" not in run.facts  # derived when the run is concluded
     assert (run.facts["gas"], run.facts["precision"], run.facts["activation_checkpointing"]) == (
         32,
         "fp16",
@@ -543,6 +547,7 @@ def test_gpt_neox_dump_and_iteration_lines_are_read(tmp_path):
     # NeoX counts as Megatron-LM's eq. 3 with the recomputed forward: logstat's count agrees, no warning
     (tmp_path / "neox.out").write_text("\n".join(lines) + "\n")
     summary = load_runs([tmp_path / "neox.out"]).runs.row(0, named=True)
+    assert (summary["pp"], summary["dp"]) == (4, 12)
     assert summary["tflops_per_gpu_megatron"] == pytest.approx(_neox_flops("%f", 36.75, NEOX_ARGS)[0] / 1e12)
     assert summary["warnings"] == []
 
