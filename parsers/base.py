@@ -51,6 +51,9 @@ class Family:
     """Multi-line blocks read column-wise: ``parse_line`` never sees their records."""
     steps_before_timers: bool = False
     """True if a step's record is printed inside the step, before that step's timers (``settle``)."""
+    engine: bool = False
+    """True for an engine that a framework drives (DeepSpeed under Megatron-DeepSpeed or the HF Trainer):
+    a step's metrics are the framework's record's where it logged the step, whichever line came first."""
 
 
 #: What a failure event says about how a run ended (``RunBuilder.fail``), strongest first: a root CAUSE

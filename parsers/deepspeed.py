@@ -587,5 +587,6 @@ FAMILY = Family(
     kinds=(SEQUENCE, RECORDS),
     blocks=(JSON_VALUES, PROFILE),
     steps_before_timers=True,
+    engine=True,
     description="DeepSpeed engine: config dump, step=/throughput lines, pipeline steps, flops profiler",
 )

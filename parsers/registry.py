@@ -55,8 +55,9 @@ RESULT_FACTS = (
 
 
 def supplied(run: RunBuilder) -> dict[str, int]:
-    """Per family, how many of the run's numbers its records supplied: the iteration rows it logged
-    first, and the ``RESULT_FACTS`` it stated."""
+    """Per family, how many of the run's numbers its records supplied: the iteration rows that are its
+    (``settle``: it logged the step first, or it is the framework of the engine that did), and the
+    ``RESULT_FACTS`` it stated."""
     counts = Counter(row["family"] for row in run.iterations.values())
     for name in RESULT_FACTS:
         if name in run.facts:

@@ -199,19 +199,22 @@ def _with_launch(events: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:
 def _rows(steps: pl.DataFrame, final_launch: pl.DataFrame, files: pl.DataFrame) -> pl.DataFrame:
     """One row per run and step, of the step's final launch's events (``launch``: which)."""
     steps = steps.join(final_launch, on=["run", "step"]).filter(pl.col("launch") == pl.col("final"))
-    index = pl.int_range(pl.len())
+    index, engine = pl.int_range(pl.len()), pl.col("family").is_in(_engines())
     first_record = pl.col("order").filter((index > 0) & (pl.col("mode") != PEAK)).first()
     values = [
         pl.max_horizontal(
-            pl.col(name).drop_nulls().first(), pl.col(name).filter(pl.col("mode") == PEAK).max()
+            pl.coalesce(pl.col(name).filter(~engine).drop_nulls().first(), pl.col(name).drop_nulls().first()),
+            pl.col(name).filter(pl.col("mode") == PEAK).max(),
         ).alias(name)
         for name in STEP_METRICS_SCHEMA
     ]
-    # a row opened by a metric line points at the step's own record (the first later one), if any
-    pointer = (
-        pl.when(pl.col("mode").first() == 0)
+    # a row opened by a metric line points at the step's own record (the first later one), if any; the
+    # framework's record, if it logged the step
+    pointer = pl.coalesce(
+        pl.col("order").filter(~engine & (pl.col("mode") == RECORD)).first(),
+        pl.when(pl.col("mode").first() == RECORD)
         .then(pl.col("order").first())
-        .otherwise(pl.coalesce(first_record, pl.col("order").first()))
+        .otherwise(pl.coalesce(first_record, pl.col("order").first())),
     )
     rows = steps.group_by("run", "step").agg(*values, pointer=pointer, launch=pl.col("final").first())
     provenance = steps.select("run", "order", "family", "line", "file")
@@ -255,6 +258,12 @@ def _timers(
         .rename({"last_step": "iteration"})
         .select("run", *TIMER_COLUMNS)
     )
+
+
+@cache
+def _engines() -> list[str]:
+    """The families that are engines under a framework (``Family.engine``)."""
+    return [family.name for family in registry.families() if family.engine]
 
 
 @cache

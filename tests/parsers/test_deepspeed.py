@@ -480,3 +480,29 @@ def test_deepspeed_0_5_running_average_samples_per_sec_is_of_the_step_logged_bef
     run = feed_lines(deepspeed.FAMILY, lines)
     rows = run.iteration_frame.select("iteration", "samples_per_sec")
     assert rows.rows() == [(10, 60.0), (20, 70.0), (30, 80.0)]
+
+
+@pytest.mark.parametrize("engine_first", [True, False])
+def test_megatrons_iteration_line_is_a_steps_report_over_the_engines_lines(tmp_path, engine_first):
+    # Megatron-DeepSpeed with a pipeline: the engine prints every steps_per_print (10) steps, Megatron every
+    # log_interval (20); Megatron's line (its interval's average loss and time) is the step's report, the
+    # engine's (that step's own loss, a time to the ms) fills the steps Megatron did not log
+    def engine(step: int) -> list[str]:
+        return [
+            f"[Rank 0] step={step}, skipped=0, lr=[2.4999e-05], mom=[(0.9, 0.95)]",
+            f"steps: {step} loss: 7.6232 iter time (s): 14.211 samples/sec: 4.504",
+        ]
+
+    iteration = (
+        " iteration       20/      60 | consumed samples:         1280 | elapsed time per iteration (ms): "
+        "14210.8 | learning rate: 2.500E-05 | global batch size:    64 | lm loss: 7.610000E+00 | loss scale: "
+        "1.0 | grad norm: 1.800 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+    )
+    step_20 = [*engine(20), iteration] if engine_first else [iteration, *engine(20)]
+    lines = [*MEGATRON_DUMP, *engine(10), *step_20]
+    run = feed_with_megatron(tmp_path, lines)
+    rows = run.iteration_frame.select("iteration", "loss", "elapsed_ms", "lr", "family", "line").rows()
+    assert rows == [
+        (10, 7.6232, 14211.0, 2.4999e-05, "deepspeed", lines.index(engine(10)[0]) + 1),
+        (20, 7.61, 14210.8, 2.5e-05, "megatron", lines.index(iteration) + 1),
+    ]

@@ -64,17 +64,18 @@ def test_primary_weighs_numbers_over_mere_evidence(scores, numbers, family):
     assert registry.primary(scores, numbers) == family
 
 
-def test_supplied_counts_the_rows_each_family_logged_first_and_its_result_facts():
+def test_supplied_counts_the_rows_each_family_gave_and_its_result_facts():
     from logstat.parsers.base import RunBuilder
     from logstat.parsers.kinds import Events
     from logstat.parsers.settle import settle_runs
 
     run = RunBuilder(path="x")
     run.add_iteration(10, "deepspeed", 1, lr=1.0)
-    run.add_iteration(10, "hf-trainer", 2, loss=2.0)  # merged into DeepSpeed's row of the step
+    # merged with DeepSpeed's line of the step into the framework's row (DeepSpeed is its engine)
+    run.add_iteration(10, "hf-trainer", 2, loss=2.0)
     run.add_iteration(20, "hf-trainer", 3, loss=1.5)
     run.add_iteration(30, "deepspeed", 4, lr=0.5)
     run.set_fact("final_train_runtime_s", 12.5, "hf-trainer", 5)
     run.set_fact("micro_batch_size", 4, "deepspeed", 6)  # a description, not a number of the run
     settle_runs([run], Events())
-    assert registry.supplied(run) == {"deepspeed": 2, "hf-trainer": 2}
+    assert registry.supplied(run) == {"deepspeed": 1, "hf-trainer": 3}
