@@ -158,8 +158,8 @@ def timer_data(
 
     Timers printed before the first step (setup, checkpoint loading) happen once, not per
     iteration, and are left out. ``names``: run path -> name (see :func:`_run`); ``families``: run
-    path -> the run's log family (DeepSpeed's engine prints its timers in Megatron's format, which
-    the Megatron reader reads: the run, not the line, says whose they are).
+    path -> the run's log family, which the chart names instead of the timer lines' (a Megatron-DeepSpeed
+    run's Megatron and DeepSpeed engine timers are its own).
     """
     if families is not None:
         timers = timers.with_columns(

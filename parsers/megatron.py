@@ -285,12 +285,14 @@ def read_timers(records: pl.LazyFrame) -> Events:
     (half of Megatron's timer lines), has none."""
     breakdowns = records.select("order", body=pl.col("text").str.replace(r"^.*?time \(ms\)", ""))
     timers = pipe_fields(breakdowns, pl.col("body")).select(
-        "order", "position", timer="name", ms=as_real(pl.col("value")), family=pl.lit(NAME)
+        "order", "position", timer="name", ms=as_real(pl.col("value"))
     )
     # DeepSpeed prints a line of the step timers, or of those of its micro-step or optimizer step, not both
     per_step = pl.when(pl.col("timer").is_in(deepspeed.ENGINE_STEP_TIMERS)).then(STEP_END)
     per_step = per_step.when(pl.col("timer").is_in(deepspeed.ENGINE_IN_STEP_TIMERS)).then(IN_STEP)
     timers = timers.with_columns(per_step=per_step.cast(pl.Int8))
+    engine = pl.when(pl.col("per_step").is_not_null()).then(pl.lit(deepspeed.NAME))
+    timers = timers.with_columns(family=engine.otherwise(pl.lit(NAME)))
     return Events(timers=[timers.drop_nulls("ms").collect()])
 
 

@@ -418,14 +418,14 @@ def test_megatron_deepspeed_engine_timers_before_the_iteration_line_that_logs_th
         lines.append(f"time (ms) | forward-compute: {step * 10:.2f} | backward-compute: 1.00")
     run = feed_with_megatron(tmp_path, lines)
     timers = run.timer_frame.filter(pl.col("timer").is_in(["fwd_microstep", "fwd", "forward-compute"]))
-    got = timers.select("iteration", "timer", "ms").rows()
+    got = timers.select("iteration", "timer", "ms", "family").rows()
     expected = [
         row
         for step in range(101, 107)
         for row in (
-            (step, "fwd_microstep", step / 100),
-            (step, "fwd", step),
-            (step, "forward-compute", step * 10),
+            (step, "fwd_microstep", step / 100, "deepspeed"),
+            (step, "fwd", step, "deepspeed"),
+            (step, "forward-compute", step * 10, "megatron"),
         )
     ]
     assert got == expected
