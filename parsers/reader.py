@@ -10,6 +10,7 @@ ends with a job id: ``train.123456``) is one run.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -110,14 +111,15 @@ def _job_stream(path: Path) -> tuple[tuple[str, str], int] | None:
 
 
 def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
-    """Group files into runs: a job's output and error files (same stem, same directory) are one."""
-    groups: dict[tuple[Path, tuple[str, str]], list[tuple[int, Path]]] = {}
+    """Group files into runs: a job's output and error files (same stem, same directory, however named:
+    relative or absolute) are one."""
+    groups: dict[tuple[str, tuple[str, str]], list[tuple[int, Path]]] = {}
     runs: list[RunFiles] = []
     for path in paths:
         stream = _job_stream(path)
         if stream is not None:
             key, order = stream
-            groups.setdefault((path.parent, key), []).append((order, path))
+            groups.setdefault((os.path.abspath(path.parent), key), []).append((order, path))
         else:
             runs.append(RunFiles(key=str(path), files=(path,)))
     for files in groups.values():

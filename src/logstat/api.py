@@ -43,7 +43,8 @@ def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None 
     ``*.stdout``, ``*.stderr``, PBS/SGE ``name.o123`` / ``name.e123``, a job id without an extension
     (``name.1234``), and ``.gz``, ``.xz``, ``.bz2`` of those). Every path the walk passes over (another name, a hidden file or directory, a symbolic link to
     a directory, which is not followed, a special file) is handed to ``skipped`` with the reason. A path
-    that does not exist is an error naming it."""
+    that does not exist is an error naming it. A file named twice (relative and absolute, through ``..``
+    or a link) is one, as first named."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -57,7 +58,10 @@ def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None 
             raise LogstatError(f"{path}: a symbolic link to {os.readlink(path)}, which does not exist")
         else:
             raise LogstatError(f"{path}: no such file or directory")
-    return list(dict.fromkeys(found))
+    unique: dict[Path, Path] = {}
+    for path in found:
+        unique.setdefault(path.resolve(), path)
+    return list(unique.values())
 
 
 def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:

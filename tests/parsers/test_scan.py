@@ -165,3 +165,16 @@ def test_find_logs_hands_each_skipped_path_and_reason_to_the_caller(cluttered):
 def test_the_job_id_of_a_slurm_output_name(name, job_id):
     assert job_id_from_name(Path("/logs") / name) == job_id
     assert is_log_file(Path("/logs") / name) == (job_id is not None or name.endswith(".log"))
+
+
+def test_one_file_named_two_ways_is_read_once_and_a_pair_named_two_ways_is_one_run(tmp_path, monkeypatch):
+    # a relative and an absolute name (or one through ``..``) of one file: the file is read once; a job's
+    # .out and .err given so are still one run
+    shutil.copytree(SCHEDULERS, tmp_path / "jobs")
+    monkeypatch.chdir(tmp_path)
+    absolute = tmp_path / "jobs"
+    named = ["jobs/slurm-4001.out", absolute / "gpt-4002.out", absolute / "slurm-4001.out"]
+    found = find_logs([*named, "jobs/../jobs/slurm-4001.out", "jobs/gpt-4002.out"])
+    assert found == [Path("jobs/slurm-4001.out"), absolute / "gpt-4002.out"]
+    pair = group_runs([Path("jobs/gpt.4006.stdout"), absolute / "gpt.4006.stderr"])
+    assert [run.files for run in pair] == [(Path("jobs/gpt.4006.stdout"), absolute / "gpt.4006.stderr")]
