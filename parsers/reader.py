@@ -4,7 +4,8 @@ A batch job's output and error files (same stem, same directory) are one run, re
 iterations of the one and the failure in the other are one row: Slurm ``%x-%j.out``/``.err``, LSF
 ``*.stdout``/``*.stderr``, PBS/Torque and SGE ``name.o12345``/``name.e12345`` (an array task adds ``.3``,
 Torque ``-3``; SGE's ``name.po12345``/``.pe12345`` too). Any other log (``*.log``, ``*.txt``, a name that
-ends with a job id: ``train.123456``) is one run.
+ends with a job id: ``train.123456``) is one run, with its rotated files (``train.log.2.gz``, ``train.log.1``,
+read before it, the oldest first).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ _JOB_ID_IN_NAME = re.compile(r"(?:^|(?<!\d{4}-\d{2})[-_.])(\d{2,}(?:_\d+)?)$")
 # an array task's index after the job number (``.3``; Torque ``-3``).
 _SCHEDULER_STREAM = re.compile(r"(?P<stem>.+)\.(?P<stream>p?[oe])(?P<job>\d+(?:[.-]\d+)?)")
 _SCHEDULER_STREAM_ORDER = {"o": 0, "e": 1, "po": 2, "pe": 3}
+#: a rotated log (logging's RotatingFileHandler, logrotate): ``train.log.1`` the newest rotated out of
+#: ``train.log``, ``train.log.2`` the one before; one run with its current file, read oldest first
+_ROTATED = re.compile(r"(?P<base>.+(?:\.log|\.txt))\.(?P<number>[1-9]\d{0,2})")
 #: a name that is a job id, or ends with one after ``.``, ``-`` or ``_`` and no extension: LSF's ``-o
 #: name.%J``, Slurm's ``--output=%x.%j`` or ``%x-%j`` (an array task's ``%A_%a``); one log each. Not a
 #: core dump's ``core.<pid>``
@@ -88,7 +92,10 @@ def _scheduler_stream(path: Path) -> re.Match[str] | None:
 def is_log_file(path: Path) -> bool:
     """Whether a file found while walking a directory looks like a log (by its name)."""
     return (
-        _base(path)[1] in LOG_SUFFIXES or _scheduler_stream(path) is not None or _job_named(path) is not None
+        _base(path)[1] in LOG_SUFFIXES
+        or _scheduler_stream(path) is not None
+        or _job_named(path) is not None
+        or _ROTATED.fullmatch(_uncompressed_name(path)) is not None
     )
 
 
@@ -98,21 +105,30 @@ def _job_named(path: Path) -> re.Match[str] | None:
 
 
 def _job_stream(path: Path) -> tuple[tuple[str, str], int] | None:
-    """``((convention, stem), order)`` of a job stream file, None for a log of its own: files with the
-    same key in one directory are one job's streams, read in ``order`` (output first)."""
+    """``((convention, stem), order)`` of a job stream file or a rotated log's, None for a log of its own:
+    files with the same key in one directory are one run's, read in ``order`` (output first; the oldest
+    rotated first, the current file last)."""
     stem, suffix = _base(path)
     if suffix in STREAM_SUFFIXES:
         convention, order = STREAM_SUFFIXES[suffix]
         return (convention, stem), order
+    if suffix in SINGLE_SUFFIXES:
+        return (ROTATED, _uncompressed_name(path)), 0
+    if rotated := _ROTATED.fullmatch(_uncompressed_name(path)):
+        return (ROTATED, rotated["base"]), -int(rotated["number"])
     match = _scheduler_stream(path)
     if match is None:
         return None
     return ("scheduler", f"{match['stem']}.{match['job']}"), _SCHEDULER_STREAM_ORDER[match["stream"]]
 
 
+#: the convention of a log and its rotated files: its main file is the current one, read last
+ROTATED = "rotated"
+
+
 def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
     """Group files into runs: a job's output and error files (same stem, same directory, however named:
-    relative or absolute) are one."""
+    relative or absolute) are one, so are a log and its rotated files."""
     groups: dict[tuple[str, tuple[str, str]], list[tuple[int, Path]]] = {}
     runs: list[RunFiles] = []
     for path in paths:
@@ -122,9 +138,10 @@ def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
             groups.setdefault((os.path.abspath(path.parent), key), []).append((order, path))
         else:
             runs.append(RunFiles(key=str(path), files=(path,)))
-    for files in groups.values():
+    for (_, (convention, _)), files in groups.items():
         ordered = [path for _, path in sorted(files, key=lambda item: (item[0], item[1].name))]
-        runs.append(RunFiles(key=str(ordered[0]), files=tuple(ordered)))
+        main = ordered[-1] if convention == ROTATED else ordered[0]
+        runs.append(RunFiles(key=str(main), files=tuple(ordered)))
     return sorted(runs, key=lambda r: r.key)
 
 

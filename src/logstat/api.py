@@ -41,7 +41,7 @@ def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None 
     """The log files named by ``paths``: files as given, directories walked recursively for the files
     named like logs (``logstat.parsers.reader.is_log_file``: ``*.out``, ``*.err``, ``*.log``, ``*.txt``,
     ``*.stdout``, ``*.stderr``, PBS/SGE ``name.o123`` / ``name.e123``, a job id without an extension
-    (``name.1234``), and ``.gz``, ``.xz``, ``.bz2`` of those). Every path the walk passes over (another name, a hidden file or directory, a symbolic link to
+    (``name.1234``), rotated logs (``train.log.1``), and ``.gz``, ``.xz``, ``.bz2`` of those). Every path the walk passes over (another name, a hidden file or directory, a symbolic link to
     a directory, which is not followed, a special file) is handed to ``skipped`` with the reason. A path
     that does not exist is an error naming it. A file named twice (relative and absolute, through ``..``
     or a link) is one, as first named."""

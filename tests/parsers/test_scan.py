@@ -1,6 +1,7 @@
 """The directory walk: every scheduler's job output is found and a job's files are one run; whatever the
 walk passes over is named on stderr with --verbose (fixtures/schedulers/README.md names the formats)."""
 
+import gzip
 import json
 import os
 import shutil
@@ -178,3 +179,43 @@ def test_one_file_named_two_ways_is_read_once_and_a_pair_named_two_ways_is_one_r
     assert found == [Path("jobs/slurm-4001.out"), absolute / "gpt-4002.out"]
     pair = group_runs([Path("jobs/gpt.4006.stdout"), absolute / "gpt.4006.stderr"])
     assert [run.files for run in pair] == [(Path("jobs/gpt.4006.stdout"), absolute / "gpt.4006.stderr")]
+
+
+def _iteration(step: int) -> str:
+    return (
+        f" iteration {step:8d}/      30 | consumed samples: {step * 64:12d} | elapsed time per iteration (ms): "
+        "1234.5 | learning rate: 1.000E-04 | global batch size:    64 | lm loss: 7.123456E+00 | loss scale: "
+        "4096.0 | grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+    )
+
+
+def test_a_rotated_log_is_one_run_read_oldest_first(tmp_path, capsys):
+    # logging's RotatingFileHandler and logrotate: train.log is being written, train.log.1 the newest of
+    # the rotated ones, train.log.2 older (here compressed)
+    root = tmp_path / "run_a"
+    root.mkdir()
+    for name, steps in (
+        ("train.log.2", range(1, 11)),
+        ("train.log.1", range(11, 21)),
+        ("train.log", range(21, 31)),
+    ):
+        (root / name).write_text("".join(f"{_iteration(step)}\n" for step in steps))
+    with open(root / "train.log.2", "rb") as plain, gzip.open(root / "train.log.2.gz", "wb") as packed:
+        packed.write(plain.read())
+    (root / "train.log.2").unlink()
+    (root / "eval.txt.1").write_text(_iteration(5) + "\n")  # rotated alone: a run of its own
+    names = ["train.log", "train.log.1", "train.log.2.gz", "eval.txt.1"]
+    assert all(is_log_file(root / name) for name in names)
+    groups = group_runs(sorted(root / name for name in names))
+    assert [(Path(g.key).name, [p.name for p in g.files]) for g in groups] == [
+        ("eval.txt.1", ["eval.txt.1"]),
+        ("train.log", ["train.log.2.gz", "train.log.1", "train.log"]),
+    ]
+    code, out, _ = logstat(capsys, "parse", root, "--iterations", "--format", "json")
+    rows = [row for row in json.loads(out) if Path(row["path"]).name == "train.log"]
+    assert code == 0 and [row["iteration"] for row in rows] == list(range(1, 31))
+    assert [Path(row["source_path"]).name for row in rows[::10]] == [
+        "train.log.2.gz",
+        "train.log.1",
+        "train.log",
+    ]
