@@ -1,7 +1,8 @@
 """Files -> runs -> frames: group a job's files, stream their lines through the families, build rows.
 
 A batch job's output and error files (same stem, same directory) are one run, read output first, so the
-iterations of the one and the failure in the other are one row: Slurm ``%x-%j.out``/``.err``, LSF
+iterations of the one and the failure in the other are one row, and so are the files of its tasks or nodes
+(Slurm's ``%x-%j-%t.out``, ``%x-%j-%N.out``): Slurm ``%x-%j.out``/``.err``, LSF
 ``*.stdout``/``*.stderr``, PBS/Torque and SGE ``name.o12345``/``name.e12345`` (an array task adds ``.3``,
 Torque ``-3``; SGE's ``name.po12345``/``.pe12345`` too). Any other log (``*.log``, ``*.txt``, a name that
 ends with a job id: ``train.123456``) is one run, with its rotated files (``train.log.2.gz``, ``train.log.1``,
@@ -35,6 +36,14 @@ LOG_SUFFIXES = (*STREAM_SUFFIXES, *SINGLE_SUFFIXES)
 # Slurm's %j at the end of the name (``slurm-123456``, ``name-123456``, or the whole stem ``123456``), an
 # array task's %A_%a (``slurm-123456_7``); not the day of a date (``run_2024-01-01``)
 _JOB_ID_IN_NAME = re.compile(r"(?:^|(?<!\d{4}-\d{2})[-_.])(\d{2,}(?:_\d+)?)$")
+# Slurm's %j (or %A_%a) before a task's part (%t: ``gpt-77001-3``) or a node's (%N: ``gpt-77001-node01``,
+# ``77003.gpu-a01``: a host name ends with a digit): one job's files, one per task or node. Not an array
+# task's ``_7`` (``slurm-1240_7``), a year before its month (``run-2024-01``), a number before words
+# (``exp-2048-ctx``)
+_JOB_THEN_PART = re.compile(
+    r"(?P<job_stem>(?:.*[-_.])?(?P<job>(?!(?:19|20)\d\d[-_.](?:0[1-9]|1[0-2])$)\d{4,}(?:_\d+)?))"
+    r"(?P<part>[-.]\d{1,5}|[-_.][A-Za-z][\w-]*\d)"
+)
 # PBS / SGE job output: ``<name>.o<job>`` (``e`` for errors, ``po``/``pe`` for SGE's parallel environment),
 # an array task's index after the job number (``.3``; Torque ``-3``).
 _SCHEDULER_STREAM = re.compile(r"(?P<stem>.+)\.(?P<stream>p?[oe])(?P<job>\d+(?:[.-]\d+)?)")
@@ -104,22 +113,37 @@ def _job_named(path: Path) -> re.Match[str] | None:
     return _JOB_NAMED.fullmatch(_uncompressed_name(path))
 
 
-def _job_stream(path: Path) -> tuple[tuple[str, str], int] | None:
+def _job_stream(path: Path) -> tuple[tuple[str, str], tuple] | None:
     """``((convention, stem), order)`` of a job stream file or a rotated log's, None for a log of its own:
-    files with the same key in one directory are one run's, read in ``order`` (output first; the oldest
-    rotated first, the current file last)."""
+    files with the same key in one directory are one run's, read in ``order`` (the job's own output first,
+    then its tasks' or nodes' files in their order, each output first; the oldest rotated first, the
+    current file last)."""
     stem, suffix = _base(path)
     if suffix in STREAM_SUFFIXES:
         convention, order = STREAM_SUFFIXES[suffix]
-        return (convention, stem), order
+        if part := _task_part(stem):
+            return (convention, part["job_stem"]), (_natural(part["part"]), order)
+        return (convention, stem), ((), order)
     if suffix in SINGLE_SUFFIXES:
-        return (ROTATED, _uncompressed_name(path)), 0
+        return (ROTATED, _uncompressed_name(path)), ((), 0)
     if rotated := _ROTATED.fullmatch(_uncompressed_name(path)):
-        return (ROTATED, rotated["base"]), -int(rotated["number"])
+        return (ROTATED, rotated["base"]), ((), -int(rotated["number"]))
     match = _scheduler_stream(path)
     if match is None:
         return None
-    return ("scheduler", f"{match['stem']}.{match['job']}"), _SCHEDULER_STREAM_ORDER[match["stream"]]
+    return ("scheduler", f"{match['stem']}.{match['job']}"), ((), _SCHEDULER_STREAM_ORDER[match["stream"]])
+
+
+def _task_part(stem: str) -> re.Match[str] | None:
+    """A job's stream stem split before its task's or node's part (``job_stem``, ``job``, ``part``)."""
+    return _JOB_THEN_PART.fullmatch(stem)
+
+
+def _natural(text: str) -> tuple[tuple[int, int, str], ...]:
+    """``text``'s sort key with its numbers as numbers (task 2 before task 10)."""
+    return tuple(
+        (0, int(chunk), "") if chunk.isdigit() else (1, 0, chunk) for chunk in re.findall(r"\d+|\D+", text)
+    )
 
 
 #: the convention of a log and its rotated files: its main file is the current one, read last
@@ -147,9 +171,10 @@ def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
 
 def job_id_from_name(path: Path) -> str | None:
     """The job id the scheduler put in a file name: Slurm's ``%j`` (``name-123456.out``, ``123456.out``,
-    ``name.123456``) or ``%A_%a`` of an array task (``slurm-123456_7.out``), PBS's and SGE's
+    ``name.123456``, before a task's or node's part: ``name-123456-3.out``, ``name-123456-node01.out``) or
+    ``%A_%a`` of an array task (``slurm-123456_7.out``), PBS's and SGE's
     ``name.o123456`` (with an array task's index: ``123456.3``), LSF's ``name.%J``, if any."""
-    match = _scheduler_stream(path) or _job_named(path)
+    match = _scheduler_stream(path) or _job_named(path) or _task_part(_base(path)[0])
     if match is not None:
         return match["job"]
     match = _JOB_ID_IN_NAME.search(_base(path)[0])

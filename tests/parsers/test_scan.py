@@ -219,3 +219,61 @@ def test_a_rotated_log_is_one_run_read_oldest_first(tmp_path, capsys):
         "train.log.1",
         "train.log",
     ]
+
+
+def test_the_files_of_one_jobs_tasks_or_nodes_are_one_run():
+    # srun/sbatch --output with %j before a task's (%t) or node's (%N) part: one file per task or node
+    names = [
+        *("gpt-77001-node01.out", "gpt-77001-node01.err", "gpt-77001-node02.out", "gpt-77001-node02.err"),
+        *(
+            "bert-77002-0.out",
+            "bert-77002-0.err",
+            "bert-77002-2.out",
+            "bert-77002-10.out",
+            "bert-77002-1.out",
+        ),
+        "bert-77002.out",  # sbatch's own output of the job whose tasks wrote the files above
+        *("77003.gpu-a01.out", "77003.gpu-a02.out"),  # %j.%N
+        "slurm-88123_7-node01.out",  # an array task's node
+        "88124-gpt3.out",  # %j-%x
+        "run-2024-01-01.out",  # a date, no job
+        *("exp-2048-ctx.out", "exp-2048-seq.out"),  # a number before words: no job, each a run
+    ]
+    root = Path("/logs")
+    groups = group_runs([root / name for name in names])
+    assert [(Path(g.key).name, job_id_from_name(Path(g.key)), [p.name for p in g.files]) for g in groups] == [
+        ("77003.gpu-a01.out", "77003", ["77003.gpu-a01.out", "77003.gpu-a02.out"]),
+        ("88124-gpt3.out", "88124", ["88124-gpt3.out"]),
+        (
+            "bert-77002.out",
+            "77002",
+            [
+                *("bert-77002.out", "bert-77002-0.out", "bert-77002-0.err", "bert-77002-1.out"),
+                *("bert-77002-2.out", "bert-77002-10.out"),
+            ],
+        ),
+        ("exp-2048-ctx.out", None, ["exp-2048-ctx.out"]),
+        ("exp-2048-seq.out", None, ["exp-2048-seq.out"]),
+        (
+            "gpt-77001-node01.out",
+            "77001",
+            ["gpt-77001-node01.out", "gpt-77001-node01.err", "gpt-77001-node02.out", "gpt-77001-node02.err"],
+        ),
+        ("run-2024-01-01.out", None, ["run-2024-01-01.out"]),
+        ("slurm-88123_7-node01.out", "88123_7", ["slurm-88123_7-node01.out"]),
+    ]
+
+
+def test_a_tasks_failure_and_another_tasks_steps_are_one_row(tmp_path, capsys):
+    # Megatron logs its iterations on the last rank (task 3); task 2 ran out of memory
+    (tmp_path / "bert-77002-0.out").write_text("using world size: 4, data-parallel-size: 4\n")
+    (tmp_path / "bert-77002-2.err").write_text(
+        'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n    step()\n'
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    )
+    (tmp_path / "bert-77002-3.out").write_text("".join(f"{_iteration(step)}\n" for step in range(1, 8)))
+    code, out, _ = logstat(capsys, "parse", tmp_path, "--format", "json")
+    rows = json.loads(out)
+    assert code == 0 and len(rows) == 1
+    assert (rows[0]["job_id"], rows[0]["status"], rows[0]["iterations"]) == ("77002", "failed", 7)
+    assert rows[0]["reason"].startswith("CUDA out of memory")
