@@ -28,6 +28,8 @@ from logstat.parsers.kinds import BODY, CLOSER, OPENER, Block, Events, RecordTes
 
 NAME = "hf-trainer"
 
+#: accelerate launch's flag (``fp16``, ``bf16`` or ``no``), in its config file otherwise
+_MIXED_PRECISION = "--mixed_precision"
 #: keys of the dicts the Trainer logs; other dicts (DeepSpeed's config values) are not ours.
 _TRAINER_KEYS = ("'loss'", "'learning_rate'", "'train_runtime'", "'train_samples_per_second'", "'epoch'")
 _RATES = ("it/s]", "s/it]")  # a tqdm update's rate
@@ -59,6 +61,7 @@ MARKERS = (
         "--nproc_per_node",
         "--nproc-per-node",
         "--num_processes",
+        _MIXED_PRECISION,
         "--num_gpus",
         "world_size=",
         "WORLD_SIZE=",
@@ -265,7 +268,7 @@ def _plain(text: str, out: list) -> None:
         _overrides(text.split("Overriding config:", 1)[1], out)
     elif "--config_overrides" in text or "--per_device_train_batch_size" in text:
         _command_line(text, out)
-    if "--nproc" in text or "--num_processes" in text or "--num_gpus" in text:
+    if "--nproc" in text or "--num_processes" in text or "--num_gpus" in text or _MIXED_PRECISION in text:
         _launcher(text, out)
     elif ("orld_size" in text or "WORLD_SIZE=" in text) and (world := _WORLD_SIZE.search(text)):
         if (size := int(world[1] or world[2])) > 0:
@@ -317,10 +320,13 @@ def _switch_on(flags: dict[str, str], name: str) -> bool:
 
 def _launcher(text: str, out: list) -> None:
     """``--nproc_per_node 4 --nnodes 16`` (a torch launcher's default: one node; ``1:4``, ``gpu``: none);
-    ``accelerate launch --num_processes 8 --num_machines 2`` (the processes of every machine); the
+    ``accelerate launch --num_processes 8 --num_machines 2`` (the processes of every machine; its
+    ``--mixed_precision bf16`` the run's precision); the
     ``deepspeed`` launcher's ``--num_gpus 8 --num_nodes 2`` (launcher/runner.py; each -1 by default: all
     of a node's, all the hostfile's)."""
     flags = grammar.command_line_flags(text)
+    if (precision := flags.get(_MIXED_PRECISION[2:], "")) in ("fp16", "bf16"):  # "no": the arguments say
+        out.append(_fact("precision", precision))
     if (per_node := grammar.positive_int(flags.get("num_gpus", ""))) is not None:
         nodes = grammar.positive_int(flags.get("num_nodes", ""))
         out += [_fact("gpus_per_node", per_node)]

@@ -554,6 +554,11 @@ def test_gpu_count_from_launchers_and_world_sizes():
         8,
     )
     assert gpus("+ accelerate launch --num_processes=8 --mixed_precision bf16 run_clm.py") == (8, 1, 8)
+    # accelerate's --mixed_precision is the run's precision (a TrainingArguments dump's, later, wins)
+    for precision in ("bf16", "fp16"):
+        line = f"+ accelerate launch --mixed_precision {precision} sft.py --per_device_train_batch_size 4"
+        assert feed_lines([line]).facts["precision"] == precision
+        assert feed_lines([line.replace(precision, "no")]).facts.get("precision") is None
     # the deepspeed launcher (launcher/runner.py): --num_gpus a node's, --num_nodes of the hostfile's (-1: all)
     assert gpus(
         "+ deepspeed --num_gpus=8 --num_nodes=2 --hostfile hostfile run_clm.py --deepspeed ds.json"
