@@ -2,7 +2,8 @@
 
 A batch job's output and error files (same stem, same directory) are one run, read output first, so the
 iterations of the one and the failure in the other are one row, and so are the files of its tasks or nodes
-(Slurm's ``%x-%j-%t.out``, ``%x-%j-%N.out``): Slurm ``%x-%j.out``/``.err``, LSF
+(Slurm's ``%x-%j-%t.out``, ``%x-%j-%N.out``), a directory's ``stdout.log`` and ``stderr.log`` (its name the job's
+id), and the attempts and ranks of one torchrun ``--log-dir`` run: Slurm ``%x-%j.out``/``.err``, LSF
 ``*.stdout``/``*.stderr``, PBS/Torque and SGE ``name.o12345``/``name.e12345`` (an array task adds ``.3``,
 Torque ``-3``; SGE's ``name.po12345``/``.pe12345`` too). Any other log (``*.log``, ``*.txt``, a name that
 ends with a job id: ``train.123456``) is one run, with its rotated files (``train.log.2.gz``, ``train.log.1``,
@@ -100,6 +101,8 @@ def _scheduler_stream(path: Path) -> re.Match[str] | None:
 
 def is_log_file(path: Path) -> bool:
     """Whether a file found while walking a directory looks like a log (by its name)."""
+    if path.name in _TORCHRUN_COPIES and _ATTEMPT.fullmatch(path.parent.name):
+        return False
     return (
         _base(path)[1] in LOG_SUFFIXES
         or _scheduler_stream(path) is not None
@@ -113,25 +116,54 @@ def _job_named(path: Path) -> re.Match[str] | None:
     return _JOB_NAMED.fullmatch(_uncompressed_name(path))
 
 
-def _job_stream(path: Path) -> tuple[tuple[str, str], tuple] | None:
-    """``((convention, stem), order)`` of a job stream file or a rotated log's, None for a log of its own:
-    files with the same key in one directory are one run's, read in ``order`` (the job's own output first,
-    then its tasks' or nodes' files in their order, each output first; the oldest rotated first, the
-    current file last)."""
-    stem, suffix = _base(path)
+def _job_stream(path: Path) -> tuple[tuple[str, str, str], tuple] | None:
+    """``((directory, convention, stem), order)`` of a job stream file or a rotated log's, None for a log of
+    its own: files with the same key are one run's, read in ``order`` (the job's own output first, then its
+    tasks' or nodes' files in their order, each output first; the oldest rotated first, the current file
+    last; torchrun's attempts and ranks in their order). ``directory``: absolute, however ``path`` is
+    written."""
+    directory, (stem, suffix) = os.path.abspath(path.parent), _base(path)
+    if stdio := _STDIO.fullmatch(_uncompressed_name(path)):
+        order = 0 if stdio["stream"] == "stdout" else 1
+        if rank := _torchrun_rank(path):  # <run>/attempt_<n>/<rank>/: the run's
+            return (os.path.dirname(os.path.dirname(directory)), TORCHRUN, ""), (rank, order)
+        return (directory, "stdio", stdio["extension"]), ((), order)
     if suffix in STREAM_SUFFIXES:
         convention, order = STREAM_SUFFIXES[suffix]
         if part := _task_part(stem):
-            return (convention, part["job_stem"]), (_natural(part["part"]), order)
-        return (convention, stem), ((), order)
+            return (directory, convention, part["job_stem"]), (_natural(part["part"]), order)
+        return (directory, convention, stem), ((), order)
     if suffix in SINGLE_SUFFIXES:
-        return (ROTATED, _uncompressed_name(path)), ((), 0)
+        return (directory, ROTATED, _uncompressed_name(path)), ((), 0)
     if rotated := _ROTATED.fullmatch(_uncompressed_name(path)):
-        return (ROTATED, rotated["base"]), ((), -int(rotated["number"]))
+        return (directory, ROTATED, rotated["base"]), ((), -int(rotated["number"]))
     match = _scheduler_stream(path)
     if match is None:
         return None
-    return ("scheduler", f"{match['stem']}.{match['job']}"), ((), _SCHEDULER_STREAM_ORDER[match["stream"]])
+    return (directory, "scheduler", f"{match['stem']}.{match['job']}"), (
+        (),
+        _SCHEDULER_STREAM_ORDER[match["stream"]],
+    )
+
+
+#: a process's output and error written to a directory of their own (``--output=logs/%j/stdout.log``,
+#: torchrun's ``--log-dir``): one run
+_STDIO = re.compile(r"(?P<stream>stdout|stderr)(?P<extension>\.log|\.txt)")
+#: torchrun's ``--log-dir`` (torch/distributed/elastic/multiprocessing/api.py): ``<log_dir>/<rdzv_run_id>_<8
+#: of tempfile's characters>/attempt_<restart>/<local rank>/{stdout,stderr}.log``, and the attempt's copies
+#: of the ranks' lines (``filtered_stdout.log``, ``filtered_stderr.log``), not read twice
+TORCHRUN = "torchrun"
+_ATTEMPT = re.compile(r"attempt_(\d+)")
+_TORCHRUN_RUN = re.compile(r"(?P<job>\d{4,}(?:_\d+)?)?.*_[a-z0-9_]{8}")
+_TORCHRUN_COPIES = ("filtered_stdout.log", "filtered_stderr.log")
+
+
+def _torchrun_rank(path: Path) -> tuple[int, int] | None:
+    """``(attempt, local rank)`` of a file in torchrun's log directory, None elsewhere."""
+    attempt = _ATTEMPT.fullmatch(path.parent.parent.name)
+    if attempt is None or not path.parent.name.isdigit():
+        return None
+    return int(attempt[1]), int(path.parent.name)
 
 
 def _task_part(stem: str) -> re.Match[str] | None:
@@ -153,16 +185,16 @@ ROTATED = "rotated"
 def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
     """Group files into runs: a job's output and error files (same stem, same directory, however named:
     relative or absolute) are one, so are a log and its rotated files."""
-    groups: dict[tuple[str, tuple[str, str]], list[tuple[int, Path]]] = {}
+    groups: dict[tuple[str, str, str], list[tuple[tuple, Path]]] = {}
     runs: list[RunFiles] = []
     for path in paths:
         stream = _job_stream(path)
         if stream is not None:
             key, order = stream
-            groups.setdefault((os.path.abspath(path.parent), key), []).append((order, path))
+            groups.setdefault(key, []).append((order, path))
         else:
             runs.append(RunFiles(key=str(path), files=(path,)))
-    for (_, (convention, _)), files in groups.items():
+    for (_, convention, _), files in groups.items():
         ordered = [path for _, path in sorted(files, key=lambda item: (item[0], item[1].name))]
         main = ordered[-1] if convention == ROTATED else ordered[0]
         runs.append(RunFiles(key=str(main), files=tuple(ordered)))
@@ -177,6 +209,10 @@ def job_id_from_name(path: Path) -> str | None:
     match = _scheduler_stream(path) or _job_named(path) or _task_part(_base(path)[0])
     if match is not None:
         return match["job"]
+    if _STDIO.fullmatch(_uncompressed_name(path)):  # its directory's name: the job's, or torchrun's run's
+        run = path.parents[2].name if _torchrun_rank(path) else path.parent.name
+        match = (_TORCHRUN_RUN if _torchrun_rank(path) else _JOB_NAMED).fullmatch(run)
+        return match["job"] if match else None
     match = _JOB_ID_IN_NAME.search(_base(path)[0])
     return match.group(1) if match else None
 

@@ -277,3 +277,32 @@ def test_a_tasks_failure_and_another_tasks_steps_are_one_row(tmp_path, capsys):
     assert code == 0 and len(rows) == 1
     assert (rows[0]["job_id"], rows[0]["status"], rows[0]["iterations"]) == ("77002", "failed", 7)
     assert rows[0]["reason"].startswith("CUDA out of memory")
+
+
+def test_stdout_and_stderr_files_of_a_directory_are_one_run_and_torchruns_log_dir_too():
+    root = Path("/logs")
+    names = [
+        "91001/stdout.log", "91001/stderr.log",  # a job's directory (--output=logs/%j/stdout.log)
+        "manual/stderr.txt", "manual/stdout.txt",
+        # torchrun --log-dir (torch/distributed/elastic/multiprocessing/api.py): <log_dir>/<rdzv_run_id>_<tmp>/
+        # attempt_<restart>/<local_rank>/{stdout,stderr}.log; a restart is attempt_1
+        *(f"tr/91003_k2j3h4xy/attempt_{a}/{r}/{s}.log" for a in (1, 0) for r in (1, 0) for s in ("stderr", "stdout")),
+        "tr/91003_k2j3h4xy/attempt_0/filtered_stdout.log",  # a copy of the ranks' lines
+        "tr/run_ab12cd34/attempt_0/0/stdout.log",  # a run id that is no job id
+    ]  # fmt: skip
+    paths = [root / name for name in names]
+    assert not is_log_file(root / "tr/91003_k2j3h4xy/attempt_0/filtered_stdout.log")
+    groups = group_runs([path for path in paths if is_log_file(path)])
+    assert [(str(Path(g.key).relative_to(root)), job_id_from_name(Path(g.key))) for g in groups] == [
+        ("91001/stdout.log", "91001"),
+        ("manual/stdout.txt", None),
+        ("tr/91003_k2j3h4xy/attempt_0/0/stdout.log", "91003"),
+        ("tr/run_ab12cd34/attempt_0/0/stdout.log", None),
+    ]
+    assert [str(p.relative_to(root)) for p in groups[2].files] == [
+        f"tr/91003_k2j3h4xy/attempt_{a}/{r}/{s}.log"
+        for a in (0, 1)
+        for r in (0, 1)
+        for s in ("stdout", "stderr")
+    ]
+    assert [p.name for p in groups[0].files] == ["stdout.log", "stderr.log"]
