@@ -168,15 +168,28 @@ def is_binary(head: bytes) -> bool:
     return not text.strip() or len(_NOISE.findall(text)) > BINARY_NOISE_SHARE * len(text)
 
 
+#: the bytes read to tell a file's format: a magic number, a zip's first entry's name
+_MAGIC_BYTES = 96
+
+
+def _unreadable_problem(compression: str, magic: bytes) -> str:
+    """What a file in a format Python's standard library does not read is: torch.save's zip (its first
+    entry ``<name>/data.pkl``, a local file header's name at byte 30) is a checkpoint, not a log."""
+    name_length = int.from_bytes(magic[26:28], "little")
+    if compression == "zip" and magic[30 : 30 + name_length].endswith(b"data.pkl"):
+        return "a PyTorch checkpoint (torch.save), not a log"
+    return f"{compression}-compressed: logstat does not read it (decompress it first)"
+
+
 def _file_chunks(path: Path, report: SourceReport) -> Iterator[tuple[bytes, int]]:
     """The chunks ``(data, end)`` of one file, as ``Piece``'s; none of a binary or unreadable file, whose
     ``report`` says why. A plain file is read straight into them (``os.pread``: one copy of each byte)."""
     try:
         with open(path, "rb") as probe:
-            magic = probe.read(10)
+            magic = probe.read(_MAGIC_BYTES)
         unreadable = next((name for start, name in UNREADABLE_MAGIC.items() if magic.startswith(start)), None)
         if unreadable is not None:
-            report.problem = f"{unreadable}-compressed: logstat does not read it (decompress it first)"
+            report.problem = _unreadable_problem(unreadable, magic)
             return
         decompressor = _decompressor(magic)
         if decompressor is None:

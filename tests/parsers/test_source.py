@@ -190,6 +190,14 @@ def test_a_compression_python_cannot_read_is_named_not_read_as_text(tmp_path, da
     )
 
 
+def test_a_torch_checkpoint_is_named_a_checkpoint_not_a_compressed_log(tmp_path):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "model_optim_rng.pt"
+    torch.save({"iteration": 500, "weight": torch.zeros(2)}, path)
+    got, report = read(path, ("marker",))
+    assert got == [] and report.problem == "a PyTorch checkpoint (torch.save), not a log"
+
+
 def test_undecodable_bytes_are_replaced_as_python_decodes_them(tmp_path, reading):
     path = tmp_path / "a.log"
     raw = b"iteration \xff\xfe 1\niteration \xe2\x82 2\n"
