@@ -42,7 +42,8 @@ def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None 
     named like logs (``logstat.parsers.reader.is_log_file``: ``*.out``, ``*.err``, ``*.log``, ``*.txt``,
     ``*.stdout``, ``*.stderr``, PBS/SGE ``name.o123`` / ``name.e123``, a job id without an extension
     (``name.1234``), rotated logs (``train.log.1``), and ``.gz``, ``.xz``, ``.bz2`` of those). Every path the walk passes over (another name, a hidden file or directory, a symbolic link to
-    a directory, which is not followed, a special file) is handed to ``skipped`` with the reason. A path
+    a directory, which is not followed, a special file, a tool's files: ``TOOL_DIRECTORIES``,
+    ``TOOL_FILES``) is handed to ``skipped`` with the reason. A path
     that does not exist is an error naming it. A file named twice (relative and absolute, through ``..``
     or a link) is one, as first named."""
     found: list[Path] = []
@@ -64,9 +65,14 @@ def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None 
     return list(unique.values())
 
 
+#: what tools write beside the logs, named like logs but none of a run's own: directory or file name -> why
+TOOL_DIRECTORIES = {"wandb": "W&B's run files (a copy of the console output, W&B's own logs)"}
+TOOL_FILES = {"latest_checkpointed_iteration.txt": "Megatron's checkpoint tracker"}
+
+
 def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
     """The log files under ``root``; what is passed over goes to ``skipped``. A hidden directory (a
-    ``.git``) is one report, not one per file in it."""
+    ``.git``) or a tool's (``TOOL_DIRECTORIES``) is one report, not one per file in it."""
     from logstat.parsers.reader import is_log_file
 
     for directory, subdirectories, files in os.walk(root, onerror=lambda error: _unreadable(error, skipped)):
@@ -76,14 +82,20 @@ def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
                 skipped(here / name, "hidden directory")
             elif (here / name).is_symlink():
                 skipped(here / name, "symbolic link to a directory (not followed)")
+            elif name in TOOL_DIRECTORIES:
+                skipped(here / name, TOOL_DIRECTORIES[name])
         # sorted in place: os.walk descends in this order, so the reports come in a stable order
         subdirectories[:] = sorted(
-            d for d in subdirectories if not d.startswith(".") and not (here / d).is_symlink()
+            d
+            for d in subdirectories
+            if not d.startswith(".") and d not in TOOL_DIRECTORIES and not (here / d).is_symlink()
         )
         for name in sorted(files):
             path = here / name
             if name.startswith("."):
                 skipped(path, "hidden file")
+            elif name in TOOL_FILES:
+                skipped(path, TOOL_FILES[name])
             elif not is_log_file(path):
                 skipped(path, "not named like a log")
             elif _listable(path):  # the name test first: a stat only for the files named like logs

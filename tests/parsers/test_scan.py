@@ -113,15 +113,26 @@ def cluttered(tmp_path):
 
 
 def test_verbose_names_every_file_the_walk_passed_over(capsys, cluttered):
+    # W&B's run directory copies the console output (files/output.log) and holds its own debug logs;
+    # Megatron's checkpoint directory names its last iteration in a .txt
+    wandb = cluttered / "wandb" / "run-20240101_000000-abc123"
+    (wandb / "files").mkdir(parents=True)
+    (wandb / "files" / "output.log").write_text((SCHEDULERS / "slurm-4001.out").read_text())
+    (wandb / "debug.log").write_text(
+        "2024-01-01 00:00:00,000 INFO    MainThread:1 [wandb_setup.py] Logging\n"
+    )
+    (cluttered / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("500\n")
     code, out, err = logstat(capsys, "parse", cluttered, "--verbose", "--format", "json")
     assert code == 0
     assert len(json.loads(out)) == 6
     assert err.splitlines() == [
         f"skipped: {cluttered / '.git'}: hidden directory",
         f"skipped: {cluttered / 'shared'}: symbolic link to a directory (not followed)",
+        f"skipped: {cluttered / 'wandb'}: W&B's run files (a copy of the console output, W&B's own logs)",
         f"skipped: {cluttered / '.nfs000000000abc0001'}: hidden file",
         f"skipped: {cluttered / 'README.md'}: not named like a log",
         f"skipped: {cluttered / 'pipe.out'}: not a regular file",
+        f"skipped: {cluttered / 'checkpoints' / 'latest_checkpointed_iteration.txt'}: Megatron's checkpoint tracker",
         f"skipped: {cluttered / 'checkpoints' / 'model.pt'}: not named like a log",
     ]
 
