@@ -1,13 +1,13 @@
 """Files -> runs -> frames: group a job's files, stream their lines through the families, build rows.
 
 A batch job's output and error files (same stem, same directory) are one run, read output first, so the
-iterations of the one and the failure in the other are one row, and so are the files of its tasks or nodes
-(Slurm's ``%x-%j-%t.out``, ``%x-%j-%N.out``), a directory's ``stdout.log`` and ``stderr.log`` (its name the job's
-id), and the attempts and ranks of one torchrun ``--log-dir`` run: Slurm ``%x-%j.out``/``.err``, LSF
+iterations of the one and the failure in the other are one row: Slurm ``%x-%j.out``/``.err``, LSF
 ``*.stdout``/``*.stderr``, PBS/Torque and SGE ``name.o12345``/``name.e12345`` (an array task adds ``.3``,
-Torque ``-3``; SGE's ``name.po12345``/``.pe12345`` too). Any other log (``*.log``, ``*.txt``, a name that
-ends with a job id: ``train.123456``) is one run, with its rotated files (``train.log.2.gz``, ``train.log.1``,
-read before it, the oldest first).
+Torque ``-3``; SGE's ``name.po12345``/``.pe12345`` too). So are the files of a job's tasks or nodes (Slurm's
+``%x-%j-%t.out``, ``%x-%j-%N.out``), a directory's ``stdout.log`` and ``stderr.log`` (the directory named
+after the job), and the attempts and ranks of a torchrun ``--log-dir`` run. Any other log (``*.log``,
+``*.txt``, a name that ends with a job id: ``train.123456``) is one run, with its rotated files
+(``train.log.2.gz``, ``train.log.1``, read before it, the oldest first).
 """
 
 from __future__ import annotations
@@ -167,8 +167,13 @@ def _torchrun_rank(path: Path) -> tuple[int, int] | None:
 
 
 def _task_part(stem: str) -> re.Match[str] | None:
-    """A job's stream stem split before its task's or node's part (``job_stem``, ``job``, ``part``)."""
-    return _JOB_THEN_PART.fullmatch(stem)
+    """A job's stream stem split before its task's or node's part (``job_stem``, ``job``, ``part``). A
+    number after the job's that is not smaller is the job's id after a name's number (``gpt2-1558-56789``)."""
+    match = _JOB_THEN_PART.fullmatch(stem)
+    task = match and match["part"][1:]
+    if task and task.isdigit() and int(task) >= int(match["job"].partition("_")[0]):
+        return None
+    return match
 
 
 def _natural(text: str) -> tuple[tuple[int, int, str], ...]:

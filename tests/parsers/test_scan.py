@@ -249,6 +249,7 @@ def test_the_files_of_one_jobs_tasks_or_nodes_are_one_run():
         "88124-gpt3.out",  # %j-%x
         "run-2024-01-01.out",  # a date, no job
         *("exp-2048-ctx.out", "exp-2048-seq.out"),  # a number before words: no job, each a run
+        *("gpt2-1558-56789.out", "gpt2-1558-56790.out"),  # a name's number, then the job's: two jobs
     ]
     root = Path("/logs")
     groups = group_runs([root / name for name in names])
@@ -270,6 +271,8 @@ def test_the_files_of_one_jobs_tasks_or_nodes_are_one_run():
             "77001",
             ["gpt-77001-node01.out", "gpt-77001-node01.err", "gpt-77001-node02.out", "gpt-77001-node02.err"],
         ),
+        ("gpt2-1558-56789.out", "56789", ["gpt2-1558-56789.out"]),
+        ("gpt2-1558-56790.out", "56790", ["gpt2-1558-56790.out"]),
         ("run-2024-01-01.out", None, ["run-2024-01-01.out"]),
         ("slurm-88123_7-node01.out", "88123_7", ["slurm-88123_7-node01.out"]),
     ]
