@@ -325,7 +325,7 @@ def _launcher(text: str, out: list) -> None:
     ``deepspeed`` launcher's ``--num_gpus 8 --num_nodes 2`` (launcher/runner.py; each -1 by default: all
     of a node's, all the hostfile's)."""
     flags = grammar.command_line_flags(text)
-    if (precision := flags.get(_MIXED_PRECISION[2:], "")) in ("fp16", "bf16"):  # "no": the arguments say
+    if (precision := flags.get("mixed_precision", "")) in ("fp16", "bf16"):  # "no": the arguments say
         out.append(_fact("precision", precision))
     if (per_node := grammar.positive_int(flags.get("num_gpus", ""))) is not None:
         nodes = grammar.positive_int(flags.get("num_nodes", ""))

@@ -41,11 +41,11 @@ def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None 
     """The log files named by ``paths``: files as given, directories walked recursively for the files
     named like logs (``logstat.parsers.reader.is_log_file``: ``*.out``, ``*.err``, ``*.log``, ``*.txt``,
     ``*.stdout``, ``*.stderr``, PBS/SGE ``name.o123`` / ``name.e123``, a job id without an extension
-    (``name.1234``), rotated logs (``train.log.1``), and ``.gz``, ``.xz``, ``.bz2`` of those). Every path the walk passes over (another name, a hidden file or directory, a symbolic link to
-    a directory, which is not followed, a special file, a tool's files: ``TOOL_DIRECTORIES``,
-    ``TOOL_FILES``) is handed to ``skipped`` with the reason. A path
-    that does not exist is an error naming it. A file named twice (relative and absolute, through ``..``
-    or a link) is one, as first named."""
+    (``name.1234``), rotated logs (``train.log.1``), and ``.gz``, ``.xz``, ``.bz2`` of those). Every path
+    the walk passes over (another name, a hidden file or directory, a symbolic link to a directory, which
+    is not followed, a special file, a tool's files: ``TOOL_DIRECTORIES``, ``TOOL_FILES``) is handed to
+    ``skipped`` with the reason. A path that does not exist is an error naming it. A file named twice
+    (relative and absolute, through ``..`` or a link) is one, as first named."""
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
