@@ -182,7 +182,7 @@ _TYPED = pl.Struct({"kind": pl.String, "integer": pl.Int64, "real": pl.Float64, 
 #: ``resume`` (its step); an ``evaluation`` (its run time, of the step before it)
 _EFFECT = pl.Struct(
     {"what": pl.String, "name": pl.String, "value": _TYPED, "digits": pl.Int64}
-    | dict.fromkeys(_DICT_METRICS.values(), pl.Float64)
+    | dict.fromkeys([*_DICT_METRICS.values(), "epoch"], pl.Float64)
 )
 _SEEN = {"what": "seen"}
 
@@ -375,7 +375,7 @@ def _dicts(text: str, out: list) -> None:
         else:
             step = {"value": _typed(step)} if isinstance(step, int) else {"name": " ".join(body.split())}
             metrics = {column: _number(logged.get(key)) for key, column in _DICT_METRICS.items()}
-            out.append({"what": "step", **step, **metrics})
+            out.append({"what": "step", **step, **metrics, "epoch": _number(logged.get("epoch"))})
         out.append(_SEEN)
 
 
@@ -672,6 +672,7 @@ def _steps(
     new = new.with_columns(logging_steps=pl.coalesce(_steps_per_epoch(), "logging_steps"))
     by_resume = resumes.select("run", "order", resumed=_field("integer"), resume_base="base")
     new = new.join_asof(by_resume, on="order", by="run", allow_exact_matches=False, check_sortedness=False)
+    new = new.with_columns(logging_steps=pl.coalesce("logging_steps", _interval_of_epochs()))
     state = new.select(
         "position", "logging_steps", "logging_first_step", "max_steps", "resumed", "resume_base"
     )
@@ -699,6 +700,28 @@ def _steps_per_epoch() -> pl.Expr:
     )
     by_epoch = _field("text", "logging_strategy").str.to_lowercase().str.ends_with("epoch")
     return pl.when(by_epoch & (per_epoch > 0)).then(_int_typed(per_epoch))
+
+
+def _interval_of_epochs() -> pl.Expr:
+    """Where ``logging_steps`` is printed nowhere, the interval the dicts' epochs show, per run: the Trainer's
+    epoch is the micro-steps done over an epoch's, so a dict's step is its epoch times the banner's update
+    steps per epoch (to the digits printed: transformers 4.x rounds the epoch to 2, 5.x prints 4
+    significant ones), and the n-th dict comes at n times the interval. The interval is the least-squares
+    slope of those steps over the dicts' places, if it is near a whole number and every dict is within the
+    epoch's rounding of its place's multiple; else null (the dicts' order). Not after a resume or a
+    relaunch."""
+    epochs, total = _field("integer", "num_train_epochs"), _field("integer", "max_steps")
+    per_epoch = pl.coalesce(
+        _field("integer", "steps_per_epoch"), pl.when(total % epochs == 0).then(total // epochs)
+    )
+    place, at = pl.col("position"), pl.col("epoch") * per_epoch
+    slope = (place * at).sum().over("run") / (place * place).sum().over("run")
+    interval = slope.round()
+    fits = ((at - place * interval).abs() <= per_epoch * 0.005 + 1).all().over("run")
+    fresh = (pl.col("resumed").fill_null(0) == 0) & (pl.col("resume_base").fill_null(0) == 0)
+    known = (at.is_not_null() & pl.col("logging_steps").is_null() & fresh).all().over("run")
+    usable = known & fits & ((slope - interval).abs() <= 0.25) & (interval >= 1)
+    return pl.when(usable).then(_int_typed(interval))
 
 
 def _resumes(effects: pl.DataFrame, new: pl.DataFrame, known_count: pl.DataFrame) -> pl.DataFrame:

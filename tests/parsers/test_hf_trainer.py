@@ -1071,3 +1071,27 @@ def test_the_length_trained_on_wins_over_the_models_context(stated, length):
     stated = [stated] if isinstance(stated, str) else stated
     for lines in ([*stated, *_MISTRAL], [*_MISTRAL, *stated]):
         assert feed_lines(lines).facts["seq_len"] == length, lines
+
+
+def test_without_logging_steps_the_dicts_epochs_and_the_banner_give_their_steps():
+    # no TrainingArguments printed: the Trainer's epoch is the micro-steps done over an epoch's, so a dict's
+    # step is its epoch times the banner's update steps per epoch, and the dicts come every logging_steps
+    def dicts(interval: int, per_epoch: int, count: int, digits: int = 2) -> list[str]:
+        epochs = (round(interval * k / per_epoch, digits) for k in range(1, count + 1))
+        return [
+            f"{{'loss': {2 + k / 1000}, 'learning_rate': 1e-05, 'epoch': {e}}}" for k, e in enumerate(epochs)
+        ]
+
+    banner = ["***** Running training *****", "  Num Epochs = 3", "  Total optimization steps = 300"]
+    assert sorted(feed_lines([*banner, *dicts(20, 100, 11)]).iterations) == list(range(20, 221, 20))
+    # 469 steps an epoch (1,407 over 3 epochs), every 5, the epoch to 2 digits as transformers 4.3x prints it
+    banner_469 = [banner[0], "  Num Epochs = 3", "  Total optimization steps = 1,407"]
+    assert sorted(feed_lines([*banner_469, *dicts(5, 469, 59)]).iterations) == list(range(5, 296, 5))
+    # transformers 5's "Num update steps per epoch"; its values are strings of 4 significant digits
+    per_epoch = [banner[0], "  Num Epochs = 2", "  Num update steps per epoch = 10,000"]
+    lines = [line.replace("'epoch': ", "'epoch': '").replace("}", "'}") for line in dicts(10, 10_000, 40, 6)]
+    assert sorted(feed_lines([*per_epoch, *lines]).iterations) == list(range(10, 401, 10))
+    # epochs that no interval fits, or no banner: the dicts' order
+    uneven = [line.replace("'epoch': 0.4", "'epoch': 0.45") for line in dicts(20, 100, 3)]
+    assert sorted(feed_lines([*banner, *uneven]).iterations) == [1, 2, 3]
+    assert sorted(feed_lines(dicts(20, 100, 3)).iterations) == [1, 2, 3]
