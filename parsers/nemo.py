@@ -6,11 +6,17 @@ Lines read:
   train_step_timing in s: 5.817 | consumed_samples: 2816``, a metric a field (``.4`` significant digits, an
   integral float as an integer): a step each, numbered by its ``global_step`` (else the iteration), timed
   by ``train_step_timing in s`` (NeMo's TimingCallback), its global batch a fact;
-- Lightning's ```Trainer.fit` stopped: `max_steps=100` reached.`` (or ``max_epochs``): the run's planned end.
+- Lightning's ```Trainer.fit` stopped: `max_steps=100` reached.`` (or ``max_epochs``): the run's planned end;
+  its world size and mixed precision (``Initializing distributed: GLOBAL_RANK: 3, MEMBER: 4/16``, ``Using
+  bfloat16 Automatic Mixed Precision (AMP)``);
+- NeMo's megatron_init, per rank: ``Rank 0 has tensor model parallel group: [0, 1]`` (pipeline, context and
+  data parallel groups too): each group's size is its parallel size.
 NeMo 1.x prints its metrics on tqdm's bar only: not read.
 """
 
 from __future__ import annotations
+
+import re
 
 import polars as pl
 from logstat.parsers.base import Family, RunBuilder
@@ -38,6 +44,18 @@ COUNTS = {"step": "global_step", "global_batch_size": "global_batch_size"}
 _RECORD_MARKER = "Training epoch "
 #: Lightning's word that training reached its planned steps or epochs
 PLANNED_END = "`Trainer.fit` stopped: `max_"
+#: Lightning's world size (fabric's ``_init_dist_connection``): every rank's ``Initializing distributed:
+#: GLOBAL_RANK: 3, MEMBER: 4/16``, rank 0's ``All distributed processes registered. Starting with 16 processes``
+_WORLD = re.compile(r"GLOBAL_RANK: \d+, MEMBER: \d+/(\d+)|Starting with (\d+) processes")
+#: Lightning's mixed precision (the accelerator connector's ``16-mixed`` / ``bf16-mixed``)
+_AMP = re.compile(r"Using (16bit|bfloat16) Automatic Mixed Precision")
+_AMP_PRECISION = {"16bit": "fp16", "bfloat16": "bf16"}
+#: NeMo's megatron_init: ``Rank 0 has tensor model parallel group: [0, 1]``, the ranks of each of its groups
+_GROUP = re.compile(
+    r"Rank \d+ has (tensor model|pipeline model|context|data) parallel group ?: \[([\d, ]*)\]"
+)
+_GROUP_FACTS = {"tensor model": "tp", "pipeline model": "pp", "context": "cp", "data": "dp"}
+_LAYOUT_MARKERS = ("MEMBER: ", "Starting with ", "Automatic Mixed Precision", " parallel group")
 
 
 def read_iterations(records: pl.LazyFrame) -> Events:
@@ -71,15 +89,22 @@ def read_iterations(records: pl.LazyFrame) -> Events:
 
 
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
-    """Lightning's planned end of training."""
+    """Lightning's planned end of training, world size and precision; NeMo's parallel groups."""
     if PLANNED_END in text:
         run.saw(NAME)
         run.complete(text.strip(), lineno)
+    elif world := _WORLD.search(text):
+        run.set_fact("gpus", int(world[1] or world[2]), NAME, lineno)
+    elif amp := _AMP.search(text):
+        run.set_fact("precision", _AMP_PRECISION[amp[1]], NAME, lineno)
+    elif group := _GROUP.search(text):
+        run.saw(NAME)
+        run.set_fact(_GROUP_FACTS[group[1]], len(group[2].split(",")), NAME, lineno)
 
 
 FAMILY = Family(
     name=NAME,
-    markers=(_RECORD_MARKER, PLANNED_END),
+    markers=(_RECORD_MARKER, PLANNED_END, *_LAYOUT_MARKERS),
     parse_line=parse_line,
     kinds=(
         RecordKind(
@@ -90,5 +115,5 @@ FAMILY = Family(
             facts=("global_batch_size",),
         ),
     ),
-    description="NVIDIA NeMo 2.0: ProgressPrinter's per-step lines, Lightning's planned end",
+    description="NVIDIA NeMo 2.0: ProgressPrinter's per-step lines, Lightning's planned end, the parallel groups",
 )

@@ -48,3 +48,24 @@ def test_each_field_of_a_progress_line_is_its_steps_metric():
 def test_lightnings_planned_end_completes_the_run(end):
     run = feed_lines(nemo.FAMILY, ["Training epoch 0, iteration 0/99 | train_step_timing in s: 5.8", end])
     assert run.completion[0] == end
+
+
+def test_lightnings_world_and_precision_and_nemos_parallel_groups_are_the_runs_layout():
+    # Lightning (fabric's _init_dist_connection, the accelerator connector) and NeMo's megatron_init, per rank
+    lines = [
+        "Initializing distributed: GLOBAL_RANK: 3, MEMBER: 4/16",
+        "All distributed processes registered. Starting with 16 processes",
+        "Using bfloat16 Automatic Mixed Precision (AMP)",
+        "[NeMo I 2025-01-20 08:12:10 megatron_init:350] Rank 0 has data parallel group : [0, 4, 8, 12]",
+        "[NeMo I 2025-01-20 08:12:10 megatron_init:358] Rank 0 has context parallel group: [0, 2]",
+        "[NeMo I 2025-01-20 08:12:10 megatron_init:380] Rank 0 has tensor model parallel group: [0, 1]",
+        "[NeMo I 2025-01-20 08:12:10 megatron_init:402] Rank 0 has pipeline model parallel group: [0]",
+        "Training epoch 0, iteration 9/99 | lr: 1.5e-05 | global_batch_size: 32 | global_step: 9 | "
+        "reduced_train_loss: 10.43 | train_step_timing in s: 1.52 | consumed_samples: 320",
+    ]
+    run = feed_lines(nemo.FAMILY, lines)
+    layout = {name: run.facts.get(name) for name in ("gpus", "precision", "dp", "cp", "tp", "pp")}
+    assert layout == {"gpus": 16, "precision": "bf16", "dp": 4, "cp": 2, "tp": 2, "pp": 1}
+    assert run.provenance["gpus"] == "nemo:2" and run.provenance["tp"] == "nemo:6"  # its last statement
+    fp16 = feed_lines(nemo.FAMILY, ["Using 16bit Automatic Mixed Precision (AMP)"])
+    assert fp16.facts["precision"] == "fp16"
