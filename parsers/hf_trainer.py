@@ -691,13 +691,18 @@ def _steps(
 _EPOCH_STATE = ("logging_strategy", "steps_per_epoch", "num_train_epochs")
 
 
-def _steps_per_epoch() -> pl.Expr:
-    """The steps an epoch takes where ``logging_strategy`` is epoch (the Trainer logs at each epoch's end):
-    the banner's, else its optimization steps over its epochs; else null."""
+def _banner_steps_per_epoch() -> pl.Expr:
+    """The update steps an epoch takes: the banner's, else its optimization steps over its epochs."""
     epochs, total = _field("integer", "num_train_epochs"), _field("integer", "max_steps")
-    per_epoch = pl.coalesce(
+    return pl.coalesce(
         _field("integer", "steps_per_epoch"), pl.when(total % epochs == 0).then(total // epochs)
     )
+
+
+def _steps_per_epoch() -> pl.Expr:
+    """The steps an epoch takes where ``logging_strategy`` is epoch (the Trainer logs at each epoch's end);
+    else null."""
+    per_epoch = _banner_steps_per_epoch()
     by_epoch = _field("text", "logging_strategy").str.to_lowercase().str.ends_with("epoch")
     return pl.when(by_epoch & (per_epoch > 0)).then(_int_typed(per_epoch))
 
@@ -710,10 +715,7 @@ def _interval_of_epochs() -> pl.Expr:
     slope of those steps over the dicts' places, if it is near a whole number and every dict is within the
     epoch's rounding of its place's multiple; else null (the dicts' order). Not after a resume or a
     relaunch."""
-    epochs, total = _field("integer", "num_train_epochs"), _field("integer", "max_steps")
-    per_epoch = pl.coalesce(
-        _field("integer", "steps_per_epoch"), pl.when(total % epochs == 0).then(total // epochs)
-    )
+    per_epoch = _banner_steps_per_epoch()
     place, at = pl.col("position"), pl.col("epoch") * per_epoch
     slope = (place * at).sum().over("run") / (place * place).sum().over("run")
     interval = slope.round()

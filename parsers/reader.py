@@ -215,8 +215,8 @@ def job_id_from_name(path: Path) -> str | None:
     if match is not None:
         return match["job"]
     if _STDIO.fullmatch(_uncompressed_name(path)):  # its directory's name: the job's, or torchrun's run's
-        run = path.parents[2].name if _torchrun_rank(path) else path.parent.name
-        match = (_TORCHRUN_RUN if _torchrun_rank(path) else _JOB_NAMED).fullmatch(run)
+        torchrun = _torchrun_rank(path) is not None
+        match = (_TORCHRUN_RUN if torchrun else _JOB_NAMED).fullmatch(path.parents[2 if torchrun else 0].name)
         return match["job"] if match else None
     match = _JOB_ID_IN_NAME.search(_base(path)[0])
     return match.group(1) if match else None

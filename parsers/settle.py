@@ -199,7 +199,7 @@ def _with_launch(events: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:
 def _rows(steps: pl.DataFrame, final_launch: pl.DataFrame, files: pl.DataFrame) -> pl.DataFrame:
     """One row per run and step, of the step's final launch's events (``launch``: which)."""
     steps = steps.join(final_launch, on=["run", "step"]).filter(pl.col("launch") == pl.col("final"))
-    index, engine = pl.int_range(pl.len()), pl.col("family").is_in(_engines())
+    index, engine = pl.int_range(pl.len()), pl.col("family").is_in(_families_that("engine"))
     first_record = pl.col("order").filter((index > 0) & (pl.col("mode") != PEAK)).first()
     values = [
         pl.max_horizontal(
@@ -261,15 +261,10 @@ def _timers(
 
 
 @cache
-def _engines() -> list[str]:
-    """The families that are engines under a framework (``Family.engine``)."""
-    return [family.name for family in registry.families() if family.engine]
-
-
-@cache
-def _steps_before_timers() -> list[str]:
-    """The families that print a step's record before that step's timers."""
-    return [family.name for family in registry.families() if family.steps_before_timers]
+def _families_that(attribute: str) -> list[str]:
+    """The names of the families whose ``Family.<attribute>`` is true (``engine``: an engine under a
+    framework; ``steps_before_timers``: a step's record printed before that step's timers)."""
+    return [family.name for family in registry.families() if getattr(family, attribute)]
 
 
 def _counted_steps(timers: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
@@ -287,7 +282,7 @@ def _counted_steps(timers: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
     )
     if lines.is_empty():
         return timers
-    before = pl.col("family").is_in(_steps_before_timers()).cast(pl.Int64)
+    before = pl.col("family").is_in(_families_that("steps_before_timers")).cast(pl.Int64)
     anchors = anchors.join_asof(
         lines.drop("ends"), on="order", by=["run", "launch"], check_sortedness=False
     ).select("run", "launch", "order", "step", before=before, ended=pl.col("ended").fill_null(0))
