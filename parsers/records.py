@@ -13,7 +13,15 @@ from functools import cached_property
 
 import polars as pl
 from logstat.parsers.base import Family
-from logstat.parsers.kinds import PYTHON_SPACE, RECORD_SHIFT, Block, RecordKind, RecordTest, literals
+from logstat.parsers.kinds import (
+    MAX_RECORD,
+    PYTHON_SPACE,
+    RECORD_SHIFT,
+    Block,
+    RecordKind,
+    RecordTest,
+    literals,
+)
 from logstat.parsers.source import Batch
 
 _DIGIT = r"\d"  # Rust's \d is Unicode's decimal digits, as Python's
@@ -44,7 +52,15 @@ def split_records(lines: pl.LazyFrame, separator: str) -> pl.LazyFrame:
     )
     run, order, position = pl.col("run"), pl.col("order"), pl.int_range(pl.len())
     first = ((order != order.shift(1)) | (run != run.shift(1))).fill_null(True)
-    index = (position - pl.when(first).then(position).forward_fill()).clip(upper_bound=255)
+    last = ((order != order.shift(-1)) | (run != run.shift(-1))).fill_null(True)
+    # a line of more records than an order counts (a bar's updates, carriage returns between): those past
+    # the count share one order, and the line's last record, a bar's final state, keeps the last
+    index = position - pl.when(first).then(position).forward_fill()
+    index = (
+        pl.when(last & (index >= MAX_RECORD))
+        .then(MAX_RECORD)
+        .otherwise(index.clip(upper_bound=MAX_RECORD - 1))
+    )
     split = (
         lines.filter(several)
         .select("run", "row", "order", piece=pieces.str.split(separator))

@@ -451,6 +451,16 @@ def test_tqdm_rate_of_the_training_bar_last_update_wins():
     )
 
 
+def test_the_last_update_of_a_bar_line_longer_than_a_lines_record_count_wins():
+    # tqdm writes to a file with carriage returns only: 400 updates on one line, the last one the rate
+    updates = "".join(
+        f"\r{n // 4:3d}%|#         | {n}/400 [00:{n // 60:02d}<00:00,  {1 + n / 1000:.2f}it/s]"
+        for n in range(1, 401)
+    )
+    run = feed_lines(["  Total optimization steps = 400", updates])
+    assert run.facts["progress_sec_per_iter"] == pytest.approx(1 / 1.4)
+
+
 def test_tqdm_lines_that_are_not_the_training_bar_rate():
     run = feed_lines(
         [
