@@ -100,8 +100,9 @@ class RunBuilder:
     failure_events: list[tuple] = field(default_factory=list)
     last_exception: tuple[int, str] | None = None  # (line, file) of the last traceback exception folded
     launch_start: int = -1
-    """The order where the run's last launch starts (``settle``): the failure events before it are an
-    earlier launch's, consequences only (a job requeued or restarted ended as its last launch did)."""
+    """The order where the run's last launch starts (``settle``; a family reading a scheduler's requeue sets
+    it as it reads): the failure events before it are an earlier launch's, consequences only (a job
+    requeued or restarted ended as its last launch did)."""
     earlier_failure: tuple[str, str, int, str | None] | None = None
     """The strongest of those, as ``(status, reason, line, file)``, first in line order."""
     earlier_weight: int = -1  # the weight of ``earlier_failure``

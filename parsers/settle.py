@@ -142,9 +142,9 @@ def _settle_failures(runs: list[RunBuilder], failures: list[pl.DataFrame], start
     kind_events = pl.concat(failures).partition_by("run", as_dict=True) if failures else {}
     for index, run in enumerate(runs):
         rows = kind_events[(index,)].select(columns).rows() if (index,) in kind_events else []
-        if not rows and not (run.failure_events and index in last_start):
+        run.launch_start = max(run.launch_start, last_start.get(index, -1))
+        if not rows and not (run.failure_events and run.launch_start >= 0):
             continue
-        run.launch_start = last_start.get(index, -1)
         run.refold(sorted(run.failure_events + rows, key=lambda event: event[0]))
 
 

@@ -38,6 +38,7 @@ column-wise; the rest, a handful of lines per run, is read in Python (``parse_li
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
 import polars as pl
 from logstat.parsers.base import CAUSE, CLEANUP, EFFECT, REPORT, Family, RunBuilder
@@ -46,6 +47,7 @@ from logstat.parsers.kinds import (
     FAILURE_EVENT_SCHEMA,
     OPENER,
     PYTHON_SPACE,
+    RECORD_SHIFT,
     SEEN,
     Block,
     Events,
@@ -163,6 +165,11 @@ _SMI_MEMORY = re.compile(r"(?<!\d)(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
 _NCCL_FAILURE = re.compile(r"[Tt]ime(d )?out|[Ee]rror")
 #: srun's ``srun: error: <node>: task 3: Exited with exit code 1`` / ``tasks 0-3: Killed``
 _SRUN_TASK = re.compile(r"\btasks? [\d,-]+: (?P<how>.*)")
+#: when slurmstepd cancelled a job or step: ``*** JOB 77001 ON node1 CANCELLED AT 2024-03-01T10:00:00 ...``
+_CANCEL_TIME = re.compile(r"CANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
+#: a cancel this long after the last one ends a later attempt of the job (requeued, its output appended);
+#: a job's and its steps' cancels of one attempt are seconds apart at most
+REQUEUE_GAP_S = 60
 #: slurmstepd's word that it could not start a task's program (``execve(): %s: %m``, ``execve(): bad
 #: interpreter(%s): %m``): ``slurmstepd: error: execve(): python: No such file or directory``
 EXEC_FAILURE = "execve(): "
@@ -202,6 +209,20 @@ def gpu_model(text: str) -> str | None:
     return None
 
 
+def _start_attempt_after_earlier_cancel(text: str, run: RunBuilder) -> None:
+    """A cancel long after the run's last one: the job was requeued (``--requeue``, its output appended
+    to the same files) and this attempt ended otherwise; what the earlier attempt's failed ended with
+    it, so the run's last launch starts after that cancel."""
+    when = _CANCEL_TIME.search(text)
+    if when is None:
+        return
+    at = datetime.fromisoformat(when[1])
+    earlier = run.state.get("slurm_cancel")
+    if earlier is not None and (at - earlier[0]).total_seconds() > REQUEUE_GAP_S:
+        run.launch_start = max(run.launch_start, earlier[1] + (1 << RECORD_SHIFT))  # from the next record
+    run.state["slurm_cancel"] = (at, run.position)
+
+
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Read one of the family's rare records into ``run`` (never raises): a failure event, quoted after its
     label (none for a warning that names an error), or facts. The tests come in the order in which a record
@@ -210,6 +231,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     if "CUDA out of memory" in text or "OutOfMemoryError" in text:  # CUDA_OOM
         label, kind = "CUDA out of memory: ", "cuda oom"
     elif "CANCELLED AT" in text:  # slurmstepd's ``*** JOB|STEP <id> ON <node> CANCELLED AT <time> ...``
+        _start_attempt_after_earlier_cancel(text, run)
         bare_step = "*** STEP" in text and "DUE TO" not in text
         if "TIME LIMIT" in text:
             label, kind = "time limit: ", "time limit"

@@ -101,6 +101,26 @@ def test_a_relaunch_that_fails_fails_by_its_own_cause():
     assert [line.split(": ", 1)[0] for line in row["consequences"]] == ["requeued-7.out:5"]
 
 
+def test_a_requeued_jobs_appended_err_ends_as_its_last_cancel_says(tmp_path):
+    """``--requeue --open-mode=append``: the steps of both attempts in the .out, read first; the .err holds
+    the first attempt's preemption and, hours later, the second's time limit. The time limit is the run's
+    end, the preemption a consequence; the two cancels of one attempt (job and step, seconds apart) are not
+    two attempts."""
+    step = " iteration {:8d}/    1000 | consumed samples: 16 | elapsed time per iteration (ms): 1000.0 |"
+    dump = ["-------------------- end of arguments ---------------------"]
+    (tmp_path / "gpt-77001.out").write_text(
+        "\n".join([*dump, *map(step.format, range(1, 31)), *dump, *map(step.format, range(20, 46))]) + "\n"
+    )
+    cancel = "slurmstepd: error: *** {} ON {} CANCELLED AT {} DUE TO {} ***"
+    preempted = cancel.format("JOB 77001", "node1", "2024-03-01T10:00:00", "PREEMPTION")
+    step_limit = cancel.format("STEP 77001.0", "node7", "2024-03-01T22:00:06", "TIME LIMIT")
+    job_limit = cancel.format("JOB 77001", "node7", "2024-03-01T22:00:07", "TIME LIMIT")
+    (tmp_path / "gpt-77001.err").write_text("\n".join([preempted, step_limit, job_limit]) + "\n")
+    row = load_runs([tmp_path]).runs.row(0, named=True)
+    assert (row["status"], row["reason"], row["iterations"]) == ("failed", f"time limit: {step_limit}", 45)
+    assert row["consequences"] == [f"gpt-77001.err:1: preempted: {preempted}"]
+
+
 def test_a_lower_step_without_a_new_dump_merges_into_the_rows_read():
     """Only a new arguments dump starts a launch: a stray (garbled, late) line of an earlier step keeps
     the values already read (tests/reliability/test_hostile_files.py feeds such lines)."""
