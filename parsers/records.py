@@ -2,7 +2,7 @@
 
 Many ranks write one file: launchers prefix each rank's line (``12: ``, ``[default3]:``, ``10.0.0.2: ``),
 ranks writing at once glue their records behind such tags, progress bars end theirs with a carriage
-return. A record is one rank's text, prefixes stripped, tagged per family with its record kind
+return (or none: the next write is glued to the bar). A record is one rank's text, prefixes stripped, tagged per family with its record kind
 (``kinds.RecordKind``) or -1: a record for the family's Python code.
 """
 
@@ -38,17 +38,22 @@ LEADING_PREFIX = (
 )
 #: a bracketed tag: unambiguous, so a line holding one after its first character glues ranks' records
 GLUED_TAG = rf"\[(?:default|rank){_DIGIT}+\]:"
+#: a tqdm update (``| 12/100 [00:45<05:30, 3.42s/it, loss=9.63]``, its padding) and what the next write glued to
+#: it: tqdm ends no update with a newline, so a log line or a traceback printed next starts right after it
+GLUED_TO_BAR = r"(\| *\d+/\d+ \[[^\]\r]*\]) *([^\s\r])"
 
 
 def split_records(lines: pl.LazyFrame, separator: str) -> pl.LazyFrame:
     """The non-blank records of ``lines`` (``run``, ``row``, ``order`` with the record's index in its
     line, ``text`` without prefixes), not in line order; ``separator``: a character no line holds. Only
-    lines with a carriage return or a ``]:`` (a tag) are split."""
+    lines with a carriage return, a ``]:`` (a tag) or a ``%|`` (a bar) are split."""
     text = pl.col("text")
-    several = text.str.contains("\r", literal=True) | text.str.contains("]:", literal=True)
+    several = text.str.contains(literals(("\r", "]:", "%|")))  # a bar: the next write glued to it
     single = lines.filter(~several).select("run", "row", "order", text=text.str.replace(LEADING_PREFIX, ""))
-    pieces = text.str.replace_all(GLUED_TAG, separator + "${0}").str.replace_all(
-        "\r", separator, literal=True
+    pieces = (
+        text.str.replace_all(GLUED_TAG, separator + "${0}")
+        .str.replace_all(GLUED_TO_BAR, "${1}" + separator + "${2}")
+        .str.replace_all("\r", separator, literal=True)
     )
     run, order, position = pl.col("run"), pl.col("order"), pl.int_range(pl.len())
     first = ((order != order.shift(1)) | (run != run.shift(1))).fill_null(True)

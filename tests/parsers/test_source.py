@@ -81,6 +81,22 @@ def test_glued_ranks_and_carriage_returns_split_a_line_into_records():
     ]
 
 
+def test_what_is_written_right_after_a_progress_bar_is_a_record_of_its_own():
+    # tqdm ends no update with a newline: the next write (a log line, a traceback, Slurm's cancel) is
+    # glued to the bar's last update, with or without the carriage returns (a log whose CRs were made LFs)
+    update = "Epoch 0: : 100%|##########| 50/50 [02:31<00:00, reduced_train_loss=7.140, global_step=49.00]"
+    bar = " 50%|#####     | 3/6 [00:05<00:05,  1.90s/it]   "
+    assert records_of(
+        f"{update}`Trainer.fit` stopped: `max_steps=50` reached.",
+        f"\r{bar}\r{bar}Traceback (most recent call last):",
+        f"{update}   ",  # tqdm's padding after a shorter update: nothing glued
+    ) == [
+        [update, "`Trainer.fit` stopped: `max_steps=50` reached."],
+        [bar, bar.rstrip(), "Traceback (most recent call last):"],
+        [f"{update}   "],
+    ]
+
+
 def test_records_of_a_line_are_numbered_in_their_order():
     frame = pl.DataFrame(
         {"run": [0, 0], "row": [0, 1], "order": [1 << 16, 2 << 16], "text": ["x[rank1]:y\r z", "w"]}
