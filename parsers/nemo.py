@@ -10,8 +10,13 @@ Lines read:
   its world size and mixed precision (``Initializing distributed: GLOBAL_RANK: 3, MEMBER: 4/16``, ``Using
   bfloat16 Automatic Mixed Precision (AMP)``);
 - NeMo's megatron_init, per rank: ``Rank 0 has tensor model parallel group: [0, 1]`` (pipeline, context and
-  data parallel groups too): each group's size is its parallel size.
-NeMo 1.x prints its metrics on tqdm's bar only: not read.
+  data parallel groups too): each group's size is its parallel size;
+- NeMo 1.x's metrics, on Lightning's training bar only (an update per step, carriage returns between
+  them): tqdm's postfix ``, reduced_train_loss=9.630, global_step=32.00, consumed_samples=33792.0,
+  train_step_timing in s=3.330]`` (tqdm's ``format_num``, 3 significant digits, padded by Lightning's
+  ``Tqdm.format_num`` to 5 characters). A step each, numbered by its ``global_step``; one past 99,999
+  prints in tqdm's exponent form (``1.2e+5``), so it is the bar's counter less one when that counts global
+  steps (NeMo's ``MegatronProgressBar``: no rate in the bar), else not recorded.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import re
 import polars as pl
 from logstat.parsers.base import Family, RunBuilder
 from logstat.parsers.kinds import (
+    NUMBER,
     RECORD,
     SEEN,
     Events,
@@ -55,6 +61,16 @@ _GROUP = re.compile(
     r"Rank \d+ has (tensor model|pipeline model|context|data) parallel group ?: \[([\d, ]*)\]"
 )
 _GROUP_FACTS = {"tensor model": "tp", "pipeline model": "pp", "context": "cp", "data": "dp"}
+#: NeMo 1.x's bar: ``| {n}/{total} [{elapsed}<{remaining}`` then Lightning's rate (``0.29it/s``, ``3.42s/it``;
+#: not in NeMo's MegatronProgressBar, whose ``n`` is the global steps done) and the postfix
+BAR = r"\| *(?P<n>\d+)/\d+ \[[^,\]]*(?P<rate>, [\d.]+(?:it/s|s/it))?(?P<postfix>,[^\]]*)"
+#: step metric -> the postfix field that gives it, a pattern (``train_step_timing`` before NeMo 1.18 or so)
+BAR_FIELDS = {
+    "loss": "reduced_train_loss",
+    "elapsed_ms": "train_step_timing(?: in s)?",
+    "step": "global_step",
+}
+_BAR_MARKERS = (" reduced_train_loss=", " train_step_timing")
 _LAYOUT_MARKERS = ("MEMBER: ", "Starting with ", "Automatic Mixed Precision", " parallel group")
 
 
@@ -88,6 +104,40 @@ def read_iterations(records: pl.LazyFrame) -> Events:
     return Events(steps=[steps.drop_nulls("step")], facts=[facts.collect()], notes=[notes], marks=[seen])
 
 
+def _postfix_field(name: str) -> str:
+    return rf"[ ,]{name}=({NUMBER})"
+
+
+def read_bar_updates(records: pl.LazyFrame) -> Events:
+    """A step event per update of NeMo 1.x's training bar that shows its step's metrics. Lightning draws
+    the bar twice a step: its new counter with the last step's postfix, then the step's own postfix; a
+    step numbered by the counter is its last draw."""
+    bar = pl.col("text").str.extract_groups(BAR)
+    fields = {
+        column: bar.struct["postfix"].str.extract(_postfix_field(name), 1)
+        for column, name in BAR_FIELDS.items()
+    }
+    counted = bar.struct["rate"].is_null()  # MegatronProgressBar: the counter is the global steps done
+    exact = ~pl.col("step").str.contains("e", literal=True)
+    parsed = records.select(
+        "run", "order", pl.col("text").str.extract(BAR, 1).alias("n"), counted.alias("counted"), **fields
+    ).with_columns(exact=exact)
+    steps = parsed.select(
+        "run",
+        "order",
+        "exact",
+        step=pl.when("exact").then(as_count(pl.col("step"))).when("counted").then(as_count(pl.col("n")) - 1),
+        loss=as_real(pl.col("loss")),
+        elapsed_ms=as_real(pl.col("elapsed_ms")) * 1000.0,
+        mode=pl.lit(RECORD, pl.Int8),
+        family=pl.lit(NAME),
+    ).collect()
+    by_counter = steps.filter(~pl.col("exact")).sort("order", maintain_order=True)
+    by_counter = by_counter.unique(["run", "step"], keep="last", maintain_order=True)
+    steps = pl.concat([steps.filter("exact"), by_counter]).drop("run", "exact")
+    return Events(steps=[steps.drop_nulls("step")], marks=[marks_of(records, NAME, SEEN)])
+
+
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Lightning's planned end of training, world size and precision; NeMo's parallel groups."""
     if PLANNED_END in text:
@@ -104,7 +154,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
 
 FAMILY = Family(
     name=NAME,
-    markers=(_RECORD_MARKER, PLANNED_END, *_LAYOUT_MARKERS),
+    markers=(_RECORD_MARKER, *_BAR_MARKERS, PLANNED_END, *_LAYOUT_MARKERS),
     parse_line=parse_line,
     kinds=(
         RecordKind(
@@ -114,6 +164,12 @@ FAMILY = Family(
             read=read_iterations,
             facts=("global_batch_size",),
         ),
+        RecordKind(
+            family=NAME,
+            name="bar",
+            test=RecordTest(markers=_BAR_MARKERS, pattern=BAR),
+            read=read_bar_updates,
+        ),
     ),
-    description="NVIDIA NeMo 2.0: ProgressPrinter's per-step lines, Lightning's planned end, the parallel groups",
+    description="NVIDIA NeMo: 2.0's ProgressPrinter lines, 1.x's training bar, Lightning's planned end, the parallel groups",
 )

@@ -217,7 +217,8 @@ def _rows(steps: pl.DataFrame, final_launch: pl.DataFrame, files: pl.DataFrame) 
         .otherwise(pl.coalesce(first_record, pl.col("order").first())),
     )
     rows = steps.group_by("run", "step").agg(*values, pointer=pointer, launch=pl.col("final").first())
-    provenance = steps.select("run", "order", "family", "line", "file")
+    # a line of over MAX_RECORD records (a progress bar's updates) gives the last ones one order
+    provenance = steps.select("run", "order", "family", "line", "file").unique(["run", "order"], keep="first")
     return (
         rows.join(provenance, left_on=["run", "pointer"], right_on=["run", "order"])
         .join(files, on=["run", "file"], how="left")

@@ -1,4 +1,5 @@
-"""NeMo 2.0's per-step lines and Lightning's planned end, on a fixture in their formats (fixtures/nemo/)."""
+"""NeMo 2.0's per-step lines, NeMo 1.x's training bar and Lightning's planned end, on fixtures in their formats
+(fixtures/nemo/)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,84 @@ def test_lightnings_world_and_precision_and_nemos_parallel_groups_are_the_runs_l
     assert run.provenance["gpus"] == "nemo:2" and run.provenance["tp"] == "nemo:6"  # its last statement
     fp16 = feed_lines(nemo.FAMILY, ["Using 16bit Automatic Mixed Precision (AMP)"])
     assert fp16.facts["precision"] == "fp16"
+
+
+def _bar_update(done: int, total: int, postfix: str, rate: str = "") -> str:
+    """An update of NeMo 1.x's training bar as tqdm draws it (MegatronProgressBar's format without ``rate``,
+    Lightning's default with it): its carriage return first."""
+    return f"\rEpoch 0: : {100 * done // total:3d}%|#         | {done}/{total} [00:05<00:15{rate}, {postfix}]"
+
+
+def _postfix(loss: str, step: str, seconds: str) -> str:
+    return f"reduced_train_loss={loss}, global_step={step}, consumed_samples=256.0, train_step_timing in s={seconds}"
+
+
+def test_each_update_of_nemo_1s_training_bar_is_a_step_by_its_global_step():
+    bar = "".join(
+        [
+            _bar_update(1, 50, _postfix("10.60", "0.000", "19.80")),
+            _bar_update(2, 50, _postfix("10.40", "1.000", "3.330")),
+            _bar_update(2, 50, _postfix("10.40", "1.000", "3.330") + ", val_loss=10.30"),  # after validation
+            _bar_update(3, 50, _postfix("9.630", "2.000", "3.340")),
+        ]
+    )
+    run = feed_lines(nemo.FAMILY, [bar])
+    rows = run.iteration_frame.select("iteration", "loss", "elapsed_ms").rows()
+    assert rows == [(0, 10.6, 19800.0), (1, 10.4, 3330.0), (2, 9.63, 3340.0)]
+
+
+def test_a_global_step_in_tqdms_exponent_form_is_the_megatron_bars_counter_less_one():
+    # tqdm prints 120,000 as 1.2e+5 (3 significant digits): MegatronProgressBar counts global steps done;
+    # Lightning's own bar (a rate in it) counts the epoch's batches, so its step is not known
+    megatron = _bar_update(120001, 150000, _postfix("2.310", "1.2e+5", "3.330"))
+    lightning = _bar_update(401, 1000, _postfix("2.300", "1.2e+5", "3.330"), rate=", 0.30it/s")
+    run = feed_lines(nemo.FAMILY, [megatron, lightning])
+    assert run.iteration_frame.select("iteration", "loss").rows() == [(120000, 2.31)]
+
+
+def test_a_bar_line_of_more_updates_than_a_lines_record_count_keeps_every_step(tmp_path):
+    # tqdm writes to a file with carriage returns only: a run's bar can be one line of thousands of updates
+    losses = [round(10.0 - step / 1000, 3) for step in range(600)]
+    updates = [
+        _bar_update(step + 1, 600, _postfix(f"{loss:.3f}", f"{step}.000", "3.330"))
+        for step, loss in enumerate(losses)
+    ]
+    log = tmp_path / "nemo1-9001.out"
+    log.write_text("".join(updates) + "\n`Trainer.fit` stopped: `max_steps=600` reached.\n", encoding="utf-8")
+    result = load_runs([log])
+    assert result.iterations.select("iteration", "loss").rows() == list(enumerate(losses))
+    assert result.runs.select("status", "iterations").row(0) == ("ok", 600)
+
+
+def _draws(path) -> list[str]:
+    """The bar's draws of a log, in order (tqdm separates them by carriage returns)."""
+    text = path.read_text(encoding="utf-8")
+    return [draw for draw in re.split(r"[\r\n]", text) if "reduced_train_loss=" in draw]
+
+
+def test_a_nemo_1_bar_in_exponent_form_steps_by_its_counter_and_ends_by_the_glued_time_limit():
+    log = FIXTURES / "nemo" / "nemo1_resumed-7003.out"
+    last_draw = {}  # counter -> the step's own postfix, drawn after the counter's first draw
+    for draw in _draws(log):
+        counter = int(re.search(r"\| (\d+)/250000 \[", draw)[1])
+        last_draw[counter] = (float(re.search(r"reduced_train_loss=([\d.]+)", draw)[1]), draw)
+    assert all("global_step=1.2e+5" in draw for _, draw in last_draw.values())
+    row = load_runs([log]).runs.row(0, named=True)
+    steps = load_runs([log]).iterations.select("iteration", "loss").rows()
+    assert steps == [(counter - 1, loss) for counter, (loss, _) in sorted(last_draw.items())]
+    assert (row["status"], row["iterations"]) == ("failed", 30)
+    assert row["reason"] == (
+        "time limit: slurmstepd: error: *** JOB 7003 ON node101 CANCELLED AT 2024-03-02T13:55:30 DUE TO TIME LIMIT ***"
+    )
+
+
+def test_lightning_1_9s_bar_steps_by_global_step_and_its_glued_planned_end_completes_the_run():
+    log = FIXTURES / "nemo" / "nemo1_lightning_bar-7002.out"
+    timing = {}  # global step -> train_step_timing, as drawn
+    for draw in _draws(log):
+        step = int(float(re.search(r"global_step=([\d.]+)", draw)[1]))
+        timing.setdefault(step, float(re.search(r"train_step_timing=([\d.]+)", draw)[1]))
+    row = load_runs([log], warmup=1).runs.row(0, named=True)
+    assert (row["status"], row["reason"]) == ("ok", "`Trainer.fit` stopped: `max_steps=40` reached.")
+    assert row["iterations"] == len(timing) == 40
+    assert row["sec_per_iter"] == statistics.median(timing[step] for step in sorted(timing)[1:])
