@@ -1,4 +1,4 @@
-"""NVIDIA NeMo 2.0 log family (Megatron-core under PyTorch Lightning).
+"""NVIDIA NeMo log family, 2.0 and 1.x (Megatron-core under PyTorch Lightning).
 
 Lines read:
 - NeMo 2.0's ``ProgressPrinter`` (nemo/lightning/pytorch/callbacks/progress_printer.py): ``Training epoch 0,
@@ -16,7 +16,12 @@ Lines read:
   train_step_timing in s=3.330]`` (tqdm's ``format_num``, 3 significant digits, padded by Lightning's
   ``Tqdm.format_num`` to 5 characters). A step each, numbered by its ``global_step``; one past 99,999
   prints in tqdm's exponent form (``1.2e+5``), so it is the bar's counter less one when that counts global
-  steps (NeMo's ``MegatronProgressBar``: no rate in the bar), else not recorded.
+  steps (NeMo's ``MegatronProgressBar``: no rate in the bar), else not recorded;
+- NeMo 1.x's experiment configuration (hydra's YAML, printed by the training script after ``**************
+  Experiment configuration ***********``): the trainer's GPUs, nodes, precision and steps, the model's
+  shape, batch sizes and parallelism, each key the first time it has a value of its own (not an
+  interpolation like ``${model.encoder_seq_length}``); megatron_base_model's ``Padded vocab_size: 50432,
+  original vocab_size: 50257, dummy tokens: 175.``
 """
 
 from __future__ import annotations
@@ -26,9 +31,13 @@ import re
 import polars as pl
 from logstat.parsers.base import Family, RunBuilder
 from logstat.parsers.kinds import (
+    BODY,
     NUMBER,
+    OPENER,
+    PYTHON_SPACE,
     RECORD,
     SEEN,
+    Block,
     Events,
     RecordKind,
     RecordTest,
@@ -71,6 +80,27 @@ BAR_FIELDS = {
     "step": "global_step",
 }
 _BAR_MARKERS = (" reduced_train_loss=", " train_step_timing")
+#: NeMo 1.x's experiment configuration: its opener, and the keys read (their first plain value in it)
+CONFIG_OPENER = "Experiment configuration"
+_CONFIG_COUNTS = {
+    **dict(devices="gpus_per_node", num_nodes="nodes", max_steps="train_iters"),
+    **dict(micro_batch_size="micro_batch_size", global_batch_size="global_batch_size"),
+    **dict(tensor_model_parallel_size="tp", pipeline_model_parallel_size="pp", context_parallel_size="cp"),
+    **dict(encoder_seq_length="seq_len", num_layers="num_layers", hidden_size="hidden_size"),
+    **dict(
+        ffn_hidden_size="ffn_hidden_size",
+        num_attention_heads="num_heads",
+        num_query_groups="num_query_groups",
+    ),
+}
+_CONFIG_WORDS = ("precision", "activation", "activations_checkpoint_granularity")
+#: a YAML line ``  key: value`` (a scalar, not a list's ``- item``, a comment, nor a section's ``key:``)
+_CONFIG_LINE = rf"^{PYTHON_SPACE}*(?P<name>[a-z_]+): (?P<value>[^\s#]+){PYTHON_SPACE}*$"
+#: Lightning's trainer precision (``bf16``, ``bf16-mixed``, ``16``, ``16-mixed``, ``32``...)
+_TRAINER_PRECISION = {"bf16": "bf16", "16": "fp16", "32": "fp32"}
+_SWIGLU = ("swiglu", "fast-swiglu")
+#: megatron_base_model's padded vocabulary
+_PADDED_VOCAB = re.compile(r"Padded vocab_size: (\d+), original vocab_size: (\d+)")
 _LAYOUT_MARKERS = ("MEMBER: ", "Starting with ", "Automatic Mixed Precision", " parallel group")
 
 
@@ -138,6 +168,61 @@ def read_bar_updates(records: pl.LazyFrame) -> Events:
     return Events(steps=[steps.drop_nulls("step")], marks=[marks_of(records, NAME, SEEN)])
 
 
+def read_configuration(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
+    """Facts of NeMo 1.x's experiment configurations, each from its key's line: the first statement of a
+    key in its dump; GPUs as the trainer's devices x nodes."""
+    lines = (
+        blocks.filter(pl.col("role") == BODY)
+        .select("block", "order", line=pl.col("text").str.extract_groups(_CONFIG_LINE))
+        .unnest("line")
+        .filter(
+            pl.col("name").is_in([*_CONFIG_COUNTS, *_CONFIG_WORDS]), ~pl.col("value").str.starts_with("$")
+        )
+        .sort("block", "order")
+        .unique(["block", "name"], keep="first", maintain_order=True)
+    )
+    count = pl.col("value").cast(pl.Int64, strict=False)
+    counts = lines.filter(pl.col("name").is_in(list(_CONFIG_COUNTS)), count > 0).select(
+        "block", "order", fact=pl.col("name").replace_strict(_CONFIG_COUNTS), value=count, family=pl.lit(NAME)
+    )
+    devices = counts.filter(pl.col("fact") == "gpus_per_node").select("block", "order", per_node="value")
+    nodes = counts.filter(pl.col("fact") == "nodes").select("block", nodes="value")
+    gpus = devices.join(nodes, on="block").select(
+        "block", "order", fact=pl.lit("gpus"), value=pl.col("per_node") * pl.col("nodes"), family=pl.lit(NAME)
+    )
+    word, name = pl.col("value").str.to_lowercase(), pl.col("name")
+    precision = word.str.replace("-.*", "").replace_strict(_TRAINER_PRECISION, default=None)
+    flags = lines.select(
+        "order",
+        precision=pl.when(name == "precision").then(precision),
+        swiglu=pl.when(name == "activation").then(word.is_in(_SWIGLU)),
+        activation_checkpointing=pl.when(name == "activations_checkpoint_granularity").then(word == "full"),
+    )
+    facts = [pl.concat([counts, gpus]).drop("block").collect()]
+    facts += [
+        flags.select("order", fact=pl.lit(fact), value=fact, family=pl.lit(NAME))
+        .drop_nulls("value")
+        .collect()
+        for fact in ("precision", "swiglu", "activation_checkpointing")
+    ]
+    openers = blocks.filter(pl.col("role") == OPENER)
+    return Events(facts=facts, marks=[marks_of(openers, NAME, SEEN)])
+
+
+CONFIGURATION = Block(
+    family=NAME,
+    name="configuration",
+    opens=RecordTest(markers=(CONFIG_OPENER,)),
+    body=RecordTest(pattern=_CONFIG_LINE),
+    markers=tuple(f"{key}: " for key in (*_CONFIG_COUNTS, *_CONFIG_WORDS)),
+    # the trainer's and the model's set-up print right after it; a configuration is a few hundred lines
+    ends=RecordTest(markers=(" parallel group", "Padded vocab_size: ")),
+    max_lines=1500,
+    read=read_configuration,
+    facts=(*_CONFIG_COUNTS.values(), "gpus", "precision", "swiglu", "activation_checkpointing"),
+)
+
+
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Lightning's planned end of training, world size and precision; NeMo's parallel groups."""
     if PLANNED_END in text:
@@ -147,6 +232,9 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.set_fact("gpus", int(world[1] or world[2]), NAME, lineno)
     elif amp := _AMP.search(text):
         run.set_fact("precision", _AMP_PRECISION[amp[1]], NAME, lineno)
+    elif vocabulary := _PADDED_VOCAB.search(text):
+        run.set_fact("padded_vocab_size", int(vocabulary[1]), NAME, lineno)
+        run.set_fact("vocab_size", int(vocabulary[2]), NAME, lineno)
     elif group := _GROUP.search(text):
         run.saw(NAME)
         run.set_fact(_GROUP_FACTS[group[1]], len(group[2].split(",")), NAME, lineno)
@@ -154,7 +242,14 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
 
 FAMILY = Family(
     name=NAME,
-    markers=(_RECORD_MARKER, *_BAR_MARKERS, PLANNED_END, *_LAYOUT_MARKERS),
+    markers=(
+        _RECORD_MARKER,
+        *_BAR_MARKERS,
+        PLANNED_END,
+        *_LAYOUT_MARKERS,
+        CONFIG_OPENER,
+        "Padded vocab_size: ",
+    ),
     parse_line=parse_line,
     kinds=(
         RecordKind(
@@ -171,5 +266,7 @@ FAMILY = Family(
             read=read_bar_updates,
         ),
     ),
-    description="NVIDIA NeMo: 2.0's ProgressPrinter lines, 1.x's training bar, Lightning's planned end, the parallel groups",
+    blocks=(CONFIGURATION,),
+    description="NVIDIA NeMo: 2.0's ProgressPrinter lines, 1.x's training bar and configuration, Lightning's "
+    "planned end, the parallel groups",
 )

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 
@@ -151,3 +152,46 @@ def test_lightning_1_9s_bar_steps_by_global_step_and_its_glued_planned_end_compl
     assert (row["status"], row["reason"]) == ("ok", "`Trainer.fit` stopped: `max_steps=40` reached.")
     assert row["iterations"] == len(timing) == 40
     assert row["sec_per_iter"] == statistics.median(timing[step] for step in sorted(timing)[1:])
+
+
+def test_nemo_1s_experiment_configuration_states_the_runs_shape_batches_and_layout():
+    row = load_runs([FIXTURES / "nemo" / "nemo1_resumed-7003.out"]).runs.row(0, named=True)
+    # its lines 11-122 (trainer, then model) and megatron_base_model's padded vocabulary (204)
+    stated = dict(gpus=32, gpus_per_node=8, nodes=4, precision="bf16", train_iters=250000, micro_batch_size=2)
+    stated |= dict(global_batch_size=512, tp=2, pp=2, seq_len=2048, num_layers=24, hidden_size=4096)
+    stated |= dict(ffn_hidden_size=16384, num_heads=32, num_query_groups=None, swiglu=False)
+    stated |= dict(activation_checkpointing=False, vocab_size=50257, padded_vocab_size=50432, dp=8)
+    assert {name: row[name] for name in stated} == stated
+    provenance = json.loads(row["provenance"])
+    assert provenance["num_layers"] == "nemo:63" and provenance["gpus_per_node"] == "nemo:11"
+
+
+def test_a_configuration_key_counts_once_with_a_value_of_its_own_and_only_inside_the_dump():
+    lines = [
+        "micro_batch_size: 99",  # before the dump: not one of its keys
+        "[NeMo I 2024-05-02 10:00:00 megatron_gpt_pretraining:36] ",
+        "    ************** Experiment configuration ***********",
+        "[NeMo I 2024-05-02 10:00:00 megatron_gpt_pretraining:37] ",
+        "    trainer:",
+        "      devices: 8",
+        "      num_nodes: 2",
+        "      precision: bf16-mixed",
+        "    model:",
+        "      micro_batch_size: 1",
+        "      encoder_seq_length: 4096",
+        "      max_position_embeddings: ${.encoder_seq_length}",
+        "      num_query_groups: 8",
+        "      activation: fast-swiglu",
+        "      activations_checkpoint_granularity: full",
+        "      data:",
+        "        micro_batch_size: 7",  # a later statement of a key: the first counts
+        "[NeMo I 2024-05-02 10:00:05 megatron_init:255] Rank 0 has tensor model parallel group: [0, 1]",
+        "      global_batch_size: 64",  # after the dump ended
+    ]
+    facts = feed_lines(nemo.FAMILY, lines).facts
+    read = ("gpus", "precision", "micro_batch_size", "seq_len", "num_query_groups", "swiglu", "tp")
+    assert {name: facts.get(name) for name in read} == dict(
+        gpus=16, precision="bf16", micro_batch_size=1, seq_len=4096, num_query_groups=8, swiglu=True, tp=2
+    )
+    assert facts["activation_checkpointing"] is True and "global_batch_size" not in facts
+    assert feed_lines(nemo.FAMILY, [*lines[1:4], "    precision: 16-mixed"]).facts["precision"] == "fp16"
