@@ -37,6 +37,7 @@ column-wise; the rest, a handful of lines per run, is read in Python (``parse_li
 
 from __future__ import annotations
 
+import itertools
 import re
 from datetime import datetime
 
@@ -213,10 +214,9 @@ def _start_attempt_after_earlier_cancel(text: str, run: RunBuilder) -> None:
     """A cancel long after the run's last one: the job was requeued (``--requeue``, its output appended
     to the same files) and this attempt ended otherwise; what the earlier attempt's failed ended with
     it, so the run's last launch starts after that cancel."""
-    when = _CANCEL_TIME.search(text)
-    if when is None:
+    at = _cancel_time(text)
+    if at is None:
         return
-    at = datetime.fromisoformat(when[1])
     earlier = run.state.get("slurm_cancel")
     if earlier is not None and (at - earlier[0]).total_seconds() > REQUEUE_GAP_S:
         run.launch_start = max(run.launch_start, earlier[1] + (1 << RECORD_SHIFT))  # from the next record
@@ -315,8 +315,32 @@ def finish(run: RunBuilder) -> None:
     if index:
         events[index] = (order, "failed", text.strip(), REPORT, "slurm cancel", False, False)
     events = _peers_died(events)
-    if events != run.failure_events:
+    if events != run.failure_events or _preempted_before_the_last_launch(run, events):
         run.refold(events)
+
+
+def _preempted_before_the_last_launch(run: RunBuilder, events: list[tuple]) -> bool:
+    """Preemptions read after the run's last launch started (a job's .err, read after its .out) ended
+    earlier launches when the run logged more launches than it was preempted (a preempted job is requeued
+    and runs again): its last launch starts after them. Whether it did so."""
+    preempted = [event for event in events if event[4] == "cancelled" and event[2].startswith("preempted: ")]
+    if not preempted or preempted[-1][0] < run.launch_start:
+        return False
+    frame = run.iteration_frame
+    launches = 1 + (frame.get_column("launch").max() or 0) if frame is not None and frame.height else 1
+    times = [when for event in preempted if (when := _cancel_time(event[2])) is not None]
+    attempts = 1 + sum(
+        (later - earlier).total_seconds() > REQUEUE_GAP_S for earlier, later in itertools.pairwise(times)
+    )
+    if launches <= attempts:
+        return False
+    run.launch_start = preempted[-1][0] + (1 << RECORD_SHIFT)
+    return True
+
+
+def _cancel_time(text: str) -> datetime | None:
+    when = _CANCEL_TIME.search(text)
+    return None if when is None else datetime.fromisoformat(when[1])
 
 
 def _peers_died(events: list[tuple]) -> list[tuple]:

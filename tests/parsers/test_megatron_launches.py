@@ -121,6 +121,38 @@ def test_a_requeued_jobs_appended_err_ends_as_its_last_cancel_says(tmp_path):
     assert row["consequences"] == [f"gpt-77001.err:1: preempted: {preempted}"]
 
 
+def test_a_preempted_job_that_ran_again_ends_as_its_last_launch_did(tmp_path):
+    """The .out: two launches (two arguments dumps), the second finishing; the .err, read after it: the
+    first launch's preemption. More launches than preemptions: the job ran again after the preemption,
+    so the run is ok. Preempted as often as it launched, the last preemption ended the last launch."""
+    dump = [
+        "------------------------ arguments ------------------------",
+        "  num_layers ...................................... 24",
+        "-------------------- end of arguments ---------------------",
+    ]
+    step = " iteration {:8d}/      45 | consumed samples: 16 | elapsed time per iteration (ms): 1000.0 |"
+    done = "[after training is done] datetime: 2024-03-02 01:00:00"
+    cancel = "slurmstepd: error: *** JOB {} ON node1 CANCELLED AT {} DUE TO PREEMPTION ***"
+    for job, preemptions in (
+        (77003, ["2024-03-01T10:00:00"]),
+        (77004, ["2024-03-01T10:00:00", "2024-03-02T00:59:00"]),
+    ):
+        out = [*dump, *map(step.format, range(1, 31)), *dump, *map(step.format, range(20, 46)), done]
+        (tmp_path / f"gpt-{job}.out").write_text("\n".join(out) + "\n")
+        (tmp_path / f"gpt-{job}.err").write_text(
+            "\n".join(cancel.format(job, at) for at in preemptions) + "\n"
+        )
+    rows = {row["job_id"]: row for row in load_runs([tmp_path]).runs.iter_rows(named=True)}
+    ran_again, preempted_again = rows["77003"], rows["77004"]
+    first = cancel.format(77003, "2024-03-01T10:00:00")
+    assert (ran_again["status"], ran_again["reason"]) == (
+        "ok",
+        f"{done} (after an earlier failure at line 1: preempted: {first})",
+    )
+    assert ran_again["consequences"] == [f"gpt-77003.err:1: preempted: {first}"]
+    assert (preempted_again["status"], preempted_again["reason_line"]) == ("cancelled", 2)
+
+
 def test_a_lower_step_without_a_new_dump_merges_into_the_rows_read():
     """Only a new arguments dump starts a launch: a stray (garbled, late) line of an earlier step keeps
     the values already read (tests/reliability/test_hostile_files.py feeds such lines)."""
