@@ -45,6 +45,8 @@ _JOB_THEN_PART = re.compile(
     r"(?P<job_stem>(?:.*[-_.])?(?P<job>(?!(?:19|20)\d\d[-_.](?:0[1-9]|1[0-2])$)\d{4,}(?:_\d+)?))"
     r"(?P<part>[-.]\d{1,5}|[-_.][A-Za-z][\w-]*\d)"
 )
+#: submitit's ``<job id>_<task>_log.out`` (its job id an array task's ``%A_%a`` when it is one)
+_SUBMITIT_TASK = re.compile(r"(?P<job_stem>(?P<job>\d+(?:_\d+)?))(?P<part>_\d+)_log")
 # PBS / SGE job output: ``<name>.o<job>`` (``e`` for errors, ``po``/``pe`` for SGE's parallel environment),
 # an array task's index after the job number (``.3``; Torque ``-3``).
 _SCHEDULER_STREAM = re.compile(r"(?P<stem>.+)\.(?P<stream>p?[oe])(?P<job>\d+(?:[.-]\d+)?)")
@@ -167,9 +169,10 @@ def _torchrun_rank(path: Path) -> tuple[int, int] | None:
 
 
 def _task_part(stem: str) -> re.Match[str] | None:
-    """A job's stream stem split before its task's or node's part (``job_stem``, ``job``, ``part``). A
+    """A job's stream stem split before its task's or node's part (``job_stem``, ``job``, ``part``; submitit's
+    ``<job>_<task>_log``). A
     number after the job's that is not smaller is the job's id after a name's number (``gpt2-1558-56789``)."""
-    match = _JOB_THEN_PART.fullmatch(stem)
+    match = _SUBMITIT_TASK.fullmatch(stem) or _JOB_THEN_PART.fullmatch(stem)
     task = match and match["part"][1:]
     if task and task.isdigit() and int(task) >= int(match["job"].partition("_")[0]):
         return None

@@ -42,7 +42,8 @@ def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None 
     named like logs (``logstat.parsers.reader.is_log_file``: ``*.out``, ``*.err``, ``*.log``, ``*.txt``,
     ``*.stdout``, ``*.stderr``, PBS/SGE ``name.o123`` / ``name.e123``, a job id without an extension
     (``name.1234``), rotated logs (``train.log.1``), and ``.gz``, ``.xz``, ``.bz2`` of those). Every path
-    the walk passes over (another name, a hidden file or directory, a symbolic link to a directory, which
+    the walk passes over (another name, a hidden file or directory but ``LOG_DIRECTORIES``, a symbolic
+    link to a directory, which
     is not followed, a special file, a tool's files: ``TOOL_DIRECTORIES``, ``TOOL_FILES``) is handed to
     ``skipped`` with the reason. A path that does not exist is an error naming it. A file named twice
     (relative and absolute, through ``..`` or a link) is one, as first named."""
@@ -68,6 +69,9 @@ def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None 
 #: what tools write beside the logs, named like logs but none of a run's own: directory or file name -> why
 TOOL_DIRECTORIES = {"wandb": "W&B's run files (a copy of the console output, W&B's own logs)"}
 TOOL_FILES = {"latest_checkpointed_iteration.txt": "Megatron's checkpoint tracker"}
+#: hidden directories that hold job logs, walked like any other: submitit's folder (Hydra's submitit
+#: launcher makes ``<sweep>/.submitit/<job id>/<job id>_<task>_log.out``)
+LOG_DIRECTORIES = frozenset({".submitit"})
 
 
 def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
@@ -77,8 +81,9 @@ def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
 
     for directory, subdirectories, files in os.walk(root, onerror=lambda error: _unreadable(error, skipped)):
         here = Path(directory)
+        hidden = lambda name: name.startswith(".") and name not in LOG_DIRECTORIES  # noqa: E731
         for name in sorted(subdirectories):
-            if name.startswith("."):
+            if hidden(name):
                 skipped(here / name, "hidden directory")
             elif (here / name).is_symlink():
                 skipped(here / name, "symbolic link to a directory (not followed)")
@@ -88,7 +93,7 @@ def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
         subdirectories[:] = sorted(
             d
             for d in subdirectories
-            if not d.startswith(".") and d not in TOOL_DIRECTORIES and not (here / d).is_symlink()
+            if not hidden(d) and d not in TOOL_DIRECTORIES and not (here / d).is_symlink()
         )
         for name in sorted(files):
             path = here / name

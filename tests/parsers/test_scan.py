@@ -250,10 +250,15 @@ def test_the_files_of_one_jobs_tasks_or_nodes_are_one_run():
         "run-2024-01-01.out",  # a date, no job
         *("exp-2048-ctx.out", "exp-2048-seq.out"),  # a number before words: no job, each a run
         *("gpt2-1558-56789.out", "gpt2-1558-56790.out"),  # a name's number, then the job's: two jobs
+        # submitit's <job>_<task>_log (an array task's job id %A_%a)
+        *("4243_1_log.out", "4243_0_log.err", "4243_0_log.out", "4244_7_0_log.out", "4244_8_0_log.out"),
     ]
     root = Path("/logs")
     groups = group_runs([root / name for name in names])
     assert [(Path(g.key).name, job_id_from_name(Path(g.key)), [p.name for p in g.files]) for g in groups] == [
+        ("4243_0_log.out", "4243", ["4243_0_log.out", "4243_0_log.err", "4243_1_log.out"]),
+        ("4244_7_0_log.out", "4244_7", ["4244_7_0_log.out"]),
+        ("4244_8_0_log.out", "4244_8", ["4244_8_0_log.out"]),
         ("77003.gpu-a01.out", "77003", ["77003.gpu-a01.out", "77003.gpu-a02.out"]),
         ("88124-gpt3.out", "88124", ["88124-gpt3.out"]),
         (
@@ -320,3 +325,17 @@ def test_stdout_and_stderr_files_of_a_directory_are_one_run_and_torchruns_log_di
         for s in ("stdout", "stderr")
     ]
     assert [p.name for p in groups[0].files] == ["stdout.log", "stderr.log"]
+
+
+def test_submitits_hidden_job_folder_is_walked(tmp_path):
+    # Hydra's submitit launcher: <sweep>/.submitit/<job>/<job>_<task>_log.{out,err} and its pickles
+    folder = tmp_path / "multirun" / ".submitit" / "4242"
+    folder.mkdir(parents=True)
+    for name in ("4242_0_log.out", "4242_0_log.err", "4242_submitted.pkl"):
+        (folder / name).write_text("submitit INFO (2024-03-01 10:00:00,000) - Starting\n")
+    (tmp_path / "multirun" / ".git").mkdir()
+    (tmp_path / "multirun" / ".git" / "HEAD.out").write_text("ref: refs/heads/main\n")
+    skipped = []
+    found = find_logs([tmp_path / "multirun"], skipped=lambda path, why: skipped.append((path.name, why)))
+    assert [path.name for path in found] == ["4242_0_log.err", "4242_0_log.out"]
+    assert skipped == [(".git", "hidden directory"), ("4242_submitted.pkl", "not named like a log")]
