@@ -58,15 +58,28 @@ def test_prefixes_of_every_launcher_are_stripped():
         "2024-03-02T10:11:12.123456789Z iteration 3",
         "2024-03-02T10:11:12+01:00 iteration 3",
         "[2024-03-02 10:11:12] iteration 3",
+        # journald (journalctl -o short-iso), kubectl logs --prefix --timestamps, Ray's and SkyPilot's
+        # workers, docker compose logs
+        "2024-06-01T10:00:09+0000 gpu-node-07 python[4321]: iteration 3",
+        "2024-06-01T10:03:28+0000 gpu-node-07 kernel: iteration 3",
+        "[pod/gpt-master-0/pytorch] 2024-06-01T10:00:09.638393226Z iteration 3",
+        "(RayTrainWorker pid=12345, ip=10.0.0.12) iteration 3",
+        "(head, rank=0, pid=4012) 10.0.0.1: iteration 3",
+        "(task, pid=1234) iteration 3",
+        "trainer-1  | 2024-11-05T14:22:43.612317981Z iteration 3",
     )
-    assert got == [["iteration 3"], [" iteration 3"], *[["iteration 3"]] * 5, ["x"], *[["iteration 3"]] * 4]
+    assert got == [["iteration 3"], [" iteration 3"], *[["iteration 3"]] * 5, ["x"], *[["iteration 3"]] * 11]
 
 
 def test_ordinary_text_is_not_taken_for_a_prefix():
     texts = ("WARNING: could not find", "Error: x", "time (ms) | forward: 1", "Config: alpha=0.1")
     # DeepSpeed's logger's own time (with its milliseconds) and a list's index are no prefix
     texts += ("[2024-03-02 10:11:12,345] [INFO] [logging.py:96:log_dist] [Rank 0] step=10", "[13]: x")
+    # a table's first column is no compose service, a parenthesis without its pid= no worker
+    texts += ("epoch | loss", "(pid 12) x", "model_1 |x")
     assert records_of(*texts) == [[text] for text in texts]
+    # the words after a time are no journald host and process without the process's [pid]
+    assert records_of("2024-03-02T10:11:12Z Epoch 1: 100%") == [["Epoch 1: 100%"]]
 
 
 def test_glued_ranks_and_carriage_returns_split_a_line_into_records():
