@@ -30,6 +30,10 @@ NAME = "hf-trainer"
 
 #: accelerate launch's flag (``fp16``, ``bf16`` or ``no``), in its config file otherwise
 _MIXED_PRECISION = "--mixed_precision"
+#: accelerate launch's warning of the defaults it used (commands/launch.py): ``\t`--num_processes` was set to
+#: a value of `4``` (the local GPUs), ``\t`--num_machines` was set to a value of `1```
+_ACCELERATE_DEFAULT = re.compile(r"`--(num_processes|num_machines)` was set to a value of `(\d+)`")
+_ACCELERATE_MACHINES = "`--num_machines`"
 #: keys of the dicts the Trainer logs; other dicts (DeepSpeed's config values) are not ours.
 _TRAINER_KEYS = ("'loss'", "'learning_rate'", "'train_runtime'", "'train_samples_per_second'", "'epoch'")
 _RATES = ("it/s]", "s/it]")  # a tqdm update's rate
@@ -61,6 +65,7 @@ MARKERS = (
         "--nproc_per_node",
         "--nproc-per-node",
         "--num_processes",
+        _ACCELERATE_MACHINES,
         _MIXED_PRECISION,
         "--num_gpus",
         "world_size=",
@@ -268,7 +273,10 @@ def _plain(text: str, out: list) -> None:
         _overrides(text.split("Overriding config:", 1)[1], out)
     elif "--config_overrides" in text or "--per_device_train_batch_size" in text:
         _command_line(text, out)
-    if "--nproc" in text or "--num_processes" in text or "--num_gpus" in text or _MIXED_PRECISION in text:
+    if any(
+        flag in text
+        for flag in ("--nproc", "--num_processes", "--num_gpus", _MIXED_PRECISION, _ACCELERATE_MACHINES)
+    ):
         _launcher(text, out)
     elif ("orld_size" in text or "WORLD_SIZE=" in text) and (world := _WORLD_SIZE.search(text)):
         if (size := int(world[1] or world[2])) > 0:
@@ -321,9 +329,13 @@ def _switch_on(flags: dict[str, str], name: str) -> bool:
 def _launcher(text: str, out: list) -> None:
     """``--nproc_per_node 4 --nnodes 16`` (a torch launcher's default: one node; ``1:4``, ``gpu``: none);
     ``accelerate launch --num_processes 8 --num_machines 2`` (the processes of every machine; its
-    ``--mixed_precision bf16`` the run's precision); the
+    ``--mixed_precision bf16`` the run's precision), or its warning that it took the defaults (``\t`--num_processes`
+    was set to a value of `4```: a machine's GPUs); the
     ``deepspeed`` launcher's ``--num_gpus 8 --num_nodes 2`` (launcher/runner.py; each -1 by default: all
     of a node's, all the hostfile's)."""
+    if default := _ACCELERATE_DEFAULT.search(text):  # the world accelerate launched, as it warns
+        out.append(_fact("gpus" if default[1] == "num_processes" else "nodes", int(default[2])))
+        return
     flags = grammar.command_line_flags(text)
     if (precision := flags.get("mixed_precision", "")) in ("fp16", "bf16"):  # "no": the arguments say
         out.append(_fact("precision", precision))

@@ -564,6 +564,16 @@ def test_gpu_count_from_launchers_and_world_sizes():
         8,
     )
     assert gpus("+ accelerate launch --num_processes=8 --mixed_precision bf16 run_clm.py") == (8, 1, 8)
+    # accelerate launch without flags warns of the defaults it took (commands/launch.py): its world
+    defaults = [
+        "The following values were not passed to `accelerate launch` and had defaults used instead:",
+        "\t`--num_processes` was set to a value of `4`",
+        "\t\tMore than one GPU was found, enabling multi-GPU training.",
+        "\t`--num_machines` was set to a value of `1`",
+        "\t`--mixed_precision` was set to a value of `'no'`",
+    ]
+    facts = feed_lines(defaults).facts
+    assert (facts["gpus"], facts["nodes"], facts.get("precision")) == (4, 1, None)
     # accelerate's --mixed_precision is the run's precision (a TrainingArguments dump's, later, wins)
     for precision in ("bf16", "fp16"):
         line = f"+ accelerate launch --mixed_precision {precision} sft.py --per_device_train_batch_size 4"
