@@ -129,6 +129,10 @@ MPIRUN_ENDS = ("exited on signal", "exited with non-zero status", "terminated no
 #: Open MPI's runtime losing a node's daemon (help-errmgr-base.txt [node-died]: ORTE in Open MPI 4, PRRTE in
 #: 5): a node or its network failed, the cause of the ranks' end there
 LOST_DAEMON = "has lost communication with a remote daemon"
+#: pdsh's ssh module on a remote command's end (DeepSpeed's multi-node launcher runs it): ``pdsh@node0: node3:
+#: ssh exited with exit code 255``; 255 is ssh's own failure (the node or its network lost: a cause), any other
+#: code the remote command's (a report of what its lines say)
+PDSH_SSH_EXIT = "ssh exited with exit code"
 #: what the CUDA caching allocator's error says (``RuntimeError: CUDA out of memory.``, torch 2's
 #: ``torch.OutOfMemoryError``)
 CUDA_OOM = ("CUDA out of memory", "OutOfMemoryError")
@@ -257,8 +261,10 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             weight, kind = EFFECT, "peer"
     elif any(abort in text for abort in NATIVE_ABORTS):
         kind = "native abort"
-    elif LOST_DAEMON in text:
+    elif LOST_DAEMON in text or (PDSH_SSH_EXIT in text and text.rstrip().endswith(f"{PDSH_SSH_EXIT} 255")):
         label, kind = "node failure: ", "node failure"
+    elif PDSH_SSH_EXIT in text:
+        weight, kind = REPORT, "pdsh"
     elif "srun: error" in text or "NODE_FAIL" in text:
         # a node failure is a cause, so is an error of a step that could not start; a task's end (``task 3:
         # Exited with exit code 1``, ``task 3: Killed``) follows from what the task printed before
@@ -553,6 +559,7 @@ FAMILY = Family(
         "NCCL communicator was aborted",
         "Killed",
         "signal 9",
+        PDSH_SSH_EXIT,
         *CRASH_SIGNAL_DESCRIPTIONS.values(),  # bash's report of a crash
         *_KILLS,
         *PEER_RESETS,

@@ -136,6 +136,23 @@ def test_native_ends_are_causes_ahead_of_srun(lines, reason, line, consequence):
     assert [text for *_, text in run.consequences] == [consequence]
 
 
+def test_pdsh_losing_a_node_is_the_cause_and_a_remote_commands_exit_a_report():
+    # DeepSpeed's multi-node launcher over pdsh: ssh's own failure (255) lost worker-3; the other ranks'
+    # NCCL errors follow from it. Another code is the remote command's exit, which its lines explain.
+    lost = "pdsh@worker-0: worker-3: ssh exited with exit code 255"
+    peer = (
+        "worker-1: [rank14]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 14] NCCL watchdog thread terminated with "
+        "exception: NCCL error: remote process exited or there was a network error, NCCL version 2.20.5"
+    )
+    run = feed(peer, lost)
+    assert run.failure == ("failed", f"node failure: {lost}", 2)
+    exited = feed("torch.OutOfMemoryError: CUDA out of memory.", lost.replace("255", "1"))
+    assert exited.failure[1].startswith("CUDA out of memory: ")
+    assert [text for *_, text in exited.consequences] == [
+        "pdsh@worker-0: worker-3: ssh exited with exit code 1"
+    ]
+
+
 def test_traceback_reason_is_its_last_exception_line():
     run = feed(
         "Traceback (most recent call last):",
