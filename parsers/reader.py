@@ -130,6 +130,9 @@ def _job_stream(path: Path) -> tuple[tuple[str, str, str], tuple] | None:
         if rank := _torchrun_rank(path):  # <run>/attempt_<n>/<rank>/: the run's
             return (os.path.dirname(os.path.dirname(directory)), TORCHRUN, ""), (rank, order)
         return (directory, "stdio", stdio["extension"]), ((), order)
+    if nemo := _NEMO_EXP_LOG.fullmatch(_uncompressed_name(path)):  # the directory's: NeMo's exp_manager's
+        rank = nemo["rank"]
+        return (directory, NEMO_EXP, ""), ((0, int(rank)) if rank else (1, nemo[0]), 0)
     if suffix in STREAM_SUFFIXES:
         convention, order = STREAM_SUFFIXES[suffix]
         if part := _task_part(stem):
@@ -148,6 +151,13 @@ def _job_stream(path: Path) -> tuple[tuple[str, str, str], tuple] | None:
     )
 
 
+#: NeMo's exp_manager's files of a run (its log directory, ``<exp>/<name>/<time>/``): each rank's NeMo log
+#: (``nemo_log_globalrank-3_localrank-1.txt``), then Lightning's (``lightning_logs.txt``) and the warnings and
+#: errors (``nemo_error_log.txt``): one run, the ranks in order
+NEMO_EXP = "nemo exp_manager"
+_NEMO_EXP_LOG = re.compile(
+    r"nemo_log_globalrank-(?P<rank>\d+)_localrank-\d+\.txt|lightning_logs\.txt|nemo_error_log\.txt"
+)
 #: a process's output and error written to a directory of their own (``--output=logs/%j/stdout.log``,
 #: torchrun's ``--log-dir``): one run
 _STDIO = re.compile(r"(?P<stream>stdout|stderr)(?P<extension>\.log|\.txt)")

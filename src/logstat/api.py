@@ -68,7 +68,13 @@ def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None 
 
 #: what tools write beside the logs, named like logs but none of a run's own: directory or file name -> why
 TOOL_DIRECTORIES = {"wandb": "W&B's run files (a copy of the console output, W&B's own logs)"}
-TOOL_FILES = {"latest_checkpointed_iteration.txt": "Megatron's checkpoint tracker"}
+TOOL_FILES = {
+    "latest_checkpointed_iteration.txt": "Megatron's checkpoint tracker",
+    "cmd-args.log": "NeMo exp_manager's copy of the command line",
+    "git-info.log": "NeMo exp_manager's git state",
+    "merges.txt": "a BPE tokenizer's merges",
+    "vocab.txt": "a tokenizer's vocabulary",
+}
 #: hidden directories that hold job logs, walked like any other: submitit's folder (Hydra's submitit
 #: launcher makes ``<sweep>/.submitit/<job id>/<job id>_<task>_log.out``)
 LOG_DIRECTORIES = frozenset({".submitit"})

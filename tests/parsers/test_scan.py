@@ -339,3 +339,36 @@ def test_submitits_hidden_job_folder_is_walked(tmp_path):
     found = find_logs([tmp_path / "multirun"], skipped=lambda path, why: skipped.append((path.name, why)))
     assert [path.name for path in found] == ["4242_0_log.err", "4242_0_log.out"]
     assert skipped == [(".git", "hidden directory"), ("4242_submitted.pkl", "not named like a log")]
+
+
+def test_nemo_exp_managers_files_are_one_run_and_its_records_of_the_command_and_git_no_logs(tmp_path):
+    # nemo_experiments/<name>/<time>/: each rank's NeMo log, Lightning's, the errors; the command line and
+    # the git state it records; a tokenizer's files beside a model
+    run_dir = tmp_path / "nemo_experiments" / "megatron_gpt" / "2024-03-01_10-00-00"
+    run_dir.mkdir(parents=True)
+    names = [
+        "nemo_log_globalrank-10_localrank-2.txt",
+        "nemo_log_globalrank-0_localrank-0.txt",
+        "nemo_log_globalrank-2_localrank-0.txt",
+        "nemo_error_log.txt",
+        "lightning_logs.txt",
+        "cmd-args.log",
+        "git-info.log",
+        "merges.txt",
+    ]
+    for name in names:
+        (run_dir / name).write_text(
+            "[NeMo I 2024-03-01 10:00:00 exp_manager:394] Experiments will be logged\n"
+        )
+    skipped = []
+    found = find_logs([tmp_path], skipped=lambda path, why: skipped.append(path.name))
+    assert sorted(skipped) == ["cmd-args.log", "git-info.log", "merges.txt"]
+    assert [[path.name for path in group.files] for group in group_runs(found)] == [
+        [
+            "nemo_log_globalrank-0_localrank-0.txt",
+            "nemo_log_globalrank-2_localrank-0.txt",
+            "nemo_log_globalrank-10_localrank-2.txt",
+            "lightning_logs.txt",
+            "nemo_error_log.txt",
+        ]
+    ]
