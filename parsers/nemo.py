@@ -224,9 +224,9 @@ CONFIGURATION = Block(
 
 
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
-    """Lightning's planned end of training, world size and precision; NeMo's parallel groups."""
-    if PLANNED_END in text:
-        run.saw(NAME)
+    """Lightning's planned end of training, world size and precision (not NeMo's alone: they say nothing of
+    the family); NeMo's parallel groups and padded vocabulary."""
+    if PLANNED_END in text:  # any Lightning run's: no sign of NeMo
         run.complete(text.strip(), lineno)
     elif world := _WORLD.search(text):
         run.set_fact("gpus", int(world[1] or world[2]), NAME, lineno)

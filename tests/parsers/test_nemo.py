@@ -195,3 +195,19 @@ def test_a_configuration_key_counts_once_with_a_value_of_its_own_and_only_inside
     )
     assert facts["activation_checkpointing"] is True and "global_batch_size" not in facts
     assert feed_lines(nemo.FAMILY, [*lines[1:4], "    precision: 16-mixed"]).facts["precision"] == "fp16"
+
+
+def test_lightnings_own_lines_complete_a_run_but_name_no_nemo_run(tmp_path):
+    # a plain Lightning run: its device lines, its bar (no NeMo metric in the postfix), its planned end
+    log = tmp_path / "job-6601.out"
+    bar = "".join(
+        f"\rEpoch 3: {n * 10:3d}%|#         | {n}/10 [00:02<00:00, 4.95it/s, v_num=0, train_loss=2.31]"
+        for n in range(1, 11)
+    )
+    log.write_text(
+        "GPU available: True (cuda), used: True\nUsing bfloat16 Automatic Mixed Precision (AMP)\n"
+        f"{bar}\n`Trainer.fit` stopped: `max_epochs=4` reached.\n"
+    )
+    row = load_runs([log]).runs.row(0, named=True)
+    assert (row["family"], row["status"], row["iterations"]) == ("unknown", "ok", 0)
+    assert row["reason"] == "`Trainer.fit` stopped: `max_epochs=4` reached." and row["precision"] == "bf16"
