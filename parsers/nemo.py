@@ -150,7 +150,7 @@ def read_bar_updates(records: pl.LazyFrame) -> Events:
     counted = bar.struct["rate"].is_null()  # MegatronProgressBar: the counter is the global steps done
     exact = ~pl.col("step").str.contains("e", literal=True)
     parsed = records.select(
-        "run", "order", pl.col("text").str.extract(BAR, 1).alias("n"), counted.alias("counted"), **fields
+        "run", "order", bar.struct["n"].alias("n"), counted.alias("counted"), **fields
     ).with_columns(exact=exact)
     steps = parsed.select(
         "run",

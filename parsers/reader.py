@@ -180,8 +180,8 @@ def _torchrun_rank(path: Path) -> tuple[int, int] | None:
 
 def _task_part(stem: str) -> re.Match[str] | None:
     """A job's stream stem split before its task's or node's part (``job_stem``, ``job``, ``part``; submitit's
-    ``<job>_<task>_log``). A
-    number after the job's that is not smaller is the job's id after a name's number (``gpt2-1558-56789``)."""
+    ``<job>_<task>_log``). A number after the job's that is not smaller is the job's id after a name's
+    number (``gpt2-1558-56789``)."""
     match = _SUBMITIT_TASK.fullmatch(stem) or _JOB_THEN_PART.fullmatch(stem)
     task = match and match["part"][1:]
     if task and task.isdigit() and int(task) >= int(match["job"].partition("_")[0]):

@@ -2,8 +2,8 @@
 
 Many ranks write one file: launchers prefix each rank's line (``12: ``, ``[default3]:``, ``10.0.0.2: ``),
 ranks writing at once glue their records behind such tags, progress bars end theirs with a carriage
-return (or none: the next write is glued to the bar). A record is one rank's text, prefixes stripped, tagged per family with its record kind
-(``kinds.RecordKind``) or -1: a record for the family's Python code.
+return (or none: the next write is glued to the bar). A record is one rank's text, prefixes stripped,
+tagged per family with its record kind (``kinds.RecordKind``) or -1: a record for the family's Python code.
 """
 
 from __future__ import annotations

@@ -215,14 +215,14 @@ def gpu_model(text: str) -> str | None:
 
 
 def _start_attempt_after_earlier_cancel(text: str, run: RunBuilder) -> None:
-    """A cancel long after the run's last one: the job was requeued (``--requeue``, its output appended
-    to the same files) and this attempt ended otherwise; what the earlier attempt's failed ended with
-    it, so the run's last launch starts after that cancel."""
+    """A cancel long after the run's last one: the job was requeued (``--requeue``, its output appended to
+    the same files), so the failures up to the earlier cancel ended an earlier attempt; the run's last
+    launch starts after that cancel."""
     at = _cancel_time(text)
     if at is None:
         return
     earlier = run.state.get("slurm_cancel")
-    if earlier is not None and (at - earlier[0]).total_seconds() > REQUEUE_GAP_S:
+    if earlier is not None and _attempts_apart(earlier[0], at):
         run.launch_start = max(run.launch_start, earlier[1] + (1 << RECORD_SHIFT))  # from the next record
     run.state["slurm_cancel"] = (at, run.position)
 
@@ -335,9 +335,7 @@ def _preempted_before_the_last_launch(run: RunBuilder, events: list[tuple]) -> b
     frame = run.iteration_frame
     launches = 1 + (frame.get_column("launch").max() or 0) if frame is not None and frame.height else 1
     times = [when for event in preempted if (when := _cancel_time(event[2])) is not None]
-    attempts = 1 + sum(
-        (later - earlier).total_seconds() > REQUEUE_GAP_S for earlier, later in itertools.pairwise(times)
-    )
+    attempts = 1 + sum(_attempts_apart(earlier, later) for earlier, later in itertools.pairwise(times))
     if launches <= attempts:
         return False
     run.launch_start = preempted[-1][0] + (1 << RECORD_SHIFT)
@@ -347,6 +345,11 @@ def _preempted_before_the_last_launch(run: RunBuilder, events: list[tuple]) -> b
 def _cancel_time(text: str) -> datetime | None:
     when = _CANCEL_TIME.search(text)
     return None if when is None else datetime.fromisoformat(when[1])
+
+
+def _attempts_apart(earlier: datetime, later: datetime) -> bool:
+    """Whether two cancels end two attempts of a job (``REQUEUE_GAP_S``), not one (a job's and its step's)."""
+    return (later - earlier).total_seconds() > REQUEUE_GAP_S
 
 
 def _peers_died(events: list[tuple]) -> list[tuple]:

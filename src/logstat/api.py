@@ -43,9 +43,8 @@ def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None 
     ``*.stdout``, ``*.stderr``, PBS/SGE ``name.o123`` / ``name.e123``, a job id without an extension
     (``name.1234``), rotated logs (``train.log.1``), and ``.gz``, ``.xz``, ``.bz2`` of those). Every path
     the walk passes over (another name, a hidden file or directory but ``LOG_DIRECTORIES``, a symbolic
-    link to a directory, which
-    is not followed, a special file, a tool's files: ``TOOL_DIRECTORIES``, ``TOOL_FILES``) is handed to
-    ``skipped`` with the reason. A path that does not exist is an error naming it. A file named twice
+    link to a directory, which is not followed, a special file, a tool's files: ``TOOL_DIRECTORIES``,
+    ``TOOL_FILES``) is handed to ``skipped`` with the reason. A path that does not exist is an error naming it. A file named twice
     (relative and absolute, through ``..`` or a link) is one, as first named."""
     found: list[Path] = []
     for raw in paths:
@@ -80,6 +79,11 @@ TOOL_FILES = {
 LOG_DIRECTORIES = frozenset({".submitit"})
 
 
+def _hidden(directory: str) -> bool:
+    """A directory the walk passes over as hidden (a ``.git``), not one of ``LOG_DIRECTORIES``."""
+    return directory.startswith(".") and directory not in LOG_DIRECTORIES
+
+
 def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
     """The log files under ``root``; what is passed over goes to ``skipped``. A hidden directory (a
     ``.git``) or a tool's (``TOOL_DIRECTORIES``) is one report, not one per file in it."""
@@ -87,9 +91,8 @@ def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
 
     for directory, subdirectories, files in os.walk(root, onerror=lambda error: _unreadable(error, skipped)):
         here = Path(directory)
-        hidden = lambda name: name.startswith(".") and name not in LOG_DIRECTORIES  # noqa: E731
         for name in sorted(subdirectories):
-            if hidden(name):
+            if _hidden(name):
                 skipped(here / name, "hidden directory")
             elif (here / name).is_symlink():
                 skipped(here / name, "symbolic link to a directory (not followed)")
@@ -99,7 +102,7 @@ def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
         subdirectories[:] = sorted(
             d
             for d in subdirectories
-            if not hidden(d) and d not in TOOL_DIRECTORIES and not (here / d).is_symlink()
+            if not _hidden(d) and d not in TOOL_DIRECTORIES and not (here / d).is_symlink()
         )
         for name in sorted(files):
             path = here / name
