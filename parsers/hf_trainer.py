@@ -42,9 +42,10 @@ _METRICS_BANNER, _ARGS_MARKER = "***** train metrics *****", "TrainingArguments(
 #: sorted): transformers 4's ``_n_gpu``, 5's ``accelerator_config`` (``_n_gpu`` no longer a field). It opens
 #: the dump of any subclass (TRL's ``SFTConfig(``, ``DPOConfig(``...), whatever its name
 _FIRST_FIELDS = ("_n_gpu=", "accelerator_config=")
-#: ``Trainer.log_metrics`` of an evaluation (the example scripts' ``--do_eval``): the end of a run that
-#: trained nothing, or of one whose training ended before it
-_EVAL_BANNER = "***** eval metrics *****"
+#: ``Trainer.log_metrics`` of an evaluation or a prediction (the example scripts' ``--do_eval``,
+#: ``--do_predict``: ``***** {split} metrics *****``): the end of a run that trained nothing, or of one whose
+#: training ended before it
+_EVAL_BANNERS = tuple(f"***** {split} metrics *****" for split in ("eval", "predict", "test"))
 #: ``Trainer.train()``'s banner: after logged steps, a new launch (a requeued job appending to its log)
 _TRAIN_BANNER_LINE = "***** Running training *****"
 #: the banner's line of a run resumed from a checkpoint (transformers 4's, 5's): its dicts count from that step
@@ -53,7 +54,7 @@ MARKERS = (
     # not bare "{'": DeepSpeed's config printer writes twice as many other dicts (optimizer_params...)
     *(*_TRAINER_KEYS, _ARGS_MARKER, _METRICS_BANNER, "Config {", "Overriding config:", "--config_overrides"),
     *_FIRST_FIELDS,
-    _EVAL_BANNER,
+    *_EVAL_BANNERS,
     _TRAIN_BANNER_LINE,
     *("--per_device_train_batch_size", "Instantaneous batch size per device", "Total train batch size"),
     *("Gradient Accumulation steps", "Total optimization steps", "Number of trainable parameters"),
@@ -69,6 +70,7 @@ MARKERS = (
         _MIXED_PRECISION,
         "--num_gpus",
         "world_size=",
+        "distributed training: False",
         "WORLD_SIZE=",
         "global_world_sizes=",
     ),
@@ -105,6 +107,9 @@ _TRAIN_BANNER = re.compile(rf"({literals((*_BANNER_FACTS, *_BANNER_COUNTS))}) = 
 _TRAIN_OUTPUT = re.compile(r"TrainOutput\(global_step=(\d+),")
 _RESUMED_STEP = re.compile(r"(?:Continuing training from|checkpoint with epoch \d+ and) global step (\d+)\b")
 #: the world size (DeepSpeed's launcher, MPI, torch elastic, env); not LOCAL_WORLD_SIZE, a role's or DP's
+#: the example scripts' first warning (run_clm.py...): ``Process rank: 0, device: cuda:0, n_gpu: 2, distributed
+#: training: False, 16-bits training: True``; not distributed, the one process drives ``n_gpu`` GPUs
+_ONE_PROCESS = re.compile(r"n_gpu: (\d+), distributed training: False")
 _WORLD_SIZE = re.compile(r"(?<!\w)(?:(?:dist_)?world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)")
 _TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")  # --nnodes: 1
 _ARGS_INT_FACTS = {"per_device_train_batch_size": "micro_batch_size", "gradient_accumulation_steps": "gas"}
@@ -257,7 +262,7 @@ def _plain(text: str, out: list) -> None:
     """A record of the family that no block reads and that is no dump, bar or block opener."""
     if "{'" in text:
         _dicts(text, out)
-    if _EVAL_BANNER in text:
+    if any(banner in text for banner in _EVAL_BANNERS):
         out += [{"what": "evaluated"}, _SEEN]
     if _TRAIN_BANNER_LINE in text:  # no record of the family's alone: DeepSpeed-Chat prints it too
         # a training from step 0, unless a resume's line follows: its dicts count from its first
@@ -278,6 +283,8 @@ def _plain(text: str, out: list) -> None:
         for flag in ("--nproc", "--num_processes", "--num_gpus", _MIXED_PRECISION, _ACCELERATE_MACHINES)
     ):
         _launcher(text, out)
+    elif "distributed training: False" in text and (one := _ONE_PROCESS.search(text)) and int(one[1]) > 0:
+        out.append(_fact("gpus", int(one[1])))
     elif ("orld_size" in text or "WORLD_SIZE=" in text) and (world := _WORLD_SIZE.search(text)):
         if (size := int(world[1] or world[2])) > 0:
             out.append(_fact("gpus", size))
@@ -849,7 +856,7 @@ def _evaluations_in_training(effects: pl.DataFrame) -> pl.DataFrame:
 
 
 #: the completion an evaluation's metrics give a run that trained nothing
-EVALUATED = f"evaluation metrics logged ({_EVAL_BANNER}), no training step"
+EVALUATED = "evaluation or prediction metrics logged (***** eval metrics ***** or predict's, test's), no training step"
 
 
 def _evaluated(effects: pl.DataFrame) -> pl.DataFrame:

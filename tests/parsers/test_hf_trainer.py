@@ -564,6 +564,9 @@ def test_gpu_count_from_launchers_and_world_sizes():
         8,
     )
     assert gpus("+ accelerate launch --num_processes=8 --mixed_precision bf16 run_clm.py") == (8, 1, 8)
+    # the example scripts' warning of a process that is not distributed: it drives n_gpu GPUs
+    one = "11/13/2024 10:02:41 - WARNING - __main__ - Process rank: 0, device: cuda:0, n_gpu: 2, distributed training: False, 16-bits training: True"
+    assert gpus(one)[0] == 2 and gpus(one.replace("False", "True"))[0] is None
     # accelerate launch without flags warns of the defaults it took (commands/launch.py): its world
     defaults = [
         "The following values were not passed to `accelerate launch` and had defaults used instead:",
@@ -962,6 +965,10 @@ def _status(tmp_path, lines: list[str]) -> tuple:
 
 def test_an_evaluation_only_run_ends_with_its_metrics(tmp_path):
     assert _status(tmp_path, _EVALUATION) == ("ok", hf_trainer.EVALUATED, 4)
+    # --do_predict alone: Trainer.log_metrics("predict", ...), or a script's "test" split
+    for split in ("predict", "test"):
+        metrics = [line.replace("eval", split) for line in _EVALUATION]
+        assert _status(tmp_path, metrics) == ("ok", hf_trainer.EVALUATED, 4)
 
 
 def test_an_evaluation_before_training_is_no_end_of_the_training(tmp_path):
