@@ -86,6 +86,8 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
             .min()
             .fill_null(pl.col("iteration").min()),
             logged_steps=pl.len(),
+            nan_losses=pl.col("loss").is_nan().sum(),
+            first_nan_loss=pl.col("iteration").filter(pl.col("loss").is_nan()).min(),
             steady_steps=pl.col("elapsed_ms").filter(pl.col("steady")).count(),
             ramped=batch.drop_nulls().n_unique() > 1,
             lengthened=seq.drop_nulls().n_unique() > 1,
@@ -231,7 +233,7 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         _model_tflops=model_tflops,
     ).with_columns(
         mem_pred_ratio=pl.col("model_state_gb_pred") / pl.col("mem_logged_gb"),
-        warnings=_with_note(pl.col("warnings"), _tflops_disagreement(warmup)),
+        warnings=_with_note(_with_note(pl.col("warnings"), _tflops_disagreement(warmup)), _nan_losses()),
     )
     return (
         out.with_columns(
@@ -283,6 +285,16 @@ def _with_note(notes: pl.Expr, note: pl.Expr) -> pl.Expr:
     """``notes`` (a list, maybe null) with ``note`` appended when it is not null."""
     listed = notes.fill_null(pl.lit([], dtype=pl.List(pl.String)))
     return pl.when(note.is_null()).then(notes).otherwise(listed.list.concat(pl.concat_list(note)))
+
+
+def _nan_losses() -> pl.Expr:
+    """A note when the logged loss went nan (an fp16 overflow that never recovered, a bad batch): the run
+    may have ended ok, its numbers are those of a diverged training."""
+    first, count = pl.col("first_nan_loss"), pl.col("nan_losses")
+    note = pl.format(
+        "loss: nan from iteration {} ({} of {} logged steps)", first, count, pl.col("logged_steps")
+    )
+    return pl.when(first.is_not_null()).then(note)
 
 
 def _off_by(value: pl.Expr, reference: pl.Expr) -> pl.Expr:

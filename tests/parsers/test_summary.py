@@ -46,6 +46,15 @@ def test_median_after_warmup_and_the_warmup_option():
     assert row["sec_per_iter"] == 3.5
 
 
+def test_a_loss_gone_nan_is_a_warning_of_its_first_step_and_count():
+    nan = float("nan")
+    row = one(runs({"path": "a"}), iterations("a", loss=[2.5, 2.4, nan, 2.3, nan], elapsed_ms=[1000.0] * 5))
+    assert row["warnings"] == ["loss: nan from iteration 3 (2 of 5 logged steps)"]
+    assert (
+        one(runs({"path": "a"}), iterations("a", loss=[2.5, 2.4], elapsed_ms=[1.0, 1.0]))["warnings"] is None
+    )
+
+
 def test_a_batch_size_rampup_times_the_steps_at_the_last_batch_size():
     # Megatron's --rampup-batch-size: 32 -> 64 -> 128 samples a step, each step as fast per sample
     batches, times = [32, 32, 64, 64, 128, 128, 128], [500.0, 400.0, 800.0, 800.0, 1600.0, 1500.0, 1700.0]
