@@ -164,7 +164,10 @@ def read_bar_updates(records: pl.LazyFrame) -> Events:
     ).collect()
     by_counter = steps.filter(~pl.col("exact")).sort("order", maintain_order=True)
     by_counter = by_counter.unique(["run", "step"], keep="last", maintain_order=True)
-    steps = pl.concat([steps.filter("exact"), by_counter]).drop("run", "exact")
+    # a step's second draw repeats its first (a redraw after validation too): one event each
+    exact = steps.filter("exact").sort("run", "order", maintain_order=True)
+    redrawn = (pl.col("step") == pl.col("step").shift(1)) & (pl.col("run") == pl.col("run").shift(1))
+    steps = pl.concat([exact.filter(~redrawn.fill_null(False)), by_counter]).drop("run", "exact")
     return Events(steps=[steps.drop_nulls("step")], marks=[marks_of(records, NAME, SEEN)])
 
 
