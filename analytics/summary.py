@@ -233,7 +233,10 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         _model_tflops=model_tflops,
     ).with_columns(
         mem_pred_ratio=pl.col("model_state_gb_pred") / pl.col("mem_logged_gb"),
-        warnings=_with_note(_with_note(pl.col("warnings"), _tflops_disagreement(warmup)), _nan_losses()),
+        warnings=_with_note(
+            _with_note(_with_note(pl.col("warnings"), _tflops_disagreement(warmup)), _nan_losses()),
+            _job_twice(),
+        ),
     )
     return (
         out.with_columns(
@@ -285,6 +288,20 @@ def _with_note(notes: pl.Expr, note: pl.Expr) -> pl.Expr:
     """``notes`` (a list, maybe null) with ``note`` appended when it is not null."""
     listed = notes.fill_null(pl.lit([], dtype=pl.List(pl.String)))
     return pl.when(note.is_null()).then(notes).otherwise(listed.list.concat(pl.concat_list(note)))
+
+
+def _job_twice() -> pl.Expr:
+    """A note on each row of a job id that several rows have: one job's output read from two places (a
+    tee'd copy beside the job's .out, torchrun's ``--log-dir`` and the job's .out) counts its steps in each
+    (or two clusters' jobs share an id: the note says "if")."""
+    job, rows = pl.col("job_id"), pl.len().over("job_id")
+    note = pl.format(
+        "job {}: {} rows; if they are one job's output read from two places (a tee'd copy, torchrun's "
+        "--log-dir beside the job's .out), its steps are counted in each",
+        job,
+        rows,
+    )
+    return pl.when(job.is_not_null() & (rows > 1)).then(note)
 
 
 def _nan_losses() -> pl.Expr:

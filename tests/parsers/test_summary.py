@@ -55,6 +55,19 @@ def test_a_loss_gone_nan_is_a_warning_of_its_first_step_and_count():
     )
 
 
+def test_a_job_id_of_several_rows_is_a_warning_on_each():
+    rows = runs(
+        {"path": "a", "job_id": "6701"}, {"path": "b", "job_id": "6701"}, {"path": "c"}, {"path": "d"}
+    )
+    its = pl.concat([iterations(path, elapsed_ms=[1000.0, 1000.0]) for path in "abcd"])
+    warnings = summarize(rows, its).sort("path")["warnings"].to_list()
+    note = (
+        "job 6701: 2 rows; if they are one job's output read from two places (a tee'd copy, torchrun's "
+        "--log-dir beside the job's .out), its steps are counted in each"
+    )
+    assert warnings == [[note], [note], None, None]
+
+
 def test_a_batch_size_rampup_times_the_steps_at_the_last_batch_size():
     # Megatron's --rampup-batch-size: 32 -> 64 -> 128 samples a step, each step as fast per sample
     batches, times = [32, 32, 64, 64, 128, 128, 128], [500.0, 400.0, 800.0, 800.0, 1600.0, 1500.0, 1700.0]
