@@ -233,10 +233,7 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         _model_tflops=model_tflops,
     ).with_columns(
         mem_pred_ratio=pl.col("model_state_gb_pred") / pl.col("mem_logged_gb"),
-        warnings=_with_note(
-            _with_note(_with_note(pl.col("warnings"), _tflops_disagreement(warmup)), _nan_losses()),
-            _job_twice(),
-        ),
+        warnings=_with_notes(pl.col("warnings"), _tflops_disagreement(warmup), _nan_losses(), _job_twice()),
     )
     return (
         out.with_columns(
@@ -284,10 +281,12 @@ def _model_state_bytes() -> pl.Expr:
     return expr
 
 
-def _with_note(notes: pl.Expr, note: pl.Expr) -> pl.Expr:
-    """``notes`` (a list, maybe null) with ``note`` appended when it is not null."""
-    listed = notes.fill_null(pl.lit([], dtype=pl.List(pl.String)))
-    return pl.when(note.is_null()).then(notes).otherwise(listed.list.concat(pl.concat_list(note)))
+def _with_notes(notes: pl.Expr, *added: pl.Expr) -> pl.Expr:
+    """``notes`` (a list, maybe null) with each of ``added`` appended where it is not null."""
+    for note in added:
+        listed = notes.fill_null(pl.lit([], dtype=pl.List(pl.String)))
+        notes = pl.when(note.is_null()).then(notes).otherwise(listed.list.concat(pl.concat_list(note)))
+    return notes
 
 
 def _job_twice() -> pl.Expr:

@@ -30,6 +30,7 @@ NAME = "hf-trainer"
 
 #: accelerate launch's flag (``fp16``, ``bf16`` or ``no``), in its config file otherwise
 _MIXED_PRECISION = "--mixed_precision"
+_NOT_DISTRIBUTED = "distributed training: False"  # the example scripts' one process (_ONE_PROCESS)
 #: accelerate launch's warning of the defaults it used (commands/launch.py): ``\t`--num_processes` was set to
 #: a value of `4``` (the local GPUs), ``\t`--num_machines` was set to a value of `1```
 _ACCELERATE_DEFAULT = re.compile(r"`--(num_processes|num_machines)` was set to a value of `(\d+)`")
@@ -70,7 +71,7 @@ MARKERS = (
         _MIXED_PRECISION,
         "--num_gpus",
         "world_size=",
-        "distributed training: False",
+        _NOT_DISTRIBUTED,
         "WORLD_SIZE=",
         "global_world_sizes=",
     ),
@@ -106,10 +107,10 @@ _BANNER_COUNTS = {"Num Epochs": "num_train_epochs", "Num update steps per epoch"
 _TRAIN_BANNER = re.compile(rf"({literals((*_BANNER_FACTS, *_BANNER_COUNTS))}) = ([\d,]+)")
 _TRAIN_OUTPUT = re.compile(r"TrainOutput\(global_step=(\d+),")
 _RESUMED_STEP = re.compile(r"(?:Continuing training from|checkpoint with epoch \d+ and) global step (\d+)\b")
-#: the world size (DeepSpeed's launcher, MPI, torch elastic, env); not LOCAL_WORLD_SIZE, a role's or DP's
 #: the example scripts' first warning (run_clm.py...): ``Process rank: 0, device: cuda:0, n_gpu: 2, distributed
 #: training: False, 16-bits training: True``; not distributed, the one process drives ``n_gpu`` GPUs
-_ONE_PROCESS = re.compile(r"n_gpu: (\d+), distributed training: False")
+_ONE_PROCESS = re.compile(rf"n_gpu: (\d+), {_NOT_DISTRIBUTED}")
+#: the world size (DeepSpeed's launcher, MPI, torch elastic, env); not LOCAL_WORLD_SIZE, a role's or DP's
 _WORLD_SIZE = re.compile(r"(?<!\w)(?:(?:dist_)?world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)")
 _TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")  # --nnodes: 1
 _ARGS_INT_FACTS = {"per_device_train_batch_size": "micro_batch_size", "gradient_accumulation_steps": "gas"}
@@ -283,7 +284,7 @@ def _plain(text: str, out: list) -> None:
         for flag in ("--nproc", "--num_processes", "--num_gpus", _MIXED_PRECISION, _ACCELERATE_MACHINES)
     ):
         _launcher(text, out)
-    elif "distributed training: False" in text and (one := _ONE_PROCESS.search(text)) and int(one[1]) > 0:
+    elif _NOT_DISTRIBUTED in text and (one := _ONE_PROCESS.search(text)) and int(one[1]) > 0:
         out.append(_fact("gpus", int(one[1])))
     elif ("orld_size" in text or "WORLD_SIZE=" in text) and (world := _WORLD_SIZE.search(text)):
         if (size := int(world[1] or world[2])) > 0:
@@ -856,7 +857,9 @@ def _evaluations_in_training(effects: pl.DataFrame) -> pl.DataFrame:
 
 
 #: the completion an evaluation's metrics give a run that trained nothing
-EVALUATED = "evaluation or prediction metrics logged (***** eval metrics ***** or predict's, test's), no training step"
+EVALUATED = (
+    f"evaluation or prediction metrics logged ({_EVAL_BANNERS[0]} or predict's, test's), no training step"
+)
 
 
 def _evaluated(effects: pl.DataFrame) -> pl.DataFrame:

@@ -124,13 +124,13 @@ def _job_stream(path: Path) -> tuple[tuple[str, str, str], tuple] | None:
     tasks' or nodes' files in their order, each output first; the oldest rotated first, the current file
     last; torchrun's attempts and ranks in their order). ``directory``: absolute, however ``path`` is
     written."""
-    directory, (stem, suffix) = os.path.abspath(path.parent), _base(path)
-    if stdio := _STDIO.fullmatch(_uncompressed_name(path)):
+    directory, (stem, suffix), name = os.path.abspath(path.parent), _base(path), _uncompressed_name(path)
+    if stdio := _STDIO.fullmatch(name):
         order = 0 if stdio["stream"] == "stdout" else 1
         if rank := _torchrun_rank(path):  # <run>/attempt_<n>/<rank>/: the run's
             return (os.path.dirname(os.path.dirname(directory)), TORCHRUN, ""), (rank, order)
         return (directory, "stdio", stdio["extension"]), ((), order)
-    if nemo := _NEMO_EXP_LOG.fullmatch(_uncompressed_name(path)):  # the directory's: NeMo's exp_manager's
+    if nemo := _NEMO_EXP_LOG.fullmatch(name):  # the directory's: NeMo's exp_manager's
         rank = nemo["rank"]
         return (directory, NEMO_EXP, ""), ((0, int(rank)) if rank else (1, nemo[0]), 0)
     if suffix in STREAM_SUFFIXES:
@@ -139,8 +139,8 @@ def _job_stream(path: Path) -> tuple[tuple[str, str, str], tuple] | None:
             return (directory, convention, part["job_stem"]), (_natural(part["part"]), order)
         return (directory, convention, stem), ((), order)
     if suffix in SINGLE_SUFFIXES:
-        return (directory, ROTATED, _uncompressed_name(path)), ((), 0)
-    if rotated := _ROTATED.fullmatch(_uncompressed_name(path)):
+        return (directory, ROTATED, name), ((), 0)
+    if rotated := _ROTATED.fullmatch(name):
         return (directory, ROTATED, rotated["base"]), ((), -int(rotated["number"]))
     match = _scheduler_stream(path)
     if match is None:
