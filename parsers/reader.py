@@ -151,6 +151,30 @@ def _job_stream(path: Path) -> tuple[tuple[str, str, str], tuple] | None:
     )
 
 
+#: a job stream's other stream, by the part of its name that says which: ``.out`` <-> ``.err``, ``.stdout``
+#: <-> ``.stderr``, ``stdout.log`` <-> ``stderr.log``, PBS/SGE ``.o<job>`` <-> ``.e<job>``
+_OTHER_STREAM = {".out": ".err", ".err": ".out", ".stdout": ".stderr", ".stderr": ".stdout"}
+_OTHER_STDIO = {"stdout": "stderr", "stderr": "stdout"}
+_OTHER_SCHEDULER_STREAM = {"o": "e", "e": "o", "po": "pe", "pe": "po"}
+
+
+def stream_partners(path: Path) -> list[Path]:
+    """The files beside ``path`` holding its job's other stream (its error file for an output file, and the
+    other way round), compressed or not: what a run of the job named by one of its files also reads."""
+    name = _uncompressed_name(path)
+    stem, suffix = _base(path)
+    if stdio := _STDIO.fullmatch(name):
+        other = _OTHER_STDIO[stdio["stream"]] + stdio["extension"]
+    elif suffix in _OTHER_STREAM:
+        other = stem + _OTHER_STREAM[suffix]
+    elif scheduler := _scheduler_stream(path):
+        other = f"{scheduler['stem']}.{_OTHER_SCHEDULER_STREAM[scheduler['stream']]}{scheduler['job']}"
+    else:
+        return []
+    named = (path.with_name(other + compressed) for compressed in ("", *COMPRESSED_SUFFIXES))
+    return [partner for partner in named if partner.is_file()]
+
+
 #: NeMo's exp_manager's files of a run (its log directory, ``<exp>/<name>/<time>/``): each rank's NeMo log
 #: (``nemo_log_globalrank-3_localrank-1.txt``), then Lightning's (``lightning_logs.txt``) and the warnings and
 #: errors (``nemo_error_log.txt``): one run, the ranks in order

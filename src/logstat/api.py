@@ -45,14 +45,17 @@ def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None 
     the walk passes over (another name, a hidden file or directory but ``LOG_DIRECTORIES``, a symbolic
     link to a directory, which is not followed, a special file, a tool's files: ``TOOL_DIRECTORIES``,
     ``TOOL_FILES``) is handed to ``skipped`` with the reason. A path that does not exist is an error naming it. A file named twice
-    (relative and absolute, through ``..`` or a link) is one, as first named."""
+    (relative and absolute, through ``..`` or a link) is one, as first named. A job's file named alone brings
+    its other stream beside it (``job.err`` with ``job.out``): the job's failure is often only there."""
+    from logstat.parsers.reader import stream_partners
+
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             found.extend(sorted(_walk(path, skipped or _ignore)))
         elif path.is_file():
-            found.append(path)
+            found += [path, *stream_partners(path)]
         elif path.exists():
             raise LogstatError(f"{path}: not a regular file or directory")
         elif path.is_symlink():

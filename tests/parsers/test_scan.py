@@ -372,3 +372,42 @@ def test_nemo_exp_managers_files_are_one_run_and_its_records_of_the_command_and_
             "nemo_error_log.txt",
         ]
     ]
+
+
+@pytest.mark.parametrize(
+    ("named", "partner"),
+    [
+        ("oom-1001.out", "oom-1001.err"),
+        ("oom-1001.err", "oom-1001.out"),
+        ("gpt.4006.stdout", "gpt.4006.stderr"),
+        ("pretrain_gpt.e4003", "pretrain_gpt.o4003"),
+        ("logs/stdout.log", "logs/stderr.log"),
+        ("oom-1001.out.gz", "oom-1001.err"),
+    ],
+)
+def test_a_jobs_file_named_alone_is_read_with_its_other_stream_beside_it(tmp_path, named, partner):
+    for source in ("slurm/oom-1001.out", "slurm/oom-1001.err", "schedulers/gpt.4006.stdout"):
+        shutil.copy(FIXTURES / source, tmp_path)
+    for source in (
+        "schedulers/gpt.4006.stderr",
+        "schedulers/pretrain_gpt.e4003",
+        "schedulers/pretrain_gpt.o4003",
+    ):
+        shutil.copy(FIXTURES / source, tmp_path)
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs/stdout.log").write_text("step 1\n")
+    (tmp_path / "logs/stderr.log").write_text("error\n")
+    if named.endswith(".gz"):
+        compressed = gzip.compress((tmp_path / "oom-1001.out").read_bytes())
+        (tmp_path / "oom-1001.out").rename(tmp_path / named)
+        (tmp_path / named).write_bytes(compressed)
+    assert find_logs([tmp_path / named]) == [tmp_path / named, tmp_path / partner]
+
+
+def test_a_job_named_by_its_output_file_fails_as_its_error_file_says(capsys):
+    # the job's .out stops after iteration 2; why is only in its .err
+    code, out, _ = logstat(capsys, "parse", FIXTURES / "slurm/oom-1001.out", "--format", "json")
+    [row] = json.loads(out)
+    assert code == 0 and (row["status"], row["iterations"]) == ("failed", 2)
+    assert row["reason"].startswith("CUDA out of memory") and row["reason_path"].endswith("oom-1001.err")
+    assert [Path(path).name for path in row["paths"]] == ["oom-1001.out", "oom-1001.err"]

@@ -58,7 +58,7 @@ def parse(
     """Parse training logs (files or directories, plain or .gz/.xz/.bz2) into one row per run.
 
     A job's output and error files are one run (Slurm .out/.err, LSF .stdout/.stderr, PBS/SGE
-    name.o123/name.e123; name.1234 is a log too); --verbose lists the files of the directories that were not read. Family
+    name.o123/name.e123; one named alone brings the other beside it; name.1234 is a log too); --verbose lists the files of the directories that were not read. Family
     (Megatron, Megatron-DeepSpeed, NeMo 2.0, DeepSpeed, HF Trainer, minGPT) is detected per file. s/iter is the
     median of the logged steps after the first --warmup ones.
 
