@@ -124,7 +124,7 @@ def _peak_expr() -> pl.Expr:
 
 def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) -> pl.DataFrame:
     """``runs`` with the SUMMARY_SCHEMA columns added (replacing them if present)."""
-    stats = step_stats(iterations, warmup)
+    stats = step_stats(iterations, warmup).join(steps_read_twice(iterations), on="path", how="left")
     base = runs.select(list(RUNS_SCHEMA)).join(stats, on="path", how="left")
     gbs = _f("global_batch_size")
     from_elapsed = _f("steady_elapsed_ms") / 1000
@@ -233,7 +233,7 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         _model_tflops=model_tflops,
     ).with_columns(
         mem_pred_ratio=pl.col("model_state_gb_pred") / pl.col("mem_logged_gb"),
-        warnings=_with_notes(pl.col("warnings"), _tflops_disagreement(warmup), _nan_losses(), _job_twice()),
+        warnings=_with_notes(pl.col("warnings"), _tflops_disagreement(warmup), _nan_losses(), _read_twice()),
     )
     return (
         out.with_columns(
@@ -289,18 +289,77 @@ def _with_notes(notes: pl.Expr, *added: pl.Expr) -> pl.Expr:
     return notes
 
 
-def _job_twice() -> pl.Expr:
-    """A note on each row of a job id that several rows have: one job's output read from two places (a
-    tee'd copy beside the job's .out, torchrun's ``--log-dir`` and the job's .out) counts its steps in each
-    (or two clusters' jobs share an id: the note says "if")."""
+#: a run whose timed steps are in another run too, this many at least and this share of its own, is a
+#: copy of the other's output or holds one
+COPIED_STEPS, COPIED_SHARE = 3, 0.5
+#: the runs a step's copies are looked for among (by name): a step that a thousand files hold is not
+#: compared a million times
+COPY_CANDIDATES = 8
+
+
+def steps_read_twice(iterations: pl.DataFrame) -> pl.DataFrame:
+    """Per run (``path``) whose timed steps another run logged too, the same step with the same loss, learning
+    rate and time to the printed digit (a wall-clock time no other run repeats step after step): ``copied_steps``,
+    ``timed_steps`` and ``copied_from``, the run holding most of them. One job's output read from two places
+    (a ``tee -a`` copy of every job's output beside the jobs' .out, torchrun's ``--log-dir`` beside the
+    job's .out, a tool's copy of the console) counts its steps in each row."""
+    keys = ("iteration", "loss", "lr", "elapsed_ms", "samples_per_sec")
+    if iterations["path"].n_unique() < 2:  # one run: no other to hold its steps
+        schema = {
+            "path": pl.String,
+            "timed_steps": pl.UInt32,
+            "copied_steps": pl.UInt32,
+            "copied_from": pl.String,
+        }
+        return pl.DataFrame(schema=schema)
+    timed = (
+        iterations.lazy()
+        .filter(
+            pl.col("elapsed_ms").is_not_null() | pl.col("samples_per_sec").is_not_null(),
+            pl.col("loss").is_not_null() | pl.col("lr").is_not_null(),
+        )
+        .select("path", step=pl.struct(keys).hash())
+        .unique()
+    )
+    held_twice = timed.group_by("step").len().filter(pl.col("len") > 1)
+    copied = timed.join(held_twice, on="step", how="semi")
+    holders = copied.group_by("step").agg(other=pl.col("path").sort().head(COPY_CANDIDATES))
+    most_shared = (
+        copied.join(holders, on="step")
+        .explode("other")
+        .filter(pl.col("other") != pl.col("path"))
+        .group_by("path", "other")
+        .len()
+        .sort("path", "len", "other", descending=[False, True, False])
+        .group_by("path", maintain_order=True)
+        .agg(copied_from=pl.col("other").first())
+    )
+    counted = timed.group_by("path").agg(timed_steps=pl.len())
+    shared = copied.group_by("path").agg(copied_steps=pl.len())
+    return counted.join(shared, on="path").join(most_shared, on="path").collect()
+
+
+def _read_twice() -> pl.Expr:
+    """A note on a run whose steps another run holds too (``steps_read_twice``), else on each row of a job
+    id that several rows have (one job's output read from two places, or two clusters' jobs that share an
+    id: the note says "if")."""
+    copied, timed = pl.col("copied_steps"), pl.col("timed_steps")
+    copy = pl.format(
+        "{} of its {} timed steps are also in {} (same step, loss, learning rate and time): one run's output "
+        "read twice (a tee'd copy, torchrun's --log-dir beside the job's .out) counts its steps in each",
+        copied,
+        timed,
+        pl.col("copied_from"),
+    )
     job, rows = pl.col("job_id"), pl.len().over("job_id")
-    note = pl.format(
+    job_twice = pl.format(
         "job {}: {} rows; if they are one job's output read from two places (a tee'd copy, torchrun's "
         "--log-dir beside the job's .out), its steps are counted in each",
         job,
         rows,
     )
-    return pl.when(job.is_not_null() & (rows > 1)).then(note)
+    is_copy = (copied >= COPIED_STEPS) & (copied >= COPIED_SHARE * timed)
+    return pl.when(is_copy).then(copy).when(job.is_not_null() & (rows > 1)).then(job_twice)
 
 
 def _nan_losses() -> pl.Expr:

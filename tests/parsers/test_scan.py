@@ -4,6 +4,7 @@ walk passes over is named on stderr with --verbose (fixtures/schedulers/README.m
 import gzip
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -17,9 +18,23 @@ from tests.parsers.test_cli_parse import logstat
 SCHEDULERS = FIXTURES / "schedulers"
 
 
+#: the scheduler fixtures holding the same three steps of meg_gpt2_perf_n16.out (their README): each row
+#: says its steps are in the other
+COPIES = {"slurm-4001.out": "train.sh.o4005.2", "train.sh.o4005.2": "slurm-4001.out"}
+
+
+def _copy_warnings(err: str) -> dict[str, str]:
+    """The rows the CLI warned of a copy of another's steps, and the file named: {row's name: other's}."""
+    said = re.findall(
+        r"warning: \S*?([^/\s]+): 1 warning\(s\), first: 3 of its 3 timed steps are also in \S*?([^/\s]+) ",
+        err,
+    )
+    return dict(said)
+
+
 def test_every_schedulers_job_output_is_one_run_with_its_job_id(capsys):
     code, out, err = logstat(capsys, "parse", SCHEDULERS, "--format", "json")
-    assert code == 0 and err == ""
+    assert code == 0 and len(err.splitlines()) == 2 and _copy_warnings(err) == COPIES
     runs = {Path(row["path"]).name: row for row in json.loads(out)}
     assert {name: [Path(p).name for p in row["paths"]] for name, row in runs.items()} == {
         "gpt-4002.out": ["gpt-4002.out"],
@@ -125,7 +140,8 @@ def test_verbose_names_every_file_the_walk_passed_over(capsys, cluttered):
     code, out, err = logstat(capsys, "parse", cluttered, "--verbose", "--format", "json")
     assert code == 0
     assert len(json.loads(out)) == 6
-    assert err.splitlines() == [
+    assert _copy_warnings(err) == COPIES
+    assert [line for line in err.splitlines() if not line.startswith("warning: ")] == [
         f"skipped: {cluttered / '.git'}: hidden directory",
         f"skipped: {cluttered / 'shared'}: symbolic link to a directory (not followed)",
         f"skipped: {cluttered / 'wandb'}: W&B's run files (a copy of the console output, W&B's own logs)",
@@ -139,7 +155,8 @@ def test_verbose_names_every_file_the_walk_passed_over(capsys, cluttered):
 
 def test_without_verbose_the_walk_says_nothing_and_finds_the_same(capsys, cluttered):
     code, out, err = logstat(capsys, "parse", cluttered, "--format", "json")
-    assert code == 0 and err == "" and len(json.loads(out)) == 6
+    assert code == 0 and len(err.splitlines()) == 2 and _copy_warnings(err) == COPIES
+    assert len(json.loads(out)) == 6
 
 
 def test_find_logs_hands_each_skipped_path_and_reason_to_the_caller(cluttered):

@@ -631,3 +631,46 @@ def test_unknown_or_garbled_shape_facts_count_as_eq_3(facts):
     ours = _tflops_by_rule(H100_SHAPE)
     row = _with_logged([1.0, 1.0], shape={**H100_SHAPE, **facts})
     assert row["tflops_per_gpu_megatron"] == pytest.approx(ours["eq3_recompute"], rel=1e-12)
+
+
+def _megatron_step(step: int, ms: float, loss: float) -> str:
+    return (
+        f" iteration {step:8d}/     100 | consumed samples: {step * 64:12d} | elapsed time per iteration (ms): "
+        f"{ms:.1f} | learning rate: {step * 1e-5:.3E} | global batch size:    64 | lm loss: {loss:.6E} | "
+        "loss scale: 4096.0 | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+    )
+
+
+def test_steps_that_another_run_holds_too_are_a_warning_naming_it(tmp_path):
+    # BigScience's layout: each job's .out, and main_log.txt that every job tee -a's into; a rerun of job
+    # 101 (same losses, its own times) and a log sharing two of job 101's steps are no copies
+    first = [_megatron_step(step, 1000.0 + step, 8.0 - step / 10) for step in range(1, 6)]
+    second = [_megatron_step(step, 1100.0 + step, 8.0 - step / 10) for step in range(6, 11)]
+    rerun = [_megatron_step(step, 990.0 + step, 8.0 - step / 10) for step in range(1, 6)]
+    files = {
+        "job-101.out": first,
+        "job-102.out": second,
+        "main_log.txt": first + second,
+        "job-103.out": rerun,
+        "job-104.out": first[:2]
+        + [_megatron_step(step, 980.0 + step, 8.0 - step / 10) for step in range(3, 6)],
+    }
+    for name, lines in files.items():
+        (tmp_path / name).write_text("".join(lines))
+    rows = load_runs([tmp_path]).runs
+    warned = {Path(row["path"]).name: row["warnings"] for row in rows.iter_rows(named=True)}
+
+    def copy(steps: int, of: int, other: str) -> list[str]:
+        return [
+            f"{steps} of its {of} timed steps are also in {tmp_path / other} (same step, loss, learning rate "
+            "and time): one run's output read twice (a tee'd copy, torchrun's --log-dir beside the job's .out) "
+            "counts its steps in each"
+        ]
+
+    assert warned == {
+        "job-101.out": copy(5, 5, "main_log.txt"),
+        "job-102.out": copy(5, 5, "main_log.txt"),
+        "main_log.txt": copy(10, 10, "job-101.out"),  # as many of each job's: the first by name
+        "job-103.out": [],
+        "job-104.out": [],
+    }
