@@ -395,7 +395,10 @@ _SHARED = "moe_shared_expert_intermediate_size"
 _SHAPE_ARGS = ("num_query_groups", "num_key_value_heads", "swiglu", "num_experts", "moe_router_topk")
 _SHAPE_ARGS += ("moe_ffn_hidden_size", _SHARED)
 #: which layers recompute their forward: Megatron-LM's names, and its 2021-2022 ``activations_checkpoint_*``
-_RECOMPUTE_ARGS = ("recompute_method", "recompute_num_layers", "num_layers_per_virtual_pipeline_stage")
+_RECOMPUTE_ARGS = (
+    *("recompute_method", "recompute_num_layers", "num_layers_per_virtual_pipeline_stage"),
+    "virtual_pipeline_model_parallel_size",
+)
 _RECOMPUTE_ARGS += ("activations_checkpoint_method", "activations_checkpoint_num_layers")
 # only these are kept from a dump of hundreds of arguments: the others would be converted for nothing
 _KEPT_ARGS = tuple(sorted({*ARG_FACTS, *_FLAG_ARGS, *_SHAPE_ARGS, *_RECOMPUTE_ARGS}))
@@ -449,11 +452,14 @@ def _dump_facts() -> dict[str, tuple[pl.Expr, pl.Expr]]:
         pl.when(on).then(at(old)).when(full).then(at(new)).otherwise(named),
     )
     # the block method recomputes the first N layers of each model chunk (a pipeline stage's, or a virtual
-    # stage's), the uniform method all (Megatron-LM's TransformerBlock._checkpointed_forward)
+    # stage's), the uniform method all (Megatron-LM's TransformerBlock._checkpointed_forward); a virtual
+    # stage's layers are given, or only how many virtual stages a pipeline rank has (newer Megatron-LM's
+    # --num-virtual-stages-per-pipeline-rank leaves num_layers_per_virtual_pipeline_stage None)
     method = pl.coalesce(pl.col("recompute_method"), pl.col("activations_checkpoint_method"))
     per_chunk = pl.coalesce(positive("recompute_num_layers"), positive("activations_checkpoint_num_layers"))
     layers, stages = positive("num_layers"), pl.coalesce(positive("pipeline_model_parallel_size"), 1)
-    chunk = pl.coalesce(positive("num_layers_per_virtual_pipeline_stage"), layers / stages)
+    virtual_stages = pl.coalesce(positive("virtual_pipeline_model_parallel_size"), 1)
+    chunk = pl.coalesce(positive("num_layers_per_virtual_pipeline_stage"), layers / (stages * virtual_stages))
     recomputed = (pl.min_horizontal(per_chunk, chunk) * layers / chunk).round().cast(pl.Int64)
     partial = (on | full) & (method == "block") & (recomputed < layers)
     method_at = pl.coalesce(at("recompute_method"), at("activations_checkpoint_method"))

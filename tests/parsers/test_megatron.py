@@ -413,6 +413,18 @@ def test_moe_expert_widths_of_the_arguments_dump(arguments, expected):
             ),
             (True, 16),
         ),
+        # the same virtual stages given as their count (--num-virtual-stages-per-pipeline-rank 2: its
+        # num_layers_per_virtual_pipeline_stage None): 40 layers / (4 x 2) = chunks of 5, 2 of each of 8
+        (
+            dict(
+                recompute_granularity="full",
+                recompute_method="block",
+                recompute_num_layers=2,
+                num_layers_per_virtual_pipeline_stage=None,
+                virtual_pipeline_model_parallel_size=2,
+            ),
+            (True, 16),
+        ),
         # as many as a stage has, or the uniform method (chunks of N layers): all of them
         (dict(recompute_granularity="full", recompute_method="block", recompute_num_layers=10), (True, None)),
         (
