@@ -415,6 +415,26 @@ _NEOX_INFO = r"\.{2,}(?:updated|default)$"
 PYTHON_WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"
 
 
+def block_recomputed_layers(
+    *,
+    per_chunk: pl.Expr,
+    layers: pl.Expr,
+    stages: pl.Expr,
+    virtual_stages: pl.Expr,
+    virtual_stage_layers: pl.Expr,
+) -> pl.Expr:
+    """The layers full recomputation's block method recomputes, null when all of them: the first
+    ``per_chunk`` of each model chunk, a pipeline stage's or a virtual stage's (Megatron-LM's
+    TransformerBlock._checkpointed_forward; the uniform method recomputes all). A virtual stage's layers
+    are given, or only how many virtual stages a pipeline rank has (newer Megatron-LM's
+    --num-virtual-stages-per-pipeline-rank leaves num_layers_per_virtual_pipeline_stage None); no stages
+    given is one."""
+    stages, virtual_stages = stages.fill_null(1), virtual_stages.fill_null(1)
+    chunk = pl.coalesce(virtual_stage_layers, layers / (stages * virtual_stages))
+    recomputed = (pl.min_horizontal(per_chunk, chunk) * layers / chunk).round().cast(pl.Int64)
+    return pl.when(recomputed < layers).then(recomputed)
+
+
 def _dump_facts() -> dict[str, tuple[pl.Expr, pl.Expr]]:
     """Each fact of an arguments dump: its value (null: not stated) and the order of the argument it comes
     from, over a row per dump with a column per kept argument (its text) and ``@name`` (its order)."""
@@ -451,19 +471,18 @@ def _dump_facts() -> dict[str, tuple[pl.Expr, pl.Expr]]:
         pl.when(on | full).then(True).when(named.is_not_null()).then(False),
         pl.when(on).then(at(old)).when(full).then(at(new)).otherwise(named),
     )
-    # the block method recomputes the first N layers of each model chunk (a pipeline stage's, or a virtual
-    # stage's), the uniform method all (Megatron-LM's TransformerBlock._checkpointed_forward); a virtual
-    # stage's layers are given, or only how many virtual stages a pipeline rank has (newer Megatron-LM's
-    # --num-virtual-stages-per-pipeline-rank leaves num_layers_per_virtual_pipeline_stage None)
     method = pl.coalesce(pl.col("recompute_method"), pl.col("activations_checkpoint_method"))
-    per_chunk = pl.coalesce(positive("recompute_num_layers"), positive("activations_checkpoint_num_layers"))
-    layers, stages = positive("num_layers"), pl.coalesce(positive("pipeline_model_parallel_size"), 1)
-    virtual_stages = pl.coalesce(positive("virtual_pipeline_model_parallel_size"), 1)
-    chunk = pl.coalesce(positive("num_layers_per_virtual_pipeline_stage"), layers / (stages * virtual_stages))
-    recomputed = (pl.min_horizontal(per_chunk, chunk) * layers / chunk).round().cast(pl.Int64)
-    partial = (on | full) & (method == "block") & (recomputed < layers)
+    recomputed = block_recomputed_layers(
+        per_chunk=pl.coalesce(
+            positive("recompute_num_layers"), positive("activations_checkpoint_num_layers")
+        ),
+        layers=positive("num_layers"),
+        stages=positive("pipeline_model_parallel_size"),
+        virtual_stages=positive("virtual_pipeline_model_parallel_size"),
+        virtual_stage_layers=positive("num_layers_per_virtual_pipeline_stage"),
+    )
     method_at = pl.coalesce(at("recompute_method"), at("activations_checkpoint_method"))
-    facts["recomputed_layers"] = (pl.when(partial).then(recomputed), method_at)
+    facts["recomputed_layers"] = (pl.when((on | full) & (method == "block")).then(recomputed), method_at)
     # ``num_query_groups`` only with ``group_query_attention True`` (without it Megatron-LM prints its
     # unused default 1), or Megatron-DeepSpeed's ``num_key_value_heads`` below the heads (its validate_args
     # sets it to the heads without GQA); ``moe_topk`` and the experts' widths only when ``num_experts`` is a

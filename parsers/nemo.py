@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 
 import polars as pl
+from logstat.parsers import megatron
 from logstat.parsers.base import Family, RunBuilder
 from logstat.parsers.kinds import (
     BODY,
@@ -94,6 +95,11 @@ _CONFIG_COUNTS = {
     ),
 }
 _CONFIG_WORDS = ("precision", "activation", "activations_checkpoint_granularity")
+#: the keys of MoE routing and block recomputation, read together (Megatron-LM's meaning: NeMo passes them on)
+_CONFIG_SHAPE = (
+    *("num_moe_experts", "moe_router_topk", "activations_checkpoint_method"),
+    *("activations_checkpoint_num_layers", "virtual_pipeline_model_parallel_size"),
+)
 #: a YAML line ``  key: value`` (a scalar, not a list's ``- item``, a comment, nor a section's ``key:``)
 _CONFIG_LINE = rf"^{PYTHON_SPACE}*(?P<name>[a-z_]+): (?P<value>[^\s#]+){PYTHON_SPACE}*$"
 #: Lightning's trainer precision (``bf16``, ``bf16-mixed``, ``16``, ``16-mixed``, ``32``...)
@@ -179,7 +185,8 @@ def read_configuration(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) 
         .select("block", "order", line=pl.col("text").str.extract_groups(_CONFIG_LINE))
         .unnest("line")
         .filter(
-            pl.col("name").is_in([*_CONFIG_COUNTS, *_CONFIG_WORDS]), ~pl.col("value").str.starts_with("$")
+            pl.col("name").is_in([*_CONFIG_COUNTS, *_CONFIG_WORDS, *_CONFIG_SHAPE]),
+            ~pl.col("value").str.starts_with("$"),
         )
         .sort("block", "order")
         .unique(["block", "name"], keep="first", maintain_order=True)
@@ -208,8 +215,41 @@ def read_configuration(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) 
         .collect()
         for fact in ("precision", "swiglu", "activation_checkpointing")
     ]
+    facts += _shape_facts(lines)
     openers = blocks.filter(pl.col("role") == OPENER)
     return Events(facts=facts, marks=[marks_of(openers, NAME, SEEN)])
+
+
+def _shape_facts(lines: pl.LazyFrame) -> list[pl.DataFrame]:
+    """``moe_topk`` (the router's top k when ``num_moe_experts`` is a number: null is a dense model) and
+    ``recomputed_layers`` (full recomputation's block method: ``megatron.block_recomputed_layers``) of each
+    configuration, at its ``moe_router_topk`` and ``activations_checkpoint_num_layers`` lines."""
+    value = lambda name: pl.col("value").filter(pl.col("name") == name).first()  # noqa: E731
+    number = lambda name: value(name).cast(pl.Int64, strict=False)  # noqa: E731
+    positive = lambda name: pl.when(number(name) > 0).then(number(name))  # noqa: E731
+    at = lambda name: pl.col("order").filter(pl.col("name") == name).first()  # noqa: E731
+    recomputed = megatron.block_recomputed_layers(
+        per_chunk=positive("activations_checkpoint_num_layers"),
+        layers=positive("num_layers"),
+        stages=positive("pipeline_model_parallel_size"),
+        virtual_stages=positive("virtual_pipeline_model_parallel_size"),
+        virtual_stage_layers=pl.lit(None, pl.Int64),
+    )
+    block = (value("activations_checkpoint_granularity") == "full") & (
+        value("activations_checkpoint_method") == "block"
+    )
+    per_block = lines.group_by("block").agg(
+        moe_topk=pl.when(positive("num_moe_experts").is_not_null()).then(positive("moe_router_topk")),
+        moe_at=at("moe_router_topk"),
+        recomputed_layers=pl.when(block).then(recomputed),
+        recomputed_at=at("activations_checkpoint_num_layers"),
+    )
+    return [
+        per_block.select(order=f"{at}_at", fact=pl.lit(fact), value=fact, family=pl.lit(NAME))
+        .drop_nulls("value")
+        .collect()
+        for fact, at in (("moe_topk", "moe"), ("recomputed_layers", "recomputed"))
+    ]
 
 
 CONFIGURATION = Block(
@@ -217,12 +257,15 @@ CONFIGURATION = Block(
     name="configuration",
     opens=RecordTest(markers=(CONFIG_OPENER,)),
     body=RecordTest(pattern=_CONFIG_LINE),
-    markers=tuple(f"{key}: " for key in (*_CONFIG_COUNTS, *_CONFIG_WORDS)),
+    markers=tuple(f"{key}: " for key in (*_CONFIG_COUNTS, *_CONFIG_WORDS, *_CONFIG_SHAPE)),
     # the trainer's and the model's set-up print right after it; a configuration is a few hundred lines
     ends=RecordTest(markers=(" parallel group", "Padded vocab_size: ")),
     max_lines=1500,
     read=read_configuration,
-    facts=(*_CONFIG_COUNTS.values(), "gpus", "precision", "swiglu", "activation_checkpointing"),
+    facts=(
+        *_CONFIG_COUNTS.values(),
+        *("gpus", "precision", "swiglu", "activation_checkpointing", "moe_topk", "recomputed_layers"),
+    ),
 )
 
 

@@ -197,6 +197,62 @@ def test_a_configuration_key_counts_once_with_a_value_of_its_own_and_only_inside
     assert feed_lines(nemo.FAMILY, [*lines[1:4], "    precision: 16-mixed"]).facts["precision"] == "fp16"
 
 
+def _configuration(*model: str) -> list[str]:
+    return [
+        "[NeMo I 2024-05-02 10:00:00 megatron_gpt_pretraining:36] ",
+        "    ************** Experiment configuration ***********",
+        "[NeMo I 2024-05-02 10:00:00 megatron_gpt_pretraining:37] ",
+        "    model:",
+        "      num_layers: 32",
+        *model,
+        "[NeMo I 2024-05-02 10:00:05 megatron_init:255] Rank 0 has tensor model parallel group: [0]",
+    ]
+
+
+FULL = "      activations_checkpoint_granularity: full"
+BLOCK = (FULL, "      activations_checkpoint_method: block")
+
+
+@pytest.mark.parametrize(
+    ("model", "moe_topk", "recomputed_layers"),
+    [
+        # Mixtral's routing: 2 of 8 experts
+        (["      num_moe_experts: 8", "      moe_router_topk: 2"], 2, None),
+        # a dense model's unused router default
+        (["      num_moe_experts: null", "      moe_router_topk: 2"], None, None),
+        # the block method: the first 4 layers of each stage's (one stage: of 32)
+        ([*BLOCK, "      activations_checkpoint_num_layers: 4"], None, 4),
+        # 2 stages of 2 virtual stages: 4 chunks of 8 layers, 3 of each
+        (
+            [
+                "      pipeline_model_parallel_size: 2",
+                "      virtual_pipeline_model_parallel_size: 2",
+                *BLOCK,
+                "      activations_checkpoint_num_layers: 3",
+            ],
+            None,
+            12,
+        ),
+        # as many as a chunk has, or the uniform method: all of them
+        ([*BLOCK, "      activations_checkpoint_num_layers: 32"], None, None),
+        (
+            [
+                FULL,
+                "      activations_checkpoint_method: uniform",
+                "      activations_checkpoint_num_layers: 1",
+            ],
+            None,
+            None,
+        ),
+    ],
+)
+def test_nemo_1s_configuration_routes_to_experts_and_recomputes_blocks_as_megatron_does(
+    model, moe_topk, recomputed_layers
+):
+    facts = feed_lines(nemo.FAMILY, _configuration(*model)).facts
+    assert (facts.get("moe_topk"), facts.get("recomputed_layers")) == (moe_topk, recomputed_layers)
+
+
 def test_lightnings_own_lines_complete_a_run_but_name_no_nemo_run(tmp_path):
     # a plain Lightning run: its device lines, its bar (no NeMo metric in the postfix), its planned end
     log = tmp_path / "job-6601.out"
