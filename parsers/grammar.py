@@ -63,7 +63,8 @@ def positive_int(text: str) -> int | None:
 
 def command_line_flags(text: str) -> dict[str, str]:
     """``--name value`` / ``--name=value`` / bare ``--switch`` (value "") of a command line, by name
-    without the dashes; shell quoting is undone (plain splitting where the quotes do not close)."""
+    without the dashes; shell quoting is undone (plain splitting where the quotes do not close). A quoted
+    command (``srun bash -c 'torchrun --nnodes 16 ...'``) gives its own flags too, over the outer ones."""
     flags: dict[str, str] = {}
     words = _shell_words(text)
     for index, word in enumerate(words):
@@ -71,6 +72,9 @@ def command_line_flags(text: str) -> dict[str, str]:
             name, _, inline = word[2:].partition("=")
             following = words[index + 1] if index + 1 < len(words) else ""
             flags[name] = inline or ("" if following.startswith("--") else following)
+    for word in words:
+        if " --" in word and word != text:
+            flags.update(command_line_flags(word))
     return flags
 
 

@@ -156,6 +156,14 @@ def test_command_line_flags_of_an_echoed_launch():
         "fp16": "",
         "max_steps": "5",
     }
+    # A quoted command's flags (srun bash -c '...'), over the outer ones
+    line = "srun --jobid 42 --nodes 2 bash -c 'torchrun --nnodes 16 --nodes 3 train.py --fp16'"
+    assert grammar.command_line_flags(line) == {
+        "jobid": "42",
+        "nodes": "3",
+        "nnodes": "16",
+        "fp16": "",
+    }
     # An unclosed quote: split on spaces, quotes kept.
     assert grammar.command_line_flags("--name 'a b --gpus 8") == {"name": "'a", "gpus": "8"}
 

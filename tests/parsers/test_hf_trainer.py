@@ -557,6 +557,9 @@ def test_gpu_count_from_launchers_and_world_sizes():
         16,
         4,
     )
+    # BigScience's srun of a quoted command: the launcher's flags are the quoted command's
+    quoted = "+ srun --jobid 4242 bash -c 'python -u -m torch.distributed.launch --nproc_per_node 4 --nnodes 16 pretrain_gpt.py'"
+    assert gpus(quoted) == (64, 16, 4)
     # accelerate launch: --num_processes counts the processes of every machine
     assert gpus("+ accelerate launch --num_processes 16 --num_machines 2 --machine_rank 0 run_clm.py") == (
         16,
