@@ -349,7 +349,10 @@ def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
     anything = bool(run.iterations or run.facts.keys() - {"job_id"} or run.failure)
     if problems and not anything:
         return "unreadable", problems[0].problem, None, problems[0].path
-    completion = _unless_trained_after(run, run.completion) or _completion_from_facts(run)
+    # a file that could not be read whole (a corrupt gzip stream decompresses fragments of earlier text
+    # first) does not reach its planned steps by a step's total
+    inferred = None if problems else _completion_from_facts(run)
+    completion = _unless_trained_after(run, run.completion) or inferred
     if run.failure is not None:
         status, reason, line = run.failure
         if completion is None or completion[2] != run.failure_path or completion[1] <= line:
@@ -429,7 +432,7 @@ MAX_WARNINGS = 20
 
 def warnings_of(result: RunResult) -> list[str]:
     """What could not be read, for the ``warnings`` column: capped, with a count of the rest."""
-    notes = [f"{r.path}: {r.problem}" for r in result.reports if r.problem]
+    notes = [f"{r.path}: {note}" for r in result.reports for note in (r.problem, r.hole) if note]
     notes += result.run.state.get("parse_errors", [])
     if len(notes) > MAX_WARNINGS:
         notes = notes[:MAX_WARNINGS] + [f"... and {len(notes) - MAX_WARNINGS} more"]

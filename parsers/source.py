@@ -49,6 +49,8 @@ class SourceReport:
     problem: str | None = None
     """Why (part of) the file could not be read: binary content, a truncated gzip stream, ..."""
     compressed: bool = False
+    hole: str | None = None
+    """Where text was lost inside the file (NUL bytes in its place): read around, a warning."""
 
 
 @dataclass(frozen=True)
@@ -156,16 +158,25 @@ def _chunks(stream, report: SourceReport) -> Iterator[tuple[bytes, int]]:
 
 #: share of control characters and invalid UTF-8 above which a head holding NUL bytes is binary.
 BINARY_NOISE_SHARE = 0.1
+#: the characters a line of text has at least, for ``is_binary``: a binary's few newlines cut short lines
+CLEAN_LINE = 20
 _NOISE = re.compile("[\x01-\x08\x0e-\x1a\x1c-\x1f\x7f\ufffd]")
 
 
 def is_binary(head: bytes) -> bool:
     """A binary file (checkpoint, image, archive) holds NUL bytes among much other non-text; a text log
-    may hold a block of NULs too (a crashed node's writes lost on a shared file system), text around it."""
+    may hold a block of NULs too (a crashed node's writes lost on a shared file system), or of garbage,
+    text around it: most of its bytes are lines of text (``CLEAN_LINE`` characters and more, no noise)."""
     if b"\x00" not in head:
         return False
     text = head.replace(b"\x00", b"").decode("utf-8", errors="replace")
-    return not text.strip() or len(_NOISE.findall(text)) > BINARY_NOISE_SHARE * len(text)
+    if not text.strip():
+        return True
+    if len(_NOISE.findall(text)) <= BINARY_NOISE_SHARE * len(text):
+        return False
+    lines = text.split("\n")
+    clean = sum(len(line) for line in lines if len(line) >= CLEAN_LINE and not _NOISE.search(line))
+    return clean < len(text) / 2
 
 
 #: the bytes read to tell a file's format: a magic number, a zip's first entry's name
@@ -244,8 +255,14 @@ def batches(
             reports[run].append(report)
             lines = 0
             for data, end in _file_chunks(Path(path), report):
+                if lines == 0 and data.startswith(BOM):  # no text: the line after it starts the file
+                    data, end = data[len(BOM) :], end - len(BOM)
+                    if not end:
+                        continue
                 if data[end - 1] != 10:  # the file's last chunk, its last line cut: its value may be short
                     data, end = _without_cut_value(data, end)
+                if report.hole is None and (hole := data.find(b"\x00", 0, end)) >= 0:
+                    report.hole = _hole_note(data, hole, lines)
                 count = data.count(b"\n", 0, end) + (data[end - 1] != 10)  # a chunk is never empty
                 items.append(Piece(run=run, file=file, first_line=lines, data=data, end=end, lines=count))
                 lines += count
@@ -271,6 +288,31 @@ def _without_cut_value(data: bytes, end: int) -> tuple[bytes, int]:
     if cut is None:
         return data, end
     return data[: cut.start() + 1], cut.start() + 1
+
+
+#: a run of NUL bytes in a text log is a hole: a crashed node's writes lost on a shared file system, the
+#: file's size kept. The text before it was cut there (a number before it may be short: dropped, its
+#: delimiter kept, as at a cut file's end) and the text after it is another write: a record break (\r)
+_HOLE = "\x00+"
+_CUT_BY_HOLE = r"([=:\[(,/])[ \t]*[-+]?(?:[0-9]|\.[0-9])[0-9.eE+-]*\x00+"
+#: UTF-8's byte order mark, which some editors and Windows tools write at a file's start
+BOM = b"\xef\xbb\xbf"
+
+
+def _around_holes(text: pl.Series) -> pl.Series:
+    """``text`` with each run of NUL bytes a record break (\r), a number cut by it dropped."""
+    holed = text.str.contains("\x00", literal=True).arg_true()
+    broken = text.gather(holed).str.replace_all(_CUT_BY_HOLE, "${1}\r").str.replace_all(_HOLE, "\r")
+    return text.scatter(holed, broken)
+
+
+def _hole_note(data: bytes, hole: int, first_line: int) -> str:
+    """What a file's first hole (``data[hole]``, a NUL byte) is, with its line number."""
+    line = first_line + data.count(b"\n", 0, hole) + 1
+    return (
+        f"NUL bytes in place of text from line {line} (writes lost: a node crashed while writing?); "
+        "a line they cut keeps the text before them, a number cut by them dropped"
+    )
 
 
 def _plain(text: pl.Series) -> pl.Series:
@@ -308,6 +350,8 @@ def frame_batch(items: list[Piece | tuple[int, int]]) -> Batch:
         text = text.head(text.len() - 1)
     if b"\x1b" in data:  # colour codes: dropped before anything searches the lines
         text = _plain(text)
+    if b"\x00" in data:
+        text = _around_holes(text)
     lines = text.to_frame("text").with_row_index("row").cast(LINE_SCHEMA)
     return Batch(lines=lines, pieces=table, separator=separator or "\ue000", files=files, continues=continues)
 

@@ -248,11 +248,9 @@ def reading(request, monkeypatch):
 @pytest.mark.parametrize(
     "raw",
     [
-        b"\xef\xbb\xbfiteration 1\niteration 2\n",  # a byte-order mark: kept, as Python keeps it
         b"iteration \x1f 1\nx\niteration 2\x1f\x1f\n",  # the CSV reader's separator inside lines
         b"iteration 1\r\niteration 2\r\n",  # CRLF
         b"\n\n\niteration 4",  # blank lines, no newline at the end
-        b"iteration \x00\x00 1\n",  # NUL bytes inside a text line
         # a first line whose bytes start like a zlib stream: polars' reader sniffs them
         b"x^0000 iteration 1\n",
         b"x\x9citeration 1\niteration 2\n",
@@ -291,6 +289,53 @@ def test_a_value_ending_a_last_line_that_no_newline_ends_was_cut(tmp_path, readi
     # a line its newline ends is whole
     path.write_bytes(last + b"\n")
     assert read(path, ("step", "loss", "srun", "Sec="))[0] == [(1, last.decode())]
+
+
+@pytest.mark.parametrize(
+    ("raw", "records"),
+    [
+        # a hole between lines, and at a line's start: the line after it is whole
+        (b"step 1\n" + b"\x00" * 4096 + b"step 2\n", [(1, "step 1"), (2, "step 2")]),
+        # a hole cutting a line: the text before it, its number cut short dropped (a total: 1 of 1000)
+        (
+            b"step 3/      1" + b"\x00" * 8 + b"000 | time: 5\x00\x00\x00\n",
+            [(1, "step 3/"), (1, "000 | time:")],
+        ),
+        (b"step=4, lr=[0.00" + b"\x00" * 16 + b"step=5\n", [(1, "step=4, lr=["), (1, "step=5")]),
+        # no number before it: words stay
+        (b"step 6 done\x00\x00step 7\n", [(1, "step 6 done"), (1, "step 7")]),
+    ],
+)
+def test_a_hole_of_nul_bytes_breaks_the_record_it_cuts_and_is_said_once(tmp_path, reading, raw, records):
+    # a node that crashed while writing to a shared file system leaves NUL bytes in place of its writes
+    path = tmp_path / "holed.log"
+    path.write_bytes(b"before\n" + raw + b"after\x00\n")
+    got, report = read(path, ("step", "time"))
+    assert got == [(line + 1, text) for line, text in records]
+    assert report.hole == (
+        f"NUL bytes in place of text from line {3 if raw.startswith(b'step 1') else 2} (writes lost: a node "
+        "crashed while writing?); a line they cut keeps the text before them, a number cut by them dropped"
+    )
+    assert report.problem is None and report.lines == 2 + raw.count(b"\n")
+
+
+@pytest.mark.parametrize("after", [b"+ NNODES=2\n+ GPUS_PER_NODE=8\n", b"", b"\n"])
+def test_a_byte_order_mark_starting_a_file_is_no_text(tmp_path, reading, after):
+    # Windows editors write one; "+ NNODES=" is read at a record's start
+    path = tmp_path / "bom.log"
+    path.write_bytes(b"\xef\xbb\xbf" + after)
+    got, report = read(path, ("+ ",))
+    assert got == [(n, line) for n, line in enumerate(after.decode().splitlines(), 1) if line]
+    assert report.lines == after.count(b"\n")
+
+
+def test_a_block_of_garbage_in_a_small_text_log_leaves_it_a_log(tmp_path):
+    path = tmp_path / "garbled.log"
+    lines = [f" iteration {n} | elapsed time per iteration (ms): 100.0 |\n".encode() for n in (1, 2, 3)]
+    garbage = bytes(range(32)) * 2 + b"\n"  # NUL, control characters, newlines
+    path.write_bytes(b"".join(lines[:2]) + garbage + lines[2])
+    got, report = read(path, ("iteration",))
+    assert [line for line, _ in got] == [1, 2, 3 + garbage.count(b"\n")] and report.problem is None
 
 
 def test_an_empty_file_has_no_lines(tmp_path, reading):

@@ -514,3 +514,47 @@ def test_a_text_log_starting_like_a_compression_magic_is_text(tmp_path):
     log = tmp_path / "bzh-1.out"
     log.write_bytes(b"BZh91 is the name of our cluster\n" + real_log())
     assert elapsed_by_step(load_runs([log])) == ELAPSED_MS
+
+
+def _holed(log: bytes, before: bytes, after: bytes) -> bytes:
+    """``log`` with a hole of NUL bytes (a crashed node's lost writes) between ``before`` and ``after``."""
+    head, found, tail = log.partition(before + after)
+    assert found
+    return head + before + b"\x00" * 8192 + after + tail
+
+
+def test_a_hole_cutting_the_last_steps_total_leaves_the_planned_steps_and_the_step_unread(generated):
+    # iteration 3's total (1000) cut to "1" by the hole: no "reached the planned 1 iterations"
+    generated["real log with a hole of NUL bytes"] += 1
+    row, result = parse_bytes(_holed(real_log(), b" iteration        3/    1", b"000 |"))
+    assert (row["status"], row["train_iters"], row["iterations"]) == ("incomplete", 1000, 2)
+    assert row["reason"] == "log stops after iteration 2 of 1000, with no failure or end message"
+    assert elapsed_by_step(result) == {step: ELAPSED_MS[step] for step in (1, 2)}
+    assert row["warnings"] == [
+        f"{row['path']}: NUL bytes in place of text from line 242 (writes lost: a node crashed while writing?);"
+        " a line they cut keeps the text before them, a number cut by them dropped"
+    ]
+
+
+def test_a_time_limit_written_after_a_hole_is_quoted_without_it(generated):
+    generated["real log with a hole of NUL bytes"] += 1
+    cancel = b"slurmstepd: error: *** JOB 42 ON r7i4n1 CANCELLED AT 2021-05-26T10:00:03 DUE TO TIME LIMIT ***"
+    row, _ = parse_bytes(real_log() + b"\x00" * 4096 + cancel + b"\n")
+    assert (row["status"], row["reason"]) == ("failed", f"time limit: {cancel.decode()}")
+
+
+def test_a_gzip_stream_cut_after_the_planned_last_step_does_not_end_the_run_ok(generated):
+    # what came after the last step (a failed checkpoint save, the job's cancel) is lost with the cut;
+    # a corrupt stream's output can even repeat fragments of earlier text as plausible lines
+    generated["gzip cut after the planned last step"] += 1
+    steps = "".join(
+        f" iteration {step:8d}/       3 | elapsed time per iteration (ms): 100.0 | lm loss: 2.0E+00 |\n"
+        for step in (1, 2, 3)
+    )
+    tail = "".join(f"saving checkpoint shard {n}: {os.urandom(24).hex()}\n" for n in range(4000))
+    packed = gzip.compress((steps + tail).encode())
+    row, _ = parse_bytes(packed, name="job-42.out.gz")
+    assert (row["status"], row["reason"]) == ("ok", "reached the planned 3 iterations")
+    row, _ = parse_bytes(packed[: len(packed) * 3 // 4], name="job-42.out.gz")
+    assert (row["status"], row["iterations"]) == ("incomplete", 3)
+    assert re.fullmatch(r"gzip stream truncated or corrupt \(.*\); read up to line \d+", row["reason"])
