@@ -147,25 +147,25 @@ def test_positive_int_is_a_count_or_none():
         assert grammar.positive_int(not_a_count) is None
 
 
-def test_command_line_flags_of_an_echoed_launch():
-    # The shape of a `set -x` echo of run_clm.py (HF) and of minGPT's bench command.
-    line = "+ python run_clm.py --config_overrides 'n_embd=64,n_layer=2' --block_size=32 --fp16 --max_steps 5"
-    assert grammar.command_line_flags(line) == {
-        "config_overrides": "n_embd=64,n_layer=2",
-        "block_size": "32",
-        "fp16": "",
-        "max_steps": "5",
-    }
-    # A quoted command's flags (srun bash -c '...'), over the outer ones
-    line = "srun --jobid 42 --nodes 2 bash -c 'torchrun --nnodes 16 --nodes 3 train.py --fp16'"
-    assert grammar.command_line_flags(line) == {
-        "jobid": "42",
-        "nodes": "3",
-        "nnodes": "16",
-        "fp16": "",
-    }
-    # An unclosed quote: split on spaces, quotes kept.
-    assert grammar.command_line_flags("--name 'a b --gpus 8") == {"name": "'a", "gpus": "8"}
+@pytest.mark.parametrize(
+    ("line", "flags"),
+    [
+        # the shape of a `set -x` echo of run_clm.py (HF) and of minGPT's bench command
+        (
+            "+ python run_clm.py --config_overrides 'n_embd=64,n_layer=2' --block_size=32 --fp16 --max_steps 5",
+            dict(config_overrides="n_embd=64,n_layer=2", block_size="32", fp16="", max_steps="5"),
+        ),
+        # a quoted command's flags (srun bash -c '...'), over the outer ones
+        (
+            "srun --jobid 42 --nodes 2 bash -c 'torchrun --nnodes 16 --nodes 3 train.py --fp16'",
+            dict(jobid="42", nodes="3", nnodes="16", fp16=""),
+        ),
+        # an unclosed quote: split on spaces, quotes kept
+        ("--name 'a b --gpus 8", dict(name="'a", gpus="8")),
+    ],
+)
+def test_command_line_flags_of_an_echoed_launch(line, flags):
+    assert grammar.command_line_flags(line) == flags
 
 
 def _words_by_shlex(text: str) -> list[str]:
