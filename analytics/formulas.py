@@ -49,6 +49,7 @@ def megatron_flops_per_iteration(
     moe_topk: int = 1,
     moe_ffn_hidden: int | None = None,
     shared_ffn_hidden: int = 0,
+    moe_layers: int | None = None,
     recomputed_share: float = 1,
 ) -> float:
     """FLOPs of one iteration: Megatron-LM's ``num_floating_point_operations``, which generalizes
@@ -63,7 +64,8 @@ def megatron_flops_per_iteration(
     by the query projection width ``kv*a`` over ``h``; the MLP (``ffn`` wide, three matrices with SwiGLU
     instead of two; with MoE ``topk`` experts per token, each ``moe_ffn_hidden`` wide (Megatron-LM's
     ``--moe-ffn-hidden-size``, ``ffn`` unless given), plus the shared experts' ``shared_ffn_hidden``
-    (``--moe-shared-expert-intermediate-size``, core_r0.9 on); the logits (V/(2lh)). 12 = 2 FLOPs per
+    (``--moe-shared-expert-intermediate-size``, core_r0.9 on), in ``moe_layers`` of the layers (``None``:
+    all; ``--moe-layer-freq``, core_r0.10 on), the others dense ``ffn``; the logits (V/(2lh)). 12 = 2 FLOPs per
     multiply-add x 3 passes (forward, backward = 2x forward) x the 2 matrices of each term.
     Defaults are the GPT-2 shape of eq. 3: ``query_groups`` None (no grouped-query attention: g = a),
     ``kv_channels`` None (h/a), ``ffn_hidden`` None (4h), no SwiGLU, ``moe_topk`` 1 (no MoE); ``heads``
@@ -87,7 +89,9 @@ def megatron_flops_per_iteration(
     query_width = 1 if kv_channels is None else kv_channels * heads / h
     key_value_share = 1 if query_groups is None else query_groups / heads
     ffn = 4 * h if ffn_hidden is None else ffn_hidden
-    mlp = ((ffn if moe_ffn_hidden is None else moe_ffn_hidden) * moe_topk + shared_ffn_hidden) / h
+    moe_share = 1 if moe_layers is None else moe_layers / n_layers
+    experts = (ffn if moe_ffn_hidden is None else moe_ffn_hidden) * moe_topk + shared_ffn_hidden
+    mlp = ((1 - moe_share) * ffn + moe_share * experts) / h
     if swiglu:
         mlp = mlp * 3 / 2
     one_pass_of_layers = 4 * b * s * n_layers * h * h * ((1 + key_value_share + s / h) * query_width + mlp)

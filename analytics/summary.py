@@ -472,6 +472,7 @@ def _megatron_tflops(checkpointing: bool) -> pl.Expr:
                 _counted("moe_ffn_hidden_size"), _counted("ffn_hidden_size"), 4 * hidden
             ),
             shared_ffn_hidden=_counted("moe_shared_ffn_hidden_size").fill_null(0.0),
+            moe_layers=pl.coalesce(_counted("moe_layers"), _f("num_layers")),
         )
 
     return formulas.tflops_per_gpu(

@@ -393,7 +393,7 @@ _FLAG_ARGS += ("precision",)  # GPT-NeoX's: fp16, bfloat16 or fp32 (its fp16 and
 _PRECISIONS = {"fp16": "fp16", "bfloat16": "bf16", "bf16": "bf16", "fp32": "fp32"}
 _SHARED = "moe_shared_expert_intermediate_size"
 _SHAPE_ARGS = ("num_query_groups", "num_key_value_heads", "swiglu", "num_experts", "moe_router_topk")
-_SHAPE_ARGS += ("moe_ffn_hidden_size", _SHARED)
+_SHAPE_ARGS += ("moe_ffn_hidden_size", _SHARED, "moe_layer_freq")
 #: which layers recompute their forward: Megatron-LM's names, and its 2021-2022 ``activations_checkpoint_*``
 _RECOMPUTE_ARGS = (
     *("recompute_method", "recompute_num_layers", "num_layers_per_virtual_pipeline_stage"),
@@ -501,7 +501,22 @@ def _dump_facts() -> dict[str, tuple[pl.Expr, pl.Expr]]:
         (_SHARED, "moe_shared_ffn_hidden_size"),
     ):
         facts[fact] = (pl.when(moe).then(positive(name)), at(name))
+    facts["moe_layers"] = (
+        pl.when(moe).then(_moe_layers(pl.col("moe_layer_freq"), positive("num_layers"))),
+        at("moe_layer_freq"),
+    )
     return facts
+
+
+def _moe_layers(frequency: pl.Expr, layers: pl.Expr) -> pl.Expr:
+    """The MoE layers of ``--moe-layer-freq``, null when all are: an integer k makes every k-th layer one
+    from the first (``i % k == 0``), a list (``[0, 0, 1, 1]``, from ``"([0]*2+[1]*2)"``) marks each layer
+    (Megatron-LM's ``num_floating_point_operations`` and ``get_transformer_layer_spec`` count them so)."""
+    every = frequency.cast(pl.Int64, strict=False)
+    marked = frequency.str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64)).list.sum()
+    count = pl.when(every > 0).then((layers + every - 1) // every)
+    count = count.when(frequency.str.starts_with("[")).then(marked)
+    return pl.when(count < layers).then(count)
 
 
 _DUMP_FACTS = _dump_facts()

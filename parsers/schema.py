@@ -44,6 +44,7 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     "moe_topk": pl.Int64,  # experts a token is routed to; null without MoE
     "moe_ffn_hidden_size": pl.Int64,  # an expert's FFN width (Megatron's --moe-ffn-hidden-size); null: ffn's
     "moe_shared_ffn_hidden_size": pl.Int64,  # the shared experts' FFN width a token also passes; null: none
+    "moe_layers": pl.Int64,  # the layers whose MLP is MoE (Megatron's --moe-layer-freq); null: all, with MoE
     "zero_stage": pl.Int64,
     "offload_optimizer": pl.Boolean,
     "offload_param": pl.Boolean,

@@ -158,6 +158,22 @@ def test_megatron_lm_count_of_moe_routes_each_token_through_topk_mlps():
     assert moe - dense == pytest.approx(4 * 4096 * 32 * mlp_per_token_layer, rel=1e-12)
 
 
+def test_megatron_lm_count_of_moe_in_some_layers_is_a_dense_model_and_a_moe_model_of_their_layers():
+    # --moe-layer-freq: 3 of 8 layers MoE (top-2 of experts 1024 wide, a shared one 512), 5 dense (FFN 2816):
+    # each layer's count and the logits' once, so the parts' sum less one model's logits
+    shape = dict(global_batch=8, seq_len=1024, hidden=512, vocab=32000, checkpointing=False, heads=8)
+    shape = {k: Fraction(v) if type(v) is int else v for k, v in shape.items()}
+    width = dict(ffn_hidden=Fraction(2816), swiglu=True)
+    experts = dict(moe_topk=Fraction(2), moe_ffn_hidden=Fraction(1024), shared_ffn_hidden=Fraction(512))
+    mixed = f.megatron_flops_per_iteration(
+        **shape, **width, **experts, layers=Fraction(8), moe_layers=Fraction(3)
+    )
+    dense = f.megatron_flops_per_iteration(**shape, **width, layers=Fraction(5))
+    moe = f.megatron_flops_per_iteration(**shape, **width, **experts, layers=Fraction(3))
+    logits = 6 * 8 * 1024 * 512 * 32000
+    assert mixed == dense + moe - logits
+
+
 def test_megatron_lm_count_with_a_share_of_the_layers_recomputed():
     # 8 of 40 layers run their forward twice (Megatron-LM's block method): 3 passes of every layer, one more
     # of those 8, 3 of the logits (GPT-2 shape: a layer is 12 h^2 + 2 s h multiply-adds per token)

@@ -399,6 +399,22 @@ def test_moe_expert_widths_of_the_arguments_dump(arguments, expected):
 
 
 @pytest.mark.parametrize(
+    ("frequency", "layers", "moe_layers"),
+    [
+        (2, 32, 16),  # every other layer from the first: 0, 2, ..., 30
+        (3, 32, 11),  # 0, 3, ..., 30
+        ("[0, 0, 0, 1, 1, 1, 1, 1]", 8, 5),  # DeepSeek-V3's "([0]*3+[1]*58)" as the dump prints the list
+        (1, 32, None),  # every layer: MoE's default
+        ("[1, 1, 1, 1]", 4, None),
+    ],
+)
+def test_moe_layers_of_the_arguments_dumps_layer_frequency(frequency, layers, moe_layers):
+    run = _dump(num_experts=8, moe_router_topk=2, num_layers=layers, moe_layer_freq=frequency)
+    assert run.facts.get("moe_layers") == moe_layers
+    assert _dump(num_experts=None, num_layers=32, moe_layer_freq=2).facts.get("moe_layers") is None
+
+
+@pytest.mark.parametrize(
     ("arguments", "expected"),
     [
         # the first 2 of each stage's 10 layers (4 stages) recompute their forward
