@@ -30,6 +30,8 @@ A100_SXM4_BF16_DENSE = 312.0
 H100_SXM_BF16_DENSE = 989.0
 # Same datasheet, H100 PCIe
 H100_PCIE_BF16_DENSE = 756.0
+# Same datasheet, H100 NVL: 1,671 TFLOP/s with sparsity, per GPU
+H100_NVL_BF16_DENSE = 835.5
 
 _V100 = (
     "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf"
@@ -97,6 +99,13 @@ GPUS: dict[str, GpuModel] = {
             peak_tflops_fp16=H100_PCIE_BF16_DENSE,
             peak_tflops_bf16=H100_PCIE_BF16_DENSE,
             memory_gib=80,
+            source=_H100,
+        ),
+        GpuModel(
+            name="H100-NVL",
+            peak_tflops_fp16=H100_NVL_BF16_DENSE,
+            peak_tflops_bf16=H100_NVL_BF16_DENSE,
+            memory_gib=94,
             source=_H100,
         ),
     )

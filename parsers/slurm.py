@@ -201,8 +201,12 @@ def gpu_model(text: str) -> str | None:
     """Normalised GPU model (the names of logstat.analytics.gpus) named in ``text``, or None."""
     # every model is named with "100": a substring test first, as the patterns ignore case and re has no
     # literal to scan a line for
-    if "100" not in text:
-        return None
+    return named_gpu(text) if "100" in text else None
+
+
+def named_gpu(text: str) -> str | None:
+    """``gpu_model`` without its substring test: H100 NVL, PCIe or SXM (nvidia-smi's ``NVIDIA H100 80GB
+    HBM3``), A100 and V100 by form and memory."""
     if match := _A100.search(text):
         form = (match["form"] or match["form2"]).upper()
         return f"A100-{form}-{match['mem'] or match['mem2']}GB"
@@ -210,7 +214,10 @@ def gpu_model(text: str) -> str | None:
         form = match["form"].upper()
         return f"V100-{form}-{match['mem']}GB" if match["mem"] else f"V100-{form}"
     if match := _H100.search(text):
-        return "H100-PCIE" if "pcie" in (match["rest"] or "").lower() or "PCIe" in text else "H100-SXM"
+        rest = (match["rest"] or "").lower()
+        if rest.endswith("nvl"):
+            return "H100-NVL"
+        return "H100-PCIE" if "pcie" in rest or "PCIe" in text else "H100-SXM"
     return None
 
 

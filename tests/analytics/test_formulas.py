@@ -247,6 +247,7 @@ def test_gpu_peaks():
     assert peak_tflops("V100-SXM2-32GB", "bf16") is None  # Volta has no bf16 tensor cores
     assert peak_tflops("A100-SXM4-80GB", "bf16") == 312
     assert peak_tflops("H100-SXM", "bf16") == 989
+    assert peak_tflops("H100-NVL", "bf16") == 1671 / 2  # the datasheet's figure is with 2:4 sparsity
     assert peak_tflops("TPU-v4", "bf16") is None
     assert peak_tflops(None) is None
     assert peak_tflops("A100-SXM4-80GB", None) == 312  # unknown precision: the fp16 peak

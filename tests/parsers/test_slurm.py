@@ -27,6 +27,7 @@ def test_set_x_echoes_and_slurm_variables():
         ("|   0  NVIDIA A100 80GB PCIe          On  |", "A100-PCIE-80GB"),
         ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-2)", "H100-SXM"),
         ("|   0  NVIDIA H100 PCIe               On  |", "H100-PCIE"),
+        ("GPU 0: NVIDIA H100 NVL (UUID: GPU-3)", "H100-NVL"),
     ],
 )
 def test_gpu_model_is_normalised(line, model):

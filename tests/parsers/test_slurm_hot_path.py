@@ -2,7 +2,8 @@
 
 ``_KILLED`` is written so that every alternative opens on a literal (re then scans a line for those
 letters only), and the context patterns and ``gpu_model`` run behind substring tests: here each is
-compared with its definition on the fixtures' lines, edge cases and random text.
+compared with its definition (``gpu_model``: with ``named_gpu``, the search its test guards) on the
+fixtures' lines, edge cases and random text.
 """
 
 from __future__ import annotations
@@ -36,25 +37,9 @@ def _fixture_lines() -> list[str]:
 REAL = _fixture_lines()
 
 
-def _gpu_model_by_definition(text: str) -> str | None:
-    """``gpu_model`` without its substring test."""
-    match = slurm._A100.search(text)
-    if match:
-        form = (match["form"] or match["form2"]).upper()
-        return f"A100-{form}-{match['mem'] or match['mem2']}GB"
-    match = slurm._V100.search(text)
-    if match:
-        form = match["form"].upper()
-        return f"V100-{form}-{match['mem']}GB" if match["mem"] else f"V100-{form}"
-    match = slurm._H100.search(text)
-    if match:
-        return "H100-PCIE" if "pcie" in (match["rest"] or "").lower() or "PCIe" in text else "H100-SXM"
-    return None
-
-
 def _same(text: str) -> None:
     assert bool(slurm._KILLED.search(text)) == bool(KILLED_DEFINITION.search(text)), text
-    assert slurm.gpu_model(text) == _gpu_model_by_definition(text), text
+    assert slurm.gpu_model(text) == slurm.named_gpu(text), text  # the substring test drops no name
     if "SLURM_" not in text:
         assert slurm._ENV.search(text) is None, text
     if "MiB" not in text:
@@ -63,7 +48,7 @@ def _same(text: str) -> None:
 
 def test_shortcuts_equal_their_definitions_on_real_lines():
     assert sum(bool(KILLED_DEFINITION.search(record)) for record in REAL) >= 9  # the fixtures' failures
-    assert sum(_gpu_model_by_definition(record) is not None for record in REAL) >= 2
+    assert sum(slurm.named_gpu(record) is not None for record in REAL) >= 2
     for record in REAL:
         _same(record)
 
