@@ -475,7 +475,8 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     printed and ignored (its header within 2 lines of a harmless traceback's herald). A chained one's
     exception (its header within 3 lines of a chained exception's line) is ``chained``: it replaces the
     failure when that is the exception before it. Only the events that can change a run's failure are
-    kept: the first of each kind (a later one repeats it), each chained exception and the one before it."""
+    kept: the first and the last of each kind (a relaunch's repeats an earlier launch's, which settle makes
+    a consequence: the last is the last launch's), each chained exception and the one before it."""
     records, text, oom = blocks.collect(), pl.col("text"), pl.col("oom")
     header = text.str.contains(TRACEBACK_HEADER, literal=True)
     headers = records.filter(header).group_by("block").agg(header_line=pl.col("line").min())
@@ -504,9 +505,10 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
         )
         .sort("run", "order")
     )
-    first = pl.int_range(pl.len()).over("run", "kind") == 0
+    index = pl.int_range(pl.len()).over("run", "kind")
+    first_or_last = (index == 0) | (index == pl.len().over("run", "kind") - 1)
     next_chained = pl.when("exception").then("chained").shift(-1).backward_fill().over("run").fill_null(False)
-    kept = events.filter(first | (pl.col("exception") & (pl.col("chained") | next_chained)))
+    kept = events.filter(first_or_last | (pl.col("exception") & (pl.col("chained") | next_chained)))
     status = pl.when(pl.col("kind") == "interrupt").then(pl.lit("cancelled")).otherwise(pl.lit("failed"))
     return _failures(kept.lazy(), weight=pl.col("kind").replace_strict(_WEIGHTS), status=status)
 

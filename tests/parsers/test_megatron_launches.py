@@ -101,6 +101,29 @@ def test_a_relaunch_that_fails_fails_by_its_own_cause():
     assert [line.split(": ", 1)[0] for line in row["consequences"]] == ["requeued-7.out:5"]
 
 
+def test_a_relaunch_failing_as_every_launch_did_fails_by_its_own_exception(tmp_path):
+    # torchrun --max-restarts: each attempt (its own arguments dump) dies of a ValueError, then the agent's
+    # ChildFailedError; the run's reason is the last attempt's exception, not the launcher's
+    dump = [
+        "------------------------ arguments ------------------------",
+        "-------------------- end of arguments ---------------------",
+    ]
+    step = " iteration        {}/    1000 | consumed samples: 16 | elapsed time per iteration (ms): 1000.0 |"
+    frames = [
+        "Traceback (most recent call last):",
+        '  File "pretrain_gpt.py", line 10, in <module>',
+        "    main()",
+    ]
+    lines = []
+    for attempt in range(3):
+        lines += [*dump, step.format(attempt + 1), *frames, f"ValueError: bad shard {attempt}"]
+    lines += [*frames, "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "]
+    log = tmp_path / "restarts-9002.out"
+    log.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    row = load_runs([log]).runs.row(0, named=True)
+    assert (row["status"], row["reason"], row["reason_line"]) == ("failed", "ValueError: bad shard 2", 21)
+
+
 def test_a_requeued_jobs_appended_err_ends_as_its_last_cancel_says(tmp_path):
     """``--requeue --open-mode=append``: the steps of both attempts in the .out, read first; the .err holds
     the first attempt's preemption and, hours later, the second's time limit. The time limit is the run's
