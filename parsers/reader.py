@@ -355,13 +355,15 @@ def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
     completion = _unless_trained_after(run, run.completion) or inferred
     if run.failure is not None:
         status, reason, line = run.failure
-        if completion is None or completion[2] != run.failure_path or completion[1] <= line:
+        recovered = _before_a_relaunch_that_completed(run, completion)
+        if not recovered and (
+            completion is None or completion[2] != run.failure_path or completion[1] <= line
+        ):
             return status, reason, line, run.failure_path
-        after = f"{completion[0]} (after an earlier failure at line {line}: {reason})"
-        return "ok", after, completion[1], completion[2]
+        return "ok", _after_failure(completion, line, run.failure_path, reason), completion[1], completion[2]
     if completion is not None and run.earlier_failure is not None:  # a relaunch ended what one failed
-        _, reason, line, _ = run.earlier_failure
-        return "ok", f"{completion[0]} (after an earlier failure at line {line}: {reason})", *completion[1:3]
+        _, reason, line, path = run.earlier_failure
+        return "ok", _after_failure(completion, line, path, reason), *completion[1:3]
     if completion is not None:
         return "ok", completion[0], completion[1], completion[2]
     if run.clean_exit is not None:
@@ -379,6 +381,27 @@ def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
         stops = f"log stops after iteration {run.last_iteration}{of}, with no failure or end message"
         return "incomplete", stops, row.get("line"), row.get("source_path") or str(result.files.files[0])
     return "incomplete", "log stops before any training step, with no failure or end message", None, None
+
+
+def _after_failure(completion: tuple, line: int, path: str | None, reason: str) -> str:
+    """A completion's evidence, and the earlier failure's (its file named when it is another)."""
+    where = f"line {line}" if path in (None, completion[2]) else f"{Path(path).name}:{line}"
+    return f"{completion[0]} (after an earlier failure at {where}: {reason})"
+
+
+def _before_a_relaunch_that_completed(run: RunBuilder, completion: tuple | None) -> bool:
+    """Whether the run's failure, in a file read after its completion's (a job's .err: no line there says
+    when), ended an earlier launch: the training launched again in the completion's file and its last
+    launch completed (torchrun --max-restarts: each failed attempt's traceback in the .err, the attempt
+    that finished in the .out)."""
+    if completion is None or run.failure_path == completion[2] or run.iteration_frame is None:
+        return False
+    launches = run.iteration_frame.get_column("launch").max() or 0
+    return (
+        launches > 0
+        and completion[3] > run.launch_start
+        and run.files.index(completion[2]) < run.files.index(run.failure_path)
+    )
 
 
 def _unless_trained_after(run: RunBuilder, completion: tuple | None) -> tuple | None:

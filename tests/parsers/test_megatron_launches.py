@@ -6,6 +6,7 @@ import tempfile
 from pathlib import Path
 
 import polars as pl
+import pytest
 from logstat.parsers import megatron
 from logstat.parsers.base import RunBuilder
 from logstat.parsers.kinds import Events
@@ -124,6 +125,39 @@ def test_a_relaunch_failing_as_every_launch_did_fails_by_its_own_exception(tmp_p
     assert (row["status"], row["reason"], row["reason_line"]) == ("failed", "ValueError: bad shard 2", 21)
 
 
+@pytest.mark.parametrize("relaunched", [True, False])
+def test_a_failure_in_the_err_ended_an_earlier_launch_when_the_out_relaunched_and_completed(
+    tmp_path, relaunched
+):
+    # torchrun --max-restarts with Slurm's .err apart: the failed attempt's traceback is in the .err, the
+    # attempt that finished in the .out. Without a relaunch the failure came after the completion
+    dump = [
+        "------------------------ arguments ------------------------",
+        "-------------------- end of arguments ---------------------",
+    ]
+    step = " iteration        {}/       3 | consumed samples: 16 | elapsed time per iteration (ms): 1000.0 |"
+    out = [*dump, step.format(1), *(dump if relaunched else []), step.format(2), step.format(3)]
+    out.append("[after training is done] datetime: 2026-11-26 08:07:23 ")
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB."
+    err = [
+        "Traceback (most recent call last):",
+        '  File "pretrain_gpt.py", line 10, in <module>',
+        "    main()",
+        oom,
+    ]
+    (tmp_path / "restart-9001.out").write_text("".join(f"{line}\n" for line in out))
+    (tmp_path / "restart-9001.err").write_text("".join(f"{line}\n" for line in err))
+    row = load_runs([tmp_path]).runs.row(0, named=True)
+    if relaunched:
+        assert (row["status"], row["reason_path"]) == ("ok", str(tmp_path / "restart-9001.out"))
+        assert row["reason"] == (
+            "[after training is done] datetime: 2026-11-26 08:07:23 (after an earlier failure at "
+            f"restart-9001.err:4: CUDA out of memory: {oom})"
+        )
+    else:
+        assert (row["status"], row["reason"]) == ("failed", f"CUDA out of memory: {oom}")
+
+
 def test_a_requeued_jobs_appended_err_ends_as_its_last_cancel_says(tmp_path):
     """``--requeue --open-mode=append``: the steps of both attempts in the .out, read first; the .err holds
     the first attempt's preemption and, hours later, the second's time limit. The time limit is the run's
@@ -170,7 +204,7 @@ def test_a_preempted_job_that_ran_again_ends_as_its_last_launch_did(tmp_path):
     first = cancel.format(77003, "2024-03-01T10:00:00")
     assert (ran_again["status"], ran_again["reason"]) == (
         "ok",
-        f"{done} (after an earlier failure at line 1: preempted: {first})",
+        f"{done} (after an earlier failure at gpt-77003.err:1: preempted: {first})",
     )
     assert ran_again["consequences"] == [f"gpt-77003.err:1: preempted: {first}"]
     assert (preempted_again["status"], preempted_again["reason_line"]) == ("cancelled", 2)
