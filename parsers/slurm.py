@@ -14,8 +14,9 @@ Failures are events, each either a root cause or one of its consequences (weight
   failure before it or a ``KeyboardInterrupt`` (cancelled), srun's node failure or other errors,
   slurmstepd's ``execve()`` of a task's program that failed, argparse's ``<prog>: error:``;
 - consequences: a kill (``Killed``, signal 9, SIGKILL) or a crash (SIGSEGV, SIGABRT, ..., bash's ``Bus
-  error``), a peer's connection reset or aborted NCCL communicator, a signal's exception; then reports that a worker failed
-  (a launcher's exit code, ChildFailedError, CalledProcessError, ``DUE TO TASK FAILURE``, mpirun's
+  error``), a signal's exception; then reports that a process failed: a peer's connection reset or
+  aborted NCCL communicator (another failed first: a worker killed by the OOM killer is the launcher's
+  ``exits with return code = -9``), a launcher's exit code, ChildFailedError, CalledProcessError, ``DUE TO TASK FAILURE``, mpirun's
   summary, ``srun: error: ...: task 3: Exited with exit code 1``); last the launcher killing its other
   workers.
 
@@ -265,7 +266,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         # the first rank's watchdog is the cause; a communicator aborted because a peer failed is not
         label, kind = ("", "cuda error") if "CUDA error" in text else ("NCCL timeout/error: ", "nccl")
         if any(failure in text for failure in PEER_FAILURES):
-            weight, kind = EFFECT, "peer"
+            weight, kind = REPORT, "peer"
     elif any(abort in text for abort in NATIVE_ABORTS):
         kind = "native abort"
     elif LOST_DAEMON in text or (PDSH_SSH_EXIT in text and text.rstrip().endswith(f"{PDSH_SSH_EXIT} 255")):
@@ -299,7 +300,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         oom_kill = "oom-kill" in text or "oom_kill" in text
         label, weight, kind = "killed: ", CAUSE if oom_kill else EFFECT, "oom-kill" if oom_kill else "killed"
     elif "by peer" in text:  # c10d/gloo socket errors of a rank whose peer died
-        weight, kind = EFFECT, "peer"
+        weight, kind = REPORT, "peer"
     elif any(marker in text for marker in TRACEBACK_OPENERS):
         return  # a traceback's line that no block took (a herald right after another): it says nothing more
     elif ": error: " not in text:
@@ -464,7 +465,7 @@ _WEIGHTS = {
     "cuda oom": CAUSE,
     "launcher": REPORT,
     "signal": EFFECT,
-    "peer": EFFECT,
+    "peer": REPORT,
     "interrupt": CAUSE,
     "exception": CAUSE,
 }

@@ -325,6 +325,20 @@ def test_a_connection_reset_before_the_cause_does_not_become_the_reason():
     assert run.consequence_lines()[0].startswith("lines.log:1: [E socket.cpp:957]")
 
 
+def test_a_worker_the_launcher_saw_killed_is_the_reason_not_its_peers_reset():
+    # DeepSpeed's launcher (launch.py): a worker that ended with a negative code was killed by that signal
+    # (the OOM killer's SIGKILL) before the launcher killed the others; rank 0 then lost its peer
+    exit_9 = "['/usr/bin/python', '-u', 'train.py', '--local_rank=1'] exits with return code = -9"
+    run = feed(
+        *TRACEBACK,
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:14492: Connection reset by peer",
+        "[2026-11-26 20:06:50,717] [INFO] [launch.py:253:sigkill_handler] Killing subprocess 15695",
+        f"[2026-11-26 20:06:50,783] [ERROR] [launch.py:259:sigkill_handler] {exit_9}",
+    )
+    assert reason(run) == ("failed", 6) and run.failure[1].endswith(exit_9)
+    assert [c.split(":")[1] for c in run.consequence_lines()] == ["4", "5"]
+
+
 def test_interleaved_tracebacks_longer_than_the_window_keep_their_exception():
     """384 ranks' tracebacks interleaved: the first exception line comes thousands of lines after the
     first header, every line between them a frame of some rank."""

@@ -60,7 +60,7 @@ def test_the_384_ranks_tracebacks_never_reach_python():
         ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", REPORT, "launcher"),
         ("subprocess.CalledProcessError: Command '['python']' returned non-zero exit status 1.", REPORT, "launcher"),
         ("torch.distributed.elastic.multiprocessing.api.SignalException: Process 1 got signal: 15", EFFECT, "signal"),
-        ("RuntimeError: [pair.cc:534] Connection reset by peer [10.0.0.2]:1234", EFFECT, "peer"),
+        ("RuntimeError: [pair.cc:534] Connection reset by peer [10.0.0.2]:1234", REPORT, "peer"),
     ],
 )  # fmt: skip
 def test_an_exception_line_ends_a_traceback_weighed_by_what_it_says(line, weight, kind):
