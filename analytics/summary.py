@@ -57,9 +57,9 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
     ``--rampup-batch-size``), over those at the run's last batch size, and under a sequence-length
     curriculum (Megatron-DeepSpeed's) at its last length (``last_seq_len``). The memory peak is the last launch's
     that logged one; ``evaluation_s`` the time of the last launch's evaluations."""
-    batch, launch, seq = pl.col("global_batch_size"), pl.col("launch"), pl.col("seq_len")
-    at_last_batch = batch.is_null() | (batch == batch.drop_nulls().last().over("path"))
-    at_last_length = seq.is_null() | (seq == seq.drop_nulls().last().over("path"))
+    batch, launch, seq = pl.col("global_batch_size"), pl.col("launch").fill_null(0), pl.col("seq_len")
+    at_last_batch = batch.is_null() | (batch == _last_launchs(batch, launch).over("path"))
+    at_last_length = seq.is_null() | (seq == _last_launchs(seq, launch).over("path"))
     after_warmup = pl.int_range(pl.len()).over("path", "launch") >= warmup
     timed = launch == launch.filter(after_warmup).max().over("path")
     steady_tflops = pl.col("logged_tflops_per_gpu").filter(pl.col("steady"))
@@ -91,7 +91,7 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
             steady_steps=pl.col("elapsed_ms").filter(pl.col("steady")).count(),
             ramped=batch.drop_nulls().n_unique() > 1,
             lengthened=seq.drop_nulls().n_unique() > 1,
-            last_seq_len=seq.drop_nulls().last(),
+            last_seq_len=_last_launchs(seq, launch),
             steady_elapsed_ms=pl.col("elapsed_ms").filter(pl.col("steady")).median(),
             steady_samples_per_sec=pl.col("samples_per_sec").filter(pl.col("steady")).median(),
             steady_samples_steps=pl.col("samples_per_sec").filter(pl.col("steady")).count(),
@@ -107,6 +107,13 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
             max_allocated_mb=memory.filter(launch == launch.filter(memory.is_not_null()).max()).max(),
         )
     )
+
+
+def _last_launchs(value: pl.Expr, launch: pl.Expr) -> pl.Expr:
+    """The last ``value`` the last launch logged that logged one, in step order: a relaunch with another
+    batch size may stop below the steps an earlier launch logged."""
+    logged = launch.filter(value.is_not_null())
+    return value.filter(launch == logged.max()).drop_nulls().last()
 
 
 def _of_launch() -> pl.Expr:

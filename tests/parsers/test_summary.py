@@ -68,6 +68,17 @@ def test_a_job_id_of_several_rows_is_a_warning_on_each():
     assert warnings == [[note], [note], None, None]
 
 
+def test_a_relaunch_with_another_batch_size_is_timed_at_its_own_below_the_earlier_launchs_steps():
+    # launch 0: steps 10-40 at 64 samples; launch 1 (a bigger batch) resumes from step 10: 20, 30 at 128
+    its = iterations("a", elapsed_ms=[2000.0, 4000.0, 3800.0, 2000.0], global_batch_size=[64, 128, 128, 64])
+    its = its.with_columns(iteration=pl.Series([10, 20, 30, 40]), launch=pl.Series([0, 1, 1, 0]))
+    row = one(runs({"path": "a", "global_batch_size": 128}), its)
+    assert row["sec_per_iter"] == 3.8
+    assert row["sec_per_iter_source"] == (
+        "median of 1 logged step times after the first 1 of launch 2 at the last global batch size"
+    )
+
+
 def test_a_batch_size_rampup_times_the_steps_at_the_last_batch_size():
     # Megatron's --rampup-batch-size: 32 -> 64 -> 128 samples a step, each step as fast per sample
     batches, times = [32, 32, 64, 64, 128, 128, 128], [500.0, 400.0, 800.0, 800.0, 1600.0, 1500.0, 1700.0]
