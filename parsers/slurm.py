@@ -328,7 +328,7 @@ def finish(run: RunBuilder) -> None:
     index = next((index for index, event in enumerate(events) if event[0] == order), 0)
     if index:
         events[index] = (order, "failed", text.strip(), REPORT, "slurm cancel", False, False)
-    events = _peers_died(events)
+    events = _peers_died(events, run.launch_start)
     if events != run.failure_events or _preempted_before_the_last_launch(run, events):
         run.refold(events)
 
@@ -360,16 +360,18 @@ def _attempts_apart(earlier: datetime, later: datetime) -> bool:
     return (later - earlier).total_seconds() > REQUEUE_GAP_S
 
 
-def _peers_died(events: list[tuple]) -> list[tuple]:
+def _peers_died(events: list[tuple], launch_start: int) -> list[tuple]:
     """An NCCL watchdog's timeout or error is what the other ranks see of a rank that died: an effect, not
     the cause, where the cgroup OOM killer killed one (slurmstepd reports it when the step ends, after the
-    watchdogs fired) or a rank was killed or crashed before it (the first such effect is then the reason)."""
+    watchdogs fired) or a rank was killed or crashed before it (the first such effect is then the reason),
+    in the same launch (from ``launch_start``: an earlier launch's failure is over when the relaunch hangs)."""
     collective = [index for index, event in enumerate(events) if event[4] == "nccl" and event[3] == CAUSE]
     if not collective:
         return events
     first = events[collective[0]][0]
-    killed = any(event[4] == "oom-kill" for event in events)
-    died = any(event[0] < first and event[3] >= EFFECT and event[4] != "peer" for event in events)
+    launch = [event for event in events if event[0] >= launch_start]
+    killed = any(event[4] == "oom-kill" for event in launch)
+    died = any(event[0] < first and event[3] >= EFFECT and event[4] != "peer" for event in launch)
     if not (killed or died):
         return events
     return [

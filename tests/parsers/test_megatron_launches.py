@@ -102,26 +102,32 @@ def test_a_relaunch_that_fails_fails_by_its_own_cause():
     assert [line.split(": ", 1)[0] for line in row["consequences"]] == ["requeued-7.out:5"]
 
 
+#: a Megatron arguments dump (its first and last lines: a launch), a step of 1000 and a traceback's frames
+DUMP = [
+    "------------------------ arguments ------------------------",
+    "-------------------- end of arguments ---------------------",
+]
+STEP = " iteration        {}/    1000 | consumed samples: 16 | elapsed time per iteration (ms): 1000.0 |"
+FRAMES = [
+    "Traceback (most recent call last):",
+    '  File "pretrain_gpt.py", line 10, in <module>',
+    "    main()",
+]
+
+
+def _written(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return path
+
+
 def test_a_relaunch_failing_as_every_launch_did_fails_by_its_own_exception(tmp_path):
     # torchrun --max-restarts: each attempt (its own arguments dump) dies of a ValueError, then the agent's
     # ChildFailedError; the run's reason is the last attempt's exception, not the launcher's
-    dump = [
-        "------------------------ arguments ------------------------",
-        "-------------------- end of arguments ---------------------",
-    ]
-    step = " iteration        {}/    1000 | consumed samples: 16 | elapsed time per iteration (ms): 1000.0 |"
-    frames = [
-        "Traceback (most recent call last):",
-        '  File "pretrain_gpt.py", line 10, in <module>',
-        "    main()",
-    ]
     lines = []
     for attempt in range(3):
-        lines += [*dump, step.format(attempt + 1), *frames, f"ValueError: bad shard {attempt}"]
-    lines += [*frames, "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "]
-    log = tmp_path / "restarts-9002.out"
-    log.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-    row = load_runs([log]).runs.row(0, named=True)
+        lines += [*DUMP, STEP.format(attempt + 1), *FRAMES, f"ValueError: bad shard {attempt}"]
+    lines += [*FRAMES, "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "]
+    row = load_runs([_written(tmp_path / "restarts-9002.out", lines)]).runs.row(0, named=True)
     assert (row["status"], row["reason"], row["reason_line"]) == ("failed", "ValueError: bad shard 2", 21)
 
 
@@ -131,22 +137,12 @@ def test_a_failure_in_the_err_ended_an_earlier_launch_when_the_out_relaunched_an
 ):
     # torchrun --max-restarts with Slurm's .err apart: the failed attempt's traceback is in the .err, the
     # attempt that finished in the .out. Without a relaunch the failure came after the completion
-    dump = [
-        "------------------------ arguments ------------------------",
-        "-------------------- end of arguments ---------------------",
-    ]
-    step = " iteration        {}/       3 | consumed samples: 16 | elapsed time per iteration (ms): 1000.0 |"
-    out = [*dump, step.format(1), *(dump if relaunched else []), step.format(2), step.format(3)]
+    out = [*DUMP, STEP.format(1), *(DUMP if relaunched else []), STEP.format(2), STEP.format(3)]
     out.append("[after training is done] datetime: 2026-11-26 08:07:23 ")
     oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB."
-    err = [
-        "Traceback (most recent call last):",
-        '  File "pretrain_gpt.py", line 10, in <module>',
-        "    main()",
-        oom,
-    ]
-    (tmp_path / "restart-9001.out").write_text("".join(f"{line}\n" for line in out))
-    (tmp_path / "restart-9001.err").write_text("".join(f"{line}\n" for line in err))
+    err = [*FRAMES, oom]
+    _written(tmp_path / "restart-9001.out", out)
+    _written(tmp_path / "restart-9001.err", err)
     row = load_runs([tmp_path]).runs.row(0, named=True)
     if relaunched:
         assert (row["status"], row["reason_path"]) == ("ok", str(tmp_path / "restart-9001.out"))
@@ -156,6 +152,29 @@ def test_a_failure_in_the_err_ended_an_earlier_launch_when_the_out_relaunched_an
         )
     else:
         assert (row["status"], row["reason"]) == ("failed", f"CUDA out of memory: {oom}")
+
+
+def test_a_relaunchs_collective_timeout_is_its_cause_whatever_an_earlier_launch_died_of(tmp_path):
+    # an earlier launch's exception is over when the relaunch hangs: its watchdog's timeout is no effect of it
+    watchdog = (
+        "[rank0]:[E1126 10:17:16.000101101 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=38417, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+        "ran for 600012 milliseconds before timing out."
+    )
+    limit = "slurmstepd: error: *** JOB 9003 ON gpu030 CANCELLED AT 2026-11-26T12:00:08 DUE TO TIME LIMIT ***"
+    lines = [
+        *DUMP,
+        STEP.format(1),
+        *FRAMES,
+        "ValueError: bad shard 1",
+        *DUMP,
+        STEP.format(2),
+        watchdog,
+        limit,
+    ]
+    row = load_runs([_written(tmp_path / "hang-9003.out", lines)]).runs.row(0, named=True)
+    assert (row["status"], row["reason_line"]) == ("failed", 11)
+    assert row["reason"] == f"NCCL timeout/error: {watchdog.removeprefix('[rank0]:')}"
 
 
 def test_a_requeued_jobs_appended_err_ends_as_its_last_cancel_says(tmp_path):
