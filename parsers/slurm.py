@@ -328,6 +328,7 @@ def finish(run: RunBuilder) -> None:
     index = next((index for index, event in enumerate(events) if event[0] == order), 0)
     if index:
         events[index] = (order, "failed", text.strip(), REPORT, "slurm cancel", False, False)
+    _several_jobs(run)
     events = _peers_died(events, run.launch_start)
     if events != run.failure_events or _preempted_before_the_last_launch(run, events):
         run.refold(events)
@@ -358,6 +359,17 @@ def _cancel_time(text: str) -> datetime | None:
 def _attempts_apart(earlier: datetime, later: datetime) -> bool:
     """Whether two cancels end two attempts of a job (``REQUEUE_GAP_S``), not one (a job's and its step's)."""
     return (later - earlier).total_seconds() > REQUEUE_GAP_S
+
+
+def _several_jobs(run: RunBuilder) -> None:
+    """A note at each job id after the first that the log's Slurm environment names: several jobs' output
+    in one file (a chain of jobs appending to one --output, or files concatenated) is one row."""
+    first, *others = run.state.get(NAME, {}).get("job_ids", {}).items() or [(None, 0)]
+    for job, lineno in others:
+        message = (
+            f"job {job} after job {first[0]}: several jobs' output in one file (appended or concatenated)"
+        )
+        run.note(NAME, lineno, f"{message}, one row of their steps")
 
 
 def _peers_died(events: list[tuple], launch_start: int) -> list[tuple]:
@@ -393,6 +405,8 @@ def _context(text: str, lineno: int, run: RunBuilder) -> None:
     for env in _ENV.finditer(text) if "SLURM_" in text else ():  # a substring test is far cheaper than _ENV
         fact = _ENV_FACTS[env["name"]]
         _fact(run, fact, env["value"] if fact == "job_id" else int(env["value"]), lineno)
+        if fact == "job_id":
+            run.state.setdefault(NAME, {}).setdefault("job_ids", {}).setdefault(env["value"], lineno)
     gpu_form = run.state.get(NAME, {}).get("gpu_form")
     if match := _MODEL_SIZE.search(text):
         _fact(run, "logged_model_size", float(match["size"]), lineno)

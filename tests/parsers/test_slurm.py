@@ -16,6 +16,15 @@ def test_set_x_echoes_and_slurm_variables():
     assert run.facts == {"nodes": 16, "gpus_per_node": 4, "job_id": "123456"}
 
 
+def test_a_log_naming_several_jobs_says_so_at_each_later_one():
+    # `cat a.out b.out > all.out`, or a chain of jobs appending to one --output; a requeued job keeps its id
+    jobs = ["SLURM_JOB_ID=5109", "step", "SLURM_JOB_ID=5109", "SLURM_JOB_ID=5110", "SLURM_JOBID=5111"]
+    notes = feed(*jobs).state["parse_errors"]
+    said = "several jobs' output in one file (appended or concatenated), one row of their steps"
+    assert notes == [f"slurm:4: job 5110 after job 5109: {said}", f"slurm:5: job 5111 after job 5109: {said}"]
+    assert "parse_errors" not in feed(*jobs[:3]).state
+
+
 @pytest.mark.parametrize(
     ("line", "model"),
     [
