@@ -11,12 +11,18 @@ inputs are read here. A script asking for workers must guard its top level with 
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import polars as pl
 from logstat.parsers import reader
 from logstat.parsers.source import file_size
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 #: below this many bytes in total, starting workers costs more than it saves
 PARALLEL_MIN_BYTES = 32 << 20
@@ -66,17 +72,60 @@ def read_frames(
     parts: list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]] = []
     # not multiprocessing.Pool: its worker-minding thread took ~1.7 ms of CPU per run read, on the
     # cores the readers need (a 1,000-file parse: ~1.7 s); the executor's thread wakes only for results
-    with (
-        _polars_threads_per_worker(count),
-        ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool,
-    ):
+    with _polars_threads_per_worker(count):
+        context = multiprocessing.get_context("spawn")
+        pool = ProcessPoolExecutor(count, mp_context=context)
+    try:
+        tasks = [(batch, family) for batch in _batches(groups, count)]
+        with _interrupts_held():  # map submits every task: the workers start now, and inherit it
+            results = pool.map(_frames_of_batch, tasks)
         done = 0
-        for batch, part in pool.map(_frames_of_batch, [(batch, family) for batch in _batches(groups, count)]):
+        for batch, part in results:
             parts.append(part)
             done += batch
             report(done, len(groups))
+    except BaseException:  # Ctrl-C, an error: the workers' results would never be read
+        _stop(pool)
+        raise
+    pool.shutdown()
     # not rechunked: one copy of the rows in memory; the frames are read column by column anyway
     return tuple(pl.concat([part[index] for part in parts], rechunk=False) for index in range(3))
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT blocked while workers start: a process started so keeps it blocked for good (the mask is
+    inherited, and nothing in a worker unblocks it), so Ctrl-C, which the terminal sends to every process
+    of its group, is the parent's alone (a worker interrupted while importing or sending its frames
+    printed a traceback, or left the parent waiting). The parent's other threads may still take the
+    signal: a Ctrl-C meanwhile is held, raised once the workers started (one interrupted in the middle
+    of receiving its start-up data printed a traceback). Only the main thread handles signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pressed: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, frame: pressed.append(number))
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        raise KeyboardInterrupt
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End the workers now, not after their batches. The executor has no public way to: its processes are
+    killed, and its result pipe's last write end, the parent's, closed, as the executor's thread may be
+    reading a result a killed worker left half-written (which it would wait for at exit, forever)."""
+    workers, results = list((pool._processes or {}).values()), pool._result_queue
+    pool.shutdown(wait=False, cancel_futures=True)
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        worker.join(timeout=5)
+    results._writer.close()
 
 
 @contextmanager

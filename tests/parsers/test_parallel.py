@@ -58,3 +58,40 @@ def test_default_workers(tmp_path, monkeypatch, runs, bytes_each, cores, expecte
     monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 100_000)
     monkeypatch.setattr(parallel, "usable_cores", lambda: cores)
     assert parallel.default_workers(_runs(tmp_path, runs, bytes_each)) == expected
+
+
+@pytest.fixture(scope="module")
+def big_runs(tmp_path_factory) -> Path:
+    """Three runs of 64 MiB each: enough bytes for workers, seconds of reading."""
+    root = tmp_path_factory.mktemp("big")
+    text = (Path(__file__).resolve().parents[2] / "fixtures/megatron/meg_gpt2_perf_n16.out").read_bytes()
+    for job in (8001, 8002, 8003):
+        (root / f"big-{job}.out").write_bytes(text * (64 * 2**20 // len(text)))
+    return root
+
+
+@pytest.mark.skipif(parallel.usable_cores() < 2, reason="workers need two cores")
+@pytest.mark.parametrize("after_s", [0.0, 0.3])
+def test_ctrl_c_while_workers_read_ends_the_parse_at_once_and_quietly(big_runs, after_s):
+    # the terminal sends SIGINT to the whole process group: the workers too, maybe still starting up
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    command = [sys.executable, "-c", "from logstat.cli import main; main()", "parse", str(big_runs)]
+    parse = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    children = Path(f"/proc/{parse.pid}/task/{parse.pid}/children")
+    deadline = time.monotonic() + 30
+    while not children.read_text().split() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(after_s)
+    os.killpg(parse.pid, signal.SIGINT)
+    try:
+        _, err = parse.communicate(timeout=30)
+    finally:
+        if parse.poll() is None:
+            os.killpg(parse.pid, signal.SIGKILL)
+    assert (parse.returncode, err.decode()) == (130, "\nAborted.\n")
