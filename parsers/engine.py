@@ -117,7 +117,7 @@ def _read_batch(reading: Reading, batch: source.Batch, records: pl.DataFrame) ->
     for run, file in batch.files:  # each file a batch starts is the next of its run's files
         builder = reading.runs[run]
         if file == len(builder.files):
-            builder.files.append(str(reading.files[run][file]))
+            builder.files.append(source.path_text(reading.files[run][file]))
     plan = reading.plan
     # the families' blocks are found at once: a family's blocks take only its own records
     found = [

@@ -27,7 +27,7 @@ from logstat.parsers.kinds import order_key
 from logstat.parsers.records import Plan
 from logstat.parsers.schema import ITERATIONS_SCHEMA, RUNS_SCHEMA, TIMERS_SCHEMA
 from logstat.parsers.settle import declared_facts, settle_runs
-from logstat.parsers.source import SourceReport
+from logstat.parsers.source import SourceReport, path_text
 
 #: suffix -> (naming convention, order): a job's output (0) and error (1) file of one convention and
 #: one stem are one run (``.out`` pairs with ``.err``, ``.stdout`` with ``.stderr``).
@@ -235,11 +235,11 @@ def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
             key, order = stream
             groups.setdefault(key, []).append((order, path))
         else:
-            runs.append(RunFiles(key=str(path), files=(path,)))
+            runs.append(RunFiles(key=path_text(path), files=(path,)))
     for (_, convention, _), files in groups.items():
         ordered = [path for _, path in sorted(files, key=lambda item: (item[0], item[1].name))]
         main = ordered[-1] if convention == ROTATED else ordered[0]
-        runs.append(RunFiles(key=str(main), files=tuple(ordered)))
+        runs.append(RunFiles(key=path_text(main), files=tuple(ordered)))
     return sorted(runs, key=lambda r: r.key)
 
 
@@ -379,7 +379,12 @@ def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
         of = f" of {planned}" if planned else ""
         row = run.iterations.get(run.last_iteration, {})
         stops = f"log stops after iteration {run.last_iteration}{of}, with no failure or end message"
-        return "incomplete", stops, row.get("line"), row.get("source_path") or str(result.files.files[0])
+        return (
+            "incomplete",
+            stops,
+            row.get("line"),
+            row.get("source_path") or path_text(result.files.files[0]),
+        )
     return "incomplete", "log stops before any training step, with no failure or end message", None, None
 
 
@@ -437,7 +442,7 @@ def runs_row(result: RunResult) -> dict:
     status, reason, line, reason_path = status_of(result)
     return {name: run.facts.get(name) for name in RUNS_SCHEMA} | dict(
         path=result.files.key,
-        paths=[str(p) for p in result.files.files],
+        paths=[path_text(p) for p in result.files.files],
         family=result.family,
         families=result.families,
         status=status,

@@ -39,6 +39,17 @@ UNREADABLE_MAGIC = {b"\x28\xb5\x2f\xfd": "zstd", b"\x04\x22\x4d\x18": "lz4", b"P
 ESCAPE = r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[ -/]*[0-~])"
 
 
+def path_text(path: str | os.PathLike) -> str:
+    """A file's name as text for the frames: as written, or, where the name's bytes are no UTF-8 (a name
+    Python holds with surrogates, which polars refuses), those bytes as ``\\xff`` escapes."""
+    text = os.fspath(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text
+
+
 @dataclass
 class SourceReport:
     """What reading a file found out about the file itself (not about the training run)."""
@@ -251,7 +262,7 @@ def batches(
     size = 0
     for run, files in enumerate(runs):
         for file, path in enumerate(files):
-            report = SourceReport(path=str(path))
+            report = SourceReport(path=path_text(path))
             reports[run].append(report)
             lines = 0
             for data, end in _file_chunks(Path(path), report):

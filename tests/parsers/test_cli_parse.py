@@ -5,6 +5,7 @@ import io
 import json
 import os
 import re
+import shutil
 import stat
 import statistics
 import subprocess
@@ -233,6 +234,20 @@ def test_run_names_add_only_the_directories_needed():
     assert run_names(paths).to_list() == [
         "a/r/1/train.log", "b/r/1/train.log", "meg.out", None, "meg.out", "2/train.log",
     ]  # fmt: skip
+
+
+def test_a_file_name_that_is_no_utf8_is_a_row_named_by_its_bytes(tmp_path, capsys):
+    # a Latin-1 name on a UTF-8 system: Python holds its bytes as surrogates, which polars refuses
+    shutil.copy(FIXTURES / "megatron" / "meg_gpt2_perf_n16.out", tmp_path)
+    odd = os.fsdecode(b"bad\xff\xfe-2001.out")
+    shutil.copy(FIXTURES / "megatron" / "megatron_lm_h100-2001.out", tmp_path / odd)
+    code, out, _ = logstat(capsys, "parse", tmp_path, "--format", "json")
+    rows = {row["path"]: row for row in json.loads(out)}
+    named = str(tmp_path / "bad\\xff\\xfe-2001.out")
+    assert code == 0 and sorted(rows) == [named, str(tmp_path / "meg_gpt2_perf_n16.out")]
+    assert (rows[named]["status"], rows[named]["iterations"], rows[named]["paths"]) == ("ok", 5, [named])
+    code, out, _ = logstat(capsys, "parse", tmp_path)
+    assert code == 0 and "\n" + "bad\\xff\\xfe-2001.out " in out
 
 
 def test_a_warmup_that_swallows_every_step_is_said_on_stderr(capsys):
