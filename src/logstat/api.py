@@ -10,6 +10,7 @@ result.timers       # Megatron's per-step timer breakdown, long format
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,9 +122,20 @@ def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
                 skipped(path, "not a regular file")
 
 
+#: what ``find_logs`` tells ``skipped`` of a directory it cannot list (its logs are not read)
+CANNOT_LIST = "cannot list"
+
+
 def _unreadable(error: OSError, skipped: SkipReport) -> None:
     """A directory the walk cannot list is reported, not silently missing."""
-    skipped(Path(error.filename), f"cannot list: {error.strerror or error}")
+    skipped(Path(error.filename), f"{CANNOT_LIST}: {error.strerror or error}")
+
+
+def warn_unlisted(path: Path, reason: str) -> None:
+    """A ``skipped`` for a command without --verbose: only a directory it cannot list is said (on
+    stderr), as logs in it are missing from the table; the rest the walk passes over by design."""
+    if reason.startswith(CANNOT_LIST):
+        print(f"warning: {path}: {reason}: the logs in it are not read", file=sys.stderr)
 
 
 def _ignore(path: Path, reason: str) -> None:

@@ -81,8 +81,8 @@ def _is_terminal(stream: TextIO) -> bool:
 
 def load_with_progress(paths: Sequence[str | Path], *, family: str | None, warmup: int):
     """:func:`logstat.api.load_runs` of ``paths`` with a :func:`progress_bar` on a terminal."""
-    from logstat.api import find_logs, load_files
+    from logstat.api import find_logs, load_files, warn_unlisted
 
-    files = find_logs(paths)
+    files = find_logs(paths, skipped=warn_unlisted)
     progress = progress_bar(run_sizes(files)) if _is_terminal(sys.stderr) else None
     return load_files(files, family=family, warmup=warmup, progress=progress)

@@ -428,3 +428,43 @@ def test_a_job_named_by_its_output_file_fails_as_its_error_file_says(capsys):
     assert code == 0 and (row["status"], row["iterations"]) == ("failed", 2)
     assert row["reason"].startswith("CUDA out of memory") and row["reason_path"].endswith("oom-1001.err")
     assert [Path(path).name for path in row["paths"]] == ["oom-1001.out", "oom-1001.err"]
+
+
+def test_a_directory_the_walk_cannot_list_is_said_without_verbose(tmp_path, capsys, monkeypatch):
+    # its logs are missing from the table: said on stderr, as the rest passed over is not. Root lists any
+    # directory (the suite may run as root), so the walk's listing of this one fails as it would for a user
+    for name in ("readable", "locked"):
+        (tmp_path / name).mkdir()
+        shutil.copy(FIXTURES / "megatron" / "meg_gpt2_perf_n16.out", tmp_path / name / f"{name}-1.out")
+    scandir = os.scandir
+
+    def refused(path="."):
+        if Path(path) == tmp_path / "locked":
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refused)
+    code, out, err = logstat(capsys, "parse", tmp_path)
+    assert code == 0 and "readable-1.out" in out and "locked-1.out" not in out
+    assert (
+        err
+        == f"warning: {tmp_path / 'locked'}: cannot list: Permission denied: the logs in it are not read\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("suffix", "magic", "compression"),
+    [
+        (".zst", b"\x28\xb5\x2f\xfd", "zstd"),
+        (".lz4", b"\x04\x22\x4d\x18", "lz4"),
+        (".zip", b"PK\x03\x04", "zip"),
+    ],
+)
+def test_a_log_compressed_as_logstat_cannot_read_is_a_row_saying_so_not_passed_over(
+    tmp_path, capsys, suffix, magic, compression
+):
+    (tmp_path / f"train-1.out{suffix}").write_bytes(magic + bytes(200))
+    code, out, _ = logstat(capsys, "parse", tmp_path, "--format", "json")
+    [row] = json.loads(out)
+    assert (code, row["status"]) == (0, "unreadable")
+    assert row["reason"] == f"{compression}-compressed: logstat does not read it (decompress it first)"

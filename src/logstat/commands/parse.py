@@ -70,7 +70,7 @@ def parse(
       logstat parse logs/ --timers --format csv
     """
     from logstat import formats
-    from logstat.api import find_logs, load_files
+    from logstat.api import find_logs, load_files, warn_unlisted
 
     if iterations and timers:
         raise LogstatError("--iterations and --timers: give one (each is a table of its own)")
@@ -78,7 +78,7 @@ def parse(
         raise LogstatError("--format parquet is binary: give --output FILE (not written to a terminal)")
     if output is not None:
         formats.refuse_unwritable_output(output)
-    files = find_logs(paths, skipped=_say_skipped if verbose else None)
+    files = find_logs(paths, skipped=_say_skipped if verbose else warn_unlisted)
     if not files:
         raise LogstatError(
             f"no log files (*.out, *.err, *.stdout, *.stderr, *.log, *.txt, PBS/SGE name.o123 / name.e123,"
