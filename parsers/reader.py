@@ -81,8 +81,9 @@ class RunResult:
     families: list[str] = field(default_factory=list)
 
 
-#: compressed forms of a log the reader opens (by content; the name only says it is a log).
-COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2")
+#: compressed forms of a log the reader opens (by content; the name only says it is a log): zstd, lz4 and
+#: zip it cannot decompress, and names so (its row says to decompress it), not passed over unseen
+COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2", ".zst", ".lz4", ".zip")
 
 
 def _uncompressed_name(path: Path) -> str:
