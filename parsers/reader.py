@@ -300,7 +300,7 @@ def _conclude(result: RunResult, active: list[Family], forced: str | None) -> No
     derive_facts(run)
     scores = {family.name: run.families_seen.get(family.name, 0) for family in active}
     result.families = sorted(name for name, score in scores.items() if score > 0)
-    result.family = registry.get(forced).name if forced else registry.primary(scores, registry.supplied(run))
+    result.family = registry.named(forced)[1] if forced else registry.primary(scores, registry.supplied(run))
 
 
 def derive_facts(run: RunBuilder) -> None:
@@ -494,5 +494,5 @@ def active_families(family: str | None) -> list[Family]:
     """All registered families, or the forced one plus the context families (Slurm)."""
     if family is None:
         return list(registry.families())
-    forced = registry.get(family)
-    return [forced] + [f for f in registry.families() if f.context and f is not forced]
+    forced = registry.named(family)[0]
+    return [*forced] + [f for f in registry.families() if f.context and f not in forced]

@@ -35,11 +35,21 @@ def families() -> tuple[Family, ...]:
 def get(name: str) -> Family:
     """The family called ``name`` (``hf_trainer`` and ``hf-trainer`` are the same); lists the valid
     names when there is none."""
+    return named(name)[0][0]
+
+
+def named(name: str) -> tuple[tuple[Family, ...], str]:
+    """The families a ``--family`` name forces, and the name runs get: one family, or a ``COMBINED``
+    mix's (``megatron-deepspeed``: both, as the ``family`` column names such runs); lists the valid
+    names when there is none."""
     wanted = name.strip().lower().replace("_", "-")
     for family in families():
         if family.name.replace("_", "-") == wanted:
-            return family
-    names = ", ".join(family.name for family in families())
+            return (family,), family.name
+    for combined_of, combined_name in COMBINED.items():
+        if combined_name == wanted:
+            return tuple(family for family in families() if family.name in combined_of), combined_name
+    names = ", ".join([*(family.name for family in families()), *COMBINED.values()])
     raise LogstatError(f"unknown log family {name!r}: choose one of {names}")
 
 

@@ -140,6 +140,29 @@ def test_unknown_family_lists_the_valid_ones(capsys):
     assert code == 1 and "choose one of" in err and "megatron" in err
 
 
+def test_the_family_column_names_are_the_ones_family_forces(capsys):
+    # a Megatron-DeepSpeed run reads as megatron-deepspeed, and that name forces both families
+    log = FIXTURES / "bigscience" / "meg_ds_3d_gpt2_perf_n16-ds-on.out"
+    detected = json.loads(logstat(capsys, "parse", log, "--format", "json")[1])
+    forced = json.loads(
+        logstat(capsys, "parse", log, "--format", "json", "--family", "megatron-deepspeed")[1]
+    )
+    assert detected[0]["family"] == "megatron-deepspeed" and forced == detected
+    assert json.loads(logstat(capsys, "parse", log, "--format", "json", "--family", "megatron")[1])[0][
+        "family"
+    ] == ("megatron")
+
+
+def test_a_named_file_that_cannot_be_read_is_a_row_not_a_usage_error():
+    # the walk makes such a file an unreadable row; naming it must not refuse the whole command
+    from logstat.commands.parse import parse
+    from logstat.commands.plot import plot
+    from logstat.commands.table import table
+
+    for command in (parse, table, plot):
+        assert [p.type.readable for p in command.params if p.name == "paths"] == [False], command.name
+
+
 def test_output_file_is_never_overwritten(capsys, tmp_path):
     target = tmp_path / "runs.json"
     code, out, _ = logstat(capsys, "parse", FIXTURES / "slurm", "--format", "json", "-o", target)

@@ -13,7 +13,7 @@ FORMATS = ("table", "json", "csv", "parquet", "markdown")
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False))
 @click.option(
     "--tflops",
     is_flag=True,
@@ -27,7 +27,12 @@ FORMATS = ("table", "json", "csv", "parquet", "markdown")
 @click.option(
     "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Output format."
 )
-@click.option("--family", default=None, help="Force one log family instead of detecting it per file.")
+@click.option(
+    "--family",
+    default=None,
+    help="Force one log family instead of detecting it per file: nemo, megatron, hf-trainer, mingpt,"
+    " deepspeed, slurm or megatron-deepspeed.",
+)
 @click.option(
     "--warmup",
     type=int,

@@ -15,7 +15,7 @@ CHARTS = {
 
 
 @click.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False, path_type=Path))
 @click.option(
     "--out",
     "out_dir",

@@ -8,7 +8,7 @@ from logstat.errors import LogstatError
 
 
 @click.command()
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(readable=False, path_type=Path))
 @click.option(
     "--update",
     "update_file",
