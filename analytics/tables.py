@@ -198,7 +198,8 @@ def stack_title() -> pl.Expr:
 
 
 def parse_columns(spec: str | None) -> tuple[str, ...] | None:
-    """``"GPUs,Size,TFlops"`` -> the column headers; ValueError naming the unknown ones and the valid ones."""
+    """``"GPUs,Size,TFlops"`` -> the column headers; ValueError naming the unknown ones and the valid ones,
+    or a column named twice."""
     if spec is None:
         return None
     names = [name.strip() for name in spec.split(",") if name.strip()]
@@ -208,7 +209,10 @@ def parse_columns(spec: str | None) -> tuple[str, ...] | None:
         raise ValueError(
             f"--columns: unknown column(s) {', '.join(unknown) or '(none given)'}; choose from {valid}"
         )
-    return tuple(COLUMNS[name.lower()].header for name in names)
+    headers = tuple(COLUMNS[name.lower()].header for name in names)
+    if twice := sorted({header for header in headers if headers.count(header) > 1}):
+        raise ValueError(f"--columns: {', '.join(twice)} named twice; a table shows a column once")
+    return headers
 
 
 def _markdown(

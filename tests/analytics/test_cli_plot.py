@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +72,13 @@ def test_plot_of_a_missing_path_is_one_line(tmp_path):
     r = logstat("plot", str(tmp_path / "nope"), "--out", str(tmp_path / "p"))
     assert "nope" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "p").exists()
+
+
+def test_a_format_given_twice_writes_each_chart_once(tmp_path):
+    log = Path(__file__).resolve().parents[2] / "fixtures" / "megatron" / "meg_gpt2_perf_n16.out"
+    out = tmp_path / "plots"
+    r = logstat("plot", str(log), "--out", str(out), "--format", "svg", "--format", "svg")
+    assert r.returncode == 0, r.stderr
+    written = r.stdout.split()
+    assert written == sorted(set(written)) and written and all(name.endswith(".svg") for name in written)
+    assert sorted(str(path) for path in out.iterdir()) == written

@@ -119,6 +119,11 @@ def test_unknown_column_is_named_with_the_valid_ones():
     assert parse_columns(None) is None
 
 
+def test_a_column_named_twice_is_refused_before_anything_is_read():
+    with pytest.raises(ValueError, match=r"^--columns: GPUs named twice; a table shows a column once$"):
+        parse_columns("GPUs,gpus,Notes")
+
+
 def test_pipes_in_cells_are_escaped_and_the_table_stays_rectangular():
     odd = dict(MEG_18B, path="/logs/a|b.out")
     lines = [line for line in render_tables(frame(odd)).split("\n") if line.startswith("|")]

@@ -56,6 +56,7 @@ def plot(
     from logstat.analytics.charts import charts_of, planned_files, write_charts
     from logstat.progress import load_with_progress
 
+    formats = tuple(dict.fromkeys(formats))  # a format given twice is one file per chart
     # before the logs are read (minutes on a big corpus): a chart file that exists is never replaced
     existing = [path for path in planned_files(list(CHARTS), out_dir, formats) if path.exists()]
     if existing:
