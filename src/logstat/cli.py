@@ -93,5 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # last resort: never a traceback for users unless asked
         if debug:
             raise
+        if sys.stdout is None:  # started with its stdout closed (`>&-`): Python has none to write to
+            click.echo("Error: stdout is closed: redirect it to a file, or give --output FILE", err=True)
+            sys.exit(1)
         click.echo(f"Error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", err=True)
         sys.exit(1)

@@ -153,16 +153,6 @@ def test_the_family_column_names_are_the_ones_family_forces(capsys):
     ] == ("megatron")
 
 
-def test_a_named_file_that_cannot_be_read_is_a_row_not_a_usage_error():
-    # the walk makes such a file an unreadable row; naming it must not refuse the whole command
-    from logstat.commands.parse import parse
-    from logstat.commands.plot import plot
-    from logstat.commands.table import table
-
-    for command in (parse, table, plot):
-        assert [p.type.readable for p in command.params if p.name == "paths"] == [False], command.name
-
-
 def test_output_file_is_never_overwritten(capsys, tmp_path):
     target = tmp_path / "runs.json"
     code, out, _ = logstat(capsys, "parse", FIXTURES / "slurm", "--format", "json", "-o", target)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -243,20 +244,25 @@ def _without_dac_override() -> list[str] | None:
     return prefix if probe.returncode == 0 else None
 
 
-@pytest.mark.parametrize("command", ["parse", "table", "plot"])
-def test_unreadable_file_named_on_the_command_line(command, tmp_path):
-    """A log the user cannot read (mode 000; as root, with the capability to ignore modes dropped)."""
+@pytest.mark.parametrize("command", ["parse", "table"])
+def test_unreadable_file_named_on_the_command_line_is_a_row_beside_the_others(command, tmp_path):
+    """A log the user cannot read (mode 000; as root, with the capability to ignore modes dropped), named
+    beside a readable one: its row says why, the other is read (a usage error refused both)."""
     prefix = _without_dac_override()
     if prefix is None:
         pytest.skip("needs root and setpriv to make a file unreadable for root")
-    secret = tmp_path / "secret-1.out"
+    secret, readable = tmp_path / "secret-1.out", tmp_path / "timelimit-1003.out"
     secret.write_bytes(LOG.read_bytes())
     secret.chmod(0)
-    extra = ["--out", str(tmp_path / "plots")] if command == "plot" else []
-    done = subprocess.run([*prefix, LOGSTAT, command, secret, *extra], capture_output=True, text=True)
-    assert done.returncode != 0 and done.stdout == ""
-    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert done.stderr.startswith("Error: ") and "secret-1.out" in done.stderr
+    readable.write_bytes(LOG.read_bytes())
+    done = subprocess.run([*prefix, LOGSTAT, command, secret, readable], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "timelimit-1003.out" in done.stdout
+    if command == "parse":  # the row, and why on stderr
+        assert re.search(r"^secret-1.out +unknown +unreadable ", done.stdout, re.M)
+        assert f"{secret}: cannot read: Permission denied" in done.stderr
+    else:  # the table's row of the run
+        assert "| secret-1.out (unreadable) |" in done.stdout
 
 
 def test_unreadable_file_in_a_directory_is_a_row_not_a_loss(tmp_path):
@@ -392,3 +398,12 @@ def test_every_option_of_every_command_says_what_it_does_and_every_command_has_a
     ]
     assert silent == []
     assert [name for name, command in commands.items() if "Example" not in (command.help or "")] == []
+
+
+def test_a_closed_stdout_is_one_line_naming_it():
+    # `logstat parse logs/ >&-`: Python starts with no sys.stdout; --output still writes
+    done = subprocess.run(["bash", "-c", f"'{LOGSTAT}' parse '{LOG}' >&-"], capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (
+        1,
+        "Error: stdout is closed: redirect it to a file, or give --output FILE\n",
+    )
