@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -243,13 +244,17 @@ def _write_new(output: str, data: bytes) -> None:
 
 
 def refuse_unwritable_output(output: str) -> Path:
-    """``output`` as a path, or a LogstatError when it exists or its directory does not: called
-    before any log is read (minutes on a big corpus), and again just before writing."""
+    """``output`` as a path, or a LogstatError when it exists, or its directory does not or cannot take a
+    new file: called before any log is read (minutes on a big corpus), and again just before writing."""
     target = Path(output)
     if target.exists() or target.is_symlink():
         raise LogstatError(_exists(output))
     if not target.parent.is_dir():
         raise LogstatError(f"--output {output}: directory {target.parent} does not exist")
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise LogstatError(
+            f"--output {output}: directory {target.parent} is not writable (permission denied)"
+        )
     return target
 
 

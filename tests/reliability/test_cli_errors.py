@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -407,3 +408,24 @@ def test_a_closed_stdout_is_one_line_naming_it():
         1,
         "Error: stdout is closed: redirect it to a file, or give --output FILE\n",
     )
+
+
+def test_an_output_directory_that_takes_no_file_is_refused_before_reading():
+    # as root with the capability to ignore modes dropped: a read-only directory, refused at once
+    prefix = _without_dac_override()
+    if prefix is None:
+        pytest.skip("needs root and setpriv to make a directory read-only for root")
+    directory = Path(tempfile.mkdtemp())
+    try:
+        directory.chmod(0o555)
+        target = directory / "runs.json"
+        command = [*prefix, LOGSTAT, "parse", LOG, "--format", "json", "-o", target]
+        done = subprocess.run(command, capture_output=True, text=True)
+        assert (done.returncode, done.stdout) == (1, "")
+        assert (
+            done.stderr
+            == f"Error: --output {target}: directory {directory} is not writable (permission denied)\n"
+        )
+    finally:
+        directory.chmod(0o755)
+        shutil.rmtree(directory)
