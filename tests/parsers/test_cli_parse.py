@@ -320,3 +320,14 @@ def test_run_labels_use_spec_name_and_run_id_and_keep_log_names_where_they_would
         }
     )
     assert run_labels(runs).to_list() == ["tiny/1", "slurm-7.out", "2/train.log", "meg.out"]
+
+
+@pytest.mark.parametrize("steps", ["--iterations", "--timers"])
+@pytest.mark.parametrize(("option", "value"), [("--tflops", None), ("--warmup", "2"), ("--warmup", "1")])
+def test_an_option_of_the_run_table_with_a_table_of_steps_is_refused(capsys, steps, option, value):
+    # they changed nothing of the steps (the output was the same), and --warmup warned of s/iter it did not show
+    code, out, err = logstat(
+        capsys, "parse", FIXTURES / "megatron", steps, option, *([value] if value else [])
+    )
+    assert (code, out) == (1, "")
+    assert err == f"Error: {option} is of the run table; {steps} lists every logged step: give one\n"

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from logstat.errors import LogstatError
 
@@ -79,6 +80,11 @@ def parse(
 
     if iterations and timers:
         raise LogstatError("--iterations and --timers: give one (each is a table of its own)")
+    steps = "--iterations" if iterations else "--timers" if timers else None
+    warmup_given = click.get_current_context().get_parameter_source("warmup") is not ParameterSource.DEFAULT
+    if steps and (tflops or warmup_given):
+        run_option = "--tflops" if tflops else "--warmup"
+        raise LogstatError(f"{run_option} is of the run table; {steps} lists every logged step: give one")
     if output is None and fmt == "parquet" and sys.stdout.isatty():
         raise LogstatError("--format parquet is binary: give --output FILE (not written to a terminal)")
     if output is not None:
@@ -95,8 +101,9 @@ def parse(
     progress = progress_bar(run_sizes(files)) if sys.stderr.isatty() else None
     result = load_files(files, family=family, warmup=warmup, progress=progress, workers=None)
     _warn(result.runs)
-    for line in formats.warmup_warnings(result.runs, warmup):
-        click.echo(line, err=True)
+    if steps is None:  # of the runs' s/iter, which a table of steps does not show
+        for line in formats.warmup_warnings(result.runs, warmup):
+            click.echo(line, err=True)
     if iterations or timers:
         frame = result.iterations if iterations else result.timers
         formats.write(
