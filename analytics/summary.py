@@ -240,7 +240,9 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         _model_tflops=model_tflops,
     ).with_columns(
         mem_pred_ratio=pl.col("model_state_gb_pred") / pl.col("mem_logged_gb"),
-        warnings=_with_notes(pl.col("warnings"), _tflops_disagreement(warmup), _nan_losses(), _read_twice()),
+        warnings=_with_notes(
+            pl.col("warnings"), _tflops_disagreement(warmup), _nan_losses(), _read_twice(), _above_peak()
+        ),
     )
     return (
         out.with_columns(
@@ -367,6 +369,20 @@ def _read_twice() -> pl.Expr:
     )
     is_copy = (copied >= COPIED_STEPS) & (copied >= COPIED_SHARE * timed)
     return pl.when(is_copy).then(copy).when(job.is_not_null() & (rows > 1)).then(job_twice)
+
+
+def _above_peak() -> pl.Expr:
+    """A note when the model FLOP/s is above the GPU's peak (MFU over 100%): no run does that, so a fact
+    behind the count is wrong (the GPU model, the GPU count, the batch or the shape) or the step time is
+    not a whole step's."""
+    mfu = pl.col("mfu")
+    note = pl.format(
+        "MFU {}% is above the {}'s peak: a fact the count takes (GPUs, batch, shape, GPU model) or the step "
+        "time is wrong",
+        (mfu * 100).round(1),
+        pl.col("gpu_model"),
+    )
+    return pl.when(mfu > 1).then(note)
 
 
 def _nan_losses() -> pl.Expr:

@@ -292,6 +292,25 @@ def test_mfu_needs_a_known_gpu_and_uses_the_precision():
     assert one(runs(base), its)["mfu"] is None
 
 
+def test_a_model_flop_rate_above_the_gpus_peak_is_a_warning():
+    # the 52B shape, 8 samples a step on 8 A100s: 1 s a step is more than 312 TFLOP/s, 2 s is not
+    base = {
+        "path": "a",
+        "gpus": 8,
+        "global_batch_size": 8,
+        "gpu_model": "A100-SXM4-80GB",
+        "precision": "bf16",
+    }
+    base |= SHAPE_52B
+    fast = one(runs(base), iterations("a", elapsed_ms=[1.0, 1000.0]))
+    mfu = model_flops_52b(8) / (1.0 * 8 * 1e12) / 312.0
+    assert mfu > 1 and fast["warnings"] == [
+        f"MFU {round(mfu * 100, 1)}% is above the A100-SXM4-80GB's peak: a fact the count takes (GPUs, batch, "
+        "shape, GPU model) or the step time is wrong"
+    ]
+    assert one(runs(base), iterations("a", elapsed_ms=[1.0, 2000.0]))["warnings"] is None
+
+
 def test_mfu_is_the_same_with_and_without_checkpointing_and_hfu_counts_the_recomputation():
     base = {"path": "a", "gpus": 64, "global_batch_size": 1024, "gpu_model": "V100-SXM2-32GB", **SHAPE_52B}
     its = iterations("a", elapsed_ms=[1.0, 129000.0])
