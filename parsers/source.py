@@ -169,15 +169,18 @@ def _chunks(stream, report: SourceReport) -> Iterator[tuple[bytes, int]]:
 
 #: share of control characters and invalid UTF-8 above which a head holding NUL bytes is binary.
 BINARY_NOISE_SHARE = 0.1
-#: the characters a line of text has at least, for ``is_binary``: a binary's few newlines cut short lines
-CLEAN_LINE = 20
+#: the characters a line of text has at least, for ``is_binary``: a binary's few newlines cut short lines;
+#: and the share of a head's characters such lines make in a text log at least (a binary's: ~none; a small
+#: log with a 4 KiB block of garbage: ~45%)
+CLEAN_LINE, TEXT_SHARE = 20, 0.25
 _NOISE = re.compile("[\x01-\x08\x0e-\x1a\x1c-\x1f\x7f\ufffd]")
 
 
 def is_binary(head: bytes) -> bool:
     """A binary file (checkpoint, image, archive) holds NUL bytes among much other non-text; a text log
     may hold a block of NULs too (a crashed node's writes lost on a shared file system), or of garbage,
-    text around it: most of its bytes are lines of text (``CLEAN_LINE`` characters and more, no noise)."""
+    text around it: ``TEXT_SHARE`` of it at least is lines of text (``CLEAN_LINE`` characters and more, no
+    noise)."""
     if b"\x00" not in head:
         return False
     text = head.replace(b"\x00", b"").decode("utf-8", errors="replace")
@@ -187,7 +190,7 @@ def is_binary(head: bytes) -> bool:
         return False
     lines = text.split("\n")
     clean = sum(len(line) for line in lines if len(line) >= CLEAN_LINE and not _NOISE.search(line))
-    return clean < len(text) / 2
+    return clean < len(text) * TEXT_SHARE
 
 
 #: the bytes read to tell a file's format: a magic number, a zip's first entry's name

@@ -4,6 +4,7 @@ marked lines a family is handed, with their physical line numbers."""
 
 import gzip
 import io
+import random
 import zipfile
 
 import polars as pl
@@ -329,13 +330,25 @@ def test_a_byte_order_mark_starting_a_file_is_no_text(tmp_path, reading, after):
     assert report.lines == after.count(b"\n")
 
 
-def test_a_block_of_garbage_in_a_small_text_log_leaves_it_a_log(tmp_path):
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        bytes(range(32)) * 2 + b"\n",  # NUL, control characters, newlines
+        random.Random(0).randbytes(4096) + b"\n",  # a 4 KiB block of a disk's garbage: over half the file
+    ],
+)
+def test_a_block_of_garbage_in_a_small_text_log_leaves_it_a_log(tmp_path, garbage):
+    # a job's set-up (its environment echoed), then its steps, a block of garbage among them
     path = tmp_path / "garbled.log"
-    lines = [f" iteration {n} | elapsed time per iteration (ms): 100.0 |\n".encode() for n in (1, 2, 3)]
-    garbage = bytes(range(32)) * 2 + b"\n"  # NUL, control characters, newlines
-    path.write_bytes(b"".join(lines[:2]) + garbage + lines[2])
+    setup = [f"+ export SETTING_{n:02d}=/gpfs/projects/llm/checkpoints/run-{n:02d}\n" for n in range(40)]
+    lines = [
+        f" iteration {n} | elapsed time per iteration (ms): 4660.0 | lm loss: 8.765432E+00 | loss scale: 1.0 |\n"
+        for n in range(1, 6)
+    ]
+    path.write_bytes("".join(setup + lines[:2]).encode() + garbage + "".join(lines[2:]).encode())
     got, report = read(path, ("iteration",))
-    assert [line for line, _ in got] == [1, 2, 3 + garbage.count(b"\n")] and report.problem is None
+    after = 42 + garbage.count(b"\n")
+    assert [line for line, _ in got] == [41, 42, after + 1, after + 2, after + 3] and report.problem is None
 
 
 def test_an_empty_file_has_no_lines(tmp_path, reading):
