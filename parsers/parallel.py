@@ -72,22 +72,22 @@ def read_frames(
     parts: list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]] = []
     # not multiprocessing.Pool: its worker-minding thread took ~1.7 ms of CPU per run read, on the
     # cores the readers need (a 1,000-file parse: ~1.7 s); the executor's thread wakes only for results
+    tasks = [(batch, family) for batch in _batches(groups, count)]
     with _polars_threads_per_worker(count):
-        context = multiprocessing.get_context("spawn")
-        pool = ProcessPoolExecutor(count, mp_context=context)
-    try:
-        tasks = [(batch, family) for batch in _batches(groups, count)]
-        with _interrupts_held():  # map submits every task: the workers start now, and inherit it
-            results = pool.map(_frames_of_batch, tasks)
-        done = 0
-        for batch, part in results:
-            parts.append(part)
-            done += batch
-            report(done, len(groups))
-    except BaseException:  # Ctrl-C, an error: the workers' results would never be read
-        _stop(pool)
-        raise
-    pool.shutdown()
+        pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            # map submits every task: the workers start now, with this environment and SIGINT held
+            with _interrupts_held():
+                results = pool.map(_frames_of_batch, tasks)
+            done = 0
+            for batch, part in results:
+                parts.append(part)
+                done += batch
+                report(done, len(groups))
+        except BaseException:  # Ctrl-C, an error: the workers' results would never be read
+            _stop(pool)
+            raise
+        pool.shutdown()
     # not rechunked: one copy of the rows in memory; the frames are read column by column anyway
     return tuple(pl.concat([part[index] for part in parts], rechunk=False) for index in range(3))
 
@@ -110,7 +110,8 @@ def _interrupts_held() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-        signal.signal(signal.SIGINT, previous)
+        if previous is not None:  # None: a handler not set from Python, which cannot be put back
+            signal.signal(signal.SIGINT, previous)
     if pressed:
         raise KeyboardInterrupt
 

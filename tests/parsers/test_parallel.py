@@ -95,3 +95,20 @@ def test_ctrl_c_while_workers_read_ends_the_parse_at_once_and_quietly(big_runs, 
         if parse.poll() is None:
             os.killpg(parse.pid, signal.SIGKILL)
     assert (parse.returncode, err.decode()) == (130, "\nAborted.\n")
+
+
+def test_the_workers_read_frames_starts_get_their_share_of_the_cores(monkeypatch):
+    # each spawned worker imports polars with POLARS_MAX_THREADS set to its share, whenever it starts
+    monkeypatch.delenv(parallel.POLARS_THREADS, raising=False)
+    monkeypatch.setattr(parallel, "usable_cores", lambda: 4)
+    seen: list[str | None] = []
+    start = multiprocessing.get_context("spawn").Process.start
+
+    def recorded(process):
+        seen.append(os.environ.get(parallel.POLARS_THREADS))
+        return start(process)
+
+    monkeypatch.setattr(multiprocessing.get_context("spawn").Process, "start", recorded)
+    logs = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "megatron").glob("*.out"))[:2]
+    runs, _, _ = parallel.read_frames(reader.group_runs(logs), workers=2)
+    assert runs.height == 2 and seen == ["2", "2"]
