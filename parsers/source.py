@@ -290,10 +290,12 @@ def batches(
         yield items
 
 
-#: a number after ``=``, ``:``, ``[``, ``(`` or ``,`` at the end of a file's last line that no newline ends:
-#: writers end their lines with one, so the write was cut (a process killed with its buffer half flushed, a
-#: log copied while written), maybe inside the number (``CurrSamplesPerSec=6`` of ``=65.5``)
-_CUT_VALUE = re.compile(rb"[=:\[(,][ \t]*[-+]?(?:[0-9]|\.[0-9])[0-9.eE+-]*\Z")
+#: a number after ``=``, ``:``, ``[``, ``(``, ``,`` or ``/`` (its delimiter, kept: group 1) where a write was
+#: cut, maybe inside the number (``CurrSamplesPerSec=6`` of ``=65.5``, a total's ``/ 1`` of ``/ 1000``)
+_CUT_NUMBER = r"([=:\[(,/])[ \t]*[-+]?(?:[0-9]|\.[0-9])[0-9.eE+-]*"
+#: such a number at the end of a file's last line that no newline ends: writers end their lines with one, so
+#: the write was cut (a process killed with its buffer half flushed, a log copied while written)
+_CUT_VALUE = re.compile(rf"{_CUT_NUMBER}\Z".encode())
 
 
 def _without_cut_value(data: bytes, end: int) -> tuple[bytes, int]:
@@ -308,7 +310,7 @@ def _without_cut_value(data: bytes, end: int) -> tuple[bytes, int]:
 #: file's size kept. The text before it was cut there (a number before it may be short: dropped, its
 #: delimiter kept, as at a cut file's end) and the text after it is another write: a record break (\r)
 _HOLE = "\x00+"
-_CUT_BY_HOLE = r"([=:\[(,/])[ \t]*[-+]?(?:[0-9]|\.[0-9])[0-9.eE+-]*\x00+"
+_CUT_BY_HOLE = rf"{_CUT_NUMBER}\x00+"
 #: UTF-8's byte order mark, which some editors and Windows tools write at a file's start
 BOM = b"\xef\xbb\xbf"
 

@@ -277,6 +277,7 @@ def test_odd_bytes_give_the_lines_python_gives(tmp_path, raw, reading):
         (b"step=20, skipped=0, lr=[0.00", "step=20, skipped=0, lr=["),
         (b"| lm loss: 2.3e", "| lm loss:"),
         (b"losses (0.5, 0.2", "losses (0.5,"),
+        (b"step 3/      1", "step 3/"),  # a total: 1 of 1000
         # no delimiter before the number: words end the line, not a value
         (b"srun: error: task 3: Exited with exit code 1", "srun: error: task 3: Exited with exit code 1"),
         (b"loss: 2.3 |", "loss: 2.3 |"),
