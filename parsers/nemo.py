@@ -245,10 +245,10 @@ def _shape_facts(lines: pl.LazyFrame) -> list[pl.DataFrame]:
         recomputed_at=at("activations_checkpoint_num_layers"),
     )
     return [
-        per_block.select(order=f"{at}_at", fact=pl.lit(fact), value=fact, family=pl.lit(NAME))
+        per_block.select(order=f"{where}_at", fact=pl.lit(fact), value=fact, family=pl.lit(NAME))
         .drop_nulls("value")
         .collect()
-        for fact, at in (("moe_topk", "moe"), ("recomputed_layers", "recomputed"))
+        for fact, where in (("moe_topk", "moe"), ("recomputed_layers", "recomputed"))
     ]
 
 

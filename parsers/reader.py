@@ -154,7 +154,12 @@ def _job_stream(path: Path) -> tuple[tuple[str, str, str], tuple] | None:
 
 #: a job stream's other stream, by the part of its name that says which: ``.out`` <-> ``.err``, ``.stdout``
 #: <-> ``.stderr``, ``stdout.log`` <-> ``stderr.log``, PBS/SGE ``.o<job>`` <-> ``.e<job>``
-_OTHER_STREAM = {".out": ".err", ".err": ".out", ".stdout": ".stderr", ".stderr": ".stdout"}
+_OTHER_STREAM = {
+    suffix: other
+    for suffix, (convention, order) in STREAM_SUFFIXES.items()
+    for other, (its_convention, its_order) in STREAM_SUFFIXES.items()
+    if its_convention == convention and its_order != order
+}
 _OTHER_STDIO = {"stdout": "stderr", "stderr": "stdout"}
 _OTHER_SCHEDULER_STREAM = {"o": "e", "e": "o", "po": "pe", "pe": "po"}
 

@@ -32,16 +32,10 @@ def families() -> tuple[Family, ...]:
     return tuple(importlib.import_module(module).FAMILY for module in FAMILY_MODULES)
 
 
-def get(name: str) -> Family:
-    """The family called ``name`` (``hf_trainer`` and ``hf-trainer`` are the same); lists the valid
-    names when there is none."""
-    return named(name)[0][0]
-
-
 def named(name: str) -> tuple[tuple[Family, ...], str]:
-    """The families a ``--family`` name forces, and the name runs get: one family, or a ``COMBINED``
-    mix's (``megatron-deepspeed``: both, as the ``family`` column names such runs); lists the valid
-    names when there is none."""
+    """The families a ``--family`` name forces, and the name runs get: one family (``hf_trainer`` and
+    ``hf-trainer`` are the same), or a ``COMBINED`` mix's (``megatron-deepspeed``: both, as the ``family``
+    column names such runs); lists the valid names when there is none."""
     wanted = name.strip().lower().replace("_", "-")
     for family in families():
         if family.name.replace("_", "-") == wanted:

@@ -125,20 +125,13 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-def _directories(path: str, separators: set[str]) -> list[str]:
-    """The parts of ``path`` split at each of ``separators``."""
-    for separator in separators - {"/"}:
-        path = path.replace(separator, "/")
-    return path.rstrip("/").split("/")
-
-
 def run_names(paths: pl.Series) -> pl.Series:
     """A short readable name per run ``path``: the file name, or as many trailing directories as it
     takes to tell runs apart, so the ``train.log`` of every ``logstat run`` directory is not one name."""
     distinct = paths.drop_nulls().unique()
     # this system's separators only: a name's non-UTF-8 bytes are written as \xff escapes on POSIX
-    separators = {os.sep, os.altsep or os.sep}
-    parts = {path: _directories(path, separators) for path in distinct}
+    native = (lambda path: path.replace(os.altsep, os.sep)) if os.altsep else (lambda path: path)
+    parts = {path: native(path).rstrip(os.sep).split(os.sep) for path in distinct}
     names: dict[str, str] = {}
     depth = 1
     while len(names) < len(parts):

@@ -364,12 +364,14 @@ def _attempts_apart(earlier: datetime, later: datetime) -> bool:
 def _several_jobs(run: RunBuilder) -> None:
     """A note at each job id after the first that the log's Slurm environment names: several jobs' output
     in one file (a chain of jobs appending to one --output, or files concatenated) is one row."""
-    first, *others = run.state.get(NAME, {}).get("job_ids", {}).items() or [(None, 0)]
-    for job, lineno in others:
-        message = (
-            f"job {job} after job {first[0]}: several jobs' output in one file (appended or concatenated)"
-        )
-        run.note(NAME, lineno, f"{message}, one row of their steps")
+    jobs = run.state.get(NAME, {}).get("job_ids", {})
+    first = next(iter(jobs), None)
+    for job, lineno in jobs.items():
+        if job != first:
+            message = (
+                f"job {job} after job {first}: several jobs' output in one file (appended or concatenated)"
+            )
+            run.note(NAME, lineno, f"{message}, one row of their steps")
 
 
 def _peers_died(events: list[tuple], launch_start: int) -> list[tuple]:
@@ -383,7 +385,7 @@ def _peers_died(events: list[tuple], launch_start: int) -> list[tuple]:
     first = events[collective[0]][0]
     launch = [event for event in events if event[0] >= launch_start]
     killed = any(event[4] == "oom-kill" for event in launch)
-    died = any(event[0] < first and event[3] >= EFFECT and event[4] != "peer" for event in launch)
+    died = any(event[0] < first and event[3] >= EFFECT for event in launch)  # a peer's reset is a report
     if not (killed or died):
         return events
     return [

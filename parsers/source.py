@@ -76,6 +76,8 @@ class Piece:
     data: bytes
     end: int
     lines: int
+    holed: bool = False
+    """Whether its lines hold NUL bytes (a hole: ``_around_holes``)."""
 
     @property
     def parts(self) -> list[bytes | memoryview]:
@@ -275,10 +277,13 @@ def batches(
                         continue
                 if data[end - 1] != 10:  # the file's last chunk, its last line cut: its value may be short
                     data, end = _without_cut_value(data, end)
-                if report.hole is None and (hole := data.find(b"\x00", 0, end)) >= 0:
+                if (hole := data.find(b"\x00", 0, end)) >= 0 and report.hole is None:
                     report.hole = _hole_note(data, hole, lines)
                 count = data.count(b"\n", 0, end) + (data[end - 1] != 10)  # a chunk is never empty
-                items.append(Piece(run=run, file=file, first_line=lines, data=data, end=end, lines=count))
+                piece = Piece(
+                    run=run, file=file, first_line=lines, data=data, end=end, lines=count, holed=hole >= 0
+                )
+                items.append(piece)
                 lines += count
                 report.lines = lines
                 size += end
@@ -366,7 +371,7 @@ def frame_batch(items: list[Piece | tuple[int, int]]) -> Batch:
         text = text.head(text.len() - 1)
     if b"\x1b" in data:  # colour codes: dropped before anything searches the lines
         text = _plain(text)
-    if b"\x00" in data:
+    if any(piece.holed for piece in pieces):
         text = _around_holes(text)
     lines = text.to_frame("text").with_row_index("row").cast(LINE_SCHEMA)
     return Batch(lines=lines, pieces=table, separator=separator or "\ue000", files=files, continues=continues)

@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 import click
-from click.core import ParameterSource
 
+from logstat.commands import given
 from logstat.errors import LogstatError
 
 FORMATS = ("table", "json", "csv", "parquet", "markdown")
@@ -81,8 +81,7 @@ def parse(
     if iterations and timers:
         raise LogstatError("--iterations and --timers: give one (each is a table of its own)")
     steps = "--iterations" if iterations else "--timers" if timers else None
-    warmup_given = click.get_current_context().get_parameter_source("warmup") is not ParameterSource.DEFAULT
-    if steps and (tflops or warmup_given):
+    if steps and (tflops or given("warmup")):
         run_option = "--tflops" if tflops else "--warmup"
         raise LogstatError(f"{run_option} is of the run table; {steps} lists every logged step: give one")
     if output is None and fmt == "parquet" and sys.stdout.isatty():

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import click
 
+from logstat.commands import given
 from logstat.errors import LogstatError
 
 
@@ -57,7 +58,7 @@ def table(
         if paths:
             raise LogstatError("logstat table: give either log PATHS or --update FILE.md, not both")
         # options that mean nothing here are refused, not silently ignored
-        unused = [f"--{name}" for name in ("columns", "family", "warmup") if _given(name)]
+        unused = [f"--{name}" for name in ("columns", "family", "warmup") if given(name)]
         if unused:
             raise LogstatError(
                 f"logstat table: {', '.join(unused)} go with log PATHS; --update reads the file's own cells"
@@ -66,7 +67,7 @@ def table(
         return
     if dry_run:
         raise LogstatError("logstat table: --dry-run goes with --update FILE.md")
-    if _given("checkpointing"):
+    if given("checkpointing"):
         raise LogstatError(
             "logstat table: --checkpointing/--no-checkpointing go with --update FILE.md; "
             "from logs, each run's factor (4 or 3) follows its own activation checkpointing"
@@ -119,12 +120,6 @@ def _sweep_table(sweep_dir: Path, *, family: str | None, warmup: int) -> str:
     grid = list(record.get("grid") or {})
     title = f"{record.get('spec_name', 'sweep')} sweep: {', '.join(grid)} ({Path(sweep_dir).name})"
     return render_sweep_table(record["points"], result.runs, title=title, grid=grid)
-
-
-def _given(name: str) -> bool:
-    """Whether the user typed option ``name`` (not just its default)."""
-    source = click.get_current_context().get_parameter_source(name)
-    return source == click.core.ParameterSource.COMMANDLINE
 
 
 def _update(path: Path, *, dry_run: bool, checkpointing: bool) -> None:
