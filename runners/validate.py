@@ -18,6 +18,7 @@ from typing import Any
 
 from logstat.analytics import formulas
 from logstat.analytics.gpus import GPUS, peak_tflops
+from logstat.runners.presets import GPT2_VOCAB_SIZE
 from logstat.runners.spec import SECTIONS, Spec, SpecError
 
 from logstat.errors import LogstatError
@@ -31,6 +32,12 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SLURM_TIME = re.compile(r"\d+(-\d+)?(:\d+){0,2}")
 #: Fields rendered into #SBATCH lines, which sbatch reads line by line.
 _SBATCH_FIELDS = ("job_name", "partition", "constraint", "account", "time_limit")
+#: numpy's seed range: PowerSGD's hook, HF's set_seed and Megatron's _set_random_seed all seed numpy with it
+SEED_RANGE = range(2**32)
+#: pretrain_gpt.py's --data-impl choices (fixtures/reference/megatron-deepspeed-flags.tsv)
+MEGATRON_DATA_IMPLS = ("lazy", "cached", "mmap", "infer")
+#: Megatron's --split: up to three weights (train, validation, test) split at ',' or '/'
+_MEGATRON_SPLIT = re.compile(r"\d+(\.\d*)?(?:(?P<sep>[,/])\d+(\.\d*)?(?:(?P=sep)\d+(\.\d*)?)?)?")
 GIB = 2**30
 
 
@@ -137,9 +144,17 @@ def _check_positive(spec: Spec, report: Report) -> None:
         "model.vocab_size": spec.model.vocab_size,
         "train.log_interval": spec.train.log_interval,
     }
+    if spec.cluster.cpus_per_task is not None:
+        counts["cluster.cpus_per_task"] = spec.cluster.cpus_per_task
     for name, value in counts.items():
         if value is None or value < 1:
             report.refuse(name, value, "must be >= 1")
+    if spec.train.seed not in SEED_RANGE:
+        report.refuse(
+            "train.seed",
+            spec.train.seed,
+            "must be in 0..2**32-1: numpy's seed range (PowerSGD, HF set_seed and Megatron seed numpy with it)",
+        )
     batch_counts_ok = spec.batch.micro >= 1 and spec.batch.gas >= 1  # else a derived global is 0 too
     if batch_counts_ok and spec.batch.global_batch is not None and spec.batch.global_batch < 1:
         report.refuse("batch.global_batch", spec.batch.global_batch, "must be >= 1")
@@ -201,6 +216,14 @@ def _check_training(spec: Spec, report: Report) -> None:
         report.refuse("train.optimizer", train.optimizer, f"is unknown (optimizers: {known})")
     if train.precision not in PRECISIONS:
         report.refuse("train.precision", train.precision, f"must be one of {', '.join(PRECISIONS)}")
+    elif train.precision == "bf16" and spec.cluster.use_gpus:
+        gpu = GPUS.get(spec.cluster.gpu_model or "")
+        if gpu is not None and gpu.peak_tflops_bf16 is None:
+            report.refuse(
+                "train.precision",
+                "bf16",
+                f"needs bf16 tensor cores, which cluster.gpu_model={gpu.name!r} has not",
+            )
     if train.zero_stage not in (0, 1, 2, 3):
         report.refuse("train.zero_stage", train.zero_stage, "must be 0, 1, 2 or 3")
     elif train.zero_stage >= 2 and pp > 1:
@@ -232,12 +255,14 @@ def _check_stack(spec: Spec, report: Report) -> None:
             train.optimizer,
             f"is not one of stack {stack.name}'s: {', '.join(stack.optimizers)}",
         )
-    if train.zero_stage in (0, 1, 2, 3) and train.zero_stage not in stack.zero_stages:
+    stage_refused = any(p.field == "train.zero_stage" for p in report.problems)
+    if train.zero_stage in (0, 1, 2, 3) and train.zero_stage not in stack.zero_stages and not stage_refused:
         stages = ", ".join(map(str, stack.zero_stages))
+        why = f": {stack.zero_stages_why}" if stack.zero_stages_why else ""
         report.refuse(
             "train.zero_stage",
             train.zero_stage,
-            f"is not implemented by stack {stack.name} (stages: {stages})",
+            f"is not implemented by stack {stack.name} (stages: {stages}){why}",
         )
     if not stack.model_parallel:
         for name in ("tp", "pp"):
@@ -246,6 +271,8 @@ def _check_stack(spec: Spec, report: Report) -> None:
                 report.refuse(
                     f"parallel.{name}", value, f"must be 1: stack {stack.name} is data parallel only"
                 )
+    if spec.stack == "megatron-deepspeed":
+        _check_megatron(spec, report)
     if spec.stack == "ddp-powersgd":
         if spec.ddp.powersgd_rank < 1:
             report.refuse("ddp.powersgd_rank", spec.ddp.powersgd_rank, "must be >= 1")
@@ -255,6 +282,31 @@ def _check_stack(spec: Spec, report: Report) -> None:
                 spec.ddp.powersgd_start_iter,
                 "must be >= 2 (PowerSGD's error feedback and warm start need plain all-reduce first)",
             )
+
+
+def _check_megatron(spec: Spec, report: Report) -> None:
+    mega = spec.megatron
+    if mega.data_impl not in MEGATRON_DATA_IMPLS:
+        report.refuse(
+            "megatron.data_impl",
+            mega.data_impl,
+            f"must be one of {', '.join(MEGATRON_DATA_IMPLS)} (--data-impl)",
+        )
+    split = _MEGATRON_SPLIT.fullmatch(mega.split)
+    if split is None or not sum(float(w) for w in re.split("[,/]", mega.split)) > 0:
+        report.refuse(
+            "megatron.split",
+            mega.split,
+            "must be up to three weights of train, validation and test split at ',' or '/', "
+            "not all zero (--split, e.g. 949,50,1)",
+        )
+    if spec.model.vocab_size != GPT2_VOCAB_SIZE:
+        report.refuse(
+            "model.vocab_size",
+            spec.model.vocab_size,
+            f"must be GPT-2's {GPT2_VOCAB_SIZE} with stack megatron-deepspeed: pretrain_gpt.py takes its "
+            "vocabulary from megatron.vocab_file (GPT2BPETokenizer), not from a size",
+        )
 
 
 def _warn(spec: Spec, report: Report) -> None:

@@ -33,6 +33,8 @@ class Stack:
     """Values of train.optimizer this stack implements."""
     zero_stages: tuple[int, ...]
     """Values of train.zero_stage this stack implements."""
+    zero_stages_why: str = ""
+    """Why the other stages are not among them, for the refusal."""
     model_parallel: bool
     """Whether TP/PP > 1 is implemented."""
     launch_check: Callable[[Spec], None] = lambda spec: None

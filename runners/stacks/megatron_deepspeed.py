@@ -99,7 +99,12 @@ STACK = Stack(
     deepspeed_config=deepspeed_json,
     environment=lambda spec: {},
     optimizers=("adam", "sgd"),
-    zero_stages=(0, 1, 2, 3),
+    zero_stages=(0, 1),
+    zero_stages_why=(
+        "pretrain_gpt.py builds its model as a DeepSpeed PipelineModule under --deepspeed whatever parallel.pp "
+        "is, and DeepSpeed's PipelineEngine asserts 'ZeRO-2 and ZeRO-3 are incompatible with pipeline "
+        "parallelism' (deepspeed/runtime/pipe/engine.py)"
+    ),
     model_parallel=True,
     launch_check=launch_check,
 )

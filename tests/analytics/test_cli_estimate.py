@@ -52,3 +52,16 @@ def test_bad_input_is_one_line_on_stderr_and_exit_1():
 def test_help_has_an_example():
     r = logstat("estimate", "--help")
     assert r.returncode == 0 and "Example:" in r.stdout and "logstat estimate --model 52B" in r.stdout
+
+
+def test_zero_3_without_a_spec_follows_the_stack_that_implements_it():
+    # Megatron-DeepSpeed's pipeline engine refuses ZeRO 2 and 3; the estimate plans the HF ZeRO-3 stack
+    r = logstat("estimate", "--hidden", "4096", "--layers", "30", "--gpus", "8", "--zero", "3")
+    assert r.returncode == 0, r.stderr
+    assert "| 3 (this run) |" in r.stdout
+    refused = logstat("estimate", "--hidden", "4096", "--layers", "30", "--gpus", "8", "--zero", "3",
+                      "--stack", "megatron-deepspeed")  # fmt: skip
+    assert refused.returncode == 1
+    assert (
+        "train.zero_stage=3 is not implemented by stack megatron-deepspeed (stages: 0, 1)" in refused.stderr
+    )

@@ -65,8 +65,8 @@ def test_the_52b_benchmark_estimate():
 def test_zero_memory_with_data_parallelism():
     # 8 GPUs, DP 8, the 7B preset (h 4096, l 36): Ψ = 36*(12*4096^2+13*4096) + 50257*4096 + 1024*4096 + 2*4096
     psi = 36 * (12 * 4096**2 + 13 * 4096) + 50257 * 4096 + 1024 * 4096 + 2 * 4096
-    text = estimate_text(planned("model.preset=7", "cluster.gpus_per_node=8", "train.zero_stage=3",
-                                 "train.offload_optimizer=true", "train.offload_param=true"))  # fmt: skip
+    text = estimate_text(planned("model.preset=7", "cluster.gpus_per_node=8", "train.zero_stage=3", "stack=hf-zero3",
+                                 "train.optimizer=adamw", "train.offload_optimizer=true", "train.offload_param=true"))  # fmt: skip
     rows = memory_rows(text)
     assert rows["3 (this run)"] == [f"{n * psi / 8 / 1e9:.1f}" for n in (16, 4, 2, 14)]
     stage2 = [(2 * psi + 14 * psi / 8) / 1e9, (2 * psi + 2 * psi / 8) / 1e9, None, 12 * psi / 8 / 1e9]

@@ -90,6 +90,17 @@ def test_zero_3_without_pipeline_is_fine():
     assert problems("gpt2-52b-hf-zero3", "train.zero_stage=2") == []
 
 
+@pytest.mark.parametrize("stage", [2, 3])
+def test_megatron_deepspeed_refuses_zero_2_and_3_even_with_one_stage(stage):
+    # pretrain_gpt.py builds a PipelineModule under --deepspeed whatever --pipeline-model-parallel-size is
+    message = refused(BASE, "parallel.pp=1", "batch.global_batch=none", f"train.zero_stage={stage}")
+    assert message.startswith(
+        f"train.zero_stage={stage} is not implemented by stack megatron-deepspeed (stages: 0, 1): "
+        "pretrain_gpt.py builds its model as a DeepSpeed PipelineModule"
+    )
+    assert "'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'" in message
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -108,6 +119,21 @@ def test_zero_3_without_pipeline_is_fine():
         (("name=../escape",), "name='../escape' must be a plain name (letters, digits, '.', '_', '-'): it names runs/<name>/"),
         (("cluster.time_limit=6 hours",), "cluster.time_limit='6 hours' is not a Slurm time ([D-]HH:MM:SS or minutes)"),
         (("cluster.master_port=70000",), "cluster.master_port=70000 is not a TCP port (1-65535)"),
+        (("cluster.cpus_per_task=0",), "cluster.cpus_per_task=0 must be >= 1"),
+        (("train.seed=-1",), "train.seed=-1 must be in 0..2**32-1: numpy's seed range (PowerSGD, HF set_seed "
+                             "and Megatron seed numpy with it)"),
+        (("train.seed=4294967296",), "train.seed=4294967296 must be in 0..2**32-1: numpy's seed range (PowerSGD, "
+                                     "HF set_seed and Megatron seed numpy with it)"),
+        (("train.precision=bf16",), "train.precision='bf16' needs bf16 tensor cores, which "
+                                    "cluster.gpu_model='V100-SXM2-32GB' has not"),
+        (("megatron.data_impl=foo",), "megatron.data_impl='foo' must be one of lazy, cached, mmap, infer (--data-impl)"),
+        (("megatron.split=abc",), "megatron.split='abc' must be up to three weights of train, validation and test "
+                                  "split at ',' or '/', not all zero (--split, e.g. 949,50,1)"),
+        (("megatron.split=0,0,0",), "megatron.split='0,0,0' must be up to three weights of train, validation and "
+                                    "test split at ',' or '/', not all zero (--split, e.g. 949,50,1)"),
+        (("model.vocab_size=128",), "model.vocab_size=128 must be GPT-2's 50257 with stack megatron-deepspeed: "
+                                    "pretrain_gpt.py takes its vocabulary from megatron.vocab_file "
+                                    "(GPT2BPETokenizer), not from a size"),
     ],
 )  # fmt: skip
 def test_field_refusals(overrides, message):
@@ -273,3 +299,15 @@ def test_nul_bytes_are_refused_in_any_string_field():
     assert refused("gpt2-tiny-hf-zero3", "megatron.data_path=a\0b") == (
         "megatron.data_path='a\\x00b' contains a NUL byte, which no command line, path or file name can hold"
     )
+
+
+@pytest.mark.parametrize("split", ["949,50,1", "98,2,0", "100", "0.9/0.1", "969,30"])
+def test_megatron_splits_it_reads(split):
+    assert problems(BASE, f"megatron.split={split}") == []
+
+
+def test_seed_bounds_and_bf16_on_gpus_that_have_it():
+    assert problems("gpt2-tiny-ddp-powersgd", "train.seed=0") == []
+    assert problems("gpt2-tiny-ddp-powersgd", f"train.seed={2**32 - 1}") == []
+    assert problems(BASE, "train.precision=bf16", "cluster.gpu_model=A100-SXM4-80GB") == []
+    assert problems(BASE, "train.precision=bf16", "cluster.gpu_model=none") == []  # unknown: not refused

@@ -26,6 +26,8 @@ FIELDS = {
     "optimizer": "train.optimizer",
     "stack": "stack",
 }
+#: the stack a spec-less estimate with ZeRO 2 or 3 follows (Megatron-DeepSpeed implements 0 and 1)
+ZERO_STACK = "hf-zero3"
 #: options that change the global batch, which is then derived again
 BATCH_SHAPING = ("tp", "pp", "micro_batch", "gas", "gpus")
 
@@ -70,7 +72,8 @@ BATCH_SHAPING = ("tp", "pp", "micro_batch", "gas", "gpus")
 )
 @click.option(
     "--stack",
-    help="Stack whose rules apply: megatron-deepspeed, hf-zero3, ddp-powersgd [megatron-deepspeed].",
+    help="Stack whose rules apply: megatron-deepspeed, hf-zero3, ddp-powersgd [megatron-deepspeed; with "
+    "--zero 2 or 3, which Megatron-DeepSpeed's pipeline engine refuses, hf-zero3 and its adamw].",
 )
 @click.option(
     "--checkpointing/--no-checkpointing",
@@ -132,6 +135,10 @@ def estimate(
         raise LogstatError(f"logstat estimate: --gpu {gpu_model!r} is unknown; known: {', '.join(GPUS)}")
     if gpus is not None:
         settings += ["cluster.nodes=1", f"cluster.gpus_per_node={gpus}"]
+    if spec is None and options.get("stack") is None and options.get("zero_stage") in (2, 3):
+        settings.append(f"stack={ZERO_STACK}")
+        if options.get("optimizer") is None:
+            settings.append("train.optimizer=adamw")
     for name, value in options.items():
         if value is not None:
             settings.append(
