@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
@@ -28,6 +29,7 @@ MANIFEST_NAME = "manifest.json"
 LOCAL_LOG_NAME = "train.log"
 #: sbatch's ``--output`` pattern inside the run directory (``%j``: the job id).
 SLURM_LOG_PATTERN = "slurm-%j.out"
+_NUMBER = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,12 +152,17 @@ def sbatch_script(run: RenderedRun) -> str:
         "# One task per node; each starts the launcher with its node rank from SLURM_PROCID,",
         "# which the task's own shell expands on its node: hence the single quotes.",
         "# shellcheck disable=SC2016",
-        "srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c \\",
+        f"srun --ntasks-per-node=1{_srun_cpus(cluster.cpus_per_task)} --kill-on-bad-exit=1 bash -c \\",
         '  \'exec "$0" -u -m torch.distributed.run --node_rank "$SLURM_PROCID" --master_addr "$MASTER_ADDR" "$@"\' \\',
     ]
     args = [run.python, *launcher_options(spec, master_port=cluster.master_port), *run.program]
     lines += _continued(args)
     return "\n".join(lines) + "\n"
+
+
+def _srun_cpus(cpus_per_task: int | None) -> str:
+    """srun's own --cpus-per-task: since Slurm 22.05 a step does not inherit sbatch's (sbatch(1))."""
+    return "" if cpus_per_task is None else f" --cpus-per-task={cpus_per_task}"
 
 
 def sbatch_header(run: RenderedRun) -> list[str]:
@@ -197,12 +204,17 @@ def _continued(args: Sequence[str]) -> list[str]:
     """Arguments one per line (a flag with its value together), joined with backslash continuations."""
     groups: list[list[str]] = []
     for arg in args:
-        if groups and not arg.startswith("-") and groups[-1][0].startswith("-") and len(groups[-1]) == 1:
+        if groups and not _is_flag(arg) and _is_flag(groups[-1][0]) and len(groups[-1]) == 1:
             groups[-1].append(arg)
         else:
             groups.append([arg])
     rendered = ["    " + " ".join(shlex.quote(a) for a in group) for group in groups]
     return [line + " \\" for line in rendered[:-1]] + rendered[-1:]
+
+
+def _is_flag(arg: str) -> bool:
+    """An option, not a value: '-1' and '-0.5' (a negative value) are values."""
+    return arg.startswith("-") and not _NUMBER.fullmatch(arg)
 
 
 def _comment(text: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from logstat.runners.render import render, sbatch_header
+from logstat.runners.render import _continued, render, sbatch_header
 from logstat.runners.spec import SPECS_DIR, SpecError, load_spec
 
 SHIPPED = sorted(p.stem for p in SPECS_DIR.glob("*.toml"))
@@ -49,6 +49,24 @@ def test_node_count_comes_from_one_field(tmp_path):
     assert "    --nnodes 8 \\\n" in text
     assert "    --nproc_per_node 4 \\\n" in text
     assert "#SBATCH --ntasks-per-node=1\n" in text and "#SBATCH --gres=gpu:4\n" in text
+
+
+def test_srun_asks_for_the_cpus_again(tmp_path):
+    # sbatch(1), Slurm 22.05: "srun will not inherit the --cpus-per-task value requested by salloc or sbatch"
+    text = rendered("gpt2-52b-megatron-ds", tmp_path).sbatch_script
+    assert "#SBATCH --cpus-per-task=40\n" in text
+    assert "srun --ntasks-per-node=1 --cpus-per-task=40 --kill-on-bad-exit=1 bash -c" in text
+    tiny = rendered("gpt2-tiny-ddp-powersgd", tmp_path).sbatch_script
+    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c" in tiny and "cpus-per-task" not in tiny
+
+
+def test_a_negative_value_stays_on_its_flags_line():
+    assert _continued(["--x", "-1", "--y", "-0.5", "-n", "--z", "-2e-3"]) == [
+        "    --x -1 \\",
+        "    --y -0.5 \\",
+        "    -n \\",
+        "    --z -2e-3",
+    ]
 
 
 def test_cpu_spec_requests_no_gpus_and_sets_the_deepspeed_accelerator(tmp_path):
