@@ -368,6 +368,15 @@ def spec_to_dict(spec: Spec) -> dict[str, Any]:
     }
 
 
+def dotted_items(table: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
+    """``(section.field, value)`` of a TOML-shaped dict, nested tables flattened to dotted keys."""
+    for key, value in table.items():
+        if isinstance(value, Mapping):
+            yield from dotted_items(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
 def spec_to_toml(spec: Spec) -> str:
     """Serialize a spec to TOML text that :func:`load_spec` reads back to an equal spec."""
     raw = spec_to_dict(spec)

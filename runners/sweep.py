@@ -24,7 +24,7 @@ import json
 import math
 import secrets
 import tomllib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +36,7 @@ from logstat.runners.spec import (
     Spec,
     SpecError,
     apply_override,
+    dotted_items,
     find_spec,
     load_spec,
 )
@@ -139,11 +140,15 @@ def make_axis(key: str, values: Sequence[str], *, option: str = "--grid") -> Axi
     """An axis of ``key`` over ``values`` (texts as ``--set`` reads them), checked."""
     if not values or any(value == "" for value in values):
         raise SpecError(f"{option} {key}: empty value in {','.join(values)!r}")
+    typed: dict[str, str] = {}  # value as --set types it ("01" is 1, "yes" is true) -> its text
     for value in values:
-        apply_override({}, f"{key}={value}", option=option)
-    repeated = sorted({value for value in values if values.count(value) > 1})
-    if repeated:
-        raise SpecError(f"{option} {key}: value {repeated[0]!r} is listed twice")
+        raw: dict[str, Any] = {}
+        apply_override(raw, f"{key}={value}", option=option)
+        meaning = repr(next(iter(dotted_items(raw)), None))
+        if meaning in typed:
+            same = "" if typed[meaning] == value else f" (as {typed[meaning]!r})"
+            raise SpecError(f"{option} {key}: value {value!r} is listed twice{same}")
+        typed[meaning] = value
     return Axis(key, tuple(values))
 
 
@@ -171,19 +176,11 @@ def section_axes(section: Mapping[str, Any], source: str) -> list[Axis]:
     if not isinstance(grid, Mapping):
         raise SpecError(f"{source}: {SWEEP_SECTION}.grid must be a table of field = [values]")
     axes = []
-    for key, values in _flatten(grid):
+    for key, values in dotted_items(grid):
         if not isinstance(values, list) or not values:
             raise SpecError(f"{source}: {SWEEP_SECTION}.grid.{key} must be a non-empty list of values")
         axes.append(make_axis(key, [_text_of(value) for value in values], option=f"{source}: [sweep.grid]"))
     return axes
-
-
-def _flatten(table: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
-    for key, value in table.items():
-        if isinstance(value, Mapping):
-            yield from _flatten(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
 
 
 def _text_of(value: Any) -> str:
@@ -601,13 +598,15 @@ def create_sweep(plan: SweepPlan, *, backend: str, runs_root: Path, python: str 
     from logstat.runners.backends import planned_command
     from logstat.runners.manifest import build_manifest
     from logstat.runners.render import render
-    from logstat.runners.rundir import atomic_write_text, create_run_dir
+    from logstat.runners.rundir import atomic_write_text, create_run_dir, make_parents
 
     kept = plan.kept
     if not kept:
         raise LogstatError(nothing_kept_message(plan))
+    ports = {point.task: _point_port(point, backend) for point in kept}
+    _refuse_ports(ports)
     sweep_dir = sweep_dir_path(runs_root, plan.spec_name)
-    sweep_dir.parent.mkdir(parents=True, exist_ok=True)
+    make_parents(sweep_dir)
     try:
         sweep_dir.mkdir()
     except FileExistsError:
@@ -619,9 +618,8 @@ def create_sweep(plan: SweepPlan, *, backend: str, runs_root: Path, python: str 
     for point in kept:
         assert point.spec is not None and point.task is not None
         spec = point.spec
-        if backend == "slurm" and "cluster.master_port" not in dict(point.settings):
-            port = spec.cluster.master_port + point.task
-            spec = dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, master_port=port))
+        port = ports[point.task]
+        spec = dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, master_port=port))
         run = render(
             spec, sweep_dir / point_dir_name(point.task, width), python=python, warnings=point.warnings
         )
@@ -630,6 +628,27 @@ def create_sweep(plan: SweepPlan, *, backend: str, runs_root: Path, python: str 
         create_run_dir(run, manifest)
         runs.append(run)
     return sweep_dir, runs
+
+
+def _point_port(point: Point, backend: str) -> int:
+    """The point's rendezvous port: under Slurm its spec's plus its task id (array tasks may share a node),
+    unless the grid sets the port itself."""
+    assert point.spec is not None and point.task is not None
+    port = point.spec.cluster.master_port
+    if backend == "slurm" and "cluster.master_port" not in dict(point.settings):
+        port += point.task
+    return port
+
+
+def _refuse_ports(ports: Mapping[int, int]) -> None:
+    """Refuse, before anything is created, a sweep whose task offsets push a port past 65535."""
+    for task, port in ports.items():
+        if port > 65535:
+            raise LogstatError(
+                f"cluster.master_port={port - task} + task {task} = {port} is not a TCP port (1-65535): under "
+                f"Slurm each point of a sweep listens on cluster.master_port + its task id; set "
+                f"cluster.master_port to at most {65535 - max(ports)}"
+            )
 
 
 def launch_local(runs: Sequence[Any], *, echo: Callable[[str], None]) -> list[int]:

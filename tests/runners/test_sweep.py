@@ -115,6 +115,11 @@ def test_grid_values_are_typed_by_the_field_and_errors_name_the_grid():
         ("batch.micor=1,2", "--grid batch.micor: unknown field 'micor'"),
         ("batch.micro=1,two", "--grid batch.micro='two': batch.micro must be an integer"),
         ("batch.micro=1,1", "--grid batch.micro: value '1' is listed twice"),
+        ("batch.micro=1,01", "--grid batch.micro: value '01' is listed twice (as '1')"),
+        (
+            "train.activation_checkpointing=true,yes",
+            "--grid train.activation_checkpointing: value 'yes' is listed twice (as 'true')",
+        ),
         ("batch.micro=1,,2", "--grid batch.micro: empty value"),
         ("batch.micro", "must look like section.field=value1,value2"),
     ]:
@@ -129,6 +134,25 @@ def test_a_field_in_both_set_and_grid_is_refused():
         )
     with pytest.raises(LogstatError, match="at least one --grid"):
         sweeps.plan_sweep("gpt2-tiny-ddp-powersgd", [])
+
+
+def test_a_slurm_sweep_past_the_last_port_is_refused_before_anything_is_made(tmp_path):
+    plan = sweeps.plan_sweep(
+        "gpt2-tiny-ddp-powersgd",
+        [sweeps.parse_axis("batch.micro=1,2,3,4")],
+        overrides=["cluster.master_port=65534"],
+    )
+    with pytest.raises(LogstatError) as refused:
+        sweeps.create_sweep(plan, backend="slurm", runs_root=tmp_path)
+    assert str(refused.value) == (
+        "cluster.master_port=65534 + task 2 = 65536 is not a TCP port (1-65535): under Slurm each point of a "
+        "sweep listens on cluster.master_port + its task id; set cluster.master_port to at most 65532"
+    )
+    assert list(tmp_path.iterdir()) == []
+    _, runs = sweeps.create_sweep(
+        plan, backend="local", runs_root=tmp_path
+    )  # no offsets: one point at a time
+    assert {run.spec.cluster.master_port for run in runs} == {65534}
 
 
 def test_array_ranges():

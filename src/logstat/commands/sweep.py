@@ -144,7 +144,7 @@ def sweep(
 
 
 def _number(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
         raise LogstatError(f"[sweep] min_pipeline_efficiency={value!r} must be a number between 0 and 1")
     return float(value)
 
