@@ -6,16 +6,29 @@ them, into a new run directory whose manifest says which run it reruns.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import tomllib
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from logstat.runners.backends import LaunchResult, launch_spec, stderr_echo
 from logstat.runners.manifest import read_manifest
 from logstat.runners.render import SPEC_NAME
 from logstat.runners.rundir import RUNS_ROOT
+from logstat.runners.spec import build_spec, dotted_items
 
 from logstat.errors import LogstatError
 
+#: Fields a saved spec holds resolved, and the fields they were derived from (``spec.resolve``): a rerun
+#: that changes one of the latter derives the former again, as `logstat run` would, unless it sets it too.
+DERIVED_FROM = {
+    "batch.global_batch": (
+        "batch.micro", "batch.gas", "parallel.tp", "parallel.pp", "cluster.nodes", "cluster.gpus_per_node"
+    ),
+    "model.hidden_size": ("model.preset",),
+    "model.num_layers": ("model.preset",),
+    "cluster.job_name": ("name",),
+}  # fmt: skip
 #: Words of a reference: spec names and run ids are plain names (runners.validate's rule).
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -77,12 +90,60 @@ def rerun(
             raise LogstatError(f"{original}: its manifest names no backend; give --backend")
         backend = recorded
     echo(f"rerun of {original}")
+    raw = saved_spec(original)
+    for derived in rederived(raw, overrides):
+        echo(f"{derived} is derived again: the --set changes what it was derived from")
+    spec = build_spec(raw, overrides, source=str(original / SPEC_NAME))
     return launch_spec(
-        original / SPEC_NAME,
+        spec,
         backend=backend,
-        overrides=overrides,
         wait=wait,
         runs_root=root,
         echo=echo,
         reruns=original,
     )
+
+
+def saved_spec(run_dir: Path) -> dict[str, Any]:
+    """The run's spec.toml as a raw spec; LogstatError when it was edited since the run (it then differs
+    from the spec its manifest says ran): a rerun launches what ran, and says so in its manifest."""
+    path = run_dir / SPEC_NAME
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise LogstatError(f"cannot read {path}: {exc}") from exc
+    ran = read_manifest(run_dir).get("spec")
+    if isinstance(ran, dict):
+        edits = [
+            f"{key} {ran_values.get(key)!r} -> {file_values.get(key)!r}"
+            for file_values, ran_values in [(dict(dotted_items(raw)), dict(dotted_items(ran)))]
+            for key in sorted(set(file_values) | set(ran_values))
+            if file_values.get(key) != ran_values.get(key)
+        ]
+        if edits:
+            raise LogstatError(
+                f"{path} was edited since the run ({'; '.join(edits)}): a rerun launches what ran "
+                f"(manifest.json's spec); give the change as --set, or launch the edited file with "
+                f"`logstat run {path}`"
+            )
+    return raw
+
+
+def rederived(raw: dict[str, Any], overrides: Iterable[str]) -> list[str]:
+    """Drop from ``raw`` the derived fields ``overrides`` change the inputs of (and do not set
+    themselves), so that resolving derives them again; their names."""
+    touched = {override.partition("=")[0].strip() for override in overrides}
+    dropped = []
+    for derived, inputs in DERIVED_FROM.items():
+        section, _, name = derived.rpartition(".")
+        if derived in touched or not touched & set(inputs) or name not in raw.get(section, {}):
+            continue
+        if (
+            derived.startswith("model.")
+            and "preset" not in raw.get("model", {})
+            and "model.preset" not in touched
+        ):
+            continue
+        del raw[section][name]
+        dropped.append(derived)
+    return dropped

@@ -39,7 +39,7 @@ def create_run_dir(run: RenderedRun, manifest: dict[str, Any]) -> Path:
     from logstat.runners.spec import spec_to_toml
 
     run_dir = run.run_dir
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    make_parents(run_dir)
     try:
         run_dir.mkdir()
     except FileExistsError:
@@ -50,6 +50,17 @@ def create_run_dir(run: RenderedRun, manifest: dict[str, Any]) -> Path:
         atomic_write_text(run.ds_config_path, ds_config_text(run.deepspeed_config))
     atomic_write_text(run.manifest_path, manifest_text(manifest))
     return run_dir
+
+
+def make_parents(path: Path) -> None:
+    """Create the directories above ``path``; a LogstatError naming the one that is a file instead."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocking = next(p for p in [path.parent, *path.parent.parents] if p.exists() and not p.is_dir())
+        raise LogstatError(
+            f"{blocking} is a file, where the directory of {path.name} goes: move it or give another --runs-dir"
+        ) from None
 
 
 def atomic_write_text(path: Path, text: str, *, replace: bool = False, mode: int = 0o644) -> None:

@@ -32,6 +32,7 @@ from logstat.errors import LogstatError
 
 if TYPE_CHECKING:
     from logstat.runners.render import RenderedRun
+    from logstat.runners.spec import Spec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +100,7 @@ def stderr_echo(line: str) -> None:
 
 
 def launch_spec(
-    spec_ref: str | Path,
+    spec_ref: str | Path | Spec,
     *,
     backend: str = "dry-run",
     overrides: tuple[str, ...] | list[str] = (),
@@ -109,8 +110,9 @@ def launch_spec(
     echo: Callable[[str], None] = stderr_echo,
     reruns: Path | None = None,
 ) -> LaunchResult:
-    """Load, validate, render and launch a spec: the library function behind ``logstat run``
-    (and ``logstat rerun``, which names in ``reruns`` the run directory it launches again).
+    """Load (unless ``spec_ref`` is a loaded spec: then ``overrides`` are already in it), validate, render
+    and launch a spec: the library function behind ``logstat run`` (and ``logstat rerun``, which names in
+    ``reruns`` the run directory it launches again).
 
     Nothing is created before the spec is valid and the backend's preflight accepts it; the run
     directory is then created (never reused) with the spec, script, DeepSpeed JSON and manifest.
@@ -118,12 +120,12 @@ def launch_spec(
     from logstat.runners.manifest import build_manifest
     from logstat.runners.render import render
     from logstat.runners.rundir import RUNS_ROOT, create_run_dir, run_dir_path
-    from logstat.runners.spec import load_spec
+    from logstat.runners.spec import Spec, load_spec
     from logstat.runners.stacks import get_stack
     from logstat.runners.validate import validate
 
     launch = get_backend(backend)
-    spec = load_spec(spec_ref, overrides)
+    spec = spec_ref if isinstance(spec_ref, Spec) else load_spec(spec_ref, overrides)
     warnings = validate(spec)
     for warning in warnings:
         echo(f"warning: {warning}")

@@ -116,3 +116,37 @@ def test_a_real_run_rerun_with_fewer_steps_into_a_new_directory(tmp_path):
                                   "run_id": original.name}  # fmt: skip
     assert manifest["backend"] == "local" and manifest["spec"]["steps"] == 3 and manifest["exit_code"] == 0
     assert load_runs([new]).runs.row(0, named=True)["iterations"] == 3
+
+
+def test_a_rerun_derives_again_what_its_set_changes_the_inputs_of(runs):
+    done = logstat(
+        "rerun", "gpt2-tiny-ddp-powersgd d4e5f6", "--set", "batch.micro=4", "--dry-run", cwd=runs.parent
+    )
+    assert done.returncode == 0, done.stderr
+    assert "batch.global_batch is derived again: the --set changes what it was derived from" in done.stderr
+    assert "global batch 16 = micro 4 x gas 2 x DP 2" in done.stdout
+    kept = logstat("rerun", "gpt2-tiny-ddp-powersgd d4e5f6", "--set", "batch.micro=4", "--set",
+                   "batch.global_batch=8", "--dry-run", cwd=runs.parent)  # fmt: skip
+    assert "batch.global_batch=8 != batch.micro*batch.gas*DP = 4*2*2 = 16" in kept.stderr
+
+
+def test_a_rerun_of_a_preset_run_takes_the_new_presets_shape(tmp_path):
+    run_dir = made_run(tmp_path / "runs", "gpt2-52b-hf-zero3", "aaaaaa")
+    done = logstat("rerun", str(run_dir), "--set", "model.preset=7", "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "model.hidden_size is derived again" in done.stderr
+        and "model.num_layers is derived again" in done.stderr
+    )
+    assert "--hidden-size 4096" in done.stdout
+
+
+def test_a_spec_edited_since_the_run_is_refused(runs):
+    run_dir = runs / "gpt2-tiny-ddp-powersgd" / "20260101T120000Z-1a2b3c"
+    spec = run_dir / "spec.toml"
+    spec.write_text(spec.read_text().replace("lr = 0.001", "lr = 0.5"))
+    done = logstat("rerun", str(run_dir), "--dry-run", cwd=runs.parent)
+    assert done.returncode == 1 and done.stdout == ""
+    assert (
+        f"{spec} was edited since the run (train.lr 0.001 -> 0.5): a rerun launches what ran" in done.stderr
+    )

@@ -137,3 +137,13 @@ def test_unreadable_manifest_is_an_error_not_a_crash(tmp_path):
     (tmp_path / "manifest.json").write_text("{not json")
     with pytest.raises(LogstatError, match="cannot read manifest"):
         read_manifest(tmp_path)
+
+
+def test_a_file_where_the_runs_directory_goes_is_named(tmp_path):
+    (tmp_path / "gpt2-tiny-ddp-powersgd").write_text("keep")
+    run = render(load_spec("gpt2-tiny-ddp-powersgd"), run_dir_path(tmp_path, "gpt2-tiny-ddp-powersgd"))
+    with pytest.raises(
+        LogstatError, match=r"gpt2-tiny-ddp-powersgd is a file, where the directory of .* goes"
+    ):
+        create_run_dir(run, {})
+    assert (tmp_path / "gpt2-tiny-ddp-powersgd").read_text() == "keep"
