@@ -338,11 +338,13 @@ def derive_facts(run: RunBuilder) -> None:
 
 def _megatron_v1(run: RunBuilder) -> bool:
     """Whether the run's batch is Megatron-LM v1.x's: a per-GPU batch and a tensor-parallel size from its
-    dump, and nothing stating a global batch, gradient accumulation or a pipeline (v2.0 on prints all)."""
+    dump, no pipeline of more than one stage (v1.x's own world line, "model-parallel size", states PP 1),
+    and nothing stating a global batch or gradient accumulation (from v2.0 every dump prints both)."""
     by_megatron = all(
         run.provenance.get(name, "").startswith("megatron:") for name in ("micro_batch_size", "tp")
     )
-    return by_megatron and not any(name in run.facts for name in ("global_batch_size", "gas", "pp"))
+    stated = any(name in run.facts for name in ("global_batch_size", "gas"))
+    return by_megatron and not stated and run.facts.get("pp", 1) == 1
 
 
 def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:

@@ -248,6 +248,17 @@ def test_megatron_v1_steps_are_one_batch_per_gpu_on_a_world_without_pipeline(tmp
     assert facts == {"pp": 1, "dp": 4, "gas": 1, "global_batch_size": 32}
     assert run.provenance["pp"] == run.provenance["gas"] == "derived:0"
     assert load_runs([log], warmup=1).runs.row(0, named=True)["samples_per_sec"] == pytest.approx(32 / 0.4)
+    # v1.1's arguments.py prints its world at rank 0 before the dump; its PP 1 is no pipeline either
+    log.write_text(
+        "\n".join(["using world size: 8 and model-parallel size: 2 ", *_megatron_v1_dump(**args), *steps])
+    )
+    run = reader.read_runs(reader.group_runs([log]), [megatron.FAMILY])[0].run
+    assert {name: run.facts.get(name) for name in facts} == {
+        "pp": 1,
+        "dp": 4,
+        "gas": 1,
+        "global_batch_size": 32,
+    }
     # under DeepSpeed (DeepSpeedExamples' Megatron-LM v1), its config dump states the accumulation
     ds_dump = [
         "[INFO] [config.py:748:print] DeepSpeedEngine configuration:",
