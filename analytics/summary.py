@@ -86,8 +86,8 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
             .min()
             .fill_null(pl.col("iteration").min()),
             logged_steps=pl.len(),
-            nan_losses=pl.col("loss").is_nan().sum(),
-            first_nan_loss=pl.col("iteration").filter(pl.col("loss").is_nan()).min(),
+            nan_losses=_nan_loss().sum(),
+            first_nan_loss=pl.col("iteration").filter(_nan_loss()).min(),
             steady_steps=pl.col("elapsed_ms").filter(pl.col("steady")).count(),
             ramped=batch.drop_nulls().n_unique() > 1,
             lengthened=seq.drop_nulls().n_unique() > 1,
@@ -383,6 +383,12 @@ def _above_peak() -> pl.Expr:
         pl.col("gpu_model"),
     )
     return pl.when(mfu > 1).then(note)
+
+
+def _nan_loss() -> pl.Expr:
+    """A logged step whose loss went nan: printed so, or counted by Megatron's "number of nan iterations"
+    (Megatron prints the loss only when it is above 0, so a nan loss leaves the line without one)."""
+    return pl.col("loss").is_nan() | (pl.col("nan") > 0)
 
 
 def _nan_losses() -> pl.Expr:

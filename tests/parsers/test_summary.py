@@ -55,6 +55,26 @@ def test_a_loss_gone_nan_is_a_warning_of_its_first_step_and_count():
     )
 
 
+def test_megatrons_nan_iterations_are_nan_losses(tmp_path):
+    # training_log adds "lm loss" only `if avg > 0.0` (false for nan) and counts the step in "number of nan
+    # iterations": a diverged Megatron run prints no nan at all
+    steps = [
+        f" iteration {step:8d}/    1000 | consumed samples: {step * 128:10d} | elapsed time per iteration (ms): 900.0 |"
+        f" learning rate: 1.000E-04 | global batch size:   128 |{loss} loss scale: 1.0 | grad norm: {norm} |"
+        f" number of skipped iterations:   0 | number of nan iterations: {nans:3d} |"
+        for step, loss, norm, nans in [
+            (100, " lm loss: 2.500000E+00 |", "1.234", 0),
+            (200, " lm loss: 2.400000E+00 |", "1.100", 0),
+            (300, "", "nan", 37),
+            (400, "", "nan", 100),
+        ]
+    ]
+    log = tmp_path / "diverged-81009.out"
+    log.write_text("\n".join(steps) + "\n")
+    row = load_runs([log]).runs.row(0, named=True)
+    assert row["warnings"] == ["loss: nan from iteration 300 (2 of 4 logged steps)"]
+
+
 def test_a_job_id_of_several_rows_is_a_warning_on_each():
     rows = runs(
         {"path": "a", "job_id": "6701"}, {"path": "b", "job_id": "6701"}, {"path": "c"}, {"path": "d"}
