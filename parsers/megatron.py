@@ -400,8 +400,10 @@ _RECOMPUTE_ARGS = (
     "virtual_pipeline_model_parallel_size",
 )
 _RECOMPUTE_ARGS += ("activations_checkpoint_method", "activations_checkpoint_num_layers")
+#: Megatron-DeepSpeed's --deepspeed: the run is DeepSpeed's too, though a rank's file may hold no engine line
+_UNDER_DEEPSPEED = "deepspeed"
 # only these are kept from a dump of hundreds of arguments: the others would be converted for nothing
-_KEPT_ARGS = tuple(sorted({*ARG_FACTS, *_FLAG_ARGS, *_SHAPE_ARGS, *_RECOMPUTE_ARGS}))
+_KEPT_ARGS = tuple(sorted({*ARG_FACTS, *_FLAG_ARGS, *_SHAPE_ARGS, *_RECOMPUTE_ARGS, _UNDER_DEEPSPEED}))
 #: ``  name ........ value``: the name as a word, then the filler (dots after any whitespace, or two
 #: whitespace characters: old Megatron pads long names with spaces only; a tab, which Python's
 #: ``expandtabs`` would widen), the value to the end of the record
@@ -559,6 +561,8 @@ def read_arguments(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> E
     fact_args = args.filter(pl.col("name").is_in(list(ARG_FACTS))).with_columns(order="end")
     notes = _too_long(fact_args, pl.col("name").replace_strict(ARG_FACTS), pl.col("value"))
     marks = [marks_of(openers, NAME, SEEN), marks_of(openers, NAME, LAUNCH)]
+    under_deepspeed = dumps.filter(pl.col(_UNDER_DEEPSPEED).str.to_lowercase() == "true")
+    marks.append(marks_of(under_deepspeed.lazy().select(order=f"@{_UNDER_DEEPSPEED}"), deepspeed.NAME, SEEN))
     return Events(facts=facts, notes=[notes], marks=marks)
 
 

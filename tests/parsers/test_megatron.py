@@ -591,3 +591,20 @@ def test_gpt_neox_flops_are_read_in_their_unit(per_gpu, text):
 def test_a_pipe_parallel_size_of_0_is_one_stage():
     run = feed(*_neox_dump({"pipe_parallel_size": 0, "model_parallel_size": 1}))
     assert (run.facts["pp"], run.facts["tp"]) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("under_deepspeed", "family"), [("True", "megatron-deepspeed"), ("False", "megatron")]
+)
+def test_a_dump_saying_deepspeed_names_the_run_without_engine_lines(tmp_path, under_deepspeed, family):
+    # A rank's own file (%x-%j-%t.out) of Megatron-DeepSpeed: print_rank_last's steps, no engine line
+    dump = [
+        "------------------------ arguments ------------------------",
+        f"  deepspeed ....................................... {under_deepspeed}",
+        "  deepspeed_config ................................ ds_config.json",
+        "  zero_stage ...................................... 1",
+        "-------------------- end of arguments ---------------------",
+    ]
+    log = tmp_path / "mds-350m-410007-3.out"
+    log.write_text("\n".join([*dump, DS_ITERATION, ""]))
+    assert load_runs([log]).runs.row(0, named=True)["family"] == family
