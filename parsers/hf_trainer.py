@@ -108,8 +108,9 @@ _TRAIN_BANNER = re.compile(rf"({literals((*_BANNER_FACTS, *_BANNER_COUNTS))}) = 
 _TRAIN_OUTPUT = re.compile(r"TrainOutput\(global_step=(\d+),")
 _RESUMED_STEP = re.compile(r"(?:Continuing training from|checkpoint with epoch \d+ and) global step (\d+)\b")
 #: the example scripts' first warning (run_clm.py...): ``Process rank: 0, device: cuda:0, n_gpu: 2, distributed
-#: training: False, 16-bits training: True``; not distributed, the one process drives ``n_gpu`` GPUs
-_ONE_PROCESS = re.compile(rf"n_gpu: (\d+), {_NOT_DISTRIBUTED}")
+#: training: False, 16-bits training: True``; not distributed, the one process drives ``n_gpu`` GPUs. Some
+#: transformers 4 releases join its two f-strings without the ", " (``n_gpu: 1distributed training: False``).
+_ONE_PROCESS = re.compile(rf"n_gpu: (\d+)(?:, )?{_NOT_DISTRIBUTED}")
 #: the world size (DeepSpeed's launcher, MPI, torch elastic, env); not LOCAL_WORLD_SIZE, a role's or DP's
 _WORLD_SIZE = re.compile(r"(?<!\w)(?:(?:dist_)?world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)")
 _TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")  # --nnodes: 1

@@ -570,6 +570,7 @@ def test_gpu_count_from_launchers_and_world_sizes():
     # the example scripts' warning of a process that is not distributed: it drives n_gpu GPUs
     one = "11/13/2024 10:02:41 - WARNING - __main__ - Process rank: 0, device: cuda:0, n_gpu: 2, distributed training: False, 16-bits training: True"
     assert gpus(one)[0] == 2 and gpus(one.replace("False", "True"))[0] is None
+    assert gpus(one.replace("n_gpu: 2, distributed", "n_gpu: 1distributed"))[0] == 1  # run_clm.py of 4.2x
     # accelerate launch without flags warns of the defaults it took (commands/launch.py): its world
     defaults = [
         "The following values were not passed to `accelerate launch` and had defaults used instead:",
