@@ -409,7 +409,9 @@ def _off_by(value: pl.Expr, reference: pl.Expr) -> pl.Expr:
 def _tflops_disagreement(warmup: int) -> pl.Expr:
     """A note when the log's own TFLOP/s/GPU is off logstat's count (Megatron-LM's, Narayanan et al.
     eq. 3 generalized: like Megatron and DeepSpeed's profiler, it counts attention and logits) by more than
-    ``TFLOPS_TOLERANCE``: both numbers, and the counting rule that explains the gap."""
+    ``TFLOPS_TOLERANCE``: both numbers, and the counting rule that explains the gap. None when a Megatron
+    log's figure is its own rule's (model FLOPs, the recomputed forward not counted): every Megatron-LM
+    run with recomputation logs that, and the MFU column is the same count."""
     logged = pl.col("logged_tflops_per_gpu")
     ours = pl.col("tflops_per_gpu_megatron")
     ckpt = pl.col("activation_checkpointing")
@@ -446,8 +448,13 @@ def _tflops_disagreement(warmup: int) -> pl.Expr:
         )
     )
     direction = pl.when(logged > ours).then(pl.lit("above")).otherwise(pl.lit("below"))
+    # Megatron-LM's own throughput is model FLOPs by definition: agreeing with that rule is no disagreement
+    megatrons_own = (pl.col("logged_tflops_family") == "megatron") & ckpt
+    megatrons_own &= _off_by(logged, pl.col("_model_tflops")) <= TFLOPS_TOLERANCE
     return (
-        pl.when(logged.is_null() | ours.is_null() | (_off_by(logged, ours) <= TFLOPS_TOLERANCE))
+        pl.when(
+            logged.is_null() | ours.is_null() | (_off_by(logged, ours) <= TFLOPS_TOLERANCE) | megatrons_own
+        )
         .then(None)
         .otherwise(
             pl.format(
