@@ -91,6 +91,9 @@ _FACT_LINES = (
         r" \(new size: (?P<padded_vocab_size>\d+)\)"
     ),
     re.compile(r"setting number of micro-batches to constant (?P<gas>\d+)"),
+    # load_checkpoint: "successfully loaded checkpoint from {dir} [ t 0, p 0 ] at iteration 1000" (older
+    # Megatron and Megatron-DeepSpeed print no ranks)
+    re.compile(r"successfully loaded checkpoint from .* at iteration (?P<resumed_step>\d+)"),
 )
 _EFFECTIVE_TFLOPS = re.compile(
     r"Effective Tera Flops per GPU: (?P<tflops>\d+(?:\.\d+)?)"
@@ -608,6 +611,7 @@ FAMILY = Family(
         "using torch.",
         "padded vocab",
         "number of micro-batches",
+        "successfully loaded checkpoint",
         "Effective Tera Flops",
         *RANK_TIMERS.opens.markers,
         *PLANNED_ENDS,

@@ -59,7 +59,7 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     "final_samples_per_sec": pl.Float64,  # HF Trainer's train_samples_per_second
     "final_steps": pl.Int64,  # HF Trainer's global_step / max_steps reached
     "final_steps_per_sec": pl.Float64,  # HF Trainer's train_steps_per_second
-    "resumed_step": pl.Int64,  # HF Trainer's step of the checkpoint the last training resumed from
+    "resumed_step": pl.Int64,  # the step of the checkpoint the last training resumed from (HF Trainer, Megatron)
     "progress_sec_per_iter": pl.Float64,  # tqdm's rate of the training progress bar, last update
     "avg_epoch_time_s": pl.Float64,  # minGPT/Lightning benchmark
     "peak_memory_mib": pl.Float64,  # minGPT/Lightning benchmark
