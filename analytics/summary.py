@@ -117,9 +117,10 @@ def _last_launchs(value: pl.Expr, launch: pl.Expr) -> pl.Expr:
 
 
 def _of_launch() -> pl.Expr:
-    """`` of launch N`` where the steady steps are a relaunch's (numbered from 1), else nothing."""
+    """`` of relaunch N`` where the steady steps are a relaunch's, else nothing: N is the iteration rows'
+    ``launch`` (0 the first launch, so relaunch 1 the first relaunch)."""
     launch = pl.col("timed_launch")
-    return pl.when(launch > 0).then(pl.format(" of launch {}", launch + 1)).otherwise(pl.lit(""))
+    return pl.when(launch > 0).then(pl.format(" of relaunch {}", launch)).otherwise(pl.lit(""))
 
 
 def _peak_expr() -> pl.Expr:

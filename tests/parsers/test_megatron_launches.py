@@ -25,7 +25,12 @@ def test_relaunch_after_a_new_arguments_dump_replaces_the_steps_it_logs_again():
     result = load_runs([MEGATRON / "megatron_lm_relaunch-2002.out"])
     its = result.iterations
     assert its["iteration"].to_list() == [10, 20, 30, 40]
-    assert its["elapsed_ms"].to_list() == [4712.4, 4688.1, 4701.5, 4695.2]  # step 30 of launch 2, not 5198.7
+    assert its["elapsed_ms"].to_list() == [
+        4712.4,
+        4688.1,
+        4701.5,
+        4695.2,
+    ]  # step 30 of relaunch 1, not 5198.7
     assert its["loss"].to_list() == [10.42137, 9.314206, 8.698834, 8.21557]
     assert its["logged_tflops_per_gpu"].to_list() == [397.0, 399.1, 397.9, 398.5]
     assert its["line"].to_list() == [34, 35, 79, 80]
@@ -34,7 +39,7 @@ def test_relaunch_after_a_new_arguments_dump_replaces_the_steps_it_logs_again():
     assert (row["iterations"], row["train_iters"], row["family"]) == (4, 40, "megatron")
     # the steps of the last launch after its first (its start-up): 4695.2 ms
     assert row["sec_per_iter"] == 4.6952
-    assert row["sec_per_iter_source"] == "median of 1 logged step times after the first 1 of launch 2"
+    assert row["sec_per_iter_source"] == "median of 1 logged step times after the first 1 of relaunch 1"
 
 
 def test_a_relaunch_in_the_2021_format_replaces_the_steps_and_their_timers():

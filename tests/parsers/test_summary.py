@@ -95,7 +95,7 @@ def test_a_relaunch_with_another_batch_size_is_timed_at_its_own_below_the_earlie
     row = one(runs({"path": "a", "global_batch_size": 128}), its)
     assert row["sec_per_iter"] == 3.8
     assert row["sec_per_iter_source"] == (
-        "median of 1 logged step times after the first 1 of launch 2 at the last global batch size"
+        "median of 1 logged step times after the first 1 of relaunch 1 at the last global batch size"
     )
 
 
@@ -134,7 +134,7 @@ def test_a_relaunch_on_other_gpus_is_timed_and_its_memory_read_alone():
     row = one(runs({"path": "a", "gpus": 32}), its)
     # each launch starts up again: launch 2's first step (7 s) is its warm-up
     assert (row["sec_per_iter"], row["mem_logged_gb"]) == (2.401, 12000.0 * 2**20 / 1e9)
-    assert row["sec_per_iter_source"] == "median of 2 logged step times after the first 1 of launch 2"
+    assert row["sec_per_iter_source"] == "median of 2 logged step times after the first 1 of relaunch 1"
 
 
 def test_a_last_launch_with_only_its_warmup_step_leaves_the_launch_before_timed():
