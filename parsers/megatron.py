@@ -340,6 +340,36 @@ def read_rank_timers(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) ->
     return Events(timers=[timers.drop_nulls("ms").collect()])
 
 
+#: a line of Megatron-LM core's ``--timing-log-option all`` block: a timer's name alone (``  forward-backward:``),
+#: then a line per rank (``     rank  0: 460.00``)
+_ALL_RANKS_LINE = (
+    rf"^{PYTHON_SPACE}*(?:rank{PYTHON_SPACE}+\d+: (?P<value>[\d.]+)|(?P<name>[^\s:]+):){PYTHON_SPACE}*$"
+)
+
+
+def read_all_ranks_timers(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
+    """The timers of ``times across ranks (ms):`` blocks, a timer event each (of the step logged before it,
+    at its name's line): the slowest rank's time, as the other options' blocks give it."""
+    lines = (
+        blocks.filter(pl.col("role") == BODY)
+        .select("block", "order", line=pl.col("text").str.extract_groups(_ALL_RANKS_LINE))
+        .unnest("line")
+        .sort("block", "order")
+    )
+    named = pl.when(pl.col("name").is_not_null())
+    timers = (
+        lines.with_columns(
+            timer=pl.col("name").forward_fill().over("block"),
+            at=named.then(pl.col("order")).forward_fill().over("block"),
+        )
+        .filter(pl.col("timer").is_not_null())
+        .group_by("at", "timer")
+        .agg(ms=as_real(pl.col("value")).max())
+        .select(order="at", position=pl.lit(0, pl.Int64), timer="timer", ms="ms", family=pl.lit(NAME))
+    )
+    return Events(timers=[timers.drop_nulls("ms").collect()])
+
+
 def _outside_dumps(marker: str) -> RecordTest:
     """A per-step record: one holding ``marker`` but not an arguments dump's opener."""
     return RecordTest(markers=(marker,), unless=(_DUMP_OPENER,))
@@ -601,6 +631,17 @@ RANK_TIMERS = Block(
     read=read_rank_timers,
 )
 
+ALL_RANKS_TIMERS = Block(
+    family=NAME,
+    name="all ranks' timers",
+    opens=RecordTest(markers=("times across ranks (ms):",)),
+    body=RecordTest(pattern=_ALL_RANKS_LINE),
+    # a line a rank a timer: bounded like a block of a few dozen timers of a few thousand ranks
+    ends=RecordTest(markers=("elapsed time per iteration",)),
+    max_lines=200_000,
+    read=read_all_ranks_timers,
+)
+
 FAMILY = Family(
     name=NAME,
     markers=(
@@ -614,10 +655,11 @@ FAMILY = Family(
         "successfully loaded checkpoint",
         "Effective Tera Flops",
         *RANK_TIMERS.opens.markers,
+        *ALL_RANKS_TIMERS.opens.markers,
         *PLANNED_ENDS,
     ),
     parse_line=parse_line,
     kinds=KINDS,
-    blocks=(ARGUMENTS, RANK_TIMERS),
+    blocks=(ARGUMENTS, RANK_TIMERS, ALL_RANKS_TIMERS),
     description="Megatron-LM / Megatron-DeepSpeed: iteration lines, timers, memory, arguments dump",
 )

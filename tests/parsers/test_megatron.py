@@ -113,6 +113,22 @@ def test_megatron_core_timer_blocks_give_the_slowest_ranks_time_of_the_step_befo
     assert feed(ITERATION_1, minmax[1]).timers == []
 
 
+def test_timing_log_option_all_gives_the_slowest_rank_of_each_timer():
+    # megatron/core/timers.py _get_all_ranks_time_string: "times across ranks (ms):", then per timer
+    # "\n  {name}:" and a "\n     rank {:2d}: {:.2f}" line per rank that timed it
+    block = ["times across ranks (ms):"]
+    for name, times in (("forward-backward", (460.0, 471.25)), ("optimizer", (12.5, 11.0))):
+        block += [f"  {name}:", *(f"     rank {rank:2d}: {ms:.2f}" for rank, ms in enumerate(times))]
+    second = ITERATION_1.replace("1/", "2/", 1)
+    run = feed(ITERATION_1, *block, second, *block[:4])
+    got = sorted((t["iteration"], t["timer"], t["ms"], t["line"]) for t in run.timers)
+    assert got == [
+        (1, "forward-backward", 471.25, 3),
+        (1, "optimizer", 12.5, 6),
+        (2, "forward-backward", 471.25, 11),
+    ]
+
+
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
