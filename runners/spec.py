@@ -262,7 +262,11 @@ def build_spec(raw: dict[str, Any], overrides: Iterable[str] = (), *, source: st
             apply_override(raw, override)
         except SpecError as exc:
             errors.append(str(exc))
-    if errors:
+    if errors:  # with what the file itself gets wrong: every problem at once
+        try:
+            spec_from_dict(raw, source=source)
+        except SpecError as exc:
+            errors.append(str(exc))
         raise SpecError("; ".join(errors))
     _note_overrides(raw, overrides)
     return resolve(spec_from_dict(raw, source=source))

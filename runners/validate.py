@@ -155,7 +155,9 @@ def _check_positive(spec: Spec, report: Report) -> None:
             spec.train.seed,
             "must be in 0..2**32-1: numpy's seed range (PowerSGD, HF set_seed and Megatron seed numpy with it)",
         )
-    batch_counts_ok = spec.batch.micro >= 1 and spec.batch.gas >= 1  # else a derived global is 0 too
+    # a derived global batch of 0 is the knock-on of a count refused above, not a problem of its own
+    counted = [spec.batch.micro, spec.batch.gas, spec.cluster.nodes, spec.cluster.gpus_per_node]
+    batch_counts_ok = all(count >= 1 for count in counted)
     if batch_counts_ok and spec.batch.global_batch is not None and spec.batch.global_batch < 1:
         report.refuse("batch.global_batch", spec.batch.global_batch, "must be >= 1")
     # TOML and --set read nan and inf as floats (nan > 0 is False)

@@ -132,6 +132,14 @@ def test_every_bad_override_is_reported_at_once():
     assert "batch.micro must be an integer" in message
 
 
+def test_bad_overrides_and_the_files_own_problems_are_reported_together(tmp_path):
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, MINIMAL.replace("micro = 2", "mirco = 2")), ["parallel.tq=2"])
+    message = str(info.value)
+    assert "--set parallel.tq: unknown field 'tq'" in message
+    assert "unknown key batch.mirco (fields: gas, global_batch, micro)" in message
+
+
 def test_wrong_type_is_refused(tmp_path):
     with pytest.raises(SpecError, match=r"batch.micro='2' must be an integer"):
         load_spec(write(tmp_path, MINIMAL.replace("micro = 2", 'micro = "2"')))

@@ -311,3 +311,11 @@ def test_seed_bounds_and_bf16_on_gpus_that_have_it():
     assert problems("gpt2-tiny-ddp-powersgd", f"train.seed={2**32 - 1}") == []
     assert problems(BASE, "train.precision=bf16", "cluster.gpu_model=A100-SXM4-80GB") == []
     assert problems(BASE, "train.precision=bf16", "cluster.gpu_model=none") == []  # unknown: not refused
+
+
+def test_a_count_refused_is_not_refused_again_through_the_global_batch_derived_from_it():
+    # global = micro * gas * nodes * gpus_per_node / (TP*PP): 0 because nodes is, which is the one problem
+    assert problems("gpt2-tiny-ddp-powersgd", "cluster.nodes=0") == ["cluster.nodes=0 must be >= 1"]
+    assert problems("gpt2-tiny-ddp-powersgd", "cluster.gpus_per_node=0") == [
+        "cluster.gpus_per_node=0 must be >= 1"
+    ]
