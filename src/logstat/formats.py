@@ -150,6 +150,17 @@ def runs_text(runs: pl.DataFrame, *, tflops: bool, markdown: bool, warmup: int) 
     return "\n".join(parts) + "\n"
 
 
+def run_warnings(runs: pl.DataFrame) -> list[str]:
+    """One stderr line per run with warnings (lines that could not be read, a log's own TFLOP/s that
+    disagrees with logstat's count, an MFU above the peak, steps another row holds too): every command
+    that reads logs says them, as the data (a table's cells) cannot."""
+    return [
+        f"warning: {path}: {len(notes)} warning(s), first: {notes[0]}"
+        for path, notes in runs.select("path", "warnings").iter_rows()
+        if notes is not None and len(notes)
+    ]
+
+
 def warmup_warnings(runs: pl.DataFrame, warmup: int) -> list[str]:
     """One line per run whose logged steps all fell in the ``--warmup``: its s/iter is empty for that
     reason alone, which the table cannot tell apart from a run that logged no time. The default

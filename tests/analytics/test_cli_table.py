@@ -168,3 +168,17 @@ def test_parse_names_the_run_and_its_iterations_by_spec_and_run_id():
     r = logstat("parse", str(RUN_DIR), "--iterations")
     rows = [line.split()[0] for line in r.stdout.splitlines()[2:]]
     assert rows == ["gpt2-tiny-ddp-powersgd/20261125T012907Z-6cbe0f"] * 5
+
+
+def test_a_runs_warnings_reach_stderr_as_parse_says_them(tmp_path):
+    # the same log twice: parse warns that its steps are another row's too; the table's cells cannot say so
+    log = (FIXTURES / "megatron" / "megatron_lm_h100-2001.out").read_text()
+    for copy in ("a", "b"):
+        (tmp_path / copy).mkdir()
+        (tmp_path / copy / "megatron_lm_h100-2001.out").write_text(log)
+    table = logstat("table", str(tmp_path))
+    parse = logstat("parse", str(tmp_path))
+    assert table.returncode == parse.returncode == 0
+    warnings = [line for line in parse.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 2 and "5 of its 5 timed steps are also in" in warnings[0]
+    assert [line for line in table.stderr.splitlines() if line.startswith("warning: ")] == warnings

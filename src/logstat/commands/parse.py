@@ -99,7 +99,8 @@ def parse(
     # workers=None: one reader process per core for big inputs (this console script is import-safe).
     progress = progress_bar(run_sizes(files)) if sys.stderr.isatty() else None
     result = load_files(files, family=family, warmup=warmup, progress=progress, workers=None)
-    _warn(result.runs)
+    for line in formats.run_warnings(result.runs):
+        click.echo(line, err=True)
     if steps is None:  # of the runs' s/iter, which a table of steps does not show
         for line in formats.warmup_warnings(result.runs, warmup):
             click.echo(line, err=True)
@@ -120,11 +121,3 @@ def parse(
 
 def _say_skipped(path: Path, reason: str) -> None:
     click.echo(f"skipped: {path}: {reason}", err=True)
-
-
-def _warn(runs) -> None:
-    """One stderr line per run with warnings (lines that could not be read, a log's own TFLOP/s that
-    disagrees with logstat's count); data stays on stdout."""
-    for path, notes in zip(runs["path"], runs["warnings"], strict=True):
-        if notes is not None and len(notes):
-            click.echo(f"warning: {path}: {len(notes)} warning(s), first: {notes[0]}", err=True)

@@ -66,6 +66,10 @@ def plot(
     result = load_with_progress(paths, family=family, warmup=warmup)
     if result.runs.is_empty():
         raise LogstatError(f"logstat plot: no log files under {', '.join(map(str, paths))}")
+    from logstat.formats import run_warnings, warmup_warnings
+
+    for line in [*run_warnings(result.runs), *warmup_warnings(result.runs, warmup)]:
+        click.echo(line, err=True)
     charts = charts_of(result.runs, result.iterations, result.timers)
     for stem, why in CHARTS.items():
         if stem not in charts:

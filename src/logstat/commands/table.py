@@ -98,9 +98,9 @@ def table(
     result = load_with_progress(paths, family=family, warmup=warmup)
     if result.runs.is_empty():
         raise LogstatError(f"logstat table: no log files under {', '.join(map(str, paths))}")
-    from logstat.formats import warmup_warnings
+    from logstat.formats import run_warnings, warmup_warnings
 
-    for line in warmup_warnings(result.runs, warmup):
+    for line in [*run_warnings(result.runs), *warmup_warnings(result.runs, warmup)]:
         click.echo(line, err=True)
     click.echo(render_tables(result.runs, columns=chosen), nl=False)
 
@@ -109,13 +109,13 @@ def _sweep_table(sweep_dir: Path, *, family: str | None, warmup: int) -> str:
     """The table of one sweep: every point, its measured numbers from the logs of its run directory."""
     from logstat.analytics.sweep_table import render_sweep_table
     from logstat.api import load_runs
-    from logstat.formats import warmup_warnings
+    from logstat.formats import run_warnings, warmup_warnings
     from logstat.runners.sweep import read_sweep
 
     record = read_sweep(sweep_dir)
     point_dirs = [sweep_dir / point["dir"] for point in record["points"] if point.get("dir")]
     result = load_runs([d for d in point_dirs if d.is_dir()], family=family, warmup=warmup)
-    for line in warmup_warnings(result.runs, warmup):
+    for line in [*run_warnings(result.runs), *warmup_warnings(result.runs, warmup)]:
         click.echo(line, err=True)
     grid = list(record.get("grid") or {})
     title = f"{record.get('spec_name', 'sweep')} sweep: {', '.join(grid)} ({Path(sweep_dir).name})"
