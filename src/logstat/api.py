@@ -92,9 +92,12 @@ def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
     """The log files under ``root``; what is passed over goes to ``skipped``. A hidden directory (a
     ``.git``) or a tool's (``TOOL_DIRECTORIES``) is one report, not one per file in it."""
     from logstat.parsers.reader import is_log_file
+    from logstat.runners.sweep import PLAN_FILE, SWEEP_FILE
 
     for directory, subdirectories, files in os.walk(root, onerror=lambda error: _unreadable(error, skipped)):
         here = Path(directory)
+        # a sweep directory's plan (the table `logstat sweep` printed) is logstat's own output, not a log
+        ours = {PLAN_FILE: "logstat sweep's plan"} if SWEEP_FILE in files else {}
         for name in sorted(subdirectories):
             if _hidden(name):
                 skipped(here / name, "hidden directory")
@@ -112,8 +115,8 @@ def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
             path = here / name
             if name.startswith("."):
                 skipped(path, "hidden file")
-            elif name in TOOL_FILES:
-                skipped(path, TOOL_FILES[name])
+            elif name in TOOL_FILES or name in ours:
+                skipped(path, TOOL_FILES.get(name) or ours[name])
             elif not is_log_file(path):
                 skipped(path, "not named like a log")
             elif _listable(path):  # the name test first: a stat only for the files named like logs

@@ -468,3 +468,20 @@ def test_a_log_compressed_as_logstat_cannot_read_is_a_row_saying_so_not_passed_o
     [row] = json.loads(out)
     assert (code, row["status"]) == (0, "unreadable")
     assert row["reason"] == f"{compression}-compressed: logstat does not read it (decompress it first)"
+
+
+def test_a_sweeps_own_plan_is_no_log(tmp_path):
+    # `logstat sweep` writes sweep.json and plan.txt (the plan it printed) beside the points' run directories
+    sweep = tmp_path / "runs" / "gpt2-tiny-ddp-powersgd" / "sweep-20260101T000000Z-abc123"
+    (sweep / "00").mkdir(parents=True)
+    (sweep / "sweep.json").write_text("{}")
+    (sweep / "plan.txt").write_text("point  task  batch.micro  GPUs\n    0     0            1     2  kept\n")
+    (sweep / "00" / "train.log").write_text("step 1\n")
+    (tmp_path / "plan.txt").write_text("a user's notes named like a log: read\n")
+    skipped = []
+    found = find_logs([tmp_path], skipped=lambda path, why: skipped.append((path.name, why)))
+    assert ("plan.txt", "logstat sweep's plan") in skipped
+    assert sorted(path.relative_to(tmp_path).as_posix() for path in found) == [
+        "plan.txt",
+        "runs/gpt2-tiny-ddp-powersgd/sweep-20260101T000000Z-abc123/00/train.log",
+    ]
