@@ -47,6 +47,7 @@ from logstat.parsers.base import CAUSE, CLEANUP, EFFECT, REPORT, Family, RunBuil
 from logstat.parsers.kinds import (
     CLOSER,
     FAILURE_EVENT_SCHEMA,
+    FILE_SHIFT,
     OPENER,
     PYTHON_SPACE,
     RECORD_SHIFT,
@@ -377,15 +378,18 @@ def _several_jobs(run: RunBuilder) -> None:
 def _peers_died(events: list[tuple], launch_start: int) -> list[tuple]:
     """An NCCL watchdog's timeout or error is what the other ranks see of a rank that died: an effect, not
     the cause, where the cgroup OOM killer killed one (slurmstepd reports it when the step ends, after the
-    watchdogs fired) or a rank was killed or crashed before it (the first such effect is then the reason),
-    in the same launch (from ``launch_start``: an earlier launch's failure is over when the relaunch hangs)."""
+    watchdogs fired) or a rank was killed or crashed before it in its file (the first such effect is then
+    the reason), in the same launch (from ``launch_start``: an earlier launch's failure is over when the
+    relaunch hangs). Only line order within a file is time: a job's own output, read before its tasks'
+    files (``%x-%j-%t.out``), ends with srun's word on the task the watchdog itself aborted."""
     collective = [index for index, event in enumerate(events) if event[4] == "nccl" and event[3] == CAUSE]
     if not collective:
         return events
     first = events[collective[0]][0]
     launch = [event for event in events if event[0] >= launch_start]
     killed = any(event[4] == "oom-kill" for event in launch)
-    died = any(event[0] < first and event[3] >= EFFECT for event in launch)  # a peer's reset is a report
+    same_file = [event for event in launch if event[0] >> FILE_SHIFT == first >> FILE_SHIFT]
+    died = any(event[0] < first and event[3] >= EFFECT for event in same_file)  # a peer's reset is a report
     if not (killed or died):
         return events
     return [

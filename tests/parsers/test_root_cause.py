@@ -284,6 +284,32 @@ def test_a_collective_timeout_is_the_effect_of_a_rank_that_died(lines, line):
     assert reason(feed(*lines)) == ("failed", line)
 
 
+def test_a_tasks_own_file_is_its_own_time_line(tmp_path):
+    # srun --output=%x-%j-%t.out: the job's output (read first) ends with srun's word on the task the
+    # watchdog itself took down (SIGABRT after "terminate called"); the task's file says why
+    from logstat.api import load_runs
+
+    (tmp_path / "ds-5301.out").write_text(
+        "\n".join(["srun: error: gpu21: task 3: Aborted (core dumped)", f"{STEP} ***", ""])
+    )
+    (tmp_path / "ds-5301-3.out").write_text(
+        "\n".join([WATCHDOG, "terminate called after throwing an instance of 'c10::DistBackendError'", ""])
+    )
+    row = load_runs([tmp_path]).runs.row(0, named=True)
+    assert (row["status"], row["reason"].startswith("NCCL timeout/error: ")) == ("failed", True)
+    assert row["consequences"][0] == "ds-5301.out:1: srun: error: gpu21: task 3: Aborted (core dumped)"
+    # in one file the order is time: a rank that crashed before the watchdog fired is the reason
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "ds-5302.out").write_text(
+        "\n".join(["srun: error: gpu21: task 3: Aborted (core dumped)", WATCHDOG, ""])
+    )
+    assert (
+        load_runs([one]).runs.row(0, named=True)["reason"]
+        == "srun: error: gpu21: task 3: Aborted (core dumped)"
+    )
+
+
 @pytest.mark.parametrize("runtime", ["ORTE", "PRRTE"])
 def test_open_mpi_losing_a_nodes_daemon_is_a_node_failure(runtime):
     # help-errmgr-base.txt [node-died] (Open MPI 4's ORTE, 5's PRRTE), then mpirun's summary of the ranks
