@@ -51,13 +51,23 @@ _EVAL_BANNERS = tuple(f"***** {split} metrics *****" for split in ("eval", "pred
 _TRAIN_BANNER_LINE = "***** Running training *****"
 #: the banner's line of a run resumed from a checkpoint (transformers 4's, 5's): its dicts count from that step
 _RESUMED_AT = ("Continuing training from global step", "Resuming training from checkpoint with epoch")
+_ARGS_INT_FACTS = {"per_device_train_batch_size": "micro_batch_size", "gradient_accumulation_steps": "gas"}
+_FLAG_INT_FACTS = {**_ARGS_INT_FACTS, "max_steps": "train_iters"}  # the arguments', flags' integer facts
+#: the sequence length trained on, a dump's field or a flag, over the model's ``max_position_embeddings``:
+#: run_clm's ``block_size``, TRL's ``max_seq_length`` (SFTConfig; ``max_length`` in later TRL and its DPO,
+#: KTO, reward configs), ``model_max_length`` (Alpaca/FastChat's TrainingArguments subclass)
+_TRAINED_LENGTHS = ("block_size", "max_seq_length", "max_length", "model_max_length")
+#: an echoed launch command's flags that ``_command_line`` reads: any of them makes the line one to read
+_COMMAND_FLAGS = tuple(
+    f"--{flag}" for flag in ("config_overrides", *_FLAG_INT_FACTS, *_TRAINED_LENGTHS, "logging_steps")
+)
 MARKERS = (
     # not bare "{'": DeepSpeed's config printer writes twice as many other dicts (optimizer_params...)
-    *(*_TRAINER_KEYS, _ARGS_MARKER, _METRICS_BANNER, "Config {", "Overriding config:", "--config_overrides"),
+    *(*_TRAINER_KEYS, _ARGS_MARKER, _METRICS_BANNER, "Config {", "Overriding config:", *_COMMAND_FLAGS),
     *_FIRST_FIELDS,
     *_EVAL_BANNERS,
     _TRAIN_BANNER_LINE,
-    *("--per_device_train_batch_size", "Instantaneous batch size per device", "Total train batch size"),
+    *("Instantaneous batch size per device", "Total train batch size"),
     *("Gradient Accumulation steps", "Total optimization steps", "Number of trainable parameters"),
     *("Num Epochs", "Num update steps per epoch"),
     "TrainOutput(global_step=",
@@ -114,12 +124,6 @@ _ONE_PROCESS = re.compile(rf"n_gpu: (\d+)(?:, )?{_NOT_DISTRIBUTED}")
 #: the world size (DeepSpeed's launcher, MPI, torch elastic, env); not LOCAL_WORLD_SIZE, a role's or DP's
 _WORLD_SIZE = re.compile(r"(?<!\w)(?:(?:dist_)?world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)")
 _TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")  # --nnodes: 1
-_ARGS_INT_FACTS = {"per_device_train_batch_size": "micro_batch_size", "gradient_accumulation_steps": "gas"}
-_FLAG_INT_FACTS = {**_ARGS_INT_FACTS, "max_steps": "train_iters"}  # the arguments', flags' integer facts
-#: the sequence length trained on, a dump's field or a flag, over the model's ``max_position_embeddings``:
-#: run_clm's ``block_size``, TRL's ``max_seq_length`` (SFTConfig; ``max_length`` in later TRL and its DPO,
-#: KTO, reward configs), ``model_max_length`` (Alpaca/FastChat's TrainingArguments subclass)
-_TRAINED_LENGTHS = ("block_size", "max_seq_length", "max_length", "model_max_length")
 #: the fields read: facts, and what later records need (a dict's step, fp32, one process's GPU count)
 _ARGS_READ = frozenset(
     [*_FLAG_INT_FACTS, *_TRAINED_LENGTHS, "fp16", "bf16", "gradient_checkpointing", "local_rank"]
@@ -278,7 +282,7 @@ def _plain(text: str, out: list) -> None:
         _banner(banner[1], int(banner[2].replace(",", "")), out)
     if "Overriding config:" in text:
         _overrides(text.split("Overriding config:", 1)[1], out)
-    elif "--config_overrides" in text or "--per_device_train_batch_size" in text:
+    elif any(flag in text for flag in _COMMAND_FLAGS):
         _command_line(text, out)
     if any(
         flag in text

@@ -1126,3 +1126,19 @@ def test_without_logging_steps_the_dicts_epochs_and_the_banner_give_their_steps(
     uneven = [line.replace("'epoch': 0.4", "'epoch': 0.45") for line in dicts(20, 100, 3)]
     assert sorted(feed_lines([*banner, *uneven]).iterations) == [1, 2, 3]
     assert sorted(feed_lines(dicts(20, 100, 3)).iterations) == [1, 2, 3]
+
+
+def test_a_command_line_relying_on_the_default_batch_is_read_too():
+    # no --per_device_train_batch_size (the default 8): its trained length, planned steps and logging interval
+    command = (
+        "+ accelerate launch --num_processes 4 --num_machines 1 --mixed_precision bf16 train.py"
+        " --block_size 1024 --max_steps 60 --logging_steps 20"
+    )
+    dicts = [f"{{'loss': '{loss}', 'learning_rate': '1e-05', 'epoch': '{epoch}'}}" for loss, epoch in
+             (("3.14", "0.33"), ("3.08", "0.67"), ("3.02", "1.0"))]  # fmt: skip
+    run = feed_lines([command, *dicts])
+    facts = {name: run.facts.get(name) for name in ("seq_len", "train_iters", "gpus", "precision")}
+    assert facts == {"seq_len": 1024, "train_iters": 60, "gpus": 4, "precision": "bf16"}
+    assert sorted(run.iterations) == [20, 40, 60]
+    plain = feed_lines(["+ python run_clm.py --model_name_or_path gpt2 --max_seq_length 512", *dicts])
+    assert plain.facts["seq_len"] == 512
