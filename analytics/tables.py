@@ -31,6 +31,13 @@ def _fixed(expr: pl.Expr, decimals: int) -> pl.Expr:
     return pl.format("{}{}.{}", sign, magnitude // scale, fraction)
 
 
+def _below(expr: pl.Expr, bound: float, decimals: int) -> pl.Expr:
+    """Whether ``expr`` is under ``bound`` as written with ``decimals`` decimals: 99.96 written with one
+    is 100.0, not under 100 (the format is chosen from the number the cell shows)."""
+    scale = 10**decimals
+    return (expr * scale).round(0) < bound * scale
+
+
 def _integer(name: str) -> pl.Expr:
     return pl.col(name).cast(pl.String)
 
@@ -44,11 +51,11 @@ def size_text() -> pl.Expr:
     1M (a tiny test model would otherwise read ``0M``, as if it had no parameters)."""
     size_b = pl.col("model_size_b")
     return (
-        pl.when(size_b < 1e-3)
+        pl.when(_below(size_b * 1e6, 1000, 0))
         .then(pl.format("{}K", _fixed(size_b * 1e6, 0)))
-        .when(size_b < 1)
+        .when(_below(size_b * 1000, 1000, 0))
         .then(pl.format("{}M", _fixed(size_b * 1000, 0)))
-        .when(size_b < 10)
+        .when(_below(size_b, 10, 1))
         .then(pl.format("{}B", _fixed(size_b, 1)))
         .otherwise(pl.format("{}B", _fixed(size_b, 0)))
     )
@@ -67,11 +74,11 @@ def _throughput() -> pl.Expr:
         .then(pl.lit(""))
         .when(unmeasured)
         .then(pl.lit("fail"))
-        .when(sec >= 100)
-        .then(pl.format("{}s", _fixed(sec, 0)))
-        .when(sec >= 10)
+        .when(_below(sec, 10, 3))
+        .then(pl.format("{}s", _fixed(sec, 3)))
+        .when(_below(sec, 100, 1))
         .then(pl.format("{}s", _fixed(sec, 1)))
-        .otherwise(pl.format("{}s", _fixed(sec, 3)))
+        .otherwise(pl.format("{}s", _fixed(sec, 0)))
     )
 
 
@@ -82,9 +89,11 @@ def _shown(name: str, text: Callable[[float | None], str | None]) -> pl.Expr:
 
 
 def _days_100b(gpu_days: bool) -> pl.Expr:
-    """Days (or GPU-days) to train 100B tokens at the run's tokens/s (seed 000's "jours pour 100b tokens")."""
+    """Days (or GPU-days) to train 100B tokens at the run's tokens/s (seed 000's "jours pour 100b tokens"):
+    whole from 10 up, as the seed writes them, one decimal below (a fast run's 0.3 days is not 0)."""
     days = formulas.days_to_train(tokens=100e9, tokens_per_sec=pl.col("tokens_per_sec"))
-    return _fixed(formulas.gpu_days(days=days, gpus=pl.col("gpus")) if gpu_days else days, 0)
+    days = formulas.gpu_days(days=days, gpus=pl.col("gpus")) if gpu_days else days
+    return pl.when(_below(days, 10, 1)).then(_fixed(days, 1)).otherwise(_fixed(days, 0))
 
 
 def _memory_prediction() -> pl.Expr:

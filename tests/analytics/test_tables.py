@@ -183,3 +183,30 @@ def test_memory_prediction_beside_the_logged_peak_and_the_utilizations():
     assert "|   32 |               |       |       |                     |" in text  # nothing known: empty
     assert "Mem pred/logged = ZeRO model-state estimate per GPU (16 bytes/param) / the logged peak" in text
     assert "MFU = model FLOPs (Megatron-LM's count without recomputation, PaLM's definition)" in text
+
+
+@pytest.mark.parametrize(
+    ("sec", "size_b", "cells"),
+    [
+        # each format is chosen from the number as the cell writes it: 99.96 s is 100s, not 100.0s
+        (99.96, 9.968, ("100s", "10B")),
+        (9.9996, 0.9996, ("10.0s", "1.0B")),
+        (99.94, 0.0009996, ("99.9s", "1M")),
+        (129.0, 51.97, ("129s", "52B")),
+        (0.661, 0.35, ("0.661s", "350M")),
+    ],
+)
+def test_a_cell_rounded_across_a_format_bound_takes_the_next_format(sec, size_b, cells):
+    row = frame(
+        run(path="/r.out", family="megatron", status="ok", gpus=8, sec_per_iter=sec, model_size_b=size_b)
+    )
+    line = [line for line in render_tables(row, columns=("Throughput", "Size")).split("\n") if "|" in line][2]
+    assert tuple(c.strip() for c in line.strip("|").split("|")) == cells
+
+
+@pytest.mark.parametrize(("tokens_per_sec", "days"), [(3.5e6, "0.3"), (209_700.0, "5.5"), (112_496.0, "10")])
+def test_days_to_100b_tokens_keep_a_decimal_below_10(tokens_per_sec, days):
+    # 100e9 / tokens/s / 86400: 0.33, 5.52, 10.29 days; the seed writes whole days (its runs took 73 and more)
+    row = frame(run(path="/r.out", family="megatron", status="ok", gpus=16, tokens_per_sec=tokens_per_sec))
+    line = [line for line in render_tables(row, columns=("Days 100B", "Notes")).split("\n") if "|" in line][2]
+    assert line.strip("|").split("|")[0].strip() == days
