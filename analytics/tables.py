@@ -245,6 +245,19 @@ def _markdown(
     return [line(headers), delimiter, *(line(r) for r in cells)]
 
 
+#: seed 001's Megatron tables leave TP out: "`TP=4` in all of entries"
+SEED_TP = 4
+
+
+def _with_tp(headers: tuple[str, ...], group: pl.DataFrame) -> tuple[str, ...]:
+    """The Megatron tables' columns, plus TP before DP when a run's TP is not the seed's 4 that they leave
+    unsaid: without it two rows of different tensor parallelism read alike."""
+    if headers != _MEGATRON or group["tp"].drop_nulls().is_in([SEED_TP]).all():
+        return headers
+    at = headers.index("DP")
+    return (*headers[:at], "TP", *headers[at:])
+
+
 def _with_formula_facts(headers: tuple[str, ...], group: pl.DataFrame) -> tuple[str, ...]:
     """The stack's columns, plus Seq and Ckpt after Glob-BS when a run's TFlops used a sequence
     length other than the seed's 1024 or no activation checkpointing (factor 3): a reader (and
@@ -325,7 +338,11 @@ def render_tables(runs: pl.DataFrame, *, columns: Sequence[str] | None = None) -
     out: list[str] = []
     for title in titles:
         group = titled.filter(pl.col("_stack") == title).sort(["gpus", "path"], nulls_last=True)
-        headers = tuple(columns) if columns else _with_formula_facts(STACKS.get(title, _OTHER), group)
+        headers = (
+            tuple(columns)
+            if columns
+            else _with_formula_facts(_with_tp(STACKS.get(title, _OTHER), group), group)
+        )
         cells = group.select(COLUMNS[h.lower()].cell().alias(h) for h in headers)
         out += [f"### {title}", "", *_markdown(headers, cells.rows()), "", _legend(group, headers), ""]
     return "\n".join(out)

@@ -210,3 +210,14 @@ def test_days_to_100b_tokens_keep_a_decimal_below_10(tokens_per_sec, days):
     row = frame(run(path="/r.out", family="megatron", status="ok", gpus=16, tokens_per_sec=tokens_per_sec))
     line = [line for line in render_tables(row, columns=("Days 100B", "Notes")).split("\n") if "|" in line][2]
     assert line.strip("|").split("|")[0].strip() == days
+
+
+def test_a_megatron_table_shows_tp_when_a_run_is_not_the_seeds_tp_4():
+    rows = [
+        run(path=f"/tp{tp}.out", family="megatron", status="ok", gpus=16, tp=tp, dp=4 // tp * 2, pp=2)
+        for tp in (4, 2)
+    ]
+    header = render_tables(frame(*rows)).split("\n")[2]
+    assert [c.strip() for c in header.strip("|").split("|")][:5] == ["GPUs", "Size", "TP", "DP", "PP"]
+    seed_like = render_tables(frame(rows[0])).split("\n")[2]
+    assert "TP" not in seed_like  # "`TP=4` in all of entries" (seed 001): left out as the seed does
