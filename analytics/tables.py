@@ -224,12 +224,18 @@ def parse_columns(spec: str | None) -> tuple[str, ...] | None:
     return headers
 
 
+#: characters of a cell (a run's name) that markdown would read as markup: a pipe ends the cell, ``*`` and a
+#: backtick open emphasis and code, brackets a link, ``<`` HTML. ``_`` stays: GitHub's tables do not emphasise
+#: inside a word, and every log name has them (``meg_gpt2_perf_n16.out``)
+_MARKDOWN_ESCAPES = str.maketrans({c: "\\" + c for c in "\\|*`[]<"})
+
+
 def _markdown(
     headers: Sequence[str], rows: list[tuple[str | None, ...]], right: Sequence[bool] | None = None
 ) -> list[str]:
     """A GitHub table, padded so that it reads as a table in plain text too; ``right`` says which
     columns are right-aligned (default: as :data:`COLUMNS` says of each header)."""
-    cells = [[(v or "").replace("|", "\\|") for v in row] for row in rows]
+    cells = [[(v or "").translate(_MARKDOWN_ESCAPES) for v in row] for row in rows]
     widths = [max([len(h), 3, *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     right = list(right) if right is not None else [COLUMNS[h.lower()].right for h in headers]
 

@@ -132,6 +132,13 @@ def test_pipes_in_cells_are_escaped_and_the_table_stays_rectangular():
     assert len(widths) == 1
 
 
+def test_markup_in_a_run_name_is_escaped_but_underscores_stay():
+    odd = dict(MEG_18B, path="/logs/star*_under_`tick`-[x](y)-9703.out")
+    lines = [line for line in render_tables(frame(odd)).split("\n") if line.startswith("|")]
+    assert "star\\*_under_\\`tick\\`-\\[x\\](y)-9703.out" in lines[2]
+    assert "meg_18b.out" in render_tables(frame(MEG_18B))
+
+
 def test_unknown_family_gets_its_own_table_and_empty_frame_prints_nothing():
     text = render_tables(frame(dict(MEG_18B, family="nanogpt")))
     assert text.startswith("### Other (nanogpt)\n")
