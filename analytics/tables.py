@@ -107,14 +107,54 @@ def _memory_prediction() -> pl.Expr:
     )
 
 
-def _notes() -> pl.Expr:
-    """The run's name (so a reader can check the row), and the status of a run that did not end ok;
-    ``_name`` (set by :func:`render_tables`) is the spec name and run id of a ``logstat run``
-    directory, else the log's file name with the directories that tell same-named logs apart."""
-    name = pl.col("_name")
-    status = pl.col("status")
+#: characters of a run's name that markdown would read as markup: ``*`` and a backtick open emphasis and
+#: code, brackets a link, ``<`` HTML (a pipe, which ends a cell, is escaped in every cell). ``_`` stays:
+#: GitHub does not emphasise inside a word, and every log name has them (``meg_gpt2_perf_n16.out``)
+_MARKUP = r"([\\*`\[\]<])"
+
+
+def _plain_name() -> pl.Expr:
+    """The row's name (``_name``) with its markup escaped: a name is text, never emphasis or a link."""
+    return pl.col("_name").str.replace_all(_MARKUP, r"\$1")
+
+
+#: the parser's labels of a failure's reason (``reason`` starts with one and ": ") a Notes cell names
+_CAUSE_LABELS = (
+    "CUDA out of memory",
+    "NCCL timeout/error",
+    "time limit",
+    "node failure",
+    "preempted",
+    "killed",
+)
+#: a reason that is an exception's line: its class
+_EXCEPTION = r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)):"
+
+
+def _cause() -> pl.Expr:
+    """What a failed run died of, in a word or two: the reason's label (CUDA out of memory as the seed's
+    ``OOM``), else the exception's class; null when the reason has neither (the status says the rest)."""
+    reason = pl.col("reason")
+    label = reason.str.extract(f"^({'|'.join(re.escape(label) for label in _CAUSE_LABELS)}): ")
     return (
-        pl.when(status.is_null() | (status == "ok")).then(name).otherwise(pl.format("{} ({})", name, status))
+        pl.when(label == "CUDA out of memory")
+        .then(pl.lit("OOM"))
+        .otherwise(pl.coalesce(label, reason.str.extract(_EXCEPTION).str.split(".").list.last()))
+    )
+
+
+def _notes() -> pl.Expr:
+    """The run's name (so a reader can check the row), and the status of a run that did not end ok with
+    its cause when the reason names one (``meg_oom.out (failed: OOM)``); ``_name`` (set by
+    :func:`render_tables`) is the spec name and run id of a ``logstat run`` directory, else the log's file
+    name with the directories that tell same-named logs apart."""
+    name, status, cause = _plain_name(), pl.col("status"), _cause()
+    return (
+        pl.when(status.is_null() | (status == "ok"))
+        .then(name)
+        .when(cause.is_not_null())
+        .then(pl.format("{} ({}: {})", name, status, cause))
+        .otherwise(pl.format("{} ({})", name, status))
     )
 
 
@@ -224,18 +264,12 @@ def parse_columns(spec: str | None) -> tuple[str, ...] | None:
     return headers
 
 
-#: characters of a cell (a run's name) that markdown would read as markup: a pipe ends the cell, ``*`` and a
-#: backtick open emphasis and code, brackets a link, ``<`` HTML. ``_`` stays: GitHub's tables do not emphasise
-#: inside a word, and every log name has them (``meg_gpt2_perf_n16.out``)
-_MARKDOWN_ESCAPES = str.maketrans({c: "\\" + c for c in "\\|*`[]<"})
-
-
 def _markdown(
     headers: Sequence[str], rows: list[tuple[str | None, ...]], right: Sequence[bool] | None = None
 ) -> list[str]:
     """A GitHub table, padded so that it reads as a table in plain text too; ``right`` says which
     columns are right-aligned (default: as :data:`COLUMNS` says of each header)."""
-    cells = [[(v or "").translate(_MARKDOWN_ESCAPES) for v in row] for row in rows]
+    cells = [[(v or "").replace("|", "\\|") for v in row] for row in rows]
     widths = [max([len(h), 3, *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     right = list(right) if right is not None else [COLUMNS[h.lower()].right for h in headers]
 

@@ -228,3 +228,21 @@ def test_a_megatron_table_shows_tp_when_a_run_is_not_the_seeds_tp_4():
     assert [c.strip() for c in header.strip("|").split("|")][:5] == ["GPUs", "Size", "TP", "DP", "PP"]
     seed_like = render_tables(frame(rows[0])).split("\n")[2]
     assert "TP" not in seed_like  # "`TP=4` in all of entries" (seed 001): left out as the seed does
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "note"),
+    [
+        ("failed", "CUDA out of memory: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "failed: OOM"),
+        ("failed", "NCCL timeout/error: [Rank 3] Watchdog caught collective operation timeout", "failed: NCCL timeout/error"),
+        ("failed", "time limit: slurmstepd: error: *** JOB 1003 ON r7i4n1 CANCELLED AT 2021-05-26T09:10:11 DUE TO TIME LIMIT ***", "failed: time limit"),
+        ("failed", "FileNotFoundError: [Errno 2] No such file or directory: '/data/x.bin'", "failed: FileNotFoundError"),
+        ("failed", "torch.distributed.DistBackendError: NCCL error in: ...", "failed: DistBackendError"),
+        ("failed", "srun: error: r7i4n2: task 3: Killed", "failed"),
+        ("incomplete", "log stops after iteration 3 of 1000, with no failure or end message", "incomplete"),
+    ],
+)  # fmt: skip
+def test_notes_name_what_a_failed_run_died_of(status, reason, note):
+    row = frame(run(path="/r.out", family="megatron", status=status, reason=reason, gpus=8))
+    line = [line for line in render_tables(row, columns=("GPUs", "Notes")).split("\n") if "|" in line][2]
+    assert line.strip("|").split("|")[1].strip() == f"r.out ({note})"

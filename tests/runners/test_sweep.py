@@ -311,7 +311,7 @@ def test_the_table_of_a_sweep_keeps_every_point(tmp_path):
     assert rows[0][:7] == ["64", "52B", "4", "16", "1", "1024", f"{seconds:.0f}s"]
     assert rows[0][7] == f"**{tflops:.1f}**" == "**52.8**"  # the seed's number, the best of the sweep
     assert rows[0][8] == "01/meg_gpt2_perf_n16.out (incomplete)"  # the grid listed 8, 4, 6
-    assert rows[2][6] == "OOM" and rows[2][7] == "" and rows[2][8] == "02/torchrun-oom-3001.out (failed)"
+    assert rows[2][6] == "OOM" and rows[2][7] == "" and rows[2][8] == "02/torchrun-oom-3001.out (failed: OOM)"
     assert rows[4][6] == "no log" and rows[4][8] == "00 (no log)"
     for pruned in (rows[1], rows[3], rows[5]):
         assert pruned[6] == "pruned" and pruned[8].startswith("refused: parallel.tp*parallel.pp=128")
