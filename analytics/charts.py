@@ -89,6 +89,13 @@ def gpu_days_data(runs: pl.DataFrame, *, tokens: float = TOKENS_100B) -> pl.Data
             # the tables' and parse's formats, as text: vega-lite's own cannot write 0.0123
             _shown("tflops_per_gpu", tflops_text).alias("tflops"),
             _shown("mfu", mfu_text).alias("mfu"),
+            pl.col("status"),
+        )
+        # a point of a run that did not end ok says so in its label, as the tables' Notes do
+        .with_columns(
+            label=pl.when(pl.col("status").is_null() | (pl.col("status") == "ok"))
+            .then("run")
+            .otherwise(pl.format("{} ({})", "run", "status"))
         )
         .sort("configuration", "gpus", "run")
     )
@@ -110,7 +117,8 @@ def gpu_days_chart(runs: pl.DataFrame, *, tokens: float = TOKENS_100B) -> alt.La
             "run",
             "configuration",
             "gpus",
-            alt.Tooltip("sec_per_iter:Q", title="s/iteration", format=".1f"),
+            "status",
+            alt.Tooltip("sec_per_iter:Q", title="s/iteration", format=".4~g"),  # 129, 4.66, 0.045
             alt.Tooltip("tokens_per_sec:Q", title="tokens/s", format=",.0f"),
             alt.Tooltip("tflops:N", title="TFLOPs/GPU"),
             alt.Tooltip("mfu:N", title="MFU"),
@@ -119,7 +127,7 @@ def gpu_days_chart(runs: pl.DataFrame, *, tokens: float = TOKENS_100B) -> alt.La
         ],
     )
     lines = base.mark_line(point=alt.OverlayMarkDef(size=60))
-    labels = base.mark_text(align="left", dx=8, fontSize=10).encode(text="run:N")
+    labels = base.mark_text(align="left", dx=8, fontSize=10).encode(text="label:N")
     title = f"GPU-days to train {budget} tokens vs number of GPUs"
     return alt.layer(lines, labels).properties(title=title, width=520, height=320)
 

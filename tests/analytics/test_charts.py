@@ -105,7 +105,7 @@ def test_gpu_days_chart_holds_the_runs_and_has_title_axes_legend():
         lines["encoding"]["color"]["title"]
         == "Configuration family (stack, size, TP, ZeRO, micro batch, seq)"
     )
-    assert labels["encoding"]["text"]["field"] == "run"
+    assert labels["encoding"]["text"]["field"] == "label"  # the run, and its status when not ok
     assert sorted(r["run"] for r in chart_rows(chart)) == ["a.out", "b.out"]
 
 
@@ -252,3 +252,28 @@ def test_timer_chart_title_names_the_runs_families():
         spec["title"]
         == "Time per iteration by timer, median over the logged steps (DeepSpeed timer lines, 1 run)"
     )
+
+
+def test_a_failed_runs_point_says_so_and_small_step_times_keep_their_digits():
+    runs = pl.DataFrame(
+        [
+            dict(
+                path=f"/l/{name}.out",
+                family="megatron",
+                status=status,
+                gpus=gpus,
+                tokens_per_sec=1e3,
+                sec_per_iter=sec,
+            )
+            for name, status, gpus, sec in (("ok", "ok", 8, 0.045), ("oom", "failed", 16, 4.66))
+        ],  # fmt: skip
+        schema={**RUNS_SCHEMA, **SUMMARY_SCHEMA},
+    )
+    assert dict(gpu_days_data(runs).select("run", "label").iter_rows()) == {
+        "ok.out": "ok.out",
+        "oom.out": "oom.out (failed)",
+    }
+    _, labels = gpu_days_chart(runs).to_dict()["layer"]
+    assert labels["encoding"]["text"]["field"] == "label"
+    tooltip = {t.get("title", t["field"]): t for t in labels["encoding"]["tooltip"]}
+    assert tooltip["s/iteration"]["format"] == ".4~g" and "status" in tooltip
