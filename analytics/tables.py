@@ -232,7 +232,10 @@ def stack_title() -> pl.Expr:
         .then(runner)
         .when(family == "megatron")
         .then(pl.lit("Megatron"))
-        .when((family == "megatron-deepspeed") & (pl.col("pp").fill_null(1) > 1))
+        # a pipeline, or no ZeRO: not the seed's ZeRO section (PP 1, ZeRO sharding the data parallel ranks)
+        .when(
+            (family == "megatron-deepspeed") & ((pl.col("pp").fill_null(1) > 1) | (pl.col("zero_stage") == 0))
+        )
         .then(pl.lit("Megatron + DeepSpeed 3D"))
         .when(family == "megatron-deepspeed")
         .then(pl.lit("Megatron + DeepSpeed ZeRO"))

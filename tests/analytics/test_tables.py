@@ -246,3 +246,13 @@ def test_notes_name_what_a_failed_run_died_of(status, reason, note):
     row = frame(run(path="/r.out", family="megatron", status=status, reason=reason, gpus=8))
     line = [line for line in render_tables(row, columns=("GPUs", "Notes")).split("\n") if "|" in line][2]
     assert line.strip("|").split("|")[1].strip() == f"r.out ({note})"
+
+
+@pytest.mark.parametrize(
+    ("pp", "zero_stage", "section"),
+    [(1, 3, "Megatron + DeepSpeed ZeRO"), (1, None, "Megatron + DeepSpeed ZeRO"), (16, 0, "Megatron + DeepSpeed 3D"),
+     (1, 0, "Megatron + DeepSpeed 3D")],
+)  # fmt: skip
+def test_the_zero_section_holds_runs_that_shard_with_zero(pp, zero_stage, section):
+    row = run(path="/m.out", family="megatron-deepspeed", status="ok", gpus=64, pp=pp, zero_stage=zero_stage)
+    assert render_tables(frame(row)).split("\n")[0] == f"### {section}"
