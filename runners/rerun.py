@@ -114,11 +114,11 @@ def saved_spec(run_dir: Path) -> dict[str, Any]:
         raise LogstatError(f"cannot read {path}: {exc}") from exc
     ran = read_manifest(run_dir).get("spec")
     if isinstance(ran, dict):
+        now, then = dict(dotted_items(raw)), dict(dotted_items(ran))
         edits = [
-            f"{key} {ran_values.get(key)!r} -> {file_values.get(key)!r}"
-            for file_values, ran_values in [(dict(dotted_items(raw)), dict(dotted_items(ran)))]
-            for key in sorted(set(file_values) | set(ran_values))
-            if file_values.get(key) != ran_values.get(key)
+            f"{key} {then.get(key)!r} -> {now.get(key)!r}"
+            for key in sorted(now.keys() | then.keys())
+            if now.get(key) != then.get(key)
         ]
         if edits:
             raise LogstatError(

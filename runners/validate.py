@@ -18,7 +18,6 @@ from typing import Any
 
 from logstat.analytics import formulas
 from logstat.analytics.gpus import GPUS, peak_tflops
-from logstat.runners.presets import GPT2_VOCAB_SIZE
 from logstat.runners.spec import SECTIONS, Spec, SpecError
 
 from logstat.errors import LogstatError
@@ -34,10 +33,6 @@ _SLURM_TIME = re.compile(r"\d+(-\d+)?(:\d+){0,2}")
 _SBATCH_FIELDS = ("job_name", "partition", "constraint", "account", "time_limit")
 #: numpy's seed range: PowerSGD's hook, HF's set_seed and Megatron's _set_random_seed all seed numpy with it
 SEED_RANGE = range(2**32)
-#: pretrain_gpt.py's --data-impl choices (fixtures/reference/megatron-deepspeed-flags.tsv)
-MEGATRON_DATA_IMPLS = ("lazy", "cached", "mmap", "infer")
-#: Megatron's --split: up to three weights (train, validation, test) split at ',' or '/'
-_MEGATRON_SPLIT = re.compile(r"\d+(\.\d*)?(?:(?P<sep>[,/])\d+(\.\d*)?(?:(?P=sep)\d+(\.\d*)?)?)?")
 GIB = 2**30
 
 
@@ -273,42 +268,8 @@ def _check_stack(spec: Spec, report: Report) -> None:
                 report.refuse(
                     f"parallel.{name}", value, f"must be 1: stack {stack.name} is data parallel only"
                 )
-    if spec.stack == "megatron-deepspeed":
-        _check_megatron(spec, report)
-    if spec.stack == "ddp-powersgd":
-        if spec.ddp.powersgd_rank < 1:
-            report.refuse("ddp.powersgd_rank", spec.ddp.powersgd_rank, "must be >= 1")
-        if spec.ddp.powersgd_start_iter < 2:
-            report.refuse(
-                "ddp.powersgd_start_iter",
-                spec.ddp.powersgd_start_iter,
-                "must be >= 2 (PowerSGD's error feedback and warm start need plain all-reduce first)",
-            )
-
-
-def _check_megatron(spec: Spec, report: Report) -> None:
-    mega = spec.megatron
-    if mega.data_impl not in MEGATRON_DATA_IMPLS:
-        report.refuse(
-            "megatron.data_impl",
-            mega.data_impl,
-            f"must be one of {', '.join(MEGATRON_DATA_IMPLS)} (--data-impl)",
-        )
-    split = _MEGATRON_SPLIT.fullmatch(mega.split)
-    if split is None or not sum(float(w) for w in re.split("[,/]", mega.split)) > 0:
-        report.refuse(
-            "megatron.split",
-            mega.split,
-            "must be up to three weights of train, validation and test split at ',' or '/', "
-            "not all zero (--split, e.g. 949,50,1)",
-        )
-    if spec.model.vocab_size != GPT2_VOCAB_SIZE:
-        report.refuse(
-            "model.vocab_size",
-            spec.model.vocab_size,
-            f"must be GPT-2's {GPT2_VOCAB_SIZE} with stack megatron-deepspeed: pretrain_gpt.py takes its "
-            "vocabulary from megatron.vocab_file (GPT2BPETokenizer), not from a size",
-        )
+    for field_name, value, rule in stack.problems(spec):
+        report.refuse(field_name, value, rule)
 
 
 def _warn(spec: Spec, report: Report) -> None:

@@ -39,6 +39,8 @@ class Stack:
     """Whether TP/PP > 1 is implemented."""
     launch_check: Callable[[Spec], None] = lambda spec: None
     """Raises LogstatError when the spec cannot be launched from here (e.g. no checkout); dry runs skip it."""
+    problems: Callable[[Spec], list[tuple[str, object, str]]] = lambda spec: []
+    """The stack's own refusals of a spec, each ``(field, value, rule)`` (``validate.check`` reports them)."""
 
 
 #: name -> module path: the one place a stack is registered.

@@ -37,6 +37,17 @@ def program(spec: Spec, *, run_dir: Path, ds_config_path: Path) -> list[str]:
     return args
 
 
+def problems(spec: Spec) -> list[tuple[str, object, str]]:
+    """PowerSGD's settings the hook cannot run with."""
+    found: list[tuple[str, object, str]] = []
+    if spec.ddp.powersgd_rank < 1:
+        found.append(("ddp.powersgd_rank", spec.ddp.powersgd_rank, "must be >= 1"))
+    if spec.ddp.powersgd_start_iter < 2:
+        rule = "must be >= 2 (PowerSGD's error feedback and warm start need plain all-reduce first)"
+        found.append(("ddp.powersgd_start_iter", spec.ddp.powersgd_start_iter, rule))
+    return found
+
+
 STACK = Stack(
     name="ddp-powersgd",
     description="torch DistributedDataParallel + PowerSGD hook, Adafactor, gradient checkpointing and accumulation",
@@ -46,4 +57,5 @@ STACK = Stack(
     optimizers=("adafactor", "adamw"),
     zero_stages=(0,),
     model_parallel=False,
+    problems=problems,
 )

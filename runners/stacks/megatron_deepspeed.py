@@ -9,14 +9,20 @@ Megatron derives gas = global / (micro * DP); the DeepSpeed JSON states the same
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
+from logstat.runners.presets import GPT2_VOCAB_SIZE
 from logstat.runners.spec import Spec
 from logstat.runners.stacks import Stack, deepspeed_json
 
 from logstat.errors import LogstatError
 
 CHECKOUT_ENV = "MEGATRON_DEEPSPEED_DIR"
+#: pretrain_gpt.py's --data-impl choices (fixtures/reference/megatron-deepspeed-flags.tsv)
+DATA_IMPLS = ("lazy", "cached", "mmap", "infer")
+#: Megatron's --split: up to three weights (train, validation, test) split at ',' or '/'
+_SPLIT = re.compile(r"\d+(\.\d*)?(?:(?P<sep>[,/])\d+(\.\d*)?(?:(?P=sep)\d+(\.\d*)?)?)?")
 #: Shown in the dry-run script when no checkout is known; launching refuses it.
 UNKNOWN_CHECKOUT = "MEGATRON_DEEPSPEED_DIR-is-not-set"
 
@@ -92,6 +98,27 @@ def launch_check(spec: Spec) -> None:
             raise LogstatError(f"megatron.{name} is not set: pretrain_gpt.py needs it to train")
 
 
+def problems(spec: Spec) -> list[tuple[str, object, str]]:
+    """What pretrain_gpt.py would refuse after launch: a --data-impl outside its choices, a --split its
+    dataset code cannot read, a vocabulary size it never receives."""
+    found: list[tuple[str, object, str]] = []
+    mega = spec.megatron
+    if mega.data_impl not in DATA_IMPLS:
+        found.append(
+            ("megatron.data_impl", mega.data_impl, f"must be one of {', '.join(DATA_IMPLS)} (--data-impl)")
+        )
+    if _SPLIT.fullmatch(mega.split) is None or not sum(float(w) for w in re.split("[,/]", mega.split)) > 0:
+        rule = "must be up to three weights of train, validation and test split at ',' or '/', not all zero"
+        found.append(("megatron.split", mega.split, f"{rule} (--split, e.g. 949,50,1)"))
+    if spec.model.vocab_size != GPT2_VOCAB_SIZE:
+        rule = (
+            f"must be GPT-2's {GPT2_VOCAB_SIZE} with stack megatron-deepspeed: pretrain_gpt.py takes its "
+            "vocabulary from megatron.vocab_file (GPT2BPETokenizer), not from a size"
+        )
+        found.append(("model.vocab_size", spec.model.vocab_size, rule))
+    return found
+
+
 STACK = Stack(
     name="megatron-deepspeed",
     description="Megatron-DeepSpeed pretrain_gpt.py, 3D parallelism (needs CUDA and a checkout)",
@@ -107,4 +134,5 @@ STACK = Stack(
     ),
     model_parallel=True,
     launch_check=launch_check,
+    problems=problems,
 )
