@@ -571,14 +571,14 @@ def _effects(frame: pl.DataFrame) -> pl.DataFrame:
     )
     block_line = pl.concat_str(source, role.cast(pl.String))
     use = pl.when(own & ~_bar_only(text)).then(mine).when(line).then(block_line)
-    rows = frame.select("run", "order", "text", use=use).drop_nulls("use")
+    rows = frame.select("run", "order", "file", "text", use=use).drop_nulls("use")
     table = rows.select("use", "text").unique()
     read = pl.Series([_effects_of(use, text) for use, text in table.iter_rows()], dtype=pl.List(_EFFECT))
     table = table.with_columns(effect=read).with_columns(item=pl.int_ranges(pl.col("effect").list.len()))
     table = table.explode("effect", "item").drop_nulls("effect").unnest("effect")
     joined = rows.lazy().join(table.lazy(), on=["use", "text"], maintain_order="left_right")
     order = pl.col("order") + pl.col("item").clip(upper_bound=127)
-    return joined.select("run", order, *_EFFECT.to_schema()).collect()
+    return joined.select("run", order, "file", *_EFFECT.to_schema()).collect()
 
 
 def _int_typed(column: str | pl.Expr) -> pl.Expr:
@@ -597,6 +597,20 @@ def _state_at(at: pl.DataFrame, args: pl.DataFrame, *names: str) -> pl.DataFrame
     for name in names:
         named = args.filter(pl.col("name") == name).select("run", "order", **{name: "value"})
         at = at.join_asof(named, on="order", by="run", allow_exact_matches=False, check_sortedness=False)
+    return at
+
+
+def _state_of_other_streams(at: pl.DataFrame, args: pl.DataFrame, *names: str) -> pl.DataFrame:
+    """``at``'s nulls of ``names`` filled with the first argument so named after the row in another of the
+    run's files: a job's two streams are written at once, HF's banner to stderr (``logger.info``) and its
+    dicts to stdout (``tqdm.write``), so the .err's banner, read after the .out, was printed before the
+    .out's dicts (a banner after them in their own file is a later launch's)."""
+    for name in names:
+        named = args.filter(pl.col("name") == name).select("run", "order", _file="file", _later="value")
+        at = at.join_asof(named, on="order", by="run", strategy="forward", check_sortedness=False)
+        elsewhere = pl.col(name).is_null() & (pl.col("_file") != pl.col("file"))
+        at = at.with_columns(pl.when(elsewhere).then("_later").otherwise(name).alias(name))
+        at = at.drop("_file", "_later")
     return at
 
 
@@ -694,6 +708,7 @@ def _steps(
     )
     resumes = _resumes(effects, new, known_count)
     new = _state_at(new, args, "logging_steps", "logging_first_step", "max_steps", *_EPOCH_STATE)
+    new = _state_of_other_streams(new, args, "max_steps", *_EPOCH_STATE)
     new = new.with_columns(logging_steps=pl.coalesce(_steps_per_epoch(), "logging_steps"))
     by_resume = resumes.select("run", "order", resumed=_field("integer"), resume_base="base")
     new = new.join_asof(by_resume, on="order", by="run", allow_exact_matches=False, check_sortedness=False)

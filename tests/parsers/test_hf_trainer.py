@@ -1142,3 +1142,20 @@ def test_a_command_line_relying_on_the_default_batch_is_read_too():
     assert sorted(run.iterations) == [20, 40, 60]
     plain = feed_lines(["+ python run_clm.py --model_name_or_path gpt2 --max_seq_length 512", *dicts])
     assert plain.facts["seq_len"] == 512
+
+
+def test_the_banner_in_the_err_numbers_the_dicts_in_the_out(tmp_path):
+    # trainer.py logs its banner (logger.info: stderr) while ProgressCallback writes the dicts (tqdm.write:
+    # stdout): a job's .out holds the dicts, its .err the steps per epoch they are numbered by
+    from logstat.api import load_runs
+
+    dicts = [f"{{'loss': {3 - k / 100}, 'learning_rate': 1e-05, 'epoch': {k / 100}}}" for k in (1, 2, 3)]
+    banner = ["***** Running training *****", "  Num Epochs = 1", "  Num update steps per epoch = 1,000"]
+    (tmp_path / "sft-8123.out").write_text("\n".join([*dicts, ""]))
+    (tmp_path / "sft-8123.err").write_text("\n".join([*banner, ""]))
+    assert load_runs([tmp_path]).iterations["iteration"].to_list() == [10, 20, 30]
+    # in one file a banner after the dicts is a later launch's: it does not number the dicts before it
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "sft-8124.out").write_text("\n".join([*dicts, *banner, ""]))
+    assert load_runs([one]).iterations["iteration"].to_list() == [1, 2, 3]
