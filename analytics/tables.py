@@ -98,13 +98,13 @@ def _days_100b(gpu_days: bool) -> pl.Expr:
 
 def _memory_prediction() -> pl.Expr:
     """``13.0/20.9 GB (0.62)``: the ZeRO model-state estimate, the logged peak allocated memory and
-    their ratio; empty when either is unknown."""
-    return pl.format(
-        "{}/{} GB ({})",
-        _fixed(pl.col("model_state_gb_pred"), 1),
-        _fixed(pl.col("mem_logged_gb"), 1),
-        _fixed(pl.col("mem_pred_ratio"), 2),
+    their ratio; ``13.3/- GB`` when the log gives no memory (the estimate stands alone); empty when the
+    estimate is unknown."""
+    predicted = _fixed(pl.col("model_state_gb_pred"), 1)
+    both = pl.format(
+        "{}/{} GB ({})", predicted, _fixed(pl.col("mem_logged_gb"), 1), _fixed(pl.col("mem_pred_ratio"), 2)
     )
+    return pl.coalesce(both, pl.format("{}/- GB", predicted))
 
 
 #: characters of a run's name that markdown would read as markup: ``*`` and a backtick open emphasis and
@@ -357,7 +357,7 @@ def _legend(group: pl.DataFrame, headers: Sequence[str]) -> str:
     if "Mem pred/logged" in headers:
         parts.append(
             "Mem pred/logged = ZeRO model-state estimate per GPU (16 bytes/param) / the logged peak allocated "
-            "memory, GB of 1e9 bytes, (their ratio)"
+            "memory, GB of 1e9 bytes, (their ratio); `-` = the log gives no memory"
         )
     if "Days 100B" in headers or "GPU-days 100B" in headers:
         parts.append("Days 100B = 100e9 / tokens per second / 86400 (seed 000), GPU-days = days * GPUs")

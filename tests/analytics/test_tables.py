@@ -188,6 +188,8 @@ def test_memory_prediction_beside_the_logged_peak_and_the_utilizations():
     text = render_tables(frame(zero, dict(MEG_18B, path="/logs/other.out", gpus=32)), columns=columns)
     assert "|   16 |          97.5 | 31.2% | 41.6% | 41.3/60.5 GB (0.68) |" in text
     assert "|   32 |               |       |       |                     |" in text  # nothing known: empty
+    unlogged = dict(zero, mem_logged_gb=None, mem_pred_ratio=None)  # the estimate alone, no peak in the log
+    assert "|       41.3/- GB |" in render_tables(frame(unlogged), columns=("GPUs", "Mem pred/logged"))
     assert "Mem pred/logged = ZeRO model-state estimate per GPU (16 bytes/param) / the logged peak" in text
     assert "MFU = model FLOPs (Megatron-LM's count without recomputation, PaLM's definition)" in text
 
