@@ -15,7 +15,7 @@ from pathlib import PurePath
 from typing import Any
 
 import polars as pl
-from logstat.analytics.tables import COLUMNS, _legend, _markdown
+from logstat.analytics.tables import COLUMNS, _legend, _markdown, _with_formula_facts
 
 #: Spec field -> the seed's header for it (other fields keep their dotted name).
 SEED_HEADERS: dict[str, str] = {
@@ -55,6 +55,8 @@ def render_sweep_table(
     shown = ["GPUs", "Size", *varied]
     shown += [h for h in ("DP", "Glob-BS") if h not in varied]
     shown += ["Throughput", "TFlops", "Notes"]
+    # Seq and Ckpt where the TFlops formula read a value other than the seed's, as the other tables do
+    shown = list(_with_formula_facts(tuple(shown), frame.filter(pl.col("_kind") == "run")))
     cells = frame.select(
         _cell(header).alias(f"c{i}") for i, header in enumerate(shown) if header not in varied
     )

@@ -360,6 +360,7 @@ def assert_tiny_sweep_table(sweep_dir: Path, log_name) -> None:
         "model.num_heads",
         "DP",
         "Glob-BS",
+        "Seq",  # 32, not the seed's 1024: the TFlops formula read it, so the table shows it
         "Throughput",
         "TFlops",
         "Notes",
@@ -373,8 +374,8 @@ def assert_tiny_sweep_table(sweep_dir: Path, log_name) -> None:
         micro, heads = int(row[2]), int(row[3])
         if heads == 3:
             assert (
-                row[6] == "pruned"
-                and row[8] == "refused: model.num_heads=3 does not divide model.hidden_size=64"
+                row[7] == "pruned"
+                and row[9] == "refused: model.num_heads=3 does not divide model.hidden_size=64"
             )
             continue
         log = sweep_dir / dirs[(micro, heads)] / log_name(dirs[(micro, heads)])
@@ -382,14 +383,14 @@ def assert_tiny_sweep_table(sweep_dir: Path, log_name) -> None:
         global_batch = micro * 2 * 2  # micro * gas 2 * DP 2
         tflops = tiny_params() / 1e9 * 4 * 2 * 32 * global_batch / (seconds * 2 * 1e3)
         measured[row[3], row[2]] = tflops
-        assert row[:2] == ["2", "110K"] and row[4:6] == ["2", str(global_batch)]
+        assert row[:2] == ["2", "110K"] and row[4:7] == ["2", str(global_batch), "32"]
         # three decimals, rounded as the table rounds (a median of two steps can end on a tie: 0.0435)
-        assert row[6].endswith("s") and len(row[6][:-1].partition(".")[2]) == 3
-        assert_rounded(row[6][:-1], seconds)
-        assert_rounded(row[7].strip("*"), tflops)
-        assert row[8] == f"{dirs[(micro, heads)]}/{log.name}"
+        assert row[7].endswith("s") and len(row[7][:-1].partition(".")[2]) == 3
+        assert_rounded(row[7][:-1], seconds)
+        assert_rounded(row[8].strip("*"), tflops)
+        assert row[9] == f"{dirs[(micro, heads)]}/{log.name}"
     best = max(measured.values())
-    assert [row[7].startswith("**") for row in rows if row[3] != "3"] == [
+    assert [row[8].startswith("**") for row in rows if row[3] != "3"] == [
         measured[row[3], row[2]] == best for row in rows if row[3] != "3"
     ]
 
