@@ -330,7 +330,8 @@ def _legend(group: pl.DataFrame, headers: Sequence[str]) -> str:
         )
         parts.append(
             f"Throughput = seconds per iteration (one global batch): {'; '.join(kinds) or 'no timed iterations'}"
-            "; `fail` = no timed iteration"
+            "; `fail` = no timed iteration after the warm-up in a run that did not end ok (empty: an ok run "
+            "whose log times no iteration)"
         )
     if "TFlops" in headers:
         parts.append(
