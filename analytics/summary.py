@@ -211,6 +211,7 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         sec_per_iter=sec_per_iter,
         sec_per_iter_source=source,
         model_size_b=size_b,
+        _runtime_sec_per_iter=from_runtime,
     ).with_columns(
         samples_per_sec=gbs / pl.col("sec_per_iter"),
     )
@@ -242,7 +243,12 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
     ).with_columns(
         mem_pred_ratio=pl.col("model_state_gb_pred") / pl.col("mem_logged_gb"),
         warnings=_with_notes(
-            pl.col("warnings"), _tflops_disagreement(warmup), _nan_losses(), _read_twice(), _above_peak()
+            pl.col("warnings"),
+            _tflops_disagreement(warmup),
+            _nan_losses(),
+            _read_twice(),
+            _above_peak(),
+            _step_times_disagree(),
         ),
     )
     return (
@@ -384,6 +390,28 @@ def _above_peak() -> pl.Expr:
         pl.col("gpu_model"),
     )
     return pl.when(mfu > 1).then(note)
+
+
+#: how far a run's step time may be from its whole session's (HF's train_runtime over its steps) before
+#: one of them is not timing one step: warm-up, saves and a slow first step make the session's longer, not 3x
+STEP_TIMES_RATIO = 3.0
+
+
+def _step_times_disagree() -> pl.Expr:
+    """A note when the s/iter taken from the steps is a ``STEP_TIMES_RATIO`` or more away from the final
+    train_runtime over the steps: one of the two does not time a step (a rate per micro-batch or per rank,
+    another batch size, a session that timed other steps)."""
+    chosen, session = pl.col("sec_per_iter"), pl.col("_runtime_sec_per_iter")
+    apart = pl.max_horizontal(session / chosen, chosen / session)
+    note = pl.format(
+        "s/iter {} ({}) and the final train_runtime over the steps ({} s) differ {}x: one of them does not "
+        "time one step",
+        chosen.round_sig_figs(4),
+        pl.col("sec_per_iter_source"),
+        session.round_sig_figs(4),
+        apart.round_sig_figs(3),
+    )
+    return pl.when(apart >= STEP_TIMES_RATIO).then(note)
 
 
 def _nan_loss() -> pl.Expr:

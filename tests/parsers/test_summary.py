@@ -728,3 +728,26 @@ def test_steps_that_another_run_holds_too_are_a_warning_naming_it(tmp_path):
         "job-103.out": [],
         "job-104.out": [],
     }
+
+
+@pytest.mark.parametrize(("runtime_s", "warned"), [(30.12, True), (4.5, False), (0.9, True)])
+def test_a_step_time_far_from_the_sessions_is_a_warning(runtime_s, warned):
+    # 10 steps of DeepSpeed's samples/s (global batch 128 / 42.6 samples/s = 3.005 s) against HF's final
+    # train_runtime over the same 10 steps: 30.12 s a step is 10x, 4.5 s a warm-up and saves, 0.9 s 3.3x less
+    row = one(
+        runs(
+            {
+                "path": "a",
+                "global_batch_size": 128,
+                "final_train_runtime_s": runtime_s * 10,
+                "final_steps": 10,
+            }
+        ),
+        iterations("a", samples_per_sec=[40.0] + [42.6] * 4),
+    )
+    notes = [note for note in row["warnings"] or [] if "differ" in note]
+    assert row["sec_per_iter"] == pytest.approx(128 / 42.6)
+    assert bool(notes) == warned
+    if warned:
+        ratio = max(runtime_s / (128 / 42.6), (128 / 42.6) / runtime_s)
+        assert notes[0].endswith(f"differ {float(f'{ratio:.3g}')}x: one of them does not time one step")
