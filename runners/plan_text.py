@@ -8,6 +8,7 @@ describes with options and lays the answer out.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -83,7 +84,33 @@ def _memory_table(spec: Spec) -> list[str]:
     lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(_MEMORY_HEADERS, widths, strict=True)) + " |"]
     lines.append("| " + " | ".join("-" * (w - 1) + ":" for w in widths) + " |")
     lines += ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows]
-    return lines
+    return lines + _refused_stages(spec)
+
+
+def _refused_stages(spec: Spec) -> list[str]:
+    """A line under the table naming the stages the planner refuses for this run (its pipeline, its
+    stack), with the first rule: their rows are what the memory would be, not a plan to launch."""
+    from logstat.runners.validate import check
+
+    refused = {}
+    for stage in range(4):
+        train = dataclasses.replace(
+            spec.train, zero_stage=stage, offload_optimizer=False, offload_param=False
+        )
+        rules = [
+            p.rule
+            for p in check(dataclasses.replace(spec, train=train)).problems
+            if p.field == "train.zero_stage"
+        ]
+        if rules:
+            refused[stage] = rules[0]
+    if not refused:
+        return []
+    stages = " and ".join(map(str, refused))
+    return [
+        "",
+        f"ZeRO {stages}: refused for this run (train.zero_stage={next(iter(refused))} {next(iter(refused.values()))})",
+    ]
 
 
 def _label(spec: Spec) -> str:

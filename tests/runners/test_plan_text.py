@@ -100,3 +100,15 @@ def test_memory_follows_the_optimizer():
 def test_impossible_plans_are_refused_as_run_refuses_them(overrides, message):
     with pytest.raises(SpecError, match=message):
         estimate_text(planned(*SEED_52B, *overrides))
+
+
+def test_the_stages_the_planner_refuses_are_named_under_the_memory_table():
+    text = estimate_text(planned(*SEED_52B))  # PP 16: ZeRO 2 and 3 are refused
+    assert (
+        "ZeRO 2 and 3: refused for this run (train.zero_stage=2 with parallel.pp=16: ZeRO stages 2 and 3 do not "
+        "work with pipeline parallelism (seed 002: use stage 0 or 1 with PP))"
+    ) in text
+    data_parallel = estimate_text(
+        planned("model.preset=7", "cluster.gpus_per_node=8", "stack=hf-zero3", "train.optimizer=adamw")
+    )
+    assert "refused for this run" not in data_parallel
