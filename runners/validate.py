@@ -293,7 +293,8 @@ def _warn(spec: Spec, report: Report) -> None:
         return
     if plan.model_state_gib_per_gpu > gpu.memory_gib:
         report.warnings.append(
-            f"ZeRO model-state memory estimate {plan.model_state_gib_per_gpu:.1f} GiB per GPU "
+            f"ZeRO model-state memory estimate {plan.model_state_gib_per_gpu:.1f} GiB "
+            f"({plan.model_state_gib_per_gpu * GIB / 1e9:.1f} GB, as the estimate's table writes it) per GPU "
             f"(train.zero_stage={spec.train.zero_stage}, DP={spec.dp}, TP*PP={spec.parallel.tp * spec.parallel.pp}, "
             f"train.optimizer={spec.train.optimizer}: {plan.state_bytes.total:.4g} bytes/param) exceeds the "
             f"{gpu.name}'s {gpu.memory_gib:g} GiB, before activations"

@@ -198,7 +198,8 @@ def test_warning_when_zero_memory_exceeds_the_gpu():
     gib = state_bytes * params / 2**30
     report = check(load_spec("gpt2-52b-ddp-powersgd"))
     assert report.warnings == [
-        f"ZeRO model-state memory estimate {gib:.1f} GiB per GPU (train.zero_stage=0, DP=64, TP*PP=1, "
+        f"ZeRO model-state memory estimate {gib:.1f} GiB ({gib * 2**30 / 1e9:.1f} GB, as the estimate's table "
+        "writes it) per GPU (train.zero_stage=0, DP=64, TP*PP=1, "
         f"train.optimizer=adafactor: {state_bytes:.4g} bytes/param) exceeds the V100-SXM2-32GB's 32 GiB, "
         "before activations"
     ]
