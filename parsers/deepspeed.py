@@ -183,6 +183,9 @@ UNIQUE_PARAMS = r"UNIQUE_PARAMS=(\d+)"
 #: the pipeline grid's rank map, printed whole by rank 0 (``PipelineParallelGrid``): its coordinates run
 #: in order, so the last holds each axis's size less one and the last rank
 TOPOLOGY = r"Using topology: \{.*ProcessCoord\(([^()]*)\): ([0-9]+)\}"
+#: PipelineModule's partition, printed by rank 0 for every stage in order (runtime/pipe/module.py:
+#: ``stage={stage} layers={stop - start}``): the last stage's number is the pipeline's size less one
+PIPE_STAGE = r"^stage=([0-9]+) layers=[0-9]+$"
 #: what a topology's record is marked as seen by: the dump's ``world_size`` after one is the DP size
 TOPOLOGY_SEEN = "deepspeed topology"
 _AXES = {"pp": "pipe", "dp": "data", "tp": "model"}
@@ -192,6 +195,7 @@ _RECORD_MARKERS = (
     "CONFIG: micro_batches=",
     "UNIQUE_PARAMS=",
     "Using topology:",
+    " layers=",
 )
 _RECORDS_PATTERN = "|".join(
     f"(?:{pattern})"
@@ -203,6 +207,7 @@ _RECORDS_PATTERN = "|".join(
         PIPE_CONFIG,
         UNIQUE_PARAMS,
         TOPOLOGY,
+        PIPE_STAGE,
     )
 )
 
@@ -229,8 +234,12 @@ def _record_events(records: pl.DataFrame) -> Events:
     topology = _matches(records, TOPOLOGY, ["axes", "last"]).filter(pl.col("seq") == 0)
     axes = [_count(topology, _axis(name) + 1, fact) for fact, name in _AXES.items()]
     gpus = _count(topology, pl.col("last").cast(pl.Int64, strict=False) + 1, "gpus")
-    events.extend(_facts(pl.concat([*counts, size, *axes, gpus])))
-    seen = [kinds.marks_of(frame.lazy(), NAME, kinds.SEEN) for frame in (config, unique, topology)]
+    stages = _matches(records, PIPE_STAGE, ["stage"])
+    pipeline = _count(
+        stages, pl.col("stage").cast(pl.Int64, strict=False) + 1, "pp"
+    )  # the last line's counts
+    events.extend(_facts(pl.concat([*counts, size, *axes, gpus, pipeline])))
+    seen = [kinds.marks_of(frame.lazy(), NAME, kinds.SEEN) for frame in (config, unique, topology, stages)]
     events.marks += [*seen, kinds.marks_of(topology.lazy(), TOPOLOGY_SEEN, kinds.SEEN)]
     return events
 

@@ -346,6 +346,15 @@ def test_a_pipeline_topology_states_the_gpus_the_dump_world_size_does_not(tmp_pa
     assert run.provenance["gpus"] == run.provenance["pp"] == "deepspeed:1"
 
 
+def test_the_partition_rank_0_prints_states_the_pipeline(tmp_path):
+    # PipelineModule._partition_layers: rank 0 prints "stage={stage} layers={n}" for every stage, in order
+    stages = [f"stage={stage} layers={layers}" for stage, layers in enumerate((12, 10, 10, 11))]
+    run = feed_with_megatron(tmp_path, [*stages, *DUMP])
+    assert (run.facts["pp"], run.provenance["pp"]) == (4, "deepspeed:4")
+    # a line that only looks like one (a config's repr, a sentence) states nothing
+    assert feed_with_megatron(tmp_path, ["model stage=3 layers=2 of 8", *DUMP]).facts.get("pp") is None
+
+
 def test_a_topology_cut_before_its_end_states_nothing(tmp_path):
     from deepspeed.runtime.pipe.topology import PipeDataParallelTopology
 
