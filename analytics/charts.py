@@ -110,7 +110,13 @@ def gpu_days_chart(runs: pl.DataFrame, *, tokens: float = TOKENS_100B) -> alt.La
     data = gpu_days_data(runs, tokens=tokens)
     budget = f"{tokens / 1e9:g}B"
     base = alt.Chart(data).encode(
-        x=alt.X("gpus:Q", title="GPUs", scale=alt.Scale(type="log", base=2)),
+        # ticks at the GPU counts the runs have: a log axis's own ticks (20, 30...) name none of them
+        x=alt.X(
+            "gpus:Q",
+            title="GPUs",
+            scale=alt.Scale(type="log", base=2),
+            axis=alt.Axis(values=sorted(data["gpus"].unique().to_list()), format="d"),
+        ),
         y=alt.Y("gpu_days:Q", title=f"GPU-days for {budget} tokens (days x GPUs)"),
         color=alt.Color("configuration:N", title=f"Configuration family ({FAMILY_PARTS})", legend=_LEGEND),
         tooltip=[

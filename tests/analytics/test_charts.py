@@ -106,6 +106,7 @@ def test_gpu_days_chart_holds_the_runs_and_has_title_axes_legend():
         == "Configuration family (stack, size, TP, ZeRO, micro batch, seq)"
     )
     assert labels["encoding"]["text"]["field"] == "label"  # the run, and its status when not ok
+    assert lines["encoding"]["x"]["axis"]["values"] == sorted(gpu_days_data(RUNS)["gpus"].to_list())  # drawn
     assert sorted(r["run"] for r in chart_rows(chart)) == ["a.out", "b.out"]
 
 
