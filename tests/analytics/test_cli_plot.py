@@ -82,3 +82,14 @@ def test_a_format_given_twice_writes_each_chart_once(tmp_path):
     written = r.stdout.split()
     assert written == sorted(set(written)) and written and all(name.endswith(".svg") for name in written)
     assert sorted(str(path) for path in out.iterdir()) == written
+
+
+def test_a_chart_left_out_says_why_in_the_terms_of_every_family(tmp_path):
+    log = Path(__file__).resolve().parents[2] / "fixtures" / "mingpt" / "mingpt_zero3_20b.log"
+    r = logstat("plot", str(log), "--out", str(tmp_path / "p"), "--format", "svg")
+    assert r.returncode == 1 and not (tmp_path / "p").exists()  # nothing to draw: nothing made
+    # minGPT logs no timer: the note names both families' timers, not Megatron's alone
+    assert (
+        "no time_breakdown chart: no timer of a logged step (Megatron's time (ms) lines, DeepSpeed's engine timers)"
+        in r.stderr
+    )

@@ -10,7 +10,7 @@ from logstat.errors import LogstatError
 CHARTS = {
     "gpu_days_100b": "no run with a measured throughput",
     "loss": "no logged loss",
-    "time_breakdown": "no Megatron timer lines",
+    "time_breakdown": "no timer of a logged step (Megatron's time (ms) lines, DeepSpeed's engine timers)",
 }
 
 
