@@ -288,17 +288,20 @@ def _markdown(
     return [line(headers), delimiter, *(line(r) for r in cells)]
 
 
-#: seed 001's Megatron tables leave TP out: "`TP=4` in all of entries"
-SEED_TP = 4
+#: facts a seed table leaves unsaid because all its runs share them: (its columns, the header, the fact, the
+#: seed's value, the header it goes before). Seed 001's Megatron tables: "`TP=4` in all of entries"; its
+#: ZeRO table is DeepSpeedExamples' Megatron-LM-v1.1.5-ZeRO3 (stage 3)
+UNSAID = ((_MEGATRON, "TP", "tp", 4, "DP"), (_ZERO, "Zero", "zero_stage", 3, "Mic-BS"))
 
 
-def _with_tp(headers: tuple[str, ...], group: pl.DataFrame) -> tuple[str, ...]:
-    """The Megatron tables' columns, plus TP before DP when a run's TP is not the seed's 4 that they leave
-    unsaid: without it two rows of different tensor parallelism read alike."""
-    if headers != _MEGATRON or group["tp"].drop_nulls().is_in([SEED_TP]).all():
-        return headers
-    at = headers.index("DP")
-    return (*headers[:at], "TP", *headers[at:])
+def _with_unsaid(headers: tuple[str, ...], group: pl.DataFrame) -> tuple[str, ...]:
+    """The stack's columns, plus a fact its seed table leaves unsaid (``UNSAID``) when a run's value is
+    not the seed's: without it two rows of different tensor parallelism (or ZeRO stage) read alike."""
+    for columns, header, fact, seed_value, before in UNSAID:
+        if headers == columns and not group[fact].drop_nulls().is_in([seed_value]).all():
+            at = headers.index(before)
+            headers = (*headers[:at], header, *headers[at:])
+    return headers
 
 
 def _with_formula_facts(headers: tuple[str, ...], group: pl.DataFrame) -> tuple[str, ...]:
@@ -385,7 +388,7 @@ def render_tables(runs: pl.DataFrame, *, columns: Sequence[str] | None = None) -
         headers = (
             tuple(columns)
             if columns
-            else _with_formula_facts(_with_tp(STACKS.get(title, _OTHER), group), group)
+            else _with_formula_facts(_with_unsaid(STACKS.get(title, _OTHER), group), group)
         )
         cells = group.select(COLUMNS[h.lower()].cell().alias(h) for h in headers)
         out += [f"### {title}", "", *_markdown(headers, cells.rows()), "", _legend(group, headers), ""]

@@ -258,3 +258,22 @@ def test_notes_name_what_a_failed_run_died_of(status, reason, note):
 def test_the_zero_section_holds_runs_that_shard_with_zero(pp, zero_stage, section):
     row = run(path="/m.out", family="megatron-deepspeed", status="ok", gpus=64, pp=pp, zero_stage=zero_stage)
     assert render_tables(frame(row)).split("\n")[0] == f"### {section}"
+
+
+def test_a_zero_table_shows_the_stage_when_a_run_is_not_the_seeds_zero_3():
+    rows = [
+        run(path=f"/z{stage}.out", family="deepspeed", status="ok", gpus=8, zero_stage=stage)
+        for stage in (1, 3)
+    ]
+    header = render_tables(frame(*rows)).split("\n")[2]
+    assert [c.strip() for c in header.strip("|").split("|")][:6] == [
+        "GPUs",
+        "Size",
+        "TP",
+        "DP",
+        "Zero",
+        "Mic-BS",
+    ]
+    assert (
+        "Zero" not in render_tables(frame(rows[1])).split("\n")[2]
+    )  # DeepSpeedExamples' ZeRO3, as the seed's
