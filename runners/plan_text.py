@@ -106,11 +106,9 @@ def _refused_stages(spec: Spec) -> list[str]:
             refused[stage] = rules[0]
     if not refused:
         return []
+    first, rule = next(iter(refused.items()))
     stages = " and ".join(map(str, refused))
-    return [
-        "",
-        f"ZeRO {stages}: refused for this run (train.zero_stage={next(iter(refused))} {next(iter(refused.values()))})",
-    ]
+    return ["", f"ZeRO {stages}: refused for this run (train.zero_stage={first} {rule})"]
 
 
 def _label(spec: Spec) -> str:

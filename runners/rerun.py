@@ -15,20 +15,10 @@ from logstat.runners.backends import LaunchResult, launch_spec, stderr_echo
 from logstat.runners.manifest import read_manifest
 from logstat.runners.render import SPEC_NAME
 from logstat.runners.rundir import RUNS_ROOT
-from logstat.runners.spec import build_spec, dotted_items
+from logstat.runners.spec import DERIVED_FROM, build_spec, dotted_items
 
 from logstat.errors import LogstatError
 
-#: Fields a saved spec holds resolved, and the fields they were derived from (``spec.resolve``): a rerun
-#: that changes one of the latter derives the former again, as `logstat run` would, unless it sets it too.
-DERIVED_FROM = {
-    "batch.global_batch": (
-        "batch.micro", "batch.gas", "parallel.tp", "parallel.pp", "cluster.nodes", "cluster.gpus_per_node"
-    ),
-    "model.hidden_size": ("model.preset",),
-    "model.num_layers": ("model.preset",),
-    "cluster.job_name": ("name",),
-}  # fmt: skip
 #: Words of a reference: spec names and run ids are plain names (runners.validate's rule).
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 
 #: Default root of run directories (relative to the working directory).
 RUNS_ROOT = Path("runs")
+#: A sweep directory's record and the plan `logstat sweep` printed (here, not in runners.sweep: the log walk
+#: passes over the plan, and importing the sweep planner would cost every parse ~40 ms)
+SWEEP_FILE = "sweep.json"
+PLAN_FILE = "plan.txt"
 
 
 def run_dir_path(

@@ -335,6 +335,19 @@ def _quoted(keys: list[str]) -> str:
     return ", ".join(repr(key) for key in keys)
 
 
+#: Fields a saved spec holds resolved, and the fields they were derived from (:func:`resolve`): a rerun
+#: (runners.rerun) that changes one of the latter derives the former again, as `logstat run` would, unless
+#: it sets it too.
+DERIVED_FROM = {
+    "batch.global_batch": (
+        "batch.micro", "batch.gas", "parallel.tp", "parallel.pp", "cluster.nodes", "cluster.gpus_per_node"
+    ),
+    "model.hidden_size": ("model.preset",),
+    "model.num_layers": ("model.preset",),
+    "cluster.job_name": ("name",),
+}  # fmt: skip
+
+
 def resolve(spec: Spec) -> Spec:
     """Fill the derived fields: the preset's shape, the global batch, the job name."""
     model = spec.model

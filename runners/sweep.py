@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from logstat.analytics.gpus import GPUS
+from logstat.runners.rundir import PLAN_FILE, SWEEP_FILE, atomic_write_text, create_run_dir, make_parents
 from logstat.runners.spec import (
     SWEEP_SECTION,
     Spec,
@@ -44,8 +45,6 @@ from logstat.runners.validate import Estimate, check, estimate
 
 from logstat.errors import LogstatError
 
-SWEEP_FILE = "sweep.json"
-PLAN_FILE = "plan.txt"
 ARRAY_SCRIPT = "sweep.sbatch"
 SWEEP_VERSION = 1
 #: Default floor of the pipeline efficiency gas/(gas+PP-1): seed 002 recommends gas = 8*PP (~89%);
@@ -140,11 +139,11 @@ def make_axis(key: str, values: Sequence[str], *, option: str = "--grid") -> Axi
     """An axis of ``key`` over ``values`` (texts as ``--set`` reads them), checked."""
     if not values or any(value == "" for value in values):
         raise SpecError(f"{option} {key}: empty value in {','.join(values)!r}")
-    typed: dict[str, str] = {}  # value as --set types it ("01" is 1, "yes" is true) -> its text
+    typed: dict[Any, str] = {}  # value as --set types it ("01" is 1, "yes" is true) -> its text
     for value in values:
         raw: dict[str, Any] = {}
         apply_override(raw, f"{key}={value}", option=option)
-        meaning = repr(next(iter(dotted_items(raw)), None))
+        meaning = dict(dotted_items(raw)).get(key)
         if meaning in typed:
             same = "" if typed[meaning] == value else f" (as {typed[meaning]!r})"
             raise SpecError(f"{option} {key}: value {value!r} is listed twice{same}")
@@ -553,8 +552,6 @@ def is_sweep_dir(path: Path) -> bool:
 
 
 def write_record(sweep_dir: Path, record: dict[str, Any], *, replace: bool) -> None:
-    from logstat.runners.rundir import atomic_write_text
-
     text = json.dumps(record, indent=2, default=str) + "\n"
     atomic_write_text(Path(sweep_dir) / SWEEP_FILE, text, replace=replace)
 
@@ -598,7 +595,6 @@ def create_sweep(plan: SweepPlan, *, backend: str, runs_root: Path, python: str 
     from logstat.runners.backends import planned_command
     from logstat.runners.manifest import build_manifest
     from logstat.runners.render import render
-    from logstat.runners.rundir import atomic_write_text, create_run_dir, make_parents
 
     kept = plan.kept
     if not kept:
@@ -724,7 +720,6 @@ def submit_arrays(
     and ``<array id>_<task>`` as every point's ``slurm_job_id``."""
     from logstat.runners.backends.slurm import sbatch_command, submit_script
     from logstat.runners.manifest import update_manifest, utc_now
-    from logstat.runners.rundir import atomic_write_text
 
     scripts = array_scripts(sweep_dir, runs, width=width, max_parallel=max_parallel)
     record = read_sweep(sweep_dir)

@@ -92,7 +92,7 @@ def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
     """The log files under ``root``; what is passed over goes to ``skipped``. A hidden directory (a
     ``.git``) or a tool's (``TOOL_DIRECTORIES``) is one report, not one per file in it."""
     from logstat.parsers.reader import is_log_file
-    from logstat.runners.sweep import PLAN_FILE, SWEEP_FILE
+    from logstat.runners.rundir import PLAN_FILE, SWEEP_FILE
 
     for directory, subdirectories, files in os.walk(root, onerror=lambda error: _unreadable(error, skipped)):
         here = Path(directory)
