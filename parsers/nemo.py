@@ -54,8 +54,10 @@ from logstat.parsers.kinds import (
 NAME = "nemo"
 #: a record's header; its fields follow it, ``|``-separated (the last one has no ``|`` after it)
 HEADER = r"Training epoch (?P<epoch>\d+), iteration (?P<iteration>\d+)/(?P<total>\d+)"
-#: step metric -> the field that gives it (a time in seconds)
+#: step metric -> the field that gives it (a time in seconds); ``TFLOPS_per_GPU``: NeMo 2.0's
+#: FLOPsMeasurementCallback (model FLOPs of its recipe's formula over the steps' mean time since its last log)
 FIELDS = {"loss": "reduced_train_loss", "lr": "lr", "elapsed_ms": "train_step_timing in s"}
+FIELDS["logged_tflops_per_gpu"] = "TFLOPS_per_GPU"
 COUNTS = {"step": "global_step", "global_batch_size": "global_batch_size"}
 _RECORD_MARKER = "Training epoch "
 #: Lightning's word that training reached its planned steps or epochs
@@ -129,6 +131,7 @@ def read_iterations(records: pl.LazyFrame) -> Events:
         loss=as_real(pl.col("loss")),
         lr=as_real(pl.col("lr")),
         elapsed_ms=as_real(pl.col("elapsed_ms")) * 1000.0,
+        logged_tflops_per_gpu=as_real(pl.col("logged_tflops_per_gpu")),
         mode=pl.lit(RECORD, pl.Int8),
         family=pl.lit(NAME),
     )

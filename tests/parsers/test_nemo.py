@@ -36,10 +36,18 @@ def test_each_field_of_a_progress_line_is_its_steps_metric():
             "reduced_train_loss: 10.93 | train_step_timing in s: 5.817 | consumed_samples: 26624",
             # no global_step (a metric left out): the iteration numbers the step
             "Training epoch 1, iteration 4/99 | reduced_train_loss: 10.88 | train_step_timing in s: 6",
+            # NeMo 2.0's FLOPsMeasurementCallback logs to the progress bar every log_every_n_steps
+            "Training epoch 1, iteration 5/99 | global_step: 105 | train_step_timing in s: 5.8 | "
+            "TFLOPS_per_GPU: 405.2",
         ],
     )
-    rows = run.iteration_frame.select("iteration", "loss", "lr", "elapsed_ms", "global_batch_size").rows()
-    assert rows == [(4, 10.88, None, 6000.0, None), (103, 10.93, 4.5e-07, 5817.0, 256)]
+    columns = ("iteration", "loss", "lr", "elapsed_ms", "global_batch_size", "logged_tflops_per_gpu")
+    rows = run.iteration_frame.select(columns).rows()
+    assert rows == [
+        (4, 10.88, None, 6000.0, None, None),
+        (103, 10.93, 4.5e-07, 5817.0, 256, None),
+        (105, None, None, 5800.0, None, 405.2),
+    ]
     assert run.facts["global_batch_size"] == 256
 
 
