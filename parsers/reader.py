@@ -354,6 +354,8 @@ def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
     total_bytes = sum(r.bytes_read for r in result.reports)
     if total_bytes == 0 and not problems:
         return "empty", "empty file: no lines to read", None, None
+    if not any(r.written for r in result.reports) and not problems:
+        return "empty", "blank file: whitespace only", None, None
     anything = bool(run.iterations or run.facts.keys() - {"job_id"} or run.failure)
     if problems and not anything:
         return "unreadable", problems[0].problem, None, problems[0].path

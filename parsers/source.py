@@ -57,6 +57,8 @@ class SourceReport:
     path: str
     bytes_read: int = 0
     lines: int = 0
+    written: bool = False
+    """Whether a line holds more than whitespace."""
     problem: str | None = None
     """Why (part of) the file could not be read: binary content, a truncated gzip stream, ..."""
     compressed: bool = False
@@ -279,6 +281,7 @@ def batches(
                     data, end = _without_cut_value(data, end)
                 if (hole := data.find(b"\x00", 0, end)) >= 0 and report.hole is None:
                     report.hole = _hole_note(data, hole, lines)
+                report.written = report.written or _NOT_BLANK.search(data, 0, end) is not None
                 count = data.count(b"\n", 0, end) + (data[end - 1] != 10)  # a chunk is never empty
                 piece = Piece(
                     run=run, file=file, first_line=lines, data=data, end=end, lines=count, holed=hole >= 0
@@ -295,6 +298,8 @@ def batches(
         yield items
 
 
+#: a byte that Python's ``str.strip`` keeps
+_NOT_BLANK = re.compile(rb"[^\s\x1c-\x1f]")
 #: a number after ``=``, ``:``, ``[``, ``(``, ``,`` or ``/`` (its delimiter, kept: group 1) where a write was
 #: cut, maybe inside the number (``CurrSamplesPerSec=6`` of ``=65.5``, a total's ``/ 1`` of ``/ 1000``)
 _CUT_NUMBER = r"([=:\[(,/])[ \t]*[-+]?(?:[0-9]|\.[0-9])[0-9.eE+-]*"

@@ -68,6 +68,17 @@ def test_every_failure_kind_keeps_its_metrics(name, status, reason_part, iterati
     assert row["iterations"] == iterations
 
 
+def test_a_log_of_blank_lines_is_empty_not_a_run_that_stopped(tmp_path):
+    # a job that wrote only newlines (or Python's whitespace) printed nothing, as an empty file; a line of
+    # text among them is a log of no known family, which stopped before its records
+    (tmp_path / "blank-1.out").write_bytes(b"\n  \n\t\r\n\x1c\n" * 3000)
+    (tmp_path / "text-2.out").write_bytes(b"\n" * 3000 + b"job started\n")
+    rows = {row["path"]: row for row in load_runs([tmp_path]).runs.iter_rows(named=True)}
+    blank, text = rows[str(tmp_path / "blank-1.out")], rows[str(tmp_path / "text-2.out")]
+    assert (blank["status"], blank["reason"]) == ("empty", "blank file: whitespace only")
+    assert text["status"] == "incomplete"
+
+
 def test_failed_run_keeps_steady_state_metrics():
     row = run_of(FIXTURES / "slurm" / "timelimit-1003.out")
     # median of 129028.8 and 128891.5 ms (steps 2 and 3; step 1 is warm-up)
