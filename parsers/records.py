@@ -29,7 +29,8 @@ _DIGIT = r"\d"  # Rust's \d is Unicode's decimal digits, as Python's
 #: ``srun --label``'s ``12: ``, pdsh/DeepSpeed's runner (``10.0.0.2: ``, ``localhost: ``, ``node12: ``),
 #: Open MPI's ``--tag-output`` (``[1,5]<stderr>:``: job, rank, stream), MPICH's and Intel MPI's
 #: ``-prepend-rank`` (``[13] ``); the time a line was logged at, by ``docker logs -t`` / ``kubectl logs
-#: --timestamps`` (RFC 3339: ``2024-03-02T10:11:12.123456789Z ``) or in brackets (``[2024-03-02 10:11:12] ``),
+#: --timestamps`` (RFC 3339: ``2024-03-02T10:11:12.123456789Z ``), Python logging's ``asctime`` (``2024-03-02
+#: 10:11:12,345 ``) or in brackets (``[2024-03-02 10:11:12] ``, DeepSpeed's logger: ``[2024-03-02 10:11:12,345] ``),
 #: with journald's host and process after it (``journalctl -o short-iso``: ``2024-06-01T10:00:09+0000
 #: node07 python[4321]: ``, ``... node07 kernel: ``); and the source a cluster's or a cloud's launcher
 #: names: ``kubectl logs --prefix`` (``[pod/gpt-master-0/pytorch] ``), Ray's workers (``(RayTrainWorker
@@ -39,8 +40,8 @@ _DATE_TIME = rf"{_DIGIT}{{4}}-{_DIGIT}{{2}}-{_DIGIT}{{2}}[T ]{_DIGIT}{{2}}:{_DIG
 LEADING_PREFIX = (
     rf"^(?:{PYTHON_SPACE}*(?:\[(?:default|rank){_DIGIT}+\]:|\[{_DIGIT}+,{_DIGIT}+\]<std(?:out|err)>:|{_DIGIT}{{1,5}}: |(?:{_DIGIT}{{1,3}}\.){{3}}"
     rf"{_DIGIT}{{1,3}}: |localhost: |[a-z][a-z0-9-]*{_DIGIT}[a-z0-9-]*(?:\.[a-z0-9.-]+)?: |\[{_DIGIT}{{1,6}}\] "
-    rf"|{_DATE_TIME}(?:\.{_DIGIT}+)?(?:Z|[+-]{_DIGIT}{{2}}:?{_DIGIT}{{2}})(?: [A-Za-z0-9][\w.-]* (?:[\w.@/-]+\[{_DIGIT}+\]|kernel):)? "
-    rf"|\[{_DATE_TIME}\] |\[pod/[^\]\s]+\] |\((?:[\w.-]+,? )?(?:rank={_DIGIT}+, )?pid={_DIGIT}+(?:, ip=[\d.:]+)?\) "
+    rf"|{_DATE_TIME}(?:[.,]{_DIGIT}+)?(?:Z|[+-]{_DIGIT}{{2}}:?{_DIGIT}{{2}})?(?: [A-Za-z0-9][\w.-]* (?:[\w.@/-]+\[{_DIGIT}+\]|kernel):)? "
+    rf"|\[{_DATE_TIME}(?:[.,]{_DIGIT}+)?\] |\[pod/[^\]\s]+\] |\((?:[\w.-]+,? )?(?:rank={_DIGIT}+, )?pid={_DIGIT}+(?:, ip=[\d.:]+)?\) "
     rf"|[\w.-]*[-_]{_DIGIT}+ +\| ))+"
 )
 #: a bracketed tag: unambiguous, so a line holding one after its first character glues ranks' records

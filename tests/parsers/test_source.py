@@ -74,13 +74,24 @@ def test_prefixes_of_every_launcher_are_stripped():
 
 def test_ordinary_text_is_not_taken_for_a_prefix():
     texts = ("WARNING: could not find", "Error: x", "time (ms) | forward: 1", "Config: alpha=0.1")
-    # DeepSpeed's logger's own time (with its milliseconds) and a list's index are no prefix
-    texts += ("[2024-03-02 10:11:12,345] [INFO] [logging.py:96:log_dist] [Rank 0] step=10", "[13]: x")
+    # a list's index is no prefix
+    texts += ("[13]: x",)
     # a table's first column is no compose service, a parenthesis without its pid= no worker
     texts += ("epoch | loss", "(pid 12) x", "model_1 |x")
     assert records_of(*texts) == [[text] for text in texts]
     # the words after a time are no journald host and process without the process's [pid]
     assert records_of("2024-03-02T10:11:12Z Epoch 1: 100%") == [["Epoch 1: 100%"]]
+    # a logger's time with its milliseconds, in brackets (DeepSpeed's) or not (Python logging's asctime)
+    stamped = ("[2024-03-02 10:11:12,345] [INFO] [logging.py:96:log_dist] [Rank 0] step=10",)
+    stamped += (
+        "[2024-05-01 12:00:00,312]   micro_batch_size ........ 1",
+        "2024-05-01 12:00:00,123 iteration 5",
+    )
+    assert records_of(*stamped) == [
+        ["[INFO] [logging.py:96:log_dist] [Rank 0] step=10"],
+        ["  micro_batch_size ........ 1"],
+        ["iteration 5"],
+    ]
 
 
 def test_glued_ranks_and_carriage_returns_split_a_line_into_records():
