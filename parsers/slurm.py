@@ -79,6 +79,11 @@ NCCL_ERRORS = ("NCCL timeout", "NCCL error", "NCCL Error", "ncclInternalError", 
 #: error, an NCCL error), torch 2.2+'s ``[PG 0 Rank 3] Process group watchdog thread terminated with
 #: exception: CUDA error: ...``
 WATCHDOG_ENDS = ("Watchdog caught", "watchdog thread terminated with exception")
+#: the rank's own watchdog's timeout, also as the reason an aborted communicator quotes (torch <= 2.1's
+#: ``RuntimeError: NCCL communicator was aborted on rank 13.  Original reason for failure was: [Rank 13]
+#: Watchdog caught collective operation timeout: ...``): a cause, not a peer's end
+OWN_WATCHDOG = WATCHDOG_ENDS[0]
+NCCL_LABEL = "NCCL timeout/error: "
 #: a process ended by native code, where no Python traceback is printed: an uncaught C++ exception
 #: (libstdc++'s terminate handler quotes it on the line after its ``terminate called after throwing``:
 #: ``  what():  <message>``), CPython's fatal errors (``Fatal Python error: Segmentation fault``) and a
@@ -265,8 +270,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         weight, kind = REPORT, "scheduler exit"
     elif any(end in text for end in WATCHDOG_ENDS) or ("NCCL" in text and _NCCL_FAILURE.search(text)):
         # the first rank's watchdog is the cause; a communicator aborted because a peer failed is not
-        label, kind = ("", "cuda error") if "CUDA error" in text else ("NCCL timeout/error: ", "nccl")
-        if any(failure in text for failure in PEER_FAILURES):
+        label, kind = ("", "cuda error") if "CUDA error" in text else (NCCL_LABEL, "nccl")
+        if OWN_WATCHDOG not in text and any(failure in text for failure in PEER_FAILURES):
             weight, kind = REPORT, "peer"
     elif any(abort in text for abort in NATIVE_ABORTS):
         kind = "native abort"
@@ -478,12 +483,14 @@ _READ_BEFORE_TRACEBACKS = (*_READ_BEFORE_KILLS, *_KILLS, "by peer")
 #: a signal (torch elastic's SignalException) or a peer's end (connection reset) says how a process ended;
 #: KeyboardInterrupt (SIGINT: a user's Ctrl-C, forwarded by srun) cancelled the run
 _EXCEPTION_KINDS = {
+    "nccl": (OWN_WATCHDOG,),
     "launcher": LAUNCHER_EXCEPTIONS,
     "signal": SIGNAL_EXCEPTIONS,
     "peer": PEER_FAILURES,
     "interrupt": ("KeyboardInterrupt",),
 }
 _WEIGHTS = {
+    "nccl": CAUSE,
     "cuda oom": CAUSE,
     "launcher": REPORT,
     "signal": EFFECT,
@@ -521,7 +528,11 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
         .select(
             "run",
             "order",
-            reason=pl.when(oom).then(pl.lit("CUDA out of memory: ") + text).otherwise(text),
+            reason=pl.when(oom)
+            .then(pl.lit("CUDA out of memory: ") + text)
+            .when(text.str.contains(OWN_WATCHDOG, literal=True))
+            .then(pl.lit(NCCL_LABEL) + text)
+            .otherwise(text),
             kind=kind.otherwise(pl.lit("exception")),
             exception=~oom,
             chained=pl.col("chained") & ~oom,

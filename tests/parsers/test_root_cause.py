@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from logstat.parsers import slurm
-from logstat.parsers.base import EFFECT, MAX_CONSEQUENCES, RunBuilder
+from logstat.parsers.base import CAUSE, EFFECT, MAX_CONSEQUENCES, REPORT, RunBuilder
 
 from tests.parsers.feeding import feed_lines
 
@@ -364,6 +364,28 @@ def test_a_worker_the_launcher_saw_killed_is_the_reason_not_its_peers_reset():
     )
     assert reason(run) == ("failed", 6) and run.failure[1].endswith(exit_9)
     assert [c.split(":")[1] for c in run.consequence_lines()] == ["4", "5"]
+
+
+ABORTED = "NCCL communicator was aborted on rank 13.  Original reason for failure was: "
+OWN_TIMEOUT = (
+    "[Rank 13] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=52311, OpType=RECV) ran for "
+)
+OWN_TIMEOUT += "1800493 milliseconds before timing out."
+
+
+@pytest.mark.parametrize("traceback", [True, False])
+def test_a_communicator_aborted_by_its_ranks_own_watchdog_is_the_cause_not_a_peers_end(traceback):
+    # torch <= 2.1: a rank's collective after its watchdog's timeout raises the abort, quoting the timeout
+    # (ProcessGroupNCCL.cpp); the launcher's exit code follows from it
+    exit_1 = "[ERROR] [launch.py:321:sigkill_handler] ['python', '-u', 'pretrain_gpt.py'] exits with return code = 1"
+    own = f"RuntimeError: {ABORTED}{OWN_TIMEOUT}"
+    run = feed(*(TRACEBACK if traceback else ()), own, exit_1)
+    assert reason(run) == ("failed", 4 if traceback else 1)
+    assert (run.failure[1], run.failure_weight) == (f"NCCL timeout/error: {own}", CAUSE)
+    # aborted for another reason (a peer's end): a report, as the launcher's
+    remote = "NCCL error: remote process exited or there was a network error"
+    peer = feed(*TRACEBACK, f"RuntimeError: {ABORTED}{remote}", exit_1)
+    assert (peer.failure[1], peer.failure_weight) == (f"RuntimeError: {ABORTED}{remote}", REPORT)
 
 
 def test_interleaved_tracebacks_longer_than_the_window_keep_their_exception():
