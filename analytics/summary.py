@@ -86,6 +86,7 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
             .min()
             .fill_null(pl.col("iteration").min()),
             logged_steps=pl.len(),
+            timed_steps=(pl.col("elapsed_ms").is_not_null() | pl.col("samples_per_sec").is_not_null()).sum(),
             nan_losses=_nan_loss().sum(),
             first_nan_loss=pl.col("iteration").filter(_nan_loss()).min(),
             steady_steps=pl.col("elapsed_ms").filter(pl.col("steady")).count(),
@@ -192,12 +193,14 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         .then(pl.format("1 / final train_steps_per_second{}", _less_evaluations()))
         .when(from_progress.is_not_null())
         .then(pl.lit("tqdm rate of the training progress bar (last update)"))
-        .when(pl.col("logged_steps") > 0)
+        .when(pl.col("timed_steps") > 0)
         .then(
             pl.format(
                 "no steady state: {} logged step(s), warm-up {}", pl.col("logged_steps"), pl.lit(warmup)
             )
         )
+        .when(pl.col("logged_steps") > 0)
+        .then(pl.format("no step time: {} logged step(s), none timed", pl.col("logged_steps")))
     )
     vocab = pl.coalesce(_f("vocab_size"), _f("padded_vocab_size"))
     size_b = (

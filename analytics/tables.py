@@ -327,10 +327,10 @@ def _legend(group: pl.DataFrame, headers: Sequence[str]) -> str:
     which formula its numbers use."""
     parts = [f"Table {GENERATED_MARK}, every number from each run's unrounded facts"]
     if "Throughput" in headers:
-        # Each run's source names its own step count; the legend names the kinds of statistic.
-        kinds = sorted(
-            {re.sub(r"\bof \d+ ", "of the ", s) for s in group["sec_per_iter_source"].drop_nulls()}
-        )
+        # Each run's source names its own step count; the legend names the kinds of statistic (a run
+        # without one, "no steady state: ...", is a `fail` or empty cell, which the legend explains).
+        sources = group["sec_per_iter_source"].drop_nulls()
+        kinds = sorted({re.sub(r"\bof \d+ ", "of the ", s) for s in sources if not s.startswith("no ")})
         parts.append(
             f"Throughput = seconds per iteration (one global batch): {'; '.join(kinds) or 'no timed iterations'}"
             "; `fail` = no timed iteration after the warm-up in a run that did not end ok (empty: an ok run "

@@ -103,6 +103,15 @@ def test_legend_names_the_statistic_and_the_formula():
     assert "global batch / final train_samples_per_second" in legends[1]
 
 
+def test_a_run_without_a_step_time_adds_no_statistic_to_the_legend():
+    # a killed HF run: its loss dicts are steps, none timed; its cell says `fail`, which the legend explains
+    untimed = run(path="/logs/hf_killed.out", family="hf-trainer", status="failed", gpus=2)
+    untimed["sec_per_iter_source"] = "no step time: 11 logged step(s), none timed"
+    legend = next(line for line in render_tables(frame(HF, untimed)).split("\n") if line.startswith("_"))
+    assert "Throughput = seconds per iteration (one global batch): global batch / final" in legend
+    assert "no step time" not in legend and "`fail` = no timed iteration" in legend
+
+
 def test_chosen_columns_apply_to_every_table():
     columns = parse_columns("gpus, Size,TFlops,MFU,Days 100B,GPU-days 100B")
     assert columns == ("GPUs", "Size", "TFlops", "MFU", "Days 100B", "GPU-days 100B")

@@ -151,6 +151,13 @@ def test_only_warmup_steps_gives_no_steady_state():
     assert row["sec_per_iter_source"] == "no steady state: 1 logged step(s), warm-up 1"
 
 
+def test_steps_logged_without_a_time_say_so():
+    # HF Trainer's loss dicts with no progress bar and DeepSpeed's steps_per_print past the run's end
+    row = one(runs({"path": "a"}), iterations("a", loss=[9.1, 8.7, 8.2]))
+    assert row["sec_per_iter"] is None
+    assert row["sec_per_iter_source"] == "no step time: 3 logged step(s), none timed"
+
+
 def test_sec_per_iter_from_deepspeed_samples_and_hf_final_metrics():
     its = iterations("ds", samples_per_sec=[1.0, 8.0, 8.0])
     row = one(runs({"path": "ds", "global_batch_size": 64}), its)
