@@ -239,14 +239,23 @@ def stack_title() -> pl.Expr:
         .then(pl.lit("Megatron + DeepSpeed 3D"))
         .when(family == "megatron-deepspeed")
         .then(pl.lit("Megatron + DeepSpeed ZeRO"))
-        .when(family == "hf-trainer")
+        .when((family == "hf-trainer") & _with_deepspeed())
         .then(pl.lit("HF Trainer + DeepSpeed"))
+        .when(family == "hf-trainer")
+        .then(pl.lit("HF Trainer"))
         .when(family == "deepspeed")
         .then(pl.lit("DeepSpeed"))
         .when(family == "mingpt")
         .then(pl.lit("minGPT"))
         .otherwise(pl.format("Other ({})", family.fill_null("unknown")))
     )
+
+
+def _with_deepspeed() -> pl.Expr:
+    """Whether a run's log shows DeepSpeed: its ZeRO stage, its records, or the config HF's arguments name
+    (not an HF Trainer run under DDP, FSDP or one GPU: the seed's section is DeepSpeed's)."""
+    seen = pl.col("families").list.contains("deepspeed").fill_null(False)
+    return pl.col("zero_stage").is_not_null() | pl.col("deepspeed_config").is_not_null() | seen
 
 
 def parse_columns(spec: str | None) -> tuple[str, ...] | None:

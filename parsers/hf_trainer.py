@@ -148,6 +148,7 @@ _DICT_METRICS = {"loss": "loss", "learning_rate": "lr", "grad_norm": "grad_norm"
 FACTS = (
     *("micro_batch_size", "gas", "global_batch_size", "dp", "train_iters", "precision", "gpus", "nodes"),
     *("activation_checkpointing", "gpus_per_node", "logged_model_size", "final_steps", "swiglu"),
+    "deepspeed_config",
     *(*_FINAL_FACTS.values(), "progress_sec_per_iter", "resumed_step", *dict.fromkeys(_SHAPE_KEYS.values())),
 )
 #: raw lines that can hold a dump's record: a read field's ``name=``, a ``)`` alone (a bare ``\)``: 30x more)
@@ -234,6 +235,8 @@ def _argument(name: str, raw: str, out: list) -> None:
         out.append(_fact("precision", name))
     elif name in ("gradient_checkpointing", "activation_checkpointing") and isinstance(value, bool):
         out.append(_fact("activation_checkpointing", value))
+    elif name == "deepspeed" and isinstance(value, str) and value not in ("", "None"):
+        out.append(_fact("deepspeed_config", value))  # DeepSpeed may print nothing at the default level
     elif name == "max_steps" and isinstance(value, int) and value > 0:
         out.append(_fact("train_iters", value))
     elif name == "local_rank" and value == -1:  # one process: _n_gpu is the GPUs it drives (DataParallel)

@@ -47,6 +47,7 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     "moe_shared_ffn_hidden_size": pl.Int64,  # the shared experts' FFN width a token also passes; null: none
     "moe_layers": pl.Int64,  # the layers whose MLP is MoE (Megatron's --moe-layer-freq); null: all, with MoE
     "zero_stage": pl.Int64,
+    "deepspeed_config": pl.String,  # the DeepSpeed config an HF Trainer run names (TrainingArguments' deepspeed)
     "offload_optimizer": pl.Boolean,
     "offload_param": pl.Boolean,
     "activation_checkpointing": pl.Boolean,

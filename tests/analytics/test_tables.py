@@ -112,6 +112,16 @@ def test_a_run_without_a_step_time_adds_no_statistic_to_the_legend():
     assert "no step time" not in legend and "`fail` = no timed iteration" in legend
 
 
+def test_an_hf_trainer_run_without_deepspeed_is_not_in_the_deepspeed_section():
+    ddp = run(
+        path="/logs/hf_ddp.out", family="hf-trainer", status="ok", gpus=8, dp=8, families=["hf-trainer"]
+    )
+    named = run(path="/logs/hf_ds.out", family="hf-trainer", status="ok", gpus=2, deepspeed_config="ds.json")
+    text = render_tables(frame(HF, ddp, named))
+    deepspeed, plain = text.split("### HF Trainer + DeepSpeed")[1].split("### HF Trainer\n")
+    assert "hf.out" in deepspeed and "hf_ds.out" in deepspeed and "hf_ddp.out" in plain
+
+
 def test_chosen_columns_apply_to_every_table():
     columns = parse_columns("gpus, Size,TFlops,MFU,Days 100B,GPU-days 100B")
     assert columns == ("GPUs", "Size", "TFlops", "MFU", "Days 100B", "GPU-days 100B")

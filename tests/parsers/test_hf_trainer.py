@@ -104,6 +104,8 @@ def test_todays_deepspeed_run_dicts_glued_into_the_progress_bar():
     assert run.iterations[4]["grad_norm"] == 0.7764
     # deepspeed=ds_zero2.json: DeepSpeed decides the precision, the Trainer's flags alone do not
     assert "precision" not in run.facts
+    # and names the run's stack, whose own lines at the default log level say nothing of it
+    assert run.facts["deepspeed_config"] == "ds_zero2.json" and "deepspeed" not in run.families_seen
     # "Total train batch size (w. parallel, distributed & accumulation) = 16": 2 processes x 4 x 2
     assert run.facts["global_batch_size"] == 16
     assert (
