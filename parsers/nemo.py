@@ -62,6 +62,9 @@ COUNTS = {"step": "global_step", "global_batch_size": "global_batch_size"}
 _RECORD_MARKER = "Training epoch "
 #: Lightning's word that training reached its planned steps or epochs
 PLANNED_END = "`Trainer.fit` stopped: `max_"
+#: Lightning's word on a Ctrl-C it caught (trainer/call.py: ``Detected KeyboardInterrupt, attempting graceful
+#: shutdown ...``, 1.x's ``...shutdown...``), after which it exits with no traceback: the run was cancelled
+INTERRUPTED = "Detected KeyboardInterrupt, attempting graceful shutdown"
 #: Lightning's world size (fabric's ``_init_dist_connection``): every rank's ``Initializing distributed:
 #: GLOBAL_RANK: 3, MEMBER: 4/16``, rank 0's ``All distributed processes registered. Starting with 16 processes``
 _WORLD = re.compile(r"GLOBAL_RANK: \d+, MEMBER: \d+/(\d+)|Starting with (\d+) processes")
@@ -273,10 +276,12 @@ CONFIGURATION = Block(
 
 
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
-    """Lightning's planned end of training, world size and precision (not NeMo's alone: they say nothing of
+    """Lightning's planned end of training, its caught Ctrl-C, world size and precision (not NeMo's alone: they say nothing of
     the family); NeMo's parallel groups and padded vocabulary."""
     if PLANNED_END in text:  # any Lightning run's: no sign of NeMo
         run.complete(text.strip(), lineno)
+    elif INTERRUPTED in text:
+        run.fail("cancelled", text.strip(), lineno, kind="interrupt")
     elif world := _WORLD.search(text):
         run.set_fact("gpus", int(world[1] or world[2]), NAME, lineno)
     elif amp := _AMP.search(text):
@@ -295,6 +300,7 @@ FAMILY = Family(
         _RECORD_MARKER,
         *_BAR_MARKERS,
         PLANNED_END,
+        INTERRUPTED,
         *_LAYOUT_MARKERS,
         CONFIG_OPENER,
         "Padded vocab_size: ",

@@ -60,6 +60,27 @@ def test_lightnings_planned_end_completes_the_run(end):
     assert run.completion[0] == end
 
 
+@pytest.mark.parametrize(
+    "caught",
+    [
+        "Detected KeyboardInterrupt, attempting graceful shutdown ...",
+        "Detected KeyboardInterrupt, attempting graceful shutdown...",
+    ],
+)
+def test_a_ctrl_c_that_lightning_caught_cancelled_the_run(tmp_path, caught):
+    # Lightning 2.x (1.x: no space before the dots) catches the KeyboardInterrupt and exits: no traceback
+    log = tmp_path / "gpt-1.out"
+    step = "Training epoch 0, iteration {0}/99 | global_step: {0} | reduced_train_loss: 9.9 | train_step_timing in s: 2"
+    log.write_text("\n".join([step.format(1), step.format(2), "", caught, ""]))
+    row = load_runs([log]).runs.row(0, named=True)
+    assert (row["status"], row["reason"], row["reason_line"], row["iterations"]) == (
+        "cancelled",
+        caught,
+        4,
+        2,
+    )
+
+
 def test_lightnings_world_and_precision_and_nemos_parallel_groups_are_the_runs_layout():
     # Lightning (fabric's _init_dist_connection, the accelerator connector) and NeMo's megatron_init, per rank
     lines = [
