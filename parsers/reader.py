@@ -310,7 +310,7 @@ def _conclude(result: RunResult, active: list[Family], forced: str | None) -> No
 
 def derive_facts(run: RunBuilder) -> None:
     """Fill facts that follow by formula from facts the log states (provenance ``derived``):
-    DP = world / (TP * PP * CP) (CP 1 unless stated), world = nodes * GPUs per node, global batch = micro *
+    DP = world / (TP * PP * CP) (CP 1 unless stated), world = nodes * GPUs per node (or HF's banner's DP), global batch = micro *
     gas * DP (seed 002), and gas = global / (micro * DP) as Megatron computes its micro-batch count. A
     Megatron-LM v1.x dump (2020: a per-GPU ``batch_size``, no global batch) means PP 1 and gas 1: v2.0
     brought pipeline parallelism and micro-batches; DeepSpeed's dump states its accumulation if it ran."""
@@ -321,6 +321,8 @@ def derive_facts(run: RunBuilder) -> None:
 
     if "gpus" not in facts and known("nodes", "gpus_per_node"):
         run.set_fact("gpus", facts["nodes"] * facts["gpus_per_node"], "derived", 0)
+    if "gpus" not in facts and _hf_banner_world(run):
+        run.set_fact("gpus", facts["dp"], "derived", 0)
     if _megatron_v1(run):
         run.set_fact("pp", 1, "derived", 0)
         run.set_fact("gas", 1, "derived", 0)
@@ -334,6 +336,14 @@ def derive_facts(run: RunBuilder) -> None:
         per_step = facts["micro_batch_size"] * facts["dp"]
         if facts["global_batch_size"] % per_step == 0:
             run.set_fact("gas", facts["global_batch_size"] // per_step, "derived", 0)
+
+
+def _hf_banner_world(run: RunBuilder) -> bool:
+    """Whether the run's DP is HF Trainer's banner's world: its total batch over the per-device batch and
+    accumulation counts every GPU (trainer.py: ``train_batch_size`` holds DataParallel's ``n_gpu`` GPUs a
+    process, ``world_size`` the processes), and nothing states a model-parallel size."""
+    from_banner = run.provenance.get("dp", "").startswith("hf-trainer:")
+    return from_banner and all(run.facts.get(name, 1) == 1 for name in ("tp", "pp", "cp"))
 
 
 def _megatron_v1(run: RunBuilder) -> bool:

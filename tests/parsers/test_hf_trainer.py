@@ -95,6 +95,17 @@ def test_todays_printer_log_run_facts():
     assert run.state.get("parse_errors") is None
 
 
+def test_the_banners_world_is_the_runs_gpus_when_nothing_splits_the_model(tmp_path):
+    # trainer.py: total = per-device batch x n_gpu a process x accumulation x processes, so DP counts GPUs
+    log = tmp_path / "sft-7.log"
+    banner = ["***** Running training *****", "  Instantaneous batch size per device = 8"]
+    banner += ["  Total train batch size (w. parallel, distributed & accumulation) = 64"]
+    banner += ["  Gradient Accumulation steps = 1"]
+    log.write_text("\n".join(banner) + "\n")
+    row = load_runs([log]).runs.row(0, named=True)
+    assert (row["dp"], row["gpus"]) == (8, 8)
+
+
 def test_todays_deepspeed_run_dicts_glued_into_the_progress_bar():
     run = feed(TQDM_DS)
     # grep -o "{'[^}]*}" with grep -n: the dicts sit mid-line after tqdm's carriage returns, lines 349, 350, 351
