@@ -812,11 +812,13 @@ def sweep_status(sweep_dir: Path) -> list[PointStatus]:
                 )
             )
         else:
+            state, reason = _jobless_point_state(run_dir, manifest)
             out.append(
                 PointStatus(
                     **common,
-                    state=_local_state(manifest),
+                    state=state,
                     exit_code=manifest.get("exit_code"),
+                    reason=reason,
                     source="manifest",
                     run_dir=run_dir,
                 )
@@ -824,14 +826,14 @@ def sweep_status(sweep_dir: Path) -> list[PointStatus]:
     return out
 
 
-def _local_state(manifest: Mapping[str, Any]) -> str:
-    """A local point's state from its manifest: started, ended with an exit code, or neither."""
-    code = manifest.get("exit_code")
-    if code is not None:
-        return "COMPLETED" if code == 0 else "FAILED"
-    if manifest.get("slurm_submit_error"):
-        return "NOT_SUBMITTED"
-    return "RUNNING" if manifest.get("started_utc") else "NOT_STARTED"
+def _jobless_point_state(run_dir: Path, manifest: Mapping[str, Any]) -> tuple[str, str | None]:
+    """A point without a Slurm job: a Slurm point whose submission failed, else a local point, whose
+    state the local backend reads from its manifest as `logstat status RUN_DIR` does."""
+    from logstat.runners.backends.local import recorded_state
+
+    if manifest.get("exit_code") is None and manifest.get("slurm_submit_error"):
+        return "NOT_SUBMITTED", None
+    return recorded_state(run_dir, manifest)
 
 
 def wait_sweep(

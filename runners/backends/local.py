@@ -12,8 +12,13 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any, TextIO
 
 from logstat.runners.backends import LaunchResult, stderr_echo
 from logstat.runners.manifest import update_manifest, utc_now
@@ -101,7 +106,12 @@ def deepspeed_cpu_supports(precision: str, *, python: str) -> bool | None:
 
 
 def launch(run: RenderedRun, *, wait: bool = True, echo: Callable[[str], None] = stderr_echo) -> LaunchResult:
-    """Run the launcher in the foreground (``wait`` is implied), teeing its output to train.log."""
+    """Run the launcher in the foreground (``wait`` is implied), teeing its output to train.log.
+
+    A SIGINT (Ctrl-C) or SIGTERM to logstat stops the launcher and its workers too (see
+    :func:`_stop_launcher`); once the outcome is in the manifest, SIGINT goes on as KeyboardInterrupt
+    (the CLI's "Aborted.", exit 130), SIGTERM as exit 128+15.
+    """
     port = free_port()
     argv = run.launcher_argv(node_rank=0, master_addr="127.0.0.1", master_port=port)
     env = {**os.environ, **run.env}
@@ -111,20 +121,50 @@ def launch(run: RenderedRun, *, wait: bool = True, echo: Callable[[str], None] =
     update_manifest(run.run_dir, command=argv, log=log_path.name, started_utc=utc_now())
     echo(f"local: {' '.join(argv[:8])} ... (log: {log_path})")
     with open_new_log(log_path) as log:
-        exit_code = _run_teeing(argv, env=env, cwd=run.run_dir, log=log, echo=echo)
-    update_manifest(run.run_dir, exit_code=exit_code, ended_utc=utc_now())
-    state = "COMPLETED" if exit_code == 0 else "FAILED"
+        outcome = _run_teeing(argv, env=env, cwd=run.run_dir, log=log, echo=echo)
+    stopped_by = {"interrupted_by": outcome.stopped_by.name} if outcome.stopped_by else {}
+    update_manifest(run.run_dir, exit_code=outcome.exit_code, ended_utc=utc_now(), **stopped_by)
+    if outcome.received is not None:
+        _pass_on(outcome.received)
+    state = "COMPLETED" if outcome.exit_code == 0 else "FAILED"
     return LaunchResult(
         backend="local",
         run_dir=run.run_dir,
-        exit_code=exit_code,
+        exit_code=outcome.exit_code,
         log_path=log_path,
         state=state,
-        message=f"local run {state.lower()} (exit {exit_code}); log {log_path}",
+        message=f"local run {state.lower()} (exit {outcome.exit_code}); log {log_path}",
     )
 
 
-def _run_teeing(argv: list[str], *, env: dict[str, str], cwd: Path, log, echo: Callable[[str], None]) -> int:
+#: Signals that stop a local run: logstat passes them to the launcher's process group.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: Seconds the launcher has to stop its workers after each signal before the next, stronger one
+#: (torchrun answers SIGINT/SIGTERM by stopping its workers, which print how they ended).
+STOP_GRACE_S = 5.0
+#: How often the waiting loops look at the launcher and at signals received.
+POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    exit_code: int
+    """The launcher's exit status (negative: killed by that signal)."""
+    stopped_by: signal.Signals | None
+    """The signal to logstat that stopped the run, if one did."""
+    received: signal.Signals | None
+    """The first signal to logstat while the launcher ran or its last lines were read (logstat acts on
+    it once the outcome is recorded), even one that came after the launcher had ended by itself."""
+
+
+def _run_teeing(
+    argv: list[str], *, env: dict[str, str], cwd: Path, log: TextIO, echo: Callable[[str], None]
+) -> _Outcome:
+    """Run the launcher until it exits, every line of its output to ``log`` and ``echo``.
+
+    The launcher leads a session of its own (so that its whole process tree can be signalled at once):
+    a terminal's Ctrl-C or a scheduler's SIGTERM reaches logstat only, and is passed on to it here.
+    """
     process = subprocess.Popen(
         argv,
         cwd=cwd,
@@ -134,20 +174,171 @@ def _run_teeing(argv: list[str], *, env: dict[str, str], cwd: Path, log, echo: C
         stdin=subprocess.DEVNULL,
         text=True,
         errors="replace",
-        start_new_session=True,  # so that an interrupt can stop the launcher and all its workers
+        start_new_session=True,
     )
     try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            log.write(line)
-            log.flush()
-            echo(line.rstrip("\n"))
-        return process.wait()
-    except KeyboardInterrupt:
-        os.killpg(process.pid, signal.SIGTERM)
-        code = process.wait()
-        log.write(f"logstat: interrupted by the user; launcher exit {code}\n")
-        raise
+        with _signals_noted(STOP_SIGNALS) as received:
+            reader = _start_copying(process.stdout, log=log, echo=echo)
+            update_manifest(cwd, launcher_pid=process.pid)  # `logstat status` asks whether it still runs
+            code = _wait_or_stop(process, received, echo=echo)
+            stopped_by = _first_signal(received)  # one noted after the launcher ended did not stop it
+            _finish_copying(reader, process)
+    finally:
+        if process.poll() is None:  # an error of logstat's own: never leave the training running unseen
+            _signal_group(process.pid, signal.SIGKILL)
+            process.wait()
+    if stopped_by is not None:
+        log.write(
+            f"logstat: {stopped_by.name}: stopped the launcher and its workers (launcher exit {code})\n"
+        )
+    return _Outcome(exit_code=code, stopped_by=stopped_by, received=_first_signal(received))
+
+
+def _first_signal(received: list[int]) -> signal.Signals | None:
+    return signal.Signals(received[0]) if received else None
+
+
+@contextmanager
+def _signals_noted(signals: tuple[signal.Signals, ...]) -> Iterator[list[int]]:
+    """While inside, each of ``signals`` is only noted, in the list yielded: the launcher must be stopped
+    and the outcome recorded before logstat acts on it. Signals already ignored (a job started with
+    ``nohup``) stay ignored; outside the main thread, where Python cannot handle signals, none is noted."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    # None: a handler set outside Python, which could not be put back
+    previous = {sig: signal.getsignal(sig) for sig in signals}
+    previous = {sig: handler for sig, handler in previous.items() if handler not in (signal.SIG_IGN, None)}
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: received.append(signum))
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _start_copying(stream: IO[str], *, log: TextIO, echo: Callable[[str], None]) -> threading.Thread:
+    """Copy the launcher's output in a thread of its own, so that it is read to the end whatever the main
+    thread does: unread, a full pipe would block the launcher (and its shutdown) on its next line."""
+    reader = threading.Thread(
+        target=_copy_lines, args=(stream, log, echo), name="launcher-output", daemon=True
+    )
+    reader.start()
+    return reader
+
+
+def _copy_lines(stream: IO[str], log: TextIO, echo: Callable[[str], None] | None) -> None:
+    for line in stream:
+        log.write(line)
+        log.flush()  # the log is read while the run goes (tail -f, `logstat parse`)
+        if echo is not None:
+            try:
+                echo(line.rstrip("\n"))
+            except (OSError, ValueError):
+                echo = None  # stderr gone (terminal closed): the log still gets every line
+
+
+def _finish_copying(reader: threading.Thread, process: subprocess.Popen) -> None:
+    """Wait for the last lines of the ended launcher; kill what of its group still holds the pipe."""
+    reader.join(timeout=STOP_GRACE_S)
+    if reader.is_alive():
+        _signal_group(process.pid, signal.SIGKILL)
+        reader.join(timeout=STOP_GRACE_S)
+
+
+def _wait_or_stop(process: subprocess.Popen, received: list[int], *, echo: Callable[[str], None]) -> int:
+    """The launcher's exit status, once it ended by itself or was stopped on a signal to logstat."""
+    while (code := process.poll()) is None:
+        if received:
+            return _stop_launcher(process, received, echo=echo)
+        time.sleep(POLL_S)
+    return code
+
+
+def _stop_launcher(process: subprocess.Popen, received: list[int], *, echo: Callable[[str], None]) -> int:
+    """Pass the signal received on to the launcher's process group (torchrun stops its workers, which
+    print their KeyboardInterrupt on SIGINT), then SIGTERM, then SIGKILL, each after STOP_GRACE_S
+    or at once on another signal to logstat (a second Ctrl-C hurries)."""
+    first = signal.Signals(received[0])
+    steps = list(dict.fromkeys([first, signal.SIGTERM, signal.SIGKILL]))
+    echo(
+        f"logstat: {first.name}: stopping the run ({', then '.join(s.name for s in steps)} to the launcher "
+        f"and its workers, {STOP_GRACE_S:g} s apart)"
+    )
+    for step in steps:
+        _signal_group(process.pid, step)
+        code = _wait_at_most(process, STOP_GRACE_S, received)
+        if code is not None:
+            return code
+    return process.wait()
+
+
+def _wait_at_most(process: subprocess.Popen, seconds: float, received: list[int]) -> int | None:
+    """The launcher's exit status if it ends within ``seconds`` and no new signal comes meanwhile."""
+    signals_before = len(received)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and len(received) == signals_before:
+        if (code := process.poll()) is not None:
+            return code
+        time.sleep(POLL_S)
+    return process.poll()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass  # all of them have ended already
+
+
+def _pass_on(stopped_by: signal.Signals) -> None:
+    """Go on as the signal would have without logstat's handler: SIGINT as KeyboardInterrupt (the CLI
+    says "Aborted." and exits 130), any other as exit 128 + its number (143 for SIGTERM), as a shell
+    reports a process the signal ended."""
+    if stopped_by == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + stopped_by)
+
+
+def recorded_state(run_dir: Path, manifest: Mapping[str, Any]) -> tuple[str, str | None]:
+    """A local run's state and its reason: the outcome its manifest records once the launcher ended
+    (COMPLETED, FAILED, CANCELLED when a signal to logstat stopped it), else NOT_STARTED, RUNNING
+    while its launcher runs on this host, or UNKNOWN with why."""
+    code = manifest.get("exit_code")
+    if code is not None:
+        stopped_by = manifest.get("interrupted_by")
+        if stopped_by:
+            return "CANCELLED", f"{stopped_by} to logstat stopped the launcher (exit {code})"
+        return ("COMPLETED" if code == 0 else "FAILED"), None
+    if not manifest.get("started_utc"):
+        return "NOT_STARTED", None
+    return _unended_state(run_dir, manifest)
+
+
+def _unended_state(run_dir: Path, manifest: Mapping[str, Any]) -> tuple[str, str | None]:
+    """A started run without an outcome: running, or ended while no logstat was there to record it."""
+    host = (manifest.get("host") or {}).get("hostname")
+    if host and host != socket.gethostname():
+        return "UNKNOWN", f"no outcome recorded yet; started on {host}: its processes are not visible here"
+    if _launcher_runs(run_dir, manifest.get("launcher_pid")):
+        return "RUNNING", None
+    return "UNKNOWN", (
+        "no outcome recorded and its launcher is not running: logstat was stopped before the run "
+        "ended (see its log)"
+    )
+
+
+def _launcher_runs(run_dir: Path, pid: Any) -> bool:
+    """Whether process ``pid`` lives in ``run_dir``: the launcher runs there, so a pid reused by
+    another process since does not pass for it."""
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        return False
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd")) == Path(run_dir).resolve()
+    except OSError:
+        return False  # no such process (or not ours to see, or no /proc)
 
 
 def cuda_device_count() -> int:

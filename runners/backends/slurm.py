@@ -378,9 +378,12 @@ def find_run_dirs(root: Path) -> list[Path]:
 
 
 def run_status(run_dir: Path) -> RunStatus:
-    """The state of the run in ``run_dir``: live from Slurm, else as recorded when it ended."""
+    """The state of the run in ``run_dir``: live from Slurm, else as recorded when it ended; a local
+    run's as its manifest records it (logstat.runners.backends.local.recorded_state)."""
     run_dir = Path(run_dir)
     manifest = _manifest_of(run_dir)
+    if manifest.get("backend") == "local":
+        return _local_run_status(run_dir, manifest)
     if not manifest.get("slurm_job_id"):
         return RunStatus(run_dir=run_dir, job_id=None, state="NOT_SUBMITTED", source="manifest")
     job_id = _job_id_of(manifest, run_dir)
@@ -409,6 +412,22 @@ def run_status(run_dir: Path) -> RunStatus:
         exit_code=manifest.get("exit_code"),
         reason=manifest.get("slurm_reason"),
         log_path=log,
+    )
+
+
+def _local_run_status(run_dir: Path, manifest: dict[str, Any]) -> RunStatus:
+    from logstat.runners.backends.local import recorded_state
+
+    state, reason = recorded_state(run_dir, manifest)
+    log_path = run_dir / manifest["log"] if manifest.get("log") else None
+    return RunStatus(
+        run_dir=run_dir,
+        job_id=None,
+        state=state,
+        source="manifest",
+        exit_code=manifest.get("exit_code"),
+        reason=reason,
+        log_path=log_path if log_path and log_path.exists() else None,
     )
 
 

@@ -222,38 +222,115 @@ def is_worker(pid: int) -> bool:
     return b"torch.distributed.run" not in argv and b"logstat.runners.entrypoints.ddp_powersgd" in argv
 
 
+def start_long_local_run(tmp_path: Path, stderr_path: Path) -> tuple[subprocess.Popen, Path]:
+    """`logstat run` of the tiny DDP spec for 100000 steps, once it logged an iteration; the process
+    and its run directory. logstat leads a process group of its own, as a shell's foreground job does,
+    so that ``os.killpg`` reaches it as a terminal's Ctrl-C would (its launcher has a session of its own).
+    Its stderr (every line of the training) goes to a file: an unread pipe would fill and stall it."""
+    import time
+
+    command = [str(LOGSTAT), "run", "gpt2-tiny-ddp-powersgd", "--backend", "local", "--set", "steps=100000"]
+    with stderr_path.open("w") as stderr:
+        started = subprocess.Popen(command, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                                   stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,
+                                   text=True, start_new_session=True)  # fmt: skip
+    spec_dir = tmp_path / "runs" / "gpt2-tiny-ddp-powersgd"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and started.poll() is None:
+        logs = list(spec_dir.glob("*/train.log"))
+        if logs and " iteration " in logs[0].read_text():
+            return started, logs[0].parent
+        time.sleep(0.2)
+    stop_all(started, None)
+    pytest.fail(f"the run never logged an iteration; logstat's stderr:\n{stderr_path.read_text()[-3000:]}")
+
+
+def stop_all(started: subprocess.Popen, run_dir: Path | None) -> None:
+    """Kill what a test left running: logstat, and the launcher and workers in ``run_dir``."""
+    import signal
+
+    if started.poll() is None:
+        started.kill()
+        started.wait()
+    for pid in processes_in(run_dir) if run_dir else []:
+        os.kill(pid, signal.SIGKILL)
+
+
+def local_status(run_dir: Path, cwd: Path) -> dict:
+    done = logstat("status", str(run_dir), "--json", cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 @pytest.mark.slow
 def test_a_local_run_whose_worker_dies_exits_non_zero(tmp_path):
     """A worker killed mid-run (as by the OOM killer): logstat exits non-zero, so make's `&&` stops."""
     import signal
-    import time
 
-    command = [str(LOGSTAT), "run", "gpt2-tiny-ddp-powersgd", "--backend", "local", "--set", "steps=100000"]
-    started = subprocess.Popen(command, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
-    spec_dir = tmp_path / "runs" / "gpt2-tiny-ddp-powersgd"
-    run_dir = None
+    started, run_dir = start_long_local_run(tmp_path, tmp_path / "stderr.txt")
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            logs = list(spec_dir.glob("*/train.log"))
-            if logs and " iteration " in logs[0].read_text():
-                run_dir = logs[0].parent
-                break
-            time.sleep(0.5)
-        assert run_dir is not None, "the run never logged an iteration"
         worker = next(pid for pid in processes_in(run_dir) if is_worker(pid))
         os.kill(worker, signal.SIGKILL)
         stdout, _ = started.communicate(timeout=120)
     finally:
-        if started.poll() is None:
-            started.kill()
-        for pid in processes_in(run_dir) if run_dir else []:
-            os.kill(pid, signal.SIGKILL)
+        stop_all(started, run_dir)
     assert started.returncode != 0
     assert stdout.strip() == str(run_dir)  # the run directory is still named, for the log
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["exit_code"] not in (0, None)
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_a_local_run_stops_its_workers_and_records_it_cancelled(tmp_path):
+    """Ctrl-C in the terminal (SIGINT to logstat's process group): the launcher and workers get it, their
+    shutdown reaches train.log, the manifest records the outcome, and logstat exits 130."""
+    import signal
+
+    from logstat.api import load_runs
+
+    started, run_dir = start_long_local_run(tmp_path, tmp_path / "stderr.txt")
+    try:
+        running = local_status(run_dir, cwd=tmp_path)
+        os.killpg(started.pid, signal.SIGINT)
+        started.wait(timeout=60)
+        left = processes_in(run_dir)
+    finally:
+        stop_all(started, run_dir)
+    assert running["state"] == "RUNNING" and running["exit_code"] is None
+    assert started.returncode == 130 and "Aborted." in (tmp_path / "stderr.txt").read_text()
+    assert left == []
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert (
+        manifest["exit_code"] is not None and manifest["ended_utc"] and manifest["interrupted_by"] == "SIGINT"
+    )
+    assert "KeyboardInterrupt" in (run_dir / "train.log").read_text()  # the workers' own shutdown
+    row = load_runs([run_dir]).runs.row(0, named=True)
+    assert row["status"] == "cancelled", row["reason"]
+    assert local_status(run_dir, cwd=tmp_path)["state"] == "CANCELLED"
+
+
+@pytest.mark.slow
+def test_sigterm_to_logstat_stops_its_local_run_instead_of_orphaning_it(tmp_path):
+    """A scheduler's or `timeout`'s SIGTERM to logstat alone: the launcher and workers stop too (they
+    used to train on under init, unseen), the manifest records the outcome, and logstat exits 143."""
+    import signal
+
+    started, run_dir = start_long_local_run(tmp_path, tmp_path / "stderr.txt")
+    try:
+        os.kill(started.pid, signal.SIGTERM)
+        started.wait(timeout=60)
+        left = processes_in(run_dir)
+    finally:
+        stop_all(started, run_dir)
+    assert started.returncode == 128 + signal.SIGTERM
+    assert left == []
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert (
+        manifest["exit_code"] is not None
+        and manifest["ended_utc"]
+        and manifest["interrupted_by"] == "SIGTERM"
+    )
+    assert local_status(run_dir, cwd=tmp_path)["state"] == "CANCELLED"
 
 
 def test_local_refuses_fp16_that_deepspeeds_cpu_accelerator_lacks(tmp_path):

@@ -144,7 +144,7 @@ def test_cancel_refuses_a_run_never_submitted_to_slurm(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text(json.dumps({"backend": "local", "slurm_job_id": None}))
     with pytest.raises(LogstatError, match="no slurm_job_id"):
         slurm.cancel_run(tmp_path)
-    assert slurm.run_status(tmp_path).state == "NOT_SUBMITTED"
+    assert slurm.run_status(tmp_path).state == "NOT_STARTED"  # a local run: its manifest says how far it got
 
 
 def test_preflight_refuses_without_sbatch_before_anything_is_created(tmp_path: Path) -> None:
