@@ -58,7 +58,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
     Exit status: 0 done (parse, table, plot: a log of a failed run is a row,
     not an error); 1 an error (one line on stderr); 2 a command line click
     refuses (an unknown option, a value of the wrong type); 130 interrupted
-    (Ctrl-C); run: the training's own exit status when it failed.
+    (Ctrl-C; 143 a local run stopped by SIGTERM); run: the training's own
+    exit status when it failed.
     """
     ctx.obj = {"debug": debug}
 

@@ -28,7 +28,8 @@ SWEEP_COLUMNS = ("point", "task", "settings", "job_id", "state", "exit_code", "r
 )
 def status(run_dirs: tuple[Path, ...], runs_root: Path, as_json: bool) -> None:
     """Show the Slurm state of submitted runs: live from squeue/scontrol while Slurm knows the job,
-    else the final state recorded in the run's manifest.json.
+    else the final state recorded in the run's manifest.json; a local run's (RUN_DIR) as its
+    manifest records it, or RUNNING while its launcher runs on this host.
 
     A sweep directory (logstat sweep) shows each of its points: pruned ones with their rule,
     launched ones with their array task's state. With no RUN_DIR, every run under --runs-root
