@@ -73,6 +73,9 @@ SIGNAL_EXCEPTIONS = ("SignalException", "got signal:", "killed by signal:")
 #: what a rank prints when a peer died first (gloo/c10d sockets, NCCL's abort of a communicator)
 PEER_RESETS = ("Connection reset by peer", "Connection closed by peer")
 PEER_FAILURES = (*PEER_RESETS, "NCCL communicator was aborted", "ncclRemoteError", "remote process exited")
+#: `logstat run --backend local`'s last line in its log when a signal to logstat (Ctrl-C, SIGTERM) stopped
+#: the run: ``logstat: SIGTERM: stopped the launcher and its workers (launcher exit 1)``
+RUNNER_STOP = "stopped the launcher and its workers"
 #: NCCL's errors; not bare "NCCL": NCCL_DEBUG=INFO prints millions of "NCCL INFO" lines
 NCCL_ERRORS = ("NCCL timeout", "NCCL error", "NCCL Error", "ncclInternalError", "ncclSystemError")
 #: ProcessGroupNCCL's watchdog ending its process: on a collective's timeout, or on any exception (a CUDA
@@ -262,6 +265,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         else:  # preemption, scancel by a user or an admin, a requeue
             status = kind = "cancelled"
             label, bare_cancel = "preempted: " if "PREEMPTION" in text else "", bare_step
+    elif RUNNER_STOP in text and text.startswith("logstat: "):  # the run's cause, after what it made
+        status = kind = "cancelled"
     elif ended := next((end for end in SCHEDULER_ENDS if end in text), None):
         status, label, kind = SCHEDULER_ENDS[ended]
     elif any(kill in text for kill in MEMORY_LIMIT_KILLS):  # a host memory limit, as the OOM killer's event
@@ -466,7 +471,15 @@ FRAME_OR_HEADER = rf'{_LEADING_SPACE}(?:File "|{re.escape(TRACEBACK_HEADER)})'
 TRACEBACK_LINES = r'File "|Traceback|Error|Exception|Interrupt|Exit|Failure|Iteration|CUDA out of memory|: '
 #: the literal tests of parse_line's branches before its test for a kill: a record that passes one is read
 #: there (its NCCL test is not literal: a record naming an NCCL error and the launcher's kill is a kill)
-_READ_BEFORE_KILLS = (*CUDA_OOM, "CANCELLED AT", *SCHEDULER_ENDS, LSF_EXIT, *WATCHDOG_ENDS, *NATIVE_ABORTS)
+_READ_BEFORE_KILLS = (
+    *CUDA_OOM,
+    "CANCELLED AT",
+    RUNNER_STOP,
+    *SCHEDULER_ENDS,
+    LSF_EXIT,
+    *WATCHDOG_ENDS,
+    *NATIVE_ABORTS,
+)
 _READ_BEFORE_KILLS += (*MEMORY_LIMIT_KILLS, LOST_DAEMON, "srun: error", "NODE_FAIL")
 _READ_BEFORE_KILLS += (*CLEAN_EXITS, "exits with return code", *MPIRUN_ENDS, *CRASH_SIGNALS)
 #: the reports of launchers and Slurm that come once every worker is gone (DeepSpeed's launcher's exit code,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TextIO
 
+from logstat.parsers.slurm import RUNNER_STOP
 from logstat.runners.backends import LaunchResult, stderr_echo
 from logstat.runners.manifest import update_manifest, utc_now
 from logstat.runners.render import RenderedRun
@@ -188,9 +189,7 @@ def _run_teeing(
             _signal_group(process.pid, signal.SIGKILL)
             process.wait()
     if stopped_by is not None:
-        log.write(
-            f"logstat: {stopped_by.name}: stopped the launcher and its workers (launcher exit {code})\n"
-        )
+        log.write(f"logstat: {stopped_by.name}: {RUNNER_STOP} (launcher exit {code})\n")
     return _Outcome(exit_code=code, stopped_by=stopped_by, received=_first_signal(received))
 
 

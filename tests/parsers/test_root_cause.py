@@ -388,6 +388,15 @@ def test_a_communicator_aborted_by_its_ranks_own_watchdog_is_the_cause_not_a_pee
     assert (peer.failure[1], peer.failure_weight) == (f"RuntimeError: {ABORTED}{remote}", REPORT)
 
 
+def test_a_local_run_that_logstat_stopped_on_a_signal_was_cancelled():
+    # SIGTERM to `logstat run --backend local`: passed on to torchrun, whose agent raises SignalException
+    signalled = "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got signal: 15"
+    stop = "logstat: SIGTERM: stopped the launcher and its workers (launcher exit 1)"
+    run = feed(*TRACEBACK, signalled, stop)
+    assert run.failure == ("cancelled", stop, 5)
+    assert run.consequence_lines() == [f"lines.log:4: {signalled}"]
+
+
 def test_interleaved_tracebacks_longer_than_the_window_keep_their_exception():
     """384 ranks' tracebacks interleaved: the first exception line comes thousands of lines after the
     first header, every line between them a frame of some rank."""

@@ -331,6 +331,13 @@ def test_sigterm_to_logstat_stops_its_local_run_instead_of_orphaning_it(tmp_path
         and manifest["interrupted_by"] == "SIGTERM"
     )
     assert local_status(run_dir, cwd=tmp_path)["state"] == "CANCELLED"
+    from logstat.api import load_runs
+
+    # the parse agrees: logstat's own closing line outranks the agent's SignalException it caused
+    row = load_runs([run_dir]).runs.row(0, named=True)
+    assert (row["status"], row["reason"].split(":")[:2]) == ("cancelled", ["logstat", " SIGTERM"]), row[
+        "reason"
+    ]
 
 
 def test_local_refuses_fp16_that_deepspeeds_cpu_accelerator_lacks(tmp_path):
