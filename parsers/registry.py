@@ -19,7 +19,8 @@ from logstat.parsers.base import Family, RunBuilder
 from logstat.errors import LogstatError
 
 FAMILY_MODULES = tuple(
-    f"logstat.parsers.{name}" for name in ("nemo", "megatron", "hf_trainer", "mingpt", "deepspeed", "slurm")
+    f"logstat.parsers.{name}"
+    for name in ("torchtitan", "nemo", "megatron", "hf_trainer", "mingpt", "deepspeed", "slurm")
 )
 
 #: runs showing evidence of every family of a key are named by its value.
