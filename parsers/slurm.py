@@ -165,7 +165,19 @@ _ENV_FACTS = dict(JOB_ID="job_id", JOBID="job_id", NNODES="nodes", GPUS_ON_NODE=
 _MODEL_SIZE = re.compile(r"Model size: (?P<size>[\d.]+)\s*B\b")
 #: what ``_context`` reads: ``set -x`` echoes, Slurm's environment, a model size, nvidia-smi's table and
 #: the GPU models ``gpu_model`` knows
-CONTEXT = ("NNODES=", "GPUS_PER_NODE=", "SLURM_JOB", "SLURM_GPUS_ON_NODE=", "Model size:", "MiB /")
+#: torch elastic's failure table (errors/__init__.py ``_FAILURE_FORMAT_TEMPLATE``): the failed worker's host
+#: and rank on the two lines before its ``exitcode  : -9 (pid: 8233) SIGKILL``
+ELASTIC_WORKER = ("host      : ", "rank      : ")
+ELASTIC_EXITCODE = "exitcode  : "
+CONTEXT = (
+    "NNODES=",
+    "GPUS_PER_NODE=",
+    "SLURM_JOB",
+    "SLURM_GPUS_ON_NODE=",
+    "Model size:",
+    "MiB /",
+    *ELASTIC_WORKER,
+)
 GPUS = ("V100", "A100", "H100")
 
 _V100 = re.compile(r"V100[- ]?(?P<form>SXM2|PCIE)(?:[- ](?P<mem>16|32)GB)?", re.IGNORECASE)
@@ -325,6 +337,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     if _WARNING.search(text):
         return
     run.saw(NAME)
+    if text.lstrip().startswith(ELASTIC_EXITCODE):
+        text = text.strip() + _failed_worker(run, lineno)
     run.fail(status, label + text.strip(), lineno, weight=weight, kind=kind)
     if bare_cancel:  # no failure before it that Python read: ``finish`` weighs it with the column-wise ones
         run.state.setdefault(NAME, {}).setdefault("bare_step_cancel", (run.failure_events[-1][0], text))
@@ -413,8 +427,26 @@ def _fact(run: RunBuilder, name: str, value: object, lineno: int) -> None:
     run.set_fact(name, value, NAME, lineno)
 
 
+def _failed_worker(run: RunBuilder, lineno: int) -> str:
+    """`` [rank 3 (local_rank: 3), host node07]`` from the failure table's lines just before line ``lineno``
+    (an exit code of a worker the launcher saw end), else nothing."""
+    worker = run.state.get(NAME, {}).get("elastic_worker", {})
+    fields = {field: value for field, (value, line) in worker.items() if lineno - line <= 2}
+    said = [f"rank {fields['rank']}"] if "rank" in fields else []
+    said += [f"host {fields['host']}"] if "host" in fields else []
+    return f" [{', '.join(said)}]" if said else ""
+
+
 def _context(text: str, lineno: int, run: RunBuilder) -> None:
-    """The facts of a ``set -x`` echo, Slurm's environment, a model size's echo or nvidia-smi's table."""
+    """The facts of a ``set -x`` echo, Slurm's environment, a model size's echo or nvidia-smi's table;
+    the failed worker's rank and host in torch elastic's failure table."""
+    if (stripped := text.strip()).startswith(ELASTIC_WORKER):
+        field, value = stripped.split(":", 1)
+        run.state.setdefault(NAME, {}).setdefault("elastic_worker", {})[field.strip()] = (
+            value.strip(),
+            lineno,
+        )
+        return
     match = _SET_X.match(text.strip())
     if match and match["name"] in _SET_X_FACTS and match["value"].isdigit():
         return _fact(run, _SET_X_FACTS[match["name"]], int(match["value"]), lineno)

@@ -213,6 +213,21 @@ def test_torchrun_signal_summary_is_the_reason_only_without_a_cause():
     assert [line.split(":")[1] for line in worker.consequence_lines()] == ["6", "8"]
 
 
+def test_torchruns_failure_table_names_the_killed_workers_rank_and_host():
+    # the lines before its exit code (errors/__init__.py _FAILURE_FORMAT_TEMPLATE): which node to look at
+    table = ["[0]:", "  time      : 2026-11-27_01:40:12", "  host      : gpu-node-07.cluster"]
+    table += ["  rank      : 13 (local_rank: 5)", "  exitcode  : -9 (pid: 8233)  (SIGKILL)"]
+    run = feed("Root Cause (first observed failure):", *table)
+    assert run.failure == (
+        "failed",
+        "killed: exitcode  : -9 (pid: 8233)  (SIGKILL) [rank 13 (local_rank: 5), host gpu-node-07.cluster]",
+        6,
+    )
+    # an exit code far from a table's lines (another agent's summary, cut) names none
+    far = feed("  host      : gpu-node-07", "  rank      : 13 (local_rank: 5)", "x", "y", table[-1])
+    assert far.failure[1] == "killed: exitcode  : -9 (pid: 8233)  (SIGKILL)"
+
+
 def test_deepspeed_launcher_exit_outranks_its_cleanup():
     run = feed(
         "[2021-05-26 10:00:00,000] [INFO] [launch.py:253:sigkill_handler] Killing subprocess 4443",
