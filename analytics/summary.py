@@ -257,6 +257,7 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
     return (
         out.with_columns(
             iterations=pl.col("iterations").fill_null(0),
+            last_iteration=pl.col("last_step"),
             warmup_skipped=pl.col("warmup_skipped").fill_null(0),
         )
         .select([*RUNS_SCHEMA, *SUMMARY_SCHEMA])

@@ -108,6 +108,7 @@ TIMERS_SCHEMA: dict[str, pl.DataType] = {
 #: columns the analytics layer adds to ``runs`` (logstat.analytics.summary).
 SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "iterations": pl.Int64,  # distinct logged training steps
+    "last_iteration": pl.Int64,  # the last step logged: how far the run got (every log interval-th is logged)
     "warmup_skipped": pl.Int64,  # how many leading steps the steady-state statistic skipped
     "sec_per_iter": pl.Float64,  # steady state: median of logged steps after warm-up
     "sec_per_iter_source": pl.String,  # which log values it was computed from

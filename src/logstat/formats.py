@@ -41,6 +41,7 @@ RUN_COLUMNS: tuple[tuple[str, str, Shown], ...] = (
     ("num_layers", "layers", None),
     ("activation_checkpointing", "ckpt", None),
     ("iterations", "iters", None),
+    ("last_iteration", "last", None),
     ("sec_per_iter", "s/iter", 2),
 )
 TFLOPS_COLUMNS: tuple[tuple[str, str, Shown], ...] = (

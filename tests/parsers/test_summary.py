@@ -151,6 +151,13 @@ def test_only_warmup_steps_gives_no_steady_state():
     assert row["sec_per_iter_source"] == "no steady state: 1 logged step(s), warm-up 1"
 
 
+def test_the_last_logged_step_says_how_far_a_run_got_when_every_50th_is_logged():
+    steps = list(range(50, 2000, 50))
+    its = iterations("a", elapsed_ms=[120.0] * len(steps)).with_columns(iteration=pl.Series(steps))
+    row = one(runs({"path": "a"}), its)
+    assert (row["iterations"], row["last_iteration"]) == (39, 1950)
+
+
 def test_steps_logged_without_a_time_say_so():
     # HF Trainer's loss dicts with no progress bar and DeepSpeed's steps_per_print past the run's end
     row = one(runs({"path": "a"}), iterations("a", loss=[9.1, 8.7, 8.2]))
