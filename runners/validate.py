@@ -144,6 +144,13 @@ def _check_positive(spec: Spec, report: Report) -> None:
     for name, value in counts.items():
         if value is None or value < 1:
             report.refuse(name, value, "must be >= 1")
+    # a causal LM's targets are its inputs shifted by one token: one token has no target (the loss is NaN)
+    if spec.model.seq_len == 1:
+        report.refuse("model.seq_len", 1, "must be >= 2: a causal LM predicts each next token, one has none")
+    if spec.model.vocab_size == 1:
+        report.refuse(
+            "model.vocab_size", 1, "must be >= 2: a vocabulary of one token leaves nothing to predict"
+        )
     if spec.train.seed not in SEED_RANGE:
         report.refuse(
             "train.seed",

@@ -37,11 +37,31 @@ def program(spec: Spec, *, run_dir: Path, ds_config_path: Path) -> list[str]:
     return args
 
 
+def largest_compressed_rank(spec: Spec) -> int | None:
+    """The largest PowerSGD rank at which torch's hook compresses one of the GPT-2's weight gradients
+    (token and position embeddings, attention's h x 3h and h x h, the MLP's h x 4h and 4h x h): an
+    n x m one when ``2*(n+m)*r < n*m`` (powerSGD_hook.py ``_should_compress``, ``min_compression_rate``
+    2). None when the shape is not known."""
+    model = spec.model
+    sides = (model.hidden_size, model.vocab_size, model.seq_len)
+    if not all(isinstance(side, int) and side >= 1 for side in sides):
+        return None
+    h, vocab, seq = sides
+    matrices = [(vocab, h), (seq, h), (h, 3 * h), (h, h), (h, 4 * h)]
+    return max(-(-n * m // (2 * (n + m))) - 1 for n, m in matrices)
+
+
 def problems(spec: Spec) -> list[tuple[str, object, str]]:
     """PowerSGD's settings the hook cannot run with."""
     found: list[tuple[str, object, str]] = []
     if spec.ddp.powersgd_rank < 1:
         found.append(("ddp.powersgd_rank", spec.ddp.powersgd_rank, "must be >= 1"))
+    elif (largest := largest_compressed_rank(spec)) is not None and spec.ddp.powersgd_rank > largest:
+        rule = (
+            f"compresses none of the model's gradient matrices: PowerSGD sends an n x m one as rank-r factors "
+            f"only when 2*(n+m)*r < n*m (torch's min_compression_rate 2), so r <= {largest} here"
+        )
+        found.append(("ddp.powersgd_rank", spec.ddp.powersgd_rank, rule))
     if spec.ddp.powersgd_start_iter < 2:
         rule = "must be >= 2 (PowerSGD's error feedback and warm start need plain all-reduce first)"
         found.append(("ddp.powersgd_start_iter", spec.ddp.powersgd_start_iter, rule))

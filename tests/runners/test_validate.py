@@ -159,6 +159,23 @@ def test_ddp_refuses_zero():
     )
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.seq_len=1", "model.seq_len=1 must be >= 2: a causal LM predicts each next token, one has none"),
+        ("model.vocab_size=1", "model.vocab_size=1 must be >= 2: a vocabulary of one token leaves nothing to predict"),
+        # h 64, vocab 128, seq 32: the MLP's 64 x 256 compresses while 2*320*r < 16384, r <= 25
+        ("ddp.powersgd_rank=26", "ddp.powersgd_rank=26 compresses none of the model's gradient matrices: PowerSGD "
+                                 "sends an n x m one as rank-r factors only when 2*(n+m)*r < n*m (torch's "
+                                 "min_compression_rate 2), so r <= 25 here"),
+    ],
+)  # fmt: skip
+def test_settings_that_would_train_nothing_are_refused(override, message):
+    # each ran before: NaN losses from the first steps, or a PowerSGD hook of "compression rate: 1.000"
+    assert refused("gpt2-tiny-ddp-powersgd", override) == message
+    assert problems("gpt2-tiny-ddp-powersgd", "ddp.powersgd_rank=25") == []
+
+
 def test_powersgd_start_iter_must_allow_warm_start():
     assert refused("gpt2-tiny-ddp-powersgd", "ddp.powersgd_start_iter=1").startswith(
         "ddp.powersgd_start_iter=1 must be >= 2"
