@@ -20,6 +20,51 @@ def gpt2_params(*, hidden: int, layers: int, vocab: int, seq_len: int) -> int:
     return layers * (12 * h * h + 13 * h) + vocab * h + seq_len * h + 2 * h
 
 
+def llama_params(
+    *,
+    hidden: int,
+    layers: int,
+    vocab: int,
+    heads: int | None = None,
+    query_groups: int | None = None,
+    kv_channels: int | None = None,
+    ffn_hidden: int | None = None,
+    swiglu: bool = True,
+    untied: bool = True,
+) -> float:
+    """Parameter count of a dense Llama-style decoder: ``l*(2*h*kv*(a + g) + m*h*ffn + 2h) + h + V*h*(2 if untied else 1)``.
+
+    Per layer the query (h x a*kv), key and value (2 x h x g*kv) and output (a*kv x h) projections, the
+    MLP (``m`` = 3 matrices h x ffn with SwiGLU: gate, up, down; else 2) and the two RMSNorm gains (2h);
+    then the final RMSNorm (h), the token embedding (V*h) and, ``untied``, a separate output layer (V*h).
+    No biases and no position embeddings (rotary). Sources: Touvron et al. 2023, "LLaMA: Open and
+    Efficient Foundation Language Models" (section 2.2: RMSNorm pre-normalization, SwiGLU, RoPE) and
+    "Llama 2" (grouped-query attention); Megatron-LM's own count, megatron/training/
+    theoretical_memory_usage.py ``compute_weight_and_optimizer_memory``: ``2*h*l*((1 + g/a)*kv*a/h
+    + ffn/h*(3/2 if swiglu else 1) + norms) + V*h*(2 if untied else 1)``, the same terms. Llama-3-8B
+    (h 4096, l 32, a 32, g 8, kv 128, ffn 14336, V 128256, untied): 8,030,261,248; Llama-2-7B (g = a = 32,
+    ffn 11008, V 32000): 6,738,415,616.
+
+    Defaults as :func:`megatron_flops_per_iteration`'s: ``query_groups`` None (g = a), ``kv_channels`` None
+    (h/a), ``ffn_hidden`` None (4h); ``heads`` is needed only with ``query_groups`` or ``kv_channels``.
+    ``untied`` defaults to True: Llama 2 and 3, Mistral 7B and Qwen2 7B on keep a separate output layer.
+    A dense model only: an MoE's experts are not counted (callers keep another count for them).
+    Written with * and / of the arguments only: exact on ints (given ``kv_channels``) and fractions.Fraction,
+    and valid on polars expressions.
+    """
+    h = hidden
+    query_width = h if kv_channels is None else kv_channels * heads  # a*kv
+    if query_groups is None:  # g = a
+        key_value_width = query_width
+    else:  # g*kv
+        key_value_width = query_groups * (h / heads if kv_channels is None else kv_channels)
+    ffn = 4 * h if ffn_hidden is None else ffn_hidden
+    attention = 2 * h * query_width + 2 * h * key_value_width
+    mlp = (3 if swiglu else 2) * h * ffn
+    embeddings = (2 if untied else 1) * vocab * h
+    return layers * (attention + mlp + 2 * h) + h + embeddings
+
+
 def seed_tflops_per_gpu(
     *, size_b: float, seq_len: int, global_batch: int, sec_per_iter: float, gpus: int, checkpointing: bool
 ) -> float:

@@ -23,6 +23,62 @@ def test_gpt2_params_of_the_seed_maintenance_example():
     assert f"{count / 10**9:.0f}B" == "7B"
 
 
+def test_llama_params_of_llama_3_8b_is_its_published_count():
+    # h 4096, l 32, a 32 heads of kv 128, g 8 query groups, SwiGLU ffn 14336, V 128256, untied output layer
+    h, layers, a, g, kv, ffn, v = 4096, 32, 32, 8, 128, 14336, 128256
+    attention = h * a * kv + 2 * h * g * kv + a * kv * h  # q, k + v, out: 16_777_216 + 8_388_608 + 16_777_216
+    mlp = 3 * h * ffn  # gate, up, down: 176_160_768
+    per_layer = attention + mlp + 2 * h  # + two RMSNorm gains
+    assert per_layer == 218_112_000
+    expected = layers * per_layer + h + 2 * v * h  # final RMSNorm, embedding and output layer
+    assert expected == 8_030_261_248  # torchtitan's "size: 8,030,261,248 total parameters", HF's config
+    count = f.llama_params(
+        hidden=h, layers=layers, vocab=v, heads=a, query_groups=g, kv_channels=kv, ffn_hidden=ffn
+    )
+    assert count == 8_030_261_248
+    # the head width defaults to h/a (128 here): the same count
+    assert f.llama_params(hidden=h, layers=layers, vocab=v, heads=a, query_groups=g, ffn_hidden=ffn) == count
+    # tied (one V x h matrix): the output layer's 525_336_576 less
+    assert (
+        count
+        - f.llama_params(
+            hidden=h,
+            layers=layers,
+            vocab=v,
+            heads=a,
+            query_groups=g,
+            kv_channels=kv,
+            ffn_hidden=ffn,
+            untied=False,
+        )
+        == v * h
+        == 525_336_576
+    )
+
+
+def test_llama_params_of_llama_2_7b_is_its_published_count():
+    # h 4096, l 32, a = g = 32 (no GQA), SwiGLU ffn 11008, V 32000, untied
+    h, layers, ffn, v = 4096, 32, 11008, 32000
+    per_layer = 4 * h * h + 3 * h * ffn + 2 * h  # q, k, v, out; gate, up, down; 2 RMSNorms
+    assert per_layer == 67_108_864 + 135_266_304 + 8192 == 202_383_360
+    expected = layers * per_layer + h + 2 * v * h
+    assert expected == 6_738_415_616
+    assert f.llama_params(hidden=h, layers=layers, vocab=v, ffn_hidden=ffn) == 6_738_415_616
+    spelled_out = f.llama_params(
+        hidden=h, layers=layers, vocab=v, heads=32, query_groups=32, kv_channels=128, ffn_hidden=ffn
+    )
+    assert spelled_out == 6_738_415_616
+
+
+def test_llama_params_without_swiglu_has_two_mlp_matrices_and_works_on_fractions():
+    h, layers, v = Fraction(64), Fraction(2), Fraction(100)
+    count = f.llama_params(
+        hidden=h, layers=layers, vocab=v, heads=Fraction(4), query_groups=Fraction(2), swiglu=False
+    )
+    # a*kv = h = 64, g*kv = 2 * 16 = 32, ffn 4h = 256
+    assert count == 2 * (2 * 64 * 64 + 2 * 64 * 32 + 2 * 64 * 256 + 2 * 64) + 64 + 2 * 100 * 64
+
+
 def test_seed_tflops_52b_64_gpus_gbs_1024_129s_is_52_8():
     # 52 * 4 * 2 * 1024 * 1024 / (129 * 64 * 1e3) = 436207616 / 8256000
     value = f.seed_tflops_per_gpu(
