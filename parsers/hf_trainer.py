@@ -141,14 +141,15 @@ _SHAPE_KEYS = {  # model-config keys (GPT-2's, the generic ones) -> fact; num_ke
     **dict(shared_expert_intermediate_size="moe_shared_ffn_hidden_size"),
 }
 _GATED_ACTIVATIONS = ("silu", "swish", "swiglu")  # ``hidden_act`` of gated MLPs (Llama...; not GPT-2, OPT)
-_CONFIG_KEYS = (*_SHAPE_KEYS, "hidden_act", "gradient_checkpointing")  # the model-config keys read
+#: the model-config keys read; ``tie_word_embeddings`` false is an output layer of its own (``untied_embeddings``)
+_CONFIG_KEYS = (*_SHAPE_KEYS, "hidden_act", "gradient_checkpointing", "tie_word_embeddings")
 _FINAL_FACTS = {"train_runtime": "final_train_runtime_s", "train_samples_per_second": "final_samples_per_sec"}
 _FINAL_FACTS["train_steps_per_second"] = "final_steps_per_sec"  # final metrics -> fact, in reading order
 _DICT_METRICS = {"loss": "loss", "learning_rate": "lr", "grad_norm": "grad_norm"}  # dict key -> step metric
 FACTS = (
     *("micro_batch_size", "gas", "global_batch_size", "dp", "train_iters", "precision", "gpus", "nodes"),
     *("activation_checkpointing", "gpus_per_node", "logged_model_size", "final_steps", "swiglu"),
-    "deepspeed_config",
+    *("deepspeed_config", "untied_embeddings"),
     *(*_FINAL_FACTS.values(), "progress_sec_per_iter", "resumed_step", *dict.fromkeys(_SHAPE_KEYS.values())),
 )
 #: raw lines that can hold a dump's record: a read field's ``name=``, a ``)`` alone (a bare ``\)``: 30x more)
@@ -254,6 +255,11 @@ def _shape(key: str, raw: str, out: list, *, override: bool = False) -> None:
             return
     elif key == "hidden_act":
         fact, value = "swiglu", raw.lower() in _GATED_ACTIVATIONS
+    elif key == "tie_word_embeddings":
+        fact, tied = "untied_embeddings", grammar.literal(raw)  # JSON's false, an override's False
+        if not isinstance(tied, bool):
+            return
+        value = not tied
     elif (fact := _SHAPE_KEYS.get(key)) is None or (value := grammar.positive_int(raw)) is None:
         return
     out.append({"what": "override" if override else "shape", "name": fact, "value": _typed(value)})

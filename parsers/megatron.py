@@ -420,13 +420,14 @@ ARG_FACTS: dict[str, str] = {
     "gradient_accumulation_steps": "gas",
 }
 #: the other arguments read: precision, activation checkpointing, and the model shape's GQA, SwiGLU and
-#: MoE (the arguments Megatron-LM's ``num_floating_point_operations`` reads)
+#: MoE (the arguments Megatron-LM's ``num_floating_point_operations`` reads), and whether the output layer
+#: is untied from the embedding (the parameter count's)
 _FLAG_ARGS = ("bf16", "fp16", "checkpoint_activations", "recompute_granularity", "group_query_attention")
 _FLAG_ARGS += ("precision",)  # GPT-NeoX's: fp16, bfloat16 or fp32 (its fp16 and bf16 are DeepSpeed's dicts)
 _PRECISIONS = {"fp16": "fp16", "bfloat16": "bf16", "bf16": "bf16", "fp32": "fp32"}
 _SHARED = "moe_shared_expert_intermediate_size"
 _SHAPE_ARGS = ("num_query_groups", "num_key_value_heads", "swiglu", "num_experts", "moe_router_topk")
-_SHAPE_ARGS += ("moe_ffn_hidden_size", _SHARED, "moe_layer_freq")
+_SHAPE_ARGS += ("moe_ffn_hidden_size", _SHARED, "moe_layer_freq", "untie_embeddings_and_output_weights")
 #: which layers recompute their forward: Megatron-LM's names, and its 2021-2022 ``activations_checkpoint_*``
 _RECOMPUTE_ARGS = (
     *("recompute_method", "recompute_num_layers", "num_layers_per_virtual_pipeline_stage"),
@@ -529,6 +530,9 @@ def _dump_facts() -> dict[str, tuple[pl.Expr, pl.Expr]]:
     facts["num_query_groups"] = (groups, groups_at)
     swiglu = pl.col("swiglu").str.to_lowercase()
     facts["swiglu"] = (pl.when(swiglu.is_in(["true", "false"])).then(swiglu == "true"), at("swiglu"))
+    untie = "untie_embeddings_and_output_weights"  # the model's parameter count: one V x h matrix or two
+    untied = pl.col(untie).str.to_lowercase()
+    facts["untied_embeddings"] = (pl.when(untied.is_in(["true", "false"])).then(untied == "true"), at(untie))
     moe = positive("num_experts").is_not_null()
     facts["moe_topk"] = (pl.when(moe).then(positive("moe_router_topk")), at("moe_router_topk"))
     for name, fact in (

@@ -42,6 +42,9 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     "num_query_groups": pl.Int64,  # grouped-query attention's key/value heads; null when GQA is off
     "kv_channels": pl.Int64,  # width of an attention head (Megatron's default h / heads)
     "swiglu": pl.Boolean,  # gated MLP of three matrices (Megatron's --swiglu)
+    # a separate output layer, not the token embedding's matrix (Megatron's --untie-embeddings-and-output-weights,
+    # HF's tie_word_embeddings false); null when the log does not say
+    "untied_embeddings": pl.Boolean,
     "moe_topk": pl.Int64,  # experts a token is routed to; null without MoE
     "moe_ffn_hidden_size": pl.Int64,  # an expert's FFN width (Megatron's --moe-ffn-hidden-size); null: ffn's
     "moe_shared_ffn_hidden_size": pl.Int64,  # the shared experts' FFN width a token also passes; null: none

@@ -30,7 +30,8 @@ Lines read, each fact with its source:
   (1 when not listed). A mesh naming another dimension (an expert mesh) states nothing.
 - ``Building llama3 8B with TransformerModelArgs(dim=4096, n_layers=32, ...)`` (2024: ``ModelArgs(``):
   hidden_size, num_layers, num_heads, num_query_groups (n_kv_heads, when below n_heads), vocab_size, and a
-  Llama's (its ``multiple_of``) gated FFN: ``swiglu`` and ``ffn_hidden_size`` by its FeedForward's rule.
+  Llama's (its ``multiple_of``) gated FFN: ``swiglu`` and ``ffn_hidden_size`` by its FeedForward's rule;
+  ``untied_embeddings`` True (its output layer is its own), unless the args say ``enable_weight_tying=True``.
 - ``Model llama3 8B size: 8,030,261,248 total parameters``: ``logged_model_size`` (billions).
 - ``CUDA capacity: NVIDIA H100 80GB HBM3 with 79.11GiB memory`` (2024: ``GPU capacity: ... (0) with``):
   ``gpu_model``, by Slurm's normaliser.
@@ -161,6 +162,9 @@ def _model_facts(arguments: str, lineno: int, run: RunBuilder) -> None:
     number = lambda name: int(values[name]) if values.get(name, "").isdigit() else None  # noqa: E731
     for argument, fact in _MODEL_SHAPE.items():
         run.set_fact(fact, number(argument), NAME, lineno)
+    # torchtitan's Llama (and DeepSeek) Transformer has an output layer of its own, never the embedding's;
+    # a model whose args can tie them (its Qwen3's enable_weight_tying) says so
+    run.set_fact("untied_embeddings", values.get("enable_weight_tying") != "True", NAME, lineno)
     heads, kv_heads = number("n_heads"), number("n_kv_heads")
     if kv_heads and heads and kv_heads < heads:
         run.set_fact("num_query_groups", kv_heads, NAME, lineno)

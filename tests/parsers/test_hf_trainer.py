@@ -681,17 +681,26 @@ def test_a_llama_style_config_gives_the_gated_mlp_and_grouped_query_attention():
         '  "num_attention_heads": 32,',
         '  "num_hidden_layers": 32,',
         '  "num_key_value_heads": 8,',
+        '  "tie_word_embeddings": false,',
         '  "vocab_size": 128256',
         "}",
     ]
     facts = feed_lines(block).facts
     assert facts["ffn_hidden_size"] == 14336 and facts["swiglu"] is True
     assert (facts["num_heads"], facts["num_query_groups"]) == (32, 8)
+    assert facts["untied_embeddings"] is True  # its own output layer: counted in the model size
     # GPT-2's config names its activation activation_function: its two-matrix MLP is no gated one
     gpt2 = feed_lines(
-        ["Model config GPT2Config {", '  "activation_function": "gelu_new",', '  "n_embd": 768,', "}"]
+        [
+            "Model config GPT2Config {",
+            '  "activation_function": "gelu_new",',
+            '  "n_embd": 768,',
+            '  "tie_word_embeddings": true,',
+            "}",
+        ]
     )
     assert "swiglu" not in gpt2.facts
+    assert gpt2.facts["untied_embeddings"] is False  # the output layer is the embedding's matrix
     gelu = feed_lines(
         ["Model config GPTNeoXConfig {", '  "hidden_act": "gelu",', '  "intermediate_size": 24576,', "}"]
     )

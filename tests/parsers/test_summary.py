@@ -597,6 +597,7 @@ def test_a_llama_3_8b_megatron_lm_log_agrees_with_its_own_tflops():
         True,
         None,
     )
+    assert row["untied_embeddings"] is True  # untie_embeddings_and_output_weights ..... True
     assert row["activation_checkpointing"] is False and row["gpu_model"] == "H100-SXM"
     assert row["sec_per_iter"] == pytest.approx(sec, rel=1e-12)
     assert row["tflops_per_gpu_megatron"] == pytest.approx(flops / (sec * 8 * 1e12), rel=1e-12)

@@ -68,14 +68,15 @@ def test_the_start_up_lines_are_the_runs_facts_with_their_lines():
         "gpus": 8, "dp": 8, "tp": 1, "pp": 1, "cp": 1,
         "micro_batch_size": 1, "global_batch_size": 8, "gas": 1, "seq_len": 8192, "train_iters": 20,
         "hidden_size": 4096, "num_layers": 32, "num_heads": 32, "num_query_groups": 8, "vocab_size": 128256,
-        "ffn_hidden_size": 14336, "swiglu": True, "logged_model_size": 8.030261248,
+        "ffn_hidden_size": 14336, "swiglu": True, "untied_embeddings": True, "logged_model_size": 8.030261248,
         "gpu_model": "H100-SXM", "precision": "bf16", "activation_checkpointing": None,
     }  # fmt: skip
     assert {name: row[name] for name in facts} == facts
     provenance = json.loads(row["provenance"])
     lines = {
         "gpus": "device mesh with", "dp": "device mesh with", "hidden_size": "TransformerModelArgs(",
-        "ffn_hidden_size": "TransformerModelArgs(", "logged_model_size": "total parameters",
+        "ffn_hidden_size": "TransformerModelArgs(", "untied_embeddings": "TransformerModelArgs(",
+        "logged_model_size": "total parameters",
         "gpu_model": "CUDA capacity:", "precision": "handled by fully_shard", "seq_len": "Training starts",
         "global_batch_size": "Training starts", "micro_batch_size": "Training starts",
     }  # fmt: skip
