@@ -202,18 +202,11 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         .when(pl.col("logged_steps") > 0)
         .then(pl.format("no step time: {} logged step(s), none timed", pl.col("logged_steps")))
     )
-    vocab = pl.coalesce(_f("vocab_size"), _f("padded_vocab_size"))
-    size_b = (
-        formulas.gpt2_params(
-            hidden=_f("hidden_size"), layers=_f("num_layers"), vocab=vocab, seq_len=_f("seq_len")
-        )
-        / 1e9
-    )
     out = base.with_columns(
         warmup_skipped=pl.min_horizontal(pl.col("logged_steps").fill_null(0), pl.lit(warmup)),
         sec_per_iter=sec_per_iter,
         sec_per_iter_source=source,
-        model_size_b=size_b,
+        model_size_b=_model_params() / 1e9,
         _runtime_sec_per_iter=from_runtime,
     ).with_columns(
         samples_per_sec=gbs / pl.col("sec_per_iter"),
@@ -262,6 +255,46 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         )
         .select([*RUNS_SCHEMA, *SUMMARY_SCHEMA])
         .cast(SUMMARY_SCHEMA)
+    )
+
+
+def _model_params() -> pl.Expr:
+    """The model's parameters from its shape: a Llama-style shape's (SwiGLU, or grouped-query attention) by
+    :func:`formulas.llama_params`, with its heads' widths, FFN width and untied output layer; any other
+    shape's by the seed's GPT-2 count (:func:`formulas.gpt2_params`). ``untied_embeddings`` unstated is
+    untied for a Llama-style shape (Llama 2 and 3, Mistral 7B, Qwen2 7B on keep a separate output layer);
+    an unknown FFN width is 4h and unknown heads eq. 3's (as in :func:`_megatron_tflops`). An MoE run
+    (``moe_topk``) keeps the GPT-2 count: how many experts it has is no fact logstat reads, and they hold
+    most of its parameters. The vocabulary is the true one when known, else the padded one, for both."""
+    hidden, layers = _f("hidden_size"), _f("num_layers")
+    vocab = pl.coalesce(_f("vocab_size"), _f("padded_vocab_size"))
+    heads, query_groups, kv_channels = _attention_shape()
+    swiglu, untied = pl.col("swiglu").fill_null(False), pl.col("untied_embeddings").fill_null(True)
+
+    def llama(gated: bool, untie: bool) -> pl.Expr:
+        return formulas.llama_params(
+            hidden=hidden,
+            layers=layers,
+            vocab=vocab,
+            heads=heads,
+            query_groups=query_groups,
+            kv_channels=kv_channels,
+            ffn_hidden=pl.coalesce(_counted("ffn_hidden_size"), 4 * hidden),
+            swiglu=gated,
+            untied=untie,
+        )
+
+    llama_style = (swiglu | _counted("num_query_groups").is_not_null()) & _counted("moe_topk").is_null()
+    return (
+        pl.when(llama_style & swiglu & untied)
+        .then(llama(True, True))
+        .when(llama_style & swiglu)
+        .then(llama(True, False))
+        .when(llama_style & untied)
+        .then(llama(False, True))
+        .when(llama_style)
+        .then(llama(False, False))
+        .otherwise(formulas.gpt2_params(hidden=hidden, layers=layers, vocab=vocab, seq_len=_f("seq_len")))
     )
 
 
@@ -514,12 +547,8 @@ def _megatron_tflops(checkpointing: bool) -> pl.Expr:
     head, 4h, no SwiGLU, no MoE). The logits count the padded vocabulary the model computes when the
     log gives it. Without the head count the attention is eq. 3's whatever the other facts say (its
     widths are read per head). A count of 0 or less (a garbled line) is no fact."""
-    hidden, heads = _f("hidden_size"), _counted("num_heads")
-    heads_known = heads.is_not_null()
-    query_groups = pl.when(heads_known).then(pl.coalesce(_counted("num_query_groups"), heads)).otherwise(1.0)
-    kv_channels = (
-        pl.when(heads_known).then(pl.coalesce(_counted("kv_channels"), hidden / heads)).otherwise(hidden)
-    )
+    hidden = _f("hidden_size")
+    heads, query_groups, kv_channels = _attention_shape()
     swiglu = pl.col("swiglu").fill_null(False)
 
     def flops(gated: bool) -> pl.Expr:
@@ -531,7 +560,7 @@ def _megatron_tflops(checkpointing: bool) -> pl.Expr:
             vocab=pl.coalesce(_f("padded_vocab_size"), _f("vocab_size")),
             checkpointing=checkpointing,
             recomputed_share=(_counted("recomputed_layers") / _f("num_layers")).fill_null(1.0),
-            heads=heads.fill_null(1.0),
+            heads=heads,
             query_groups=query_groups,
             kv_channels=kv_channels,
             ffn_hidden=pl.coalesce(_counted("ffn_hidden_size"), 4 * hidden),
@@ -549,6 +578,19 @@ def _megatron_tflops(checkpointing: bool) -> pl.Expr:
         sec_per_iter=pl.col("sec_per_iter"),
         gpus=_f("gpus"),
     )
+
+
+def _attention_shape() -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    """Heads, query groups and head width of the run's attention: the groups default to the heads (no
+    GQA), the width to h / heads; without the head count 1 head of width h in 1 group, eq. 3's attention
+    whatever the other facts say (its widths are read per head)."""
+    hidden, heads = _f("hidden_size"), _counted("num_heads")
+    heads_known = heads.is_not_null()
+    query_groups = pl.when(heads_known).then(pl.coalesce(_counted("num_query_groups"), heads)).otherwise(1.0)
+    kv_channels = (
+        pl.when(heads_known).then(pl.coalesce(_counted("kv_channels"), hidden / heads)).otherwise(hidden)
+    )
+    return heads.fill_null(1.0), query_groups, kv_channels
 
 
 def _trained_seq_len() -> pl.Expr:

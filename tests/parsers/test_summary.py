@@ -608,6 +608,14 @@ def test_a_llama_3_8b_megatron_lm_log_agrees_with_its_own_tflops():
         assert logged == round(flops / (ms / 1000 * 8 * 1e12), 1)
     assert row["logged_tflops_per_gpu"] == pytest.approx(statistics.median(t for _, t in steps[1:]))
     assert row["warnings"] == []
+    # its parameters by the Llama count (was 7.00B by GPT-2's, which has no GQA, a 4h two-matrix MLP and a
+    # tied output layer, but biases and position embeddings): per layer q + out, k + v, MLP, 2 RMSNorms;
+    # final norm, embedding and the untied output layer
+    params = layers * (2 * h * a * kv + 2 * h * g * kv + 3 * h * ffn + 2 * h) + h + 2 * v * h
+    assert params == 8_030_261_248
+    assert row["model_size_b"] == pytest.approx(params / 1e9, rel=1e-15)
+    # the seed formula's TFLOPs take that size (no recomputation: factor 3)
+    assert row["tflops_per_gpu"] == pytest.approx(params / 1e9 * 3 * 2 * s * b / (sec * 8 * 1e3), rel=1e-12)
 
 
 # Llama-3-70B-like: h 8192, 80 layers, 64 heads of 128, 8 query groups, SwiGLU FFN 28672, vocab 128256
@@ -653,6 +661,44 @@ def test_gqa_swiglu_moe_runs_count_their_shape_and_hfu_adds_the_recomputed_forwa
     h, s, b, layers, v = 8192, 8192, 64, 80, 128256
     eq3 = (72 * b * s * layers * h * h * (1 + s / (6 * h)) + 6 * b * s * h * v) / (20 * 64 * 1e12)
     assert round(1 - eq3 / logged, 2) == (0.44 if topk else 0.05)
+
+
+def _llama_70b_params(*, untied: bool = True, gated: bool = True) -> int:
+    h, a, g, kv, ffn, v, layers = 8192, 64, 8, 128, 28672, 128256, 80
+    layer = h * a * kv + 2 * h * g * kv + a * kv * h + (3 if gated else 2) * h * ffn + 2 * h
+    return layers * layer + h + (2 if untied else 1) * v * h
+
+
+@pytest.mark.parametrize(
+    ("facts", "params"),
+    [
+        ({}, _llama_70b_params()),  # untied unless the log says otherwise: Llama 2 and 3's
+        ({"untied_embeddings": True}, _llama_70b_params()),
+        ({"untied_embeddings": False}, _llama_70b_params(untied=False)),  # one V x h matrix
+        ({"swiglu": False}, _llama_70b_params(gated=False)),  # GQA alone is Llama-style: two MLP matrices
+        ({"swiglu": None, "num_query_groups": None}, None),  # neither: GPT-2's count
+        ({"moe_topk": 2}, None),  # MoE: GPT-2's count still (the experts are no fact)
+    ],
+)
+def test_a_llama_style_shape_counts_llamas_parameters_and_the_zero_estimate_takes_them(facts, params):
+    run = {"path": "a", "gpus": 64, "dp": 8, "tp": 8, "pp": 1, "zero_stage": 1, "offload_optimizer": False}
+    run.update(LLAMA_70B, precision="bf16", **facts)
+    row = one(runs(run), iterations("a", elapsed_ms=[1.0]))
+    assert _llama_70b_params() == 70_553_706_496  # Llama-3-70B's published count
+    if params is None:
+        h, layers, s, v = 8192, 80, 8192, 128256  # the padded vocabulary when the true one is unknown
+        params = layers * (12 * h * h + 13 * h) + v * h + s * h + 2 * h
+    assert row["model_size_b"] == pytest.approx(params / 1e9, rel=1e-15)
+    # ZeRO-1 of mixed-precision Adam over DP 8, per TP rank: (2 + 2) + 12 / 8 bytes per parameter
+    psi = params / 8
+    assert row["model_state_gb_pred"] == pytest.approx((4 * psi + 12 * psi / 8) / 1e9, rel=1e-12)
+
+
+def test_a_llama_logs_own_size_agrees_with_ours():
+    # torchtitan prints "size: 8,030,261,248 total parameters": no note (it was "computed 7.0B from the shape")
+    rows = load_runs([FIXTURES / "torchtitan"]).runs
+    assert rows["model_size_b"].to_list() == [pytest.approx(8.030261248, rel=1e-15)] * 3
+    assert rows["model_size_note"].to_list() == [None] * 3
 
 
 def test_a_share_of_recomputed_layers_counts_their_forward_alone():
