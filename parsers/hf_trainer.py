@@ -721,7 +721,13 @@ def _steps(
     new = new.with_columns(logging_steps=pl.coalesce(_steps_per_epoch(), "logging_steps"))
     by_resume = resumes.select("run", "order", resumed=_field("integer"), resume_base="base")
     new = new.join_asof(by_resume, on="order", by="run", allow_exact_matches=False, check_sortedness=False)
-    new = new.with_columns(logging_steps=pl.coalesce("logging_steps", _interval_of_epochs()))
+    # no logging_steps printed: the interval the dicts' epochs show, after a step-1 dict if they show one
+    plain, after_first = _interval_of_epochs(), _interval_of_epochs(first_step=True)
+    first = pl.col("logging_steps").is_null() & plain.is_null() & after_first.is_not_null()
+    new = new.with_columns(
+        logging_steps=pl.coalesce("logging_steps", plain, after_first),
+        logging_first_step=pl.when(first).then(pl.lit(_typed(True), _TYPED)).otherwise("logging_first_step"),
+    )
     state = new.select(
         "position", "logging_steps", "logging_first_step", "max_steps", "resumed", "resume_base"
     )
@@ -756,19 +762,31 @@ def _steps_per_epoch() -> pl.Expr:
     return pl.when(by_epoch & (per_epoch > 0)).then(_int_typed(per_epoch))
 
 
-def _interval_of_epochs() -> pl.Expr:
+def _run_sum(values: pl.Expr) -> pl.Expr:
+    return values.sum().over("run")
+
+
+def _interval_of_epochs(*, first_step: bool = False) -> pl.Expr:
     """Where ``logging_steps`` is printed nowhere, the interval the dicts' epochs show, per run: the Trainer's
     epoch is the micro-steps done over an epoch's, so a dict's step is its epoch times the banner's update
     steps per epoch (to the digits printed: transformers 4.x rounds the epoch to 2, 5.x prints 4
     significant ones), and the n-th dict comes at n times the interval. The interval is the least-squares
     slope of those steps over the dicts' places, if it is near a whole number and every dict is within the
     epoch's rounding of its place's multiple; else null (the dicts' order). Not after a resume or a
-    relaunch."""
+    relaunch. With ``first_step`` (``logging_first_step``), the first dict is step 1 and the n-th after it
+    the n-th multiple."""
     per_epoch = _banner_steps_per_epoch()
-    place, at = pl.col("position"), pl.col("epoch") * per_epoch
-    slope = (place * at).sum().over("run") / (place * place).sum().over("run")
-    interval = slope.round()
-    fits = ((at - place * interval).abs() <= per_epoch * 0.005 + 1).all().over("run")
+    place, at = pl.col("position") - int(first_step), pl.col("epoch") * per_epoch
+    on_interval = place >= 1
+    slope = _run_sum((place * at).filter(on_interval)) / _run_sum((place * place).filter(on_interval))
+    interval = pl.when(slope.is_finite()).then(slope.round())  # no dict on the interval: 0 / 0
+    rounding = per_epoch * 0.005 + 1
+    fits = (
+        pl.when(on_interval)
+        .then((at - place * interval).abs() <= rounding)
+        .otherwise((at - 1).abs() <= rounding)
+    )
+    fits = fits.all().over("run")
     fresh = (pl.col("resumed").fill_null(0) == 0) & (pl.col("resume_base").fill_null(0) == 0)
     known = (at.is_not_null() & pl.col("logging_steps").is_null() & fresh).all().over("run")
     usable = known & fits & ((slope - interval).abs() <= 0.25) & (interval >= 1)

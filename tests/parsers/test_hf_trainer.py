@@ -1148,6 +1148,9 @@ def test_without_logging_steps_the_dicts_epochs_and_the_banner_give_their_steps(
     uneven = [line.replace("'epoch': 0.4", "'epoch': 0.45") for line in dicts(20, 100, 3)]
     assert sorted(feed_lines([*banner, *uneven]).iterations) == [1, 2, 3]
     assert sorted(feed_lines(dicts(20, 100, 3)).iterations) == [1, 2, 3]
+    # logging_first_step (Axolotl's and TRL's configs set it): a step-1 dict, then every 20
+    first = "{'loss': 2.5, 'learning_rate': 1e-05, 'epoch': 0.01}"
+    assert sorted(feed_lines([*banner, first, *dicts(20, 100, 11)]).iterations) == [1, *range(20, 221, 20)]
 
 
 def test_a_command_line_relying_on_the_default_batch_is_read_too():
