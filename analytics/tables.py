@@ -122,6 +122,8 @@ def _plain_name() -> pl.Expr:
 _CAUSE_LABELS = (
     "CUDA out of memory",
     "NCCL timeout/error",
+    "network error",
+    "GPU error",
     "time limit",
     "node failure",
     "preempted",

@@ -56,11 +56,12 @@ class Family:
     a step's metrics are the framework's record's where it logged the step, whichever line came first."""
 
 
-#: What a failure event says about how a run ended (``RunBuilder.fail``), strongest first: a root CAUSE
-#: (an exception, OOM, a watchdog timeout, a time limit, a cancel) explains it; EFFECT is how a process
-#: ended (signal 9), REPORT only that one failed (an exit code), CLEANUP a launcher stopping the others.
-#: The run's reason is the first event of the strongest weight in line order.
-CAUSE, EFFECT, REPORT, CLEANUP = 3, 2, 1, 0
+#: What a failure event says about how a run ended (``RunBuilder.fail``), strongest first: a HARDWARE
+#: fault (a GPU's fatal Xid) explains the errors the software then printed, wherever the kernel's line
+#: lands; a root CAUSE (an exception, OOM, a watchdog timeout, a time limit, a cancel) explains it; EFFECT
+#: is how a process ended (signal 9), REPORT only that one failed (an exit code), CLEANUP a launcher
+#: stopping the others. The run's reason is the first event of the strongest weight in line order.
+HARDWARE, CAUSE, EFFECT, REPORT, CLEANUP = 4, 3, 2, 1, 0
 #: the ``consequences`` column: at most this many evidence lines, one per kind, each cut to REASON_CHARS.
 MAX_CONSEQUENCES = 5
 REASON_CHARS = 300
@@ -79,7 +80,7 @@ class RunBuilder:
     # family -> order of its first record counted in ``families_seen`` (a fact may hang on it: ``settle``)
     first_seen: dict[str, int] = field(default_factory=dict)
     failure: tuple[str, str, int] | None = None  # (status, reason, line): the strongest, first event
-    failure_weight: int = -1  # CAUSE, EFFECT, REPORT or CLEANUP of ``failure``
+    failure_weight: int = -1  # HARDWARE, CAUSE, EFFECT, REPORT or CLEANUP of ``failure``
     failure_kind: str = ""  # what kind of event ``failure`` is ("exception", "killed", ...)
     # the other failure events, one per kind: (file number, line, kind, quoted line), see fail()
     consequences: list[tuple[int, int, str, str]] = field(default_factory=list)

@@ -43,7 +43,7 @@ import re
 from datetime import datetime
 
 import polars as pl
-from logstat.parsers.base import CAUSE, CLEANUP, EFFECT, REPORT, Family, RunBuilder
+from logstat.parsers.base import CAUSE, CLEANUP, EFFECT, HARDWARE, REPORT, Family, RunBuilder
 from logstat.parsers.kinds import (
     CLOSER,
     FAILURE_EVENT_SCHEMA,
@@ -82,6 +82,19 @@ NCCL_ERRORS = ("NCCL timeout", "NCCL error", "NCCL Error", "ncclInternalError", 
 #: error, an NCCL error), torch 2.2+'s ``[PG 0 Rank 3] Process group watchdog thread terminated with
 #: exception: CUDA error: ...``
 WATCHDOG_ENDS = ("Watchdog caught", "watchdog thread terminated with exception")
+#: NCCL's InfiniBand transport on a work request that failed (net_ib.cc: ``NCCL WARN NET/IB : Got completion
+#: from peer 10.0.12.141<38915> with error 12, opcode 0, len 0, vendor err 129 (Recv)``; 12: the transport's
+#: retries exceeded, a link or a peer gone): the collectives then time out, so the watchdogs follow from it
+IB_COMPLETION_ERROR = "Got completion from peer"
+#: the NVIDIA driver's Xid (``NVRM: Xid (PCI:0000:9d:00): 79, pid=..., GPU has fallen off the bus.``), in a
+#: job's output when its epilog or the user prints the kernel's log
+XID = "NVRM: Xid"
+_XID = re.compile(r"NVRM: Xid \([^)]*\): (\d+)")
+#: Xids of a hardware fault (NVIDIA's Xid catalog): double-bit ECC (48), internal micro-controller halt (62),
+#: row-remapping failure (64), NVLink (74), fallen off the bus (79), high single-bit ECC rate (92),
+#: contained / uncontained ECC (94, 95), GSP (119, 120), unrecovered ECC (140); the others (13, 31, 43,
+#: 45...) are the GPU's note of what the application did or of its processes' end
+FATAL_XIDS = frozenset({48, 62, 64, 74, 79, 92, 94, 95, 119, 120, 140})
 #: the rank's own watchdog's timeout, also as the reason an aborted communicator quotes (torch <= 2.1's
 #: ``RuntimeError: NCCL communicator was aborted on rank 13.  Original reason for failure was: [Rank 13]
 #: Watchdog caught collective operation timeout: ...``): a cause, not a peer's end
@@ -285,6 +298,11 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         label, kind = "killed: ", "oom-kill"
     elif text.startswith(LSF_EXIT):
         weight, kind = REPORT, "scheduler exit"
+    elif IB_COMPLETION_ERROR in text:
+        label, kind = "network error: ", "network"
+    elif XID in text and (xid := _XID.search(text)):
+        fatal = int(xid[1]) in FATAL_XIDS
+        label, weight, kind = "GPU error: ", HARDWARE if fatal else EFFECT, "gpu hardware" if fatal else "xid"
     elif any(end in text for end in WATCHDOG_ENDS) or ("NCCL" in text and _NCCL_FAILURE.search(text)):
         # the first rank's watchdog is the cause; a communicator aborted because a peer failed is not
         label, kind = ("", "cuda error") if "CUDA error" in text else (NCCL_LABEL, "nccl")
@@ -507,6 +525,8 @@ _READ_BEFORE_KILLS = (
     *CUDA_OOM,
     "CANCELLED AT",
     RUNNER_STOP,
+    IB_COMPLETION_ERROR,
+    XID,
     *SCHEDULER_ENDS,
     LSF_EXIT,
     *WATCHDOG_ENDS,

@@ -412,6 +412,30 @@ def test_a_local_run_that_logstat_stopped_on_a_signal_was_cancelled():
     assert run.consequence_lines() == [f"lines.log:4: {signalled}"]
 
 
+def test_an_infiniband_completion_error_is_the_cause_of_the_watchdogs_timeouts_after_it():
+    # NCCL's net_ib.cc on a failed work request (error 12: retries exceeded): the collectives then hang
+    ib = (
+        "ip-10-0-11-27:41233:41570 [3] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+        "10.0.12.141<38915> with error 12, opcode 32563, len 0, vendor err 129 (Recv)"
+    )
+    run = feed(ib, WATCHDOG)
+    assert run.failure == ("failed", f"network error: {ib}", 1)
+    assert [line.split(":")[1] for line in run.consequence_lines()] == ["2"]
+
+
+def test_a_gpus_fatal_xid_outranks_the_errors_it_made_wherever_the_kernels_line_lands():
+    # an epilog prints the kernel's log after the job's own lines; Xid 79: the GPU fell off the bus
+    xid = "kernel: [1834123.41] NVRM: Xid (PCI:0000:9d:00): 79, pid=90233, name=pt_main_thread, GPU has fallen off the bus."
+    nccl = (
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error"
+    )
+    run = feed(*TRACEBACK, nccl, xid)
+    assert run.failure == ("failed", f"GPU error: {xid}", 5)
+    # an application's Xid (43: the GPU stopped processing, its process killed) is no cause of its own
+    app = feed(*TRACEBACK, nccl, xid.replace("): 79,", "): 43,"))
+    assert app.failure[2] == 4
+
+
 def test_interleaved_tracebacks_longer_than_the_window_keep_their_exception():
     """384 ranks' tracebacks interleaved: the first exception line comes thousands of lines after the
     first header, every line between them a frame of some rank."""
