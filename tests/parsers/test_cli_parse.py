@@ -136,7 +136,7 @@ def test_missing_path_is_one_line_and_exit_1(capsys, tmp_path):
 
 
 def test_unknown_family_lists_the_valid_ones(capsys):
-    code, _, err = logstat(capsys, "parse", FIXTURES / "slurm", "--family", "nanogpt")
+    code, _, err = logstat(capsys, "parse", FIXTURES / "slurm", "--family", "levanter")
     assert code == 1 and "choose one of" in err and "megatron" in err
 
 

@@ -125,8 +125,8 @@ def test_family_detection_and_forcing():
     assert run_of(FIXTURES / "slurm" / "empty-1009.out")["family"] == "unknown"
     forced = run_of(FIXTURES / "slurm" / "cancelled-1004.out", family="slurm")
     assert forced["family"] == "slurm" and forced["iterations"] == 0 and forced["status"] == "cancelled"
-    with pytest.raises(LogstatError, match="unknown log family 'nanogpt': choose one of .*megatron"):
-        load_runs([FIXTURES / "slurm"], family="nanogpt")
+    with pytest.raises(LogstatError, match="unknown log family 'levanter': choose one of .*megatron"):
+        load_runs([FIXTURES / "slurm"], family="levanter")
 
 
 def test_completed_run_is_ok_with_its_evidence():

@@ -35,7 +35,7 @@ INTERNAL = "run with --debug for the traceback"
 #: placeholders (replaced by paths in the scratch directory) and hostile values.
 PATHS = ["{log}", "{logs}", "{failures}", "{nope}", "{fifo}", "{dangling}", "{empty}", "{notes}", "{file}/x"]
 NUMBERS = ["0", "1", "-1", "4", "64", "129", "nan", "inf", "-inf", "1e-300", "1e300", "9" * 30, "x", ""]
-FAMILIES = ["megatron", "hf_trainer", "hf-trainer", "deepspeed", "mingpt", "slurm", "nanogpt", ""]
+FAMILIES = ["megatron", "hf_trainer", "hf-trainer", "deepspeed", "mingpt", "slurm", "levanter", ""]
 OPTIONS: dict[str, list[list[str] | tuple]] = {
     "parse": [
         ["--tflops"],
