@@ -94,6 +94,8 @@ _FACT_LINES = (
     # load_checkpoint: "successfully loaded checkpoint from {dir} [ t 0, p 0 ] at iteration 1000" (older
     # Megatron and Megatron-DeepSpeed print no ranks)
     re.compile(r"successfully loaded checkpoint from .* at iteration (?P<resumed_step>\d+)"),
+    # GPT-NeoX's setup_model_and_optimizer after its load_checkpoint
+    re.compile(r"Loading checkpoint and starting from iteration (?P<resumed_step>\d+)"),
 )
 _EFFECTIVE_TFLOPS = re.compile(
     r"Effective Tera Flops per GPU: (?P<tflops>\d+(?:\.\d+)?)"
@@ -657,6 +659,7 @@ FAMILY = Family(
         "padded vocab",
         "number of micro-batches",
         "successfully loaded checkpoint",
+        "starting from iteration ",
         "Effective Tera Flops",
         *RANK_TIMERS.opens.markers,
         *ALL_RANKS_TIMERS.opens.markers,
