@@ -31,8 +31,12 @@ def llama_params(
     ffn_hidden: int | None = None,
     swiglu: bool = True,
     untied: bool = True,
+    experts: int | None = None,
+    moe_ffn_hidden: int | None = None,
+    shared_ffn_hidden: int = 0,
+    moe_layers: int | None = None,
 ) -> float:
-    """Parameter count of a dense Llama-style decoder: ``l*(2*h*kv*(a + g) + m*h*ffn + 2h) + h + V*h*(2 if untied else 1)``.
+    """Parameter count of a Llama-style decoder: ``l*(2*h*kv*(a + g) + m*h*ffn + 2h) + h + V*h*(2 if untied else 1)``.
 
     Per layer the query (h x a*kv), key and value (2 x h x g*kv) and output (a*kv x h) projections, the
     MLP (``m`` = 3 matrices h x ffn with SwiGLU: gate, up, down; else 2) and the two RMSNorm gains (2h);
@@ -48,7 +52,10 @@ def llama_params(
     Defaults as :func:`megatron_flops_per_iteration`'s: ``query_groups`` None (g = a), ``kv_channels`` None
     (h/a), ``ffn_hidden`` None (4h); ``heads`` is needed only with ``query_groups`` or ``kv_channels``.
     ``untied`` defaults to True: Llama 2 and 3, Mistral 7B and Qwen2 7B on keep a separate output layer.
-    A dense model only: an MoE's experts are not counted (callers keep another count for them).
+    With ``experts`` (a mixture of experts, Mixtral / Megatron-LM ``--num-experts``) each of ``moe_layers``
+    layers (None: all) holds that many MLPs ``moe_ffn_hidden`` wide (None: ``ffn``), a shared expert
+    ``shared_ffn_hidden`` wide and the router's h x experts; Mixtral-8x7B (h 4096, l 32, a 32, g 8, kv
+    128, ffn 14336, 8 experts, V 32000, untied): 46,702,792,704, Mistral AI's "46.7B total parameters".
     Written with * and / of the arguments only: exact on ints (given ``kv_channels``) and fractions.Fraction,
     and valid on polars expressions.
     """
@@ -60,9 +67,15 @@ def llama_params(
         key_value_width = query_groups * (h / heads if kv_channels is None else kv_channels)
     ffn = 4 * h if ffn_hidden is None else ffn_hidden
     attention = 2 * h * query_width + 2 * h * key_value_width
-    mlp = (3 if swiglu else 2) * h * ffn
+    matrices = 3 if swiglu else 2
+    mlp = matrices * h * ffn
     embeddings = (2 if untied else 1) * vocab * h
-    return layers * (attention + mlp + 2 * h) + h + embeddings
+    dense = layers * (attention + mlp + 2 * h) + h + embeddings
+    if experts is None:
+        return dense
+    expert_ffn = ffn if moe_ffn_hidden is None else moe_ffn_hidden
+    moe_mlp = experts * matrices * h * expert_ffn + matrices * h * shared_ffn_hidden + h * experts
+    return dense + (layers if moe_layers is None else moe_layers) * (moe_mlp - mlp)
 
 
 def seed_tflops_per_gpu(

@@ -216,7 +216,7 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         model_size_note=_model_size_note(),
         tflops_per_gpu=_by_checkpointing(
             lambda ckpt: formulas.seed_tflops_per_gpu(
-                size_b=pl.col("model_size_b"),
+                size_b=_model_params(active=True) / 1e9,
                 seq_len=_trained_seq_len(),
                 global_batch=gbs,
                 sec_per_iter=pl.col("sec_per_iter"),
@@ -258,18 +258,23 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
     )
 
 
-def _model_params() -> pl.Expr:
+def _model_params(*, active: bool = False) -> pl.Expr:
     """The model's parameters from its shape: a Llama-style shape's (SwiGLU, or grouped-query attention) by
     :func:`formulas.llama_params`, with its heads' widths, FFN width and untied output layer; any other
     shape's by the seed's GPT-2 count (:func:`formulas.gpt2_params`). ``untied_embeddings`` unstated is
     untied for a Llama-style shape (Llama 2 and 3, Mistral 7B, Qwen2 7B on keep a separate output layer);
     an unknown FFN width is 4h and unknown heads eq. 3's (as in :func:`_megatron_tflops`). An MoE run
-    (``moe_topk``) keeps the GPT-2 count: how many experts it has is no fact logstat reads, and they hold
-    most of its parameters. The vocabulary is the true one when known, else the padded one, for both."""
+    (``moe_topk``) counts its ``moe_experts`` in its MoE layers; without their number, which holds most
+    of its parameters, its size is unknown (null), not a dense model's. ``active``: the parameters a token
+    passes, its ``moe_topk`` experts of each MoE layer (what the seed's FLOPs formula multiplies). The
+    vocabulary is the true one when known, else the padded one, for both."""
     hidden, layers = _f("hidden_size"), _f("num_layers")
     vocab = pl.coalesce(_f("vocab_size"), _f("padded_vocab_size"))
     heads, query_groups, kv_channels = _attention_shape()
     swiglu, untied = pl.col("swiglu").fill_null(False), pl.col("untied_embeddings").fill_null(True)
+
+    ffn = pl.coalesce(_counted("ffn_hidden_size"), 4 * hidden)
+    moe, experts = _counted("moe_topk").is_not_null(), _counted("moe_topk" if active else "moe_experts")
 
     def llama(gated: bool, untie: bool) -> pl.Expr:
         return formulas.llama_params(
@@ -279,14 +284,20 @@ def _model_params() -> pl.Expr:
             heads=heads,
             query_groups=query_groups,
             kv_channels=kv_channels,
-            ffn_hidden=pl.coalesce(_counted("ffn_hidden_size"), 4 * hidden),
+            ffn_hidden=ffn,
             swiglu=gated,
             untied=untie,
+            experts=pl.when(moe).then(experts).otherwise(1.0),
+            moe_ffn_hidden=pl.coalesce(_counted("moe_ffn_hidden_size"), ffn),
+            shared_ffn_hidden=_counted("moe_shared_ffn_hidden_size").fill_null(0.0),
+            moe_layers=pl.when(moe).then(pl.coalesce(_counted("moe_layers"), layers)).otherwise(0.0),
         )
 
-    llama_style = (swiglu | _counted("num_query_groups").is_not_null()) & _counted("moe_topk").is_null()
+    llama_style = swiglu | _counted("num_query_groups").is_not_null() | moe
     return (
-        pl.when(llama_style & swiglu & untied)
+        pl.when(moe & experts.is_null())
+        .then(pl.lit(None, pl.Float64))
+        .when(llama_style & swiglu & untied)
         .then(llama(True, True))
         .when(llama_style & swiglu)
         .then(llama(True, False))

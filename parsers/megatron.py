@@ -537,6 +537,7 @@ def _dump_facts() -> dict[str, tuple[pl.Expr, pl.Expr]]:
     facts["untied_embeddings"] = (pl.when(untied.is_in(["true", "false"])).then(untied == "true"), at(untie))
     moe = positive("num_experts").is_not_null()
     facts["moe_topk"] = (pl.when(moe).then(positive("moe_router_topk")), at("moe_router_topk"))
+    facts["moe_experts"] = (positive("num_experts"), at("num_experts"))
     for name, fact in (
         ("moe_ffn_hidden_size", "moe_ffn_hidden_size"),
         (_SHARED, "moe_shared_ffn_hidden_size"),

@@ -227,7 +227,8 @@ def read_configuration(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) 
 
 
 def _shape_facts(lines: pl.LazyFrame) -> list[pl.DataFrame]:
-    """``moe_topk`` (the router's top k when ``num_moe_experts`` is a number: null is a dense model) and
+    """``moe_topk`` (the router's top k when ``num_moe_experts`` is a number: null is a dense model), its
+    ``moe_experts``, and
     ``recomputed_layers`` (full recomputation's block method: ``megatron.block_recomputed_layers``) of each
     configuration, at its ``moe_router_topk`` and ``activations_checkpoint_num_layers`` lines."""
     value = lambda name: pl.col("value").filter(pl.col("name") == name).first()  # noqa: E731
@@ -247,6 +248,8 @@ def _shape_facts(lines: pl.LazyFrame) -> list[pl.DataFrame]:
     per_block = lines.group_by("block").agg(
         moe_topk=pl.when(positive("num_moe_experts").is_not_null()).then(positive("moe_router_topk")),
         moe_at=at("moe_router_topk"),
+        moe_experts=positive("num_moe_experts"),
+        experts_at=at("num_moe_experts"),
         recomputed_layers=pl.when(block).then(recomputed),
         recomputed_at=at("activations_checkpoint_num_layers"),
     )
@@ -254,7 +257,11 @@ def _shape_facts(lines: pl.LazyFrame) -> list[pl.DataFrame]:
         per_block.select(order=f"{where}_at", fact=pl.lit(fact), value=fact, family=pl.lit(NAME))
         .drop_nulls("value")
         .collect()
-        for fact, where in (("moe_topk", "moe"), ("recomputed_layers", "recomputed"))
+        for fact, where in (
+            ("moe_topk", "moe"),
+            ("moe_experts", "experts"),
+            ("recomputed_layers", "recomputed"),
+        )
     ]
 
 
@@ -270,7 +277,8 @@ CONFIGURATION = Block(
     read=read_configuration,
     facts=(
         *_CONFIG_COUNTS.values(),
-        *("gpus", "precision", "swiglu", "activation_checkpointing", "moe_topk", "recomputed_layers"),
+        *("gpus", "precision", "swiglu", "activation_checkpointing", "moe_topk", "moe_experts"),
+        "recomputed_layers",
     ),
 )
 

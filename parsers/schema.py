@@ -46,6 +46,7 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     # HF's tie_word_embeddings false); null when the log does not say
     "untied_embeddings": pl.Boolean,
     "moe_topk": pl.Int64,  # experts a token is routed to; null without MoE
+    "moe_experts": pl.Int64,  # experts of each MoE layer (Megatron's --num-experts); null without MoE
     "moe_ffn_hidden_size": pl.Int64,  # an expert's FFN width (Megatron's --moe-ffn-hidden-size); null: ffn's
     "moe_shared_ffn_hidden_size": pl.Int64,  # the shared experts' FFN width a token also passes; null: none
     "moe_layers": pl.Int64,  # the layers whose MLP is MoE (Megatron's --moe-layer-freq); null: all, with MoE

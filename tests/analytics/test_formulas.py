@@ -70,6 +70,20 @@ def test_llama_params_of_llama_2_7b_is_its_published_count():
     assert spelled_out == 6_738_415_616
 
 
+def test_llama_params_of_mixtral_8x7b_counts_every_expert():
+    # Mixtral-8x7B: Mistral-7B's attention (a 32, g 8, kv 128), 8 SwiGLU experts of ffn 14336 a layer and
+    # their router (h x 8), V 32000, untied: "46.7B total parameters"
+    h, layers, g, kv, ffn, v, experts = 4096, 32, 8, 128, 14336, 32000, 8
+    per_layer = 2 * h * h + 2 * h * g * kv + experts * 3 * h * ffn + h * experts + 2 * h
+    expected = layers * per_layer + h + 2 * v * h
+    assert expected == 46_702_792_704
+    shape = dict(hidden=h, layers=layers, vocab=v, heads=32, query_groups=g, kv_channels=kv, ffn_hidden=ffn)
+    assert f.llama_params(**shape, experts=experts) == 46_702_792_704
+    # every other layer an MoE one (Megatron-LM's --moe-layer-freq 2): 16 of them, 16 dense
+    half = f.llama_params(**shape, experts=experts, moe_layers=16)
+    assert half == f.llama_params(**shape) + 16 * (experts * 3 * h * ffn + h * experts - 3 * h * ffn)
+
+
 def test_llama_params_without_swiglu_has_two_mlp_matrices_and_works_on_fractions():
     h, layers, v = Fraction(64), Fraction(2), Fraction(100)
     count = f.llama_params(

@@ -296,7 +296,7 @@ def _dump(**arguments: object) -> RunBuilder:
     )
 
 
-SHAPE_FACTS = ("num_query_groups", "kv_channels", "swiglu", "moe_topk")
+SHAPE_FACTS = ("num_query_groups", "kv_channels", "swiglu", "moe_topk", "moe_experts")
 
 
 @pytest.mark.parametrize(
@@ -312,7 +312,7 @@ SHAPE_FACTS = ("num_query_groups", "kv_channels", "swiglu", "moe_topk")
                 num_experts=None,
                 moe_router_topk=2,
             ),
-            dict(num_query_groups=8, kv_channels=128, swiglu=True, moe_topk=None),
+            dict(num_query_groups=8, kv_channels=128, swiglu=True, moe_topk=None, moe_experts=None),
         ),
         # Mixtral-like MoE: 8 experts, each token routed to 2
         (
@@ -324,7 +324,7 @@ SHAPE_FACTS = ("num_query_groups", "kv_channels", "swiglu", "moe_topk")
                 num_experts=8,
                 moe_router_topk=2,
             ),
-            dict(num_query_groups=8, kv_channels=128, swiglu=True, moe_topk=2),
+            dict(num_query_groups=8, kv_channels=128, swiglu=True, moe_topk=2, moe_experts=8),
         ),
         # GQA off: Megatron-LM prints its unused default of 1 query group
         (
@@ -336,27 +336,27 @@ SHAPE_FACTS = ("num_query_groups", "kv_channels", "swiglu", "moe_topk")
                 num_experts=None,
                 moe_router_topk=2,
             ),
-            dict(num_query_groups=None, kv_channels=128, swiglu=False, moe_topk=None),
+            dict(num_query_groups=None, kv_channels=128, swiglu=False, moe_topk=None, moe_experts=None),
         ),
         # Megatron-DeepSpeed's DeepSpeed-MoE option is a list (nargs='+'), [1] by default: not Megatron-LM's MoE
         (
             dict(num_experts="[1]", kv_channels=256),
-            dict(num_query_groups=None, kv_channels=256, swiglu=None, moe_topk=None),
+            dict(num_query_groups=None, kv_channels=256, swiglu=None, moe_topk=None, moe_experts=None),
         ),
         # a 2021 dump: none of them but kv_channels (h/a)
         (
             dict(hidden_size=8192, kv_channels=256),
-            dict(num_query_groups=None, kv_channels=256, swiglu=None, moe_topk=None),
+            dict(num_query_groups=None, kv_channels=256, swiglu=None, moe_topk=None, moe_experts=None),
         ),
         # Megatron-DeepSpeed's Llama-2-70B: 64 heads sharing 8 key/value heads (its --num-key-value-heads)
         (
             dict(num_attention_heads=64, num_key_value_heads=8, swiglu=True),
-            dict(num_query_groups=8, kv_channels=None, swiglu=True, moe_topk=None),
+            dict(num_query_groups=8, kv_channels=None, swiglu=True, moe_topk=None, moe_experts=None),
         ),
         # Megatron-DeepSpeed without GQA: validate_args sets num_key_value_heads to the heads
         (
             dict(num_attention_heads=32, num_key_value_heads=32),
-            dict(num_query_groups=None, kv_channels=None, swiglu=None, moe_topk=None),
+            dict(num_query_groups=None, kv_channels=None, swiglu=None, moe_topk=None, moe_experts=None),
         ),
         # nonsense values are no facts
         (
@@ -367,7 +367,7 @@ SHAPE_FACTS = ("num_query_groups", "kv_channels", "swiglu", "moe_topk")
                 num_experts=8,
                 moe_router_topk="None",
             ),
-            dict(num_query_groups=None, kv_channels=None, swiglu=None, moe_topk=None),
+            dict(num_query_groups=None, kv_channels=None, swiglu=None, moe_topk=None, moe_experts=8),
         ),
     ],
 )

@@ -661,11 +661,18 @@ def test_gqa_swiglu_moe_runs_count_their_shape_and_hfu_adds_the_recomputed_forwa
     h, s, b, layers, v = 8192, 8192, 64, 80, 128256
     eq3 = (72 * b * s * layers * h * h * (1 + s / (6 * h)) + 6 * b * s * h * v) / (20 * 64 * 1e12)
     assert round(1 - eq3 / logged, 2) == (0.44 if topk else 0.05)
+    # the seed's formula multiplies the parameters a token passes: an MoE run's top-k experts, not all
+    active = _llama_70b_params(experts=topk or 0)  # (a router of h x top-k: a 1e-5 share)
+    seed = active * (4 if checkpointing else 3) * 2 * 8192 * 64 / (20 * 64 * 1e12)
+    assert row["tflops_per_gpu"] == pytest.approx(seed, rel=1e-9)
 
 
-def _llama_70b_params(*, untied: bool = True, gated: bool = True) -> int:
+def _llama_70b_params(*, untied: bool = True, gated: bool = True, experts: int = 0) -> int:
     h, a, g, kv, ffn, v, layers = 8192, 64, 8, 128, 28672, 128256, 80
-    layer = h * a * kv + 2 * h * g * kv + a * kv * h + (3 if gated else 2) * h * ffn + 2 * h
+    mlp = (3 if gated else 2) * h * ffn
+    if experts:  # each layer's MLP an expert of `experts`, and the router's h x experts
+        mlp = experts * mlp + h * experts
+    layer = h * a * kv + 2 * h * g * kv + a * kv * h + mlp + 2 * h
     return layers * layer + h + (2 if untied else 1) * v * h
 
 
@@ -677,7 +684,8 @@ def _llama_70b_params(*, untied: bool = True, gated: bool = True) -> int:
         ({"untied_embeddings": False}, _llama_70b_params(untied=False)),  # one V x h matrix
         ({"swiglu": False}, _llama_70b_params(gated=False)),  # GQA alone is Llama-style: two MLP matrices
         ({"swiglu": None, "num_query_groups": None}, None),  # neither: GPT-2's count
-        ({"moe_topk": 2}, None),  # MoE: GPT-2's count still (the experts are no fact)
+        ({"moe_topk": 2, "moe_experts": 8}, _llama_70b_params(experts=8)),  # MoE: every expert's MLP
+        ({"moe_topk": 2}, "unknown"),  # MoE without its experts' number: no size, not a dense model's
     ],
 )
 def test_a_llama_style_shape_counts_llamas_parameters_and_the_zero_estimate_takes_them(facts, params):
@@ -685,6 +693,9 @@ def test_a_llama_style_shape_counts_llamas_parameters_and_the_zero_estimate_take
     run.update(LLAMA_70B, precision="bf16", **facts)
     row = one(runs(run), iterations("a", elapsed_ms=[1.0]))
     assert _llama_70b_params() == 70_553_706_496  # Llama-3-70B's published count
+    if params == "unknown":
+        assert (row["model_size_b"], row["model_state_gb_pred"]) == (None, None)
+        return
     if params is None:
         h, layers, s, v = 8192, 80, 8192, 128256  # the padded vocabulary when the true one is unknown
         params = layers * (12 * h * h + 13 * h) + v * h + s * h + 2 * h
