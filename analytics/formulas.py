@@ -56,8 +56,8 @@ def llama_params(
     layers (None: all) holds that many MLPs ``moe_ffn_hidden`` wide (None: ``ffn``), a shared expert
     ``shared_ffn_hidden`` wide and the router's h x experts; Mixtral-8x7B (h 4096, l 32, a 32, g 8, kv
     128, ffn 14336, 8 experts, V 32000, untied): 46,702,792,704, Mistral AI's "46.7B total parameters".
-    Written with * and / of the arguments only: exact on ints (given ``kv_channels``) and fractions.Fraction,
-    and valid on polars expressions.
+    Written with +, * and / of the arguments only: exact on ints (given ``kv_channels``) and
+    fractions.Fraction, and valid on polars expressions, ``swiglu`` and ``untied`` (a Boolean is 0 or 1) too.
     """
     h = hidden
     query_width = h if kv_channels is None else kv_channels * heads  # a*kv
@@ -67,9 +67,9 @@ def llama_params(
         key_value_width = query_groups * (h / heads if kv_channels is None else kv_channels)
     ffn = 4 * h if ffn_hidden is None else ffn_hidden
     attention = 2 * h * query_width + 2 * h * key_value_width
-    matrices = 3 if swiglu else 2
+    matrices = 2 + swiglu
     mlp = matrices * h * ffn
-    embeddings = (2 if untied else 1) * vocab * h
+    embeddings = (1 + untied) * vocab * h
     dense = layers * (attention + mlp + 2 * h) + h + embeddings
     if experts is None:
         return dense
@@ -142,16 +142,15 @@ def megatron_flops_per_iteration(
     *hardware* FLOPs (HFU): what the GPU executes, the recomputed forward included.
     """
     b, s, n_layers, h, v = global_batch, seq_len, layers, hidden, vocab
-    # Written with * and / of the arguments only: exact on fractions.Fraction, and valid on polars
-    # expressions (the caller fills a run's unknown shape facts with these defaults).
+    # Written with +, * and / of the arguments only: exact on fractions.Fraction, and valid on polars
+    # expressions, swiglu a Boolean one too (the caller fills a run's unknown shape facts with these defaults).
     query_width = 1 if kv_channels is None else kv_channels * heads / h
     key_value_share = 1 if query_groups is None else query_groups / heads
     ffn = 4 * h if ffn_hidden is None else ffn_hidden
     moe_share = 1 if moe_layers is None else moe_layers / n_layers
     experts = (ffn if moe_ffn_hidden is None else moe_ffn_hidden) * moe_topk + shared_ffn_hidden
     mlp = ((1 - moe_share) * ffn + moe_share * experts) / h
-    if swiglu:
-        mlp = mlp * 3 / 2
+    mlp = mlp * (2 + swiglu) / 2  # three matrices instead of two
     one_pass_of_layers = 4 * b * s * n_layers * h * h * ((1 + key_value_share + s / h) * query_width + mlp)
     logits = 6 * b * s * h * v
     return (3 + (recomputed_share if checkpointing else 0)) * one_pass_of_layers + logits

@@ -276,35 +276,27 @@ def _model_params(*, active: bool = False) -> pl.Expr:
     ffn = pl.coalesce(_counted("ffn_hidden_size"), 4 * hidden)
     moe, experts = _counted("moe_topk").is_not_null(), _counted("moe_topk" if active else "moe_experts")
 
-    def llama(gated: bool, untie: bool) -> pl.Expr:
-        return formulas.llama_params(
-            hidden=hidden,
-            layers=layers,
-            vocab=vocab,
-            heads=heads,
-            query_groups=query_groups,
-            kv_channels=kv_channels,
-            ffn_hidden=ffn,
-            swiglu=gated,
-            untied=untie,
-            experts=pl.when(moe).then(experts).otherwise(1.0),
-            moe_ffn_hidden=pl.coalesce(_counted("moe_ffn_hidden_size"), ffn),
-            shared_ffn_hidden=_counted("moe_shared_ffn_hidden_size").fill_null(0.0),
-            moe_layers=pl.when(moe).then(pl.coalesce(_counted("moe_layers"), layers)).otherwise(0.0),
-        )
-
+    llama = formulas.llama_params(
+        hidden=hidden,
+        layers=layers,
+        vocab=vocab,
+        heads=heads,
+        query_groups=query_groups,
+        kv_channels=kv_channels,
+        ffn_hidden=ffn,
+        swiglu=swiglu,
+        untied=untied,
+        experts=pl.when(moe).then(experts).otherwise(1.0),
+        moe_ffn_hidden=pl.coalesce(_counted("moe_ffn_hidden_size"), ffn),
+        shared_ffn_hidden=_counted("moe_shared_ffn_hidden_size").fill_null(0.0),
+        moe_layers=pl.when(moe).then(pl.coalesce(_counted("moe_layers"), layers)).otherwise(0.0),
+    )
     llama_style = swiglu | _counted("num_query_groups").is_not_null() | moe
     return (
         pl.when(moe & experts.is_null())
         .then(pl.lit(None, pl.Float64))
-        .when(llama_style & swiglu & untied)
-        .then(llama(True, True))
-        .when(llama_style & swiglu)
-        .then(llama(True, False))
-        .when(llama_style & untied)
-        .then(llama(False, True))
         .when(llama_style)
-        .then(llama(False, False))
+        .then(llama)
         .otherwise(formulas.gpt2_params(hidden=hidden, layers=layers, vocab=vocab, seq_len=_f("seq_len")))
     )
 
@@ -560,34 +552,26 @@ def _megatron_tflops(checkpointing: bool) -> pl.Expr:
     widths are read per head). A count of 0 or less (a garbled line) is no fact."""
     hidden = _f("hidden_size")
     heads, query_groups, kv_channels = _attention_shape()
-    swiglu = pl.col("swiglu").fill_null(False)
-
-    def flops(gated: bool) -> pl.Expr:
-        return formulas.megatron_flops_per_iteration(
-            global_batch=_f("global_batch_size"),
-            seq_len=_trained_seq_len(),
-            layers=_f("num_layers"),
-            hidden=hidden,
-            vocab=pl.coalesce(_f("padded_vocab_size"), _f("vocab_size")),
-            checkpointing=checkpointing,
-            recomputed_share=(_counted("recomputed_layers") / _f("num_layers")).fill_null(1.0),
-            heads=heads,
-            query_groups=query_groups,
-            kv_channels=kv_channels,
-            ffn_hidden=pl.coalesce(_counted("ffn_hidden_size"), 4 * hidden),
-            swiglu=gated,
-            moe_topk=_counted("moe_topk").fill_null(1.0),
-            moe_ffn_hidden=pl.coalesce(
-                _counted("moe_ffn_hidden_size"), _counted("ffn_hidden_size"), 4 * hidden
-            ),
-            shared_ffn_hidden=_counted("moe_shared_ffn_hidden_size").fill_null(0.0),
-            moe_layers=pl.coalesce(_counted("moe_layers"), _f("num_layers")),
-        )
-
+    flops_per_iteration = formulas.megatron_flops_per_iteration(
+        global_batch=_f("global_batch_size"),
+        seq_len=_trained_seq_len(),
+        layers=_f("num_layers"),
+        hidden=hidden,
+        vocab=pl.coalesce(_f("padded_vocab_size"), _f("vocab_size")),
+        checkpointing=checkpointing,
+        recomputed_share=(_counted("recomputed_layers") / _f("num_layers")).fill_null(1.0),
+        heads=heads,
+        query_groups=query_groups,
+        kv_channels=kv_channels,
+        ffn_hidden=pl.coalesce(_counted("ffn_hidden_size"), 4 * hidden),
+        swiglu=pl.col("swiglu").fill_null(False),
+        moe_topk=_counted("moe_topk").fill_null(1.0),
+        moe_ffn_hidden=pl.coalesce(_counted("moe_ffn_hidden_size"), _counted("ffn_hidden_size"), 4 * hidden),
+        shared_ffn_hidden=_counted("moe_shared_ffn_hidden_size").fill_null(0.0),
+        moe_layers=pl.coalesce(_counted("moe_layers"), _f("num_layers")),
+    )
     return formulas.tflops_per_gpu(
-        flops_per_iteration=pl.when(swiglu).then(flops(True)).otherwise(flops(False)),
-        sec_per_iter=pl.col("sec_per_iter"),
-        gpus=_f("gpus"),
+        flops_per_iteration=flops_per_iteration, sec_per_iter=pl.col("sec_per_iter"), gpus=_f("gpus")
     )
 
 
