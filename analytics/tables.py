@@ -16,6 +16,7 @@ from logstat.analytics import formulas
 from logstat.analytics.display import mfu_text, tflops_text
 from logstat.analytics.update import GENERATED_MARK, SEED_SEQ_LEN
 from logstat.parsers.schema import run_labels
+from logstat.parsers.slurm import CAUSE_LABELS, OOM_LABEL
 
 
 def _fixed(expr: pl.Expr, decimals: int) -> pl.Expr:
@@ -118,17 +119,6 @@ def _plain_name() -> pl.Expr:
     return pl.col("_name").str.replace_all(_MARKUP, r"\$1")
 
 
-#: the parser's labels of a failure's reason (``reason`` starts with one and ": ") a Notes cell names
-_CAUSE_LABELS = (
-    "CUDA out of memory",
-    "NCCL timeout/error",
-    "network error",
-    "GPU error",
-    "time limit",
-    "node failure",
-    "preempted",
-    "killed",
-)
 #: a reason that is an exception's line: its class
 _EXCEPTION = r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)):"
 
@@ -137,11 +127,15 @@ def _cause() -> pl.Expr:
     """What a failed run died of, in a word or two: the reason's label (CUDA out of memory as the seed's
     ``OOM``), else the exception's class; null when the reason has neither (the status says the rest)."""
     reason = pl.col("reason")
-    label = reason.str.extract(f"^({'|'.join(re.escape(label) for label in _CAUSE_LABELS)}): ")
+    label = reason.str.extract(f"^({'|'.join(re.escape(label) for label in CAUSE_LABELS)})")
     return (
-        pl.when(label == "CUDA out of memory")
+        pl.when(label == OOM_LABEL)
         .then(pl.lit("OOM"))
-        .otherwise(pl.coalesce(label, reason.str.extract(_EXCEPTION).str.split(".").list.last()))
+        .otherwise(
+            pl.coalesce(
+                label.str.strip_suffix(": "), reason.str.extract(_EXCEPTION).str.split(".").list.last()
+            )
+        )
     )
 
 

@@ -99,7 +99,21 @@ FATAL_XIDS = frozenset({48, 62, 64, 74, 79, 92, 94, 95, 119, 120, 140})
 #: ``RuntimeError: NCCL communicator was aborted on rank 13.  Original reason for failure was: [Rank 13]
 #: Watchdog caught collective operation timeout: ...``): a cause, not a peer's end
 OWN_WATCHDOG = WATCHDOG_ENDS[0]
-NCCL_LABEL = "NCCL timeout/error: "
+#: the labels a failure's reason starts with when its line names a cause of its kind (the table's Notes
+#: name the run's cause by them)
+OOM_LABEL, NCCL_LABEL, NETWORK_LABEL = "CUDA out of memory: ", "NCCL timeout/error: ", "network error: "
+GPU_LABEL, TIME_LIMIT_LABEL, NODE_FAILURE_LABEL = "GPU error: ", "time limit: ", "node failure: "
+PREEMPTED_LABEL, KILLED_LABEL = "preempted: ", "killed: "
+CAUSE_LABELS = (
+    OOM_LABEL,
+    NCCL_LABEL,
+    NETWORK_LABEL,
+    GPU_LABEL,
+    TIME_LIMIT_LABEL,
+    NODE_FAILURE_LABEL,
+    PREEMPTED_LABEL,
+    KILLED_LABEL,
+)
 #: a process ended by native code, where no Python traceback is printed: an uncaught C++ exception
 #: (libstdc++'s terminate handler quotes it on the line after its ``terminate called after throwing``:
 #: ``  what():  <message>``), CPython's fatal errors (``Fatal Python error: Segmentation fault``) and a
@@ -127,12 +141,12 @@ CLEAN_EXITS = ("exits successfully", "worker group successfully finished", "Succ
 #: their exit code after it is a report
 SCHEDULER_ENDS = dict.fromkeys(
     ("TERM_RUNLIMIT", "job killed: walltime", "job.exception type=timeout"),
-    ("failed", "time limit: ", "time limit"),
+    ("failed", TIME_LIMIT_LABEL, "time limit"),
 )
 SCHEDULER_ENDS |= dict.fromkeys(
-    ("TERM_MEMLIMIT", "job killed: mem", "job killed: vmem"), ("failed", "killed: ", "oom-kill")
+    ("TERM_MEMLIMIT", "job killed: mem", "job killed: vmem"), ("failed", KILLED_LABEL, "oom-kill")
 )
-SCHEDULER_ENDS["TERM_PREEMPT"] = ("cancelled", "preempted: ", "cancelled")
+SCHEDULER_ENDS["TERM_PREEMPT"] = ("cancelled", PREEMPTED_LABEL, "cancelled")
 SCHEDULER_ENDS |= dict.fromkeys(
     ("TERM_OWNER", "TERM_ADMIN", "TERM_FORCE_", "TERM_REQUEUE_", "job.exception type=cancel"),
     ("cancelled", "", "cancelled"),
@@ -275,34 +289,34 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     that says several things is read."""
     status, label, weight, kind, bare_cancel = "failed", "", CAUSE, "", False
     if "CUDA out of memory" in text or "OutOfMemoryError" in text:  # CUDA_OOM
-        label, kind = "CUDA out of memory: ", "cuda oom"
+        label, kind = OOM_LABEL, "cuda oom"
     elif "CANCELLED AT" in text:  # slurmstepd's ``*** JOB|STEP <id> ON <node> CANCELLED AT <time> ...``
         _start_attempt_after_earlier_cancel(text, run)
         bare_step = "*** STEP" in text and "DUE TO" not in text
         if "TIME LIMIT" in text:
-            label, kind = "time limit: ", "time limit"
+            label, kind = TIME_LIMIT_LABEL, "time limit"
         elif "NODE FAIL" in text:
-            label, kind = "node failure: ", "node failure"
+            label, kind = NODE_FAILURE_LABEL, "node failure"
         elif "TASK FAILURE" in text or (bare_step and run.failure is not None):
             # Slurm ending a job (or srun a step, after "srun: Terminating StepId=...") because a task
             # failed: the task's own lines say why
             weight, kind = REPORT, "slurm cancel"
         else:  # preemption, scancel by a user or an admin, a requeue
             status = kind = "cancelled"
-            label, bare_cancel = "preempted: " if "PREEMPTION" in text else "", bare_step
+            label, bare_cancel = PREEMPTED_LABEL if "PREEMPTION" in text else "", bare_step
     elif RUNNER_STOP in text and text.startswith("logstat: "):  # the run's cause, after what it made
         status = kind = "cancelled"
     elif ended := next((end for end in SCHEDULER_ENDS if end in text), None):
         status, label, kind = SCHEDULER_ENDS[ended]
     elif any(kill in text for kill in MEMORY_LIMIT_KILLS):  # a host memory limit, as the OOM killer's event
-        label, kind = "killed: ", "oom-kill"
+        label, kind = KILLED_LABEL, "oom-kill"
     elif text.startswith(LSF_EXIT):
         weight, kind = REPORT, "scheduler exit"
     elif IB_COMPLETION_ERROR in text:
-        label, kind = "network error: ", "network"
+        label, kind = NETWORK_LABEL, "network"
     elif XID in text and (xid := _XID.search(text)):
         fatal = int(xid[1]) in FATAL_XIDS
-        label, weight, kind = "GPU error: ", HARDWARE if fatal else EFFECT, "gpu hardware" if fatal else "xid"
+        label, weight, kind = GPU_LABEL, HARDWARE if fatal else EFFECT, "gpu hardware" if fatal else "xid"
     elif any(end in text for end in WATCHDOG_ENDS) or ("NCCL" in text and _NCCL_FAILURE.search(text)):
         # the first rank's watchdog is the cause; a communicator aborted because a peer failed is not
         label, kind = ("", "cuda error") if "CUDA error" in text else (NCCL_LABEL, "nccl")
@@ -311,7 +325,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     elif any(abort in text for abort in NATIVE_ABORTS):
         kind = "native abort"
     elif LOST_DAEMON in text or (PDSH_SSH_EXIT in text and text.rstrip().endswith(f"{PDSH_SSH_EXIT} 255")):
-        label, kind = "node failure: ", "node failure"
+        label, kind = NODE_FAILURE_LABEL, "node failure"
     elif PDSH_SSH_EXIT in text:
         weight, kind = REPORT, "pdsh"
     elif "srun: error" in text or "NODE_FAIL" in text:
@@ -323,7 +337,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         elif task is None:
             kind = "srun"
         elif task["how"].startswith(SRUN_OOM):  # the step's OOM killer, as its own event
-            label, kind = "killed: ", "oom-kill"
+            label, kind = KILLED_LABEL, "oom-kill"
         else:
             weight, kind = REPORT if task["how"].startswith("Exited") else EFFECT, "srun task"
     elif any(end in text for end in CLEAN_EXITS):
@@ -339,7 +353,11 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         label, weight, kind = "crashed: ", EFFECT, "crash"
     elif _KILLED.search(text):  # the cgroup OOM killer's event is a cause, a kill says how a process ended
         oom_kill = "oom-kill" in text or "oom_kill" in text
-        label, weight, kind = "killed: ", CAUSE if oom_kill else EFFECT, "oom-kill" if oom_kill else "killed"
+        label, weight, kind = (
+            KILLED_LABEL,
+            CAUSE if oom_kill else EFFECT,
+            "oom-kill" if oom_kill else "killed",
+        )
     elif "by peer" in text:  # c10d/gloo socket errors of a rank whose peer died
         weight, kind = REPORT, "peer"
     elif any(marker in text for marker in TRACEBACK_OPENERS):
@@ -381,7 +399,9 @@ def _preempted_before_the_last_launch(run: RunBuilder, events: list[tuple]) -> b
     """Preemptions read after the run's last launch started (a job's .err, read after its .out) ended
     earlier launches when the run logged more launches than it was preempted (a preempted job is requeued
     and runs again): its last launch starts after them. Whether it did so."""
-    preempted = [event for event in events if event[4] == "cancelled" and event[2].startswith("preempted: ")]
+    preempted = [
+        event for event in events if event[4] == "cancelled" and event[2].startswith(PREEMPTED_LABEL)
+    ]
     if not preempted or preempted[-1][0] < run.launch_start:
         return False
     frame = run.iteration_frame
@@ -594,7 +614,7 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
             "run",
             "order",
             reason=pl.when(oom)
-            .then(pl.lit("CUDA out of memory: ") + text)
+            .then(pl.lit(OOM_LABEL) + text)
             .when(text.str.contains(OWN_WATCHDOG, literal=True))
             .then(pl.lit(NCCL_LABEL) + text)
             .otherwise(text),
@@ -619,7 +639,7 @@ def read_launcher_kills(records: pl.LazyFrame) -> Events:
     first = records.sort("order").group_by("run").agg(pl.col("order", "text").first())
     return _failures(
         first.filter(~pl.col("text").str.contains(WARNING)),
-        reason=pl.lit("killed: ") + pl.col("text").str.replace(_LEADING_SPACE, ""),
+        reason=pl.lit(KILLED_LABEL) + pl.col("text").str.replace(_LEADING_SPACE, ""),
         weight=pl.lit(CLEANUP),
         kind=pl.lit("launcher kill"),
         exception=pl.lit(False),
