@@ -67,6 +67,9 @@ class HFRunConfig:
     """The Trainer's output directory; nothing is saved in it (``save_strategy="no"``)."""
     seed: int
     """Seed of the weights, the synthetic tokens and the Trainer."""
+    logging_steps: int = 1
+    """Optimizer steps between the Trainer's loss lines, the spec's ``train.log_interval``. DeepSpeed prints
+    no step lines of its own under the Trainer: accelerate sets its ``steps_per_print`` to inf."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--activation-checkpointing", dest="activation_checkpointing", action="store_true")
     parser.add_argument("--output-dir", dest="output_dir", required=True, type=Path)
     parser.add_argument("--seed", required=True, type=int)
+    parser.add_argument("--logging-steps", dest="logging_steps", type=positive_int, default=1)
     return parser
 
 
@@ -174,6 +178,7 @@ def parse_config(argv: Sequence[str]) -> HFRunConfig:
         activation_checkpointing=args.activation_checkpointing,
         output_dir=args.output_dir,
         seed=args.seed,
+        logging_steps=args.logging_steps,
     )
 
 
@@ -251,7 +256,7 @@ def run(config: HFRunConfig) -> None:
         gradient_accumulation_steps=config.gradient_accumulation_steps,
         max_steps=config.max_steps,
         learning_rate=config.learning_rate,
-        logging_steps=1,
+        logging_steps=config.logging_steps,
         gradient_checkpointing=config.activation_checkpointing,
         fp16=config.precision == "fp16",
         bf16=config.precision == "bf16",

@@ -30,7 +30,7 @@ def program(spec: Spec, *, run_dir: Path, ds_config_path: Path) -> list[str]:
     if train.activation_checkpointing:
         args.append("--activation-checkpointing")
     args += ["--output-dir", str(run_dir / "hf-output"), "--seed", str(train.seed)]
-    return args
+    return args + ["--logging-steps", str(train.log_interval)]
 
 
 def environment(spec: Spec) -> dict[str, str]:

@@ -85,6 +85,7 @@ def hf_argv(config_path: Path, output_dir: Path, **overrides: str) -> list[str]:
         (ds_config(3), {"num_heads": "3"}, "--num-heads=3 must divide --hidden-size=64"),
         (ds_config(3), {"precision": "fp8"}, "argument --precision: invalid choice: 'fp8'"),
         (ds_config(3), {"max_steps": "0"}, "argument --max-steps: 0 must be >= 1"),
+        (ds_config(3), {"logging_steps": "0"}, "argument --logging-steps: 0 must be >= 1"),
     ],
 )
 def test_bad_flags_and_json_are_refused_naming_them(
@@ -97,6 +98,20 @@ def test_bad_flags_and_json_are_refused_naming_them(
         hf_zero3.parse_config(hf_argv(path, tmp_path / "out", **overrides))
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_specs_log_interval_is_the_trainers_logging_steps(tmp_path, monkeypatch):
+    from logstat.runners.spec import load_spec
+    from logstat.runners.stacks import get_stack
+
+    spec = load_spec("gpt2-tiny-hf-zero3", ["train.log_interval=3"])
+    program = get_stack("hf-zero3").program(spec, run_dir=tmp_path, ds_config_path=tmp_path / "ds.json")
+    assert program[program.index("--logging-steps") + 1] == "3"
+    monkeypatch.setenv("WORLD_SIZE", str(WORLD))
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(ds_config(3)))
+    assert hf_zero3.parse_config(hf_argv(path, tmp_path / "out", logging_steps="3")).logging_steps == 3
+    assert hf_zero3.parse_config(hf_argv(path, tmp_path / "out")).logging_steps == 1
 
 
 def test_missing_or_broken_json_is_refused(tmp_path, capsys):
