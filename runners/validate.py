@@ -277,6 +277,26 @@ def _check_stack(spec: Spec, report: Report) -> None:
                 )
     for field_name, value, rule in stack.problems(spec):
         report.refuse(field_name, value, rule)
+    _check_other_stacks_sections(spec, report)
+
+
+def _check_other_stacks_sections(spec: Spec, report: Report) -> None:
+    """A setting of another stack's section (a PowerSGD rank in an HF spec) would be ignored without a word:
+    refused when it differs from its default."""
+    from logstat.runners.stacks import section_owners
+
+    for section, owner in section_owners().items():
+        if owner == spec.stack:
+            continue
+        settings, defaults = getattr(spec, section), SECTIONS[section]()
+        for setting in dataclasses.fields(settings):
+            value = getattr(settings, setting.name)
+            if value != getattr(defaults, setting.name):
+                report.refuse(
+                    f"{section}.{setting.name}",
+                    value,
+                    f"is read by stack {owner} only; stack {spec.stack} ignores it",
+                )
 
 
 def _warn(spec: Spec, report: Report) -> None:

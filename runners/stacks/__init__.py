@@ -41,6 +41,8 @@ class Stack:
     """Raises LogstatError when the spec cannot be launched from here (e.g. no checkout); dry runs skip it."""
     problems: Callable[[Spec], list[tuple[str, object, str]]] = lambda spec: []
     """The stack's own refusals of a spec, each ``(field, value, rule)`` (``validate.check`` reports them)."""
+    section: str | None = None
+    """The spec section of this stack's own settings (``megatron``, ``ddp``), which other stacks ignore."""
 
 
 #: name -> module path: the one place a stack is registered.
@@ -49,6 +51,11 @@ STACKS: dict[str, str] = {
     "hf-zero3": "logstat.runners.stacks.hf_zero3",
     "ddp-powersgd": "logstat.runners.stacks.ddp_powersgd",
 }
+
+
+def section_owners() -> dict[str, str]:
+    """Section name -> the stack whose own settings it holds."""
+    return {stack.section: stack.name for stack in map(get_stack, STACKS) if stack.section}
 
 
 def get_stack(name: str) -> Stack:

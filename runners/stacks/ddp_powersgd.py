@@ -78,4 +78,5 @@ STACK = Stack(
     zero_stages=(0,),
     model_parallel=False,
     problems=problems,
+    section="ddp",
 )

@@ -135,4 +135,5 @@ STACK = Stack(
     model_parallel=True,
     launch_check=launch_check,
     problems=problems,
+    section="megatron",
 )

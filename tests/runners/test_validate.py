@@ -176,6 +176,24 @@ def test_settings_that_would_train_nothing_are_refused(override, message):
     assert problems("gpt2-tiny-ddp-powersgd", "ddp.powersgd_rank=25") == []
 
 
+@pytest.mark.parametrize(
+    ("name", "override", "message"),
+    [
+        ("gpt2-tiny-hf-zero3", "ddp.powersgd_rank=8",
+         "ddp.powersgd_rank=8 is read by stack ddp-powersgd only; stack hf-zero3 ignores it"),
+        ("gpt2-tiny-ddp-powersgd", "megatron.split=98,2,0",
+         "megatron.split='98,2,0' is read by stack megatron-deepspeed only; stack ddp-powersgd ignores it"),
+        ("gpt2-tiny-hf-zero3", "megatron.data_path=data/text_document",
+         "megatron.data_path='data/text_document' is read by stack megatron-deepspeed only; stack hf-zero3 ignores it"),
+        (BASE, "ddp.powersgd_start_iter=10",
+         "ddp.powersgd_start_iter=10 is read by stack ddp-powersgd only; stack megatron-deepspeed ignores it"),
+    ],
+)  # fmt: skip
+def test_another_stacks_setting_is_refused_not_ignored(name, override, message):
+    assert refused(name, override) == message
+    assert problems(name) == []  # its defaults are no setting
+
+
 def test_powersgd_start_iter_must_allow_warm_start():
     assert refused("gpt2-tiny-ddp-powersgd", "ddp.powersgd_start_iter=1").startswith(
         "ddp.powersgd_start_iter=1 must be >= 2"
@@ -314,7 +332,7 @@ def test_estimate_of_the_52b_benchmark():
 
 
 def test_nul_bytes_are_refused_in_any_string_field():
-    assert refused("gpt2-tiny-hf-zero3", "megatron.data_path=a\0b") == (
+    assert refused(BASE, "megatron.data_path=a\0b") == (
         "megatron.data_path='a\\x00b' contains a NUL byte, which no command line, path or file name can hold"
     )
 
