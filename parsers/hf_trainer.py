@@ -135,8 +135,9 @@ _SHAPE_KEYS = {  # model-config keys (GPT-2's, the generic ones) -> fact; num_ke
     **dict(num_hidden_layers="num_layers", num_attention_heads="num_heads", vocab_size="vocab_size"),
     **dict(n_inner="ffn_hidden_size", intermediate_size="ffn_hidden_size", n_positions="seq_len"),
     **dict(max_position_embeddings="seq_len", num_key_value_heads="num_query_groups"),
-    # MoE (Mixtral's, Qwen2-MoE's configs): experts a token is routed to, an expert's and the shared experts'
-    # width (Mixtral's experts are intermediate_size wide)
+    # MoE (Mixtral's, Qwen2-MoE's configs): the experts of a layer, those a token is routed to, an expert's
+    # and the shared experts' width (Mixtral's experts are intermediate_size wide)
+    **dict(num_local_experts="moe_experts", num_experts="moe_experts"),
     **dict(num_experts_per_tok="moe_topk", moe_intermediate_size="moe_ffn_hidden_size"),
     **dict(shared_expert_intermediate_size="moe_shared_ffn_hidden_size"),
 }

@@ -650,7 +650,7 @@ def test_moe_configs_give_the_experts_per_token_and_their_widths():
         "}",
     ]
     facts = feed_lines(mixtral).facts
-    assert (facts["moe_topk"], facts["ffn_hidden_size"]) == (2, 14336)
+    assert (facts["moe_experts"], facts["moe_topk"], facts["ffn_hidden_size"]) == (8, 2, 14336)
     assert "moe_ffn_hidden_size" not in facts  # Mixtral's experts are intermediate_size wide
     qwen = [
         "Model config Qwen2MoeConfig {",
@@ -662,11 +662,35 @@ def test_moe_configs_give_the_experts_per_token_and_their_widths():
         "}",
     ]
     facts = feed_lines(qwen).facts
+    assert facts["moe_experts"] == 64
     assert (facts["moe_topk"], facts["moe_ffn_hidden_size"], facts["moe_shared_ffn_hidden_size"]) == (
         8,
         2560,
         20480,
     )
+
+
+def test_mixtral_8x7b_config_gives_its_size(tmp_path):
+    """Mixtral-8x7B's config.json as the Trainer prints it: every expert counted, 46,702,792,704 parameters
+    (Mistral AI's "46.7B total"; formulas.llama_params' docstring derives it)."""
+    config = {
+        "hidden_act": '"silu"',
+        "hidden_size": "4096",
+        "intermediate_size": "14336",
+        "max_position_embeddings": "32768",
+        "num_attention_heads": "32",
+        "num_experts_per_tok": "2",
+        "num_hidden_layers": "32",
+        "num_key_value_heads": "8",
+        "num_local_experts": "8",
+        "tie_word_embeddings": "false",
+        "vocab_size": "32000",
+    }
+    log = tmp_path / "mixtral.out"
+    lines = ",\n".join(f'  "{key}": {value}' for key, value in config.items())
+    log.write_text(f"Model config MixtralConfig {{\n{lines}\n}}\n")
+    run = load_runs([log]).runs.row(0, named=True)
+    assert run["model_size_b"] * 1e9 == pytest.approx(46_702_792_704, abs=1)
 
 
 def test_a_llama_style_config_gives_the_gated_mlp_and_grouped_query_attention():
