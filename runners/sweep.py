@@ -536,11 +536,13 @@ def read_sweep(sweep_dir: Path) -> dict[str, Any]:
 
 
 def find_sweep_dirs(root: Path) -> list[Path]:
-    """Sweep directories under ``root`` (``runs/<spec>/sweep-*/``) that submitted a job array."""
+    """Sweep directories under ``root`` (``runs/<spec>/sweep-*/``) that submitted a job array or ran locally
+    (a sweep.json is written at launch only)."""
     found = []
     for path in sorted(Path(root).glob(f"*/*/{SWEEP_FILE}")):
         try:
-            if read_sweep(path.parent).get("arrays"):
+            record = read_sweep(path.parent)
+            if record.get("arrays") or record.get("backend") == "local":
                 found.append(path.parent)
         except LogstatError:
             continue  # an unreadable sweep.json is reported when named explicitly, not when scanning

@@ -366,11 +366,13 @@ class RunStatus:
 
 
 def find_run_dirs(root: Path) -> list[Path]:
-    """Run directories under ``root`` (``runs/<spec>/<time>-<id>/``) whose manifest names a Slurm job."""
+    """Run directories under ``root`` (``runs/<spec>/<time>-<id>/``) whose manifest names a Slurm job or
+    records a local launch."""
     found = []
     for manifest in sorted(Path(root).glob("*/*/manifest.json")):
         try:
-            if read_manifest(manifest).get("slurm_job_id"):
+            recorded = read_manifest(manifest)
+            if recorded.get("slurm_job_id") or recorded.get("backend") == "local":
                 found.append(manifest.parent)
         except LogstatError:
             continue  # an unreadable manifest is reported when named explicitly, not when scanning

@@ -56,6 +56,29 @@ def test_status_of_ended_local_runs_is_their_recorded_outcome(tmp_path):
     assert rows[0]["log"] == str(completed / "train.log")
 
 
+def test_status_without_run_dirs_lists_local_runs_too(tmp_path):
+    """Plain `logstat status` listed runs with a Slurm job id only: every local run was left out."""
+    spec_dir = tmp_path / "runs" / "gpt2-tiny-ddp-powersgd"
+    spec_dir.mkdir(parents=True)
+    ended = {"exit_code": 0, "ended_utc": "2026-01-01T12:01:00+00:00"}
+    completed = local_run_dir(spec_dir, "20260101T120000Z-aaaaaa", **ended)
+    local_run_dir(spec_dir, "20260101T130000Z-bbbbbb", exit_code=1, ended_utc="2026-01-01T13:01:00+00:00")
+    (spec_dir / "not-a-run").mkdir()  # no manifest: no run
+    done = subprocess.run(
+        [str(LOGSTAT), "status", "--runs-root", str(tmp_path / "runs"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(row["run_dir"], row["state"]) for row in rows] == [
+        (str(completed), "COMPLETED"),
+        (str(spec_dir / "20260101T130000Z-bbbbbb"), "FAILED"),
+    ]
+
+
 def test_a_local_run_without_outcome_is_running_only_while_its_launcher_runs(tmp_path):
     """The launcher runs in the run directory: a live process there with the recorded pid is the run
     still going; without one, no outcome was recorded (logstat was killed), and status says so."""

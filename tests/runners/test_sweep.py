@@ -326,6 +326,10 @@ def test_status_of_a_sweep_shows_every_point(tmp_path):
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert [(r["point"], r["task"], r["state"]) for r in rows] == [(0, 0, "NOT_STARTED"), (1, None, "PRUNED")]
     assert rows[1]["reason"] == "refused: model.num_heads=3 does not divide model.hidden_size=64"
+    # plain `logstat status` lists a local sweep too (it listed sweeps with a job array only)
+    done = logstat("status", "--runs-root", str(tmp_path), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line) for line in done.stdout.splitlines()] == rows
     done = logstat("cancel", str(sweep_dir), cwd=tmp_path)
     assert done.returncode == 1 and "no Slurm job array" in done.stderr
 

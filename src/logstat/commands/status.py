@@ -1,4 +1,5 @@
-"""`logstat status` and `logstat cancel`: the Slurm jobs of run directories (logstat.runners.backends.slurm)."""
+"""`logstat status` and `logstat cancel`: the state of run directories, their Slurm jobs or local launches
+(logstat.runners.backends.slurm, .local)."""
 
 from __future__ import annotations
 
@@ -21,19 +22,19 @@ SWEEP_COLUMNS = ("point", "task", "settings", "job_id", "state", "exit_code", "r
     default="runs",
     show_default=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Where to look for submitted runs when no RUN_DIR is named.",
+    help="Where to look for launched runs when no RUN_DIR is named.",
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="One JSON object per run (JSON Lines) instead of a table."
 )
 def status(run_dirs: tuple[Path, ...], runs_root: Path, as_json: bool) -> None:
-    """Show the Slurm state of submitted runs: live from squeue/scontrol while Slurm knows the job,
-    else the final state recorded in the run's manifest.json; a local run's (RUN_DIR) as its
-    manifest records it, or RUNNING while its launcher runs on this host.
+    """Show the state of launched runs: a Slurm run's live from squeue/scontrol while Slurm knows the
+    job, else the final state recorded in the run's manifest.json; a local run's as its manifest
+    records it, or RUNNING while its launcher runs on this host.
 
     A sweep directory (logstat sweep) shows each of its points: pruned ones with their rule,
     launched ones with their array task's state. With no RUN_DIR, every run under --runs-root
-    whose manifest holds a Slurm job id, and every sweep that submitted a job array.
+    whose manifest holds a Slurm job id or a local launch, and every sweep that launched points.
 
     \b
     Example:
@@ -50,7 +51,7 @@ def status(run_dirs: tuple[Path, ...], runs_root: Path, as_json: bool) -> None:
 
         run_dirs = (*find_run_dirs(runs_root), *find_sweep_dirs(runs_root))
         if not run_dirs:
-            click.echo(f"no runs submitted to Slurm under {runs_root}/", err=True)
+            click.echo(f"no launched runs under {runs_root}/", err=True)
             return
     from logstat.runners.sweep import is_sweep_dir, sweep_status
 
