@@ -332,10 +332,24 @@ def derive_facts(run: RunBuilder) -> None:
     if "global_batch_size" not in facts and known("micro_batch_size", "gas", "dp"):
         global_batch = facts["micro_batch_size"] * facts["gas"] * facts["dp"]
         run.set_fact("global_batch_size", global_batch, "derived", 0)
-    if "gas" not in facts and known("global_batch_size", "micro_batch_size", "dp"):
+    if known("global_batch_size", "micro_batch_size", "dp"):
         per_step = facts["micro_batch_size"] * facts["dp"]
-        if facts["global_batch_size"] % per_step == 0:
-            run.set_fact("gas", facts["global_batch_size"] // per_step, "derived", 0)
+        stated = facts.get("gas")
+        ramped = known("gas") and stated * per_step != facts["global_batch_size"] and _batch_of_steps(run)
+        if ("gas" not in facts or ramped) and facts["global_batch_size"] % per_step == 0:
+            run.set_fact("gas", facts["global_batch_size"] // per_step, "derived", 0, override=ramped)
+
+
+def _batch_of_steps(run: RunBuilder) -> bool:
+    """Whether the run's global batch is its last logged step's, in a batch-size rampup: under Megatron's
+    ``--rampup-batch-size`` each step logs its own, growing, while DeepSpeed's config states the
+    accumulation of the target batch (BLOOM-176B: 128 micro-batches of its 2048 while its steps ran 352),
+    so the steps' accumulation is their batch's over micro x DP, as Megatron counts its micro-batches."""
+    frame = run.iteration_frame
+    batches = frame["global_batch_size"].drop_nulls() if frame is not None else None
+    if batches is None or batches.n_unique() < 2:
+        return False
+    return batches[-1] == run.facts["global_batch_size"]
 
 
 def _hf_banner_world(run: RunBuilder) -> bool:

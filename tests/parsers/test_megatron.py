@@ -1,5 +1,7 @@
 """The Megatron family on real lines (fixtures/bigscience, fixtures/megatron)."""
 
+import json
+
 import polars as pl
 import pytest
 from logstat.parsers import megatron
@@ -639,3 +641,42 @@ def test_the_checkpoint_a_run_resumed_from(line):
     # GPT-NeoX says where it starts after loading
     assert feed(line).facts["resumed_step"] == 1000
     assert "resumed_step" not in feed(line.removesuffix(" 1000")).facts
+
+
+def _rampup_log(step_batches: list[int]) -> str:
+    """Megatron-DeepSpeed's lines (BigScience tr11's formats) of a run with ``--rampup-batch-size``: its
+    target batch 2048 in the dump and in DeepSpeed's config, each step's own batch in its line."""
+    head = [
+        "using world size: 16, data-parallel-size: 8, tensor-model-parallel size: 2, pipeline-model-parallel size: 1 ",
+        "will use batch size rampup starting from global batch size 192 to global batch size 2048 with batch size "
+        "increments 16 over 9765625 samples.",
+        "------------------------ arguments ------------------------",
+        "  global_batch_size ............................... 2048",
+        "  micro_batch_size ................................ 2",
+        "  rampup_batch_size ............................... ['192', '16', '9_765_625']",
+        "-------------------- end of arguments ---------------------",
+        "[2022-03-11 21:14:01,000] [INFO] [config.py:1063:print]   gradient_accumulation_steps .. 128",
+        "[2022-03-11 21:14:01,000] [INFO] [config.py:1063:print]   train_batch_size ............. 2048",
+        "[2022-03-11 21:14:01,000] [INFO] [engine.py:88:__init__] CONFIG: micro_batches=128 micro_batch_size=2",
+    ]
+    steps = [
+        f" iteration {step:8d}/  115311 | consumed samples: {192 * step:12d} | elapsed time per iteration (s): 17.38 "
+        f"| learning rate: 6.291E-11 | global batch size: {batch:5d} | lm loss: 1.100359E+01 |"
+        for step, batch in enumerate(step_batches, start=1)
+    ]
+    return "\n".join(head + steps) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("step_batches", "gas", "source"),
+    [([192, 192, 208], 208 // (2 * 8), "derived:0"), ([2048, 2048], 128, "deepspeed:")],
+)
+def test_a_batch_rampups_accumulation_is_its_steps(tmp_path, step_batches, gas, source):
+    """The row's global batch is its last step's (what its step time is of): the accumulation beside it
+    is that batch's over micro x DP, not the target's that DeepSpeed's config states (it said 128 at 208)."""
+    log = tmp_path / "tr11-rampup.out"
+    log.write_text(_rampup_log(step_batches))
+    run = load_runs([log]).runs.row(0, named=True)
+    assert (run["global_batch_size"], run["micro_batch_size"], run["dp"]) == (step_batches[-1], 2, 8)
+    assert run["gas"] == gas
+    assert json.loads(run["provenance"])["gas"].startswith(source)
