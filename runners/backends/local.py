@@ -8,10 +8,12 @@ Megatron-DeepSpeed needs CUDA: refused without it.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -109,9 +111,10 @@ def deepspeed_cpu_supports(precision: str, *, python: str) -> bool | None:
 def launch(run: RenderedRun, *, wait: bool = True, echo: Callable[[str], None] = stderr_echo) -> LaunchResult:
     """Run the launcher in the foreground (``wait`` is implied), teeing its output to train.log.
 
-    A SIGINT (Ctrl-C) or SIGTERM to logstat stops the launcher and its workers too (see
-    :func:`_stop_launcher`); once the outcome is in the manifest, SIGINT goes on as KeyboardInterrupt
-    (the CLI's "Aborted.", exit 130), SIGTERM as exit 128+15.
+    A SIGINT (Ctrl-C), SIGTERM or SIGHUP (a closed terminal or SSH session) to logstat stops the launcher
+    and its workers too (see :func:`_stop_launcher`); once the outcome is in the manifest, SIGINT goes on
+    as KeyboardInterrupt (the CLI's "Aborted.", exit 130), the others as exit 128 + their number. On Linux
+    the launcher gets SIGTERM when logstat dies of anything else (SIGKILL, which no handler sees).
     """
     port = free_port()
     argv = run.launcher_argv(node_rank=0, master_addr="127.0.0.1", master_port=port)
@@ -138,8 +141,11 @@ def launch(run: RenderedRun, *, wait: bool = True, echo: Callable[[str], None] =
     )
 
 
-#: Signals that stop a local run: logstat passes them to the launcher's process group.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: Signals that stop a local run: logstat passes them to the launcher's process group (torchrun's agent
+#: handles each, as it does SIGQUIT, by stopping its workers).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: prctl(2)'s option: the signal the kernel sends a process when the thread that started it ends
+PR_SET_PDEATHSIG = 1
 #: Seconds the launcher has to stop its workers after each signal before the next, stronger one
 #: (torchrun answers SIGINT/SIGTERM by stopping its workers, which print how they ended).
 STOP_GRACE_S = 5.0
@@ -176,6 +182,7 @@ def _run_teeing(
         text=True,
         errors="replace",
         start_new_session=True,
+        preexec_fn=_stopped_with_logstat(),
     )
     try:
         with _signals_noted(STOP_SIGNALS) as received:
@@ -191,6 +198,16 @@ def _run_teeing(
     if stopped_by is not None:
         log.write(f"logstat: {stopped_by.name}: {RUNNER_STOP} (launcher exit {code})\n")
     return _Outcome(exit_code=code, stopped_by=stopped_by, received=_first_signal(received))
+
+
+def _stopped_with_logstat() -> Callable[[], None] | None:
+    """What the launcher runs before its program (Linux): ask the kernel for SIGTERM when logstat dies,
+    so that a SIGKILL to logstat, which no handler sees, does not leave the launcher and its workers
+    training unseen. The launcher is started from the thread that waits for it (the main one)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork: the child only calls it
+    return lambda: prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _first_signal(received: list[int]) -> signal.Signals | None:

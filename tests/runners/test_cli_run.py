@@ -222,14 +222,18 @@ def is_worker(pid: int) -> bool:
     return b"torch.distributed.run" not in argv and b"logstat.runners.entrypoints.ddp_powersgd" in argv
 
 
-def start_long_local_run(tmp_path: Path, stderr_path: Path) -> tuple[subprocess.Popen, Path]:
-    """`logstat run` of the tiny DDP spec for 100000 steps, once it logged an iteration; the process
+def start_long_local_run(
+    tmp_path: Path, stderr_path: Path, *, sets: tuple[str, ...] = (), started_when: str = " iteration "
+) -> tuple[subprocess.Popen, Path]:
+    """`logstat run` of the tiny DDP spec for 100000 steps (``sets``: more --set values), once its log
+    holds ``started_when`` (an iteration's line); the process
     and its run directory. logstat leads a process group of its own, as a shell's foreground job does,
     so that ``os.killpg`` reaches it as a terminal's Ctrl-C would (its launcher has a session of its own).
     Its stderr (every line of the training) goes to a file: an unread pipe would fill and stall it."""
     import time
 
     command = [str(LOGSTAT), "run", "gpt2-tiny-ddp-powersgd", "--backend", "local", "--set", "steps=100000"]
+    command += [item for value in sets for item in ("--set", value)]
     with stderr_path.open("w") as stderr:
         started = subprocess.Popen(command, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"},
                                    stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,
@@ -238,7 +242,7 @@ def start_long_local_run(tmp_path: Path, stderr_path: Path) -> tuple[subprocess.
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and started.poll() is None:
         logs = list(spec_dir.glob("*/train.log"))
-        if logs and " iteration " in logs[0].read_text():
+        if logs and started_when in logs[0].read_text():
             return started, logs[0].parent
         time.sleep(0.2)
     stop_all(started, None)
@@ -310,34 +314,59 @@ def test_ctrl_c_on_a_local_run_stops_its_workers_and_records_it_cancelled(tmp_pa
 
 
 @pytest.mark.slow
-def test_sigterm_to_logstat_stops_its_local_run_instead_of_orphaning_it(tmp_path):
-    """A scheduler's or `timeout`'s SIGTERM to logstat alone: the launcher and workers stop too (they
-    used to train on under init, unseen), the manifest records the outcome, and logstat exits 143."""
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_to_logstat_stops_its_local_run_instead_of_orphaning_it(tmp_path, name):
+    """A scheduler's or `timeout`'s SIGTERM, or a closed terminal's SIGHUP, to logstat alone: the launcher
+    and workers stop too (they used to train on under init, unseen), the manifest records the outcome,
+    and logstat exits 128 + the signal's number."""
     import signal
 
+    sent = signal.Signals[name]
     started, run_dir = start_long_local_run(tmp_path, tmp_path / "stderr.txt")
     try:
-        os.kill(started.pid, signal.SIGTERM)
+        os.kill(started.pid, sent)
         started.wait(timeout=60)
         left = processes_in(run_dir)
     finally:
         stop_all(started, run_dir)
-    assert started.returncode == 128 + signal.SIGTERM
+    assert started.returncode == 128 + sent
     assert left == []
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert (
-        manifest["exit_code"] is not None
-        and manifest["ended_utc"]
-        and manifest["interrupted_by"] == "SIGTERM"
-    )
+    assert manifest["exit_code"] is not None and manifest["ended_utc"] and manifest["interrupted_by"] == name
     assert local_status(run_dir, cwd=tmp_path)["state"] == "CANCELLED"
     from logstat.api import load_runs
 
     # the parse agrees: logstat's own closing line outranks the agent's SignalException it caused
     row = load_runs([run_dir]).runs.row(0, named=True)
-    assert (row["status"], row["reason"].split(":")[:2]) == ("cancelled", ["logstat", " SIGTERM"]), row[
+    assert (row["status"], row["reason"].split(":")[:2]) == ("cancelled", ["logstat", f" {name}"]), row[
         "reason"
     ]
+
+
+@pytest.mark.slow
+def test_sigkill_to_logstat_still_stops_its_local_run(tmp_path):
+    """No handler sees a SIGKILL: the kernel's parent-death signal stops the launcher, which stops its
+    workers. They trained on, orphaned, until they next wrote to the dead logstat's pipe (here: never,
+    no step is logged). Nothing recorded the outcome: the status says so."""
+    import signal
+    import time
+
+    started, run_dir = start_long_local_run(
+        tmp_path, tmp_path / "stderr.txt", sets=("train.log_interval=100000",), started_when="training ..."
+    )
+    try:
+        started.kill()
+        started.wait(timeout=10)
+        deadline = time.monotonic() + 60
+        while processes_in(run_dir) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = processes_in(run_dir)
+    finally:
+        stop_all(started, run_dir)
+    assert started.returncode == -signal.SIGKILL
+    assert left == []
+    status = local_status(run_dir, cwd=tmp_path)
+    assert status["state"] == "UNKNOWN" and "its launcher is not running" in status["reason"]
 
 
 def test_local_refuses_fp16_that_deepspeeds_cpu_accelerator_lacks(tmp_path):
