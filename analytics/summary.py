@@ -604,7 +604,16 @@ def _hf_steps() -> pl.Expr:
     """The steps HF Trainer's final metrics cover: the step ``Trainer.train()`` returned, else the planned
     ``max_steps`` (``speed_metrics`` is given ``max_steps`` as the step count); of a run resumed from a
     checkpoint, those after it (``train_runtime`` times this session only)."""
-    return pl.coalesce(_f("final_steps"), _f("train_iters")) - _f("resumed_step").fill_null(0)
+    return pl.coalesce(_f("final_steps"), _stopped_at(), _f("train_iters")) - _f("resumed_step").fill_null(0)
+
+
+def _stopped_at() -> pl.Expr:
+    """The step an HF Trainer run ``_stopped_early`` at: its last logged one, where the steps between its
+    logged ones are a twentieth of it at most. Early stopping ends a run at an evaluation, after that
+    step's log when the logging interval divides the evaluation interval, else within an interval of it;
+    its ``train_runtime`` times the steps it ran."""
+    last = _f("last_step")
+    return pl.when(_stopped_early() & (_f("step_interval").fill_null(1) <= last / 20)).then(last)
 
 
 def _resumed() -> pl.Expr:
@@ -625,9 +634,10 @@ def _stopped_early() -> pl.Expr:
 
 
 def _hf_step_time(timed: pl.Expr) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
-    """Seconds per step of an HF Trainer run whose logged dicts carry no time: ``train_runtime / steps``,
-    ``1 / train_steps_per_second`` (where its final metrics are ``timed``: not ``_stopped_early``), and
-    tqdm's rate of the training bar, in that order of preference.
+    """Seconds per step of an HF Trainer run whose logged dicts carry no time: ``train_runtime / steps``
+    (of a run stopped early, the steps it ran: ``_stopped_at``), ``1 / train_steps_per_second`` (where its
+    final metrics are ``timed``: not ``_stopped_early``), and tqdm's rate of the training bar, in that order
+    of preference.
 
     ``train_steps_per_second`` is ``steps / train_runtime`` rounded to 3 decimals (``speed_metrics``;
     today's dicts print it ``.4g``): 0.007 for a 137 s step, so ``train_runtime / steps`` is preferred
@@ -637,7 +647,8 @@ def _hf_step_time(timed: pl.Expr) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
     runtime = _measured("final_train_runtime_s")
     logged_rate = _measured("final_steps_per_sec")
     agrees = logged_rate.is_null() | _to_printed_digits(steps / runtime, logged_rate)
-    from_runtime = pl.when((steps > 0) & (agrees | _resumed()) & timed).then(runtime / steps)
+    counted = ((agrees | _resumed()) & timed) | _stopped_at().is_not_null()
+    from_runtime = pl.when((steps > 0) & counted).then(runtime / steps)
     from_rate = pl.when(timed & ~_resumed()).then(1 / logged_rate)
     return from_runtime, from_rate, _measured("progress_sec_per_iter")
 

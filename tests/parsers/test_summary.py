@@ -193,6 +193,21 @@ def test_an_hf_run_stopped_early_is_timed_by_its_bar_not_its_planned_steps_final
     assert row["sec_per_iter"] == pytest.approx(64 / 71.111)
 
 
+def test_an_hf_run_stopped_early_logging_often_is_timed_by_its_runtime_over_the_steps_it_ran():
+    # early stopping ended a run of 5000 planned steps (64 samples) at step 2200, logging every 50 and
+    # evaluating every 200 (41.5 s each); transformers 4's final metrics: train_runtime 4516.79 s of the loop,
+    # samples/s and steps/s over the 5000 planned steps (70.847, 1.107): neither times a step
+    final = {"final_train_runtime_s": 4516.79, "final_samples_per_sec": 70.847, "final_steps_per_sec": 1.107}
+    hf = {"path": "hf", "global_batch_size": 64, "train_iters": 5000, **final}
+    logged = list(range(50, 2201, 50))
+    its = _steps("hf", logged).with_columns(
+        eval_runtime_s=pl.Series([41.5 if step % 200 == 0 else None for step in logged])
+    )
+    row = one(runs(hf), its)
+    assert row["sec_per_iter"] == pytest.approx((4516.79 - 11 * 41.5) / 2200, rel=1e-12)
+    assert row["sec_per_iter_source"] == "final train_runtime / 2200 steps less 456.5 s of evaluation"
+
+
 @pytest.mark.parametrize(
     ("logged", "timed"),
     [([500], True), ([300, 600, 900], True), ([300, 600], False), ([100, 200, 300, 400, 500], False)],
