@@ -69,7 +69,7 @@ MARKERS = (
     _TRAIN_BANNER_LINE,
     *("Instantaneous batch size per device", "Total train batch size"),
     *("Gradient Accumulation steps", "Total optimization steps", "Number of trainable parameters"),
-    *("Num Epochs", "Num update steps per epoch"),
+    *("Num Epochs", "Num update steps per epoch", "Num examples"),
     "TrainOutput(global_step=",
     *_RESUMED_AT,
     # launch context: the GPU count (the banner's total batch gives DP only)
@@ -111,9 +111,10 @@ _BANNER_FACTS = {
     "Total optimization steps": "train_iters",
     "Number of trainable parameters": "logged_model_size",
 }
-#: the banner's counts that number the dicts of ``logging_strategy`` epoch (transformers 5 prints the steps
-#: an epoch takes; 4 only the epochs, of the optimization steps)
+#: the banner's counts that number the dicts of ``logging_strategy`` epoch, or by their epochs (transformers 5
+#: prints the steps an epoch takes; 4 only the examples and the epochs, of the optimization steps)
 _BANNER_COUNTS = {"Num Epochs": "num_train_epochs", "Num update steps per epoch": "steps_per_epoch"}
+_BANNER_COUNTS["Num examples"] = "num_examples"
 _TRAIN_BANNER = re.compile(rf"({literals((*_BANNER_FACTS, *_BANNER_COUNTS))}) = ([\d,]+)")
 _TRAIN_OUTPUT = re.compile(r"TrainOutput\(global_step=(\d+),")
 _RESUMED_STEP = re.compile(r"(?:Continuing training from|checkpoint with epoch \d+ and) global step (\d+)\b")
@@ -288,7 +289,7 @@ def _plain(text: str, out: list) -> None:
     if "training from" in text and (resumed := _RESUMED_STEP.search(text)) and int(resumed[1]) <= INT64_MAX:
         step = int(resumed[1])
         out += [{"what": "resume", "value": _typed(step)}, _fact("resumed_step", step), _SEEN]
-    if " = " in text and (banner := _TRAIN_BANNER.search(text)):
+    if " = " in text and (banner := _TRAIN_BANNER.search(text)) and _of_training(banner[1], banner[2]):
         _banner(banner[1], int(banner[2].replace(",", "")), out)
     if "Overriding config:" in text:
         _overrides(text.split("Overriding config:", 1)[1], out)
@@ -304,6 +305,13 @@ def _plain(text: str, out: list) -> None:
     elif ("orld_size" in text or "WORLD_SIZE=" in text) and (world := _WORLD_SIZE.search(text)):
         if (size := int(world[1] or world[2])) > 0:
             out.append(_fact("gpus", size))
+
+
+def _of_training(label: str, count: str) -> bool:
+    """Whether a banner's count is the training's: an evaluation's banner prints ``Num examples`` too, bare
+    (``{self.num_examples(dataloader)}``), where the training's has thousands separators (``{num_examples:,}``;
+    one under 1,000 is not told apart, so not read)."""
+    return label != "Num examples" or "," in count
 
 
 def _banner(label: str, value: int, out: list) -> None:
@@ -718,7 +726,9 @@ def _steps(
     )
     resumes = _resumes(effects, new, known_count)
     new = _state_at(new, args, "logging_steps", "logging_first_step", "max_steps", *_EPOCH_STATE)
-    new = _state_of_other_streams(new, args, "max_steps", *_EPOCH_STATE)
+    new = _state_of_other_streams(
+        new, args, "logging_steps", "logging_first_step", "max_steps", *_EPOCH_STATE
+    )
     new = new.with_columns(logging_steps=pl.coalesce(_steps_per_epoch(), "logging_steps"))
     by_resume = resumes.select("run", "order", resumed=_field("integer"), resume_base="base")
     new = new.join_asof(by_resume, on="order", by="run", allow_exact_matches=False, check_sortedness=False)
@@ -743,16 +753,30 @@ def _steps(
     return steps.select("order", *_DICT_METRICS.values(), step=step, mode=mode), dicts, resumes
 
 
-#: what numbers the dicts of ``logging_strategy`` epoch: the strategy, the banner's counts
-_EPOCH_STATE = ("logging_strategy", "steps_per_epoch", "num_train_epochs")
+#: what numbers the dicts of ``logging_strategy`` epoch, or by their epochs: the strategy, the banner's counts
+_EPOCH_STATE = ("logging_strategy", "steps_per_epoch", "num_train_epochs", "num_examples")
+_EPOCH_STATE += ("micro_batch_size", "gas", "global_batch_size")
 
 
 def _banner_steps_per_epoch() -> pl.Expr:
-    """The update steps an epoch takes: the banner's, else its optimization steps over its epochs."""
+    """The update steps an epoch takes: the banner's (transformers 5), else its optimization steps over its
+    epochs where that is within a step of what its examples give, else the latter. The optimization steps
+    are ``max_steps`` where one is set, and the epochs the ones it begins (a run of 300 steps of 322 an
+    epoch counts 1 epoch): only the examples give the steps of such an epoch, the Trainer's
+    ``len(dataloader) // gas``: accelerate's sharded loader of ``ceil(ceil(examples / micro) / processes)``
+    batches a process (processes = total batch / micro / gas)."""
     epochs, total = _field("integer", "num_train_epochs"), _field("integer", "max_steps")
-    return pl.coalesce(
-        _field("integer", "steps_per_epoch"), pl.when(total % epochs == 0).then(total // epochs)
-    )
+    micro, gas = _field("integer", "micro_batch_size"), _field("integer", "gas")
+    processes = _field("integer", "global_batch_size") // (micro * gas)
+    batches = _ceil_div(_ceil_div(_field("integer", "num_examples"), micro), processes)
+    by_examples = pl.when(processes > 0).then(batches // gas)
+    by_epochs = pl.when(total % epochs == 0).then(total // epochs)
+    agree = by_examples.is_null() | ((by_epochs - by_examples).abs() <= 1)
+    return pl.coalesce(_field("integer", "steps_per_epoch"), pl.when(agree).then(by_epochs), by_examples)
+
+
+def _ceil_div(numerator: pl.Expr, denominator: pl.Expr) -> pl.Expr:
+    return (numerator + denominator - 1) // denominator
 
 
 def _steps_per_epoch() -> pl.Expr:

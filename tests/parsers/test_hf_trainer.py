@@ -1175,6 +1175,17 @@ def test_without_logging_steps_the_dicts_epochs_and_the_banner_give_their_steps(
     # logging_first_step (Axolotl's and TRL's configs set it): a step-1 dict, then every 20
     first = "{'loss': 2.5, 'learning_rate': 1e-05, 'epoch': 0.01}"
     assert sorted(feed_lines([*banner, first, *dicts(20, 100, 11)]).iterations) == [1, *range(20, 221, 20)]
+    # transformers 4 with max_steps: 300 steps of 322 an epoch count 1 epoch (300 / 1 is no epoch's steps);
+    # the examples give them, ceil(ceil(41,300 / 4) / 8 processes) // 4 = 322; an evaluation's bare count
+    # (10000) between the dicts is not the training's
+    banner_examples = [banner[0], "  Num examples = 41,300", "  Num Epochs = 1"]
+    banner_examples += ["  Instantaneous batch size per device = 4", "  Gradient Accumulation steps = 4"]
+    banner_examples += ["  Total train batch size (w. parallel, distributed & accumulation) = 128"]
+    banner_examples += ["  Total optimization steps = 300"]
+    evaluation = ["***** Running Evaluation *****", "  Num examples = 10000", "  Batch size = 32"]
+    logged = dicts(10, 322, 30, 4)
+    lines = [*banner_examples, *logged[:15], *evaluation, *logged[15:]]
+    assert sorted(feed_lines(lines).iterations) == list(range(10, 301, 10))
 
 
 def test_a_command_line_relying_on_the_default_batch_is_read_too():
@@ -1208,3 +1219,14 @@ def test_the_banner_in_the_err_numbers_the_dicts_in_the_out(tmp_path):
     one.mkdir()
     (one / "sft-8124.out").write_text("\n".join([*dicts, *banner, ""]))
     assert load_runs([one]).iterations["iteration"].to_list() == [1, 2, 3]
+
+
+def test_the_echoed_command_in_the_err_numbers_the_dicts_in_the_out(tmp_path):
+    # set -x echoes srun's command line to the .err: its --logging_steps numbers the .out's dicts
+    from logstat.api import load_runs
+
+    dicts = [f"{{'loss': {3 - k / 100}, 'learning_rate': 1e-05, 'epoch': {k / 100}}}" for k in (1, 2, 3)]
+    command = "+ srun torchrun --nproc_per_node 8 train.py --max_steps 2000 --logging_steps 10"
+    (tmp_path / "ft-4471223.out").write_text("\n".join([*dicts, ""]))
+    (tmp_path / "ft-4471223.err").write_text(command + "\n")
+    assert load_runs([tmp_path]).iterations["iteration"].to_list() == [10, 20, 30]
