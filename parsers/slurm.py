@@ -180,6 +180,10 @@ TRACEBACK_HEADER = "Traceback (most recent call last)"
 HARMLESS_TRACEBACKS = ("Exception ignored in", "--- Logging error ---")
 #: the lines between the tracebacks of a chained exception (traceback.py, pythonrun.c)
 CHAINED_TRACEBACKS = ("During handling of the above exception", "The above exception was the direct cause")
+#: the header of a traceback that an exception's message wraps, each rank's cause of it: torch.distributed.
+#: checkpoint's ``CheckpointException ranks:dict_keys([0, 3])`` prints every failed rank's traceback under
+#: ``Traceback (most recent call last): (RANK 0)`` (api.py ``__str__``): its exception is the cause
+WRAPPED_TRACEBACK = f"{TRACEBACK_HEADER}: (RANK "
 #: how many lines before its header a harmless (chained) traceback's line may come
 HARMLESS_WITHIN, CHAINED_WITHIN = 2, 3
 #: what opens a traceback's block (a harmless or chained traceback's line heralds one)
@@ -588,13 +592,19 @@ _WEIGHTS = {
 def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
     """A failure event per traceback that ended on its exception line or on an OOM line, but those Python
     printed and ignored (its header within 2 lines of a harmless traceback's herald). A chained one's
-    exception (its header within 3 lines of a chained exception's line) is ``chained``: it replaces the
-    failure when that is the exception before it. Only the events that can change a run's failure are
+    exception (its header within 3 lines of a chained exception's line, or a ``WRAPPED_TRACEBACK``'s) is
+    ``chained``: it replaces the failure when that is the exception before it. Only the events that can change a run's failure are
     kept: the first and the last of each kind (a relaunch's repeats an earlier launch's, which settle makes
     a consequence: the last is the last launch's), each chained exception and the one before it."""
     records, text, oom = blocks.collect(), pl.col("text"), pl.col("oom")
     header = text.str.contains(TRACEBACK_HEADER, literal=True)
-    headers = records.filter(header).group_by("block").agg(header_line=pl.col("line").min())
+    headers = (
+        records.filter(header)
+        .group_by("block")
+        .agg(
+            header_line=pl.col("line").min(), wrapped=text.str.contains(WRAPPED_TRACEBACK, literal=True).any()
+        )
+    )
     after = pl.col("header_line") - pl.col("line")
     heralds = records.filter(pl.col("role") == OPENER, ~header).join(headers, on="block")
     heralds = heralds.select(
@@ -608,7 +618,11 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     events = (
         records.filter(pl.col("role") == CLOSER)
         .join(heralds, on="block", how="left")
-        .with_columns(pl.col("ignored", "chained").fill_null(False), oom=text.str.contains(OOM_LINE))
+        .join(headers.select("block", "wrapped"), on="block", how="left")
+        .with_columns(
+            pl.col("ignored", "chained", "wrapped").fill_null(False), oom=text.str.contains(OOM_LINE)
+        )
+        .with_columns(chained=pl.col("chained") | pl.col("wrapped"))
         .filter(~pl.col("ignored"), ~(oom & text.str.contains(WARNING)))
         .select(
             "run",

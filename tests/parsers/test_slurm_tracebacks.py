@@ -207,6 +207,23 @@ def test_a_traceback_chained_to_the_one_before_replaces_its_exception(gap, chain
     assert run.failure == (("failed", "ValueError: b", line) if chained else ("failed", "KeyError: 'a'", 3))
 
 
+def test_a_checkpoint_exceptions_ranks_tracebacks_are_its_cause():
+    # torch.distributed.checkpoint's CheckpointException.__str__ (api.py): the ranks, then each rank's
+    # traceback under "Traceback (most recent call last): (RANK n)" and its exception
+    run = feed(
+        HEADER,
+        '  File "/workspace/megatron-lm/megatron/core/dist_checkpointing/strategies/state_dict_saver.py", '
+        "line 143, in save_state_dict_async_finalize",
+        '    raise CheckpointException("write", node_failures)',
+        "torch.distributed.checkpoint.api.CheckpointException: CheckpointException ranks:dict_keys([0, 3])",
+        f"{HEADER} (RANK 0)",
+        '  File "/usr/lib/python3/dist-packages/torch/distributed/checkpoint/filesystem.py", line 221, in _write_item',
+        "    torch.save(data, stream)",
+        "OSError: [Errno 122] Disk quota exceeded",
+    )
+    assert run.failure == ("failed", "OSError: [Errno 122] Disk quota exceeded", 8)
+
+
 # --- the same whatever the batches -------------------------------------------------------------------
 
 _LINES = [
@@ -222,6 +239,7 @@ _LINES = [
     "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
     "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB",
     "During handling of the above exception, another exception occurred:",
+    HEADER + " (RANK 2)",
     "Exception ignored in atexit callback: <function f at 0x1>",
     "srun: error: r7i4n2: task 3: Exited with exit code 1",
     "slurmstepd: error: *** STEP 7.0 ON n CANCELLED AT 2021 ***",
