@@ -30,11 +30,15 @@ Lines read, each fact with its source:
 - ``defaulting to vocab_size of GPT-2 to 50304 (50257 rounded up for efficiency)``: ``vocab_size`` 50257,
   ``padded_vocab_size`` 50304; ``found vocab_size = 65 (inside data/shakespeare_char/meta.pkl)``:
   ``vocab_size`` (used as it is). ``Initializing from OpenAI GPT-2 weights: gpt2-xl``: GPT-2's shape
-  (model.py ``from_pretrained``: its layers, heads, width and 50257 tokens, unpadded).
+  (model.py ``from_pretrained``: its layers, heads, width and 50257 tokens, unpadded), and its ``forcing
+  vocab_size=50257, block_size=1024, bias=True``: ``seq_len`` where no config stated one (train.py crops
+  the model to a smaller ``block_size``, a stated one).
 - ``number of parameters: 123.59M`` (model.py ``get_num_params``: without the position embedding, the
   token embedding counted once, tied to the head): ``logged_model_size`` in billions.
 - ``step 1000: train loss 2.9012, val loss 2.9123`` (the evaluation) and ``Initializing a new model from
-  scratch`` / ``Resuming training from out``: evidence of the family only.
+  scratch``: evidence of the family. After ``Resuming training from out``, the first evaluation's step is
+  ``resumed_step``: the loop starts at the checkpoint's ``iter_num``, saved at an evaluation, and evaluates
+  there first.
 
 The run's end is not printed (the loop breaks at ``iter_num > max_iters``): a run whose last logged step
 reached ``train_iters`` is complete (reader's ``_completion_from_facts``). Failures (tracebacks, CUDA OOM)
@@ -178,10 +182,15 @@ GPT2_SHAPES = {
     "gpt2-xl": (48, 25, 1600),
 }
 GPT2_VOCAB = 50257
+_FORCED_BLOCK = re.compile(r"forcing vocab_size=\d+, block_size=(\d+), bias=True")
 _PARAMETERS = re.compile(r"number of parameters: (\d+\.\d+)M")
-_EVIDENCE = re.compile(
-    r"step \d+: train loss \S+, val loss \S+|Initializing a new model from scratch|Resuming training from \S"
-)
+_EVALUATION = re.compile(r"step (\d+): train loss \S+, val loss \S+")
+_RESUMING = re.compile(r"Resuming training from \S.*")
+_EVIDENCE = re.compile("Initializing a new model from scratch")
+
+
+#: a resume seen, its first evaluation not yet; the pretrained model's block and its line
+_RESUMING_STATE, _FORCED_STATE = f"{NAME}:resuming", f"{NAME}:forced block"
 
 
 @never_raises(NAME)
@@ -205,15 +214,29 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             run.set_fact(fact, value, NAME, lineno)
         run.set_fact("vocab_size", GPT2_VOCAB, NAME, lineno)
         run.set_fact("padded_vocab_size", GPT2_VOCAB, NAME, lineno)
+    elif forced := _FORCED_BLOCK.fullmatch(text):
+        run.saw(NAME)
+        run.state[_FORCED_STATE] = (int(forced[1]), lineno)  # the config's, read column-wise, may state one
     elif parameters := _PARAMETERS.fullmatch(text):
         run.saw(NAME)
         run.set_fact("logged_model_size", float(parameters[1]) / 1000, NAME, lineno)
+    elif evaluation := _EVALUATION.fullmatch(text):
+        run.saw(NAME)
+        if run.state.pop(_RESUMING_STATE, False):
+            run.set_fact("resumed_step", int(evaluation[1]), NAME, lineno)
+    elif _RESUMING.fullmatch(text):
+        run.saw(NAME)
+        run.state[_RESUMING_STATE] = True
     elif _EVIDENCE.fullmatch(text):
         run.saw(NAME)
 
 
 def finish(run: RunBuilder) -> None:
-    """The global batch in sequences: the tokens an iteration over the sequence length (module docstring)."""
+    """The pretrained model's block as the sequence length where the config states none, and the global
+    batch in sequences: the tokens an iteration over the sequence length (module docstring)."""
+    if "seq_len" not in run.facts and _FORCED_STATE in run.state:
+        block, line = run.state[_FORCED_STATE]
+        run.set_fact("seq_len", block, NAME, line)
     tokens, lineno = run.state.get(NAME, (None, 0))
     seq_len = run.facts.get("seq_len")
     if tokens and isinstance(seq_len, int) and seq_len > 0 and tokens % seq_len == 0:
@@ -231,6 +254,7 @@ FAMILY = Family(
         "found vocab_size = ",
         "OpenAI GPT-2 weights: ",
         "number of parameters: ",
+        "forcing vocab_size=",
         ", val loss ",
         "Initializing a new model from scratch",
         "Resuming training from ",

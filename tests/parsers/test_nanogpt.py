@@ -149,6 +149,39 @@ def test_gpt2_weights_give_gpt2s_shape_unpadded():
     assert tuple(run.facts[name] for name in shape) == (48, 25, 1600, 50257, 50257)
 
 
+def test_gpt2_weights_give_their_block_unless_the_config_states_one():
+    # model.py from_pretrained: "forcing vocab_size=50257, block_size=1024, bias=True"; train.py crops the
+    # model to a smaller block_size the config states
+    pretrained = [
+        "loading weights from pretrained gpt: gpt2-xl",
+        "forcing vocab_size=50257, block_size=1024, bias=True",
+    ]
+    assert feed_lines(nanogpt.FAMILY, pretrained).facts["seq_len"] == 1024
+    config = [
+        "Overriding config with config/finetune_shakespeare.py:",
+        "block_size = 256",
+        "Overriding: dtype = float16",
+    ]
+    assert feed_lines(nanogpt.FAMILY, [*config, *pretrained]).facts["seq_len"] == 256
+
+
+def test_a_resumed_run_resumes_at_its_first_evaluation():
+    # train.py: iter_num = checkpoint['iter_num'] (saved at an evaluation), and the loop evaluates there first
+    lines = [
+        "Overriding: init_from = resume",
+        "Resuming training from out-shakespeare-char",
+        "number of parameters: 10.65M",
+        "step 5000: train loss 0.6200, val loss 1.7000",
+        "iter 5000: loss 0.5805, time 38012.30ms, mfu -100.00%",
+        "iter 5010: loss 0.5790, time 41.20ms, mfu -100.00%",
+        "step 5250: train loss 0.6100, val loss 1.7100",
+    ]
+    run = feed_lines(nanogpt.FAMILY, lines)
+    assert (run.facts["resumed_step"], run.provenance["resumed_step"]) == (5000, "nanogpt:4")
+    fresh = feed_lines(nanogpt.FAMILY, ["Initializing a new model from scratch", *lines[3:]])
+    assert "resumed_step" not in fresh.facts
+
+
 @pytest.mark.parametrize(
     "line",
     [
