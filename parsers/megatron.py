@@ -104,10 +104,12 @@ _EFFECTIVE_TFLOPS = re.compile(
 
 
 #: training.py's ``print_datetime`` of a run that ended as planned: its iterations done, its
-#: ``--exit-interval`` reached, its ``--exit-duration-in-mins`` spent (``exiting program after 1190.2
-#: minutes``) or its ``--exit-signal-handler`` run (``exiting program after receiving SIGTERM.``), each
-#: after the checkpoint is saved
+#: ``--exit-interval`` reached or its ``--exit-duration-in-mins`` spent (``exiting program after 1190.2
+#: minutes``), each after the checkpoint is saved
 PLANNED_ENDS = ("after training is done", "exiting program at iteration", "exiting program after")
+#: ``--exit-signal-handler``'s end, after the checkpoint is saved: a signal from outside (scancel, Slurm's
+#: ``--signal`` before a time limit, a preemption) stopped the run before its iterations were done
+SIGNALLED_END = "exiting program after receiving SIGTERM"
 #: tasks/main.py's last line, of an evaluation (zero-shot LAMBADA, WikiText) or a finetuning run that ended
 PLANNED_ENDS += ("done :-)",)
 
@@ -122,6 +124,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             run.set_fact("logged_model_size", float(match["params"]), NAME, lineno)
             # the step logged last before the line (None: settled column-wise with the steps)
             run.add_iteration(None, NAME, lineno, logged_tflops_per_gpu=float(match["tflops"]))
+    elif SIGNALLED_END in text:
+        run.fail("cancelled", text.strip(), lineno, kind="cancelled")
     elif any(end in text for end in PLANNED_ENDS):
         run.complete(text.strip(), lineno)
     elif (match := _DTYPE.search(text)) and match["dtype"] in _DTYPES:

@@ -506,11 +506,17 @@ def test_misc_fact_lines():
         "[after training is done] datetime: 2024-03-10 14:02:19 ",
         "[exiting program at iteration 5000] datetime: 2024-03-10 14:02:19 ",
         "[exiting program after 1190.0371 minutes] datetime: 2024-03-10 14:02:19 ",
-        "[exiting program after receiving SIGTERM.] datetime: 2024-03-10 14:02:19 ",
     ],
 )
 def test_a_planned_end_completes_the_run(end):
     assert feed(ITERATION_1, end).completion[:2] == (end.strip(), 2)
+
+
+def test_an_end_on_sigterm_cancelled_the_run():
+    # --exit-signal-handler saves a checkpoint and exits on a signal from outside: the iterations were not done
+    end = "[exiting program after receiving SIGTERM.] datetime: 2024-03-10 14:02:19 "
+    run = feed(ITERATION_1, end)
+    assert (run.completion, run.failure) == (None, ("cancelled", end.strip(), 2))
 
 
 @pytest.mark.parametrize(
