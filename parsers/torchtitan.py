@@ -35,8 +35,10 @@ Lines read, each fact with its source:
 - ``Model llama3 8B size: 8,030,261,248 total parameters``: ``logged_model_size`` (billions).
 - ``CUDA capacity: NVIDIA H100 80GB HBM3 with 79.11GiB memory`` (2024: ``GPU capacity: ... (0) with``):
   ``gpu_model``, by Slurm's normaliser.
-- ``Applied full activation checkpointing to the model``: ``activation_checkpointing``; ``selective``
-  (per-op or every n-th layer, which the line does not say) states nothing.
+- ``Applied full activation checkpointing to the model``: ``activation_checkpointing``; ``selective`` is
+  False, as Megatron's selective recomputation: no full recomputation (torchtitan's default selective
+  option, per op, saves the matmuls' outputs and recomputes none; its every-n-th-layer option, which the
+  line does not tell apart, recomputes 1/n of the layers).
 - ``Mixed precision training is handled by fully_shard``: ``precision`` bf16, torchtitan's default
   ``mixed_precision_param`` (the dtype itself is not printed).
 - ``Loading the checkpoint at step 500.``: ``resumed_step``; ``Training completed``: the run's end.
@@ -215,8 +217,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     elif capacity := _CAPACITY.search(text):
         run.set_fact("gpu_model", gpu_model(capacity[1]), NAME, lineno)
     elif checkpointing := _CHECKPOINTING.search(text):
-        if checkpointing[1] == "full":
-            run.set_fact("activation_checkpointing", True, NAME, lineno)
+        run.set_fact("activation_checkpointing", checkpointing[1] == "full", NAME, lineno)
     elif _FSDP_PRECISION in text:
         run.set_fact("precision", "bf16", NAME, lineno)
     elif loading := _LOADING.search(text):

@@ -60,6 +60,8 @@ def test_a_complete_run_is_timed_by_its_tokens_per_second():
     assert row["logged_tflops_per_gpu"] == statistics.median(step["tflops"] for step in steps[1:])
     # logstat's MFU (its own model FLOPs at that step time) is torchtitan's printed one
     assert row["mfu"] == pytest.approx(statistics.median(step["mfu"] for step in steps[1:]) / 100, abs=5e-4)
+    # and so are its TFLOP/s by Megatron-LM's count: selective recomputation recomputes no matmul
+    assert row["tflops_per_gpu_megatron"] == pytest.approx(row["logged_tflops_per_gpu"], rel=1e-3)
 
 
 def test_the_start_up_lines_are_the_runs_facts_with_their_lines():
@@ -69,7 +71,7 @@ def test_the_start_up_lines_are_the_runs_facts_with_their_lines():
         "micro_batch_size": 1, "global_batch_size": 8, "gas": 1, "seq_len": 8192, "train_iters": 20,
         "hidden_size": 4096, "num_layers": 32, "num_heads": 32, "num_query_groups": 8, "vocab_size": 128256,
         "ffn_hidden_size": 14336, "swiglu": True, "untied_embeddings": True, "logged_model_size": 8.030261248,
-        "gpu_model": "H100-SXM", "precision": "bf16", "activation_checkpointing": None,
+        "gpu_model": "H100-SXM", "precision": "bf16", "activation_checkpointing": False,
     }  # fmt: skip
     assert {name: row[name] for name in facts} == facts
     provenance = json.loads(row["provenance"])
@@ -79,6 +81,7 @@ def test_the_start_up_lines_are_the_runs_facts_with_their_lines():
         "logged_model_size": "total parameters",
         "gpu_model": "CUDA capacity:", "precision": "handled by fully_shard", "seq_len": "Training starts",
         "global_batch_size": "Training starts", "micro_batch_size": "Training starts",
+        "activation_checkpointing": "Applied selective activation checkpointing",
     }  # fmt: skip
     assert {name: provenance[name] for name in lines} == {
         name: f"torchtitan:{_line_of(COMPLETE, text)}" for name, text in lines.items()
