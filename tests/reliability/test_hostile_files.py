@@ -171,14 +171,23 @@ def test_file_truncated_at_every_offset_of_its_last_iteration_line(generated):
     log = real_log()
     start = log.index(b" iteration        3/")
     end = log.index(b"\n", start)
+    with tempfile.TemporaryDirectory() as tmp:
+        # every cut a run of its own, all read at once (one read's fixed cost, not one per cut)
+        paths = {Path(tmp) / f"cut-{offset}.out": offset - start for offset in range(start, end + 1)}
+        for path, cut in paths.items():
+            path.write_bytes(log[: start + cut])
+        result = load_runs(list(paths))
+    assert result.runs.height == len(paths)
+    reasons = result.runs["reason"].str.strip_chars().str.len_chars()
+    assert set(result.runs["status"]) <= set(STATUSES) and reasons.null_count() == 0 and reasons.min() > 0
     wrong = {}
-    for offset in range(start, end + 1):
-        row, result = parse_bytes(log[:offset])
-        got = elapsed_by_step(result)
-        assert {1: got.get(1), 2: got.get(2)} == {1: ELAPSED_MS[1], 2: ELAPSED_MS[2]}
+    for path, cut in paths.items():
+        steps = result.iterations.filter(pl.col("path") == str(path)).select("iteration", "elapsed_ms")
+        got = dict(steps.iter_rows())
+        assert {1: got.get(1), 2: got.get(2)} == {1: ELAPSED_MS[1], 2: ELAPSED_MS[2]}, cut
         if got.get(3) not in (None, ELAPSED_MS[3]):
-            wrong[offset - start] = got[3]
-    generated["real log truncated mid-line"] += end + 1 - start
+            wrong[cut] = got[3]
+    generated["real log truncated mid-line"] += len(paths)
     assert wrong == {}, f"cut iteration 3 read as (offset in line: elapsed ms): {wrong}"
 
 
