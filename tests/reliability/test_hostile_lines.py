@@ -66,11 +66,11 @@ MEGATRON_LOG = Path(__file__).resolve().parents[2] / "fixtures" / "megatron" / "
 MEGATRON_ELAPSED_MS = {1: 155483.8, 2: 129028.8, 3: 128891.5}
 
 family_params = pytest.mark.parametrize("family", FAMILIES, ids=[family.name for family in FAMILIES])
-#: logs one example of a per-family property reads together: a read's fixed cost (~0.2 s: its threads,
-#: the frames, the summary) is most of an example's, so each example reads several, and a third as many
-#: examples per family try twice as many logs as one log an example did
+#: logs one example of a property reads together: a read's fixed cost (~0.2 s: its threads, the frames,
+#: the summary) is most of an example's, so each example reads several, and a third as many examples try
+#: twice as many logs as one log an example did
 LOGS_PER_EXAMPLE = 6
-PER_FAMILY = settings(PROPERTY, max_examples=max(1, EXAMPLES // 3))
+SEVERAL_LOGS = settings(PROPERTY, max_examples=max(1, EXAMPLES // 3))
 
 
 #: a note of an error a family's Python code raised (``base.never_raises``): a crash the reader hid
@@ -122,7 +122,7 @@ ANY_LOG = st.lists(st.one_of(ANY_TEXT, with_marker(ANY_TEXT)), min_size=1, max_s
 
 
 @family_params
-@PER_FAMILY
+@SEVERAL_LOGS
 @given(logs=st.lists(ANY_LOG, min_size=1, max_size=LOGS_PER_EXAMPLE))
 def test_arbitrary_text_never_raises(family, logs, generated):
     generated[f"arbitrary text lines ({family.name})"] += sum(map(len, logs))
@@ -143,7 +143,7 @@ def test_real_lines_cut_at_every_offset_never_raise(family, marker_lines, genera
 
 
 @family_params
-@PER_FAMILY
+@SEVERAL_LOGS
 @given(data=st.data())
 def test_real_lines_with_hostile_numbers_never_raise(family, data, marker_lines, generated):
     """Each real line holding one of the family's markers (a line without one never reaches its code), its
@@ -162,28 +162,34 @@ def test_real_lines_with_hostile_numbers_never_raise(family, data, marker_lines,
     feed_logs(family, [[line] for line in hostile])
 
 
-@PROPERTY
+@SEVERAL_LOGS
 @given(data=st.data())
 def test_glued_ranks_keep_every_iteration(data, generated):
     """Megatron's real iteration lines of many ranks glued into one physical line (launcher tags
-    between them, repeats allowed) give back each step with its elapsed time."""
+    between them, repeats allowed) give back each step with its elapsed time; several such lines, each
+    a log of its own, in one read."""
     lines = [line for line in MEGATRON_LOG.read_text().splitlines() if "elapsed time per iteration" in line]
-    chosen = data.draw(st.lists(st.sampled_from(lines), min_size=1, max_size=12), label="ranks' lines")
-    tags = data.draw(st.lists(st.sampled_from(GLUE_TAGS), min_size=len(chosen), max_size=len(chosen)))
-    glued = "".join(tag + line for tag, line in zip(tags, chosen, strict=True))
-    generated["glued lines of many ranks"] += 1
-    run = feed(megatron.FAMILY, [glued])
-    expected = {int(line.split("/")[0].split()[-1]) for line in chosen}
-    assert {step: row["elapsed_ms"] for step, row in run.iterations.items()} == {
-        step: MEGATRON_ELAPSED_MS[step] for step in expected
-    }
+    ranks_lines = st.lists(st.sampled_from(lines), min_size=1, max_size=12)
+    logs = data.draw(st.lists(ranks_lines, min_size=1, max_size=LOGS_PER_EXAMPLE), label="ranks' lines")
+    glued = []
+    for chosen in logs:
+        tags = data.draw(st.lists(st.sampled_from(GLUE_TAGS), min_size=len(chosen), max_size=len(chosen)))
+        glued.append("".join(tag + line for tag, line in zip(tags, chosen, strict=True)))
+    generated["glued lines of many ranks"] += len(glued)
+    results = read_lines([megatron.FAMILY], *[[line] for line in glued])
+    build_frames(results)
+    for chosen, result in zip(logs, results, strict=True):
+        expected = {int(line.split("/")[0].split()[-1]) for line in chosen}
+        assert {step: row["elapsed_ms"] for step, row in result.run.iterations.items()} == {
+            step: MEGATRON_ELAPSED_MS[step] for step in expected
+        }
 
 
-@PROPERTY
-@given(text=ANY_TEXT)
-def test_any_line_is_read_by_every_family_at_once(text, generated):
-    generated["arbitrary lines read by every family"] += 1
-    build_frames(read_lines(FAMILIES, [text.replace("\n", " ")]))
+@SEVERAL_LOGS
+@given(texts=st.lists(ANY_TEXT, min_size=1, max_size=LOGS_PER_EXAMPLE))
+def test_any_line_is_read_by_every_family_at_once(texts, generated):
+    generated["arbitrary lines read by every family"] += len(texts)
+    build_frames(read_lines(FAMILIES, *[[text.replace("\n", " ")] for text in texts]))
 
 
 #: one physical line of 100k characters of each shape (a tensor dump, a progress bar gone wrong,
