@@ -149,7 +149,11 @@ def _facts(statements: pl.DataFrame) -> Events:
     noted = statements.filter(value.is_null()).join(firsts, on=group, how="left")
     noted = noted.filter(first.is_null() | (pl.col("order") < first))
     stated = stated.filter(pl.col("order") >= 0).with_columns(family=pl.lit(NAME))
-    typed = {_INT_FACTS: value.cast(pl.Int64), _OFFLOADS: value == "true", ("precision",): value}
+    typed = {
+        (*_INT_FACTS, "resumed_step"): value.cast(pl.Int64),
+        _OFFLOADS: value == "true",
+        ("precision",): value,
+    }
     typed[("logged_model_size",)] = value.cast(pl.Float64)
     facts = [stated.filter(pl.col("fact").is_in(names)).with_columns(x) for names, x in typed.items()]
     facts = [frame.select("order", "fact", "value", "family", "unless_seen") for frame in facts]
@@ -186,6 +190,10 @@ TOPOLOGY = r"Using topology: \{.*ProcessCoord\(([^()]*)\): ([0-9]+)\}"
 #: PipelineModule's partition, printed by rank 0 for every stage in order (runtime/pipe/module.py:
 #: ``stage={stage} layers={stop - start}``): the last stage's number is the pipeline's size less one
 PIPE_STAGE = r"^stage=([0-9]+) layers=[0-9]+$"
+#: the checkpoint engine's load of a checkpoint under its default tag (``global_step{N}``): the run resumed
+#: at step N. torch_checkpoint_engine.py: ``[Torch] Begin Load checkpoint from {path}...`` (0.15 on), ``[Torch]
+#: Loading checkpoint from {path}...`` before
+CHECKPOINT_LOAD = r"\[Torch\] (?:Begin Load|Loading) checkpoint from \S*/global_step([0-9]+)/"
 #: what a topology's record is marked as seen by: the dump's ``world_size`` after one is the DP size
 TOPOLOGY_SEEN = "deepspeed topology"
 _AXES = {"pp": "pipe", "dp": "data", "tp": "model"}
@@ -196,6 +204,7 @@ _RECORD_MARKERS = (
     "UNIQUE_PARAMS=",
     "Using topology:",
     " layers=",
+    " checkpoint from ",
 )
 _RECORDS_PATTERN = "|".join(
     f"(?:{pattern})"
@@ -208,6 +217,7 @@ _RECORDS_PATTERN = "|".join(
         UNIQUE_PARAMS,
         TOPOLOGY,
         PIPE_STAGE,
+        CHECKPOINT_LOAD,
     )
 )
 
@@ -216,7 +226,8 @@ def _record_events(records: pl.DataFrame) -> Events:
     """A step event per throughput record (``CurrSamplesPerSec``; the memory, GB (DeepSpeed divides by
     1024**3), back to MiB like Megatron's) and pipeline step (loss, time, samples/s); of a record's first
     ``CONFIG:`` the gradient accumulation steps and micro batch, of ``UNIQUE_PARAMS=`` the model size, of a
-    pipeline's topology the GPU count and each axis's size (DeepSpeed's ``pipe``, ``data``, ``model``)."""
+    pipeline's topology the GPU count and each axis's size (DeepSpeed's ``pipe``, ``data``, ``model``), of a
+    checkpoint's load the step resumed at."""
     throughput = _matches(records, THROUGHPUT, ["digits", "curr", "mem", "max_mem"])
     memory = {"mem_allocated_mb": _real("mem") * 1024, "mem_max_allocated_mb": _real("max_mem") * 1024}
     events = _steps(throughput, _THROUGHPUT, samples_per_sec=_real("curr"), **memory)
@@ -238,8 +249,12 @@ def _record_events(records: pl.DataFrame) -> Events:
     pipeline = _count(
         stages, pl.col("stage").cast(pl.Int64, strict=False) + 1, "pp"
     )  # the last line's counts
-    events.extend(_facts(pl.concat([*counts, size, *axes, gpus, pipeline])))
-    seen = [kinds.marks_of(frame.lazy(), NAME, kinds.SEEN) for frame in (config, unique, topology, stages)]
+    loaded = _matches(records, CHECKPOINT_LOAD, ["digits"])
+    resumed = _count(loaded, pl.col("digits"), "resumed_step", whole=True)
+    events.extend(_facts(pl.concat([*counts, size, *axes, gpus, pipeline, resumed])))
+    seen = [
+        kinds.marks_of(frame.lazy(), NAME, kinds.SEEN) for frame in (config, unique, topology, stages, loaded)
+    ]
     events.marks += [*seen, kinds.marks_of(topology.lazy(), TOPOLOGY_SEEN, kinds.SEEN)]
     return events
 
@@ -254,7 +269,7 @@ RECORDS = RecordKind(
     name="records",
     test=RecordTest(markers=_RECORD_MARKERS, pattern=_RECORDS_PATTERN),
     read=lambda records: _numbered(_record_events(records.collect())),
-    facts=("gas", "micro_batch_size", "logged_model_size", "pp", "dp", "tp", "gpus"),
+    facts=("gas", "micro_batch_size", "logged_model_size", "pp", "dp", "tp", "gpus", "resumed_step"),
 )
 
 

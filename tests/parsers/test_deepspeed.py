@@ -515,3 +515,21 @@ def test_megatrons_iteration_line_is_a_steps_report_over_the_engines_lines(tmp_p
         (10, 7.6232, 14211.0, 2.4999e-05, "deepspeed", lines.index(engine(10)[0]) + 1),
         (20, 7.61, 14210.8, 2.5e-05, "megatron", lines.index(iteration) + 1),
     ]
+
+
+@pytest.mark.parametrize(
+    ("line", "resumed"),
+    [
+        # deepspeed/runtime/checkpoint_engine/torch_checkpoint_engine.py, 0.15 on and before
+        ("[Torch] Begin Load checkpoint from /ckpt/run7/global_step2000/mp_rank_00_model_states.pt...", 2000),
+        ("[Torch] Loading checkpoint from /ckpt/run7/global_step2000/mp_rank_00_model_states.pt...", 2000),
+        (
+            "[Torch] Loading checkpoint from /ckpt/run7/best/mp_rank_00_model_states.pt...",
+            None,
+        ),  # a user's tag
+    ],
+)
+def test_a_checkpoint_loaded_under_its_default_tag_is_the_resumed_step(line, resumed):
+    prefix = "[2024-07-01 00:00:00,000] [INFO] [torch_checkpoint_engine.py:27:load] "
+    run = feed_lines(deepspeed.FAMILY, [prefix + line])
+    assert run.facts.get("resumed_step") == resumed
