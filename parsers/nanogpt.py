@@ -232,8 +232,12 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
 
 
 def finish(run: RunBuilder) -> None:
-    """The pretrained model's block as the sequence length where the config states none, and the global
-    batch in sequences: the tokens an iteration over the sequence length (module docstring)."""
+    """The pretrained model's block as the sequence length where the config states none, the global batch
+    in sequences: the tokens an iteration over the sequence length (module docstring), and, of a nanoGPT
+    run, TP and PP 1: train.py is data parallel only (DDP), so its DP is its GPUs where a launcher says."""
+    if run.families_seen.get(NAME):
+        run.set_fact("tp", 1, "derived", 0)
+        run.set_fact("pp", 1, "derived", 0)
     if "seq_len" not in run.facts and _FORCED_STATE in run.state:
         block, line = run.state[_FORCED_STATE]
         run.set_fact("seq_len", block, NAME, line)

@@ -58,7 +58,9 @@ def test_the_config_and_start_up_lines_are_the_runs_facts_with_their_lines():
     facts = {
         "micro_batch_size": 12, "seq_len": 1024, "global_batch_size": 480, "train_iters": 600000,
         "vocab_size": 50257, "padded_vocab_size": 50304, "logged_model_size": 0.12359,
-        "gpus": 8, "gas": None, "num_layers": None, "hidden_size": None, "precision": None,
+        # train.py is DDP only: DP the GPUs, and the accumulation per process 480 / (12 x 8)
+        "gpus": 8, "tp": 1, "pp": 1, "dp": 8, "gas": 5, "num_layers": None, "hidden_size": None,
+        "precision": None,
     }  # fmt: skip
     assert {name: row[name] for name in facts} == facts
     provenance = json.loads(row["provenance"])
