@@ -6,7 +6,8 @@ Lines read:
   train_step_timing in s: 5.817 | consumed_samples: 2816``, a metric a field (``.4`` significant digits, an
   integral float as an integer): a step each, numbered by its ``global_step`` (else the iteration), timed
   by ``train_step_timing in s`` (NeMo's TimingCallback), its global batch a fact;
-- Lightning's ```Trainer.fit` stopped: `max_steps=100` reached.`` (or ``max_epochs``): the run's planned end;
+- Lightning's ```Trainer.fit` stopped: `max_steps=100` reached.`` (or ``max_epochs``), or its Timer's ``Time
+  limit reached. ... Signaling Trainer to stop.`` (``max_time``): the run's planned end;
   its world size and mixed precision (``Initializing distributed: GLOBAL_RANK: 3, MEMBER: 4/16``, ``Using
   bfloat16 Automatic Mixed Precision (AMP)``);
 - NeMo's megatron_init, per rank: ``Rank 0 has tensor model parallel group: [0, 1]`` (pipeline, context and
@@ -62,6 +63,10 @@ COUNTS = {"step": "global_step", "global_batch_size": "global_batch_size"}
 _RECORD_MARKER = "Training epoch "
 #: Lightning's word that training reached its planned steps or epochs
 PLANNED_END = "`Trainer.fit` stopped: `max_"
+#: Lightning's Timer callback (NeMo's exp_manager ``max_time_per_run``) ending a run whose time budget is
+#: spent (callbacks/timer.py: ``Time limit reached. Elapsed time is 3:50:00. Signaling Trainer to stop.``):
+#: a planned end, as Megatron's ``--exit-duration-in-mins``; the next run resumes from its checkpoint
+TIME_BUDGET_END = "Signaling Trainer to stop."
 #: Lightning's word on a Ctrl-C it caught (trainer/call.py: ``Detected KeyboardInterrupt, attempting graceful
 #: shutdown ...``, 1.x's ``...shutdown...``), after which it exits with no traceback: the run was cancelled
 INTERRUPTED = "Detected KeyboardInterrupt, attempting graceful shutdown"
@@ -286,7 +291,9 @@ CONFIGURATION = Block(
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Lightning's planned end of training, its caught Ctrl-C, world size and precision (not NeMo's alone: they say nothing of
     the family); NeMo's parallel groups and padded vocabulary."""
-    if PLANNED_END in text:  # any Lightning run's: no sign of NeMo
+    if PLANNED_END in text or (
+        TIME_BUDGET_END in text and "Time limit reached" in text
+    ):  # any Lightning run's
         run.complete(text.strip(), lineno)
     elif INTERRUPTED in text:
         run.fail("cancelled", text.strip(), lineno, kind="interrupt")
@@ -308,6 +315,7 @@ FAMILY = Family(
         _RECORD_MARKER,
         *_BAR_MARKERS,
         PLANNED_END,
+        TIME_BUDGET_END,
         INTERRUPTED,
         *_LAYOUT_MARKERS,
         CONFIG_OPENER,

@@ -53,7 +53,12 @@ def test_each_field_of_a_progress_line_is_its_steps_metric():
 
 @pytest.mark.parametrize(
     "end",
-    ["`Trainer.fit` stopped: `max_steps=100` reached.", "`Trainer.fit` stopped: `max_epochs=3` reached."],
+    [
+        "`Trainer.fit` stopped: `max_steps=100` reached.",
+        "`Trainer.fit` stopped: `max_epochs=3` reached.",
+        # the Timer callback of NeMo's exp_manager max_time_per_run: the run's own time budget spent
+        "Time limit reached. Elapsed time is 3:50:00. Signaling Trainer to stop.",
+    ],
 )
 def test_lightnings_planned_end_completes_the_run(end):
     run = feed_lines(nemo.FAMILY, ["Training epoch 0, iteration 0/99 | train_step_timing in s: 5.8", end])
