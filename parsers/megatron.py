@@ -434,6 +434,10 @@ _PRECISIONS = {"fp16": "fp16", "bfloat16": "bf16", "bf16": "bf16", "fp32": "fp32
 _SHARED = "moe_shared_expert_intermediate_size"
 _SHAPE_ARGS = ("num_query_groups", "num_key_value_heads", "swiglu", "num_experts", "moe_router_topk")
 _SHAPE_ARGS += ("moe_ffn_hidden_size", _SHARED, "moe_layer_freq", "untie_embeddings_and_output_weights")
+#: Megatron-DeepSpeed's MoE (its arguments.py): ``--num-experts`` a list (``[64]``: one count for every
+#: MoE layer; ``[1]``, its default, is a dense model), ``--topk``, and ``--expert-interval``: every k-th
+#: layer is an MoE one (``get_num_experts_per_layer``: layer numbers divisible by k, ``num_layers // k``)
+_SHAPE_ARGS += ("topk", "expert_interval")
 #: which layers recompute their forward: Megatron-LM's names, and its 2021-2022 ``activations_checkpoint_*``
 _RECOMPUTE_ARGS = (
     *("recompute_method", "recompute_num_layers", "num_layers_per_virtual_pipeline_stage"),
@@ -539,17 +543,26 @@ def _dump_facts() -> dict[str, tuple[pl.Expr, pl.Expr]]:
     untie = "untie_embeddings_and_output_weights"  # the model's parameter count: one V x h matrix or two
     untied = pl.col(untie).str.to_lowercase()
     facts["untied_embeddings"] = (pl.when(untied.is_in(["true", "false"])).then(untied == "true"), at(untie))
-    moe = positive("num_experts").is_not_null()
-    facts["moe_topk"] = (pl.when(moe).then(positive("moe_router_topk")), at("moe_router_topk"))
-    facts["moe_experts"] = (positive("num_experts"), at("num_experts"))
+    listed = (
+        pl.col("num_experts").str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64)).list.unique()
+    )
+    experts = pl.coalesce(positive("num_experts"), pl.when(listed.list.len() == 1).then(listed.list.first()))
+    moe = experts > 1
+    topk = pl.coalesce(positive("moe_router_topk"), positive("topk"))
+    facts["moe_topk"] = (pl.when(moe).then(topk), pl.coalesce(at("moe_router_topk"), at("topk")))
+    facts["moe_experts"] = (pl.when(moe).then(experts), at("num_experts"))
     for name, fact in (
         ("moe_ffn_hidden_size", "moe_ffn_hidden_size"),
         (_SHARED, "moe_shared_ffn_hidden_size"),
     ):
         facts[fact] = (pl.when(moe).then(positive(name)), at(name))
+    interval = positive("expert_interval")
+    every_kth = pl.when(interval > 1).then(positive("num_layers") // interval)
     facts["moe_layers"] = (
-        pl.when(moe).then(_moe_layers(pl.col("moe_layer_freq"), positive("num_layers"))),
-        at("moe_layer_freq"),
+        pl.when(moe).then(
+            pl.coalesce(_moe_layers(pl.col("moe_layer_freq"), positive("num_layers")), every_kth)
+        ),
+        pl.coalesce(at("moe_layer_freq"), at("expert_interval")),
     )
     return facts
 

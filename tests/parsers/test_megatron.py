@@ -432,6 +432,15 @@ def test_moe_layers_of_the_arguments_dumps_layer_frequency(frequency, layers, mo
     assert _dump(num_experts=None, num_layers=32, moe_layer_freq=2).facts.get("moe_layers") is None
 
 
+def test_megatron_deepspeeds_moe_arguments():
+    # its arguments.py: --num-experts a list ([1], its default, is dense), --topk, --expert-interval (every
+    # k-th layer: numbers divisible by k)
+    moe = _dump(num_experts="[64]", topk=1, expert_interval=2, num_layers=24).facts
+    assert (moe["moe_experts"], moe["moe_topk"], moe["moe_layers"]) == (64, 1, 12)
+    dense = _dump(num_experts="[1]", topk=1, expert_interval=2, num_layers=24).facts
+    assert not {"moe_experts", "moe_topk", "moe_layers"} & dense.keys()
+
+
 @pytest.mark.parametrize(
     ("arguments", "expected"),
     [
