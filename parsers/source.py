@@ -8,6 +8,7 @@ a thousand small files). Each line of a batch knows its run, its file and its 1-
 from __future__ import annotations
 
 import bz2
+import codecs
 import gzip
 import lzma
 import os
@@ -120,12 +121,41 @@ class Batch:
 
 
 def _decompressor(magic: bytes):
-    """The ``open`` of a file's compression (gzip, xz, bzip2) by its first bytes (``magic``); None if plain."""
+    """The ``open`` of a file's compression (gzip, xz, bzip2) or UTF-16 encoding by its first bytes
+    (``magic``); None if plain UTF-8."""
     if magic.startswith(GZIP_MAGIC):
         return gzip.open
     if magic.startswith(XZ_MAGIC):
         return lzma.open
+    if magic.startswith(UTF16_BOMS):
+        return Utf16Stream
     return bz2.open if BZIP2_MAGIC.match(magic) else None
+
+
+#: a UTF-16 file's byte order marks (Windows PowerShell 5's ``>`` and ``Out-File`` write UTF-16LE with one)
+UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+
+
+class Utf16Stream:
+    """A UTF-16 file read as UTF-8, as a decompressor's stream is (``read1``): the BOM names the byte
+    order and is dropped; a pair of bytes that is no character is U+FFFD."""
+
+    def __init__(self, path: os.PathLike, mode: str = "rb") -> None:
+        self._raw = open(path, mode)  # noqa: SIM115 - closed by __exit__, as gzip.open's file is
+        self._decoder = codecs.getincrementaldecoder("utf-16")(errors="replace")
+
+    def read1(self, size: int) -> bytes:
+        """UTF-8 of the next ``size`` bytes or more (none: the end)."""
+        while data := self._raw.read(size):
+            if text := self._decoder.decode(data):
+                return text.encode("utf-8", "surrogatepass")
+        return self._decoder.decode(b"", final=True).encode("utf-8", "surrogatepass")
+
+    def __enter__(self) -> Utf16Stream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._raw.close()
 
 
 def file_size(path: os.PathLike) -> int:

@@ -2,6 +2,7 @@
 files), lines to records (launcher prefixes stripped, glued ranks and carriage returns split), and the
 marked lines a family is handed, with their physical line numbers."""
 
+import codecs
 import gzip
 import io
 import random
@@ -13,6 +14,8 @@ from logstat.parsers import source
 from logstat.parsers.base import Family
 from logstat.parsers.records import Plan, split_records
 from logstat.parsers.source import SourceReport, batches, frame_batch
+
+from tests.conftest import FIXTURES
 
 
 def records_of(*lines: str) -> list[list[str]]:
@@ -340,6 +343,26 @@ def test_a_byte_order_mark_starting_a_file_is_no_text(tmp_path, reading, after):
     got, report = read(path, ("+ ",))
     assert got == [(n, line) for n, line in enumerate(after.decode().splitlines(), 1) if line]
     assert report.lines == after.count(b"\n")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_a_utf16_log_is_read_as_its_text(tmp_path, encoding):
+    # Windows PowerShell 5's `>` writes UTF-16LE with a byte order mark, and CRLF line ends
+    from logstat.api import load_runs
+
+    original = FIXTURES / "hf_trainer" / "hf_gpt2_tiny_printer_cpu.log"
+    text = original.read_text(encoding="utf-8").replace("\n", "\r\n")
+    bom = codecs.BOM_UTF16_LE if encoding.endswith("le") else codecs.BOM_UTF16_BE
+    wide = tmp_path / "wide" / original.name
+    wide.parent.mkdir()
+    wide.write_bytes(bom + text.encode(encoding))
+    plain, utf16 = load_runs([original]), load_runs([wide])
+    columns = ["iteration", "loss", "lr", "grad_norm"]
+    assert utf16.iterations.select(columns).equals(plain.iterations.select(columns))
+    assert utf16.iterations.height > 0
+    row, expected = utf16.runs.row(0, named=True), plain.runs.row(0, named=True)
+    for name in ("family", "status", "sec_per_iter", "global_batch_size", "micro_batch_size", "seq_len"):
+        assert row[name] == expected[name], name
 
 
 @pytest.mark.parametrize(
