@@ -250,12 +250,21 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
     return (
         out.with_columns(
             iterations=pl.col("iterations").fill_null(0),
-            last_iteration=pl.col("last_step"),
+            last_iteration=_last_iteration(),
             warmup_skipped=pl.col("warmup_skipped").fill_null(0),
         )
         .select([*RUNS_SCHEMA, *SUMMARY_SCHEMA])
         .cast(SUMMARY_SCHEMA)
     )
+
+
+def _last_iteration() -> pl.Expr:
+    """The step a run got to: its last logged one, or its planned ones where it ended ok within a logging
+    interval of them (a run of 2,634 steps logging every 500 logs 2,500 last, and ran them all); a planned
+    end short of them (Megatron's ``--exit-duration-in-mins``) keeps its last logged step."""
+    last, planned = pl.col("last_step"), pl.col("train_iters")
+    reached = (pl.col("status") == "ok") & (planned >= last) & (planned - last < pl.col("step_interval"))
+    return pl.when(reached.fill_null(False)).then(planned).otherwise(last)
 
 
 def _model_params(*, active: bool = False) -> pl.Expr:

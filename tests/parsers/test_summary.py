@@ -838,3 +838,18 @@ def test_a_step_time_far_from_the_sessions_is_a_warning(runtime_s, warned):
     if warned:
         ratio = max(runtime_s / (128 / 42.6), (128 / 42.6) / runtime_s)
         assert notes[0].endswith(f"differ {float(f'{ratio:.3g}')}x: one of them does not time one step")
+
+
+@pytest.mark.parametrize(
+    ("status", "planned", "last"),
+    [
+        ("ok", 2634, 2634),  # every 500 of 2,634 steps logged: it ran them all
+        ("incomplete", 2634, 2500),  # stopped somewhere after its last logged step
+        ("ok", 20000, 2500),  # a planned end short of its steps (an exit duration)
+        ("ok", None, 2500),
+    ],
+)
+def test_a_run_that_ended_ok_within_a_logging_interval_of_its_steps_reached_them(status, planned, last):
+    run = {"path": "hf", "status": status, "train_iters": planned}
+    row = one(runs(run), _steps("hf", [500, 1000, 1500, 2000, 2500]))
+    assert (row["iterations"], row["last_iteration"]) == (5, last)
