@@ -279,28 +279,17 @@ def _model_params(*, active: bool = False) -> pl.Expr:
     vocabulary is the true one when known, else the padded one, for both."""
     hidden, layers = _f("hidden_size"), _f("num_layers")
     vocab = pl.coalesce(_f("vocab_size"), _f("padded_vocab_size"))
-    heads, query_groups, kv_channels = _attention_shape()
-    swiglu, untied = pl.col("swiglu").fill_null(False), pl.col("untied_embeddings").fill_null(True)
-
-    ffn = pl.coalesce(_counted("ffn_hidden_size"), 4 * hidden)
     moe, experts = _counted("moe_topk").is_not_null(), _counted("moe_topk" if active else "moe_experts")
-
+    shape = _layer_shape()
     llama = formulas.llama_params(
-        hidden=hidden,
+        **shape,
         layers=layers,
         vocab=vocab,
-        heads=heads,
-        query_groups=query_groups,
-        kv_channels=kv_channels,
-        ffn_hidden=ffn,
-        swiglu=swiglu,
-        untied=untied,
+        untied=pl.col("untied_embeddings").fill_null(True),
         experts=pl.when(moe).then(experts).otherwise(1.0),
-        moe_ffn_hidden=pl.coalesce(_counted("moe_ffn_hidden_size"), ffn),
-        shared_ffn_hidden=_counted("moe_shared_ffn_hidden_size").fill_null(0.0),
         moe_layers=pl.when(moe).then(pl.coalesce(_counted("moe_layers"), layers)).otherwise(0.0),
     )
-    llama_style = swiglu | _counted("num_query_groups").is_not_null() | moe
+    llama_style = shape["swiglu"] | _counted("num_query_groups").is_not_null() | moe
     return (
         pl.when(moe & experts.is_null())
         .then(pl.lit(None, pl.Float64))
@@ -559,28 +548,38 @@ def _megatron_tflops(checkpointing: bool) -> pl.Expr:
     head, 4h, no SwiGLU, no MoE). The logits count the padded vocabulary the model computes when the
     log gives it. Without the head count the attention is eq. 3's whatever the other facts say (its
     widths are read per head). A count of 0 or less (a garbled line) is no fact."""
-    hidden = _f("hidden_size")
-    heads, query_groups, kv_channels = _attention_shape()
     flops_per_iteration = formulas.megatron_flops_per_iteration(
+        **_layer_shape(),
         global_batch=_f("global_batch_size"),
         seq_len=_trained_seq_len(),
         layers=_f("num_layers"),
-        hidden=hidden,
         vocab=pl.coalesce(_f("padded_vocab_size"), _f("vocab_size")),
         checkpointing=checkpointing,
         recomputed_share=(_counted("recomputed_layers") / _f("num_layers")).fill_null(1.0),
-        heads=heads,
-        query_groups=query_groups,
-        kv_channels=kv_channels,
-        ffn_hidden=pl.coalesce(_counted("ffn_hidden_size"), 4 * hidden),
-        swiglu=pl.col("swiglu").fill_null(False),
         moe_topk=_counted("moe_topk").fill_null(1.0),
-        moe_ffn_hidden=pl.coalesce(_counted("moe_ffn_hidden_size"), _counted("ffn_hidden_size"), 4 * hidden),
-        shared_ffn_hidden=_counted("moe_shared_ffn_hidden_size").fill_null(0.0),
         moe_layers=pl.coalesce(_counted("moe_layers"), _f("num_layers")),
     )
     return formulas.tflops_per_gpu(
         flops_per_iteration=flops_per_iteration, sec_per_iter=pl.col("sec_per_iter"), gpus=_f("gpus")
+    )
+
+
+def _layer_shape() -> dict[str, pl.Expr]:
+    """A layer's shape as both counts take it (:func:`formulas.llama_params`,
+    :func:`formulas.megatron_flops_per_iteration`): the width, the attention's (``_attention_shape``), the
+    FFN's (4h unless stated; an expert's the FFN's unless stated, the shared experts' 0), SwiGLU or not."""
+    hidden = _f("hidden_size")
+    heads, query_groups, kv_channels = _attention_shape()
+    ffn = pl.coalesce(_counted("ffn_hidden_size"), 4 * hidden)
+    return dict(
+        hidden=hidden,
+        heads=heads,
+        query_groups=query_groups,
+        kv_channels=kv_channels,
+        ffn_hidden=ffn,
+        swiglu=pl.col("swiglu").fill_null(False),
+        moe_ffn_hidden=pl.coalesce(_counted("moe_ffn_hidden_size"), ffn),
+        shared_ffn_hidden=_counted("moe_shared_ffn_hidden_size").fill_null(0.0),
     )
 
 

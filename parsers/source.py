@@ -175,7 +175,9 @@ def _read_block(stream, report: SourceReport, carry: bytes) -> bytes:
         try:
             part = stream.read1(CHUNK_BYTES - size)
         except (EOFError, OSError, zlib.error, lzma.LZMAError) as exc:
-            kind = {"LZMAFile": "xz", "BZ2File": "bzip2"}.get(type(stream).__name__, "gzip")
+            kind = {"LZMAFile": "xz", "BZ2File": "bzip2", "Utf16Stream": "UTF-16"}.get(
+                type(stream).__name__, "gzip"
+            )
             report.problem = f"{kind} stream truncated or corrupt ({exc})"
             break
         if not part:
