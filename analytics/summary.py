@@ -63,6 +63,13 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
     after_warmup = pl.int_range(pl.len()).over("path", "launch") >= warmup
     timed = launch == launch.filter(after_warmup).max().over("path")
     steady_tflops = pl.col("logged_tflops_per_gpu").filter(pl.col("steady"))
+    # DeepSpeed's flops profiler times one step past the first by design (engine.py profiles at
+    # global_steps == profile_step, counted after each step): its figure stands where no steady one does
+    by_profiler = (pl.col("family") == "deepspeed") & pl.col("logged_tflops_per_gpu").is_not_null()
+    profiled = pl.col("logged_tflops_per_gpu").filter(
+        by_profiler & (launch == launch.filter(by_profiler).max())
+    )
+    profiled_only = (steady_tflops.count() == 0) & (profiled.count() > 0)
     memory = pl.col("mem_max_allocated_mb")
     return (
         iterations.sort("path", "iteration")
@@ -96,11 +103,20 @@ def step_stats(iterations: pl.DataFrame, warmup: int) -> pl.DataFrame:
             steady_elapsed_ms=pl.col("elapsed_ms").filter(pl.col("steady")).median(),
             steady_samples_per_sec=pl.col("samples_per_sec").filter(pl.col("steady")).median(),
             steady_samples_steps=pl.col("samples_per_sec").filter(pl.col("steady")).count(),
-            steady_logged_tflops=steady_tflops.median(),
-            steady_logged_tflops_steps=steady_tflops.count(),
-            logged_tflops_family=pl.col("family")
-            .filter(pl.col("steady") & pl.col("logged_tflops_per_gpu").is_not_null())
-            .first(),
+            steady_logged_tflops=pl.when(profiled_only)
+            .then(profiled.median())
+            .otherwise(steady_tflops.median()),
+            steady_logged_tflops_steps=pl.when(profiled_only)
+            .then(profiled.count())
+            .otherwise(steady_tflops.count()),
+            logged_tflops_family=pl.when(profiled_only)
+            .then(pl.lit("deepspeed"))
+            .otherwise(
+                pl.col("family")
+                .filter(pl.col("steady") & pl.col("logged_tflops_per_gpu").is_not_null())
+                .first()
+            ),
+            logged_tflops_in_warmup=profiled_only,
             timed_launch=launch.filter(pl.col("steady")).first(),
             # the evaluations of the last launch, which its training session's run time counts (HF Trainer)
             evaluation_s=pl.col("eval_runtime_s").cast(pl.Float64).filter(launch == launch.max()).sum(),
@@ -525,12 +541,14 @@ def _tflops_disagreement(warmup: int) -> pl.Expr:
         .then(None)
         .otherwise(
             pl.format(
-                "tflops: the log's own {} TFLOP/s/GPU ({}, median of {} step(s) after the first {}) is {}% {} "
+                "tflops: the log's own {} TFLOP/s/GPU ({}, median of {} step(s) {}) is {}% {} "
                 "logstat's {} (Megatron-LM's count, Narayanan et al. 2021 eq. 3 generalized{}); likely reason: {}",
                 logged.round_sig_figs(4),
                 pl.col("logged_tflops_family"),
                 pl.col("steady_logged_tflops_steps"),
-                pl.lit(warmup),
+                pl.when(pl.col("logged_tflops_in_warmup"))
+                .then(pl.format("its profiler timed, all among the first {}", pl.lit(warmup)))
+                .otherwise(pl.format("after the first {}", pl.lit(warmup))),
                 (_off_by(logged, ours) * 100).round(1),
                 direction,
                 ours.round_sig_figs(4),

@@ -443,6 +443,32 @@ def test_deepspeed_profiler_tflops_is_the_logged_figure_and_memory_the_timer_lin
     assert row["model_state_gb_pred"] is None  # a 2-layer MLP: no transformer shape to count parameters from
 
 
+def test_deepspeed_profiler_tflops_in_the_warm_up_stands_where_no_steady_step_logs_one(tmp_path):
+    """DeepSpeed profiles the step after ``profile_step`` steps (engine.py: global_steps == profile_step),
+    never the first: its figure counts where it is the run's only logged TFLOP/s, even at the first row."""
+    text = (FIXTURES / "deepspeed" / "ds_zero1_fp32_2cpu.log").read_text(encoding="utf-8")
+    banner = "\n-------------------------- DeepSpeed Flops Profiler"
+    first, second = (m.start() for m in re.finditer(re.escape(banner), text))
+    end_of_second = text.index("Flops profiler finished\n", second) + len("Flops profiler finished\n")
+    only_profile = text[:second] + text[end_of_second:]
+    path = tmp_path / "profiled_at_1.log"
+    path.write_text(only_profile.replace("Profile Summary at step 3:", "Profile Summary at step 1:"))
+    ((step, mflops),) = _log_lines(
+        path, r"Profile Summary at step (\d+):(?:.*\n)+?FLOPS per GPU = .*: +([\d.]+) MFLOPS"
+    )
+    result = load_runs([path], warmup=1)
+    assert result.iterations.sort("iteration")["iteration"][0] == int(step) == 1  # the warm-up row
+    row = result.runs.row(0, named=True)
+    assert row["logged_tflops_per_gpu"] == pytest.approx(float(mflops) / 1e6)
+    # where a profiled step is steady, the warm-up's is not taken: at warm-up 2, step 4's alone
+    fixture = FIXTURES / "deepspeed" / "ds_zero1_fp32_2cpu.log"
+    ((step_4,),) = _log_lines(
+        fixture, r"Profile Summary at step 4:(?:.*\n)+?FLOPS per GPU = .*: +([\d.]+) MFLOPS"
+    )
+    row = load_runs([fixture], warmup=2).runs.row(0, named=True)
+    assert row["logged_tflops_per_gpu"] == pytest.approx(float(step_4) / 1e6)
+
+
 STEP = {"gpus": 16, "global_batch_size": 256, "activation_checkpointing": True}
 H100_SHAPE = {"hidden_size": 4096, "num_layers": 32, "seq_len": 2048, "padded_vocab_size": 50304}
 # a long sequence for its width: attention (s/6h = 0.67) puts eq. 3 far above the seed formula
