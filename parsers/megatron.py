@@ -34,7 +34,7 @@ from itertools import chain
 
 import polars as pl
 from logstat.parsers import deepspeed
-from logstat.parsers.base import Family, RunBuilder
+from logstat.parsers.base import EFFECT, Family, RunBuilder
 from logstat.parsers.kinds import (
     BODY,
     CLOSER,
@@ -108,7 +108,8 @@ _EFFECTIVE_TFLOPS = re.compile(
 #: minutes``), each after the checkpoint is saved
 PLANNED_ENDS = ("after training is done", "exiting program at iteration", "exiting program after")
 #: ``--exit-signal-handler``'s end, after the checkpoint is saved: a signal from outside (scancel, Slurm's
-#: ``--signal`` before a time limit, a preemption) stopped the run before its iterations were done
+#: ``--signal`` before a time limit, a preemption) stopped the run before its iterations were done. How the
+#: run ended (EFFECT): the sender's own line (``CANCELLED AT ... DUE TO TIME LIMIT``) is the cause
 SIGNALLED_END = "exiting program after receiving SIGTERM"
 #: tasks/main.py's last line, of an evaluation (zero-shot LAMBADA, WikiText) or a finetuning run that ended
 PLANNED_ENDS += ("done :-)",)
@@ -125,7 +126,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             # the step logged last before the line (None: settled column-wise with the steps)
             run.add_iteration(None, NAME, lineno, logged_tflops_per_gpu=float(match["tflops"]))
     elif SIGNALLED_END in text:
-        run.fail("cancelled", text.strip(), lineno, kind="cancelled")
+        run.fail("cancelled", text.strip(), lineno, weight=EFFECT, kind="cancelled")
     elif any(end in text for end in PLANNED_ENDS):
         run.complete(text.strip(), lineno)
     elif (match := _DTYPE.search(text)) and match["dtype"] in _DTYPES:

@@ -528,6 +528,18 @@ def test_an_end_on_sigterm_cancelled_the_run():
     assert (run.completion, run.failure) == (None, ("cancelled", end.strip(), 2))
 
 
+def test_an_end_on_sigterm_follows_from_slurms_time_limit_in_the_jobs_err(tmp_path):
+    """Slurm signals the job at its time limit; Megatron's handler saves and exits. The reason is the
+    time limit, and the handler's line is its consequence."""
+    end = "[exiting program after receiving SIGTERM.] datetime: 2025-02-28 06:03:19 "
+    limit = "slurmstepd: error: *** JOB 900512 ON gpu-c-003 CANCELLED AT 2025-02-28T06:02:19 DUE TO TIME LIMIT ***"
+    (tmp_path / "slurm-900512.out").write_text(f"{ITERATION_1}\n{end}\n")
+    (tmp_path / "slurm-900512.err").write_text(f"{limit}\n")
+    row = load_runs([tmp_path]).runs.row(0, named=True)
+    assert (row["status"], row["reason"]) == ("failed", f"time limit: {limit}")
+    assert row["consequences"] == [f"slurm-900512.out:2: {end.strip()}"]
+
+
 @pytest.mark.parametrize(
     "junk",
     ["", "iteration", " iteration x/ y |", "time (ms)", "memory (MB) |", "\x00\xff", "using world size: x"],
