@@ -222,7 +222,8 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         warmup_skipped=pl.min_horizontal(pl.col("logged_steps").fill_null(0), pl.lit(warmup)),
         sec_per_iter=sec_per_iter,
         sec_per_iter_source=source,
-        model_size_b=_model_params() / 1e9,
+        model_size_b=pl.coalesce(_model_params() / 1e9, _logged_size_b()),
+        _shape_size_b=_model_params() / 1e9,
         _runtime_sec_per_iter=from_runtime,
     ).with_columns(
         samples_per_sec=gbs / pl.col("sec_per_iter"),
@@ -711,14 +712,31 @@ def _by_checkpointing(build) -> pl.Expr:
     return pl.when(ckpt).then(build(True)).when(~ckpt).then(build(False))
 
 
-def _model_size_note() -> pl.Expr:
-    """Say when the log's own "Model size" disagrees with ours, and why when it used 2**30."""
+def _logged_size_b() -> pl.Expr:
+    """The log's own parameter count (billions) where it can be one: the size where no shape is printed
+    (HF Trainer's trainable parameters, nanoGPT's, DeepSpeed's profiler or pipeline count)."""
     logged = _f("logged_model_size")
-    ours = pl.col("model_size_b")
+    return pl.when((logged > 0) & logged.is_finite()).then(logged)
+
+
+def _model_size_note() -> pl.Expr:
+    """Say when the log's own "Model size" disagrees with ours, and why when it used 2**30; or that the size
+    is the log's own count, where the log prints no shape."""
+    logged = _f("logged_model_size")
+    ours = pl.col("_shape_size_b")
     off = (logged / ours - 1).abs()
     as_gib = (logged * GIB_PER_GB / ours - 1).abs()
     return (
-        pl.when(logged.is_null() | ours.is_null() | (off <= MODEL_SIZE_TOLERANCE))
+        pl.when(ours.is_null() & pl.col("model_size_b").is_not_null())
+        .then(
+            pl.concat_str(
+                pl.lit("the log's own parameter count: it prints no shape to count from"),
+                pl.when(pl.col("family") == "hf-trainer")
+                .then(pl.lit(" (HF Trainer counts the trainable parameters: an adapter's alone under PEFT)"))
+                .otherwise(pl.lit("")),
+            )
+        )
+        .when(logged.is_null() | ours.is_null() | (off <= MODEL_SIZE_TOLERANCE))
         .then(None)
         .when(as_gib <= 0.01)
         .then(

@@ -440,7 +440,10 @@ def test_deepspeed_profiler_tflops_is_the_logged_figure_and_memory_the_timer_lin
     # "MaxMemAllocated=0.37GB": DeepSpeed's GB is 1024**3 bytes
     peak = max(float(gb) for (gb,) in _log_lines(path, r"MaxMemAllocated=([\d.]+)GB"))
     assert row["mem_logged_gb"] == pytest.approx(peak * 2**30 / 1e9)
-    assert row["model_state_gb_pred"] is None  # a 2-layer MLP: no transformer shape to count parameters from
+    # a 2-layer MLP: no transformer shape; its size is the profiler's "params of model" (2.63 K), and its ZeRO-1
+    # fp32 state on 2 GPUs 4 + 4 bytes of weight and gradient and Adam's 8 over the 2 a parameter
+    assert row["model_size_b"] == pytest.approx(2.63e3 / 1e9)
+    assert row["model_state_gb_pred"] == pytest.approx(2.63e3 * (4 + 4 + 8 / 2) / 1e9)
 
 
 def test_deepspeed_profiler_tflops_in_the_warm_up_stands_where_no_steady_step_logs_one(tmp_path):
@@ -467,6 +470,30 @@ def test_deepspeed_profiler_tflops_in_the_warm_up_stands_where_no_steady_step_lo
     )
     row = load_runs([fixture], warmup=2).runs.row(0, named=True)
     assert row["logged_tflops_per_gpu"] == pytest.approx(float(step_4) / 1e6)
+
+
+def test_an_hf_run_without_a_printed_config_is_sized_by_its_trainable_parameters(tmp_path):
+    """Trainer._inner_training_loop's banner counts the trainable parameters (``{:,}``): with no shape
+    printed, that is the size, and the note says whose count it is."""
+    banner = [
+        "***** Running training *****",
+        "  Num examples = 52,002",
+        "  Num Epochs = 3",
+        "  Instantaneous batch size per device = 4",
+        "  Total train batch size (w. parallel, distributed & accumulation) = 256",
+        "  Gradient Accumulation steps = 8",
+        "  Total optimization steps = 609",
+        "  Number of trainable parameters = 6,738,415,616",
+    ]
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"[INFO|trainer.py:2128] 2025-03-01 10:00:00,000 >> {line}\n" for line in banner))
+    row = load_runs([log]).runs.row(0, named=True)
+    assert row["family"] == "hf-trainer"
+    assert row["model_size_b"] == 6_738_415_616 / 1e9
+    assert row["model_size_note"] == (
+        "the log's own parameter count: it prints no shape to count from (HF Trainer counts the trainable "
+        "parameters: an adapter's alone under PEFT)"
+    )
 
 
 STEP = {"gpus": 16, "global_batch_size": 256, "activation_checkpointing": True}
