@@ -18,7 +18,8 @@ Lines read (real examples in fixtures/megatron/):
 - ``using world size: 64, data-parallel-size: 1, tensor-model-parallel size: 4, pipeline-model-parallel
   size: 16`` (old: ``using world size: 64 and model-parallel size: 4``), ``using torch.float16 for
   parameters``, ``padded vocab (size: 50257) with 431 dummy tokens (new size: 50688)``, ``setting number
-  of micro-batches to constant 256``, ``Effective Tera Flops per GPU: 41.94 and total parameters 52.005 B``.
+  of micro-batches to constant 256``, ``Effective Tera Flops per GPU: 41.94 and total parameters 52.005 B``,
+  ``Total number of parameters in billions: 8.03``.
 
 Not training steps: ``Evaluating iter N/M`` (evaluation), ``> working on iteration: N`` (zero-shot tasks),
 ``validation loss at iteration N``, checkpoint lines. Several launches appended to one file (a requeued
@@ -97,6 +98,8 @@ _FACT_LINES = (
     # GPT-NeoX's setup_model_and_optimizer after its load_checkpoint
     re.compile(r"Loading checkpoint and starting from iteration (?P<resumed_step>\d+)"),
 )
+#: Megatron-LM core's report_theoretical_memory (theoretical_memory_usage.py), at the first logged step
+_TOTAL_PARAMETERS = re.compile(r"Total number of parameters in billions: *(?P<params>\d+(?:\.\d+)?)")
 _EFFECTIVE_TFLOPS = re.compile(
     r"Effective Tera Flops per GPU: (?P<tflops>\d+(?:\.\d+)?)"
     r" and total parameters (?P<params>\d+(?:\.\d+)?) B"
@@ -125,6 +128,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             run.set_fact("logged_model_size", float(match["params"]), NAME, lineno)
             # the step logged last before the line (None: settled column-wise with the steps)
             run.add_iteration(None, NAME, lineno, logged_tflops_per_gpu=float(match["tflops"]))
+    elif match := _TOTAL_PARAMETERS.search(text):
+        run.set_fact("logged_model_size", float(match["params"]), NAME, lineno)
     elif SIGNALLED_END in text:
         run.fail("cancelled", text.strip(), lineno, weight=EFFECT, kind="cancelled")
     elif any(end in text for end in PLANNED_ENDS):
@@ -680,6 +685,7 @@ FAMILY = Family(
         "successfully loaded checkpoint",
         "starting from iteration ",
         "Effective Tera Flops",
+        "Total number of parameters in billions",
         *RANK_TIMERS.opens.markers,
         *ALL_RANKS_TIMERS.opens.markers,
         *PLANNED_ENDS,

@@ -540,6 +540,17 @@ def test_an_end_on_sigterm_follows_from_slurms_time_limit_in_the_jobs_err(tmp_pa
     assert row["consequences"] == [f"slurm-900512.out:2: {end.strip()}"]
 
 
+def test_the_theoretical_memory_reports_total_parameters_is_the_logged_size():
+    # Megatron-LM core's report_theoretical_memory, at the first logged step (Llama-3 8B, --log-throughput)
+    lines = (
+        "Number of parameters in transformer layers in billions:  6.98",
+        "Number of parameters in embedding layers in billions: 1.05",
+        "Total number of parameters in billions: 8.03",
+        "Number of parameters in most loaded shard in billions: 8.0301",
+    )
+    assert feed(ITERATION_1, *lines).facts["logged_model_size"] == 8.03
+
+
 @pytest.mark.parametrize(
     "junk",
     ["", "iteration", " iteration x/ y |", "time (ms)", "memory (MB) |", "\x00\xff", "using world size: x"],
