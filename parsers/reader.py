@@ -310,7 +310,8 @@ def _conclude(result: RunResult, active: list[Family], forced: str | None) -> No
 
 def derive_facts(run: RunBuilder) -> None:
     """Fill facts that follow by formula from facts the log states (provenance ``derived``):
-    DP = world / (TP * PP * CP) (CP 1 unless stated), world = nodes * GPUs per node (or HF's banner's DP), global batch = micro *
+    DP = world / (TP * PP * CP) (CP 1 unless stated) or world = DP * TP * PP * CP (Megatron-LM's
+    initialize_model_parallel; experts parallelize within DP), world = nodes * GPUs per node (or HF's banner's DP), global batch = micro *
     gas * DP (seed 002), and gas = global / (micro * DP) as Megatron computes its micro-batch count. A
     Megatron-LM v1.x dump (2020: a per-GPU ``batch_size``, no global batch) means PP 1 and gas 1: v2.0
     brought pipeline parallelism and micro-batches; DeepSpeed's dump states its accumulation if it ran."""
@@ -329,6 +330,8 @@ def derive_facts(run: RunBuilder) -> None:
     model_parallel = known("tp", "pp") and facts["tp"] * facts["pp"] * (facts["cp"] if known("cp") else 1)
     if "dp" not in facts and known("gpus") and model_parallel and facts["gpus"] % model_parallel == 0:
         run.set_fact("dp", facts["gpus"] // model_parallel, "derived", 0)
+    if "gpus" not in facts and known("dp") and model_parallel:
+        run.set_fact("gpus", facts["dp"] * model_parallel, "derived", 0)
     if "global_batch_size" not in facts and known("micro_batch_size", "gas", "dp"):
         global_batch = facts["micro_batch_size"] * facts["gas"] * facts["dp"]
         run.set_fact("global_batch_size", global_batch, "derived", 0)

@@ -208,6 +208,12 @@ def test_facts_that_follow_by_formula_are_derived_and_say_so():
     partial.set_fact("tp", 4, "megatron", 1)
     derive_facts(partial)
     assert partial.facts == {"tp": 4}  # nothing follows: nothing is guessed
+    # NeMo prints its parallel sizes, not its world: TP 8 x PP 4 x CP 2 x DP 4 is 256 GPUs
+    sizes = RunBuilder(path="z")
+    for name, value in {"tp": 8, "pp": 4, "cp": 2, "dp": 4}.items():
+        sizes.set_fact(name, value, "nemo", 1)
+    derive_facts(sizes)
+    assert (sizes.facts["gpus"], sizes.provenance["gpus"]) == (256, "derived:0")
 
 
 def test_context_parallelism_takes_its_share_of_the_world_before_dp_is_derived(tmp_path):
