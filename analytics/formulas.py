@@ -9,15 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-def gpt2_params(*, hidden: int, layers: int, vocab: int, seq_len: int) -> int:
-    """Parameter count of a GPT-2 style model: ``l*(12h^2 + 13h) + v*h + s*h + 2h``.
+def gpt2_params(*, hidden: int, layers: int, vocab: int, seq_len: int, untied: bool = False) -> int:
+    """Parameter count of a GPT-2 style model: ``l*(12h^2 + 13h) + v*h + s*h + 2h``, plus ``v*h`` if
+    ``untied``.
 
     Source: seeds/001_gpt2_experiments_tables.md ("Maintenance", the corrected size one-liner); per layer 12h^2 weights of
     attention (4h^2) and MLP (8h^2) plus 13h biases and layer-norm gains; the token (v*h) and
-    position (s*h) embeddings, and the final layer norm (2h).
+    position (s*h) embeddings, and the final layer norm (2h). An output layer not tied to the token
+    embedding (GPT-NeoX's ``no_weight_tying``, Megatron-LM's ``--untie-embeddings-and-output-weights``) is a
+    second ``v*h`` matrix.
     """
     h = hidden
-    return layers * (12 * h * h + 13 * h) + vocab * h + seq_len * h + 2 * h
+    return layers * (12 * h * h + 13 * h) + (1 + untied) * vocab * h + seq_len * h + 2 * h
 
 
 def llama_params(

@@ -312,7 +312,15 @@ def _model_params(*, active: bool = False) -> pl.Expr:
         .then(pl.lit(None, pl.Float64))
         .when(llama_style)
         .then(llama)
-        .otherwise(formulas.gpt2_params(hidden=hidden, layers=layers, vocab=vocab, seq_len=_f("seq_len")))
+        .otherwise(
+            formulas.gpt2_params(
+                hidden=hidden,
+                layers=layers,
+                vocab=vocab,
+                seq_len=_f("seq_len"),
+                untied=pl.col("untied_embeddings").fill_null(False),
+            )
+        )
     )
 
 

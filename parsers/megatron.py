@@ -440,6 +440,7 @@ _PRECISIONS = {"fp16": "fp16", "bfloat16": "bf16", "bf16": "bf16", "fp32": "fp32
 _SHARED = "moe_shared_expert_intermediate_size"
 _SHAPE_ARGS = ("num_query_groups", "num_key_value_heads", "swiglu", "num_experts", "moe_router_topk")
 _SHAPE_ARGS += ("moe_ffn_hidden_size", _SHARED, "moe_layer_freq", "untie_embeddings_and_output_weights")
+_SHAPE_ARGS += ("no_weight_tying",)  # GPT-NeoX's untied output layer
 #: Megatron-DeepSpeed's MoE (its arguments.py): ``--num-experts`` a list (``[64]``: one count for every
 #: MoE layer; ``[1]``, its default, is a dense model), ``--topk``, and ``--expert-interval``: every k-th
 #: layer is an MoE one (``get_num_experts_per_layer``: layer numbers divisible by k, ``num_layers // k``)
@@ -546,9 +547,11 @@ def _dump_facts() -> dict[str, tuple[pl.Expr, pl.Expr]]:
     facts["num_query_groups"] = (groups, groups_at)
     swiglu = pl.col("swiglu").str.to_lowercase()
     facts["swiglu"] = (pl.when(swiglu.is_in(["true", "false"])).then(swiglu == "true"), at("swiglu"))
-    untie = "untie_embeddings_and_output_weights"  # the model's parameter count: one V x h matrix or two
-    untied = pl.col(untie).str.to_lowercase()
-    facts["untied_embeddings"] = (pl.when(untied.is_in(["true", "false"])).then(untied == "true"), at(untie))
+    # the model's parameter count: one V x h matrix or two
+    untie = pl.coalesce("untie_embeddings_and_output_weights", "no_weight_tying")
+    untied = untie.str.to_lowercase()
+    untie_at = pl.coalesce(at("untie_embeddings_and_output_weights"), at("no_weight_tying"))
+    facts["untied_embeddings"] = (pl.when(untied.is_in(["true", "false"])).then(untied == "true"), untie_at)
     listed = (
         pl.col("num_experts").str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64)).list.unique()
     )

@@ -16,6 +16,13 @@ def test_gpt2_params_of_the_52b_preset():
     assert f.gpt2_params(hidden=8192, layers=64, vocab=50257, seq_len=1024) == 51_966_533_632
 
 
+def test_gpt2_params_untied_adds_a_second_vocabulary_matrix():
+    tied = f.gpt2_params(hidden=8192, layers=64, vocab=50257, seq_len=1024)
+    assert (
+        f.gpt2_params(hidden=8192, layers=64, vocab=50257, seq_len=1024, untied=True) == tied + 50257 * 8192
+    )
+
+
 def test_gpt2_params_of_the_seed_maintenance_example():
     # The seed's one-liner: h=4096, l=36, s=512, v=50257 prints "Model size: 7B".
     count = f.gpt2_params(hidden=4096, layers=36, vocab=50257, seq_len=512)

@@ -636,6 +636,17 @@ def test_gpt_neox_dump_and_iteration_lines_are_read(tmp_path):
     assert summary["warnings"] == []
 
 
+def test_gpt_neox_no_weight_tying_counts_the_output_layer_apart(tmp_path):
+    # 20B.yml trains with "no-weight-tying": its output layer is a second V x h matrix
+    (tmp_path / "neox.out").write_text("\n".join(_neox_dump(NEOX_ARGS | {"no_weight_tying": True})) + "\n")
+    row = load_runs([tmp_path / "neox.out"]).runs.row(0, named=True)
+    h, layers, v, s = 6144, 44, 50432, 2048
+    assert row["untied_embeddings"] is True
+    assert row["model_size_b"] * 1e9 == layers * (12 * h * h + 13 * h) + 2 * v * h + s * h + 2 * h
+    # GPT-NeoX-20B's published count, 20,554,567,680 (its rotary embedding has no s x h table)
+    assert row["model_size_b"] == pytest.approx(20.554567680, rel=1e-3)
+
+
 @pytest.mark.parametrize(
     ("per_gpu", "text"), [(9.53e13, "95.3TFLOPS"), (8.124e11, "812.4GFLOPS"), (512.0, "512.0")]
 )
