@@ -104,7 +104,10 @@ OWN_WATCHDOG = WATCHDOG_ENDS[0]
 OOM_LABEL, NCCL_LABEL, NETWORK_LABEL = "CUDA out of memory: ", "NCCL timeout/error: ", "network error: "
 GPU_LABEL, TIME_LIMIT_LABEL, NODE_FAILURE_LABEL = "GPU error: ", "time limit: ", "node failure: "
 PREEMPTED_LABEL, KILLED_LABEL = "preempted: ", "killed: "
+#: the host's OOM killer or a memory limit of the job (cgroup, LSF's TERM_MEMLIMIT): not the GPU's
+HOST_OOM_LABEL = "host out of memory: "
 CAUSE_LABELS = (
+    HOST_OOM_LABEL,
     OOM_LABEL,
     NCCL_LABEL,
     NETWORK_LABEL,
@@ -144,7 +147,7 @@ SCHEDULER_ENDS = dict.fromkeys(
     ("failed", TIME_LIMIT_LABEL, "time limit"),
 )
 SCHEDULER_ENDS |= dict.fromkeys(
-    ("TERM_MEMLIMIT", "job killed: mem", "job killed: vmem"), ("failed", KILLED_LABEL, "oom-kill")
+    ("TERM_MEMLIMIT", "job killed: mem", "job killed: vmem"), ("failed", HOST_OOM_LABEL, "oom-kill")
 )
 SCHEDULER_ENDS["TERM_PREEMPT"] = ("cancelled", PREEMPTED_LABEL, "cancelled")
 SCHEDULER_ENDS |= dict.fromkeys(
@@ -313,7 +316,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     elif ended := next((end for end in SCHEDULER_ENDS if end in text), None):
         status, label, kind = SCHEDULER_ENDS[ended]
     elif any(kill in text for kill in MEMORY_LIMIT_KILLS):  # a host memory limit, as the OOM killer's event
-        label, kind = KILLED_LABEL, "oom-kill"
+        label, kind = HOST_OOM_LABEL, "oom-kill"
     elif text.startswith(LSF_EXIT):
         weight, kind = REPORT, "scheduler exit"
     elif IB_COMPLETION_ERROR in text:
@@ -341,7 +344,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         elif task is None:
             kind = "srun"
         elif task["how"].startswith(SRUN_OOM):  # the step's OOM killer, as its own event
-            label, kind = KILLED_LABEL, "oom-kill"
+            label, kind = HOST_OOM_LABEL, "oom-kill"
         else:
             weight, kind = REPORT if task["how"].startswith("Exited") else EFFECT, "srun task"
     elif any(end in text for end in CLEAN_EXITS):
@@ -358,7 +361,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     elif _KILLED.search(text):  # the cgroup OOM killer's event is a cause, a kill says how a process ended
         oom_kill = "oom-kill" in text or "oom_kill" in text
         label, weight, kind = (
-            KILLED_LABEL,
+            HOST_OOM_LABEL if oom_kill else KILLED_LABEL,
             CAUSE if oom_kill else EFFECT,
             "oom-kill" if oom_kill else "killed",
         )

@@ -121,7 +121,7 @@ def test_the_oom_killer_is_the_cause_of_the_kill_before_or_after_it():
     )
     for lines, line in (([kill, event], 2), ([event, kill], 1)):
         run = feed(*lines)
-        assert run.failure == ("failed", f"killed: {event}", line)
+        assert run.failure == ("failed", f"host out of memory: {event}", line)
         assert run.consequence_lines() == [f"lines.log:{3 - line}: killed: {kill}"]
 
 
@@ -142,7 +142,10 @@ def test_a_host_memory_limit_is_the_cause_of_the_kill(limit):
     kill = "srun: error: r7i4n1: task 1: Killed"
     for lines, line in (([limit, kill], 1), ([kill, limit], 2)):
         run = feed(*lines)
-        assert (run.failure, run.failure_kind) == (("failed", f"killed: {limit}", line), "oom-kill")
+        assert (run.failure, run.failure_kind) == (
+            ("failed", f"host out of memory: {limit}", line),
+            "oom-kill",
+        )
         assert run.consequence_lines() == [f"lines.log:{3 - line}: {kill}"]
 
 
@@ -608,6 +611,6 @@ def test_a_dataloader_workers_death_is_how_it_died_not_that_it_exited():
     )
     assert run.failure == (
         "failed",
-        "killed: slurmstepd: error: Detected 1 oom_kill event in StepId=7.0.",
+        "host out of memory: slurmstepd: error: Detected 1 oom_kill event in StepId=7.0.",
         14,
     )

@@ -91,7 +91,11 @@ def test_model_size_echo_of_the_seed_script():
             "failed",
             "killed",
         ),
-        (["slurmstepd: error: Detected 1 oom-kill event(s) in StepId=1006.batch."], "failed", "killed"),
+        (
+            ["slurmstepd: error: Detected 1 oom-kill event(s) in StepId=1006.batch."],
+            "failed",
+            "host out of memory",
+        ),
         (["Killing subprocess 22920"], "failed", "killed"),
         # torch elastic's root cause of a worker that crashed without a word of its own
         (["  exitcode  : -11 (pid: 9593)  (SIGSEGV)"], "failed", "crashed: exitcode  : -11"),
@@ -267,7 +271,7 @@ LSF_SUMMARY = [
         (
             "TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.",
             "failed",
-            "killed: TERM_MEMLIMIT",
+            "host out of memory: TERM_MEMLIMIT",
         ),
         ("TERM_OWNER: job killed by owner.", "cancelled", "TERM_OWNER"),
         ("TERM_PREEMPT: job killed after preemption.", "cancelled", "preempted: TERM_PREEMPT"),
@@ -294,7 +298,7 @@ def test_lsf_exit_code_alone_is_a_report_and_success_a_clean_exit():
     ("line", "reason"),
     [
         ("=>> PBS: job killed: walltime 7210 exceeded limit 7200", "time limit: =>> PBS"),
-        ("=>> PBS: job killed: mem 52428800kb exceeded limit 41943040kb", "killed: =>> PBS"),
+        ("=>> PBS: job killed: mem 52428800kb exceeded limit 41943040kb", "host out of memory: =>> PBS"),
         ("=>> PBS: job killed: ncpus 37.12 exceeded limit 36 (sum)", "=>> PBS"),
     ],
 )

@@ -62,7 +62,7 @@ EXPECTED = {
     ),
     "oomkill-cgroup2-3008.out": (
         "failed",
-        "killed: slurmstepd: error: Detected 1 oom_kill event in StepId=3008.batch.",
+        "host out of memory: slurmstepd: error: Detected 1 oom_kill event in StepId=3008.batch.",
         "cgroup out-of-memory handler",
         2,
         1,
@@ -90,7 +90,7 @@ EXPECTED = {
     ),
     "oomkill-after-sigkill-3012.out": (
         "failed",
-        "killed: slurmstepd: error: Detected 1 oom-kill event(s) in StepId=3012.0.",
+        "host out of memory: slurmstepd: error: Detected 1 oom-kill event(s) in StepId=3012.0.",
         "cgroup out-of-memory handler",
         51,
         2,
