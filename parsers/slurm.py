@@ -340,7 +340,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         # Exited with exit code 1``, ``task 3: Killed``) follows from what the task printed before
         task = _SRUN_TASK.search(text)
         if "Node failure" in text or "NODE_FAIL" in text:
-            kind = "node failure"
+            label, kind = NODE_FAILURE_LABEL, "node failure"
         elif task is None:
             kind = "srun"
         elif task["how"].startswith(SRUN_OOM):  # the step's OOM killer, as its own event

@@ -85,7 +85,7 @@ def test_model_size_echo_of_the_seed_script():
             "cancelled",
             "slurmstepd",
         ),
-        (["srun: error: Node failure on r7i4n2"], "failed", "srun: error"),
+        (["srun: error: Node failure on r7i4n2"], "failed", "node failure: srun: error: Node failure"),
         (
             ["/var/spool/slurmd/job1006/slurm_script: line 58: 2186571 Killed   python -u x.py"],
             "failed",
