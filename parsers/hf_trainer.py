@@ -790,33 +790,37 @@ def _steps_per_epoch() -> pl.Expr:
     return pl.when(by_epoch & (per_epoch > 0)).then(_int_typed(per_epoch))
 
 
-def _run_sum(values: pl.Expr) -> pl.Expr:
-    return values.sum().over("run")
-
-
 def _interval_of_epochs(*, first_step: bool = False) -> pl.Expr:
-    """Where ``logging_steps`` is printed nowhere, the interval the dicts' epochs show, per run: the Trainer's
-    epoch is the micro-steps done over an epoch's, so a dict's step is its epoch times the banner's update
-    steps per epoch (column ``per_epoch``; to the digits printed: transformers 4.x rounds the epoch to 2, 5.x prints 4
-    significant ones), and the n-th dict comes at n times the interval. The interval is the least-squares
-    slope of those steps over the dicts' places, if it is near a whole number and every dict is within the
-    epoch's rounding of its place's multiple; else null (the dicts' order). Not after a resume or a
-    relaunch. With ``first_step`` (``logging_first_step``), the first dict is step 1 and the n-th after it
-    the n-th multiple."""
-    per_epoch = pl.col("per_epoch")
-    place, at = pl.col("position") - int(first_step), pl.col("epoch") * per_epoch
+    """Where ``logging_steps`` is printed nowhere, the interval the dicts' epochs show, per launch (a
+    run's dicts after each resume apart): the Trainer's epoch is the micro-steps done over an epoch's, so a
+    dict's step is its epoch times the banner's update steps per epoch (column ``per_epoch``; to the digits
+    printed: transformers 4.x rounds the epoch to 2, 5.x prints 4 significant ones). From scratch the n-th
+    dict comes at n times the interval: the interval is the least-squares slope of those steps over the
+    dicts' places. After a resume at step r the Trainer logs at the multiples past it, the n-th at
+    ``(r // interval + n) * interval``: the slope with an intercept, of two dicts or more. The interval is
+    taken if it is near a whole number and every dict is within the epoch's rounding of its step; else
+    null (the dicts' order). With ``first_step`` (``logging_first_step``), a fresh launch's first dict is
+    step 1 and the n-th after it the n-th multiple."""
+    per_epoch, at = pl.col("per_epoch"), pl.col("epoch") * pl.col("per_epoch")
+    resumed, base = pl.col("resumed").fill_null(0), pl.col("resume_base").fill_null(0)
+    launch = ["run", resumed, base]
+    again = (resumed > 0) | (base > 0)
+    place = pl.when(again).then(pl.col("position") - base).otherwise(pl.col("position") - int(first_step))
     on_interval = place >= 1
-    slope = _run_sum((place * at).filter(on_interval)) / _run_sum((place * place).filter(on_interval))
+    terms = {"place_at": place * at, "place_place": place * place, "place": place, "at": at}
+    sums = {name: term.filter(on_interval).sum().over(launch) for name, term in terms.items()}
+    count = on_interval.sum().over(launch)
+    through_origin = sums["place_at"] / sums["place_place"]
+    with_intercept = (count * sums["place_at"] - sums["place"] * sums["at"]) / (
+        count * sums["place_place"] - sums["place"] * sums["place"]
+    )
+    slope = pl.when(resumed > 0).then(with_intercept).otherwise(through_origin)
     interval = pl.when(slope.is_finite()).then(slope.round())  # no dict on the interval: 0 / 0
     rounding = per_epoch * 0.005 + 1
-    fits = (
-        pl.when(on_interval)
-        .then((at - place * interval).abs() <= rounding)
-        .otherwise((at - 1).abs() <= rounding)
-    )
-    fits = fits.all().over("run")
-    fresh = (pl.col("resumed").fill_null(0) == 0) & (pl.col("resume_base").fill_null(0) == 0)
-    known = (at.is_not_null() & pl.col("logging_steps").is_null() & fresh).all().over("run")
+    expected = (resumed // interval + place) * interval
+    fits = pl.when(on_interval).then((at - expected).abs() <= rounding).otherwise((at - 1).abs() <= rounding)
+    fits = fits.all().over(launch)
+    known = (at.is_not_null() & pl.col("logging_steps").is_null()).all().over(launch)
     usable = known & fits & ((slope - interval).abs() <= 0.25) & (interval >= 1)
     return pl.when(usable).then(_int_typed(interval))
 

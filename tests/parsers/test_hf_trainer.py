@@ -816,6 +816,20 @@ def test_a_resumed_run_numbers_its_dicts_from_the_resumed_step(resume):
     assert (run.facts["resumed_step"], run.provenance["resumed_step"]) == (781, "hf-trainer:3")
 
 
+def test_a_resumed_run_without_logging_steps_is_numbered_by_its_epochs_past_the_resume():
+    """120,000 examples at 64 a step: 1,875 steps an epoch. Resumed at 3000, the Trainer logs at the
+    multiples of logging_steps (100) past it; each dict's epoch (2 digits) is its step over 1,875."""
+    banner = ["***** Running training *****", "  Num examples = 120,000", "  Num Epochs = 3"]
+    banner += ["  Instantaneous batch size per device = 8", "  Gradient Accumulation steps = 1"]
+    banner += ["  Total train batch size (w. parallel, distributed & accumulation) = 64"]
+    banner += ["  Total optimization steps = 5,625", "  Continuing training from global step 3000"]
+    steps = range(3100, 5700, 100)  # the epoch's rounding (9 steps) leaves the slope of a few dicts unsure
+    dicts = [f"{{'loss': 2.5, 'learning_rate': 2e-05, 'epoch': {round(step / 1875, 2)}}}" for step in steps]
+    assert sorted(feed_lines([*banner, *dicts]).iterations) == list(steps)
+    # one dict alone after the resume shows no interval: the dicts' order
+    assert sorted(feed_lines([*banner, dicts[0]]).iterations) == [1]
+
+
 def test_bare_non_finite_floats_of_transformers_4_are_read():
     dicts = ["{'loss': 3.5, 'grad_norm': inf, 'learning_rate': 4.5e-05, 'epoch': 0.03}"]
     dicts.append("{'loss': nan, 'grad_norm': -inf, 'learning_rate': 4e-05, 'epoch': 0.06}")
