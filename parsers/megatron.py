@@ -140,7 +140,10 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         for pattern in _FACT_LINES:
             if match := pattern.search(text):
                 for fact, value in match.groupdict().items():
-                    run.set_fact(fact, int(value), NAME, lineno)
+                    if (
+                        fact != "resumed_step" or int(value) > 0
+                    ):  # a checkpoint of step 0 (--finetune) is no resume
+                        run.set_fact(fact, int(value), NAME, lineno)
                 return
 
 

@@ -690,6 +690,8 @@ def test_the_checkpoint_a_run_resumed_from(line):
     # GPT-NeoX says where it starts after loading
     assert feed(line).facts["resumed_step"] == 1000
     assert "resumed_step" not in feed(line.removesuffix(" 1000")).facts
+    # --finetune loads a pretrained checkpoint and starts at iteration 0: no resume
+    assert "resumed_step" not in feed(line.replace(" 1000", " 0")).facts
 
 
 def _rampup_log(step_batches: list[int]) -> str:
