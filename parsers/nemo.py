@@ -22,7 +22,8 @@ Lines read:
   Experiment configuration ***********``): the trainer's GPUs, nodes, precision and steps, the model's
   shape, batch sizes and parallelism, each key the first time it has a value of its own (not an
   interpolation like ``${model.encoder_seq_length}``); megatron_base_model's ``Padded vocab_size: 50432,
-  original vocab_size: 50257, dummy tokens: 175.``
+  original vocab_size: 50257, dummy tokens: 175.``; megatron_gpt_model's ``Pipeline model parallel rank: 0,
+  ... Total number of model parameters: 6.74e+09.``: the logged size.
 """
 
 from __future__ import annotations
@@ -117,6 +118,9 @@ _TRAINER_PRECISION = {"bf16": "bf16", "16": "fp16", "32": "fp32"}
 _SWIGLU = ("swiglu", "fast-swiglu")
 #: megatron_base_model's padded vocabulary
 _PADDED_VOCAB = re.compile(r"Padded vocab_size: (\d+), original vocab_size: (\d+)")
+#: megatron_gpt_model's count after the model is built (``{:.2e}``: three significant digits)
+_TOTAL_PARAMETERS = "Total number of model parameters: "
+_PARAMETERS = re.compile(rf"{_TOTAL_PARAMETERS}({NUMBER})")
 _LAYOUT_MARKERS = ("MEMBER: ", "Starting with ", "Automatic Mixed Precision", " parallel group")
 
 
@@ -304,6 +308,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     elif vocabulary := _PADDED_VOCAB.search(text):
         run.set_fact("padded_vocab_size", int(vocabulary[1]), NAME, lineno)
         run.set_fact("vocab_size", int(vocabulary[2]), NAME, lineno)
+    elif parameters := _PARAMETERS.search(text):
+        run.set_fact("logged_model_size", float(parameters[1]) / 1e9, NAME, lineno)
     elif group := _GROUP.search(text):
         run.saw(NAME)
         run.set_fact(_GROUP_FACTS[group[1]], len(group[2].split(",")), NAME, lineno)
@@ -320,6 +326,7 @@ FAMILY = Family(
         *_LAYOUT_MARKERS,
         CONFIG_OPENER,
         "Padded vocab_size: ",
+        _TOTAL_PARAMETERS,
     ),
     parse_line=parse_line,
     kinds=(

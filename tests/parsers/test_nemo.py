@@ -301,3 +301,16 @@ def test_lightnings_own_lines_complete_a_run_but_name_no_nemo_run(tmp_path):
     row = load_runs([log]).runs.row(0, named=True)
     assert (row["family"], row["status"], row["iterations"]) == ("unknown", "ok", 0)
     assert row["reason"] == "`Trainer.fit` stopped: `max_epochs=4` reached." and row["precision"] == "bf16"
+
+
+def test_the_models_total_parameters_are_the_logged_size(tmp_path):
+    # NeMo 1.x's megatron_gpt_model after building the model ({:.2e}); with no shape printed, it is the size
+    line = (
+        "[NeMo I 2024-04-08 00:00:00 megatron_gpt_model:1209] Pipeline model parallel rank: 0, Tensor model "
+        "parallel rank: 0, Number of model parameters on device: 3.37e+09. Total number of model parameters: "
+        "6.74e+09."
+    )
+    assert feed_lines(nemo.FAMILY, [line]).facts["logged_model_size"] == 6.74
+    log = tmp_path / "nemo.log"
+    log.write_text(line + "\n")
+    assert load_runs([log]).runs.row(0, named=True)["model_size_b"] == 6.74
