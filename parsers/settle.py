@@ -70,9 +70,11 @@ def settle_runs(runs: list[RunBuilder], events: Events) -> None:
         .drop_nulls("step")
         .pipe(_with_launch, starts)
     )
+    since = _last_fresh_starts(steps)
+    steps, anchors = _from_launch(steps, since), _from_launch(anchors, since)
     final_launch = steps.group_by("run", "step").agg(final=pl.col("launch").max())
     rows = _rows(steps, final_launch, files)
-    timers = _timers(events.timers, records, anchors, starts, final_launch, files)
+    timers = _timers(events.timers, records, anchors, starts, final_launch, files, since)
     last = steps.filter(pl.col("mode") != PEAK).group_by("run").agg(pl.col("step").last())
     by_run_rows = rows.partition_by("run", as_dict=True, include_key=False)
     by_run_timers = timers.partition_by("run", as_dict=True, include_key=False)
@@ -187,6 +189,23 @@ def _launch_starts(runs: list[RunBuilder], steps: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(starts, schema={"run": pl.Int64, "order": pl.Int64, "launch": pl.Int64}, orient="row")
 
 
+def _last_fresh_starts(steps: pl.DataFrame) -> pl.DataFrame:
+    """Per run (``run``, ``since``), its last launch that started from scratch: its first step record no
+    later than the first launch's (no checkpoint loaded). Such a launch trains another model, or the same
+    one again (two runs' logs joined with ``cat``, a crashed run started over): the steps and timers
+    before it are not this training's, though it may stop before them."""
+    first = steps.filter(pl.col("mode") == RECORD).group_by("run", "launch").agg(first=pl.col("step").min())
+    first_launchs = pl.col("first").filter(pl.col("launch") == 0).first().over("run")
+    fresh = first.filter(pl.col("first") <= first_launchs)
+    return fresh.group_by("run").agg(since=pl.col("launch").max())
+
+
+def _from_launch(events: pl.DataFrame, since: pl.DataFrame) -> pl.DataFrame:
+    """``events`` (with their ``launch``) of their run's launch ``since`` and after."""
+    events = events.join(since, on="run", how="left", maintain_order="left")
+    return events.filter(pl.col("launch") >= pl.col("since").fill_null(0)).drop("since")
+
+
 def _with_launch(events: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:
     """Each event's ``launch``: how many launches of its run started before it (0: the first)."""
     if starts.is_empty():
@@ -235,8 +254,10 @@ def _timers(
     starts: pl.DataFrame,
     final_launch: pl.DataFrame,
     files: pl.DataFrame,
+    since: pl.DataFrame,
 ) -> pl.DataFrame:
-    """The timer rows, each of the last step logged before it, but of a step a later launch logged again."""
+    """The timer rows, each of the last step logged before it, but of a step a later launch logged again,
+    from the run's last fresh start on."""
     if timers:
         frame = pl.concat(timers, how="diagonal_relaxed")
     else:
@@ -245,6 +266,7 @@ def _timers(
         frame.sort("run", "order", "position")
         .join_asof(records, on="order", by="run", strategy="backward", check_sortedness=False)
         .pipe(_with_launch, starts)
+        .pipe(_from_launch, since)
         .pipe(_counted_steps, anchors)
         .with_columns(line=line_of(pl.col("order")), file=file_of(pl.col("order")))
         .join(

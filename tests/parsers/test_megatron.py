@@ -731,3 +731,37 @@ def test_a_batch_rampups_accumulation_is_its_steps(tmp_path, step_batches, gas, 
     assert (run["global_batch_size"], run["micro_batch_size"], run["dp"]) == (step_batches[-1], 2, 8)
     assert run["gas"] == gas
     assert json.loads(run["provenance"])["gas"].startswith(source)
+
+
+def _run_lines(global_batch: int, train_iters: int, steps: range, seconds: float) -> list[str]:
+    """A Megatron-LM run's arguments dump and iteration lines."""
+    arguments = {"global_batch_size": global_batch, "train_iters": train_iters, "micro_batch_size": 4}
+    lines = ["------------------------ arguments ------------------------"]
+    lines += [f"  {name} {'.' * (48 - len(name))} {value}" for name, value in arguments.items()]
+    lines.append("-------------------- end of arguments ---------------------")
+    return lines + [
+        f" iteration {step:8d}/{train_iters:8d} | consumed samples: {step * global_batch:12d} | elapsed time per"
+        f" iteration (ms): {seconds * 1000:.1f} | learning rate: 1.500E-04 | global batch size: {global_batch:5d} |"
+        for step in steps
+    ]
+
+
+def test_a_launch_that_starts_over_supersedes_the_steps_before_it(tmp_path):
+    # two runs' logs joined with cat: the second starts from step 10 again (no checkpoint): the row is its
+    first = _run_lines(256, 1000, range(10, 1010, 10), 1.5) + [
+        "[after training is done] datetime: 2024-05-01"
+    ]
+    second = _run_lines(512, 2000, range(10, 310, 10), 2.9)
+    (tmp_path / "combined.log").write_text("\n".join(first + second) + "\n")
+    result = load_runs([tmp_path / "combined.log"])
+    row = result.runs.row(0, named=True)
+    assert result.iterations["iteration"].to_list() == list(range(10, 310, 10))
+    assert (row["last_iteration"], row["global_batch_size"], row["sec_per_iter"]) == (300, 512, 2.9)
+    assert row["status"] == "incomplete"
+    # a relaunch from a checkpoint goes on from it: the first launch's steps before it stay
+    resumed = _run_lines(256, 1000, range(510, 1010, 10), 1.5)
+    (tmp_path / "resumed.log").write_text(
+        "\n".join(_run_lines(256, 1000, range(10, 610, 10), 1.5) + resumed) + "\n"
+    )
+    steps = load_runs([tmp_path / "resumed.log"]).iterations.select("iteration", "launch").rows()
+    assert steps == [(step, 0) for step in range(10, 510, 10)] + [(step, 1) for step in range(510, 1010, 10)]
