@@ -139,11 +139,13 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     else:
         for pattern in _FACT_LINES:
             if match := pattern.search(text):
-                for fact, value in match.groupdict().items():
-                    if (
-                        fact != "resumed_step" or int(value) > 0
-                    ):  # a checkpoint of step 0 (--finetune) is no resume
-                        run.set_fact(fact, int(value), NAME, lineno)
+                facts = {fact: int(value) for fact, value in match.groupdict().items()}
+                if facts.get("resumed_step") == 0:  # a checkpoint of step 0 (--finetune) is no resume
+                    del facts["resumed_step"]
+                for fact, value in facts.items():
+                    run.set_fact(fact, value, NAME, lineno)
+                if "resumed_step" in match.groupdict():  # each launch loads its checkpoint before training
+                    run.new_launch(NAME)
                 return
 
 

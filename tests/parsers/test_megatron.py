@@ -765,3 +765,30 @@ def test_a_launch_that_starts_over_supersedes_the_steps_before_it(tmp_path):
     )
     steps = load_runs([tmp_path / "resumed.log"]).iterations.select("iteration", "launch").rows()
     assert steps == [(step, 0) for step in range(10, 510, 10)] + [(step, 1) for step in range(510, 1010, 10)]
+
+
+def test_a_torchrun_restart_that_loads_its_checkpoint_and_completes_ends_ok(tmp_path):
+    """torchrun --max-restarts: the failed attempt's traceback is in the job's .err, read after the .out;
+    the restarted workers load the checkpoint (a new launch even without a second dump) and complete."""
+    load = "  successfully loaded checkpoint from /lustre/ckpt/gpt2.7b [ t 0, p 0 ] at iteration 50"
+    end = "[after training is done] datetime: 2024-05-02 10:16:12 "
+    out = [*_run_lines(512, 200, range(10, 70, 10), 4.2), load]
+    out += _run_lines(512, 200, range(60, 210, 10), 4.2)[5:]  # the steps alone, no second dump
+    error = (
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+        "ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3"
+    )
+    err = ["Traceback (most recent call last):", '  File "pretrain_gpt.py", line 243, in <module>', error]
+    err.append(
+        "[2024-05-02 10:05:01,762] torch.distributed.elastic.agent.server.api: [INFO] [default] Worker group "
+        "FAILED. 2/2 attempts left; will restart worker group"
+    )
+    (tmp_path / "train-5101.out").write_text("\n".join([*out, end]) + "\n")
+    (tmp_path / "train-5101.err").write_text("\n".join(err) + "\n")
+    result = load_runs([tmp_path])
+    row = result.runs.row(0, named=True)
+    assert row["status"] == "ok"
+    assert row["reason"] == f"{end.strip()} (after an earlier failure at train-5101.err:3: {error})"
+    assert (row["last_iteration"], row["resumed_step"]) == (200, 50)
+    relaunched = result.iterations.filter(pl.col("launch") == 1)["iteration"].to_list()
+    assert relaunched == list(range(60, 210, 10))
