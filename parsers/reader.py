@@ -422,7 +422,9 @@ def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
             row.get("line"),
             row.get("source_path") or path_text(result.files.files[0]),
         )
-    return "incomplete", "log stops before any training step, with no failure or end message", None, None
+    # "stops before any step" would be false of a script printing steps in a format no family reads
+    no_steps = "no training step that logstat reads (none logged, or in a format no family knows)"
+    return "incomplete", f"{no_steps}, and no failure or end message", None, None
 
 
 def _after_failure(completion: tuple, line: int, path: str | None, reason: str) -> str:

@@ -336,3 +336,21 @@ def test_iteration_rows_point_at_the_iteration_record(log, expected):
             or f"step={step}," in text[line - 1]
             or f"at step {step}:" in text[line - 1]
         )
+
+
+def test_a_log_without_steps_it_reads_does_not_claim_none_were_logged(tmp_path):
+    # a plain DDP script's own step lines, after torchrun's banner: no family reads them
+    lines = [
+        "[rank 0] world_size=4 backend=nccl batch_size=128 lr=0.1",
+        "[rank 0] epoch 1/5 step 100/391 loss 1.7819 lr 0.100000 0.086s/step",
+        "------------------------ arguments ------------------------",
+        "  micro_batch_size ............................... 4",
+        "-------------------- end of arguments ---------------------",
+    ]
+    (tmp_path / "ddp.log").write_text("\n".join(lines) + "\n")
+    row = run_of(tmp_path / "ddp.log")
+    assert (row["status"], row["reason"]) == (
+        "incomplete",
+        "no training step that logstat reads (none logged, or in a format no family knows), and no failure or "
+        "end message",
+    )
