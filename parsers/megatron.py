@@ -98,6 +98,10 @@ _FACT_LINES = (
     # GPT-NeoX's setup_model_and_optimizer after its load_checkpoint
     re.compile(r"Loading checkpoint and starting from iteration (?P<resumed_step>\d+)"),
 )
+#: training.py's get_model, on each model-parallel rank of data-parallel rank 0 (print, not print_rank_0)
+_RANK_PARAMETERS = re.compile(
+    r"number of parameters on \(tensor, pipeline\) model parallel rank \((?P<t>\d+), (?P<p>\d+)\): (?P<n>\d+)"
+)
 #: Megatron-LM core's report_theoretical_memory (theoretical_memory_usage.py), at the first logged step
 _TOTAL_PARAMETERS = re.compile(r"Total number of parameters in billions: *(?P<params>\d+(?:\.\d+)?)")
 _EFFECTIVE_TFLOPS = re.compile(
@@ -128,6 +132,9 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             run.set_fact("logged_model_size", float(match["params"]), NAME, lineno)
             # the step logged last before the line (None: settled column-wise with the steps)
             run.add_iteration(None, NAME, lineno, logged_tflops_per_gpu=float(match["tflops"]))
+    elif match := _RANK_PARAMETERS.search(text):
+        ranks = run.state.setdefault(NAME, {}).setdefault("rank_parameters", {})
+        ranks[int(match["t"]), int(match["p"])] = (int(match["n"]), lineno)
     elif match := _TOTAL_PARAMETERS.search(text):
         run.set_fact("logged_model_size", float(match["params"]), NAME, lineno)
     elif SIGNALLED_END in text:
@@ -680,6 +687,24 @@ ALL_RANKS_TIMERS = Block(
     read=read_all_ranks_timers,
 )
 
+
+def finish(run: RunBuilder) -> None:
+    """The logged size from the model-parallel ranks' parameter counts where the log states no total: where
+    every one of TP x PP printed
+    and their sum is the model's: no copy of the embedding on the last pipeline stage (PP 1, or an untied
+    output layer), and no experts sharded over data-parallel ranks that print nothing (no MoE)."""
+    ranks = run.state.get(NAME, {}).get("rank_parameters", {})
+    tp, pp, facts = run.facts.get("tp"), run.facts.get("pp"), run.facts
+    if "logged_model_size" in facts:  # the log's own total (Effective Tera Flops, theoretical memory) wins
+        return
+    if not ranks or not isinstance(tp, int) or not isinstance(pp, int) or len(ranks) != tp * pp:
+        return
+    if (pp == 1 or facts.get("untied_embeddings") is True) and not facts.get("moe_experts"):
+        run.set_fact(
+            "logged_model_size", sum(n for n, _ in ranks.values()) / 1e9, NAME, max(ranks.values())[1]
+        )
+
+
 FAMILY = Family(
     name=NAME,
     markers=(
@@ -694,11 +719,13 @@ FAMILY = Family(
         "starting from iteration ",
         "Effective Tera Flops",
         "Total number of parameters in billions",
+        "number of parameters on (tensor, pipeline)",
         *RANK_TIMERS.opens.markers,
         *ALL_RANKS_TIMERS.opens.markers,
         *PLANNED_ENDS,
     ),
     parse_line=parse_line,
+    finish=finish,
     kinds=KINDS,
     blocks=(ARGUMENTS, RANK_TIMERS, ALL_RANKS_TIMERS),
     description="Megatron-LM / Megatron-DeepSpeed: iteration lines, timers, memory, arguments dump",

@@ -792,3 +792,17 @@ def test_a_torchrun_restart_that_loads_its_checkpoint_and_completes_ends_ok(tmp_
     assert (row["last_iteration"], row["resumed_step"]) == (200, 50)
     relaunched = result.iterations.filter(pl.col("launch") == 1)["iteration"].to_list()
     assert relaunched == list(range(60, 210, 10))
+
+
+def test_the_model_parallel_ranks_parameter_counts_sum_to_the_logged_size(tmp_path):
+    world = (
+        "using world size: 8, data-parallel size: 4, context-parallel size: 1, tensor-model-parallel size: 2, "
+        "pipeline-model-parallel size: 1 "
+    )
+    ranks = [
+        f" > number of parameters on (tensor, pipeline) model parallel rank ({t}, 0): {n}"
+        for t, n in ((0, 6), (1, 7))
+    ]
+    for lines, size in (([world, *ranks], 13e-9), ([world, ranks[0]], None)):  # one rank of two: no sum
+        (tmp_path / "gpt.out").write_text("\n".join([*lines, ITERATION_1]) + "\n")
+        assert load_runs([tmp_path / "gpt.out"]).runs.row(0, named=True)["logged_model_size"] == size
