@@ -30,6 +30,8 @@ NAME = "hf-trainer"
 
 #: accelerate launch's flag (``fp16``, ``bf16`` or ``no``), in its config file otherwise
 _MIXED_PRECISION = "--mixed_precision"
+#: accelerate's ``AcceleratorState`` as scripts log it (state.py ``__repr__``): its processes, the world
+_ACCELERATE_PROCESSES = "Num processes: "
 _NOT_DISTRIBUTED = "distributed training: False"  # the example scripts' one process (_ONE_PROCESS)
 #: accelerate launch's warning of the defaults it used (commands/launch.py): ``\t`--num_processes` was set to
 #: a value of `4``` (the local GPUs), ``\t`--num_machines` was set to a value of `1```
@@ -84,6 +86,7 @@ MARKERS = (
         _NOT_DISTRIBUTED,
         "WORLD_SIZE=",
         "global_world_sizes=",
+        _ACCELERATE_PROCESSES,
     ),
     *_RATES,  # tqdm's training bar: the step time of a run whose final metrics are missing
 )
@@ -122,6 +125,7 @@ _RESUMED_STEP = re.compile(r"(?:Continuing training from|checkpoint with epoch \
 #: training: False, 16-bits training: True``; not distributed, the one process drives ``n_gpu`` GPUs. Some
 #: transformers 4 releases join its two f-strings without the ", " (``n_gpu: 1distributed training: False``).
 _ONE_PROCESS = re.compile(rf"n_gpu: (\d+)(?:, )?{_NOT_DISTRIBUTED}")
+_PROCESSES = re.compile(rf"^{kinds.PYTHON_SPACE}*{_ACCELERATE_PROCESSES}(\d+){kinds.PYTHON_SPACE}*$")
 #: the world size (DeepSpeed's launcher, MPI, torch elastic, env); not LOCAL_WORLD_SIZE, a role's or DP's
 _WORLD_SIZE = re.compile(r"(?<!\w)(?:(?:dist_)?world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)")
 _TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")  # --nnodes: 1
@@ -300,6 +304,8 @@ def _plain(text: str, out: list) -> None:
         for flag in ("--nproc", "--num_processes", "--num_gpus", _MIXED_PRECISION, _ACCELERATE_MACHINES)
     ):
         _launcher(text, out)
+    elif _ACCELERATE_PROCESSES in text and (processes := _PROCESSES.search(text)) and int(processes[1]) > 0:
+        out.append(_fact("gpus", int(processes[1])))
     elif _NOT_DISTRIBUTED in text and (one := _ONE_PROCESS.search(text)) and int(one[1]) > 0:
         out.append(_fact("gpus", int(one[1])))
     elif ("orld_size" in text or "WORLD_SIZE=" in text) and (world := _WORLD_SIZE.search(text)):

@@ -1245,3 +1245,11 @@ def test_the_echoed_command_in_the_err_numbers_the_dicts_in_the_out(tmp_path):
     (tmp_path / "ft-4471223.out").write_text("\n".join([*dicts, ""]))
     (tmp_path / "ft-4471223.err").write_text(command + "\n")
     assert load_runs([tmp_path]).iterations["iteration"].to_list() == [10, 20, 30]
+
+
+def test_accelerates_state_gives_the_processes():
+    # accelerate's AcceleratorState.__repr__, as the no_trainer examples log it on every process
+    state = ["Distributed environment: MULTI_GPU  Backend: nccl", "Num processes: 4", "Process index: 0"]
+    state += ["Local process index: 0", "Device: cuda:0", "", "Mixed precision type: bf16"]
+    assert feed_lines(state).facts["gpus"] == 4
+    assert "gpus" not in feed_lines(["  Num processes: 4 of 8"]).facts
