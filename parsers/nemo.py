@@ -23,7 +23,8 @@ Lines read:
   shape, batch sizes and parallelism, each key the first time it has a value of its own (not an
   interpolation like ``${model.encoder_seq_length}``); megatron_base_model's ``Padded vocab_size: 50432,
   original vocab_size: 50257, dummy tokens: 175.``; megatron_gpt_model's ``Pipeline model parallel rank: 0,
-  ... Total number of model parameters: 6.74e+09.``: the logged size.
+  ... Total number of model parameters: 6.74e+09.``, or Lightning's summary ``355 M     Total params``: the
+  logged size.
 """
 
 from __future__ import annotations
@@ -121,6 +122,12 @@ _PADDED_VOCAB = re.compile(r"Padded vocab_size: (\d+), original vocab_size: (\d+
 #: megatron_gpt_model's count after the model is built (``{:.2e}``: three significant digits)
 _TOTAL_PARAMETERS = "Total number of model parameters: "
 _PARAMETERS = re.compile(rf"{_TOTAL_PARAMETERS}({NUMBER})")
+#: Lightning's model summary (``get_human_readable_count``: ``355 M     Total params``, ``5.0 B``)
+_SUMMARY_TOTAL = "Total params"
+_SUMMARY_PARAMETERS = re.compile(
+    rf"^{PYTHON_SPACE}*([\d,]+(?:\.\d+)?) ?([KMBT]?){PYTHON_SPACE}+{_SUMMARY_TOTAL}{PYTHON_SPACE}*$"
+)
+_SUMMARY_SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
 _LAYOUT_MARKERS = ("MEMBER: ", "Starting with ", "Automatic Mixed Precision", " parallel group")
 
 
@@ -310,6 +317,11 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.set_fact("vocab_size", int(vocabulary[2]), NAME, lineno)
     elif parameters := _PARAMETERS.search(text):
         run.set_fact("logged_model_size", float(parameters[1]) / 1e9, NAME, lineno)
+    elif _SUMMARY_TOTAL in text and (summary := _SUMMARY_PARAMETERS.search(text)):
+        if "logged_model_size" in run.facts:  # megatron_gpt_model's has more digits
+            return
+        count = float(summary[1].replace(",", "")) * _SUMMARY_SCALE[summary[2]]
+        run.set_fact("logged_model_size", count / 1e9, NAME, lineno)
     elif group := _GROUP.search(text):
         run.saw(NAME)
         run.set_fact(_GROUP_FACTS[group[1]], len(group[2].split(",")), NAME, lineno)
@@ -327,6 +339,7 @@ FAMILY = Family(
         CONFIG_OPENER,
         "Padded vocab_size: ",
         _TOTAL_PARAMETERS,
+        _SUMMARY_TOTAL,
     ),
     parse_line=parse_line,
     kinds=(

@@ -314,3 +314,12 @@ def test_the_models_total_parameters_are_the_logged_size(tmp_path):
     log = tmp_path / "nemo.log"
     log.write_text(line + "\n")
     assert load_runs([log]).runs.row(0, named=True)["model_size_b"] == 6.74
+
+
+def test_lightnings_model_summary_total_is_the_logged_size_unless_nemo_counted_it():
+    # lightning's get_human_readable_count, left-justified to 10 (the nemo1_lightning_bar fixture's line 270)
+    summary = ["355 M     Trainable params", "0         Non-trainable params", "355 M     Total params"]
+    assert feed_lines(nemo.FAMILY, summary).facts["logged_model_size"] == 0.355
+    assert feed_lines(nemo.FAMILY, ["5.0 B     Total params"]).facts["logged_model_size"] == 5.0
+    total = "[NeMo I 2024-04-08 megatron_gpt_model:1209] ... Total number of model parameters: 3.56e+08."
+    assert feed_lines(nemo.FAMILY, [total, *summary]).facts["logged_model_size"] == 0.356
