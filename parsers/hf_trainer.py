@@ -565,7 +565,7 @@ def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Ev
     ).filter(order >= 0)
     copies = _copies(effects, args)
     steps, printed = _copied(effects.filter(what == "step"), effects, copies)
-    steps, dicts, resumes = _steps(steps, effects, args)
+    steps, dicts, resumes = _steps(steps, effects, args, _bar_steps(frame))
     planned = facts.filter(pl.col("name") == "train_iters").with_columns(what=pl.lit("planned"))
     kept = [effects.filter(order < 0), args.with_columns(what=pl.lit("arg")), shapes.filter(what != "shape")]
     copies = copies.select(
@@ -716,11 +716,22 @@ def _copied(
     return steps.sort("run", "order", maintain_order=True), printed
 
 
+def _bar_steps(frame: pl.DataFrame) -> pl.DataFrame:
+    """The training bar's updates: ``run``, ``order``, the steps done (``bar_step``) of its ``bar_total``."""
+    bar = pl.col("text").str.extract_groups(_TRAINING_BAR)
+    updates = frame.filter(_holds(pl.col("text"), *_RATES)).select("run", "order", bar=bar)
+    step, total = (pl.col("bar").struct[index].cast(pl.Int64, strict=False) for index in (0, 1))
+    return updates.select("run", "order", bar_step=step, bar_total=total)
+
+
 def _steps(
-    steps: pl.DataFrame, effects: pl.DataFrame, args: pl.DataFrame
+    steps: pl.DataFrame, effects: pl.DataFrame, args: pl.DataFrame, bars: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """The dicts' steps (own, else by place among the run's distinct dicts, after the last resume), the
-    ``dict``s numbered and the resumes with their ``base``."""
+    ``dict``s numbered and the resumes with their ``base``. Where neither logging_steps nor the epochs
+    number them, a dict's step is the training bar's count just before it (the Trainer updates the bar
+    at each step's end, then logs; at over 0.1 s a step tqdm prints every update), if that bar counts to
+    the run's max_steps."""
     known = effects.filter(pl.col("what") == "dict")
     known_count = known.group_by("run").agg(known=pl.len())
     new = (
@@ -748,12 +759,21 @@ def _steps(
         logging_steps=pl.coalesce("logging_steps", plain, after_first),
         logging_first_step=pl.when(first).then(pl.lit(_typed(True), _TYPED)).otherwise("logging_first_step"),
     )
+    bars = bars.sort("run", "order").drop_nulls()
+    new = new.sort("run", "order").join_asof(bars, on="order", by="run", check_sortedness=False)
+    by_bar = pl.when(pl.col("bar_total") == _field("integer", "max_steps")).then("bar_step")
     state = new.select(
-        "position", "logging_steps", "logging_first_step", "max_steps", "resumed", "resume_base"
+        "position",
+        "logging_steps",
+        "logging_first_step",
+        "max_steps",
+        "resumed",
+        "resume_base",
+        by_bar=by_bar,
     )
     numbered = [
-        _typed(_position_to_step(position, *map(_untyped, values), resumed=resumed, base=base))
-        for position, *values, resumed, base in state.rows()
+        _typed(_position_to_step(position, *map(_untyped, values), resumed=resumed, base=base, by_bar=by_bar))
+        for position, *values, resumed, base, by_bar in state.rows()
     ]
     new = new.select("run", "order", "name", what=pl.lit("dict"), value=pl.Series(numbered, dtype=_TYPED))
     dicts = pl.concat([known, new], how="diagonal_relaxed")
@@ -853,18 +873,25 @@ def _untyped(typed: dict[str, Any] | None) -> Any:
 
 
 def _position_to_step(
-    position: int, interval: Any, first_step: Any, max_steps: Any, *, resumed: int | None, base: int | None
+    position: int,
+    interval: Any,
+    first_step: Any,
+    max_steps: Any,
+    *,
+    resumed: int | None,
+    base: int | None,
+    by_bar: int | None = None,
 ) -> int:
     """The n-th distinct training dict's step, from ``logging_steps`` (a ratio of ``max_steps`` below 1)
     and ``logging_first_step``, or after a resume at step ``resumed`` with ``base`` dicts before it (a
-    training started again from step 0 counts its own dicts); a step beyond int64 is none (the dict's
-    position instead)."""
+    training started again from step 0 counts its own dicts); without an interval the bar's count before
+    it (``by_bar``), else its position; a step beyond int64 is none (the dict's position instead)."""
     if resumed == 0 and base:
         position -= base
     if isinstance(interval, float) and 0 < interval < 1 and isinstance(max_steps, int | float):
         interval = math.ceil(max_steps * interval) if max_steps > 0 else interval
     if not isinstance(interval, int | float) or not 1 <= interval < math.inf:
-        return position
+        return by_bar if by_bar is not None and by_bar > 0 else position
     if resumed and base is not None:  # the Trainer logs when the step is a multiple of it
         step = (resumed // int(interval) + position - base) * int(interval)
     else:

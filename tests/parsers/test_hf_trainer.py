@@ -1253,3 +1253,18 @@ def test_accelerates_state_gives_the_processes():
     state += ["Local process index: 0", "Device: cuda:0", "", "Mixed precision type: bf16"]
     assert feed_lines(state).facts["gpus"] == 4
     assert "gpus" not in feed_lines(["  Num processes: 4 of 8"]).facts
+
+
+def test_dicts_without_an_interval_are_numbered_by_the_training_bar_before_them():
+    """No logging_steps printed and epochs too coarse (0.00, 0.01, 0.01 of 9,750 steps): the Trainer's bar
+    (tqdm(total=max_steps)), updated at each step's end before the step's dict is logged, counts them."""
+    banner = ["***** Running training *****", "  Num examples = 52,002", "  Num Epochs = 3"]
+    banner += ["  Total optimization steps = 9,750"]
+    lines = list(banner)
+    for step, epoch, loss in ((10, "0.00", 1.5), (20, "0.01", 1.4), (30, "0.01", 1.3)):
+        lines.append(f"\r  0%|          | {step}/9750 [00:19<5:08:26,  1.90s/it]")
+        lines.append(f"{{'loss': {loss}, 'grad_norm': 2.1, 'learning_rate': 6.7e-07, 'epoch': {epoch}}}")
+    assert sorted(feed_lines(lines).iterations) == [10, 20, 30]
+    # an evaluation's bar counts its batches, not the training's steps: the dicts' order
+    other = [line.replace("/9750", "/50") for line in lines]
+    assert sorted(feed_lines(other).iterations) == [1, 2, 3]
