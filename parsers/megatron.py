@@ -70,7 +70,7 @@ NAME = "megatron"
 # size: 16"; newer versions insert context-parallel and encoder sizes, so the pairs are read one by one.
 _WORLD_PAIR = re.compile(
     r"(?<![\w-])(?P<key>world size|data-parallel[- ]size|tensor-model-parallel size"
-    r"|pipeline-model-parallel size|context-parallel size): (?P<value>\d+)"
+    r"|pipeline-model-parallel size|context-parallel size|sequence-parallel size): (?P<value>\d+)"
 )
 _WORLD_KEYS = {
     "world size": "gpus",
@@ -79,6 +79,8 @@ _WORLD_KEYS = {
     "tensor-model-parallel size": "tp",
     "pipeline-model-parallel size": "pp",
     "context-parallel size": "cp",
+    # Megatron-DeepSpeed's DeepSpeed-Ulysses: the sequence split over GPUs as context parallelism splits it
+    "sequence-parallel size": "cp",
 }
 _WORLD_OLD = re.compile(r"using world size: (?P<world>\d+) and model-parallel size: (?P<tp>\d+)")
 #: GPT-NeoX prints the old line from ``NeoXArgs.configure_distributed_args()``
@@ -422,6 +424,7 @@ ARG_FACTS: dict[str, str] = {
     "model_parallel_size": "tp",  # old Megatron: model parallelism was tensor parallelism only
     "pipeline_model_parallel_size": "pp",
     "context_parallel_size": "cp",
+    "ds_sequence_parallel_size": "cp",
     "data_parallel_size": "dp",
     "micro_batch_size": "micro_batch_size",
     "batch_size": "micro_batch_size",  # old Megatron's name of the per-GPU batch

@@ -806,3 +806,14 @@ def test_the_model_parallel_ranks_parameter_counts_sum_to_the_logged_size(tmp_pa
     for lines, size in (([world, *ranks], 13e-9), ([world, ranks[0]], None)):  # one rank of two: no sum
         (tmp_path / "gpt.out").write_text("\n".join([*lines, ITERATION_1]) + "\n")
         assert load_runs([tmp_path / "gpt.out"]).runs.row(0, named=True)["logged_model_size"] == size
+
+
+def test_deepspeed_ulysses_sequence_parallelism_is_context_parallelism():
+    # Megatron-DeepSpeed's world line and dump with --ds-sequence-parallel-size 4 (DeepSpeed-Ulysses)
+    world = (
+        "using world size: 16, data-parallel-size: 4, sequence-parallel size: 4, tensor-model-parallel size: 1, "
+        "pipeline-model-parallel size: 1 "
+    )
+    facts = feed(world).facts
+    assert (facts["gpus"], facts["dp"], facts["cp"], facts["tp"], facts["pp"]) == (16, 4, 4, 1, 1)
+    assert _dump(ds_sequence_parallel_size=4).facts["cp"] == 4
