@@ -262,6 +262,7 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
             _read_twice(),
             _above_peak(),
             _step_times_disagree(),
+            _parallel_sizes_disagree(),
         ),
     )
     return (
@@ -453,6 +454,24 @@ def _above_peak() -> pl.Expr:
         pl.col("gpu_model"),
     )
     return pl.when(mfu > 1).then(note)
+
+
+def _parallel_sizes_disagree() -> pl.Expr:
+    """A note when the log's GPUs are not TP x PP x CP x DP (Megatron-LM's initialize_model_parallel divides
+    the world so; experts parallelize within DP): one of the sizes is not this run's (a config's default,
+    another launch's), and the per-GPU numbers divide by the GPUs."""
+    product = _f("tp") * _f("pp") * _f("cp").fill_null(1) * _f("dp")
+    note = pl.format(
+        "parallel sizes: TP {} x PP {} x CP {} x DP {} = {} GPUs, but the log says {}: one of them is not this "
+        "run's",
+        pl.col("tp"),
+        pl.col("pp"),
+        pl.col("cp").fill_null(1),
+        pl.col("dp"),
+        product.cast(pl.Int64),
+        pl.col("gpus"),
+    )
+    return pl.when(product.is_not_null() & _f("gpus").is_not_null() & (product != _f("gpus"))).then(note)
 
 
 #: how far a run's step time may be from its whole session's (HF's train_runtime over its steps) before

@@ -906,3 +906,17 @@ def test_a_run_that_ended_ok_within_a_logging_interval_of_its_steps_reached_them
     run = {"path": "hf", "status": status, "train_iters": planned}
     row = one(runs(run), _steps("hf", [500, 1000, 1500, 2000, 2500]))
     assert (row["iterations"], row["last_iteration"]) == (5, last)
+
+
+def test_a_world_that_is_not_the_product_of_the_parallel_sizes_is_noted():
+    its = iterations("a", elapsed_ms=[1000.0] * 3)
+    # a PP 4 x DP 8 pipeline config read on 8 GPUs: one of the sizes is not the run's
+    row = one(runs({"path": "a", "tp": 1, "pp": 4, "dp": 8, "gpus": 8}), its)
+    assert row["warnings"] == [
+        "parallel sizes: TP 1 x PP 4 x CP 1 x DP 8 = 32 GPUs, but the log says 8: one of them is not this run's"
+    ]
+    # context parallelism takes its share: TP 8 x PP 16 x CP 16 x DP 8 = 16,384
+    assert (
+        one(runs({"path": "a", "tp": 8, "pp": 16, "cp": 16, "dp": 8, "gpus": 16384}), its)["warnings"] is None
+    )
+    assert one(runs({"path": "a", "tp": 2, "dp": 4, "gpus": 8}), its)["warnings"] is None  # PP unknown
