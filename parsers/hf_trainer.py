@@ -565,13 +565,14 @@ def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Ev
     ).filter(order >= 0)
     copies = _copies(effects, args)
     steps, printed = _copied(effects.filter(what == "step"), effects, copies)
-    steps, dicts, resumes = _steps(steps, effects, args, _bar_steps(frame))
+    bar_records = frame.filter(_holds(pl.col("text"), *_RATES))
+    steps, dicts, resumes = _steps(steps, effects, args, _bar_steps(bar_records))
     planned = facts.filter(pl.col("name") == "train_iters").with_columns(what=pl.lit("planned"))
     kept = [effects.filter(order < 0), args.with_columns(what=pl.lit("arg")), shapes.filter(what != "shape")]
     copies = copies.select(
         "run", what=pl.lit("copies"), order=pl.lit(0, pl.Int64), value=_int_typed("copies")
     )
-    carry = [*kept, finals, dicts, resumes, _bars(frame, effects), planned, printed, copies]
+    carry = [*kept, finals, dicts, resumes, _bars(bar_records, effects), planned, printed, copies]
     carry = pl.concat(carry, how="diagonal_relaxed")
     carry = carry.group_by("run", "what", "name").agg(pl.all().get(pl.col("order").arg_max()))
     carry = carry.select(*_CARRY).cast(_CARRY)
@@ -716,10 +717,10 @@ def _copied(
     return steps.sort("run", "order", maintain_order=True), printed
 
 
-def _bar_steps(frame: pl.DataFrame) -> pl.DataFrame:
+def _bar_steps(bar_records: pl.DataFrame) -> pl.DataFrame:
     """The training bar's updates: ``run``, ``order``, the steps done (``bar_step``) of its ``bar_total``."""
     bar = pl.col("text").str.extract_groups(_TRAINING_BAR)
-    updates = frame.filter(_holds(pl.col("text"), *_RATES)).select("run", "order", bar=bar)
+    updates = bar_records.select("run", "order", bar=bar)
     step, total = (pl.col("bar").struct[index].cast(pl.Int64, strict=False) for index in (0, 1))
     return updates.select("run", "order", bar_step=step, bar_total=total)
 
@@ -899,10 +900,10 @@ def _position_to_step(
     return step if step <= INT64_MAX else position
 
 
-def _bars(frame: pl.DataFrame, effects: pl.DataFrame) -> pl.DataFrame:
+def _bars(bar_records: pl.DataFrame, effects: pl.DataFrame) -> pl.DataFrame:
     """Bar updates (``bar``), the last's total (``last_bar``), the one before a dict's (``dict_bar``)."""
     text, what = pl.col("text"), pl.col("what")
-    bars = frame.filter(_holds(text, *_RATES)).unique("order").sort("order")
+    bars = bar_records.unique("order").sort("order")
     total = text.str.split(" [").list.first().str.split("/").list.last()  # after the last / before " ["
     bars = bars.select("run", "order", "line", "file", what=pl.lit("bar"), name=total, value=pl.struct(text))
     totals = bars.select("run", "order", value=pl.struct(text="name"))

@@ -693,9 +693,9 @@ ALL_RANKS_TIMERS = Block(
 
 def finish(run: RunBuilder) -> None:
     """The logged size from the model-parallel ranks' parameter counts where the log states no total: where
-    every one of TP x PP printed
-    and their sum is the model's: no copy of the embedding on the last pipeline stage (PP 1, or an untied
-    output layer), and no experts sharded over data-parallel ranks that print nothing (no MoE)."""
+    every one of TP x PP printed and their sum is the model's (no copy of the embedding on the last
+    pipeline stage: PP 1 or an untied output layer; no experts sharded over data-parallel ranks that print
+    nothing: no MoE)."""
     ranks = run.state.get(NAME, {}).get("rank_parameters", {})
     tp, pp, facts = run.facts.get("tp"), run.facts.get("pp"), run.facts
     if "logged_model_size" in facts:  # the log's own total (Effective Tera Flops, theoretical memory) wins
