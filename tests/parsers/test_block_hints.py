@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from logstat.parsers import deepspeed, hf_trainer
 from logstat.parsers.kinds import PYTHON_SPACE
+from logstat.parsers.records import passes
 
 from tests.parsers.feeding import records_of
 from tests.parsers.random_text import joined
@@ -154,25 +155,36 @@ def test_python_space_is_what_python_strips():
     assert "".join(c for c, hit in zip(_CHARACTERS, matched, strict=True) if hit) == PYTHON_WHITESPACE
 
 
-def test_the_captures_leave_out_what_the_blocks_skip():
-    lines = [
-        "INFO: using fp16 for the model",  # a read name, no '='
-        "some_call(x)",  # a ')' that is no record of its own
+def _block_takes(block, line: str) -> bool:
+    """Whether the block takes one of ``line``'s records in a window: the line passes the block's hint,
+    the record its body or closing test."""
+    records = pl.DataFrame({"text": records_of([line])})
+    taken = records.select(taken=(passes(block.body) | passes(block.closes)).any()).item()
+    return taken and _polars_matches(block.hint, line)
+
+
+def test_the_lines_the_hints_let_through_are_left_to_the_blocks_tests():
+    # the hints are literals (polars finds them fast), the tests after them leave out what the blocks skip
+    args_lines = [
+        "INFO: using fp16 for the model",
+        "some_call(x)",
         "    eval_steps=None,",
         "    fp16_full_eval=False,",
     ]
-    for line in lines:
-        assert not _polars_matches(hf_trainer._ARGS_LINES, line), line
+    for line in args_lines:
+        assert not _block_takes(hf_trainer.ARGUMENTS, line), line
     assert _polars_matches(hf_trainer._ARGS_LINES, ")")
     assert _polars_matches(hf_trainer._ARGS_LINES, "x[rank0]: )\u3000[rank1]:fp16=True,")
     assert re.search(hf_trainer._ARGS_LINES, "12: \x1cfp16=True,")  # Python's re reads it alike
     # the model config block ends at its own closing brace only, not at a nested object's
     for line in ["  },", "    }", "x}"]:
-        assert not _polars_matches(hf_trainer._CONFIG_LINES, line), line
+        assert not _block_takes(hf_trainer.CONFIG, line), line
     for line in ["}", "[default3]:}", "12: }", "x\r}"]:
         assert _polars_matches(hf_trainer._CONFIG_LINES, line), line
+        assert _block_takes(hf_trainer.CONFIG, line), line
     # a JSON value: a brace inside a record, a one-line dict and other keys change nothing
     for line in ["x}", "{'lr': 0.001, 'betas': [0.9, 0.999]}", '  "partition_activations": false,', "  {"]:
-        assert not _polars_matches(deepspeed.JSON_LINES, line), line
+        assert not _block_takes(deepspeed.JSON_VALUES, line), line
     for line in ["    },", "12:   }", '  "fp16": {', '"zero_optimization"\t:  {']:
         assert _polars_matches(deepspeed.JSON_LINES, line), line
+        assert _block_takes(deepspeed.JSON_VALUES, line), line
