@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
+import polars.selectors as cs
 from logstat.parsers import grammar, kinds
 from logstat.parsers.base import INT64_MAX, INT64_MIN, Family, RunBuilder
 from logstat.parsers.kinds import BODY, CLOSER, OPENER, Block, Events, RecordTest, literals
@@ -752,7 +753,7 @@ def _steps(
     by_resume = resumes.select("run", "order", resumed=_field("integer"), resume_base="base")
     new = new.join_asof(by_resume, on="order", by="run", allow_exact_matches=False, check_sortedness=False)
     # no logging_steps printed: the interval the dicts' epochs show, after a step-1 dict if they show one
-    new = new.with_columns(plain=_interval_of_epochs(), after_first=_interval_of_epochs(first_step=True))
+    new = _with_intervals_of_epochs(new)
     plain, after_first = pl.col("plain"), pl.col("after_first")
     first = pl.col("logging_steps").is_null() & plain.is_null() & after_first.is_not_null()
     new = new.with_columns(
@@ -816,39 +817,61 @@ def _steps_per_epoch() -> pl.Expr:
     return pl.when(by_epoch & (per_epoch > 0)).then(_int_typed(per_epoch))
 
 
-def _interval_of_epochs(*, first_step: bool = False) -> pl.Expr:
-    """Where ``logging_steps`` is printed nowhere, the interval the dicts' epochs show, per launch (a
-    run's dicts after each resume apart): the Trainer's epoch is the micro-steps done over an epoch's, so a
-    dict's step is its epoch times the banner's update steps per epoch (column ``per_epoch``; to the digits
-    printed: transformers 4.x rounds the epoch to 2, 5.x prints 4 significant ones). From scratch the n-th
-    dict comes at n times the interval: the interval is the least-squares slope of those steps over the
-    dicts' places. After a resume at step r the Trainer logs at the multiples past it, the n-th at
-    ``(r // interval + n) * interval``: the slope with an intercept, of two dicts or more. The interval is
-    taken if it is near a whole number and every dict is within the epoch's rounding of its step; else
-    null (the dicts' order). With ``first_step`` (``logging_first_step``), a fresh launch's first dict is
-    step 1 and the n-th after it the n-th multiple."""
-    per_epoch, at = pl.col("per_epoch"), pl.col("epoch") * pl.col("per_epoch")
+def _with_intervals_of_epochs(new: pl.DataFrame) -> pl.DataFrame:
+    """``new`` with ``plain`` and ``after_first``: where ``logging_steps`` is printed nowhere, the interval
+    the dicts' epochs show, per launch (a run's dicts after each resume apart); ``after_first`` where
+    ``logging_first_step`` made a fresh launch's first dict step 1 and the n-th after it the n-th multiple.
+    The Trainer's epoch is the micro-steps done over an epoch's, so a dict's step is its epoch times the
+    banner's update steps per epoch (column ``per_epoch``; to the digits printed: transformers 4.x rounds
+    the epoch to 2, 5.x prints 4 significant ones). From scratch the n-th dict comes at n times the
+    interval: the interval is the least-squares slope of those steps over the dicts' places. After a
+    resume at step r the Trainer logs at the multiples past it, the n-th at ``(r // interval + n) *
+    interval``: the slope with an intercept, of two dicts or more. The interval is taken if it is near a
+    whole number and every dict is within the epoch's rounding of its step; else null (the dicts' order).
+    Each stage is a column the next reads: nested in one expression, polars evaluates its windows again
+    inside each other (0.1 s for a few hundred dicts)."""
     resumed, base = pl.col("resumed").fill_null(0), pl.col("resume_base").fill_null(0)
-    launch = ["run", resumed, base]
-    again = (resumed > 0) | (base > 0)
-    place = pl.when(again).then(pl.col("position") - base).otherwise(pl.col("position") - int(first_step))
+    staged = new.with_columns(
+        launch_resumed=resumed, launch_base=base, at=pl.col("epoch") * pl.col("per_epoch")
+    ).with_columns(
+        place_plain=pl.when(_again()).then(pl.col("position") - base).otherwise("position"),
+        place_after_first=pl.when(_again()).then(pl.col("position") - base).otherwise(pl.col("position") - 1),
+    )
+    for name in ("plain", "after_first"):
+        staged = _with_interval(staged, name)
+    return staged.drop(cs.starts_with("launch_", "place_", "sum_", "slope_", "interval_"), "at")
+
+
+#: the columns that set a run's dicts apart by launch (``_with_intervals_of_epochs``)
+_LAUNCH = ("run", "launch_resumed", "launch_base")
+
+
+def _again() -> pl.Expr:
+    return (pl.col("launch_resumed") > 0) | (pl.col("launch_base") > 0)
+
+
+def _with_interval(staged: pl.DataFrame, name: str) -> pl.DataFrame:
+    """``staged`` with column ``name``: the interval of the dicts' epochs placed by ``place_<name>``."""
+    place, at = pl.col(f"place_{name}"), pl.col("at")
     on_interval = place >= 1
     terms = {"place_at": place * at, "place_place": place * place, "place": place, "at": at}
-    sums = {name: term.filter(on_interval).sum().over(launch) for name, term in terms.items()}
-    count = on_interval.sum().over(launch)
-    through_origin = sums["place_at"] / sums["place_place"]
-    with_intercept = (count * sums["place_at"] - sums["place"] * sums["at"]) / (
-        count * sums["place_place"] - sums["place"] * sums["place"]
+    sums = {f"sum_{term}": value.filter(on_interval).sum().over(_LAUNCH) for term, value in terms.items()}
+    staged = staged.with_columns(**sums, sum_count=on_interval.sum().over(_LAUNCH))
+    place_at, place_place, places, ats, count = (
+        pl.col(f"sum_{term}") for term in ("place_at", "place_place", "place", "at", "count")
     )
-    slope = pl.when(resumed > 0).then(with_intercept).otherwise(through_origin)
-    interval = pl.when(slope.is_finite()).then(slope.round())  # no dict on the interval: 0 / 0
-    rounding = per_epoch * 0.005 + 1
-    expected = (resumed // interval + place) * interval
+    with_intercept = (count * place_at - places * ats) / (count * place_place - places * places)
+    slope = pl.when(pl.col("launch_resumed") > 0).then(with_intercept).otherwise(place_at / place_place)
+    staged = staged.with_columns(slope_=slope).with_columns(
+        interval_=pl.when(pl.col("slope_").is_finite()).then(pl.col("slope_").round())  # none on it: 0 / 0
+    )
+    interval, rounding = pl.col("interval_"), pl.col("per_epoch") * 0.005 + 1
+    expected = (pl.col("launch_resumed") // interval + place) * interval
     fits = pl.when(on_interval).then((at - expected).abs() <= rounding).otherwise((at - 1).abs() <= rounding)
-    fits = fits.all().over(launch)
-    known = (at.is_not_null() & pl.col("logging_steps").is_null()).all().over(launch)
-    usable = known & fits & ((slope - interval).abs() <= 0.25) & (interval >= 1)
-    return pl.when(usable).then(_int_typed(interval))
+    known = at.is_not_null() & pl.col("logging_steps").is_null()
+    whole = ((pl.col("slope_") - interval).abs() <= 0.25) & (interval >= 1)
+    usable = fits.all().over(_LAUNCH) & known.all().over(_LAUNCH) & whole
+    return staged.with_columns(pl.when(usable).then(_int_typed(interval)).alias(name))
 
 
 def _resumes(effects: pl.DataFrame, new: pl.DataFrame, known_count: pl.DataFrame) -> pl.DataFrame:
