@@ -208,6 +208,15 @@ def _torchrun_rank(path: Path) -> tuple[int, int] | None:
     return int(attempt[1]), int(path.parent.name)
 
 
+def name_depth(path: Path) -> int:
+    """How many trailing parts of ``path`` it takes at least to name its run: a process's ``stdout.log``
+    says nothing of it, its directory does (``12345/stdout.log``), and in torchrun's log directory the
+    run's (``<run>/attempt_0/0/stdout.log``); else its file name."""
+    if not _STDIO.fullmatch(_uncompressed_name(path)):
+        return 1
+    return 4 if _torchrun_rank(path) is not None else 2
+
+
 def _task_part(stem: str) -> re.Match[str] | None:
     """A job's stream stem split before its task's or node's part (``job_stem``, ``job``, ``part``; submitit's
     ``<job>_<task>_log``). A number after the job's that is not smaller is the job's id after a name's

@@ -7,6 +7,7 @@ guessed: unknown is null. Units are in the column names.
 
 import os
 from collections import Counter
+from pathlib import Path
 
 import polars as pl
 
@@ -133,18 +134,23 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
 
 def run_names(paths: pl.Series) -> pl.Series:
     """A short readable name per run ``path``: the file name, or as many trailing directories as it
-    takes to tell runs apart, so the ``train.log`` of every ``logstat run`` directory is not one name."""
+    takes to tell runs apart, so the ``train.log`` of every ``logstat run`` directory is not one name, and
+    at least those that name the run where its file's name does not (``reader.name_depth``)."""
+    from logstat.parsers.reader import name_depth  # the reader's conventions; it imports this module
+
     distinct = paths.drop_nulls().unique()
     # this system's separators only: a name's non-UTF-8 bytes are written as \xff escapes on POSIX
     native = (lambda path: path.replace(os.altsep, os.sep)) if os.altsep else (lambda path: path)
     parts = {path: native(path).rstrip(os.sep).split(os.sep) for path in distinct}
+    least = {path: name_depth(Path(native(path))) for path in distinct}
     names: dict[str, str] = {}
     depth = 1
     while len(names) < len(parts):
         suffixes = {path: "/".join(p[-depth:]) for path, p in parts.items()}
         counts = Counter(suffixes.values())
         for path, suffix in suffixes.items():
-            if path not in names and (counts[suffix] == 1 or depth >= len(parts[path])):
+            named = counts[suffix] == 1 and depth >= least[path]
+            if path not in names and (named or depth >= len(parts[path])):
                 names[path] = suffix
         depth += 1
     return paths.replace_strict(names, default=None, return_dtype=pl.String)

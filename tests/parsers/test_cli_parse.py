@@ -249,6 +249,22 @@ def test_run_names_add_only_the_directories_needed():
     ]  # fmt: skip
 
 
+def test_a_process_output_file_is_named_by_its_directory_and_torchruns_by_its_run():
+    from logstat.parsers.schema import run_names
+
+    paths = pl.Series(
+        [
+            "/jobs/123456/stdout.log",
+            "/t/logs/none_3zq1k0pd/attempt_0/0/stdout.log",
+            "/x/meg.out",
+            "/y/stdout.txt.gz",
+        ]
+    )
+    assert run_names(paths).to_list() == [
+        "123456/stdout.log", "none_3zq1k0pd/attempt_0/0/stdout.log", "meg.out", "y/stdout.txt.gz",
+    ]  # fmt: skip
+
+
 def test_a_file_name_that_is_no_utf8_is_a_row_named_by_its_bytes(tmp_path, capsys):
     # a Latin-1 name on a UTF-8 system: Python holds its bytes as surrogates, which polars refuses
     shutil.copy(FIXTURES / "megatron" / "meg_gpt2_perf_n16.out", tmp_path)
