@@ -752,6 +752,7 @@ def _steps(
     new = new.with_columns(logging_steps=pl.coalesce(_steps_per_epoch(), "logging_steps"))
     by_resume = resumes.select("run", "order", resumed=_field("integer"), resume_base="base")
     new = new.join_asof(by_resume, on="order", by="run", allow_exact_matches=False, check_sortedness=False)
+    new = _resume_of_other_stream(new, effects)
     # no logging_steps printed: the interval the dicts' epochs show, after a step-1 dict if they show one
     new = _with_intervals_of_epochs(new)
     plain, after_first = pl.col("plain"), pl.col("after_first")
@@ -872,6 +873,41 @@ def _with_interval(staged: pl.DataFrame, name: str) -> pl.DataFrame:
     whole = ((pl.col("slope_") - interval).abs() <= 0.25) & (interval >= 1)
     usable = fits.all().over(_LAUNCH) & known.all().over(_LAUNCH) & whole
     return staged.with_columns(pl.when(usable).then(_int_typed(interval)).alias(name))
+
+
+def _resume_of_other_stream(new: pl.DataFrame, effects: pl.DataFrame) -> pl.DataFrame:
+    """``new``'s dicts with no resume before them take the run's resume from its other file: a job's two
+    streams are written at once, the Trainer's resume notice to stderr with its banner and the dicts to
+    stdout (``_state_of_other_streams``), so the .err's resume, read after the .out, came before the .out's
+    dicts. Only where the run's resumes are all in one file, with at most one training banner: one launch,
+    whose dicts they are (its ``resume_base``: the distinct dicts before the first of them)."""
+    what, order = pl.col("what"), pl.col("order")
+    # a banner states a resume at 0 (a start), a resume notice after it the step it goes on from
+    resumes = effects.filter(what == "resume", order >= 0).sort("order").group_by("run")
+    resumes = resumes.agg(
+        other=_field("integer").last(), other_file=pl.col("file").first(), files=pl.col("file").n_unique()
+    )
+    banners = effects.filter(what == "launch", order >= 0).group_by("run")
+    banners = banners.agg(banners=pl.len(), banner_file=pl.col("file").first())
+    single = resumes.join(banners, on="run", how="left").filter(
+        pl.col("files") == 1,
+        pl.col("other") > 0,
+        pl.col("banners").fill_null(0) <= 1,
+        pl.col("banner_file").is_null() | (pl.col("banner_file") == pl.col("other_file")),
+    )
+    if single.is_empty():
+        return new
+    joined = new.join(
+        single.select("run", "other", "other_file"), on="run", how="left", maintain_order="left"
+    )
+    takes = (
+        pl.col("resumed").is_null() & pl.col("other").is_not_null() & (pl.col("file") != pl.col("other_file"))
+    )
+    base = (pl.col("position").filter(takes).min() - 1).over("run")
+    return joined.with_columns(
+        resumed=pl.when(takes).then("other").otherwise("resumed"),
+        resume_base=pl.when(takes).then(base).otherwise("resume_base"),
+    ).drop("other", "other_file")
 
 
 def _resumes(effects: pl.DataFrame, new: pl.DataFrame, known_count: pl.DataFrame) -> pl.DataFrame:

@@ -1268,3 +1268,27 @@ def test_dicts_without_an_interval_are_numbered_by_the_training_bar_before_them(
     # an evaluation's bar counts its batches, not the training's steps: the dicts' order
     other = [line.replace("/9750", "/50") for line in lines]
     assert sorted(feed_lines(other).iterations) == [1, 2, 3]
+
+
+def test_the_resume_in_the_err_numbers_the_dicts_in_the_out(tmp_path):
+    # the Trainer's resume notice goes to stderr with its banner (transformers 4.x: "Continuing training from
+    # global step"), the dicts to stdout: the .out's dicts are after the resume at 1500, every 50 steps
+    from logstat.api import load_runs
+
+    dicts = [f"{{'loss': {1 - k / 100}, 'learning_rate': 1e-05, 'epoch': {k / 100}}}" for k in (52, 53, 55)]
+    command = (
+        "+ srun torchrun train.py --max_steps 3000 --logging_steps 50 --resume_from_checkpoint ckpt-1500"
+    )
+    banner = ["***** Running training *****", "  Num Epochs = 1", "  Total optimization steps = 3,000"]
+    resume = [*banner, "  Continuing training from epoch 0", "  Continuing training from global step 1500"]
+    (tmp_path / "sft-55120.out").write_text("\n".join([command, *dicts, ""]))
+    (tmp_path / "sft-55120.err").write_text("\n".join([*resume, ""]))
+    runs = load_runs([tmp_path])
+    assert runs.iterations["iteration"].to_list() == [1550, 1600, 1650]
+    assert runs.runs["resumed_step"].to_list() == [1500]
+    # two banners in the .err: two launches, which of the .out's dicts are whose is not known
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    (twice / "sft-55121.out").write_text("\n".join([command, *dicts, ""]))
+    (twice / "sft-55121.err").write_text("\n".join([*banner, *resume, ""]))
+    assert load_runs([twice]).iterations["iteration"].to_list() == [50, 100, 150]
