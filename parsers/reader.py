@@ -28,6 +28,7 @@ from logstat.parsers.records import Plan
 from logstat.parsers.schema import ITERATIONS_SCHEMA, RUNS_SCHEMA, TIMERS_SCHEMA
 from logstat.parsers.settle import declared_facts, settle_runs
 from logstat.parsers.source import SourceReport, path_text
+from logstat.parsers.source import head as source_head
 
 #: suffix -> (naming convention, order): a job's output (0) and error (1) file of one convention and
 #: one stem are one run (``.out`` pairs with ``.err``, ``.stdout`` with ``.stderr``).
@@ -251,11 +252,49 @@ def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
             groups.setdefault(key, []).append((order, path))
         else:
             runs.append(RunFiles(key=path_text(path), files=(path,)))
-    for (_, convention, _), files in groups.items():
+    torchrun: dict[str, list[RunFiles]] = {}
+    for (directory, convention, _), files in groups.items():
         ordered = [path for _, path in sorted(files, key=lambda item: (item[0], item[1].name))]
         main = ordered[-1] if convention == ROTATED else ordered[0]
         runs.append(RunFiles(key=path_text(main), files=tuple(ordered)))
-    return sorted(runs, key=lambda r: r.key)
+        if convention == TORCHRUN:
+            torchrun.setdefault(os.path.basename(directory), []).append(runs[-1])
+    return sorted(_with_launchers(runs, torchrun), key=lambda r: r.key)
+
+
+#: torch elastic's agent names the log directory it set up for the workers (torch/distributed/elastic/
+#: multiprocessing/api.py: ``log directory set to: <log_dir>/<run id>_<8 characters>``; older versions the
+#: attempt's, ``.../attempt_0``) as it starts them, in the first lines of the launcher's output
+_LOG_DIRECTORY_SET = re.compile(rb"log directory set to: \S*?([^/\s]+?)(?:/attempt_\d+)?/?(?:\s|$)")
+_LAUNCHER_HEAD_BYTES = 1 << 20
+
+
+def _with_launchers(runs: list[RunFiles], torchrun: dict[str, list[RunFiles]]) -> list[RunFiles]:
+    """torchrun's log-directory runs (``torchrun``: by the directory's name) joined with the job output
+    whose agent set the directory up (of runs so named, the one nearest it: a copy of a tree holds the
+    same names): one run named by the job's file, the ranks' files read first (the agent's last words and
+    the scheduler's come after their lines)."""
+    if not torchrun:
+        return runs
+    ranks_runs = {id(ranks) for named in torchrun.values() for ranks in named}
+    joined: list[RunFiles] = []
+    for run in runs:
+        if id(run) in ranks_runs:
+            continue
+        named = dict.fromkeys(
+            name.decode("utf-8", "replace")
+            for path in run.files
+            for name in _LOG_DIRECTORY_SET.findall(source_head(path, _LAUNCHER_HEAD_BYTES))
+        )
+        ranks = [_nearest(torchrun[name], run.key) for name in named if torchrun.get(name)]
+        joined.append(RunFiles(key=run.key, files=(*(p for r in ranks for p in r.files), *run.files)))
+    return [*joined, *(ranks for named in torchrun.values() for ranks in named)]
+
+
+def _nearest(candidates: list[RunFiles], key: str) -> RunFiles:
+    """The run of ``candidates`` whose main file shares the longest path with ``key``, taken out of them."""
+    shared = [len(os.path.commonpath([os.path.abspath(c.key), os.path.abspath(key)])) for c in candidates]
+    return candidates.pop(shared.index(max(shared)))
 
 
 def job_id_from_name(path: Path) -> str | None:

@@ -233,6 +233,20 @@ def is_binary(head: bytes) -> bool:
 _MAGIC_BYTES = 96
 
 
+def head(path: Path, size: int) -> bytes:
+    """The first ``size`` bytes of a log, decompressed; none of one that cannot be read."""
+    try:
+        with open(path, "rb") as probe:
+            magic = probe.read(_MAGIC_BYTES)
+        data = bytearray()
+        with (_decompressor(magic) or open)(path, "rb") as stream:
+            while len(data) < size and (more := stream.read1(size - len(data))):
+                data += more
+        return bytes(data)
+    except (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error):
+        return b""
+
+
 def _unreadable_problem(compression: str, magic: bytes) -> str:
     """What a file in a format Python's standard library does not read is: torch.save's zip (its first
     entry ``<name>/data.pkl``, a local file header's name at byte 30) is a checkpoint, not a log."""

@@ -344,6 +344,45 @@ def test_stdout_and_stderr_files_of_a_directory_are_one_run_and_torchruns_log_di
     assert [p.name for p in groups[0].files] == ["stdout.log", "stderr.log"]
 
 
+def test_the_job_whose_torchrun_agent_set_up_a_log_directory_is_one_run_with_it(tmp_path, capsys):
+    # torchrun --log-dir --redirects 3: the ranks' lines in <log_dir>/<run id>_<8>/attempt_0/<rank>/, the
+    # agent's in the job's output (torch/distributed/elastic/multiprocessing/api.py names the directory);
+    # the job's .err holds Slurm's time limit. A copy of the tree elsewhere is a run of its own.
+    agent = "I0606 06:00:00.305000 5512 torch/distributed/elastic/multiprocessing/api.py:280] log directory"
+    for job, copy in (("train-5522", tmp_path / "job"), ("train-5523", tmp_path / "copy")):
+        ranks = copy / "torchlogs" / "none_3zq1k0pd" / "attempt_0"
+        for rank in (0, 1):
+            (ranks / str(rank)).mkdir(parents=True)
+            for stream in ("stdout", "stderr"):
+                (ranks / str(rank) / f"{stream}.log").write_text("")
+        (ranks / "1" / "stdout.log").write_text("".join(f"{_iteration(step)}\n" for step in range(1, 8)))
+        set_to = f"{agent} set to: /cluster/runs/{job}/torchlogs/none_3zq1k0pd\n"
+        (copy / f"{job}.out").write_text(
+            f"+ torchrun --nproc_per_node 2 --log-dir torchlogs pretrain.py\n{set_to}"
+        )
+        (copy / f"{job}.err").write_text(
+            f"slurmstepd: error: *** JOB {job[-4:]} ON gpu7 CANCELLED AT 2024-06-06T08:00:00 DUE TO TIME LIMIT ***\n"
+        )
+    groups = group_runs(find_logs([tmp_path]))
+    assert [[str(path.relative_to(tmp_path)) for path in group.files] for group in groups] == [
+        [
+            *(f"copy/torchlogs/none_3zq1k0pd/attempt_0/{rank}/{stream}.log" for rank in (0, 1) for stream in ("stdout", "stderr")),
+            "copy/train-5523.out",
+            "copy/train-5523.err",
+        ],
+        [
+            *(f"job/torchlogs/none_3zq1k0pd/attempt_0/{rank}/{stream}.log" for rank in (0, 1) for stream in ("stdout", "stderr")),
+            "job/train-5522.out",
+            "job/train-5522.err",
+        ],
+    ]  # fmt: skip
+    code, out, _ = logstat(capsys, "parse", tmp_path / "job", "--format", "json")
+    rows = json.loads(out)
+    assert code == 0 and [row["path"] for row in rows] == [str(tmp_path / "job" / "train-5522.out")]
+    assert (rows[0]["job_id"], rows[0]["iterations"], rows[0]["last_iteration"]) == ("5522", 7, 7)
+    assert rows[0]["status"] == "failed" and rows[0]["reason"].startswith("time limit")
+
+
 def test_submitits_hidden_job_folder_is_walked(tmp_path):
     # Hydra's submitit launcher: <sweep>/.submitit/<job>/<job>_<task>_log.{out,err} and its pickles
     folder = tmp_path / "multirun" / ".submitit" / "4242"
