@@ -23,8 +23,9 @@ Lines read, each fact with its source:
 - ``Training starts at step 1, with local batch size 1, global batch size 8, [gradient accumulation steps
   2, ]sequence length 8192, total steps 1000 (warmup 200)`` (train.py): ``micro_batch_size``,
   ``global_batch_size``, ``gas``, ``seq_len`` and ``train_iters``, each clause read alone (early 2024 printed
-  ``Training starts at step 1`` only). A new training launch, too: a relaunch appended to the log replaces
-  the steps it logs again. ``seq_len`` is the training's only: the model's ``max_seq_len`` is its limit.
+  ``Training starts at step 1`` only; 2025's Trainer prints the clauses at its end of ``__init__``, ``Trainer
+  is initialized with local batch size 4, ...``, and ``Training starts at step 1.`` alone). A new training
+  launch, too: a relaunch appended to the log replaces the steps it logs again. ``seq_len`` is the training's only: the model's ``max_seq_len`` is its limit.
 - ``Building 2-D device mesh with ['dp_shard', 'tp'], [4, 2]`` (parallel_dims.py, the dimensions of size
   above 1): ``gpus`` their product, ``dp`` = dp_replicate x dp_shard (2024: ``dp``), ``tp``, ``pp``, ``cp``
   (1 when not listed). A mesh naming another dimension (an expert mesh) states nothing.
@@ -124,6 +125,7 @@ def finish(run: RunBuilder) -> None:
 # --- the rare lines, read in Python ---------------------------------------------------------------
 
 _STARTS = "Training starts at step "
+_INITIALIZED = "Trainer is initialized with "
 _START_CLAUSES = {
     "micro_batch_size": re.compile(r"local batch size (\d+)"),
     "global_batch_size": re.compile(r"global batch size (\d+)"),
@@ -200,9 +202,10 @@ def _mesh_facts(names: str, sizes: str, lineno: int, run: RunBuilder) -> None:
 
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """torchtitan's start-up, checkpoint and end lines (see the module's docstring)."""
-    if _STARTS in text:
+    if _STARTS in text or _INITIALIZED in text:
         run.saw(NAME)
-        run.new_launch(NAME)
+        if _STARTS in text:
+            run.new_launch(NAME)
         for fact, clause in _START_CLAUSES.items():
             if found := clause.search(text):
                 run.set_fact(fact, int(found[1] or found[2]), NAME, lineno)
@@ -231,6 +234,7 @@ FAMILY = Family(
     markers=(
         *_THROUGHPUT_MARKERS,
         _STARTS,
+        _INITIALIZED,
         "-D device mesh with ",
         "ModelArgs(",
         " total parameters",

@@ -168,6 +168,35 @@ def test_llamas_ffn_width_is_its_feed_forwards_rule(dim, multiple_of, multiplier
     assert torchtitan.llama_ffn_hidden_size(dim, multiple_of, multiplier) == width
 
 
+def test_2025s_trainer_states_its_batch_and_sequence_as_it_is_initialized():
+    # torchtitan's Trainer (2025) logs the clauses at the end of __init__, then "Training starts at step 1."
+    initialized = (
+        "Trainer is initialized with local batch size 4, global batch size 32, gradient accumulation "
+    )
+    initialized += "steps 1, sequence length 8192, total steps 500 (warmup 50)."
+    step = (
+        PREFIX
+        + "step: {}  loss:  9.3664  grad_norm:  1.3062  memory: 66.02GiB(83.40%)  tps: 1,024  tflops: 60.0"
+    )
+    run = feed_lines(
+        torchtitan.FAMILY,
+        [
+            "[rank0]:" + PREFIX + "Building 2-D device mesh with ['dp_shard', 'tp'], [4, 2]",
+            "[rank0]:" + PREFIX + initialized,
+            "[rank0]:" + PREFIX + "Training starts at step 1.",
+            step.format(1),
+            step.format(10),
+        ],
+    )
+    facts = {
+        name: run.facts.get(name) for name in ("micro_batch_size", "global_batch_size", "gas", "seq_len")
+    }
+    assert facts == {"micro_batch_size": 4, "global_batch_size": 32, "gas": 1, "seq_len": 8192}
+    assert run.facts["train_iters"] == 500
+    # 32 x 8192 tokens over 8 GPUs at 1,024 tokens/s each
+    assert run.iteration_frame["elapsed_ms"].to_list() == [32 * 8192 / (1024 * 8) * 1000] * 2
+
+
 def test_a_mesh_and_a_relaunch_from_a_checkpoint():
     starts = PREFIX + "Training starts at step {}, with local batch size 2, global batch size 32, sequence "
     starts += "length 4096, total steps 1000 (warmup 200)"
