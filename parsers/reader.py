@@ -273,13 +273,20 @@ def _with_launchers(runs: list[RunFiles], torchrun: dict[str, list[RunFiles]]) -
     """torchrun's log-directory runs (``torchrun``: by the directory's name) joined with the job output
     whose agent set the directory up (of runs so named, the one nearest it: a copy of a tree holds the
     same names): one run named by the job's file, the ranks' files read first (the agent's last words and
-    the scheduler's come after their lines)."""
+    the scheduler's come after their lines). Only a job's output in a directory above such a tree, within
+    LAUNCHER_LEVELS, is looked into."""
     if not torchrun:
         return runs
-    ranks_runs = {id(ranks) for named in torchrun.values() for ranks in named}
+    trees = {
+        id(ranks): Path(ranks.key).absolute().parents[2] for named in torchrun.values() for ranks in named
+    }
     joined: list[RunFiles] = []
     for run in runs:
-        if id(run) in ranks_runs:
+        if id(run) in trees:
+            continue
+        directory = Path(run.key).absolute().parent
+        if not any(directory in tree.parents[:LAUNCHER_LEVELS] for tree in trees.values()):
+            joined.append(run)
             continue
         named = dict.fromkeys(
             name.decode("utf-8", "replace")
@@ -289,6 +296,11 @@ def _with_launchers(runs: list[RunFiles], torchrun: dict[str, list[RunFiles]]) -
         ranks = [_nearest(torchrun[name], run.key) for name in named if torchrun.get(name)]
         joined.append(RunFiles(key=run.key, files=(*(p for r in ranks for p in r.files), *run.files)))
     return [*joined, *(ranks for named in torchrun.values() for ranks in named)]
+
+
+#: how far above a torchrun tree (``<log_dir>/<run>``) its job's output is looked for: ``job/<log_dir>/<run>``
+#: up to ``job/<run dir>/logs/<log_dir>/<run>``
+LAUNCHER_LEVELS = 4
 
 
 def _nearest(candidates: list[RunFiles], key: str) -> RunFiles:
