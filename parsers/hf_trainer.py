@@ -295,11 +295,14 @@ def _plain(text: str, out: list) -> None:
         out += [{"what": "resume", "value": _typed(step)}, _fact("resumed_step", step), _SEEN]
     if " = " in text and (banner := _TRAIN_BANNER.search(text)) and _of_training(banner[1], banner[2]):
         _banner(banner[1], int(banner[2].replace(",", "")), out)
+    # a comment's command (a config file echoed: nanoGPT's "# $ torchrun --nproc_per_node=8 ...") is
+    # one to copy, not the run's
+    command = not text.lstrip().startswith("#")
     if "Overriding config:" in text:
         _overrides(text.split("Overriding config:", 1)[1], out)
-    elif any(flag in text for flag in _COMMAND_FLAGS):
+    elif command and any(flag in text for flag in _COMMAND_FLAGS):
         _command_line(text, out)
-    if any(
+    if command and any(
         flag in text
         for flag in ("--nproc", "--num_processes", "--num_gpus", _MIXED_PRECISION, _ACCELERATE_MACHINES)
     ):

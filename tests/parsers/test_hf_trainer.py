@@ -1292,3 +1292,15 @@ def test_the_resume_in_the_err_numbers_the_dicts_in_the_out(tmp_path):
     (twice / "sft-55121.out").write_text("\n".join([command, *dicts, ""]))
     (twice / "sft-55121.err").write_text("\n".join([*banner, *resume, ""]))
     assert load_runs([twice]).iterations["iteration"].to_list() == [50, 100, 150]
+
+
+def test_a_command_in_a_comment_is_not_the_runs():
+    # nanoGPT echoes its config file, whose comment shows how to launch it on 8 GPUs; the run used 4
+    run = feed_lines(
+        [
+            "+ torchrun --standalone --nproc_per_node=4 train.py config/train_gpt2.py",
+            "Overriding config with config/train_gpt2.py:",
+            "# $ torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2.py",
+        ]
+    )
+    assert run.facts["gpus"] == 4 and run.provenance["gpus"] == "hf-trainer:1"
