@@ -834,13 +834,17 @@ def _with_intervals_of_epochs(new: pl.DataFrame) -> pl.DataFrame:
     whole number and every dict is within the epoch's rounding of its step; else null (the dicts' order).
     Each stage is a column the next reads: nested in one expression, polars evaluates its windows again
     inside each other (0.1 s for a few hundred dicts)."""
-    resumed, base = pl.col("resumed").fill_null(0), pl.col("resume_base").fill_null(0)
+    resumed, base = pl.col("launch_resumed"), pl.col("launch_base")
+
+    def place(first: int) -> pl.Expr:
+        """A dict's place in its launch: past the dicts before a resume; fresh, past ``first`` (a step-1 dict)."""
+        return pl.col("position") - pl.when((resumed > 0) | (base > 0)).then(base).otherwise(first)
+
     staged = new.with_columns(
-        launch_resumed=resumed, launch_base=base, at=pl.col("epoch") * pl.col("per_epoch")
-    ).with_columns(
-        place_plain=pl.when(_again()).then(pl.col("position") - base).otherwise("position"),
-        place_after_first=pl.when(_again()).then(pl.col("position") - base).otherwise(pl.col("position") - 1),
-    )
+        launch_resumed=pl.col("resumed").fill_null(0),
+        launch_base=pl.col("resume_base").fill_null(0),
+        at=pl.col("epoch") * pl.col("per_epoch"),
+    ).with_columns(place_plain=place(0), place_after_first=place(1))
     for name in ("plain", "after_first"):
         staged = _with_interval(staged, name)
     return staged.drop(cs.starts_with("launch_", "place_", "sum_", "slope_", "interval_"), "at")
@@ -848,10 +852,6 @@ def _with_intervals_of_epochs(new: pl.DataFrame) -> pl.DataFrame:
 
 #: the columns that set a run's dicts apart by launch (``_with_intervals_of_epochs``)
 _LAUNCH = ("run", "launch_resumed", "launch_base")
-
-
-def _again() -> pl.Expr:
-    return (pl.col("launch_resumed") > 0) | (pl.col("launch_base") > 0)
 
 
 def _with_interval(staged: pl.DataFrame, name: str) -> pl.DataFrame:

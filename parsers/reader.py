@@ -277,12 +277,10 @@ def _with_launchers(runs: list[RunFiles], torchrun: dict[str, list[RunFiles]]) -
     LAUNCHER_LEVELS, is looked into."""
     if not torchrun:
         return runs
-    trees = {
-        id(ranks): Path(ranks.key).absolute().parents[2] for named in torchrun.values() for ranks in named
-    }
+    trees = {ranks: Path(ranks.key).absolute().parents[2] for named in torchrun.values() for ranks in named}
     joined: list[RunFiles] = []
     for run in runs:
-        if id(run) in trees:
+        if run in trees:
             continue
         directory = Path(run.key).absolute().parent
         if not any(directory in tree.parents[:LAUNCHER_LEVELS] for tree in trees.values()):

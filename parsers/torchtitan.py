@@ -25,7 +25,8 @@ Lines read, each fact with its source:
   ``global_batch_size``, ``gas``, ``seq_len`` and ``train_iters``, each clause read alone (early 2024 printed
   ``Training starts at step 1`` only; 2025's Trainer prints the clauses at its end of ``__init__``, ``Trainer
   is initialized with local batch size 4, ...``, and ``Training starts at step 1.`` alone). A new training
-  launch, too: a relaunch appended to the log replaces the steps it logs again. ``seq_len`` is the training's only: the model's ``max_seq_len`` is its limit.
+  launch, too: a relaunch appended to the log replaces the steps it logs again. ``seq_len`` is the
+  training's only: the model's ``max_seq_len`` is its limit.
 - ``Building 2-D device mesh with ['dp_shard', 'tp'], [4, 2]`` (parallel_dims.py, the dimensions of size
   above 1): ``gpus`` their product, ``dp`` = dp_replicate x dp_shard (2024: ``dp``), ``tp``, ``pp``, ``cp``
   (1 when not listed). A mesh naming another dimension (an expert mesh) states nothing.
