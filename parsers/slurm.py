@@ -6,7 +6,8 @@ A100-SXM4-80GB`` lines, and a launch script's ``Model size: 52B`` echo (seed 001
 
 Failures are events, each either a root cause or one of its consequences (weights in parsers/base.py):
 
-- causes: a worker's exception (a traceback's exception line; the last one of a chained traceback), CUDA
+- causes: a worker's exception (a traceback's exception line; the last one of a chained traceback, quoting
+  the one it was raised from or while handling, and NCCL's ``Last error:`` after it), CUDA
   out of memory, an NCCL watchdog timeout or NCCL error (or the CUDA error the watchdog ended on), a
   native abort (a C++ exception's ``what():``, ``Fatal Python error:``), the cgroup OOM killer's
   ``oom_kill event`` or another memory limit's kill (srun's ``Out Of Memory``, ``exceeded memory
@@ -43,7 +44,7 @@ import re
 from datetime import datetime
 
 import polars as pl
-from logstat.parsers.base import CAUSE, CLEANUP, EFFECT, HARDWARE, REPORT, Family, RunBuilder
+from logstat.parsers.base import CAUSE, CLEANUP, EFFECT, HARDWARE, REASON_CHARS, REPORT, Family, RunBuilder
 from logstat.parsers.kinds import (
     CLOSER,
     FAILURE_EVENT_SCHEMA,
@@ -181,8 +182,25 @@ TRACEBACK_HEADER = "Traceback (most recent call last)"
 #: atexit callbacks: "Exception ignored in: <...>", "Exception ignored in atexit callback: <...>") and
 #: logging's failure to emit a record (Handler.handleError)
 HARMLESS_TRACEBACKS = ("Exception ignored in", "--- Logging error ---")
-#: the lines between the tracebacks of a chained exception (traceback.py, pythonrun.c)
-CHAINED_TRACEBACKS = ("During handling of the above exception", "The above exception was the direct cause")
+#: the lines between the tracebacks of a chained exception (traceback.py, pythonrun.c) -> how the reason of
+#: the last exception names the one before it: ``raise X from Y`` (Y is its direct cause; a wrapper's message
+#: says what failed, its cause's how: RendezvousError's "could not be instantiated" from DistNetworkError's
+#: "client socket has timed out ... (gpu-b01, 29500)"), or an exception raised while handling another
+CHAIN_LINKS = {
+    "The above exception was the direct cause": "caused by",
+    "During handling of the above exception": "while handling",
+}
+CHAINED_TRACEBACKS = tuple(CHAIN_LINKS)
+#: an exception line with a message: only such a one says more as the cause of the next (``_queue.Empty``
+#: alone, which a DataLoader's "worker exited unexpectedly" is raised from, says nothing)
+_WITH_MESSAGE = rf"^{PYTHON_SPACE}*[\w.]+: {PYTHON_SPACE}*\S"
+#: NCCL's error message (torch's getNcclErrorDetailStr, after ``NCCL error in: <file>:<line>, <result>,
+#: NCCL version <v>`` and the result's description) ends ``\nLast error:\n<NCCL's last error>``: the line
+#: after ``Last error:`` says what failed (``socketStartConnect: Connect to 10.10.1.7<46631> failed :
+#: Connection refused``), past the exception line a traceback ends on
+NCCL_LAST_ERROR = "Last error:"
+#: lines from an exception line to its NCCL last error's: the result's description, ``Last error:``, the error
+LAST_ERROR_WITHIN = 3
 #: the header of a traceback that an exception's message wraps, each rank's cause of it: torch.distributed.
 #: checkpoint's ``CheckpointException ranks:dict_keys([0, 3])`` prints every failed rank's traceback under
 #: ``Traceback (most recent call last): (RANK 0)`` (api.py ``__str__``): its exception is the cause
@@ -596,10 +614,14 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     """A failure event per traceback that ended on its exception line or on an OOM line, but those Python
     printed and ignored (its header within 2 lines of a harmless traceback's herald). A chained one's
     exception (its header within 3 lines of a chained exception's line, or a ``WRAPPED_TRACEBACK``'s) is
-    ``chained``: it replaces the failure when that is the exception before it. Only the events that can change a run's failure are
-    kept: the first and the last of each kind (a relaunch's repeats an earlier launch's, which settle makes
-    a consequence: the last is the last launch's), each chained exception and the one before it."""
-    records, text, oom = blocks.collect(), pl.col("text"), pl.col("oom")
+    ``chained``: it replaces the failure when that is the exception before it, whose message its reason
+    quotes (``CHAIN_LINKS``). An exception line followed by NCCL's last error quotes that too. Only the
+    events that can change a run's failure are kept: the first and the last of each kind (a relaunch's
+    repeats an earlier launch's, which settle makes a consequence: the last is the last launch's), each
+    chained exception and the one before it."""
+    records, text = blocks.collect(), pl.col("text")
+    last_errors = records.filter(pl.col("source") == NCCL_LAST_ERRORS.name, pl.col("role") != OPENER)
+    records = records.filter(pl.col("source") == TRACEBACK.name)
     header = text.str.contains(TRACEBACK_HEADER, literal=True)
     headers = (
         records.filter(header)
@@ -610,36 +632,38 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     )
     after = pl.col("header_line") - pl.col("line")
     heralds = records.filter(pl.col("role") == OPENER, ~header).join(headers, on="block")
+    link = pl.lit(None, pl.String)
+    for words, named in CHAIN_LINKS.items():
+        link = pl.when(text.str.contains(words, literal=True)).then(pl.lit(named)).otherwise(link)
     heralds = heralds.select(
         "block",
         ignored=text.str.contains(literals(HARMLESS_TRACEBACKS)) & (after <= HARMLESS_WITHIN),
-        chained=text.str.contains(literals(CHAINED_TRACEBACKS)) & (after <= CHAINED_WITHIN),
+        link=pl.when(after <= CHAINED_WITHIN).then(link),
     )
+    oom = pl.col("oom")
     kind = pl.when(oom).then(pl.lit("cuda oom"))
     for name, words in _EXCEPTION_KINDS.items():
         kind = kind.when(text.str.contains(literals(words))).then(pl.lit(name))
-    events = (
+    closers = (
         records.filter(pl.col("role") == CLOSER)
         .join(heralds, on="block", how="left")
         .join(headers.select("block", "wrapped"), on="block", how="left")
-        .with_columns(
-            pl.col("ignored", "chained", "wrapped").fill_null(False), oom=text.str.contains(OOM_LINE)
-        )
-        .with_columns(chained=pl.col("chained") | pl.col("wrapped"))
+        .with_columns(pl.col("ignored", "wrapped").fill_null(False), oom=text.str.contains(OOM_LINE))
         .filter(~pl.col("ignored"), ~(oom & text.str.contains(WARNING)))
-        .select(
-            "run",
-            "order",
-            reason=pl.when(oom)
-            .then(pl.lit(OOM_LABEL) + text)
-            .when(text.str.contains(OWN_WATCHDOG, literal=True))
-            .then(pl.lit(NCCL_LABEL) + text)
-            .otherwise(text),
-            kind=kind.otherwise(pl.lit("exception")),
-            exception=~oom,
-            chained=pl.col("chained") & ~oom,
-        )
         .sort("run", "order")
+        .with_columns(kind=kind.otherwise(pl.lit("exception")))
+    )
+    events = _with_last_errors(closers, last_errors).select(
+        "run",
+        "order",
+        reason=pl.when(oom)
+        .then(pl.lit(OOM_LABEL) + text)
+        .when(text.str.contains(OWN_WATCHDOG, literal=True))
+        .then(pl.lit(NCCL_LABEL) + text)
+        .otherwise(text + _chain_quote()),
+        kind="kind",
+        exception=~oom,
+        chained=(pl.col("link").is_not_null() | pl.col("wrapped")) & ~oom,
     )
     index = pl.int_range(pl.len()).over("run", "kind")
     first_or_last = (index == 0) | (index == pl.len().over("run", "kind") - 1)
@@ -647,6 +671,38 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     kept = events.filter(first_or_last | (pl.col("exception") & (pl.col("chained") | next_chained)))
     status = pl.when(pl.col("kind") == "interrupt").then(pl.lit("cancelled")).otherwise(pl.lit("failed"))
     return _failures(kept.lazy(), weight=pl.col("kind").replace_strict(_WEIGHTS), status=status)
+
+
+def _with_last_errors(closers: pl.DataFrame, last_errors: pl.DataFrame) -> pl.DataFrame:
+    """``closers`` whose ``text`` quotes the NCCL last error within LAST_ERROR_WITHIN lines after it (in
+    its file), the exception line cut so that the reason holds both."""
+    if last_errors.is_empty():
+        return closers
+    found = closers.join_asof(
+        last_errors.select("run", "order", error_line="line", error_file="file", error="text"),
+        on="order",
+        by="run",
+        strategy="forward",
+        check_sortedness=False,
+    )
+    near = (pl.col("error_file") == pl.col("file")) & (
+        pl.col("error_line") - pl.col("line") <= LAST_ERROR_WITHIN
+    )
+    quote = f"; {NCCL_LAST_ERROR} " + pl.col("error").str.strip_chars()
+    kept = REASON_CHARS - quote.str.len_chars()
+    return found.with_columns(
+        text=pl.when(near).then(pl.col("text").str.strip_chars().str.slice(0, kept) + quote).otherwise("text")
+    )
+
+
+def _chain_quote() -> pl.Expr:
+    """What a chained exception's reason adds: `` (caused by <the exception before it>)``, where that one
+    has a message and this one replaces it (an exception, after one in the run)."""
+    before = pl.col("text").shift(1).over("run")
+    replaces = (pl.col("kind") == "exception") & (pl.col("kind").shift(1).over("run") == "exception")
+    quoted = replaces & pl.col("link").is_not_null() & before.str.contains(_WITH_MESSAGE)
+    quote = pl.lit(" (") + pl.col("link") + pl.lit(" ") + before.str.strip_chars() + pl.lit(")")
+    return pl.when(quoted).then(quote).otherwise(pl.lit(""))
 
 
 def read_launcher_kills(records: pl.LazyFrame) -> Events:
@@ -698,6 +754,17 @@ TRACEBACK = Block(
     read=read_tracebacks,
 )
 
+#: the line after NCCL's ``Last error:`` (NCCL_LAST_ERROR), read with the tracebacks
+NCCL_LAST_ERRORS = Block(
+    family=NAME,
+    name="nccl last error",
+    opens=RecordTest(
+        markers=(NCCL_LAST_ERROR,), pattern=rf"^{PYTHON_SPACE}*{NCCL_LAST_ERROR}{PYTHON_SPACE}*$"
+    ),
+    max_lines=1,
+    read=read_tracebacks,
+)
+
 FAMILY = Family(
     name=NAME,
     markers=(
@@ -712,6 +779,7 @@ FAMILY = Family(
         *_KILLS,
         *PEER_RESETS,
         *TRACEBACK_OPENERS,
+        NCCL_LAST_ERROR,
         ": error: ",  # argparse's "<prog>: error: <message>"
         *CONTEXT,
         *GPUS,
@@ -719,7 +787,7 @@ FAMILY = Family(
     parse_line=parse_line,
     finish=finish,
     kinds=(LAUNCHER_KILL,),
-    blocks=(TRACEBACK,),
+    blocks=(TRACEBACK, NCCL_LAST_ERRORS),
     description="Slurm / launcher context: job id, nodes, GPU model, "
     "and failures (OOM, NCCL, time limit, ...)",
     context=True,

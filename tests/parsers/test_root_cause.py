@@ -483,7 +483,9 @@ def test_a_chain_replaces_only_its_own_first_exception():
         *TRACEBACK,
         "ValueError: config has no hidden_size",
     ]
-    assert feed(*chained).failure == ("failed", "ValueError: config has no hidden_size", 11)
+    # the wrapper's message and its direct cause's, as Python names the link
+    quoted = "ValueError: config has no hidden_size (caused by KeyError: 'hidden_size')"
+    assert feed(*chained).failure == ("failed", quoted, 11)
     # an OOM is the cause even when handling it raised another exception
     oom = feed(*TRACEBACK, "torch.OutOfMemoryError: CUDA out of memory.", "", *chained[5:])
     assert reason(oom) == ("failed", 4)
@@ -533,9 +535,15 @@ def test_every_harmless_marker_makes_the_next_traceback_harmless(marker):
     assert feed(f"{marker}: <function f>", *TRACEBACK, "ValueError: x").failure is None
 
 
-@pytest.mark.parametrize("marker", slurm.CHAINED_TRACEBACKS)
-def test_every_chain_marker_chains_the_next_traceback(marker):
+@pytest.mark.parametrize(("marker", "link"), [*slurm.CHAIN_LINKS.items()])
+def test_every_chain_marker_chains_the_next_traceback(marker, link):
     run = feed(*TRACEBACK, "KeyError: 'a'", "", f"{marker}:", "", *TRACEBACK, "ValueError: b")
+    assert run.failure == ("failed", f"ValueError: b ({link} KeyError: 'a')", 11)
+
+
+@pytest.mark.parametrize("cause", ["_queue.Empty", "StopIteration", "asyncio.exceptions.CancelledError"])
+def test_a_cause_without_a_message_is_not_quoted(cause):
+    run = feed(*TRACEBACK, cause, "", f"{slurm.CHAINED_TRACEBACKS[0]}:", "", *TRACEBACK, "ValueError: b")
     assert run.failure == ("failed", "ValueError: b", 11)
 
 

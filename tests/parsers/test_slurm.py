@@ -180,7 +180,8 @@ def test_traceback_reason_is_its_last_exception_line():
         "    raise ValueError('hidden_size must be divisible by heads')",
         "ValueError: hidden_size must be divisible by heads",
     )
-    assert run.failure == ("failed", "ValueError: hidden_size must be divisible by heads", 10)
+    reason = "ValueError: hidden_size must be divisible by heads (while handling KeyError: 'a')"
+    assert run.failure == ("failed", reason, 10)
 
 
 def test_cancel_outranks_an_earlier_failure():

@@ -204,7 +204,8 @@ def test_a_traceback_chained_to_the_one_before_replaces_its_exception(gap, chain
     chain = "During handling of the above exception, another exception occurred:"
     run = feed(HEADER, FRAME, "KeyError: 'a'", chain, *[""] * gap, HEADER, FRAME, "ValueError: b")
     line = 7 + gap
-    assert run.failure == (("failed", "ValueError: b", line) if chained else ("failed", "KeyError: 'a'", 3))
+    replaced = ("failed", "ValueError: b (while handling KeyError: 'a')", line)
+    assert run.failure == (replaced if chained else ("failed", "KeyError: 'a'", 3))
 
 
 def test_a_checkpoint_exceptions_ranks_tracebacks_are_its_cause():
@@ -282,3 +283,51 @@ def test_tracebacks_read_the_same_whatever_the_batches(tmp_path_factory, monkeyp
             patch.setattr(source, "CHUNK_BYTES", batch_bytes)
             patch.setattr(source, "batches", partial(source.batches, batch_bytes=batch_bytes))
             assert _result(path) == whole
+
+
+# torch's C10D_NCCL_CHECK: "NCCL error in: <file>:<line>, <result>, NCCL version <v>", then getNcclErrorDetailStr:
+# the result's description and "\nLast error:\n" with NCCL's own last error (torch 2.2+, NCCLUtils.cpp)
+NCCL_FAILURE = [
+    HEADER,
+    '  File "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py", line 2140, in broadcast',
+    "    work = group.broadcast([tensor], opts)",
+    "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
+    "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5",
+    "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. ",
+    "Last error:",
+    "socketStartConnect: Connect to 10.10.1.7<46631> failed : Connection refused",
+]
+
+
+def test_nccls_last_error_after_the_exception_line_is_quoted_with_it():
+    run = feed(*NCCL_FAILURE)
+    assert run.failure == ("failed", f"{NCCL_FAILURE[3]}; Last error: {NCCL_FAILURE[6]}", 4)
+
+
+def test_nccls_last_error_is_kept_when_the_exception_line_is_long():
+    long_path = "/opt/conda/conda-bld/pytorch_1699449201336/work/" * 4
+    exception = NCCL_FAILURE[3].replace("../", long_path)
+    run = feed(*NCCL_FAILURE[:3], exception, *NCCL_FAILURE[4:])
+    assert len(run.failure[1]) <= 300
+    assert run.failure[1].startswith(exception[:100])
+    assert run.failure[1].endswith(f"; Last error: {NCCL_FAILURE[6]}")
+
+
+def test_a_last_error_far_from_the_exception_line_or_unknown_is_not_quoted():
+    unrelated = feed(*NCCL_FAILURE[:5], *["iteration 10"] * 3, *NCCL_FAILURE[5:])
+    assert unrelated.failure == ("failed", NCCL_FAILURE[3], 4)
+    # NCCL without a last error: torch writes "Last error: Unknown NCCL Error" on one line
+    unknown = feed(*NCCL_FAILURE[:5], "Last error: Unknown NCCL Error")
+    assert unknown.failure == ("failed", NCCL_FAILURE[3], 4)
+
+
+def test_nccls_last_error_is_read_under_a_launchers_prefix(tmp_path):
+    from logstat.api import load_runs
+
+    log = tmp_path / "job-77120.log"
+    log.write_text("".join(f"gpu-c02: {line}\n" for line in NCCL_FAILURE))
+    row = load_runs([log]).runs.row(0, named=True)
+    assert (row["status"], row["reason_line"]) == ("failed", 4)
+    assert row["reason"].endswith(
+        "; Last error: socketStartConnect: Connect to 10.10.1.7<46631> failed : Connection refused"
+    )
