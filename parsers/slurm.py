@@ -182,15 +182,13 @@ TRACEBACK_HEADER = "Traceback (most recent call last)"
 #: atexit callbacks: "Exception ignored in: <...>", "Exception ignored in atexit callback: <...>") and
 #: logging's failure to emit a record (Handler.handleError)
 HARMLESS_TRACEBACKS = ("Exception ignored in", "--- Logging error ---")
-#: the lines between the tracebacks of a chained exception (traceback.py, pythonrun.c) -> how the reason of
-#: the last exception names the one before it: ``raise X from Y`` (Y is its direct cause; a wrapper's message
-#: says what failed, its cause's how: RendezvousError's "could not be instantiated" from DistNetworkError's
-#: "client socket has timed out ... (gpu-b01, 29500)"), or an exception raised while handling another
-CHAIN_LINKS = {
-    "The above exception was the direct cause": "caused by",
-    "During handling of the above exception": "while handling",
-}
-CHAINED_TRACEBACKS = tuple(CHAIN_LINKS)
+#: the lines between the tracebacks of a chained exception (traceback.py, pythonrun.c): ``raise X from Y``
+#: (Y is X's direct cause: a wrapper's message says what failed, its cause's how: RendezvousError's "could
+#: not be instantiated" from DistNetworkError's "client socket has timed out ... (gpu-b01, 29500)"), and an
+#: exception raised while handling another (which failed first)
+RAISED_FROM = "The above exception was the direct cause"
+RAISED_WHILE_HANDLING = "During handling of the above exception"
+CHAINED_TRACEBACKS = (RAISED_FROM, RAISED_WHILE_HANDLING)
 #: an exception line with a message: only such a one says more as the cause of the next (``_queue.Empty``
 #: alone, which a DataLoader's "worker exited unexpectedly" is raised from, says nothing)
 _WITH_MESSAGE = rf"^{PYTHON_SPACE}*[\w.]+: {PYTHON_SPACE}*\S"
@@ -614,8 +612,8 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     """A failure event per traceback that ended on its exception line or on an OOM line, but those Python
     printed and ignored (its header within 2 lines of a harmless traceback's herald). A chained one's
     exception (its header within 3 lines of a chained exception's line, or a ``WRAPPED_TRACEBACK``'s) is
-    ``chained``: it replaces the failure when that is the exception before it, whose message its reason
-    quotes (``CHAIN_LINKS``). An exception line followed by NCCL's last error quotes that too. Only the
+    ``chained``: it replaces the failure when that is the exception before it; the two quote each other
+    (``_with_chains``). An exception line followed by NCCL's last error quotes that too. Only the
     events that can change a run's failure are kept: the first and the last of each kind (a relaunch's
     repeats an earlier launch's, which settle makes a consequence: the last is the last launch's), each
     chained exception and the one before it."""
@@ -633,8 +631,8 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     after = pl.col("header_line") - pl.col("line")
     heralds = records.filter(pl.col("role") == OPENER, ~header).join(headers, on="block")
     link = pl.lit(None, pl.String)
-    for words, named in CHAIN_LINKS.items():
-        link = pl.when(text.str.contains(words, literal=True)).then(pl.lit(named)).otherwise(link)
+    for words in CHAINED_TRACEBACKS:
+        link = pl.when(text.str.contains(words, literal=True)).then(pl.lit(words)).otherwise(link)
     heralds = heralds.select(
         "block",
         ignored=text.str.contains(literals(HARMLESS_TRACEBACKS)) & (after <= HARMLESS_WITHIN),
@@ -653,22 +651,25 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
         .sort("run", "order")
         .with_columns(kind=kind.otherwise(pl.lit("exception")))
     )
-    events = _with_last_errors(closers, last_errors).select(
+    events = _with_chains(_with_last_errors(closers, last_errors)).select(
         "run",
         "order",
+        "quotes",
         reason=pl.when(oom)
         .then(pl.lit(OOM_LABEL) + text)
         .when(text.str.contains(OWN_WATCHDOG, literal=True))
         .then(pl.lit(NCCL_LABEL) + text)
-        .otherwise(text + _chain_quote()),
+        .otherwise(text),
         kind="kind",
         exception=~oom,
-        chained=(pl.col("link").is_not_null() | pl.col("wrapped")) & ~oom,
+        chained=pl.col("chained") & ~oom,
     )
     index = pl.int_range(pl.len()).over("run", "kind")
     first_or_last = (index == 0) | (index == pl.len().over("run", "kind") - 1)
     next_chained = pl.when("exception").then("chained").shift(-1).backward_fill().over("run").fill_null(False)
-    kept = events.filter(first_or_last | (pl.col("exception") & (pl.col("chained") | next_chained)))
+    kept = events.filter(
+        first_or_last | pl.col("quotes") | (pl.col("exception") & (pl.col("chained") | next_chained))
+    )
     status = pl.when(pl.col("kind") == "interrupt").then(pl.lit("cancelled")).otherwise(pl.lit("failed"))
     return _failures(kept.lazy(), weight=pl.col("kind").replace_strict(_WEIGHTS), status=status)
 
@@ -695,14 +696,35 @@ def _with_last_errors(closers: pl.DataFrame, last_errors: pl.DataFrame) -> pl.Da
     )
 
 
-def _chain_quote() -> pl.Expr:
-    """What a chained exception's reason adds: `` (caused by <the exception before it>)``, where that one
-    has a message and this one replaces it (an exception, after one in the run)."""
-    before = pl.col("text").shift(1).over("run")
-    replaces = (pl.col("kind") == "exception") & (pl.col("kind").shift(1).over("run") == "exception")
-    quoted = replaces & pl.col("link").is_not_null() & before.str.contains(_WITH_MESSAGE)
-    quote = pl.lit(" (") + pl.col("link") + pl.lit(" ") + before.str.strip_chars() + pl.lit(")")
-    return pl.when(quoted).then(quote).otherwise(pl.lit(""))
+def _with_chains(closers: pl.DataFrame) -> pl.DataFrame:
+    """``closers`` (sorted by run and order) with what their chains make of them: ``chained`` (replaces the
+    exception before it), ``quotes`` (its text quotes another), ``text``. Both exceptions of a chain are
+    quoted where the one before has a message (``_queue.Empty`` alone says nothing: it is replaced): a
+    ``raise ... from`` wrapper first, ``(caused by <its cause>)``; an exception raised while handling
+    another after it, ``(then, while handling it: <the next>)``, for the first one was the failure (a
+    checkpoint's write failed, then its writer's ``__exit__`` did: "unexpected pos")."""
+    text, link, is_exception = pl.col("text"), pl.col("link"), pl.col("kind") == "exception"
+    before_quotable = (pl.col("kind").shift(1).over("run") == "exception") & text.shift(1).over(
+        "run"
+    ).str.contains(_WITH_MESSAGE)
+    handled = is_exception & before_quotable & (link == RAISED_WHILE_HANDLING)
+    caused = is_exception & before_quotable & (link == RAISED_FROM)
+    closers = closers.with_columns(
+        chained=pl.col("wrapped") | (link.is_not_null() & ~handled),
+        handled=handled,
+        caused=caused,
+        before=text.shift(1).over("run").str.strip_chars(),
+        after=text.shift(-1).over("run").str.strip_chars(),
+    )
+    handles_next = pl.col("handled").shift(-1).over("run").fill_null(False)
+    return closers.with_columns(
+        quotes=pl.col("caused") | handles_next,
+        text=pl.when("caused")
+        .then(text.str.strip_chars() + " (caused by " + pl.col("before") + ")")
+        .when(handles_next)
+        .then(text.str.strip_chars() + " (then, while handling it: " + pl.col("after") + ")")
+        .otherwise(text),
+    )
 
 
 def read_launcher_kills(records: pl.LazyFrame) -> Events:

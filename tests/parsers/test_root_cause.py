@@ -535,15 +535,28 @@ def test_every_harmless_marker_makes_the_next_traceback_harmless(marker):
     assert feed(f"{marker}: <function f>", *TRACEBACK, "ValueError: x").failure is None
 
 
-@pytest.mark.parametrize(("marker", "link"), [*slurm.CHAIN_LINKS.items()])
-def test_every_chain_marker_chains_the_next_traceback(marker, link):
-    run = feed(*TRACEBACK, "KeyError: 'a'", "", f"{marker}:", "", *TRACEBACK, "ValueError: b")
-    assert run.failure == ("failed", f"ValueError: b ({link} KeyError: 'a')", 11)
+def test_a_wrapper_raised_from_its_cause_is_the_reason_and_quotes_it():
+    run = feed(*TRACEBACK, "KeyError: 'a'", "", f"{slurm.RAISED_FROM}:", "", *TRACEBACK, "ValueError: b")
+    assert run.failure == ("failed", "ValueError: b (caused by KeyError: 'a')", 11)
+
+
+def test_an_exception_raised_while_handling_another_is_quoted_by_it():
+    # the checkpoint's write failed; the zip writer's __exit__ then failed on what was left
+    write = (
+        "RuntimeError: [enforce fail at inline_container.cc:783] . PytorchStreamWriter failed writing file"
+    )
+    handling = f"{slurm.RAISED_WHILE_HANDLING}, another exception occurred:"
+    exit_ = (
+        "RuntimeError: [enforce fail at inline_container.cc:603] . unexpected pos 2421105536 vs 2421105424"
+    )
+    run = feed(*TRACEBACK, write, "", handling, "", *TRACEBACK, exit_)
+    assert run.failure == ("failed", f"{write} (then, while handling it: {exit_})", 4)
 
 
 @pytest.mark.parametrize("cause", ["_queue.Empty", "StopIteration", "asyncio.exceptions.CancelledError"])
-def test_a_cause_without_a_message_is_not_quoted(cause):
-    run = feed(*TRACEBACK, cause, "", f"{slurm.CHAINED_TRACEBACKS[0]}:", "", *TRACEBACK, "ValueError: b")
+@pytest.mark.parametrize("marker", slurm.CHAINED_TRACEBACKS)
+def test_an_exception_without_a_message_is_replaced_by_the_next_in_its_chain(cause, marker):
+    run = feed(*TRACEBACK, cause, "", f"{marker}:", "", *TRACEBACK, "ValueError: b")
     assert run.failure == ("failed", "ValueError: b", 11)
 
 

@@ -167,7 +167,7 @@ def test_pdsh_losing_a_node_is_the_cause_and_a_remote_commands_exit_a_report():
     ]
 
 
-def test_traceback_reason_is_its_last_exception_line():
+def test_traceback_reason_is_the_exception_that_another_was_raised_while_handling():
     run = feed(
         "Traceback (most recent call last):",
         '  File "x.py", line 1, in <module>',
@@ -180,8 +180,8 @@ def test_traceback_reason_is_its_last_exception_line():
         "    raise ValueError('hidden_size must be divisible by heads')",
         "ValueError: hidden_size must be divisible by heads",
     )
-    reason = "ValueError: hidden_size must be divisible by heads (while handling KeyError: 'a')"
-    assert run.failure == ("failed", reason, 10)
+    reason = "KeyError: 'a' (then, while handling it: ValueError: hidden_size must be divisible by heads)"
+    assert run.failure == ("failed", reason, 3)
 
 
 def test_cancel_outranks_an_earlier_failure():

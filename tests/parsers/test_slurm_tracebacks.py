@@ -201,10 +201,10 @@ def test_lines_after_a_harmless_line_that_no_traceback_follows_are_read():
 
 @pytest.mark.parametrize(("gap", "chained"), [(1, True), (2, True), (3, False)])
 def test_a_traceback_chained_to_the_one_before_replaces_its_exception(gap, chained):
-    chain = "During handling of the above exception, another exception occurred:"
+    chain = "The above exception was the direct cause of the following exception:"
     run = feed(HEADER, FRAME, "KeyError: 'a'", chain, *[""] * gap, HEADER, FRAME, "ValueError: b")
     line = 7 + gap
-    replaced = ("failed", "ValueError: b (while handling KeyError: 'a')", line)
+    replaced = ("failed", "ValueError: b (caused by KeyError: 'a')", line)
     assert run.failure == (replaced if chained else ("failed", "KeyError: 'a'", 3))
 
 
