@@ -763,7 +763,8 @@ def _model_size_note() -> pl.Expr:
                 .otherwise(pl.lit("")),
             )
         )
-        .when(logged.is_null() | ours.is_null() | (off <= MODEL_SIZE_TOLERANCE))
+        # a count printed in billions to two decimals (DeepSpeed's zero.Init) that is ours, rounded
+        .when(logged.is_null() | ours.is_null() | (off <= MODEL_SIZE_TOLERANCE) | (ours.round(2) == logged))
         .then(None)
         .when(as_gib <= 0.01)
         .then(

@@ -6,7 +6,8 @@ the engine's ``step=N, skipped=N, lr=[...]``; the ThroughputTimer's ``.../global
 CurrSamplesPerSec=Y, MemAllocated=aGB, MaxMemAllocated=bGB`` (0.7's ``E/M, RunningAvgSamplesPerSec=...``
 every step, of the step before it; 0.5/0.6's ``E/M, SamplesPerSec=`` a running average); the pipeline
 engine's ``steps: N loss: X iter time (s): T samples/sec: S``, ``CONFIG: micro_batches=N
-micro_batch_size=M``, ``UNIQUE_PARAMS=N``; the flops profiler's summary (its latency is one profiled
+micro_batch_size=M``, ``UNIQUE_PARAMS=N``; ZeRO-3's ``finished initializing model - num_params = 363,
+num_elems = 13.02B``; the flops profiler's summary (its latency is one profiled
 micro-batch's; its ``FLOPS per GPU`` the step's). A dump's ``world_size`` is the data-parallel size, the
 GPU count unless Megatron or a pipeline's topology (model parallelism) came first. Of a restarted job's
 dumps the last wins.
@@ -184,6 +185,10 @@ PIPE_STEPS = (
 )
 PIPE_CONFIG = r"CONFIG: micro_batches=(\d+) micro_batch_size=(\d+)"
 UNIQUE_PARAMS = r"UNIQUE_PARAMS=(\d+)"
+#: ZeRO-3's ``zero.Init`` leaving its context on rank 0 (runtime/zero/partition_parameters.py ``__exit__``):
+#: ``finished initializing model - num_params = 363, num_elems = 13.02B``, the elements of every parameter
+#: it built (the whole model, frozen ones too), in billions to two decimals, since the first zero.Init
+ZERO_INIT = r"finished initializing model - num_params = \d+, num_elems = ([0-9]+(?:\.[0-9]+)?)B"
 #: the pipeline grid's rank map, printed whole by rank 0 (``PipelineParallelGrid``): its coordinates run
 #: in order, so the last holds each axis's size less one and the last rank
 TOPOLOGY = r"Using topology: \{.*ProcessCoord\(([^()]*)\): ([0-9]+)\}"
@@ -202,6 +207,7 @@ _RECORD_MARKERS = (
     "iter time (s):",
     "CONFIG: micro_batches=",
     "UNIQUE_PARAMS=",
+    "finished initializing model",
     "Using topology:",
     " layers=",
     " checkpoint from ",
@@ -215,6 +221,7 @@ _RECORDS_PATTERN = "|".join(
         PIPE_STEPS,
         PIPE_CONFIG,
         UNIQUE_PARAMS,
+        ZERO_INIT,
         TOPOLOGY,
         PIPE_STAGE,
         CHECKPOINT_LOAD,
@@ -225,7 +232,8 @@ _RECORDS_PATTERN = "|".join(
 def _record_events(records: pl.DataFrame) -> Events:
     """A step event per throughput record (``CurrSamplesPerSec``; the memory, GB (DeepSpeed divides by
     1024**3), back to MiB like Megatron's) and pipeline step (loss, time, samples/s); of a record's first
-    ``CONFIG:`` the gradient accumulation steps and micro batch, of ``UNIQUE_PARAMS=`` the model size, of a
+    ``CONFIG:`` the gradient accumulation steps and micro batch, of ``UNIQUE_PARAMS=`` or ZeRO-3's
+    ``finished initializing model`` the model size, of a
     pipeline's topology the GPU count and each axis's size (DeepSpeed's ``pipe``, ``data``, ``model``), of a
     checkpoint's load the step resumed at."""
     throughput = _matches(records, THROUGHPUT, ["digits", "curr", "mem", "max_mem"])
@@ -242,6 +250,10 @@ def _record_events(records: pl.DataFrame) -> Events:
     unique = _matches(records, UNIQUE_PARAMS, ["params"]).filter(pl.col("seq") == 0)
     counts = [_count(config, pl.col(fact), fact, whole=True) for fact in ("gas", "micro_batch_size")]
     size = _statements(unique, "logged_model_size", _divided(_real("params"), 1e9))
+    # the first: zero.Init's count is a class's running total, of every model built after it too (a
+    # reference model, a critic)
+    built = _matches(records, ZERO_INIT, ["billions"]).filter(pl.col("seq") == 0).unique("run", keep="first")
+    built_size = _statements(built, "logged_model_size", _real("billions"))
     topology = _matches(records, TOPOLOGY, ["axes", "last"]).filter(pl.col("seq") == 0)
     axes = [_count(topology, _axis(name) + 1, fact) for fact, name in _AXES.items()]
     gpus = _count(topology, pl.col("last").cast(pl.Int64, strict=False) + 1, "gpus")
@@ -251,9 +263,10 @@ def _record_events(records: pl.DataFrame) -> Events:
     )  # the last line's counts
     loaded = _matches(records, CHECKPOINT_LOAD, ["digits"])
     resumed = _count(loaded, pl.col("digits"), "resumed_step", whole=True)
-    events.extend(_facts(pl.concat([*counts, size, *axes, gpus, pipeline, resumed])))
+    events.extend(_facts(pl.concat([*counts, size, built_size, *axes, gpus, pipeline, resumed])))
     seen = [
-        kinds.marks_of(frame.lazy(), NAME, kinds.SEEN) for frame in (config, unique, topology, stages, loaded)
+        kinds.marks_of(frame.lazy(), NAME, kinds.SEEN)
+        for frame in (config, unique, built, topology, stages, loaded)
     ]
     events.marks += [*seen, kinds.marks_of(topology.lazy(), TOPOLOGY_SEEN, kinds.SEEN)]
     return events

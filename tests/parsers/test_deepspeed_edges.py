@@ -399,3 +399,14 @@ def test_no_record_is_left_to_python():
     assert deepspeed.FAMILY.parse_line is None
     run = feed_file(deepspeed.FAMILY, FIXTURES / "deepspeed" / "ds_zero3_offload_bf16_2cpu.log")
     assert run.families_seen[deepspeed.NAME] > 0
+
+
+def test_zero_inits_count_of_the_model_it_built_is_the_logged_size():
+    # deepspeed/runtime/zero/partition_parameters.py, zero.Init's __exit__ on rank 0 (via pdsh)
+    built = (
+        "worker-0: [2024-04-17 08:13:50,000] [INFO] [partition_parameters.py:348:__exit__] "
+        "finished initializing model - num_params = 363, num_elems = 13.02B"
+    )
+    run = feed_lines(deepspeed.FAMILY, ["worker-0: starting", built, built.replace("13.02", "0.00")])
+    assert run.facts["logged_model_size"] == 13.02
+    assert run.provenance["logged_model_size"] == "deepspeed:2"

@@ -393,6 +393,16 @@ def test_model_size_note_spots_the_2_pow_30_unit():
     assert close["model_size_note"] is None
 
 
+@pytest.mark.parametrize(("logged", "noted"), [(0.35, False), (0.36, True), (0.3548, False)])
+def test_a_size_logged_to_two_decimals_is_the_shapes_when_it_rounds_to_it(logged, noted):
+    # GPT-2 medium: 12 l h^2 (1 + 13 / 12h + (V + s) / 12 l h) = 354.82M, which DeepSpeed's zero.Init
+    # prints as "num_elems = 0.35B": 1.4% off, no disagreement
+    shape = {"hidden_size": 1024, "num_layers": 24, "seq_len": 1024, "vocab_size": 50257}
+    row = one(runs({"path": "a", **shape, "logged_model_size": logged}), iterations("x", elapsed_ms=[1.0]))
+    assert row["model_size_b"] == pytest.approx(0.35482, abs=1e-5)
+    assert (row["model_size_note"] is not None) == noted
+
+
 def test_padded_vocab_is_used_when_the_true_one_is_unknown():
     shape = {"hidden_size": 64, "num_layers": 2, "seq_len": 128, "padded_vocab_size": 128}
     row = one(runs({"path": "a", **shape}), iterations("x", elapsed_ms=[1.0]))
