@@ -174,13 +174,23 @@ def _model_facts(arguments: str, lineno: int, run: RunBuilder) -> None:
     if kv_heads and heads and kv_heads < heads:
         run.set_fact("num_query_groups", kv_heads, NAME, lineno)
     dim, multiple_of = number("dim"), number("multiple_of")
-    if (
-        dim and multiple_of
-    ):  # a Llama's gated FFN (w2(silu(w1 x) * w3 x)): DeepSeek's args have no multiple_of
-        multiplier = values.get("ffn_dim_multiplier")
-        scale = None if multiplier in (None, "None") else float(multiplier)
+    multiplier = values.get("ffn_dim_multiplier")
+    scale = None if multiplier in (None, "None") else _finite(multiplier)
+    # a Llama's gated FFN (w2(silu(w1 x) * w3 x)): DeepSeek's args have no multiple_of; a multiplier that
+    # is no finite number leaves its width unknown
+    known = multiplier in (None, "None") or (scale is not None and math.isfinite(scale * 8 * (dim or 0)))
+    if dim and multiple_of and known:
         run.set_fact("ffn_hidden_size", llama_ffn_hidden_size(dim, multiple_of, scale), NAME, lineno)
         run.set_fact("swiglu", True, NAME, lineno)
+
+
+def _finite(text: str) -> float | None:
+    """``float(text)`` when that is a finite number, else None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _mesh_facts(names: str, sizes: str, lineno: int, run: RunBuilder) -> None:

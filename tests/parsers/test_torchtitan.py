@@ -226,3 +226,19 @@ def test_a_mesh_and_a_relaunch_from_a_checkpoint():
         torchtitan.FAMILY, [PREFIX + "Building 2-D device mesh with ['dp_shard', 'ep'], [4, 2]"]
     )
     assert "gpus" not in expert.facts  # an expert mesh overlaps the others: its product is no world size
+
+
+@pytest.mark.parametrize("multiplier", ["nan", "inf", "1e308", "1.3x"])
+def test_a_ffn_multiplier_that_is_no_finite_number_leaves_the_ffn_width_unknown(multiplier):
+    # found by the hostile-numbers test: int(nan * hidden) raised
+    line = (
+        "[rank0]:[titan] 2025-03-01 10:00:00,000 - root - INFO - Building llama3 8B with TransformerModelArgs("
+        f"dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=128256, multiple_of=1024, "
+        f"ffn_dim_multiplier={multiplier}, norm_eps=1e-05)"
+    )
+    run = feed_lines(torchtitan.FAMILY, [line])
+    assert "ffn_hidden_size" not in run.facts and run.facts["hidden_size"] == 4096
+    assert not run.state.get("parse_errors")
+    # the real 8B's multiplier: 2/3 x 4 x 4096 = 10922, x 1.3 = 14198, up to a multiple of 1024
+    real = feed_lines(torchtitan.FAMILY, [line.replace(f"={multiplier},", "=1.3,")])
+    assert real.facts["ffn_hidden_size"] == 14336
