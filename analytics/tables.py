@@ -148,7 +148,7 @@ def _notes() -> pl.Expr:
     return (
         pl.when(status.is_null() | (status == "ok"))
         .then(name)
-        .when(cause.is_not_null())
+        .when(cause.is_not_null() & (status != "timeout"))  # a timeout's cause is its time limit
         .then(pl.format("{} ({}: {})", name, status, cause))
         .otherwise(pl.format("{} ({})", name, status))
     )

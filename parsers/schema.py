@@ -17,7 +17,7 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     "family": pl.String,  # primary: megatron, megatron-deepspeed, deepspeed, hf-trainer, mingpt, unknown
     "families": pl.List(pl.String),  # every family seen in the run's lines
     "job_id": pl.String,
-    "status": pl.String,  # ok | failed | cancelled | incomplete | empty | unreadable
+    "status": pl.String,  # ok | failed | timeout | cancelled | incomplete | empty | unreadable
     "reason": pl.String,  # the evidence line (quoted) or why nothing was read
     "reason_line": pl.Int64,  # line number of the evidence
     "reason_path": pl.String,  # the file holding the evidence line (a job's .err, say)

@@ -11,7 +11,8 @@ Failures are events, each either a root cause or one of its consequences (weight
   out of memory, an NCCL watchdog timeout or NCCL error (or the CUDA error the watchdog ended on), a
   native abort (a C++ exception's ``what():``, ``Fatal Python error:``), the cgroup OOM killer's
   ``oom_kill event`` or another memory limit's kill (srun's ``Out Of Memory``, ``exceeded memory
-  limit``), ``CANCELLED AT ... DUE TO TIME LIMIT`` / ``NODE FAILURE`` (failed), a cancel without a
+  limit``), ``CANCELLED AT ... DUE TO TIME LIMIT`` (timeout, as LSF's and PBS's run limits), ``NODE
+  FAILURE`` (failed), a cancel without a
   failure before it or a ``KeyboardInterrupt`` (cancelled), srun's node failure or other errors,
   slurmstepd's ``execve()`` of a task's program that failed, argparse's ``<prog>: error:``;
 - consequences: a kill (``Killed``, signal 9, SIGKILL) or a crash (SIGSEGV, SIGABRT, ..., bash's ``Bus
@@ -104,6 +105,9 @@ OWN_WATCHDOG = WATCHDOG_ENDS[0]
 #: name the run's cause by them)
 OOM_LABEL, NCCL_LABEL, NETWORK_LABEL = "CUDA out of memory: ", "NCCL timeout/error: ", "network error: "
 GPU_LABEL, TIME_LIMIT_LABEL, NODE_FAILURE_LABEL = "GPU error: ", "time limit: ", "node failure: "
+#: the status of a run its scheduler's clock ended, Slurm's job state TIMEOUT (sacct): not a failure of the
+#: run (a job of a chain of time-limited jobs ends so, the next resumes from its checkpoint) nor a cancel
+TIMEOUT = "timeout"
 PREEMPTED_LABEL, KILLED_LABEL = "preempted: ", "killed: "
 #: the host's OOM killer or a memory limit of the job (cgroup, LSF's TERM_MEMLIMIT): not the GPU's
 HOST_OOM_LABEL = "host out of memory: "
@@ -145,7 +149,7 @@ CLEAN_EXITS = ("exits successfully", "worker group successfully finished", "Succ
 #: their exit code after it is a report
 SCHEDULER_ENDS = dict.fromkeys(
     ("TERM_RUNLIMIT", "job killed: walltime", "job.exception type=timeout"),
-    ("failed", TIME_LIMIT_LABEL, "time limit"),
+    (TIMEOUT, TIME_LIMIT_LABEL, "time limit"),
 )
 SCHEDULER_ENDS |= dict.fromkeys(
     ("TERM_MEMLIMIT", "job killed: mem", "job killed: vmem"), ("failed", HOST_OOM_LABEL, "oom-kill")
@@ -317,7 +321,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         _start_attempt_after_earlier_cancel(text, run)
         bare_step = "*** STEP" in text and "DUE TO" not in text
         if "TIME LIMIT" in text:
-            label, kind = TIME_LIMIT_LABEL, "time limit"
+            status, label, kind = TIMEOUT, TIME_LIMIT_LABEL, "time limit"
         elif "NODE FAIL" in text:
             label, kind = NODE_FAILURE_LABEL, "node failure"
         elif "TASK FAILURE" in text or (bare_step and run.failure is not None):

@@ -256,7 +256,7 @@ def test_a_megatron_table_shows_tp_when_a_run_is_not_the_seeds_tp_4():
     [
         ("failed", "CUDA out of memory: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "failed: OOM"),
         ("failed", "NCCL timeout/error: [Rank 3] Watchdog caught collective operation timeout", "failed: NCCL timeout/error"),
-        ("failed", "time limit: slurmstepd: error: *** JOB 1003 ON r7i4n1 CANCELLED AT 2021-05-26T09:10:11 DUE TO TIME LIMIT ***", "failed: time limit"),
+        ("timeout", "time limit: slurmstepd: error: *** JOB 1003 ON r7i4n1 CANCELLED AT 2021-05-26T09:10:11 DUE TO TIME LIMIT ***", "timeout"),
         ("failed", "FileNotFoundError: [Errno 2] No such file or directory: '/data/x.bin'", "failed: FileNotFoundError"),
         ("failed", "torch.distributed.DistBackendError: NCCL error in: ...", "failed: DistBackendError"),
         ("failed", "srun: error: r7i4n2: task 3: Killed", "failed"),

@@ -103,7 +103,7 @@ def test_markdown_and_warmup(capsys):
     assert "| 129.03 |" in out
     # the evidence line is a list item and a code span: its '***' would otherwise render as emphasis
     assert (
-        "\n\n- timelimit-1003.out: failed (timelimit-1003.out:4): ` time limit: slurmstepd: error: "
+        "\n\n- timelimit-1003.out: timeout (timelimit-1003.out:4): ` time limit: slurmstepd: error: "
         "*** JOB 1003 ON r7i4n1 CANCELLED AT 2021-05-26T10:00:03 DUE TO TIME LIMIT *** `\n\ns/iter: "
     ) in out
 

@@ -536,7 +536,7 @@ def test_an_end_on_sigterm_follows_from_slurms_time_limit_in_the_jobs_err(tmp_pa
     (tmp_path / "slurm-900512.out").write_text(f"{ITERATION_1}\n{end}\n")
     (tmp_path / "slurm-900512.err").write_text(f"{limit}\n")
     row = load_runs([tmp_path]).runs.row(0, named=True)
-    assert (row["status"], row["reason"]) == ("failed", f"time limit: {limit}")
+    assert (row["status"], row["reason"]) == ("timeout", f"time limit: {limit}")
     assert row["consequences"] == [f"slurm-900512.out:2: {end.strip()}"]
 
 

@@ -198,7 +198,7 @@ def test_a_requeued_jobs_appended_err_ends_as_its_last_cancel_says(tmp_path):
     job_limit = cancel.format("JOB 77001", "node7", "2024-03-01T22:00:07", "TIME LIMIT")
     (tmp_path / "gpt-77001.err").write_text("\n".join([preempted, step_limit, job_limit]) + "\n")
     row = load_runs([tmp_path]).runs.row(0, named=True)
-    assert (row["status"], row["reason"], row["iterations"]) == ("failed", f"time limit: {step_limit}", 45)
+    assert (row["status"], row["reason"], row["iterations"]) == ("timeout", f"time limit: {step_limit}", 45)
     assert row["consequences"] == [f"gpt-77001.err:1: preempted: {preempted}"]
 
 

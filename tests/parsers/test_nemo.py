@@ -170,7 +170,7 @@ def test_a_nemo_1_bar_in_exponent_form_steps_by_its_counter_and_ends_by_the_glue
     row = load_runs([log]).runs.row(0, named=True)
     steps = load_runs([log]).iterations.select("iteration", "loss").rows()
     assert steps == [(counter - 1, loss) for counter, (loss, _) in sorted(last_draw.items())]
-    assert (row["status"], row["iterations"]) == ("failed", 30)
+    assert (row["status"], row["iterations"]) == ("timeout", 30)
     assert row["reason"] == (
         "time limit: slurmstepd: error: *** JOB 7003 ON node101 CANCELLED AT 2024-03-02T13:55:30 DUE TO TIME LIMIT ***"
     )

@@ -51,7 +51,7 @@ def test_grouping_keeps_other_files_apart(tmp_path):
     ("name", "status", "reason_part", "iterations"),
     [
         ("nccl-1002.out", "failed", "Watchdog caught collective operation timeout", 2),
-        ("timelimit-1003.out", "failed", "DUE TO TIME LIMIT", 3),
+        ("timelimit-1003.out", "timeout", "DUE TO TIME LIMIT", 3),
         ("cancelled-1004.out", "cancelled", "CANCELLED AT 2021-05-26T09:12:44", 1),
         ("traceback-1005.out", "failed", "FileNotFoundError: [Errno 2]", 0),
         ("killed-1006.out", "failed", "Detected 1 oom-kill event(s)", 1),

@@ -64,7 +64,7 @@ def reason(run: RunBuilder) -> tuple[str, int]:
         # a cancel outranks srun's report of a task that ended before it
         (["srun: error: task 3: Exited with exit code 1", f"{JOB} ***"], "cancelled", 2),
         ([f"{JOB} DUE TO PREEMPTION ***"], "cancelled", 1),
-        ([f"{JOB} DUE TO TIME LIMIT ***"], "failed", 1),
+        ([f"{JOB} DUE TO TIME LIMIT ***"], "timeout", 1),
     ],
 )
 def test_slurm_cancels(lines, status, line):
@@ -98,8 +98,8 @@ def test_a_time_limit_outranks_the_tracebacks_of_its_signal_in_any_order():
     limit = f"{JOB} DUE TO TIME LIMIT ***"
     after = feed(limit, *TRACEBACK, signal)
     before = feed(*TRACEBACK, signal, limit)
-    assert reason(after) == ("failed", 1) and after.failure[1].startswith("time limit: ")
-    assert reason(before) == ("failed", 5) and before.failure[1].startswith("time limit: ")
+    assert reason(after) == ("timeout", 1) and after.failure[1].startswith("time limit: ")
+    assert reason(before) == ("timeout", 5) and before.failure[1].startswith("time limit: ")
     assert after.consequence_lines() == [f"lines.log:5: {signal}"]
     assert before.consequence_lines() == [f"lines.log:4: {signal}"]
 

@@ -380,7 +380,7 @@ def test_the_job_whose_torchrun_agent_set_up_a_log_directory_is_one_run_with_it(
     rows = json.loads(out)
     assert code == 0 and [row["path"] for row in rows] == [str(tmp_path / "job" / "train-5522.out")]
     assert (rows[0]["job_id"], rows[0]["iterations"], rows[0]["last_iteration"]) == ("5522", 7, 7)
-    assert rows[0]["status"] == "failed" and rows[0]["reason"].startswith("time limit")
+    assert rows[0]["status"] == "timeout" and rows[0]["reason"].startswith("time limit")
 
 
 def test_submitits_hidden_job_folder_is_walked(tmp_path):

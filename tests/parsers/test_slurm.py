@@ -77,7 +77,7 @@ def test_model_size_echo_of_the_seed_script():
             [
                 "slurmstepd: error: *** JOB 1003 ON r7i4n1 CANCELLED AT 2021-05-26T10:00:03 DUE TO TIME LIMIT ***"
             ],
-            "failed",
+            "timeout",
             "time limit",
         ),
         (
@@ -266,7 +266,7 @@ LSF_SUMMARY = [
     [
         (
             "TERM_RUNLIMIT: job killed after reaching LSF run time limit.",
-            "failed",
+            "timeout",
             "time limit: TERM_RUNLIMIT",
         ),
         (
@@ -296,29 +296,21 @@ def test_lsf_exit_code_alone_is_a_report_and_success_a_clean_exit():
 
 
 @pytest.mark.parametrize(
-    ("line", "reason"),
+    ("line", "status", "label"),
     [
-        ("=>> PBS: job killed: walltime 7210 exceeded limit 7200", "time limit: =>> PBS"),
-        ("=>> PBS: job killed: mem 52428800kb exceeded limit 41943040kb", "host out of memory: =>> PBS"),
-        ("=>> PBS: job killed: ncpus 37.12 exceeded limit 36 (sum)", "=>> PBS"),
-    ],
-)
-def test_pbs_kill_note_says_why_the_job_ended(line, reason):
-    run = feed(line)
-    assert run.failure[:2] == ("failed", reason + line.removeprefix("=>> PBS"))
-
-
-@pytest.mark.parametrize(
-    ("line", "status", "reason"),
-    [
+        # PBS's note in the job's error file
+        ("=>> PBS: job killed: walltime 7210 exceeded limit 7200", "timeout", "time limit: "),
+        ("=>> PBS: job killed: mem 52428800kb exceeded limit 41943040kb", "failed", "host out of memory: "),
+        ("=>> PBS: job killed: ncpus 37.12 exceeded limit 36 (sum)", "failed", ""),
+        # Flux's job exception
         (
             "flux-job: job.exception type=timeout severity=0 resource allocation expired",
-            "failed",
+            "timeout",
             "time limit: ",
         ),
         ("flux-job: job.exception type=cancel severity=0 ", "cancelled", ""),
     ],
 )
-def test_flux_job_exception_says_why_the_job_ended(line, status, reason):
+def test_a_batch_systems_end_of_a_job_says_why_it_ended(line, status, label):
     run = feed(" iteration       10/    1000 | elapsed time per iteration (ms): 1234.5 |", line)
-    assert run.failure == (status, reason + line.strip(), 2)
+    assert run.failure == (status, label + line.strip(), 2)

@@ -282,7 +282,7 @@ def test_unreadable_file_in_a_directory_is_a_row_not_a_loss(tmp_path):
     assert done.returncode == 0
     rows = {line.split(",")[0].rsplit("/", 1)[-1]: line for line in done.stdout.splitlines()[1:]}
     assert ",unreadable," in rows["secret-1.out"] and "Permission denied" in rows["secret-1.out"]
-    assert ",failed," in rows["timelimit-1003.out"]
+    assert ",timeout," in rows["timelimit-1003.out"]
     assert "secret-1.out" in done.stderr
 
 
@@ -328,7 +328,7 @@ def test_a_dangling_symlink_in_a_directory_is_a_row_not_a_loss(tmp_path, capsys)
     code, out, err = logstat(capsys, "parse", str(tmp_path), "--format", "json")
     rows = {Path(row["path"]).name: row for row in json.loads(out)}
     assert code == 0
-    assert (rows["purged-9.out"]["status"], rows["timelimit-1003.out"]["status"]) == ("unreadable", "failed")
+    assert (rows["purged-9.out"]["status"], rows["timelimit-1003.out"]["status"]) == ("unreadable", "timeout")
     assert "No such file or directory" in rows["purged-9.out"]["reason"]
     assert "purged-9.out" in err
 

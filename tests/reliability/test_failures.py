@@ -124,7 +124,7 @@ EXPECTED = {
         0,
     ),
     "timelimit-signal-traceback-3017.out": (
-        "failed",
+        "timeout",
         "time limit: slurmstepd: error: *** JOB 3017 ON r7i4n1 CANCELLED AT 2021-05-26T13:00:21 DUE TO TIME LIMIT ***",
         "",
         9,

@@ -36,7 +36,7 @@ PROPERTY = settings(
 MEGATRON_LOG = Path(__file__).resolve().parents[2] / "fixtures" / "megatron" / "meg_gpt2_perf_n16.out"
 ELAPSED_MS = {1: 155483.8, 2: 129028.8, 3: 128891.5}
 GPUS = 64  # "using world size: 64" of the same log
-STATUSES = {"ok", "failed", "cancelled", "incomplete", "empty", "unreadable"}
+STATUSES = {"ok", "failed", "timeout", "cancelled", "incomplete", "empty", "unreadable"}
 ANSI_GREEN, ANSI_RESET = b"\x1b[32m", b"\x1b[0m"
 TQDM = b"  3%|\xe2\x96\x8e         | 3/100 [00:01<00:30,  3.21it/s]\r  4%|\xe2\x96\x8d         | 4/100 [00:01<00:29,  3.30it/s]\r"
 
@@ -549,7 +549,7 @@ def test_a_time_limit_written_after_a_hole_is_quoted_without_it(generated):
     generated["real log with a hole of NUL bytes"] += 1
     cancel = b"slurmstepd: error: *** JOB 42 ON r7i4n1 CANCELLED AT 2021-05-26T10:00:03 DUE TO TIME LIMIT ***"
     row, _ = parse_bytes(real_log() + b"\x00" * 4096 + cancel + b"\n")
-    assert (row["status"], row["reason"]) == ("failed", f"time limit: {cancel.decode()}")
+    assert (row["status"], row["reason"]) == ("timeout", f"time limit: {cancel.decode()}")
 
 
 def test_a_gzip_stream_cut_after_the_planned_last_step_does_not_end_the_run_ok(generated):

@@ -290,7 +290,7 @@ def test_cancelled_job_ends_cancelled_and_parses_as_cancelled(runs_root: Path) -
 
 @pytest.mark.slow
 @pytest.mark.slurm
-def test_job_past_its_time_limit_ends_failed_with_reason_time_limit(time_limited_job: FollowedJob) -> None:
+def test_job_past_its_time_limit_ends_timeout_with_reason_time_limit(time_limited_job: FollowedJob) -> None:
     run, job_id = time_limited_job.run, time_limited_job.job_id
     log_path = run.slurm_log_path(job_id)
     time_limited_job.follower.join(timeout=240)
@@ -305,7 +305,7 @@ def test_job_past_its_time_limit_ends_failed_with_reason_time_limit(time_limited
     assert job_line.endswith(" DUE TO TIME LIMIT ***")
     parsed = load_runs([run.run_dir])
     row = parsed.runs.row(0, named=True)
-    assert (row["job_id"], row["status"]) == (job_id, "failed")
+    assert (row["job_id"], row["status"]) == (job_id, "timeout")  # as Slurm's state says
     assert "time limit" in row["reason"].lower()
     assert row["reason_line"] == cancelled_line
 
