@@ -43,7 +43,8 @@ Lines read, each fact with its source:
   line does not tell apart, recomputes 1/n of the layers).
 - ``Mixed precision training is handled by fully_shard``: ``precision`` bf16, torchtitan's default
   ``mixed_precision_param`` (the dtype itself is not printed).
-- ``Loading the checkpoint at step 500.``: ``resumed_step``; ``Training completed``: the run's end.
+- ``Loading the checkpoint at step 500.`` (2025: ``Loading the checkpoint from <folder>/step-500.``) and a
+  ``Training starts at step 501``: ``resumed_step``; ``Training completed``: the run's end.
 
 Failures (tracebacks, CUDA OOM, NCCL) are the Slurm family's, read from any log.
 """
@@ -148,7 +149,11 @@ _SIZE = re.compile(r"Model \S+ \S+ size: ([\d,]+) total parameters")
 _CAPACITY = re.compile(r"(?:CUDA|GPU) capacity: (.+?)(?: \(\d+\))? with [\d.]+GiB memory")
 _CHECKPOINTING = re.compile(r"Applied (full|selective) activation checkpointing to the model")
 _FSDP_PRECISION = "Mixed precision training is handled by fully_shard"
-_LOADING = re.compile(r"Loading the checkpoint at step (\d+)\.")
+#: a checkpoint's load: 2024's ``Loading the checkpoint at step 500.``, 2025's (components/checkpoint.py)
+#: ``Loading the checkpoint from ./outputs/checkpoint/step-2000.``, a folder named by its step
+_LOADING = re.compile(r"Loading the checkpoint (?:at step |from \S*step-)(\d+)\.?$")
+#: the first step a launch trains (``Training starts at step 2001``): one after the step it resumed at
+_FIRST_STEP = re.compile(re.escape(_STARTS) + r"(\d+)")
 #: the whole message, so that another program's "Training completed." is not torchtitan's end
 _COMPLETED = re.compile(r"(?:^|- )Training completed$")
 
@@ -217,6 +222,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.saw(NAME)
         if _STARTS in text:
             run.new_launch(NAME)
+            if (first := _FIRST_STEP.search(text)) and int(first[1]) > 1:
+                run.set_fact("resumed_step", int(first[1]) - 1, NAME, lineno)
         for fact, clause in _START_CLAUSES.items():
             if found := clause.search(text):
                 run.set_fact(fact, int(found[1] or found[2]), NAME, lineno)
@@ -234,7 +241,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.set_fact("activation_checkpointing", checkpointing[1] == "full", NAME, lineno)
     elif _FSDP_PRECISION in text:
         run.set_fact("precision", "bf16", NAME, lineno)
-    elif loading := _LOADING.search(text):
+    elif loading := _LOADING.search(text.rstrip()):
         run.set_fact("resumed_step", int(loading[1]), NAME, lineno)
     elif _COMPLETED.search(text.rstrip()):
         run.complete(text.strip(), lineno)
@@ -252,7 +259,7 @@ FAMILY = Family(
         " capacity: ",
         " activation checkpointing to the model",
         _FSDP_PRECISION,
-        "Loading the checkpoint at step ",
+        "Loading the checkpoint ",
         "Training completed",
     ),
     parse_line=parse_line,

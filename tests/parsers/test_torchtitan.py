@@ -242,3 +242,26 @@ def test_a_ffn_multiplier_that_is_no_finite_number_leaves_the_ffn_width_unknown(
     # the real 8B's multiplier: 2/3 x 4 x 4096 = 10922, x 1.3 = 14198, up to a multiple of 1024
     real = feed_lines(torchtitan.FAMILY, [line.replace(f"={multiplier},", "=1.3,")])
     assert real.facts["ffn_hidden_size"] == 14336
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # 2025: components/checkpoint.py's load of a folder named by its step, then the trainer's first step
+        ["Loading the checkpoint from ./outputs/checkpoint/step-2000.", "Training starts at step 2001"],
+        ["Loading the checkpoint from /lustre/run7/checkpoint/step-2000."],
+        ["Training starts at step 2001."],
+    ],
+)
+def test_a_2025_resume_is_read_from_its_checkpoints_folder_or_its_first_step(lines):
+    run = feed_lines(torchtitan.FAMILY, [f"[rank0]:{PREFIX}{line}" for line in lines])
+    assert run.facts["resumed_step"] == 2000
+    assert run.provenance["resumed_step"] == f"torchtitan:{len(lines)}"  # the last says it again
+
+
+def test_a_first_launch_and_a_seed_checkpoint_resume_nothing():
+    run = feed_lines(torchtitan.FAMILY, [PREFIX + "Training starts at step 1."])
+    assert "resumed_step" not in run.facts
+    # an initial load of weights in another format names no step
+    other = feed_lines(torchtitan.FAMILY, [PREFIX + "Loading the checkpoint from /models/llama3-8b/hf."])
+    assert "resumed_step" not in other.facts
