@@ -93,7 +93,9 @@ _FACT_LINES = (
         r"padded vocab \(size: (?P<vocab_size>\d+)\) with \d+ dummy tokens"
         r" \(new size: (?P<padded_vocab_size>\d+)\)"
     ),
-    re.compile(r"setting number of micro-batches to constant (?P<gas>\d+)"),
+    # Megatron-LM's microbatches.py; megatron.core's num_microbatches_calculator.py (NeMo 2 logs it):
+    # "setting number of microbatches to constant 16"
+    re.compile(r"setting number of micro-?batches to constant (?P<gas>\d+)"),
     # load_checkpoint: "successfully loaded checkpoint from {dir} [ t 0, p 0 ] at iteration 1000" (older
     # Megatron and Megatron-DeepSpeed print no ranks)
     re.compile(r"successfully loaded checkpoint from .* at iteration (?P<resumed_step>\d+)"),
@@ -718,6 +720,7 @@ FAMILY = Family(
         "using torch.",
         "padded vocab",
         "number of micro-batches",
+        "number of microbatches",
         "successfully loaded checkpoint",
         "starting from iteration ",
         "Effective Tera Flops",

@@ -122,7 +122,8 @@ _PADDED_VOCAB = re.compile(r"Padded vocab_size: (\d+), original vocab_size: (\d+
 #: megatron_gpt_model's count after the model is built (``{:.2e}``: three significant digits)
 _TOTAL_PARAMETERS = "Total number of model parameters: "
 _PARAMETERS = re.compile(rf"{_TOTAL_PARAMETERS}({NUMBER})")
-#: Lightning's model summary (``get_human_readable_count``: ``355 M     Total params``, ``5.0 B``)
+#: Lightning's model summary (``get_human_readable_count``: ``355 M     Total params``, ``5.0 B``): rank 0's
+#: module, the model's only without tensor or pipeline parallelism (else its shard: 4.0 B of an 8B at TP 2)
 _SUMMARY_TOTAL = "Total params"
 _SUMMARY_PARAMETERS = re.compile(
     rf"^{PYTHON_SPACE}*([\d,]+(?:\.\d+)?) ?([KMBT]?){PYTHON_SPACE}+{_SUMMARY_TOTAL}{PYTHON_SPACE}*$"
@@ -318,8 +319,9 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     elif parameters := _PARAMETERS.search(text):
         run.set_fact("logged_model_size", float(parameters[1]) / 1e9, NAME, lineno)
     elif _SUMMARY_TOTAL in text and (summary := _SUMMARY_PARAMETERS.search(text)):
-        if "logged_model_size" in run.facts:  # megatron_gpt_model's has more digits
-            return
+        facts = run.facts
+        if "logged_model_size" in facts or facts.get("tp", 1) * facts.get("pp", 1) > 1:
+            return  # megatron_gpt_model's count has more digits; a model-parallel rank's is a shard
         count = float(summary[1].replace(",", "")) * _SUMMARY_SCALE[summary[2]]
         run.set_fact("logged_model_size", count / 1e9, NAME, lineno)
     elif group := _GROUP.search(text):

@@ -370,7 +370,8 @@ def derive_facts(run: RunBuilder) -> None:
     """Fill facts that follow by formula from facts the log states (provenance ``derived``):
     DP = world / (TP * PP * CP) (CP 1 unless stated) or world = DP * TP * PP * CP (Megatron-LM's
     initialize_model_parallel; experts parallelize within DP), world = nodes * GPUs per node (or HF's banner's DP), global batch = micro *
-    gas * DP (seed 002), and gas = global / (micro * DP) as Megatron computes its micro-batch count. A
+    gas * DP (seed 002), gas = global / (micro * DP) as Megatron computes its micro-batch count, and
+    micro = global / (gas * DP) where only the count is logged (NeMo 2's). A
     Megatron-LM v1.x dump (2020: a per-GPU ``batch_size``, no global batch) means PP 1 and gas 1: v2.0
     brought pipeline parallelism and micro-batches; DeepSpeed's dump states its accumulation if it ran."""
     facts = run.facts
@@ -393,6 +394,10 @@ def derive_facts(run: RunBuilder) -> None:
     if "global_batch_size" not in facts and known("micro_batch_size", "gas", "dp"):
         global_batch = facts["micro_batch_size"] * facts["gas"] * facts["dp"]
         run.set_fact("global_batch_size", global_batch, "derived", 0)
+    if "micro_batch_size" not in facts and known("global_batch_size", "gas", "dp"):
+        per_micro_batch = facts["gas"] * facts["dp"]
+        if facts["global_batch_size"] % per_micro_batch == 0:
+            run.set_fact("micro_batch_size", facts["global_batch_size"] // per_micro_batch, "derived", 0)
     if known("global_batch_size", "micro_batch_size", "dp"):
         per_step = facts["micro_batch_size"] * facts["dp"]
         stated = facts.get("gas")

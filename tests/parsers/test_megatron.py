@@ -507,6 +507,9 @@ def test_misc_fact_lines():
     assert (run.facts["vocab_size"], run.facts["padded_vocab_size"]) == (50257, 50688)
     assert run.facts["gas"] == 256 and run.facts["logged_model_size"] == 52.005
     assert run.iterations[1]["logged_tflops_per_gpu"] == 41.94
+    # megatron.core's num_microbatches_calculator (NeMo 2 logs it through its logger)
+    core = "[NeMo I 2024-12-03 10:00:00 num_microbatches_calculator:228] setting number of microbatches to constant 16"
+    assert feed(core).facts["gas"] == 16
 
 
 @pytest.mark.parametrize(

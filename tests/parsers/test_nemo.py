@@ -323,3 +323,13 @@ def test_lightnings_model_summary_total_is_the_logged_size_unless_nemo_counted_i
     assert feed_lines(nemo.FAMILY, ["5.0 B     Total params"]).facts["logged_model_size"] == 5.0
     total = "[NeMo I 2024-04-08 megatron_gpt_model:1209] ... Total number of model parameters: 3.56e+08."
     assert feed_lines(nemo.FAMILY, [total, *summary]).facts["logged_model_size"] == 0.356
+
+
+@pytest.mark.parametrize(
+    "group", ["tensor model parallel group: [0, 1]", "pipeline model parallel group: [0, 4]"]
+)
+def test_lightnings_summary_under_model_parallelism_is_a_shard_not_the_model(group):
+    # rank 0's module under TP 2 (or PP 2) holds about half of Llama 3 8B: Lightning prints "4.0 B"
+    grouped = f"[NeMo I 2024-12-03 10:00:00 megatron_init:439] Rank 0 has {group}"
+    run = feed_lines(nemo.FAMILY, [grouped, "4.0 B     Total params"])
+    assert "logged_model_size" not in run.facts

@@ -214,6 +214,17 @@ def test_facts_that_follow_by_formula_are_derived_and_say_so():
         sizes.set_fact(name, value, "nemo", 1)
     derive_facts(sizes)
     assert (sizes.facts["gpus"], sizes.provenance["gpus"]) == (256, "derived:0")
+    # NeMo 2 logs its global batch and micro-batch count, not the micro batch: 128 / (16 x DP 8) = 1
+    counted = RunBuilder(path="m")
+    for name, value in {"global_batch_size": 128, "gas": 16, "dp": 8}.items():
+        counted.set_fact(name, value, "nemo", 1)
+    derive_facts(counted)
+    assert (counted.facts["micro_batch_size"], counted.provenance["micro_batch_size"]) == (1, "derived:0")
+    uneven = RunBuilder(path="u")
+    for name, value in {"global_batch_size": 100, "gas": 16, "dp": 8}.items():
+        uneven.set_fact(name, value, "nemo", 1)
+    derive_facts(uneven)
+    assert "micro_batch_size" not in uneven.facts
 
 
 def test_context_parallelism_takes_its_share_of_the_world_before_dp_is_derived(tmp_path):
