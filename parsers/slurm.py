@@ -6,9 +6,9 @@ A100-SXM4-80GB`` lines, and a launch script's ``Model size: 52B`` echo (seed 001
 
 Failures are events, each either a root cause or one of its consequences (weights in parsers/base.py):
 
-- causes: a worker's exception (a traceback's exception line; the last one of a chained traceback, quoting
-  the one it was raised from or while handling, and NCCL's ``Last error:`` after it), CUDA
-  out of memory, an NCCL watchdog timeout or NCCL error (or the CUDA error the watchdog ended on), a
+- causes: a worker's exception (a traceback's exception line with NCCL's ``Last error:`` after it; of a
+  chained traceback, a ``raise ... from`` wrapper quoting its cause, and the exception handled, not the one
+  raised while handling it), CUDA out of memory, an NCCL watchdog timeout or NCCL error (or the CUDA error the watchdog ended on), a
   native abort (a C++ exception's ``what():``, ``Fatal Python error:``), the cgroup OOM killer's
   ``oom_kill event`` or another memory limit's kill (srun's ``Out Of Memory``, ``exceeded memory
   limit``), ``CANCELLED AT ... DUE TO TIME LIMIT`` (timeout, as LSF's and PBS's run limits), ``NODE
@@ -193,6 +193,8 @@ HARMLESS_TRACEBACKS = ("Exception ignored in", "--- Logging error ---")
 RAISED_FROM = "The above exception was the direct cause"
 RAISED_WHILE_HANDLING = "During handling of the above exception"
 CHAINED_TRACEBACKS = (RAISED_FROM, RAISED_WHILE_HANDLING)
+#: the kind of an exception raised while handling another: that one's consequence
+HANDLING = "raised while handling"
 #: an exception line with a message: only such a one says more as the cause of the next (``_queue.Empty``
 #: alone, which a DataLoader's "worker exited unexpectedly" is raised from, says nothing)
 _WITH_MESSAGE = rf"^{PYTHON_SPACE}*[\w.]+: {PYTHON_SPACE}*\S"
@@ -609,6 +611,7 @@ _WEIGHTS = {
     "peer": REPORT,
     "interrupt": CAUSE,
     "exception": CAUSE,
+    HANDLING: REPORT,
 }
 
 
@@ -616,8 +619,8 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     """A failure event per traceback that ended on its exception line or on an OOM line, but those Python
     printed and ignored (its header within 2 lines of a harmless traceback's herald). A chained one's
     exception (its header within 3 lines of a chained exception's line, or a ``WRAPPED_TRACEBACK``'s) is
-    ``chained``: it replaces the failure when that is the exception before it; the two quote each other
-    (``_with_chains``). An exception line followed by NCCL's last error quotes that too. Only the
+    ``chained``: it replaces the failure when that is the exception before it (``_with_chains``). An
+    exception line followed by NCCL's last error quotes that too. Only the
     events that can change a run's failure are kept: the first and the last of each kind (a relaunch's
     repeats an earlier launch's, which settle makes a consequence: the last is the last launch's), each
     chained exception and the one before it."""
@@ -658,7 +661,7 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     events = _with_chains(_with_last_errors(closers, last_errors)).select(
         "run",
         "order",
-        "quotes",
+        "in_chain",
         reason=pl.when(oom)
         .then(pl.lit(OOM_LABEL) + text)
         .when(text.str.contains(OWN_WATCHDOG, literal=True))
@@ -672,7 +675,7 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     first_or_last = (index == 0) | (index == pl.len().over("run", "kind") - 1)
     next_chained = pl.when("exception").then("chained").shift(-1).backward_fill().over("run").fill_null(False)
     kept = events.filter(
-        first_or_last | pl.col("quotes") | (pl.col("exception") & (pl.col("chained") | next_chained))
+        first_or_last | pl.col("in_chain") | (pl.col("exception") & (pl.col("chained") | next_chained))
     )
     status = pl.when(pl.col("kind") == "interrupt").then(pl.lit("cancelled")).otherwise(pl.lit("failed"))
     return _failures(kept.lazy(), weight=pl.col("kind").replace_strict(_WEIGHTS), status=status)
@@ -701,32 +704,29 @@ def _with_last_errors(closers: pl.DataFrame, last_errors: pl.DataFrame) -> pl.Da
 
 
 def _with_chains(closers: pl.DataFrame) -> pl.DataFrame:
-    """``closers`` (sorted by run and order) with what their chains make of them: ``chained`` (replaces the
-    exception before it), ``quotes`` (its text quotes another), ``text``. Both exceptions of a chain are
-    quoted where the one before has a message (``_queue.Empty`` alone says nothing: it is replaced): a
-    ``raise ... from`` wrapper first, ``(caused by <its cause>)``; an exception raised while handling
-    another after it, ``(then, while handling it: <the next>)``, for the first one was the failure (a
-    checkpoint's write failed, then its writer's ``__exit__`` did: "unexpected pos")."""
+    """``closers`` (sorted by run and order) with what their chains make of them, where the exception before
+    one has a message (``_queue.Empty`` alone says nothing: the next replaces it, ``chained``): a ``raise
+    ... from`` wrapper replaces its cause and quotes it, ``(caused by <its cause>)``; an exception raised
+    while handling another is that one's consequence (kind ``HANDLING``: a checkpoint's write failed, then
+    its writer's ``__exit__`` did, "unexpected pos"). ``in_chain``: kept for the chain."""
     text, link, is_exception = pl.col("text"), pl.col("link"), pl.col("kind") == "exception"
     before_quotable = (pl.col("kind").shift(1).over("run") == "exception") & text.shift(1).over(
         "run"
     ).str.contains(_WITH_MESSAGE)
-    handled = is_exception & before_quotable & (link == RAISED_WHILE_HANDLING)
+    handling = is_exception & before_quotable & (link == RAISED_WHILE_HANDLING)
     caused = is_exception & before_quotable & (link == RAISED_FROM)
     closers = closers.with_columns(
-        chained=pl.col("wrapped") | (link.is_not_null() & ~handled),
-        handled=handled,
+        chained=pl.col("wrapped") | (link.is_not_null() & ~handling),
+        handling=handling,
         caused=caused,
         before=text.shift(1).over("run").str.strip_chars(),
-        after=text.shift(-1).over("run").str.strip_chars(),
     )
-    handles_next = pl.col("handled").shift(-1).over("run").fill_null(False)
+    handled = pl.col("handling").shift(-1).over("run").fill_null(False)
     return closers.with_columns(
-        quotes=pl.col("caused") | handles_next,
+        in_chain=pl.col("caused") | pl.col("handling") | handled,
+        kind=pl.when("handling").then(pl.lit(HANDLING)).otherwise("kind"),
         text=pl.when("caused")
         .then(text.str.strip_chars() + " (caused by " + pl.col("before") + ")")
-        .when(handles_next)
-        .then(text.str.strip_chars() + " (then, while handling it: " + pl.col("after") + ")")
         .otherwise(text),
     )
 

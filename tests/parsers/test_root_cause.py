@@ -540,7 +540,7 @@ def test_a_wrapper_raised_from_its_cause_is_the_reason_and_quotes_it():
     assert run.failure == ("failed", "ValueError: b (caused by KeyError: 'a')", 11)
 
 
-def test_an_exception_raised_while_handling_another_is_quoted_by_it():
+def test_an_exception_raised_while_handling_another_is_its_consequence():
     # the checkpoint's write failed; the zip writer's __exit__ then failed on what was left
     write = (
         "RuntimeError: [enforce fail at inline_container.cc:783] . PytorchStreamWriter failed writing file"
@@ -550,7 +550,8 @@ def test_an_exception_raised_while_handling_another_is_quoted_by_it():
         "RuntimeError: [enforce fail at inline_container.cc:603] . unexpected pos 2421105536 vs 2421105424"
     )
     run = feed(*TRACEBACK, write, "", handling, "", *TRACEBACK, exit_)
-    assert run.failure == ("failed", f"{write} (then, while handling it: {exit_})", 4)
+    assert run.failure == ("failed", write, 4)
+    assert run.consequence_lines() == [f"lines.log:11: {exit_}"]
 
 
 @pytest.mark.parametrize("cause", ["_queue.Empty", "StopIteration", "asyncio.exceptions.CancelledError"])

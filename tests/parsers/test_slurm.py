@@ -180,8 +180,8 @@ def test_traceback_reason_is_the_exception_that_another_was_raised_while_handlin
         "    raise ValueError('hidden_size must be divisible by heads')",
         "ValueError: hidden_size must be divisible by heads",
     )
-    reason = "KeyError: 'a' (then, while handling it: ValueError: hidden_size must be divisible by heads)"
-    assert run.failure == ("failed", reason, 3)
+    assert run.failure == ("failed", "KeyError: 'a'", 3)
+    assert run.consequence_lines() == ["lines.log:10: ValueError: hidden_size must be divisible by heads"]
 
 
 def test_cancel_outranks_an_earlier_failure():
