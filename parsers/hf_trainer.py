@@ -41,6 +41,10 @@ _ACCELERATE_MACHINES = "`--num_machines`"
 #: keys of the dicts the Trainer logs; other dicts (DeepSpeed's config values) are not ours.
 _TRAINER_KEYS = ("'loss'", "'learning_rate'", "'train_runtime'", "'train_samples_per_second'", "'epoch'")
 _RATES = ("it/s]", "s/it]")  # a tqdm update's rate
+#: PEFT's ``print_trainable_parameters`` (``trainable params: 6,553,600 || all params: 13,022,417,920 ||
+#: trainable%: 0.0503``; no separators in older peft): the whole model's count, where the Trainer's banner
+#: counts an adapter's alone
+_PEFT_COUNTS = "|| all params: "
 _METRICS_BANNER, _ARGS_MARKER = "***** train metrics *****", "TrainingArguments("
 #: the first field of a multi-line dump (``TrainingArguments.__str__`` prints ``{class name}(`` then the fields
 #: sorted): transformers 4's ``_n_gpu``, 5's ``accelerator_config`` (``_n_gpu`` no longer a field). It opens
@@ -74,6 +78,7 @@ MARKERS = (
     *("Gradient Accumulation steps", "Total optimization steps", "Number of trainable parameters"),
     *("Num Epochs", "Num update steps per epoch", "Num examples"),
     "TrainOutput(global_step=",
+    _PEFT_COUNTS,
     *_RESUMED_AT,
     # launch context: the GPU count (the banner's total batch gives DP only)
     *(
@@ -121,6 +126,7 @@ _BANNER_COUNTS = {"Num Epochs": "num_train_epochs", "Num update steps per epoch"
 _BANNER_COUNTS["Num examples"] = "num_examples"
 _TRAIN_BANNER = re.compile(rf"({literals((*_BANNER_FACTS, *_BANNER_COUNTS))}) = ([\d,]+)")
 _TRAIN_OUTPUT = re.compile(r"TrainOutput\(global_step=(\d+),")
+_PEFT_ALL = re.compile(r"trainable params: [\d,]+ \|\| all params: ([\d,]+) \|\|")
 _RESUMED_STEP = re.compile(r"(?:Continuing training from|checkpoint with epoch \d+ and) global step (\d+)\b")
 #: the example scripts' first warning (run_clm.py...): ``Process rank: 0, device: cuda:0, n_gpu: 2, distributed
 #: training: False, 16-bits training: True``; not distributed, the one process drives ``n_gpu`` GPUs. Some
@@ -288,6 +294,9 @@ def _plain(text: str, out: list) -> None:
     if _TRAIN_BANNER_LINE in text:  # no record of the family's alone: DeepSpeed-Chat prints it too
         # a training from step 0, unless a resume's line follows: its dicts count from its first
         out += [{"what": "launch"}, {"what": "resume", "value": _typed(0)}]
+    if _PEFT_COUNTS in text and (counts := _PEFT_ALL.search(text)):
+        if (count := int(counts[1].replace(",", ""))) <= INT64_MAX:
+            out += [_fact("logged_model_size", count / 1e9), {"what": "peft"}, _SEEN]
     if "TrainOutput(global_step=" in text and (output := _TRAIN_OUTPUT.search(text)):
         out += [_fact("final_steps", int(output[1])), _SEEN]  # what Trainer.train() returns, printed
     if "training from" in text and (resumed := _RESUMED_STEP.search(text)) and int(resumed[1]) <= INT64_MAX:
@@ -331,8 +340,10 @@ def _banner(label: str, value: int, out: list) -> None:
         return
     fact = _BANNER_FACTS[label]
     size = fact == "logged_model_size" and value <= INT64_MAX  # beyond: noted, never divided (OverflowError)
-    if value > 0:
-        out.append(_fact(fact, value / 1e9 if size else value))
+    if value > 0 and fact == "logged_model_size":  # a fact unless PEFT said the whole model's (_trainable)
+        out.append({"what": "trainable", "name": fact, "value": _typed(value / 1e9 if size else value)})
+    elif value > 0:
+        out.append(_fact(fact, value))
     if value > 0 and fact not in ("train_iters", "logged_model_size"):
         out += [{"what": "banner", "name": fact, "value": _typed(value)}, {"what": "dp"}]
     elif value > 0 and fact == "train_iters":  # the steps a ratio of logging_steps is of (max_steps -1)
@@ -563,7 +574,13 @@ def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Ev
     # a final's copy with more digits than all before it is stated: the last, the run's, has the most
     finals = effects.filter(what == "final").filter(before.is_null() | (pl.col("digits") > before))
     facts = pl.concat(
-        [effects.filter(what == "fact"), _asked(effects, args), finals, shapes.filter(what != "sized")],
+        [
+            effects.filter(what == "fact"),
+            _trainable(effects),
+            _asked(effects, args),
+            finals,
+            shapes.filter(what != "sized"),
+        ],
         how="diagonal_relaxed",
     ).filter(order >= 0)
     copies = _copies(effects, args)
@@ -576,10 +593,19 @@ def read_trainer(records: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Ev
         "run", what=pl.lit("copies"), order=pl.lit(0, pl.Int64), value=_int_typed("copies")
     )
     carry = [*kept, finals, dicts, resumes, _bars(bar_records, effects), planned, printed, copies]
+    carry.append(effects.filter(what == "peft"))
     carry = pl.concat(carry, how="diagonal_relaxed")
     carry = carry.group_by("run", "what", "name").agg(pl.all().get(pl.col("order").arg_max()))
     carry = carry.select(*_CARRY).cast(_CARRY)
     return _events(facts, steps, effects, carry)
+
+
+def _trainable(effects: pl.DataFrame) -> pl.DataFrame:
+    """The banner's trainable parameters as the logged size, of the runs where PEFT printed no count of the
+    whole model (in this read or one before)."""
+    peft = effects.filter(pl.col("what") == "peft").select("run").unique()
+    trainable = effects.filter(pl.col("what") == "trainable").join(peft, on="run", how="anti")
+    return trainable.with_columns(what=pl.lit("fact"))
 
 
 def _effects(frame: pl.DataFrame) -> pl.DataFrame:

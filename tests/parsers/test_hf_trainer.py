@@ -1304,3 +1304,36 @@ def test_a_command_in_a_comment_is_not_the_runs():
         ]
     )
     assert run.facts["gpus"] == 4 and run.provenance["gpus"] == "hf-trainer:1"
+
+
+@pytest.mark.parametrize(
+    "counts",
+    [
+        "trainable params: 6,553,600 || all params: 13,022,417,920 || trainable%: 0.0503",
+        "trainable params: 6553600 || all params: 13022417920 || trainable%: 0.05032609261628233",  # older peft
+    ],
+)
+def test_peft_counts_the_whole_model_where_the_banner_counts_the_adapter(counts):
+    banner = "  Number of trainable parameters = 6,553,600"
+    run = feed_lines([counts, "***** Running training *****", banner])
+    assert (run.facts["logged_model_size"], run.provenance["logged_model_size"]) == (
+        13.02241792,
+        "hf-trainer:1",
+    )
+    # with no PEFT line the banner's count is the logged size (a full fine-tune's: every parameter trains)
+    alone = feed_lines(["***** Running training *****", banner])
+    assert alone.facts["logged_model_size"] == 0.0065536
+
+
+def test_peft_counts_in_the_jobs_other_file_still_count(tmp_path):
+    # PEFT prints to stdout (.out), the Trainer's logger its banner to stderr (.err)
+    from logstat.api import load_runs
+
+    (tmp_path / "lora-77.out").write_text(
+        "trainable params: 6,553,600 || all params: 13,022,417,920 || trainable%: 0.0503\n"
+    )
+    (tmp_path / "lora-77.err").write_text(
+        "***** Running training *****\n  Number of trainable parameters = 6,553,600\n"
+    )
+    row = load_runs([tmp_path]).runs.row(0, named=True)
+    assert row["model_size_b"] == 13.02241792
