@@ -138,6 +138,13 @@ def marks_of(frame: pl.LazyFrame, family: str, mark: str, text: pl.Expr | None =
     ).collect()
 
 
+def step_lines(records: pl.LazyFrame, family: str, **metrics: pl.Expr) -> Events:
+    """A step event per record of a kind whose line is one step (``metrics``: ``step`` and the step's
+    metrics, read off the record; one without a step is none), each a mark that ``family`` was seen."""
+    steps = records.select("order", **metrics, mode=pl.lit(RECORD, pl.Int8), family=pl.lit(family))
+    return Events(steps=[steps.drop_nulls("step").collect()], marks=[marks_of(records, family, SEEN)])
+
+
 # --- what records are --------------------------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
-"""minGPT/Lightning benchmark family (seed 004, ``benchmark.py`` of the minGPT DeepSpeed repository).
+"""minGPT family: the minGPT/Lightning benchmark (seed 004, ``benchmark.py`` of the minGPT DeepSpeed
+repository) and minGPT's own projects.
 
-Its output, as the seed's README quotes it::
+The benchmark's output, as the seed's README quotes it::
 
     python benchmark.py --n_layer 21 --n_head 16 --n_embd 8192 --gpus 8 --precision 16 --batch_size 1
     Average Epoch time: 45.65 seconds
@@ -8,14 +9,22 @@ Its output, as the seed's README quotes it::
 
 The command line gives the run's shape, GPUs per node (``--gpus``; ``--num_nodes``), the micro batch,
 precision and the strategy (``deepspeed_stage_3``, ``--cpu_offload``).
+
+minGPT's projects (chargpt.py, adder.py) print from their batch-end callback every 10 iterations
+``iter_dt 41.90ms; iter 10: train loss 3.28933`` (the iteration's time, its 0-based number, its loss): a
+step each (read column-wise); their config's ``command line overwriting config attribute
+trainer.max_iters with 5000`` (CfgNode.merge_from_args) states the planned steps, the batch, the block
+size and the model's shape.
 """
 
 from __future__ import annotations
 
 import re
 
+import polars as pl
 from logstat.parsers import grammar
 from logstat.parsers.base import Family, RunBuilder, never_raises
+from logstat.parsers.kinds import NUMBER, Events, RecordKind, RecordTest, as_count, as_real, step_lines
 
 NAME = "mingpt"
 
@@ -69,6 +78,33 @@ def _read_command_line(run: RunBuilder, command: str, lineno: int) -> None:
     run.saw(NAME)
 
 
+#: a minGPT project's step line (projects/chargpt/chargpt.py ``batch_end_callback``)
+STEP_LINE = rf"^iter_dt ([\d.]+)ms; iter (\d+): train loss ({NUMBER})"
+_STEP_MARKER = "ms; iter "
+
+
+def read_steps(records: pl.LazyFrame) -> Events:
+    """A step event per step line of a minGPT project."""
+    fields = pl.col("text").str.extract_groups(STEP_LINE)
+    step, loss, milliseconds = (fields.struct[group] for group in "231")
+    return step_lines(
+        records, NAME, step=as_count(step), loss=as_real(loss), elapsed_ms=as_real(milliseconds)
+    )
+
+
+#: CfgNode.merge_from_args' word on a ``--key=value`` of a minGPT project's command line
+_OVERRIDE = re.compile(r"command line overwriting config attribute (\w+)\.(\w+) with (\d+)\s*$")
+_OVERRIDE_FACTS = {
+    ("trainer", "max_iters"): "train_iters",
+    ("trainer", "batch_size"): "micro_batch_size",
+    ("data", "block_size"): "seq_len",
+    ("model", "block_size"): "seq_len",
+    ("model", "n_layer"): "num_layers",
+    ("model", "n_head"): "num_heads",
+    ("model", "n_embd"): "hidden_size",
+}
+
+
 @never_raises(NAME)
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Read one line of minGPT/Lightning benchmark output into ``run``; never raises."""
@@ -82,6 +118,9 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     script = "--n_layer" in text and _SCRIPT.search(text)
     if script:
         _read_command_line(run, text[script.start() :], lineno)
+    if (override := _OVERRIDE.search(text)) and (fact := _OVERRIDE_FACTS.get((override[1], override[2]))):
+        run.set_fact(fact, int(override[3]), NAME, lineno)
+        run.saw(NAME)
 
 
 def epoch_times(text: str) -> list[int | float]:
@@ -106,7 +145,22 @@ def _scan(pattern: re.Pattern[str], literal: str, text: str) -> list[int | float
 
 FAMILY = Family(
     name=NAME,
-    markers=("Average Epoch time:", "Average Peak CUDA memory:", "--n_layer"),
+    markers=(
+        "Average Epoch time:",
+        "Average Peak CUDA memory:",
+        "--n_layer",
+        "command line overwriting config attribute ",
+        _STEP_MARKER,
+    ),
     parse_line=parse_line,
-    description="minGPT/Lightning benchmark: average epoch time, peak CUDA memory, benchmark.py command line",
+    kinds=(
+        RecordKind(
+            family=NAME,
+            name="step",
+            test=RecordTest(markers=(_STEP_MARKER,), pattern=STEP_LINE),
+            read=read_steps,
+        ),
+    ),
+    description="minGPT: the Lightning benchmark's average epoch time, peak CUDA memory and command line; "
+    "minGPT projects' iteration lines and config overrides",
 )

@@ -54,7 +54,6 @@ from logstat.parsers.base import Family, RunBuilder, never_raises
 from logstat.parsers.kinds import (
     BODY,
     NUMBER,
-    RECORD,
     SEEN,
     Block,
     Events,
@@ -63,6 +62,7 @@ from logstat.parsers.kinds import (
     as_count,
     as_real,
     marks_of,
+    step_lines,
 )
 
 NAME = "nanogpt"
@@ -81,16 +81,14 @@ def read_steps(records: pl.LazyFrame) -> Events:
     """A step event per step line (see the module's docstring)."""
     fields = pl.col("text").str.extract_groups(STEP_LINE)
     mfu = as_real(fields.struct["4"])
-    steps = records.select(
-        "order",
+    return step_lines(
+        records,
+        NAME,
         step=as_count(fields.struct["1"]),
         loss=as_real(fields.struct["2"]),
         elapsed_ms=as_real(fields.struct["3"]),
         logged_tflops_per_gpu=pl.when(mfu >= 0).then(mfu * A100_PEAK_TFLOPS / 100),
-        mode=pl.lit(RECORD, pl.Int8),
-        family=pl.lit(NAME),
     )
-    return Events(steps=[steps.drop_nulls("step").collect()], marks=[marks_of(records, NAME, SEEN)])
 
 
 # --- the configuration: the config file's text and the overrides ------------------------------------

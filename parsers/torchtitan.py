@@ -58,14 +58,12 @@ import polars as pl
 from logstat.parsers.base import Family, RunBuilder
 from logstat.parsers.kinds import (
     NUMBER,
-    RECORD,
-    SEEN,
     Events,
     RecordKind,
     RecordTest,
     as_count,
     as_real,
-    marks_of,
+    step_lines,
 )
 from logstat.parsers.slurm import gpu_model
 
@@ -90,17 +88,15 @@ def _plain(text: pl.Expr) -> pl.Expr:
 
 def read_steps(records: pl.LazyFrame) -> Events:
     """A step event per step line; its per-device tps, until ``finish``, in ``tokens_per_sec``."""
-    steps = records.select(
-        "order",
+    return step_lines(
+        records,
+        NAME,
         step=as_count(_plain(_field("step", _COUNT))),
         loss=as_real(_field("loss")),
         grad_norm=as_real(_field("grad_norm")),
         tokens_per_sec=as_real(_plain(_field("(?:tps|wps)", _COUNT))),
         logged_tflops_per_gpu=as_real(_plain(_field("tflops", r"([\d,]+\.?\d*)"))),
-        mode=pl.lit(RECORD, pl.Int8),
-        family=pl.lit(NAME),
     )
-    return Events(steps=[steps.drop_nulls("step").collect()], marks=[marks_of(records, NAME, SEEN)])
 
 
 def _positive(run: RunBuilder, name: str) -> int | None:

@@ -6,7 +6,7 @@ import pytest
 from logstat.parsers import mingpt
 from logstat.parsers.base import RunBuilder
 
-from tests.parsers.feeding import feed_file
+from tests.parsers.feeding import feed_file, feed_lines
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "mingpt"
 
@@ -93,3 +93,37 @@ def test_shape_flags_present_or_left_out(flags, facts):
     mingpt.parse_line(f"+ python benchmark.py --n_layer 2 {flags}", 1, run)
     assert run.facts["num_layers"] == 2
     assert {name: run.facts[name] for name in ("seq_len", "vocab_size") if name in run.facts} == facts
+
+
+# minGPT's projects/chargpt/chargpt.py: its CfgNode overrides, then its batch-end callback every 10 iterations
+CHARGPT = [
+    "$ python projects/chargpt/chargpt.py --trainer.max_iters=5000 --trainer.batch_size=128 --data.block_size=256",
+    "command line overwriting config attribute trainer.max_iters with 5000",
+    "command line overwriting config attribute trainer.batch_size with 128",
+    "command line overwriting config attribute data.block_size with 256",
+    "command line overwriting config attribute system.work_dir with ./out/chargpt",
+    "number of parameters: 2.71M",
+    "iter_dt 0.00ms; iter 0: train loss 4.17420",
+    "O God, O God! that e'er this tongue of mine,",
+    "iter_dt 41.90ms; iter 10: train loss 3.28933",
+    "iter_dt 40.85ms; iter 20: train loss 3.22555",
+]
+
+
+def test_a_mingpt_projects_iterations_and_overrides():
+    run = feed_lines(mingpt.FAMILY, CHARGPT)
+    steps = run.iteration_frame.select("iteration", "loss", "elapsed_ms").rows()
+    assert steps == [(0, 4.1742, 0.0), (10, 3.28933, 41.9), (20, 3.22555, 40.85)]
+    facts = {name: run.facts.get(name) for name in ("train_iters", "micro_batch_size", "seq_len")}
+    assert facts == {"train_iters": 5000, "micro_batch_size": 128, "seq_len": 256}
+    assert run.provenance["seq_len"] == "mingpt:4"
+
+
+def test_a_mingpt_project_is_read_as_mingpt_among_every_family(tmp_path):
+    from logstat.api import load_runs
+
+    log = tmp_path / "chargpt.log"
+    log.write_text("\n".join(CHARGPT) + "\n")
+    row = load_runs([log]).runs.row(0, named=True)
+    # nanoGPT's model prints "number of parameters: 2.71M" too: the steps say whose run it is
+    assert (row["family"], row["iterations"], row["last_iteration"]) == ("mingpt", 3, 20)
