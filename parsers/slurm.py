@@ -9,7 +9,8 @@ Failures are events, each either a root cause or one of its consequences (weight
 - causes: a worker's exception (a traceback's exception line with NCCL's ``Last error:`` after it; of a
   chained traceback, a ``raise ... from`` wrapper quoting its cause, and the exception handled, not the one
   raised while handling it), CUDA out of memory, an NCCL watchdog timeout or NCCL error (or the CUDA error the watchdog ended on), a
-  native abort (a C++ exception's ``what():``, ``Fatal Python error:``), the cgroup OOM killer's
+  native abort (a C++ exception's ``what():``, ``Fatal Python error:``), Hydra's config errors printed
+  without a traceback (``Could not override '...'``), the cgroup OOM killer's
   ``oom_kill event`` or another memory limit's kill (srun's ``Out Of Memory``, ``exceeded memory
   limit``), ``CANCELLED AT ... DUE TO TIME LIMIT`` (timeout, as LSF's and PBS's run limits), ``NODE
   FAILURE`` (failed), a cancel without a
@@ -128,6 +129,18 @@ CAUSE_LABELS = (
 #: DataLoader worker's signal handler (torch/csrc/DataLoader.cpp: ``ERROR: Unexpected bus error encountered
 #: in worker. This might be caused by insufficient shared memory (shm).``), before the worker dies of it
 NATIVE_ABORTS = ("what():  ", "Fatal Python error: ", "encountered in worker.")
+#: Hydra's report of an error composing the config (hydra/_internal/utils.py ``run_and_report``: a
+#: CompactHydraException's message, its OmegaConf cause, then "Set the environment variable
+#: HYDRA_FULL_ERROR=1 for a complete stack trace.", no traceback): the first line of config_loader_impl.py's
+#: and the override parser's messages, a line's start (NeMo's ``model.optim.sched.warmup_step=200``
+#: not in its config: ``Could not override 'model.optim.sched.warmup_step'.``)
+HYDRA_ERRORS = (
+    "Could not override '",
+    "Could not append to config.",
+    "Could not delete from config.",
+    "Error merging override ",
+    "Error parsing override '",
+)
 #: a process's own crash, as torch elastic names the signal that ended a worker (``exitcode  : -11 (pid: 9)
 #: (SIGSEGV)``, ``Signal 11 (SIGSEGV) received by PID 9``): how it ended, never the launcher's doing (its
 #: SIGTERM, SIGKILL of the other workers); each with its description (glibc's strsignal), as bash names it
@@ -178,6 +191,10 @@ LOST_DAEMON = "has lost communication with a remote daemon"
 #: ssh exited with exit code 255``; 255 is ssh's own failure (the node or its network lost: a cause), any other
 #: code the remote command's (a report of what its lines say)
 PDSH_SSH_EXIT = "ssh exited with exit code"
+#: the ssh client's own error when it cannot reach a node (ssh.c, forwarded by pdsh with the node's prefix
+#: before its exit 255): ``node-03: ssh: connect to host node-03 port 22: No route to host``, ``ssh: Could not
+#: resolve hostname node-9: Name or service not known``: why the node was lost
+SSH_FAILURES = ("ssh: connect to host ", "ssh: Could not resolve hostname ")
 #: what the CUDA caching allocator's error says (``RuntimeError: CUDA out of memory.``, torch 2's
 #: ``torch.OutOfMemoryError``)
 CUDA_OOM = ("CUDA out of memory", "OutOfMemoryError")
@@ -353,7 +370,13 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             weight, kind = REPORT, "peer"
     elif any(abort in text for abort in NATIVE_ABORTS):
         kind = "native abort"
-    elif LOST_DAEMON in text or (PDSH_SSH_EXIT in text and text.rstrip().endswith(f"{PDSH_SSH_EXIT} 255")):
+    elif text.lstrip().startswith(HYDRA_ERRORS):
+        kind = "config"
+    elif (
+        LOST_DAEMON in text
+        or (PDSH_SSH_EXIT in text and text.rstrip().endswith(f"{PDSH_SSH_EXIT} 255"))
+        or any(failure in text for failure in SSH_FAILURES)
+    ):
         label, kind = NODE_FAILURE_LABEL, "node failure"
     elif PDSH_SSH_EXIT in text:
         weight, kind = REPORT, "pdsh"
@@ -580,6 +603,8 @@ _READ_BEFORE_KILLS = (
     LSF_EXIT,
     *WATCHDOG_ENDS,
     *NATIVE_ABORTS,
+    *HYDRA_ERRORS,
+    *SSH_FAILURES,
 )
 _READ_BEFORE_KILLS += (*MEMORY_LIMIT_KILLS, LOST_DAEMON, "srun: error", "NODE_FAIL")
 _READ_BEFORE_KILLS += (*CLEAN_EXITS, "exits with return code", *MPIRUN_ENDS, *CRASH_SIGNALS)

@@ -167,6 +167,24 @@ def test_pdsh_losing_a_node_is_the_cause_and_a_remote_commands_exit_a_report():
     ]
 
 
+@pytest.mark.parametrize(
+    "why",
+    [
+        "worker-3: ssh: connect to host worker-3 port 22: No route to host",
+        "ssh: Could not resolve hostname worker-3: Name or service not known",
+    ],
+)
+def test_ssh_saying_why_it_lost_a_node_is_the_cause_before_pdshs_exit_code(why):
+    lost = "pdsh@worker-0: worker-3: ssh exited with exit code 255"
+    timeout = "worker-0: torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients."
+    run = feed(why, lost, timeout)
+    assert run.failure == (
+        "failed",
+        f"node failure: {why.removeprefix('worker-3: ')}",
+        1,
+    )  # pdsh prefix stripped
+
+
 def test_traceback_reason_is_the_exception_that_another_was_raised_while_handling():
     run = feed(
         "Traceback (most recent call last):",
@@ -314,3 +332,27 @@ def test_lsf_exit_code_alone_is_a_report_and_success_a_clean_exit():
 def test_a_batch_systems_end_of_a_job_says_why_it_ended(line, status, label):
     run = feed(" iteration       10/    1000 | elapsed time per iteration (ms): 1234.5 |", line)
     assert run.failure == (status, label + line.strip(), 2)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "Could not override 'model.optim.sched.warmup_step'.",
+        "Could not append to config. An item is already at 'trainer.max_steps'.",
+        "Could not delete from config. 'model.foo' does not exist.",
+        "Error merging override model.tokenizer=gpt2",
+    ],
+)
+def test_hydras_config_error_without_a_traceback_is_the_cause(error):
+    # hydra's run_and_report: the exception's message, its OmegaConf cause, the hint; then srun's report
+    run = feed(
+        error,
+        "Key 'warmup_step' is not in struct",
+        "    full_key: model.optim.sched.warmup_step",
+        "",
+        "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.",
+        "srun: error: gpu-a041: tasks 0-7: Exited with exit code 1",
+    )
+    assert run.failure == ("failed", error, 1)
+    # only at a line's start: a log quoting the words is no failure
+    assert feed(f"INFO retrying: {error}").failure is None
