@@ -14,7 +14,7 @@ minGPT's projects (chargpt.py, adder.py) print from their batch-end callback eve
 ``iter_dt 41.90ms; iter 10: train loss 3.28933`` (the iteration's time, its 0-based number, its loss): a
 step each (read column-wise); their config's ``command line overwriting config attribute
 trainer.max_iters with 5000`` (CfgNode.merge_from_args) states the planned steps, the batch, the block
-size and the model's shape.
+size and the model's shape; its Trainer's ``running on device cuda``, one GPU.
 """
 
 from __future__ import annotations
@@ -92,6 +92,8 @@ def read_steps(records: pl.LazyFrame) -> Events:
     )
 
 
+#: minGPT's Trainer on the device it trains on (mingpt/trainer.py ``print("running on device", self.device)``)
+_DEVICE = "running on device "
 #: CfgNode.merge_from_args' word on a ``--key=value`` of a minGPT project's command line
 _OVERRIDE = re.compile(r"command line overwriting config attribute (\w+)\.(\w+) with (\d+)\s*$")
 _OVERRIDE_FACTS = {
@@ -116,11 +118,20 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.set_fact("peak_memory_mib", mib, NAME, lineno)
         run.saw(NAME)
     script = "--n_layer" in text and _SCRIPT.search(text)
-    if script:
+    if script and not _config_file_first(text[script.end() :]):
         _read_command_line(run, text[script.start() :], lineno)
+    if text.startswith(_DEVICE) and text.rstrip().endswith("cuda"):  # its Trainer drives one device
+        run.set_fact("gpus", 1, NAME, lineno)
     if (override := _OVERRIDE.search(text)) and (fact := _OVERRIDE_FACTS.get((override[1], override[2]))):
         run.set_fact(fact, int(override[3]), NAME, lineno)
         run.saw(NAME)
+
+
+def _config_file_first(arguments: str) -> bool:
+    """Whether a ``train.py`` command's first argument is a config file: nanoGPT's configurator
+    (``train.py config/train_gpt2.py --n_layer=24``), not the benchmark's flags."""
+    first = arguments.split(maxsplit=1)[:1]
+    return bool(first) and first[0].endswith(".py")
 
 
 def epoch_times(text: str) -> list[int | float]:
@@ -150,6 +161,7 @@ FAMILY = Family(
         "Average Peak CUDA memory:",
         "--n_layer",
         "command line overwriting config attribute ",
+        _DEVICE,
         _STEP_MARKER,
     ),
     parse_line=parse_line,

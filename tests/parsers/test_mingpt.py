@@ -103,6 +103,7 @@ CHARGPT = [
     "command line overwriting config attribute data.block_size with 256",
     "command line overwriting config attribute system.work_dir with ./out/chargpt",
     "number of parameters: 2.71M",
+    "running on device cuda",
     "iter_dt 0.00ms; iter 0: train loss 4.17420",
     "O God, O God! that e'er this tongue of mine,",
     "iter_dt 41.90ms; iter 10: train loss 3.28933",
@@ -114,8 +115,8 @@ def test_a_mingpt_projects_iterations_and_overrides():
     run = feed_lines(mingpt.FAMILY, CHARGPT)
     steps = run.iteration_frame.select("iteration", "loss", "elapsed_ms").rows()
     assert steps == [(0, 4.1742, 0.0), (10, 3.28933, 41.9), (20, 3.22555, 40.85)]
-    facts = {name: run.facts.get(name) for name in ("train_iters", "micro_batch_size", "seq_len")}
-    assert facts == {"train_iters": 5000, "micro_batch_size": 128, "seq_len": 256}
+    facts = {name: run.facts.get(name) for name in ("train_iters", "micro_batch_size", "seq_len", "gpus")}
+    assert facts == {"train_iters": 5000, "micro_batch_size": 128, "seq_len": 256, "gpus": 1}
     assert run.provenance["seq_len"] == "mingpt:4"
 
 
@@ -127,3 +128,13 @@ def test_a_mingpt_project_is_read_as_mingpt_among_every_family(tmp_path):
     row = load_runs([log]).runs.row(0, named=True)
     # nanoGPT's model prints "number of parameters: 2.71M" too: the steps say whose run it is
     assert (row["family"], row["iterations"], row["last_iteration"]) == ("mingpt", 3, 20)
+
+
+def test_nanogpts_train_py_with_a_config_file_is_not_the_benchmarks_command():
+    nanogpt = (
+        "$ torchrun --standalone --nproc_per_node=4 train.py config/train_gpt2.py --n_layer=24 --n_head=16"
+    )
+    run = feed_lines(mingpt.FAMILY, [nanogpt])
+    assert "num_layers" not in run.facts and mingpt.NAME not in run.families_seen
+    benchmark = feed_lines(mingpt.FAMILY, ["python train.py --n_layer 24 --n_head 16 --gpus 8"])
+    assert benchmark.facts["num_layers"] == 24
