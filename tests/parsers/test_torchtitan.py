@@ -265,3 +265,15 @@ def test_a_first_launch_and_a_seed_checkpoint_resume_nothing():
     # an initial load of weights in another format names no step
     other = feed_lines(torchtitan.FAMILY, [PREFIX + "Loading the checkpoint from /models/llama3-8b/hf."])
     assert "resumed_step" not in other.facts
+
+
+def test_a_dimension_beyond_int64_is_noted_and_derives_nothing():
+    # found by the hostile-numbers test: 2 * (4 * dim) / 3 of a 400-digit dim raised OverflowError
+    huge = "9" * 400
+    line = (
+        f"{PREFIX}Building llama3 8B with TransformerModelArgs(dim={huge}, n_layers=32, n_heads=32, "
+        "vocab_size=128256, multiple_of=1024, ffn_dim_multiplier=1.3, norm_eps=1e-05)"
+    )
+    run = feed_lines(torchtitan.FAMILY, [line])
+    assert "hidden_size" not in run.facts and "ffn_hidden_size" not in run.facts
+    assert [note.split(":")[2].split("=")[0].strip() for note in run.state["parse_errors"]] == ["hidden_size"]
