@@ -645,10 +645,10 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     printed and ignored (its header within 2 lines of a harmless traceback's herald). A chained one's
     exception (its header within 3 lines of a chained exception's line, or a ``WRAPPED_TRACEBACK``'s) is
     ``chained``: it replaces the failure when that is the exception before it (``_with_chains``). An
-    exception line followed by NCCL's last error quotes that too. Only the
-    events that can change a run's failure are kept: the first and the last of each kind (a relaunch's
-    repeats an earlier launch's, which settle makes a consequence: the last is the last launch's), each
-    chained exception and the one before it."""
+    exception line followed by NCCL's last error quotes that too. Only the events that can change a run's
+    failure are kept: the first and the last of each kind (a relaunch's repeats an earlier launch's, which
+    settle makes a consequence: the last is the last launch's), each chained exception and the one before
+    it."""
     records, text = blocks.collect(), pl.col("text")
     last_errors = records.filter(pl.col("source") == NCCL_LAST_ERRORS.name, pl.col("role") != OPENER)
     records = records.filter(pl.col("source") == TRACEBACK.name)
