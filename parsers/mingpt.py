@@ -94,17 +94,10 @@ def read_steps(records: pl.LazyFrame) -> Events:
 
 #: minGPT's Trainer on the device it trains on (mingpt/trainer.py ``print("running on device", self.device)``)
 _DEVICE = "running on device "
-#: CfgNode.merge_from_args' word on a ``--key=value`` of a minGPT project's command line
-_OVERRIDE = re.compile(r"command line overwriting config attribute (\w+)\.(\w+) with (\d+)\s*$")
-_OVERRIDE_FACTS = {
-    ("trainer", "max_iters"): "train_iters",
-    ("trainer", "batch_size"): "micro_batch_size",
-    ("data", "block_size"): "seq_len",
-    ("model", "block_size"): "seq_len",
-    ("model", "n_layer"): "num_layers",
-    ("model", "n_head"): "num_heads",
-    ("model", "n_embd"): "hidden_size",
-}
+#: CfgNode.merge_from_args' word on a ``--key=value`` of a minGPT project's command line (``trainer.batch_size``,
+#: ``model.n_layer``: the benchmark's flag names, and the planned steps)
+_OVERRIDE = re.compile(r"command line overwriting config attribute (?:\w+\.)*(\w+) with (\d+)\s*$")
+_OVERRIDE_FACTS = {**_SHAPE_FLAGS, "max_iters": "train_iters"}
 
 
 @never_raises(NAME)
@@ -122,8 +115,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         _read_command_line(run, text[script.start() :], lineno)
     if text.startswith(_DEVICE) and text.rstrip().endswith("cuda"):  # its Trainer drives one device
         run.set_fact("gpus", 1, NAME, lineno)
-    if (override := _OVERRIDE.search(text)) and (fact := _OVERRIDE_FACTS.get((override[1], override[2]))):
-        run.set_fact(fact, int(override[3]), NAME, lineno)
+    if (override := _OVERRIDE.search(text)) and (fact := _OVERRIDE_FACTS.get(override[1])):
+        run.set_fact(fact, int(override[2]), NAME, lineno)
         run.saw(NAME)
 
 

@@ -55,7 +55,7 @@ import math
 import re
 
 import polars as pl
-from logstat.parsers.base import INT64_MAX, Family, RunBuilder
+from logstat.parsers.base import Family, RunBuilder
 from logstat.parsers.kinds import (
     NUMBER,
     Events,
@@ -175,15 +175,16 @@ def _model_facts(arguments: str, lineno: int, run: RunBuilder) -> None:
     if kv_heads and heads and kv_heads < heads:
         run.set_fact("num_query_groups", kv_heads, NAME, lineno)
     dim, multiple_of = number("dim"), number("multiple_of")
-    if (dim or 0) > INT64_MAX or (multiple_of or 0) > INT64_MAX:  # no fact: float arithmetic would overflow
-        return
     multiplier = values.get("ffn_dim_multiplier")
     scale = None if multiplier in (None, "None") else _finite(multiplier)
     # a Llama's gated FFN (w2(silu(w1 x) * w3 x)): DeepSeek's args have no multiple_of; a multiplier that
-    # is no finite number leaves its width unknown
-    known = multiplier in (None, "None") or (scale is not None and math.isfinite(scale * 8 * (dim or 0)))
-    if dim and multiple_of and known:
-        run.set_fact("ffn_hidden_size", llama_ffn_hidden_size(dim, multiple_of, scale), NAME, lineno)
+    # is no finite number, or a width no float holds, leaves it unknown
+    if dim and multiple_of and (scale is not None or multiplier in (None, "None")):
+        try:
+            width = llama_ffn_hidden_size(dim, multiple_of, scale)
+        except OverflowError:
+            return
+        run.set_fact("ffn_hidden_size", width, NAME, lineno)
         run.set_fact("swiglu", True, NAME, lineno)
 
 
