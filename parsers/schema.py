@@ -14,7 +14,7 @@ import polars as pl
 RUNS_SCHEMA: dict[str, pl.DataType] = {
     "path": pl.String,  # the run's main log file
     "paths": pl.List(pl.String),  # every file read for this run (.out + .err of one job)
-    "family": pl.String,  # primary: megatron, megatron-deepspeed, deepspeed, hf-trainer, mingpt, unknown
+    "family": pl.String,  # primary: a registered family (parsers/registry.py), megatron-deepspeed, unknown
     "families": pl.List(pl.String),  # every family seen in the run's lines
     "job_id": pl.String,
     "status": pl.String,  # ok | failed | timeout | cancelled | incomplete | empty | unreadable

@@ -58,3 +58,9 @@ def records_of(lines: list[str]) -> list[str]:
         schema={"run": pl.Int64, "row": pl.Int64, "order": pl.Int64, "text": pl.String},
     )
     return split_records(frame, separator).collect().sort("order").get_column("text").to_list()
+
+
+def line_of(path: Path, text: str) -> int:
+    """The number of ``path``'s first line holding ``text``."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return next(number for number, line in enumerate(lines, 1) if text in line)

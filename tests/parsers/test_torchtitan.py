@@ -12,7 +12,7 @@ from logstat.parsers import torchtitan
 
 from logstat.api import load_runs
 from tests.conftest import FIXTURES
-from tests.parsers.feeding import feed_lines
+from tests.parsers.feeding import feed_lines, line_of
 
 LOGS = FIXTURES / "torchtitan"
 COMPLETE = LOGS / "titan_llama3_8b_h100-4101.out"
@@ -31,11 +31,6 @@ def _steps(path) -> list[dict[str, float]]:
             pairs = re.findall(r"(\w+): +([\d,.]+)", plain.split(" - INFO - ")[1])
             found.append({name: float(value.replace(",", "")) for name, value in pairs})
     return found
-
-
-def _line_of(path, text: str) -> int:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return next(number for number, line in enumerate(lines, 1) if text in line)
 
 
 def test_a_complete_run_is_timed_by_its_tokens_per_second():
@@ -84,7 +79,7 @@ def test_the_start_up_lines_are_the_runs_facts_with_their_lines():
         "activation_checkpointing": "Applied selective activation checkpointing",
     }  # fmt: skip
     assert {name: provenance[name] for name in lines} == {
-        name: f"torchtitan:{_line_of(COMPLETE, text)}" for name, text in lines.items()
+        name: f"torchtitan:{line_of(COMPLETE, text)}" for name, text in lines.items()
     }
     assert provenance["gas"] == "derived:0"  # global / (local x DP)
 
@@ -110,7 +105,7 @@ def test_a_run_that_ran_out_of_memory_failed_of_it_and_keeps_its_steps():
     row = result.runs.row(0, named=True)
     assert (row["family"], row["status"], row["iterations"]) == ("torchtitan", "failed", 3)
     assert row["reason"].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB.")
-    assert row["reason_line"] == _line_of(OOM, "[rank0]: torch.OutOfMemoryError")
+    assert row["reason_line"] == line_of(OOM, "[rank0]: torch.OutOfMemoryError")
     assert any("ChildFailedError" in line for line in row["consequences"])
     # a DP rank reads local batch x gas x seq tokens a step; its tps divides them by its TP group too
     local_batch, gas, seq_len, tp = 4, 2, 8192, 2

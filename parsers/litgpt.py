@@ -1,0 +1,165 @@
+"""LitGPT log family (Lightning AI's LitGPT, github.com/Lightning-AI/litgpt, and lit-gpt before it): its
+pretraining and fine-tuning scripts on Lightning Fabric, which print with ``fabric.print`` (rank 0).
+
+Lines read, each fact with its source (LitGPT 0.4-0.5; lit-gpt 2023):
+
+- the step line, every ``train.log_interval`` iterations (micro-batches), a step each by its optimizer step
+  count: 2024's litgpt/pretrain.py and finetune/*.py ``Epoch 1 | iter 3200 step 200 | loss train: 1.098, val:
+  1.137 | iter time: 463.91 ms (step)`` (pretrain adds ``remaining time: 0:12:34``), 2023's ``iter 100 step
+  25: loss 2.1234, iter time: 456.78ms (optimizer.step)``. ``iter time`` is one micro-batch's (the last
+  of the step on a ``(step)`` line); a step is ``iter / step`` of them (the gradient accumulation: both
+  counters are restored on a resume), so it took that many times the iteration's time, the micro-batches
+  of a step being alike. An accumulating line (no ``(step)``) repeats the last step's count: its step's
+  row keeps its first line's metrics; a line before the first optimizer step (step 0) is none.
+- the arguments ``pprint`` prints at the start (``'devices': 4,``, ``'num_nodes': 1,``, then ``'train':
+  TrainArgs(save_interval=1000, log_interval=1, global_batch_size=16, micro_batch_size=1, ...)``, one field a
+  line on Python 3.10 and later): GPUs (devices x nodes, stated once the TrainArgs follow them), the global
+  and micro batch, ``max_steps`` (the planned steps) and ``max_seq_length``, where they are numbers.
+- ``Total parameters: 1,100,048,384`` (pretrain), ``Number of trainable parameters: 3,407,872`` then
+  ``Number of non-trainable parameters: 8,030,261,248`` (finetune): the logged size, the whole model's.
+- ``Resuming training from out/pretrain/step-00010000/lit_model.pth`` (checkpoints are saved as
+  ``step-{step_count:08d}``): the resumed step.
+- the end of training: ``Training time: 1543.27s`` (2023-2024) or the performance report's ``| - Training
+  Time : 1543.27 s``, and ``Memory used: 22.31 GB`` / ``| - Memory Used : 22.31 GB``
+  (``torch.cuda.max_memory_allocated() / 1e9``): the run's end and its peak memory.
+
+Lightning Fabric's ``Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4`` (the world size) is read by the
+NeMo family, which reads Lightning's lines; failures are the Slurm family's, read from any log.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+from logstat.parsers.base import Family, RunBuilder, never_raises
+from logstat.parsers.kinds import NUMBER, Events, RecordKind, RecordTest, as_count, as_real, step_lines
+
+NAME = "litgpt"
+
+#: both generations' step line: the iteration, the optimizer step, the training loss, the iteration's
+#: time and, on a line whose iteration ran the optimizer, its ``(step)`` / ``(optimizer.step)``
+STEP_LINE = (
+    rf"\biter (\d+) \|? ?step (\d+):? \|? ?loss (?:train: )?({NUMBER}),"
+    rf".*?\biter time: ?({NUMBER}) ?ms( \((?:optimizer\.)?step\))?"
+)
+_STEP_MARKER = "iter time:"
+
+
+def read_steps(records: pl.LazyFrame) -> Events:
+    """A step event per step line after the first optimizer step; the step's time on a ``(step)`` line
+    whose iterations are a whole number of steps (see the module's docstring)."""
+    fields = pl.col("text").str.extract_groups(STEP_LINE)
+    iteration, step = as_count(fields.struct["1"]), as_count(fields.struct["2"])
+    loss, milliseconds = as_real(fields.struct["3"]), as_real(fields.struct["4"])
+    stepped = fields.struct["5"].is_not_null() & (step > 0) & (iteration % step == 0)
+    return step_lines(
+        records,
+        NAME,
+        step=pl.when(step > 0).then(step),
+        loss=loss,
+        elapsed_ms=pl.when(stepped).then(milliseconds * (iteration // step)),
+    )
+
+
+# --- the rare lines, read in Python ---------------------------------------------------------------
+
+#: a ``pprint`` line of the arguments' dict: ``'devices': 4,`` (the first key's line opens with ``{``)
+_LAUNCH_ARGUMENT = re.compile(r"^[{ ]'(devices|num_nodes)': (\d+),$")
+_TRAIN_ARGS = "TrainArgs("
+#: the TrainArgs' fields read, each a fact
+_TRAIN_FACTS = {
+    "global_batch_size": "global_batch_size",
+    "micro_batch_size": "micro_batch_size",
+    "max_steps": "train_iters",
+    "max_seq_length": "seq_len",
+}
+#: a field read, on the TrainArgs' opener's line or one of its own after it, where it is a number
+_TRAIN_FIELD = re.compile(rf"\b({'|'.join(_TRAIN_FACTS)})=(\d+)\b")
+#: how far the TrainArgs' fields (one a line) and the launch arguments before them (sorted keys between)
+#: reach from the TrainArgs' opener
+_TRAIN_ARGS_LINES, _LAUNCH_ARGUMENT_LINES = 20, 200
+_TOTAL = re.compile(r"^Total parameters: (\d{1,3}(?:,\d{3})+|\d{1,3})$")
+_SPLIT_COUNT = re.compile(r"^Number of (non-)?trainable parameters: (\d{1,3}(?:,\d{3})*)$")
+_RESUMING = re.compile(r"^Resuming training from \S*\bstep-0*(\d+)\b")
+_TRAINING_TIME = re.compile(r"^(?:\| - )?Training [Tt]ime\s*:\s*[\d.]+\s*s$")
+_MEMORY_USED = re.compile(r"^(?:\| - )?Memory [Uu]sed\s*:\s*([\d.]+)\s*GB$")
+_END_MARKERS = ("Training time", "Training Time", "Memory used", "Memory Used")
+MIB = 2**20
+
+
+@never_raises(NAME)
+def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
+    """LitGPT's arguments, parameter counts, resume and end (see the module's docstring); never raises."""
+    line = text.strip()
+    state = run.state.setdefault(NAME, {})
+    if argument := _LAUNCH_ARGUMENT.match(text):
+        state[argument[1]] = (int(argument[2]), lineno)
+    elif _TRAIN_ARGS in text:
+        _open_train_args(lineno, run, state)
+        _read_train_fields(text, lineno, run)
+    elif lineno - state.get("train_args", -_TRAIN_ARGS_LINES) < _TRAIN_ARGS_LINES and _TRAIN_FIELD.search(
+        text
+    ):
+        _read_train_fields(text, lineno, run)
+    elif total := _TOTAL.match(line):
+        run.set_fact("logged_model_size", int(total[1].replace(",", "")) / 1e9, NAME, lineno)
+    elif count := _SPLIT_COUNT.match(line):
+        _read_split_count(count[1] is None, int(count[2].replace(",", "")), lineno, run, state)
+    elif resuming := _RESUMING.match(line):
+        run.set_fact("resumed_step", int(resuming[1]), NAME, lineno)
+    elif _TRAINING_TIME.match(line):
+        run.complete(line, lineno)
+    elif memory := _MEMORY_USED.match(line):
+        run.set_fact("peak_memory_mib", round(float(memory[1]) * 1e9 / MIB, 2), NAME, lineno)
+
+
+def _open_train_args(lineno: int, run: RunBuilder, state: dict) -> None:
+    """The TrainArgs' opener: LitGPT's, and the launch arguments printed just before it its GPUs."""
+    state["train_args"] = lineno
+    run.saw(NAME)
+    devices, nodes = (state.get(name, (0, -_LAUNCH_ARGUMENT_LINES)) for name in ("devices", "num_nodes"))
+    if devices[0] and lineno - devices[1] < _LAUNCH_ARGUMENT_LINES:
+        near_nodes = nodes[0] if nodes[0] and lineno - nodes[1] < _LAUNCH_ARGUMENT_LINES else 1
+        run.set_fact("gpus", devices[0] * near_nodes, NAME, lineno)
+
+
+def _read_train_fields(text: str, lineno: int, run: RunBuilder) -> None:
+    for name, value in _TRAIN_FIELD.findall(text):
+        if int(value) > 0:
+            run.set_fact(_TRAIN_FACTS[name], int(value), NAME, lineno)
+
+
+def _read_split_count(trainable: bool, count: int, lineno: int, run: RunBuilder, state: dict) -> None:
+    """Finetuning's two counts, trainable then non-trainable: their sum is the model's size."""
+    if trainable:
+        state["trainable"] = count
+    elif "trainable" in state:
+        run.set_fact("logged_model_size", (state.pop("trainable") + count) / 1e9, NAME, lineno)
+
+
+FAMILY = Family(
+    name=NAME,
+    markers=(
+        _STEP_MARKER,
+        "'devices': ",
+        "'num_nodes': ",
+        _TRAIN_ARGS,
+        *(f"{field}=" for field in _TRAIN_FACTS),
+        "Total parameters: ",
+        "trainable parameters: ",
+        "Resuming training from ",
+        *_END_MARKERS,
+    ),
+    parse_line=parse_line,
+    kinds=(
+        RecordKind(
+            family=NAME,
+            name="step",
+            test=RecordTest(markers=(_STEP_MARKER,), pattern=STEP_LINE),
+            read=read_steps,
+        ),
+    ),
+    description="LitGPT: step lines (iter, optimizer step, loss, iteration time), TrainArgs, parameter "
+    "counts, resume and end",
+)

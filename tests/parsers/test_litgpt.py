@@ -1,0 +1,123 @@
+"""LitGPT's step lines, arguments, parameter counts, resume and end, on fixtures in its print formats
+(fixtures/litgpt/); the expected numbers are computed here from the lines' own text."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+
+import pytest
+from logstat.parsers import litgpt
+
+from logstat.api import load_runs
+from tests.conftest import FIXTURES
+from tests.parsers.feeding import feed_lines, line_of
+
+LOGS = FIXTURES / "litgpt"
+LORA = LOGS / "litgpt_lora_llama3_8b-5201.out"
+PRETRAIN = LOGS / "litgpt_pretrain_tinyllama_resumed_oom-5202.out"
+STEP = re.compile(r"iter (\d+) step (\d+) \| loss train: ([\d.]+), .* iter time: ([\d.]+) ms( \(step\))?")
+
+
+def _steps(path) -> dict[int, dict[str, float]]:
+    """Per optimizer step, its first line's loss and, on a ``(step)`` line, the step's time: the
+    iteration's times the iterations a step takes (``iter / step``)."""
+    found = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if (match := STEP.search(line)) and int(match[2]) > 0:
+            iteration, step = int(match[1]), int(match[2])
+            elapsed = float(match[4]) * (iteration // step) if match[5] else None
+            found.setdefault(step, {"loss": float(match[3]), "elapsed_ms": elapsed})
+    return found
+
+
+def test_a_lora_finetune_is_a_step_a_row_timed_by_its_iterations():
+    steps = _steps(LORA)
+    result = load_runs([LORA], warmup=1)
+    row = result.runs.row(0, named=True)
+    assert (row["family"], row["status"], row["iterations"], row["last_iteration"]) == (
+        "litgpt",
+        "ok",
+        60,
+        60,
+    )
+    assert row["reason"] == "| - Training Time             :  80.55 s"
+    its = result.iterations.sort("iteration")
+    assert its["iteration"].to_list() == sorted(steps) == list(range(1, 61))
+    # log_interval 1 with 4 iterations a step: a step's first line is its "(step)" one
+    assert its["loss"].to_list() == [steps[step]["loss"] for step in sorted(steps)]
+    assert its["elapsed_ms"].to_list() == pytest.approx([steps[step]["elapsed_ms"] for step in sorted(steps)])
+    times = [steps[step]["elapsed_ms"] for step in sorted(steps)]
+    assert row["sec_per_iter"] == pytest.approx(statistics.median(times[1:]) / 1000)
+
+
+def test_the_arguments_and_counts_are_the_runs_facts_with_their_lines():
+    row = load_runs([LORA]).runs.row(0, named=True)
+    facts = {
+        "gpus": 1, "global_batch_size": 8, "micro_batch_size": 2, "train_iters": 60, "seq_len": 512,
+        "logged_model_size": (3_407_872 + 8_030_261_248) / 1e9,
+        "peak_memory_mib": round(19.84e9 / 2**20, 2),
+    }  # fmt: skip
+    assert {name: row[name] for name in facts} == facts
+    provenance = json.loads(row["provenance"])
+    lines = {
+        "gpus": "TrainArgs(", "global_batch_size": "global_batch_size=", "train_iters": "max_steps=",
+        "seq_len": "max_seq_length=", "logged_model_size": "non-trainable parameters",
+        "peak_memory_mib": "Memory Used",
+    }  # fmt: skip
+    assert {name: provenance[name] for name in lines} == {
+        name: f"litgpt:{line_of(LORA, text)}" for name, text in lines.items()
+    }
+
+
+def test_a_resumed_pretraining_that_ran_out_of_memory():
+    steps = _steps(PRETRAIN)
+    result = load_runs([PRETRAIN])
+    row = result.runs.row(0, named=True)
+    assert (row["family"], row["status"], row["iterations"]) == ("litgpt", "failed", 11)
+    assert row["reason"].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB.")
+    assert (row["resumed_step"], row["gpus"], row["global_batch_size"], row["seq_len"]) == (
+        1000,
+        4,
+        512,
+        2048,
+    )
+    assert row["logged_model_size"] == 1.100048384
+    assert row["train_iters"] is None  # max_steps=None: the run is planned by max_tokens
+    its = result.iterations.sort("iteration")
+    assert its["iteration"].to_list() == sorted(steps) == list(range(1001, 1012))
+    assert its["elapsed_ms"].to_list() == pytest.approx([steps[step]["elapsed_ms"] for step in sorted(steps)])
+
+
+def test_lit_gpt_2023_step_line():
+    # lit-gpt's finetune/lora.py and pretrain scripts, 2023
+    lines = [
+        "iter 99 step 24: loss 2.1301, iter time: 401.12ms",
+        "iter 100 step 25: loss 2.1234, iter time: 456.78ms (optimizer.step)",
+    ]
+    run = feed_lines(litgpt.FAMILY, lines)
+    frame = run.iteration_frame
+    assert frame["iteration"].to_list() == [24, 25]
+    assert frame["elapsed_ms"].to_list() == [None, pytest.approx(456.78 * 4)]
+    assert frame["loss"].to_list() == [2.1301, 2.1234]
+
+
+def test_other_programs_lines_are_not_litgpts():
+    lines = [
+        "iter 100: loss 4.2341, time 312.45ms, mfu 38.21%",  # nanoGPT's step line
+        "iter 240: val loss 1.2113, val time: 8123.40 ms",  # LitGPT's own validation: no step
+        "  Number of trainable parameters = 3,407,872",  # the HF Trainer's banner
+        " 'devices': 8,",  # a dict's key with no TrainArgs after it
+        "                    max_steps=500,",  # a field with no TrainArgs before it
+        "Total parameters: 1234567",  # not LitGPT's thousands separators
+    ]
+    run = feed_lines(litgpt.FAMILY, lines)
+    assert run.iteration_frame is None or run.iteration_frame.height == 0
+    assert run.facts == {}
+    assert run.families_seen == {}
+
+
+def test_a_trainable_count_alone_is_no_size():
+    run = feed_lines(litgpt.FAMILY, ["Number of trainable parameters: 3,407,872"])
+    assert "logged_model_size" not in run.facts
