@@ -10,7 +10,8 @@ Failures are events, each either a root cause or one of its consequences (weight
   chained traceback, a ``raise ... from`` wrapper quoting its cause, and the exception handled, not the one
   raised while handling it), CUDA out of memory, an NCCL watchdog timeout or NCCL error (or the CUDA error the watchdog ended on), a
   native abort (a C++ exception's ``what():``, ``Fatal Python error:``), Hydra's config errors printed
-  without a traceback (``Could not override '...'``), the cgroup OOM killer's
+  without a traceback (``Could not override '...'``), a toolchain's error above the traceback of an
+  exception saying a build failed (``/usr/bin/ld: cannot find -lcuda``), the cgroup OOM killer's
   ``oom_kill event`` or another memory limit's kill (srun's ``Out Of Memory``, ``exceeded memory
   limit``), ``CANCELLED AT ... DUE TO TIME LIMIT`` (timeout, as LSF's and PBS's run limits), ``NODE
   FAILURE`` (failed), a cancel without a
@@ -52,6 +53,7 @@ from logstat.parsers.kinds import (
     FAILURE_EVENT_SCHEMA,
     FILE_SHIFT,
     OPENER,
+    PYTHON_EVENTS,
     PYTHON_SPACE,
     RECORD_SHIFT,
     SEEN,
@@ -141,6 +143,18 @@ HYDRA_ERRORS = (
     "Error merging override ",
     "Error parsing override '",
 )
+#: a toolchain's error in a build that a Python program ran (Triton's and inductor's gcc build of their CUDA
+#: helper, a C++/CUDA extension's ninja build), printed unprefixed above the traceback of the exception that
+#: reports the build failed (``BUILD_FAILURES``): GNU ld's ``/usr/bin/ld: cannot find -lcuda: No such file or
+#: directory``, gcc's ``/tmp/tmpab/main.c:5:10: fatal error: Python.h: No such file or directory``, nvcc's
+#: ``nvcc fatal   : Unsupported gpu architecture 'compute_90'``
+BUILD_ERRORS = ("ld: cannot find -l", ": fatal error: ", "nvcc fatal")
+_BUILD_ERROR = re.compile(r"^\S*\bld(?:\.\w+)?: cannot find -l|^\S+:\d+:\d+: fatal error: |^nvcc fatal\s*: ")
+#: an exception saying a build failed: subprocess's ``CalledProcessError: Command '[...]' returned non-zero exit
+#: status 1.``, Dynamo's ``BackendCompilerFailed`` wrapping it, torch.utils.cpp_extension's ``RuntimeError: Error
+#: building extension 'fused_adam'``
+BUILD_FAILURES = ("CalledProcessError", "returned non-zero exit status", "Error building extension")
+BUILD_FAILURES += ("BackendCompilerFailed",)
 #: a process's own crash, as torch elastic names the signal that ended a worker (``exitcode  : -11 (pid: 9)
 #: (SIGSEGV)``, ``Signal 11 (SIGSEGV) received by PID 9``): how it ended, never the launcher's doing (its
 #: SIGTERM, SIGKILL of the other workers); each with its description (glibc's strsignal), as bash names it
@@ -372,6 +386,12 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         kind = "native abort"
     elif text.lstrip().startswith(HYDRA_ERRORS):
         kind = "config"
+    elif any(error in text for error in BUILD_ERRORS):
+        if _BUILD_ERROR.search(text.strip()):  # a cause only of a build's failure (``finish``)
+            run.state.setdefault(NAME, {}).setdefault("build_errors", []).append(
+                (run.position + PYTHON_EVENTS, text.strip())
+            )
+        return None
     elif (
         LOST_DAEMON in text
         or (PDSH_SSH_EXIT in text and text.rstrip().endswith(f"{PDSH_SSH_EXIT} 255"))
@@ -442,9 +462,28 @@ def finish(run: RunBuilder) -> None:
     if index:
         events[index] = (order, "failed", text.strip(), REPORT, "slurm cancel", False, False)
     _several_jobs(run)
-    events = _peers_died(events, run.launch_start)
+    events = _peers_died(_with_build_cause(events, run), run.launch_start)
     if events != run.failure_events or _preempted_before_the_last_launch(run, events):
         run.refold(events)
+
+
+def _with_build_cause(events: list[tuple], run: RunBuilder) -> list[tuple]:
+    """``events`` with, as a cause, the last toolchain error (``BUILD_ERRORS``) printed in its file before the
+    first exception saying a build failed: what failed in the build (a missing library, a missing header)."""
+    errors = run.state.get(NAME, {}).get("build_errors", [])
+    for event in events if errors else ():
+        if event[5] and any(failure in event[2] for failure in BUILD_FAILURES):
+            before = [
+                error
+                for error in errors
+                if error[0] < event[0] and error[0] >> FILE_SHIFT == event[0] >> FILE_SHIFT
+            ]
+            if before:
+                order, text = before[-1]
+                return sorted(
+                    [*events, (order, "failed", text, CAUSE, "build", False, False)], key=lambda e: e[0]
+                )
+    return events
 
 
 def _preempted_before_the_last_launch(run: RunBuilder, events: list[tuple]) -> bool:
@@ -604,6 +643,7 @@ _READ_BEFORE_KILLS = (
     *WATCHDOG_ENDS,
     *NATIVE_ABORTS,
     *HYDRA_ERRORS,
+    *BUILD_ERRORS,
     *SSH_FAILURES,
 )
 _READ_BEFORE_KILLS += (*MEMORY_LIMIT_KILLS, LOST_DAEMON, "srun: error", "NODE_FAIL")

@@ -356,3 +356,50 @@ def test_hydras_config_error_without_a_traceback_is_the_cause(error):
     assert run.failure == ("failed", error, 1)
     # only at a line's start: a log quoting the words is no failure
     assert feed(f"INFO retrying: {error}").failure is None
+
+
+#: the command Triton's build (triton/runtime/build.py ``_build``) ran, as subprocess reports it
+GCC_COMMAND = "['/usr/bin/gcc', '/tmp/tmpw1/main.c', '-O3', '-shared', '-fPIC', '-o', '/tmp/tmpw1/cuda_utils.so', '-lcuda']"
+BUILD_TRACEBACK = [
+    "[rank2]: Traceback (most recent call last):",
+    '[rank2]:   File "/usr/lib/python3.11/subprocess.py", line 413, in check_call',
+    "[rank2]:     raise CalledProcessError(retcode, cmd)",
+    "[rank2]: torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:",
+    f"[rank2]: CalledProcessError: Command '{GCC_COMMAND}' returned non-zero exit status 1.",
+]
+
+
+@pytest.mark.parametrize(
+    ("error", "exception"),
+    [
+        # inductor's Triton build on a node without libcuda.so's development link
+        ("/usr/bin/ld: cannot find -lcuda: No such file or directory", BUILD_TRACEBACK),
+        # a C++ extension's ninja build (torch.utils.cpp_extension) on a node without Python's headers
+        (
+            "/tmp/build/fused_adam/multi_tensor_adam.cpp:3:10: fatal error: Python.h: No such file or directory",
+            [*BUILD_TRACEBACK[:3], "[rank2]: RuntimeError: Error building extension 'fused_adam'"],
+        ),
+        ("nvcc fatal   : Unsupported gpu architecture 'compute_90'", BUILD_TRACEBACK),
+    ],
+)
+def test_a_toolchains_error_above_a_failed_builds_traceback_is_its_cause(error, exception):
+    run = feed(
+        error,
+        "collect2: error: ld returned 1 exit status",
+        *exception,
+        "srun: error: gpu-a17: task 2: Exited with exit code 1",
+    )
+    assert run.failure == ("failed", error, 1)
+    assert any(exception[3].removeprefix("[rank2]: ") in line for line in run.consequence_lines())
+
+
+def test_a_toolchains_error_no_failed_build_followed_is_no_failure():
+    # DeepSpeed's libaio probe before 0.6 let the linker print; the run went on
+    probe = "/usr/bin/ld: cannot find -laio: No such file or directory"
+    assert (
+        feed(probe, " iteration       10/    1000 | elapsed time per iteration (ms): 1234.5 |").failure
+        is None
+    )
+    # an exception that is no build's failure has its own cause
+    run = feed(probe, *BUILD_TRACEBACK[:3], "[rank2]: KeyError: 'input_ids'")
+    assert run.failure == ("failed", "KeyError: 'input_ids'", 5)
