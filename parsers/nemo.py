@@ -24,7 +24,9 @@ Lines read:
   interpolation like ``${model.encoder_seq_length}``); megatron_base_model's ``Padded vocab_size: 50432,
   original vocab_size: 50257, dummy tokens: 175.``; megatron_gpt_model's ``Pipeline model parallel rank: 0,
   ... Total number of model parameters: 6.74e+09.``, or Lightning's summary ``355 M     Total params``: the
-  logged size.
+  logged size;
+- NeMo's logger lines (``[NeMo W 2024-05-12 10:11:12 nemo_logging:349] ...``) the family's evidence alone: a
+  run that failed before any record above (an import warning, then Hydra refusing an override) is NeMo's.
 """
 
 from __future__ import annotations
@@ -329,20 +331,36 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.set_fact(_GROUP_FACTS[group[1]], len(group[2].split(",")), NAME, lineno)
 
 
+#: NeMo's logger (nemo/utils/nemo_logging.py's formatter: ``[NeMo W 2024-05-12 10:11:12 nemo_logging:349] ...``):
+#: a NeMo program's line whatever it says, the only NeMo line of a run that failed early (its import
+#: warnings, then Hydra's refusal of an override)
+LOGGER_MARKER = "[NeMo "
+_LOGGER_LINE = r"^\[NeMo [DIWEC] \d{4}-\d\d-\d\d "
+
+
+def read_logger_lines(records: pl.LazyFrame) -> Events:
+    """A mark that NeMo was seen, at each run's first logger line of the frame (one is evidence enough)."""
+    first = records.group_by("run").agg(pl.col("order").min()).select("order")
+    return Events(marks=[marks_of(first, NAME, SEEN)])
+
+
+#: the markers of the lines the family reads
+OWN_MARKERS = (
+    _RECORD_MARKER,
+    *_BAR_MARKERS,
+    PLANNED_END,
+    TIME_BUDGET_END,
+    INTERRUPTED,
+    *_LAYOUT_MARKERS,
+    CONFIG_OPENER,
+    "Padded vocab_size: ",
+    _TOTAL_PARAMETERS,
+    _SUMMARY_TOTAL,
+)
+
 FAMILY = Family(
     name=NAME,
-    markers=(
-        _RECORD_MARKER,
-        *_BAR_MARKERS,
-        PLANNED_END,
-        TIME_BUDGET_END,
-        INTERRUPTED,
-        *_LAYOUT_MARKERS,
-        CONFIG_OPENER,
-        "Padded vocab_size: ",
-        _TOTAL_PARAMETERS,
-        _SUMMARY_TOTAL,
-    ),
+    markers=(*OWN_MARKERS, LOGGER_MARKER),
     parse_line=parse_line,
     kinds=(
         RecordKind(
@@ -357,6 +375,13 @@ FAMILY = Family(
             name="bar",
             test=RecordTest(markers=_BAR_MARKERS, pattern=BAR),
             read=read_bar_updates,
+        ),
+        # the logger's other lines: those with one of the family's own markers are read in Python
+        RecordKind(
+            family=NAME,
+            name="logger",
+            test=RecordTest(markers=(LOGGER_MARKER,), pattern=_LOGGER_LINE, unless=OWN_MARKERS),
+            read=read_logger_lines,
         ),
     ),
     blocks=(CONFIGURATION,),

@@ -333,3 +333,25 @@ def test_lightnings_summary_under_model_parallelism_is_a_shard_not_the_model(gro
     grouped = f"[NeMo I 2024-12-03 10:00:00 megatron_init:439] Rank 0 has {group}"
     run = feed_lines(nemo.FAMILY, [grouped, "4.0 B     Total params"])
     assert "logged_model_size" not in run.facts
+
+
+def test_a_run_that_failed_before_its_first_nemo_record_is_nemos_by_its_logger_lines(tmp_path):
+    # NeMo 1.x's import warnings (nemo_logging's formatter), then Hydra refusing a mistyped override
+    log = tmp_path / "nemo-gpt-20b-3320144.out"
+    log.write_text(
+        "[NeMo W 2024-03-11 09:12:40 nemo_logging:349] /usr/local/lib/python3.10/dist-packages/megatron/core/"
+        "tensor_parallel/layers.py:254: FutureWarning: `torch.cuda.amp.custom_fwd(args...)` is deprecated.\n"
+        "      def forward(\n"
+        "Could not override 'model.optim.sched.warmup_step'.\n"
+        "To append to your config use +model.optim.sched.warmup_step=200\n"
+        "Key 'warmup_step' is not in struct\n"
+        "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"
+        "srun: error: gpu-a041: tasks 0-7: Exited with exit code 1\n",
+        encoding="utf-8",
+    )
+    row = load_runs([log]).runs.row(0, named=True)
+    assert (row["family"], row["status"]) == ("nemo", "failed")
+    assert row["reason"] == "Could not override 'model.optim.sched.warmup_step'."
+    # a line quoting the logger's tag is no NeMo line
+    log.write_text("echo '[NeMo W 2024-03-11 ...]' >> notes.txt\n", encoding="utf-8")
+    assert load_runs([log]).runs.row(0, named=True)["family"] == "unknown"
