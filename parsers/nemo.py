@@ -25,6 +25,9 @@ Lines read:
   original vocab_size: 50257, dummy tokens: 175.``; megatron_gpt_model's ``Pipeline model parallel rank: 0,
   ... Total number of model parameters: 6.74e+09.``, or Lightning's summary ``355 M     Total params``: the
   logged size;
+- NeMo's exp_manager ``Resuming training from checkpoint: <path>`` or Lightning's ``Restored all states from the
+  checkpoint at <path>``: the resumed step, the ``step=6000`` of the checkpoint's name (ModelCheckpoint's
+  ``{step}``);
 - NeMo's logger lines (``[NeMo W 2024-05-12 10:11:12 nemo_logging:349] ...``) the family's evidence alone: a
   run that failed before any record above (an import warning, then Hydra refusing an override) is NeMo's.
 """
@@ -326,11 +329,19 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             return  # megatron_gpt_model's count has more digits; a model-parallel rank's is a shard
         count = float(summary[1].replace(",", "")) * _SUMMARY_SCALE[summary[2]]
         run.set_fact("logged_model_size", count / 1e9, NAME, lineno)
+    elif resumed := _RESUMED.search(text):
+        run.set_fact("resumed_step", int(resumed[1]), NAME, lineno)
     elif group := _GROUP.search(text):
         run.saw(NAME)
         run.set_fact(_GROUP_FACTS[group[1]], len(group[2].split(",")), NAME, lineno)
 
 
+#: a resume from a Lightning checkpoint: NeMo's exp_manager ``Resuming training from checkpoint: <path>``,
+#: Lightning's ``Restored all states from the checkpoint at <path>``; ModelCheckpoint names a file by its
+#: ``{step}`` (NeMo's ``megatron_gpt--val_loss=1.92-step=6000-consumed_samples=1536000.0-last.ckpt``): the
+#: step the run resumed at
+_RESUMES = ("Resuming training from checkpoint: ", "Restored all states from the checkpoint at ")
+_RESUMED = re.compile(rf"(?:{'|'.join(_RESUMES)})\S*?\bstep=(\d+)\b")
 #: NeMo's logger (nemo/utils/nemo_logging.py's formatter: ``[NeMo W 2024-05-12 10:11:12 nemo_logging:349] ...``):
 #: a NeMo program's line whatever it says, the only NeMo line of a run that failed early (its import
 #: warnings, then Hydra's refusal of an override)
@@ -356,6 +367,7 @@ OWN_MARKERS = (
     "Padded vocab_size: ",
     _TOTAL_PARAMETERS,
     _SUMMARY_TOTAL,
+    *_RESUMES,
 )
 
 FAMILY = Family(

@@ -171,6 +171,9 @@ def test_a_nemo_1_bar_in_exponent_form_steps_by_its_counter_and_ends_by_the_glue
     steps = load_runs([log]).iterations.select("iteration", "loss").rows()
     assert steps == [(counter - 1, loss) for counter, (loss, _) in sorted(last_draw.items())]
     assert (row["status"], row["iterations"]) == ("timeout", 30)
+    # exp_manager's "Resuming training from checkpoint: ...-step=120000-..." (line 180), Lightning's
+    # "Restored all states from the checkpoint at ..." (334): the family's last statement
+    assert (row["resumed_step"], json.loads(row["provenance"])["resumed_step"]) == (120000, "nemo:334")
     assert row["reason"] == (
         "time limit: slurmstepd: error: *** JOB 7003 ON node101 CANCELLED AT 2024-03-02T13:55:30 DUE TO TIME LIMIT ***"
     )
@@ -355,3 +358,24 @@ def test_a_run_that_failed_before_its_first_nemo_record_is_nemos_by_its_logger_l
     # a line quoting the logger's tag is no NeMo line
     log.write_text("echo '[NeMo W 2024-03-11 ...]' >> notes.txt\n", encoding="utf-8")
     assert load_runs([log]).runs.row(0, named=True)["family"] == "unknown"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # NeMo 1.x's exp_manager (check_resume), then Lightning's checkpoint connector
+        "[NeMo I 2024-06-25 00:01:12 exp_manager:664] Resuming training from checkpoint: /results/llama7b/checkpoints/"
+        "megatron_llama--val_loss=1.92-step=6000-consumed_samples=1536000.0-last.ckpt",
+        "Restored all states from the checkpoint at /results/llama7b/checkpoints/"
+        "megatron_llama--val_loss=1.92-step=6000-consumed_samples=1536000.0-last.ckpt",
+    ],
+)
+def test_a_resume_from_a_checkpoint_named_by_its_step(line):
+    run = feed_lines(nemo.FAMILY, [line])
+    assert run.facts["resumed_step"] == 6000
+    assert run.provenance["resumed_step"] == "nemo:1"
+
+
+def test_a_checkpoint_not_named_by_its_step_says_no_step():
+    run = feed_lines(nemo.FAMILY, ["Restored all states from the checkpoint at /ckpt/last.ckpt"])
+    assert "resumed_step" not in run.facts
