@@ -39,6 +39,8 @@ Lines read, each fact with its source:
   scratch``: evidence of the family. After ``Resuming training from out``, the first evaluation's step is
   ``resumed_step``: the loop starts at the checkpoint's ``iter_num``, saved at an evaluation, and evaluates
   there first.
+- a shell's echo of train.py started by a bare interpreter (``$ python train.py config/train_shakespeare_char.py``,
+  ``+ python3 train.py``): no launcher, so no DDP: one GPU, where no launcher's line states the GPUs.
 
 The run's end is not printed (the loop breaks at ``iter_num > max_iters``): a run whose last logged step
 reached ``train_iters`` is complete (reader's ``_completion_from_facts``). Failures (tracebacks, CUDA OOM)
@@ -185,6 +187,11 @@ _PARAMETERS = re.compile(r"number of parameters: (\d+\.\d+)M")
 _EVALUATION = re.compile(r"step (\d+): train loss \S+, val loss \S+")
 _RESUMING = re.compile(r"Resuming training from \S.*")
 _EVIDENCE = re.compile("Initializing a new model from scratch")
+#: train.py started by a bare interpreter, as a shell echoes it (``$ python train.py config/...``, bash -x's
+#: ``+ python3 train.py``): no launcher, no RANK in its environment, so no DDP: one process on one device
+_PLAIN_COMMANDS = ("python train.py", "python3 train.py", " -u train.py")
+_PLAIN_COMMAND = re.compile(r"(?:[$+] )?(?:\S*/)?python3? (?:-u )?train\.py(?: .*)?")
+_PLAIN_STATE = f"{NAME}:plain command"
 
 
 #: a resume seen, its first evaluation not yet; the pretrained model's block and its line
@@ -227,6 +234,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.state[_RESUMING_STATE] = True
     elif _EVIDENCE.fullmatch(text):
         run.saw(NAME)
+    elif _PLAIN_COMMAND.fullmatch(text):
+        run.state.setdefault(_PLAIN_STATE, lineno)
 
 
 def finish(run: RunBuilder) -> None:
@@ -236,6 +245,8 @@ def finish(run: RunBuilder) -> None:
     if run.families_seen.get(NAME):
         run.set_fact("tp", 1, "derived", 0)
         run.set_fact("pp", 1, "derived", 0)
+        if "gpus" not in run.facts and _PLAIN_STATE in run.state:  # no launcher's line said otherwise
+            run.set_fact("gpus", 1, NAME, run.state[_PLAIN_STATE])
     if "seq_len" not in run.facts and _FORCED_STATE in run.state:
         block, line = run.state[_FORCED_STATE]
         run.set_fact("seq_len", block, NAME, line)
@@ -260,6 +271,7 @@ FAMILY = Family(
         ", val loss ",
         "Initializing a new model from scratch",
         "Resuming training from ",
+        *_PLAIN_COMMANDS,
     ),
     parse_line=parse_line,
     finish=finish,

@@ -90,8 +90,11 @@ def test_a_run_that_reached_max_iters_is_complete():
     facts = {
         "num_layers": 6, "num_heads": 6, "hidden_size": 384, "seq_len": 256, "micro_batch_size": 64,
         "global_batch_size": 64, "vocab_size": 65, "padded_vocab_size": None, "train_iters": 5000,
+        "gpus": 1, "dp": 1, "gas": 1,
     }  # fmt: skip
     assert {name: row[name] for name in facts} == facts
+    # the shell's echo of a bare "python train.py ...": no launcher, one process on one device
+    assert json.loads(row["provenance"])["gpus"] == "nanogpt:1"
     # the step of an evaluation (every 500th logged) holds it: the median is the training step's
     assert row["sec_per_iter"] == pytest.approx(statistics.median(ms for _, _, ms, _ in steps[1:]) / 1000)
 
@@ -205,3 +208,25 @@ def test_another_familys_line_sharing_a_word_is_not_nanogpts(tmp_path, line):
     log = tmp_path / "other-1.out"
     log.write_text(line + "\n", encoding="utf-8")
     assert load_runs([log]).runs["family"].to_list() != ["nanogpt"]
+
+
+@pytest.mark.parametrize(
+    ("command", "gpus"),
+    [
+        ("+ python3 train.py --compile=False", 1),
+        ("$ /opt/conda/bin/python -u train.py config/train_gpt2.py", 1),
+        # a launcher's DDP, and a command that only mentions train.py, say nothing of one process
+        ("$ torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2.py", None),
+        ("$ srun python train.py config/train_gpt2.py", None),
+    ],
+)
+def test_a_bare_interpreters_train_py_is_one_gpu(command, gpus):
+    run = feed_lines(nanogpt.FAMILY, [command, "Initializing a new model from scratch"])
+    nanogpt.finish(run)
+    assert run.facts.get("gpus") == gpus
+
+
+def test_a_bare_command_is_no_gpu_count_of_another_familys_run():
+    run = feed_lines(nanogpt.FAMILY, ["$ python train.py --model_name_or_path gpt2"])
+    nanogpt.finish(run)
+    assert "gpus" not in run.facts
