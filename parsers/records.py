@@ -32,15 +32,20 @@ _DIGIT = r"\d"  # Rust's \d is Unicode's decimal digits, as Python's
 #: --timestamps`` (RFC 3339: ``2024-03-02T10:11:12.123456789Z ``), Python logging's ``asctime`` (``2024-03-02
 #: 10:11:12,345 ``) or in brackets (``[2024-03-02 10:11:12] ``, DeepSpeed's logger: ``[2024-03-02 10:11:12,345] ``),
 #: with journald's host and process after it (``journalctl -o short-iso``: ``2024-06-01T10:00:09+0000
-#: node07 python[4321]: ``, ``... node07 kernel: ``); and the source a cluster's or a cloud's launcher
+#: node07 python[4321]: ``, ``... node07 kernel: ``); moreutils ``ts``'s default and syslog's (``Mar 05
+#: 14:20:02 ``, journalctl's default ``Mar 05 14:20:02 node07 python[4321]: ``); and the source a cluster's or a cloud's launcher
 #: names: ``kubectl logs --prefix`` (``[pod/gpt-master-0/pytorch] ``), Ray's workers (``(RayTrainWorker
 #: pid=12345, ip=10.0.0.12) ``), SkyPilot's nodes (``(head, rank=0, pid=4012) ``, ``(task, pid=1234) ``),
 #: ``docker compose logs`` (``trainer-1  | ``)
 _DATE_TIME = rf"{_DIGIT}{{4}}-{_DIGIT}{{2}}-{_DIGIT}{{2}}[T ]{_DIGIT}{{2}}:{_DIGIT}{{2}}:{_DIGIT}{{2}}"
+_MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
+_SYSLOG_TIME = rf"(?:{_MONTHS}) [ {_DIGIT}]{_DIGIT} {_DIGIT}{{2}}:{_DIGIT}{{2}}:{_DIGIT}{{2}}"
+_JOURNAL_SOURCE = rf"(?: [A-Za-z0-9][\w.-]* (?:[\w.@/-]+\[{_DIGIT}+\]|kernel):)?"
 LEADING_PREFIX = (
     rf"^(?:{PYTHON_SPACE}*(?:\[(?:default|rank){_DIGIT}+\]:|\[{_DIGIT}+,{_DIGIT}+\]<std(?:out|err)>:|{_DIGIT}{{1,5}}: |(?:{_DIGIT}{{1,3}}\.){{3}}"
     rf"{_DIGIT}{{1,3}}: |localhost: |[a-z][a-z0-9-]*{_DIGIT}[a-z0-9-]*(?:\.[a-z0-9.-]+)?: |\[{_DIGIT}{{1,6}}\] "
-    rf"|{_DATE_TIME}(?:[.,]{_DIGIT}+)?(?:Z|[+-]{_DIGIT}{{2}}:?{_DIGIT}{{2}})?(?: [A-Za-z0-9][\w.-]* (?:[\w.@/-]+\[{_DIGIT}+\]|kernel):)? "
+    rf"|{_DATE_TIME}(?:[.,]{_DIGIT}+)?(?:Z|[+-]{_DIGIT}{{2}}:?{_DIGIT}{{2}})?{_JOURNAL_SOURCE} "
+    rf"|{_SYSLOG_TIME}(?:[.,]{_DIGIT}+)?{_JOURNAL_SOURCE} "
     rf"|\[{_DATE_TIME}(?:[.,]{_DIGIT}+)?\] |\[pod/[^\]\s]+\] |\((?:[\w.-]+,? )?(?:rank={_DIGIT}+, )?pid={_DIGIT}+(?:, ip=[\d.:]+)?\) "
     rf"|[\w.-]*[-_]{_DIGIT}+ +\| ))+"
 )

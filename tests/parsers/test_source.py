@@ -71,8 +71,14 @@ def test_prefixes_of_every_launcher_are_stripped():
         "(head, rank=0, pid=4012) 10.0.0.1: iteration 3",
         "(task, pid=1234) iteration 3",
         "trainer-1  | 2024-11-05T14:22:43.612317981Z iteration 3",
+        # moreutils ts's default before pdsh's host; journalctl's default (syslog's time, host, process)
+        "Mar 05 14:20:02 a100-node-01:   iteration 3",
+        "Mar  5 14:20:02 gpu-node-07 python[4321]: iteration 3",
     )
-    assert got == [["iteration 3"], [" iteration 3"], *[["iteration 3"]] * 5, ["x"], *[["iteration 3"]] * 11]
+    assert got == [
+        *[["iteration 3"], [" iteration 3"], *[["iteration 3"]] * 5, ["x"]],
+        *[*[["iteration 3"]] * 11, ["  iteration 3"], ["iteration 3"]],
+    ]
 
 
 def test_ordinary_text_is_not_taken_for_a_prefix():
@@ -81,6 +87,8 @@ def test_ordinary_text_is_not_taken_for_a_prefix():
     texts += ("[13]: x",)
     # a table's first column is no compose service, a parenthesis without its pid= no worker
     texts += ("epoch | loss", "(pid 12) x", "model_1 |x")
+    # a month's name and a day that are no syslog time
+    texts += ("Mar 05 2024 training starts", "May 5 14:20 x")
     assert records_of(*texts) == [[text] for text in texts]
     # the words after a time are no journald host and process without the process's [pid]
     assert records_of("2024-03-02T10:11:12Z Epoch 1: 100%") == [["Epoch 1: 100%"]]
