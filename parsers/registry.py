@@ -20,7 +20,17 @@ from logstat.errors import LogstatError
 
 FAMILY_MODULES = tuple(
     f"logstat.parsers.{name}"
-    for name in ("torchtitan", "litgpt", "nemo", "megatron", "hf_trainer", "mingpt", "nanogpt", "deepspeed", "slurm")
+    for name in (
+        "torchtitan",
+        "litgpt",
+        "nemo",
+        "megatron",
+        "hf_trainer",
+        "mingpt",
+        "nanogpt",
+        "deepspeed",
+        "slurm",
+    )
 )
 
 #: runs showing evidence of every family of a key are named by its value.
