@@ -93,15 +93,12 @@ def _steps(found: pl.DataFrame, band: int, mode=kinds.RECORD, at="order", **metr
     text ``digits``: it records nothing), a mark at each."""
     schema = kinds.STEP_METRICS_SCHEMA
     metrics = {name: metrics.get(name, pl.lit(None)).cast(dtype) for name, dtype in schema.items()}
-    steps = (
-        found.drop_nulls("step")
-        if mode == kinds.RECORD
-        else found.with_columns(pl.col("step").cast(pl.Int64))
-    )
+    numbered = mode in (kinds.RECORD, kinds.COUNTED)
+    steps = found.drop_nulls("step") if numbered else found.with_columns(pl.col("step").cast(pl.Int64))
     steps = steps.with_columns(band=pl.lit(band, pl.Int8), mode=pl.lit(mode, pl.Int8))
     steps = steps.select("step", "band", "mode", order=at, seq="seq", family=pl.lit(NAME), **metrics)
     note = kinds.too_long_note("iteration", pl.col("digits").cast(_DECIMAL, strict=False))
-    unnumbered = found.filter(pl.col("step").is_null(), pl.lit(mode == kinds.RECORD))
+    unnumbered = found.filter(pl.col("step").is_null(), pl.lit(numbered))
     notes = unnumbered.select("order", family=pl.lit(NAME), message=note)
     marks = kinds.marks_of(found.lazy(), NAME, kinds.SEEN)
     return Events(steps=[steps], notes=[notes.drop_nulls("message")], marks=[marks])
@@ -238,7 +235,8 @@ def _record_events(records: pl.DataFrame) -> Events:
     checkpoint's load the step resumed at."""
     throughput = _matches(records, THROUGHPUT, ["digits", "curr", "mem", "max_mem"])
     memory = {"mem_allocated_mb": _real("mem") * 1024, "mem_max_allocated_mb": _real("max_mem") * 1024}
-    events = _steps(throughput, _THROUGHPUT, samples_per_sec=_real("curr"), **memory)
+    # the timer's own count of the steps since the engine started: a resumed run's are of its launch
+    events = _steps(throughput, _THROUGHPUT, kinds.COUNTED, samples_per_sec=_real("curr"), **memory)
     legacy = _matches(records, THROUGHPUT_07, ["digits", "curr", "mem", "max_mem"]).with_columns(step=None)
     events.extend(_steps(legacy, _THROUGHPUT, kinds.STEP_METRICS, samples_per_sec=_real("curr"), **memory))
     averaged = _matches(records, THROUGHPUT_05, ["digits", "average"]).with_columns(step=None)

@@ -51,8 +51,10 @@ def line_of_order(order: int) -> int:
 
 # --- events ----------------------------------------------------------------------------------------
 
-#: step events: how an event's metrics join the step's row (RunBuilder.add_iteration and friends)
-RECORD, STEP_METRICS, PEAK = 0, 1, 2
+#: step events: how an event's metrics join the step's row (RunBuilder.add_iteration and friends);
+#: COUNTED: a record numbered by an engine's own counter from its launch (DeepSpeed's ThroughputTimer), the
+#: step of its family's record before it in the launch where that is higher (``settle``: after a resume)
+RECORD, STEP_METRICS, PEAK, COUNTED = 0, 1, 2, 3
 #: step metrics a kind or a family may record, with their types (ITERATIONS_SCHEMA's metric columns)
 STEP_METRICS_SCHEMA: dict[str, pl.DataType] = {
     name: dtype

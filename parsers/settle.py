@@ -26,6 +26,7 @@ from logstat.parsers import registry
 from logstat.parsers.kinds import (
     CLEAN_EXIT,
     COMPLETE,
+    COUNTED,
     FILE_SHIFT,
     LAUNCH,
     PEAK,
@@ -58,9 +59,10 @@ def settle_runs(runs: list[RunBuilder], events: Events) -> None:
         orient="row",
     )
     steps = _step_events(runs, events.steps)
+    starts = _launch_starts(runs, steps)
+    steps = _counted_in_launch(steps, starts)
     anchors = steps.filter(pl.col("mode") != PEAK, pl.col("step").is_not_null())
     records = anchors.select("run", "order", last_step="step")
-    starts = _launch_starts(runs, steps)
     anchors = anchors.filter(pl.col("mode") == RECORD).select("run", "order", "step", "family")
     anchors = anchors.pipe(_with_launch, starts)
     steps = (
@@ -187,6 +189,27 @@ def _launch_starts(runs: list[RunBuilder], steps: pl.DataFrame) -> pl.DataFrame:
                 starts.append((index, order, launches))
                 started = order
     return pl.DataFrame(starts, schema={"run": pl.Int64, "order": pl.Int64, "launch": pl.Int64}, orient="row")
+
+
+def _counted_in_launch(steps: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:
+    """``steps`` with each COUNTED event a RECORD one, of the step of its family's record before it in its
+    launch where that is higher: DeepSpeed's ThroughputTimer counts the steps since the engine started
+    (``global_step=10``), the engine's ``step=1510`` before it in the step those since the training did."""
+    counted = pl.col("mode") == COUNTED
+    if not steps.select(counted.any()).item():
+        return steps
+    launched = _with_launch(steps, starts)
+    before = launched.filter(pl.col("mode") == RECORD, pl.col("step").is_not_null()).select(
+        "run", "launch", "family", "order", record_step="step"
+    )
+    joined = launched.join_asof(
+        before, on="order", by=["run", "launch", "family"], strategy="backward", check_sortedness=False
+    )
+    later = counted & (pl.col("record_step") > pl.col("step")).fill_null(False)
+    return joined.with_columns(
+        step=pl.when(later).then("record_step").otherwise("step"),
+        mode=pl.when(counted).then(pl.lit(RECORD, pl.Int8)).otherwise("mode"),
+    ).drop("launch", "record_step")
 
 
 def _last_fresh_starts(steps: pl.DataFrame) -> pl.DataFrame:

@@ -381,6 +381,30 @@ def test_an_engine_dump_after_steps_starts_a_launch_whose_steps_replace_the_earl
     assert rows == [(1, 0, 10.0, 3), (2, 1, 22.0, 8), (3, 1, 33.0, 9), (4, 1, 44.0, 10)]
 
 
+def _step_record(step: int) -> str:
+    """The engine's progress record of ``step`` (engine.py ``_report_progress``, before the timer's stop)."""
+    return f"[2026-11-21 21:47:07,715] [INFO] [logging.py:96:log_dist] [Rank 0] step={step}, skipped=0, lr=[2e-05], mom=[(0.9, 0.95)]"
+
+
+def test_a_resumed_engines_throughput_is_of_the_step_its_progress_record_names():
+    # ThroughputTimer counts the steps since the engine started (global_step_count, not in a checkpoint);
+    # the engine's step= since the training did: resumed at 1500, the timer's 10 is step 1510
+    load = "[INFO] [torch_checkpoint_engine.py:21:load] [Torch] Loading checkpoint from ./ckpt/global_step1500/mp_rank_00_model_states.pt..."
+    lines = [load, _step_record(1510), _throughput(10, 17.9), _step_record(1520), _throughput(20, 18.1)]
+    run = feed_lines(deepspeed.FAMILY, lines)
+    rows = run.iteration_frame.select("iteration", "samples_per_sec", "lr").rows()
+    assert rows == [(1510, 17.9, 2e-05), (1520, 18.1, 2e-05)]
+    assert run.facts["resumed_step"] == 1500
+    # from the start, the two counts agree: one row a step
+    fresh = [_step_record(10), _throughput(10, 17.9), _step_record(20), _throughput(20, 18.1)]
+    rows = feed_lines(deepspeed.FAMILY, fresh).iteration_frame.select("iteration", "samples_per_sec").rows()
+    assert rows == [(10, 17.9), (20, 18.1)]
+    # a timer with no progress record before it in its launch keeps its own count
+    assert feed_lines(deepspeed.FAMILY, [_throughput(10, 17.9)]).iteration_frame["iteration"].to_list() == [
+        10
+    ]
+
+
 def test_a_dump_before_any_step_and_step_zero_start_no_launch():
     lines = ["[INFO] [logging.py:96:log_dist] [Rank 0] step=0, skipped=0, lr=[5e-05], mom=[[0.9, 0.999]]"]
     run = feed_lines(deepspeed.FAMILY, [*lines, *DUMP, *DUMP, _throughput(1, 10.0), _throughput(2, 20.0)])
