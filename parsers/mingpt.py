@@ -14,7 +14,11 @@ minGPT's projects (chargpt.py, adder.py) print from their batch-end callback eve
 ``iter_dt 41.90ms; iter 10: train loss 3.28933`` (the iteration's time, its 0-based number, its loss): a
 step each (read column-wise); their config's ``command line overwriting config attribute
 trainer.max_iters with 5000`` (CfgNode.merge_from_args) states the planned steps, the batch, the block
-size and the model's shape; its Trainer's ``running on device cuda``, one GPU.
+size and the model's shape; its Trainer's ``running on device cuda``, one GPU (a batch a step, no activation checkpointing);
+chargpt's ``data has 1115394 characters, 65 unique.`` the vocabulary. Their ``print(config)``
+(CfgNode's ``system:`` / ``    work_dir: ./out/chargpt`` / ``data:`` / ``    block_size: 128`` / ...
+``trainer:`` / ``    batch_size: 64``) states the same keys, and ``model_type: gpt-mini`` the shape of
+minGPT's preset.
 """
 
 from __future__ import annotations
@@ -24,7 +28,20 @@ import re
 import polars as pl
 from logstat.parsers import grammar
 from logstat.parsers.base import Family, RunBuilder, never_raises
-from logstat.parsers.kinds import NUMBER, Events, RecordKind, RecordTest, as_count, as_real, step_lines
+from logstat.parsers.kinds import (
+    BODY,
+    NUMBER,
+    SEEN,
+    Block,
+    Events,
+    RecordKind,
+    RecordTest,
+    as_count,
+    as_real,
+    marks_of,
+    step_lines,
+)
+from logstat.parsers.nanogpt import GPT2_SHAPES
 
 NAME = "mingpt"
 
@@ -94,10 +111,76 @@ def read_steps(records: pl.LazyFrame) -> Events:
 
 #: minGPT's Trainer on the device it trains on (mingpt/trainer.py ``print("running on device", self.device)``)
 _DEVICE = "running on device "
+#: chargpt's CharDataset: ``data has 1115394 characters, 65 unique.``, its vocabulary
+_CHARACTERS = re.compile(r"^data has \d+ characters, (\d+) unique\.$")
 #: CfgNode.merge_from_args' word on a ``--key=value`` of a minGPT project's command line (``trainer.batch_size``,
 #: ``model.n_layer``: the benchmark's flag names, and the planned steps)
 _OVERRIDE = re.compile(r"command line overwriting config attribute (?:\w+\.)*(\w+) with (\d+)\s*$")
 _OVERRIDE_FACTS = {**_SHAPE_FLAGS, "max_iters": "train_iters"}
+
+
+#: minGPT's model presets (mingpt/model.py ``GPT.__init__``: ``model_type`` -> n_layer, n_head, n_embd); its
+#: GPT-2 sizes are those nanoGPT's from_pretrained builds
+MODEL_TYPES = {
+    "openai-gpt": (12, 12, 768),
+    **GPT2_SHAPES,
+    "gopher-44m": (8, 16, 512),
+    "gpt-mini": (6, 6, 192),
+    "gpt-micro": (4, 4, 128),
+    "gpt-nano": (3, 3, 48),
+}
+#: a project's ``print(config)`` (CfgNode ``_str_helper``: ``section:`` then its ``    key: value`` lines),
+#: opened by its first section's ``    work_dir: ./out/chargpt`` (chargpt's and adder's ``C.system``)
+_CONFIG_OPENER, _CONFIG_OPENER_MARKER = r"^    work_dir: \S+$", "work_dir: "
+_CONFIG_LINE = r"^    (?P<key>\w+): (?P<value>\S.*?)\s*$"
+_CONFIG_KEYS = (*_OVERRIDE_FACTS, "model_type")
+
+
+def read_config(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
+    """A project's printed config: each numeric key's fact (``None`` is no value: the data's block size, not
+    the model's), the model's shape from its ``model_type`` preset."""
+    lines = (
+        blocks.filter(pl.col("role") == BODY)
+        .select("order", line=pl.col("text").str.extract_groups(_CONFIG_LINE))
+        .unnest("line")
+        .filter(pl.col("key").is_in(_CONFIG_KEYS))
+    )
+    count = pl.col("value").cast(pl.Int64, strict=False)
+    counts = lines.filter(count > 0, pl.col("key") != "model_type").select(
+        "order",
+        fact=pl.col("key").replace_strict(_OVERRIDE_FACTS, default=None, return_dtype=pl.String),
+        value=count,
+        family=pl.lit(NAME),
+    )
+    presets = lines.filter(pl.col("key") == "model_type", pl.col("value").is_in(list(MODEL_TYPES)))
+    shape = [
+        presets.select(
+            "order",
+            fact=pl.lit(fact),
+            value=pl.col("value").replace_strict(
+                {name: dims[axis] for name, dims in MODEL_TYPES.items()}, return_dtype=pl.Int64
+            ),
+            family=pl.lit(NAME),
+        )
+        for axis, fact in enumerate(("num_layers", "num_heads", "hidden_size"))
+    ]
+    openers = blocks.filter(pl.col("role") != BODY)
+    facts = pl.concat([counts, *shape]).collect()
+    return Events(facts=[facts], marks=[marks_of(openers, NAME, SEEN)])
+
+
+CONFIG = Block(
+    family=NAME,
+    name="config",
+    opens=RecordTest(markers=(_CONFIG_OPENER_MARKER,), pattern=_CONFIG_OPENER),
+    body=RecordTest(pattern=_CONFIG_LINE),
+    markers=tuple(f"{key}: " for key in _CONFIG_KEYS),
+    # the project's data and model print right after it
+    ends=RecordTest(markers=(_DEVICE,)),
+    max_lines=40,
+    read=read_config,
+    facts=(*dict.fromkeys(_OVERRIDE_FACTS.values()), "num_layers", "num_heads", "hidden_size"),
+)
 
 
 @never_raises(NAME)
@@ -113,8 +196,13 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     script = "--n_layer" in text and _SCRIPT.search(text)
     if script and not _config_file_first(text[script.end() :]):
         _read_command_line(run, text[script.start() :], lineno)
-    if text.startswith(_DEVICE) and text.rstrip().endswith("cuda"):  # its Trainer drives one device
-        run.set_fact("gpus", 1, NAME, lineno)
+    if text.startswith(_DEVICE) and text.rstrip().endswith("cuda"):
+        # its Trainer drives one device, a batch a step (no accumulation); its GPT recomputes nothing
+        for fact in ("gpus", "dp", "gas"):
+            run.set_fact(fact, 1, NAME, lineno)
+        run.set_fact("activation_checkpointing", False, NAME, lineno)
+    if characters := _CHARACTERS.match(text):
+        run.set_fact("vocab_size", int(characters[1]), NAME, lineno)
     if (override := _OVERRIDE.search(text)) and (fact := _OVERRIDE_FACTS.get(override[1])):
         run.set_fact(fact, int(override[2]), NAME, lineno)
         run.saw(NAME)
@@ -156,6 +244,8 @@ FAMILY = Family(
         "command line overwriting config attribute ",
         _DEVICE,
         _STEP_MARKER,
+        _CONFIG_OPENER_MARKER,
+        " characters, ",
     ),
     parse_line=parse_line,
     kinds=(
@@ -166,6 +256,7 @@ FAMILY = Family(
             read=read_steps,
         ),
     ),
+    blocks=(CONFIG,),
     description="minGPT: the Lightning benchmark's average epoch time, peak CUDA memory and command line; "
     "minGPT projects' iteration lines and config overrides",
 )

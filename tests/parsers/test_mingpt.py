@@ -138,3 +138,54 @@ def test_nanogpts_train_py_with_a_config_file_is_not_the_benchmarks_command():
     assert "num_layers" not in run.facts and mingpt.NAME not in run.families_seen
     benchmark = feed_lines(mingpt.FAMILY, ["python train.py --n_layer 24 --n_head 16 --gpus 8"])
     assert benchmark.facts["num_layers"] == 24
+
+
+#: chargpt.py's start (projects/chargpt/chargpt.py: merge_from_args' word, print(config), its CharDataset, the
+#: model's count, its Trainer's device) and its first steps
+CHARGPT_CONFIG = [
+    "command line overwriting config attribute trainer.max_iters with 5000",
+    "system:",
+    "    seed: 3407",
+    "    work_dir: ./out/chargpt",
+    "data:",
+    "    block_size: 128",
+    "model:",
+    "    model_type: gpt-mini",
+    "    n_layer: None",
+    "    vocab_size: None",
+    "    block_size: None",
+    "    embd_pdrop: 0.1",
+    "trainer:",
+    "    device: auto",
+    "    num_workers: 4",
+    "    max_iters: 5000",
+    "    batch_size: 64",
+    "    learning_rate: 0.0005",
+    "data has 1115394 characters, 65 unique.",
+    "number of parameters: 2.71M",
+    "running on device cuda",
+    "iter_dt 0.00ms; iter 0: train loss 4.17290",
+    "iter_dt 35.33ms; iter 10: train loss 4.07283",
+]
+
+
+def test_a_projects_printed_config_states_its_batch_block_and_preset_shape():
+    run = feed_lines(mingpt.FAMILY, CHARGPT_CONFIG)
+    facts = {
+        "seq_len": 128, "micro_batch_size": 64, "train_iters": 5000, "vocab_size": 65,
+        "num_layers": 6, "num_heads": 6, "hidden_size": 192,  # mingpt/model.py's gpt-mini
+        "gpus": 1, "dp": 1, "gas": 1, "activation_checkpointing": False,
+    }  # fmt: skip
+    assert {name: run.facts.get(name) for name in facts} == facts
+    # the data's block size (line 6), not the model's None
+    assert run.provenance["seq_len"] == "mingpt:6"
+    assert run.provenance["micro_batch_size"] == "mingpt:17"
+
+
+def test_indented_keys_without_a_projects_config_before_them_state_nothing():
+    # a YAML dump's keys (NeMo's, Hydra's) are no minGPT config without its system section's work_dir
+    run = feed_lines(
+        mingpt.FAMILY,
+        ["trainer:", "    batch_size: 64", "    max_iters: 5000", "data:", "    block_size: 128"],
+    )
+    assert run.facts == {}
