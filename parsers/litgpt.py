@@ -11,12 +11,15 @@ Lines read, each fact with its source (LitGPT 0.4-0.5; lit-gpt 2023):
   counters are restored on a resume), so it took that many times the iteration's time, the micro-batches
   of a step being alike. An accumulating line (no ``(step)``) repeats the last step's count: its step's
   row keeps its first line's metrics; a line before the first optimizer step (step 0) is none.
-- the arguments ``pprint`` prints at the start (``'devices': 4,``, ``'num_nodes': 1,``, then ``'train':
-  TrainArgs(save_interval=1000, log_interval=1, global_batch_size=16, micro_batch_size=1, ...)``, one field a
-  line on Python 3.10 and later): GPUs (devices x nodes, stated once the TrainArgs follow them), the global
-  and micro batch, ``max_steps`` (the planned steps) and ``max_seq_length``, where they are numbers.
+- the arguments ``pprint`` prints at the start (``'devices': 4,``, ``'num_nodes': 1,``, then finetuning's
+  ``'train': TrainArgs(save_interval=1000, log_interval=1, global_batch_size=16, ...)``, one field a line on
+  Python 3.10 and later, or pretraining's ``capture_hparams`` dict, ``'train': {'epochs': None,`` then
+  ``'global_batch_size': 512,`` a line): GPUs (devices x nodes, stated once the training's arguments follow
+  them), the global and micro batch, ``max_steps`` (the planned steps) and ``max_seq_length``, where they are
+  numbers.
 - ``Total parameters: 1,100,048,384`` (pretrain), ``Number of trainable parameters: 3,407,872`` then
-  ``Number of non-trainable parameters: 8,030,261,248`` (finetune): the logged size, the whole model's.
+  ``Number of non-trainable parameters: 8,030,261,248`` (LoRA), or the trainable count alone (full
+  finetuning; after the arguments): the logged size, the whole model's.
 - ``Resuming training from out/pretrain/step-00010000/lit_model.pth`` (checkpoints are saved as
   ``step-{step_count:08d}``): the resumed step.
 - the end of training: ``Training time: 1543.27s`` (2023-2024) or the performance report's ``| - Training
@@ -66,7 +69,9 @@ def read_steps(records: pl.LazyFrame) -> Events:
 
 #: a ``pprint`` line of the arguments' dict: ``'devices': 4,`` (the first key's line opens with ``{``)
 _LAUNCH_ARGUMENT = re.compile(r"^[{ ]'(devices|num_nodes)': (\d+),$")
-_TRAIN_ARGS = "TrainArgs("
+#: the training's arguments: finetuning prints the TrainArgs dataclass (``pprint(locals())``), pretraining
+#: them as a dict (``capture_hparams``: ``'train': {'epochs': None,``, then ``'global_batch_size': 64,``)
+_TRAIN_ARGS = ("TrainArgs(", "'train': {")
 #: the TrainArgs' fields read, each a fact
 _TRAIN_FACTS = {
     "global_batch_size": "global_batch_size",
@@ -75,7 +80,7 @@ _TRAIN_FACTS = {
     "max_seq_length": "seq_len",
 }
 #: a field read, on the TrainArgs' opener's line or one of its own after it, where it is a number
-_TRAIN_FIELD = re.compile(rf"\b({'|'.join(_TRAIN_FACTS)})=(\d+)\b")
+_TRAIN_FIELD = re.compile(rf"\b({'|'.join(_TRAIN_FACTS)})(?:=|': )(\d+)\b")
 #: how far the TrainArgs' fields (one a line) and the launch arguments before them (sorted keys between)
 #: reach from the TrainArgs' opener
 _TRAIN_ARGS_LINES, _LAUNCH_ARGUMENT_LINES = 20, 200
@@ -95,7 +100,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     state = run.state.setdefault(NAME, {})
     if argument := _LAUNCH_ARGUMENT.match(text):
         state[argument[1]] = (int(argument[2]), lineno)
-    elif _TRAIN_ARGS in text:
+    elif any(opener in text for opener in _TRAIN_ARGS):
         _open_train_args(lineno, run, state)
         _read_train_fields(text, lineno, run)
     elif lineno - state.get("train_args", -_TRAIN_ARGS_LINES) < _TRAIN_ARGS_LINES and _TRAIN_FIELD.search(
@@ -131,9 +136,12 @@ def _read_train_fields(text: str, lineno: int, run: RunBuilder) -> None:
 
 
 def _read_split_count(trainable: bool, count: int, lineno: int, run: RunBuilder, state: dict) -> None:
-    """Finetuning's two counts, trainable then non-trainable: their sum is the model's size."""
+    """Finetuning's counts: trainable, then (LoRA's, an adapter's) non-trainable; their sum is the model's
+    size, the trainable count alone (full finetuning's one line) of a LitGPT run too."""
     if trainable:
         state["trainable"] = count
+        if "train_args" in state:
+            run.set_fact("logged_model_size", count / 1e9, NAME, lineno)
     elif "trainable" in state:
         run.set_fact("logged_model_size", (state.pop("trainable") + count) / 1e9, NAME, lineno)
 
@@ -144,8 +152,9 @@ FAMILY = Family(
         _STEP_MARKER,
         "'devices': ",
         "'num_nodes': ",
-        _TRAIN_ARGS,
+        *_TRAIN_ARGS,
         *(f"{field}=" for field in _TRAIN_FACTS),
+        *(f"'{field}': " for field in _TRAIN_FACTS),
         "Total parameters: ",
         "trainable parameters: ",
         "Resuming training from ",

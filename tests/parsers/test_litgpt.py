@@ -118,6 +118,23 @@ def test_other_programs_lines_are_not_litgpts():
     assert run.families_seen == {}
 
 
-def test_a_trainable_count_alone_is_no_size():
+def test_a_trainable_count_alone_outside_a_litgpt_run_is_no_size():
+    # a script's own count (an adapter's, maybe): no LitGPT arguments before it
     run = feed_lines(litgpt.FAMILY, ["Number of trainable parameters: 3,407,872"])
     assert "logged_model_size" not in run.facts
+
+
+def test_full_finetunings_trainable_count_is_the_models_size():
+    # finetune/full.py prints the trainable count alone: every weight trains
+    lines = [
+        "'train': TrainArgs(save_interval=1000, log_interval=1, global_batch_size=16, micro_batch_size=1)"
+    ]
+    run = feed_lines(litgpt.FAMILY, [*lines, "Number of trainable parameters: 8,030,261,248"])
+    assert run.facts["logged_model_size"] == 8.030261248
+    # LoRA's non-trainable count after it: the sum
+    lora = [
+        *lines,
+        "Number of trainable parameters: 3,407,872",
+        "Number of non-trainable parameters: 8,030,261,248",
+    ]
+    assert feed_lines(litgpt.FAMILY, lora).facts["logged_model_size"] == (3_407_872 + 8_030_261_248) / 1e9
