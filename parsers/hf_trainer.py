@@ -425,7 +425,9 @@ def _dicts(text: str, out: list) -> None:
             continue
         if "loss" in logged or "train_runtime" in logged:
             out.append({"what": "point"})
-        if "train_runtime" in logged or "train_samples_per_second" in logged:
+        # the final metrics have the run's train_loss; a step's dict its loss, and with
+        # include_num_input_tokens_seen (Trainer.log's speed_metrics) the run's train_runtime so far
+        if ("train_runtime" in logged or "train_samples_per_second" in logged) and "loss" not in logged:
             for key, fact in _FINAL_FACTS.items():
                 if key in logged and (value := _number(logged[key])) is not None:
                     out.append(_final(fact, value, str(logged[key])))

@@ -1337,3 +1337,20 @@ def test_peft_counts_in_the_jobs_other_file_still_count(tmp_path):
     )
     row = load_runs([tmp_path]).runs.row(0, named=True)
     assert row["model_size_b"] == 13.02241792
+
+
+def test_a_steps_dict_with_the_runtime_so_far_is_a_step_not_the_final_metrics():
+    # transformers 5 with --include_num_input_tokens_seen: Trainer.log adds speed_metrics("train", start_time,
+    # num_tokens=...) to every logged dict; the final dict has the run's train_loss, no loss
+    lines = [
+        "{'loss': '1.464', 'grad_norm': '0.8125', 'learning_rate': '1.9e-05', 'epoch': '0.025', "
+        "'num_input_tokens_seen': 2621440, 'train_runtime': '31.83', 'train_tokens_per_second': '82357.2'}",
+        "{'loss': '1.402', 'grad_norm': '0.7891', 'learning_rate': '1.8e-05', 'epoch': '0.05', "
+        "'num_input_tokens_seen': 5242880, 'train_runtime': '60.41', 'train_tokens_per_second': '86788.3'}",
+        "{'train_runtime': '1198', 'train_samples_per_second': '21.37', 'train_steps_per_second': '0.334', "
+        "'train_loss': '1.211', 'epoch': '1'}",
+    ]
+    run = feed_lines(lines)
+    assert run.facts["final_train_runtime_s"] == 1198
+    assert run.provenance["final_train_runtime_s"] == "hf-trainer:3"
+    assert run.iteration_frame["loss"].to_list() == [1.464, 1.402]
