@@ -150,7 +150,9 @@ def _peak_expr() -> pl.Expr:
 def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) -> pl.DataFrame:
     """``runs`` with the SUMMARY_SCHEMA columns added (replacing them if present)."""
     stats = step_stats(iterations, warmup).join(steps_read_twice(iterations), on="path", how="left")
-    base = runs.select(list(RUNS_SCHEMA)).join(stats, on="path", how="left")
+    base = (
+        runs.lazy().select(list(RUNS_SCHEMA)).join(stats.lazy(), on="path", how="left", maintain_order="left")
+    )
     gbs = _f("global_batch_size")
     from_elapsed = _f("steady_elapsed_ms") / 1000
     from_samples = formulas.sec_per_iter_from_samples(
@@ -273,6 +275,7 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
         )
         .select([*RUNS_SCHEMA, *SUMMARY_SCHEMA])
         .cast(SUMMARY_SCHEMA)
+        .collect()
     )
 
 
