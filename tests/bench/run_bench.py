@@ -72,7 +72,7 @@ class Timing:
     """Last lines of stderr, shown when the command failed."""
 
 
-def time_command(command: str, cwd: Path) -> Timing:
+def time_command(command: str, cwd: Path, env: dict[str, str] | None = None) -> Timing:
     """Run ``command`` in a fresh shell, stdout to /dev/null: wall time and peak RSS of that process tree.
 
     GNU time measures from a small process of its own: ``os.wait4`` on a child forked from this
@@ -83,7 +83,7 @@ def time_command(command: str, cwd: Path) -> Timing:
         wrapped = [str(TIME_BIN), "-f", f"{TIME_MARK} %e %M", *wrapped]
     with tempfile.TemporaryFile() as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(wrapped, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(wrapped, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         sampler = TreeSampler(proc.pid)
         sampler.start()
         _, status, usage = os.wait4(proc.pid, 0)
@@ -313,10 +313,17 @@ def startup(runs: int) -> list[tuple[str, float, float, float]]:
             SMALL_PARSE_GOAL_S,
         ),
     )
+    # as a user's interpreter starts: with the bytecode the first run cached (an environment that sets
+    # PYTHONDONTWRITEBYTECODE, as some CI sandboxes do, compiles every module at every start: ~70 ms here)
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+    if "PYTHONDONTWRITEBYTECODE" in os.environ:
+        print(
+            "bench: start-up timed without PYTHONDONTWRITEBYTECODE (set here), as a user's interpreter caches .pyc"
+        )
     results = []
     for what, command, goal in checks:
-        time_command(command, ROOT)  # the first run pays for cold .pyc and page cache
-        timings = [time_command(command, ROOT) for _ in range(runs)]
+        time_command(command, ROOT, env)  # the first run pays for cold .pyc and page cache
+        timings = [time_command(command, ROOT, env) for _ in range(runs)]
         if any(t.returncode for t in timings):
             print(f"bench: {what} FAILED: {timings[-1].stderr_tail}", file=sys.stderr)
         results.append((what, median_wall(timings), max(t.peak_rss_mb for t in timings), goal))
