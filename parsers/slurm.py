@@ -11,7 +11,9 @@ Failures are events, each either a root cause or one of its consequences (weight
   raised while handling it), CUDA out of memory, an NCCL watchdog timeout or NCCL error (or the CUDA error the watchdog ended on), a
   native abort (a C++ exception's ``what():``, ``Fatal Python error:``), Hydra's config errors printed
   without a traceback (``Could not override '...'``), a toolchain's error above the traceback of an
-  exception saying a build failed (``/usr/bin/ld: cannot find -lcuda``), the cgroup OOM killer's
+  exception saying a build failed (``/usr/bin/ld: cannot find -lcuda``), torch elastic's agent signalled from
+  outside (``Received Signals.SIGTERM death signal``: cancelled, unless the scheduler said why it
+  signalled), the cgroup OOM killer's
   ``oom_kill event`` or another memory limit's kill (srun's ``Out Of Memory``, ``exceeded memory
   limit``), ``CANCELLED AT ... DUE TO TIME LIMIT`` (timeout, as LSF's and PBS's run limits), ``NODE
   FAILURE`` (failed), a cancel without a
@@ -87,6 +89,10 @@ NCCL_ERRORS = ("NCCL timeout", "NCCL error", "NCCL Error", "ncclInternalError", 
 #: error, an NCCL error), torch 2.2+'s ``[PG 0 Rank 3] Process group watchdog thread terminated with
 #: exception: CUDA error: ...``
 WATCHDOG_ENDS = ("Watchdog caught", "watchdog thread terminated with exception")
+#: ProcessGroupNCCL's heartbeat monitor (torch 2.2 on) when the watchdog itself hangs (a collective or a CUDA
+#: call that never returns): ``[PG 0 (default_pg) Rank 5] Heartbeat monitor timed out! Process will be
+#: terminated after dumping debug info.``, then ``ProcessGroupNCCL's watchdog got stuck for 480 seconds``
+WATCHDOG_ENDS += ("Heartbeat monitor timed out", "watchdog got stuck for")
 #: NCCL's InfiniBand transport on a work request that failed (net_ib.cc: ``NCCL WARN NET/IB : Got completion
 #: from peer 10.0.12.141<38915> with error 12, opcode 0, len 0, vendor err 129 (Recv)``; 12: the transport's
 #: retries exceeded, a link or a peer gone): the collectives then time out, so the watchdogs follow from it
@@ -155,6 +161,12 @@ _BUILD_ERROR = re.compile(r"^\S*\bld(?:\.\w+)?: cannot find -l|^\S+:\d+:\d+: fat
 #: building extension 'fused_adam'``
 BUILD_FAILURES = ("CalledProcessError", "returned non-zero exit status", "Error building extension")
 BUILD_FAILURES += ("BackendCompilerFailed",)
+#: torch elastic's agent on a signal it got from outside (agent/server/api.py: ``Received Signals.SIGTERM
+#: death signal, shutting down workers``; SIGTERM, SIGINT, SIGHUP, SIGQUIT): the run was stopped, cancelled (a
+#: spot instance's preemption, a kill); the SignalException it then raises is how it ended. Where the
+#: scheduler said why (a time limit, a cancel, a node failure), that is the cause (``finish``)
+DEATH_SIGNAL, DEATH_SIGNAL_KIND = "death signal, shutting down workers", "death signal"
+SCHEDULER_STOPS = ("time limit", "cancelled", "node failure")
 #: a process's own crash, as torch elastic names the signal that ended a worker (``exitcode  : -11 (pid: 9)
 #: (SIGSEGV)``, ``Signal 11 (SIGSEGV) received by PID 9``): how it ended, never the launcher's doing (its
 #: SIGTERM, SIGKILL of the other workers); each with its description (glibc's strsignal), as bash names it
@@ -240,6 +252,11 @@ LAST_ERROR_WITHIN = 3
 #: checkpoint's ``CheckpointException ranks:dict_keys([0, 3])`` prints every failed rank's traceback under
 #: ``Traceback (most recent call last): (RANK 0)`` (api.py ``__str__``): its exception is the cause
 WRAPPED_TRACEBACK = f"{TRACEBACK_HEADER}: (RANK "
+#: torch's ExceptionWrapper (torch/_utils.py ``reraise``) re-raises a DataLoader worker's or a DataParallel
+#: replica's exception as ``OSError: Caught OSError in DataLoader worker process 0.`` with the original
+#: traceback in its message, under ``Original Traceback (most recent call last):``: its exception (``OSError:
+#: [Errno 116] Stale file handle``) is the cause
+ORIGINAL_TRACEBACK = f"Original {TRACEBACK_HEADER}"
 #: how many lines before its header a harmless (chained) traceback's line may come
 HARMLESS_WITHIN, CHAINED_WITHIN = 2, 3
 #: what opens a traceback's block (a harmless or chained traceback's line heralds one)
@@ -386,6 +403,10 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         kind = "native abort"
     elif text.lstrip().startswith(HYDRA_ERRORS):
         kind = "config"
+    elif (
+        DEATH_SIGNAL in text
+    ):  # stopped from outside (a spot preemption, a kill, Ctrl-C): a scheduler's word tells more
+        status, kind = "cancelled", DEATH_SIGNAL_KIND
     elif any(error in text for error in BUILD_ERRORS):
         if _BUILD_ERROR.search(text.strip()):  # a cause only of a build's failure (``finish``)
             run.state.setdefault(NAME, {}).setdefault("build_errors", []).append(
@@ -442,7 +463,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         kind = "arguments"
     else:
         return
-    if _WARNING.search(text):
+    if _WARNING.search(text) and kind != DEATH_SIGNAL_KIND:  # the agent logs its signal as a warning
         return
     run.saw(NAME)
     if text.lstrip().startswith(ELASTIC_EXITCODE):
@@ -462,9 +483,16 @@ def finish(run: RunBuilder) -> None:
     if index:
         events[index] = (order, "failed", text.strip(), REPORT, "slurm cancel", False, False)
     _several_jobs(run)
-    events = _peers_died(_with_build_cause(events, run), run.launch_start)
+    events = _peers_died(_with_build_cause(_signalled_by_scheduler(events), run), run.launch_start)
     if events != run.failure_events or _preempted_before_the_last_launch(run, events):
         run.refold(events)
+
+
+def _signalled_by_scheduler(events: list[tuple]) -> list[tuple]:
+    """``events`` with torch elastic's death signal an effect where the scheduler said why it stopped the job."""
+    if not any(event[4] in SCHEDULER_STOPS for event in events):
+        return events
+    return [(*event[:3], EFFECT, *event[4:]) if event[4] == DEATH_SIGNAL_KIND else event for event in events]
 
 
 def _with_build_cause(events: list[tuple], run: RunBuilder) -> list[tuple]:
@@ -644,6 +672,7 @@ _READ_BEFORE_KILLS = (
     *NATIVE_ABORTS,
     *HYDRA_ERRORS,
     *BUILD_ERRORS,
+    DEATH_SIGNAL,
     *SSH_FAILURES,
 )
 _READ_BEFORE_KILLS += (*MEMORY_LIMIT_KILLS, LOST_DAEMON, "srun: error", "NODE_FAIL")
@@ -683,7 +712,8 @@ _WEIGHTS = {
 def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
     """A failure event per traceback that ended on its exception line or on an OOM line, but those Python
     printed and ignored (its header within 2 lines of a harmless traceback's herald). A chained one's
-    exception (its header within 3 lines of a chained exception's line, or a ``WRAPPED_TRACEBACK``'s) is
+    exception (its header within 3 lines of a chained exception's line, a ``WRAPPED_TRACEBACK``'s or an
+    ``ORIGINAL_TRACEBACK``'s) is
     ``chained``: it replaces the failure when that is the exception before it (``_with_chains``). An
     exception line followed by NCCL's last error quotes that too. Only the events that can change a run's
     failure are kept: the first and the last of each kind (a relaunch's repeats an earlier launch's, which
@@ -697,7 +727,8 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
         records.filter(header)
         .group_by("block")
         .agg(
-            header_line=pl.col("line").min(), wrapped=text.str.contains(WRAPPED_TRACEBACK, literal=True).any()
+            header_line=pl.col("line").min(),
+            wrapped=text.str.contains(literals((WRAPPED_TRACEBACK, ORIGINAL_TRACEBACK))).any(),
         )
     )
     after = pl.col("header_line") - pl.col("line")

@@ -636,3 +636,45 @@ def test_a_dataloader_workers_death_is_how_it_died_not_that_it_exited():
         "host out of memory: slurmstepd: error: Detected 1 oom_kill event in StepId=7.0.",
         14,
     )
+
+
+def test_the_nccl_heartbeat_monitor_is_a_watchdogs_timeout():
+    # torch 2.2+ ProcessGroupNCCL: the heartbeat monitor when the watchdog itself hangs
+    heartbeat = (
+        "[rank5]:[E0821 03:07:59.763029681 ProcessGroupNCCL.cpp:1316] [PG 0 (default_pg) Rank 5] Heartbeat monitor "
+        "timed out! Process will be terminated after dumping debug info. workMetaList_.size()=2"
+    )
+    stuck = (
+        "[rank5]:[F0821 03:08:07.963029355 ProcessGroupNCCL.cpp:1153] [PG 0 (default_pg) Rank 5] ProcessGroupNCCL's "
+        "watchdog got stuck for 480 seconds without making progress in monitoring enqueued collectives."
+    )
+    launcher = "[ERROR] [launch.py:322:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py'] exits with return code = -6"
+    run = feed(heartbeat, stuck, launcher)
+    assert reason(run) == ("failed", 1)
+    assert run.failure[1].startswith(
+        "NCCL timeout/error: [E0821 03:07:59.763029681 ProcessGroupNCCL.cpp:1316]"
+    )
+
+
+AGENT_SIGNALLED = (
+    "[2024-02-11 02:23:24,321] torch.distributed.elastic.agent.server.api: [WARNING] Received Signals.SIGTERM "
+    "death signal, shutting down workers"
+)
+SIGNAL_EXCEPTION = (
+    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4398 got signal: 15"
+)
+
+
+def test_torch_elastics_agent_stopped_from_outside_cancelled_the_run():
+    # a spot instance's preemption notice, then the agent's word (agent/server/api.py) and its SignalException
+    run = feed(" iteration       10/    1000 |", AGENT_SIGNALLED, *TRACEBACK, SIGNAL_EXCEPTION)
+    assert (run.failure[0], run.failure[1], run.failure[2]) == ("cancelled", AGENT_SIGNALLED[26:], 2)
+    assert any(SIGNAL_EXCEPTION in line for line in run.consequence_lines())
+
+
+def test_a_schedulers_word_on_why_it_signalled_the_job_outranks_the_agents():
+    limit = f"{JOB} DUE TO TIME LIMIT ***"
+    for lines in ([AGENT_SIGNALLED, limit], [limit, AGENT_SIGNALLED]):
+        run = feed(" iteration       10/    1000 |", *lines, *TRACEBACK, SIGNAL_EXCEPTION)
+        slurm.finish(run)
+        assert run.failure[0] == "timeout" and run.failure[1] == "time limit: " + limit

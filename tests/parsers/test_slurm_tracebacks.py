@@ -225,6 +225,30 @@ def test_a_checkpoint_exceptions_ranks_tracebacks_are_its_cause():
     assert run.failure == ("failed", "OSError: [Errno 122] Disk quota exceeded", 8)
 
 
+@pytest.mark.parametrize(
+    "wrapper",
+    [
+        # torch/_utils.py ExceptionWrapper.reraise: "Caught {type} {where}.\nOriginal {traceback}"
+        "OSError: Caught OSError in DataLoader worker process 0.",
+        "OSError: Caught OSError in replica 1 on device 1.",  # DataParallel's parallel_apply
+    ],
+)
+def test_an_exception_a_worker_reraised_is_of_its_original_traceback(wrapper):
+    run = feed(
+        HEADER,
+        '  File "/opt/torch/utils/data/dataloader.py", line 1480, in _process_data',
+        "    data.reraise()",
+        wrapper,
+        f"Original {HEADER}",
+        '  File "/opt/torch/utils/data/_utils/worker.py", line 349, in _worker_loop',
+        "    data = fetcher.fetch(index)",
+        "OSError: [Errno 116] Stale file handle",
+        "",
+        "srun: error: gpu-a17: task 0: Exited with exit code 1",
+    )
+    assert run.failure == ("failed", "OSError: [Errno 116] Stale file handle", 8)
+
+
 # --- the same whatever the batches -------------------------------------------------------------------
 
 _LINES = [
