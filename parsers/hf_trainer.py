@@ -45,6 +45,31 @@ _RATES = ("it/s]", "s/it]")  # a tqdm update's rate
 #: trainable%: 0.0503``; no separators in older peft): the whole model's count, where the Trainer's banner
 #: counts an adapter's alone
 _PEFT_COUNTS = "|| all params: "
+#: Unsloth's banner (its patched Trainer's ``inner_training_loop``), two counts a line after its ASCII art:
+#: 2024's ``Num GPUs = 1``, ``Batch size per device = 2 | Gradient Accumulation steps = 4``, ``Total batch
+#: size = 8 | Total steps = 60``; 2025's ``Num GPUs used = 1``, ``Data Parallel GPUs = 1 | Total batch size (2
+#: x 4 x 1) = 8``, ``Trainable parameters = 41,943,040/8,072,204,288 (0.52% trained)``; not the model
+#: loader's ``Num GPUs = 8. Max memory: ...`` (the devices it sees)
+_UNSLOTH_COUNTS = {
+    "Num GPUs": "gpus",
+    "Num GPUs used": "gpus",
+    "Batch size per device": "micro_batch_size",
+    "Gradient accumulation steps": "gas",
+    "Total batch size": "global_batch_size",
+    "Total steps": "train_iters",
+    "Data Parallel GPUs": "dp",
+}
+_UNSLOTH = re.compile(
+    rf"\b({'|'.join(sorted(_UNSLOTH_COUNTS, key=len, reverse=True))})(?: \([\d x]+\))? = ([\d,]+)(?![\d,.])"
+)
+_UNSLOTH_SIZE = re.compile(r"Trainable parameters = [\d,]+ ?(?:of|/) ?([\d,]+) \(")
+_UNSLOTH_MARKERS = (
+    "Num GPUs",
+    "Batch size per device = ",
+    "Total batch size",
+    "Total steps = ",
+    "Trainable parameters = ",
+)
 _METRICS_BANNER, _ARGS_MARKER = "***** train metrics *****", "TrainingArguments("
 #: the first field of a multi-line dump (``TrainingArguments.__str__`` prints ``{class name}(`` then the fields
 #: sorted): transformers 4's ``_n_gpu``, 5's ``accelerator_config`` (``_n_gpu`` no longer a field). It opens
@@ -79,6 +104,7 @@ MARKERS = (
     *("Num Epochs", "Num update steps per epoch", "Num examples"),
     "TrainOutput(global_step=",
     _PEFT_COUNTS,
+    *_UNSLOTH_MARKERS,
     *_RESUMED_AT,
     # launch context: the GPU count (the banner's total batch gives DP only)
     *(
@@ -154,8 +180,14 @@ _SHAPE_KEYS = {  # model-config keys (GPT-2's, the generic ones) -> fact; num_ke
     **dict(shared_expert_intermediate_size="moe_shared_ffn_hidden_size"),
 }
 _GATED_ACTIVATIONS = ("silu", "swish", "swiglu")  # ``hidden_act`` of gated MLPs (Llama...; not GPT-2, OPT)
+#: ``model_type`` of the architectures whose MLP is gated (gate, up and down projections), whatever their
+#: ``hidden_act`` (Gemma's is GELU); printed after it (``to_json_string`` sorts the keys), it decides
+_GATED_MODEL_TYPES = frozenset(
+    ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2")
+    + ("gemma3", "gemma3_text", "phi3", "olmo", "olmo2", "cohere", "granite", "stablelm", "deepseek_v3")
+)
 #: the model-config keys read; ``tie_word_embeddings`` false is an output layer of its own (``untied_embeddings``)
-_CONFIG_KEYS = (*_SHAPE_KEYS, "hidden_act", "gradient_checkpointing", "tie_word_embeddings")
+_CONFIG_KEYS = (*_SHAPE_KEYS, "hidden_act", "model_type", "gradient_checkpointing", "tie_word_embeddings")
 _FINAL_FACTS = {"train_runtime": "final_train_runtime_s", "train_samples_per_second": "final_samples_per_sec"}
 _FINAL_FACTS["train_steps_per_second"] = "final_steps_per_sec"  # final metrics -> fact, in reading order
 _DICT_METRICS = {"loss": "loss", "learning_rate": "lr", "grad_norm": "grad_norm"}  # dict key -> step metric
@@ -267,6 +299,10 @@ def _shape(key: str, raw: str, out: list, *, override: bool = False) -> None:
             return
     elif key == "hidden_act":
         fact, value = "swiglu", raw.lower() in _GATED_ACTIVATIONS
+    elif key == "model_type":
+        if raw not in _GATED_MODEL_TYPES:  # the activation tells
+            return
+        fact, value = "swiglu", True
     elif key == "tie_word_embeddings":
         fact, tied = "untied_embeddings", grammar.literal(raw)  # JSON's false, an override's False
         if not isinstance(tied, bool):
@@ -297,6 +333,8 @@ def _plain(text: str, out: list) -> None:
     if _PEFT_COUNTS in text and (counts := _PEFT_ALL.search(text)):
         if (count := int(counts[1].replace(",", ""))) <= INT64_MAX:
             out += [_fact("logged_model_size", count / 1e9), {"what": "peft"}, _SEEN]
+    if any(marker in text for marker in _UNSLOTH_MARKERS):
+        _unsloth(text, out)
     if "TrainOutput(global_step=" in text and (output := _TRAIN_OUTPUT.search(text)):
         out += [_fact("final_steps", int(output[1])), _SEEN]  # what Trainer.train() returns, printed
     if "training from" in text and (resumed := _RESUMED_STEP.search(text)) and int(resumed[1]) <= INT64_MAX:
@@ -323,6 +361,16 @@ def _plain(text: str, out: list) -> None:
     elif ("orld_size" in text or "WORLD_SIZE=" in text) and (world := _WORLD_SIZE.search(text)):
         if (size := int(world[1] or world[2])) > 0:
             out.append(_fact("gpus", size))
+
+
+def _unsloth(text: str, out: list) -> None:
+    """Unsloth's banner counts (``_UNSLOTH_COUNTS``); its trainable parameters' ``of`` count, the whole
+    model's (as PEFT's: the Trainer banner's trainable count is then no size)."""
+    for label, count in _UNSLOTH.findall(text):
+        if (value := int(count.replace(",", ""))) > 0:
+            out += [_fact(_UNSLOTH_COUNTS[label], value), _SEEN]
+    if (whole := _UNSLOTH_SIZE.search(text)) and (count := int(whole[1].replace(",", ""))) <= INT64_MAX:
+        out += [_fact("logged_model_size", count / 1e9), {"what": "peft"}, _SEEN]
 
 
 def _of_training(label: str, count: str) -> bool:

@@ -1354,3 +1354,35 @@ def test_a_steps_dict_with_the_runtime_so_far_is_a_step_not_the_final_metrics():
     assert run.facts["final_train_runtime_s"] == 1198
     assert run.provenance["final_train_runtime_s"] == "hf-trainer:3"
     assert run.iteration_frame["loss"].to_list() == [1.464, 1.402]
+
+
+@pytest.mark.parametrize(
+    ("config", "gated"),
+    [
+        # a gated MLP by its architecture, whatever the activation: Gemma's is GELU
+        (['  "hidden_act": "gelu_pytorch_tanh",', '  "model_type": "gemma",'], True),
+        (['  "model_type": "llama",'], True),  # no activation printed
+        (['  "activation_function": "gelu_new",', '  "model_type": "gpt2",'], None),
+        (['  "hidden_act": "gelu",', '  "model_type": "gpt_neox",'], False),
+    ],
+)
+def test_a_model_configs_type_says_whether_its_mlp_is_gated(config, gated):
+    run = feed_lines(["Model config LlamaConfig {", '  "hidden_size": 4096,', *config, "}"])
+    assert run.facts.get("swiglu") == gated
+
+
+def test_unsloths_banner_states_the_gpus_and_batches():
+    # Unsloth 2025's patched training loop; its model loader's "Num GPUs = 8." counts the devices it sees
+    lines = [
+        "==((====))==  Unsloth 2025.3.19: Fast Qwen2 patching. Transformers: 4.50.0.",
+        "   \\\\   /|    NVIDIA H100 80GB HBM3. Num GPUs = 8. Max memory: 79.1 GB. Platform: Linux.",
+        "==((====))==  Unsloth - 2x faster free finetuning | Num GPUs used = 1",
+        "   \\\\   /|    Num examples = 10,000 | Num Epochs = 1 | Total steps = 500",
+        "O^O/ \\_/ \\    Batch size per device = 4 | Gradient accumulation steps = 4",
+        "\\        /    Data Parallel GPUs = 1 | Total batch size (4 x 4 x 1) = 16",
+        ' "-____-"     Trainable parameters = 68,812,800/14,770,033,664 (0.47% trained)',
+    ]
+    facts = feed_lines(lines).facts
+    stated = dict(gpus=1, micro_batch_size=4, gas=4, dp=1, global_batch_size=16, train_iters=500)
+    assert {name: facts.get(name) for name in stated} == stated
+    assert facts["logged_model_size"] == 14.770033664  # the whole model's, not the adapter's
