@@ -165,8 +165,10 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
     from_runtime, from_steps_rate, from_progress = _hf_step_time(timed)
     # the seed's global batch / samples/s, unless it miscounts the samples: an epoch-based run's are its
     # examples times its epochs (trainer.py's num_train_samples), not its steps' samples
-    counted = from_runtime.is_null() | _to_printed_digits(
-        gbs / from_runtime, _measured("final_samples_per_sec")
+    # ... or packed sequences (Axolotl's sample packing counts the dataset's rows): its steps/s says so
+    samples_rate, steps_rate = _measured("final_samples_per_sec"), _measured("final_steps_per_sec")
+    counted = (from_runtime.is_null() | _to_printed_digits(gbs / from_runtime, samples_rate)) & (
+        steps_rate.is_null() | _to_printed_digits(samples_rate / gbs, steps_rate)
     )
     from_final = pl.when(timed & ~_resumed() & counted).then(from_final)
     share = _training_share()

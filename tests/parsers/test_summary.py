@@ -208,6 +208,21 @@ def test_an_hf_run_stopped_early_logging_often_is_timed_by_its_runtime_over_the_
     assert row["sec_per_iter_source"] == "final train_runtime / 2200 steps less 456.5 s of evaluation"
 
 
+def test_an_hf_runs_samples_per_second_that_its_steps_per_second_belie_times_no_step():
+    # Axolotl's sample packing: train_samples_per_second counts the dataset's rows (1,900 x 4 epochs over
+    # 5019.7 s), not the 312 steps' packed sequences of 16; steps/s (0.062) times the step, no planned steps known
+    final = {"final_train_runtime_s": 5019.7333, "final_samples_per_sec": 1.514, "final_steps_per_sec": 0.062}
+    row = one(runs({"path": "hf", "global_batch_size": 16, **final}), _steps("hf", [100, 200, 312]))
+    assert (row["sec_per_iter"], row["sec_per_iter_source"]) == (
+        pytest.approx(1 / 0.062),
+        "1 / final train_steps_per_second",
+    )
+    # samples/s that agrees with steps/s (16 x 0.0946 = 1.514) times it
+    agreeing = {**final, "final_steps_per_sec": 0.095}
+    row = one(runs({"path": "hf", "global_batch_size": 16, **agreeing}), _steps("hf", [100, 200, 312]))
+    assert row["sec_per_iter"] == pytest.approx(16 / 1.514)
+
+
 @pytest.mark.parametrize(
     ("logged", "timed"),
     [([500], True), ([300, 600, 900], True), ([300, 600], False), ([100, 200, 300, 400, 500], False)],
