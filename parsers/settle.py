@@ -194,22 +194,28 @@ def _launch_starts(runs: list[RunBuilder], steps: pl.DataFrame) -> pl.DataFrame:
 def _counted_in_launch(steps: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:
     """``steps`` with each COUNTED event a RECORD one, of the step of its family's record before it in its
     launch where that is higher: DeepSpeed's ThroughputTimer counts the steps since the engine started
-    (``global_step=10``), the engine's ``step=1510`` before it in the step those since the training did."""
-    counted = pl.col("mode") == COUNTED
-    if not steps.select(counted.any()).item():
+    (``global_step=10``), the engine's ``step=1510`` before it in the step those since the training did.
+    Only the counted events and their families' records are joined (a 1 GiB log has millions of events)."""
+    mode = steps.get_column("mode")
+    at = (mode == COUNTED).arg_true()
+    if at.is_empty():
         return steps
-    launched = _with_launch(steps, starts)
-    before = launched.filter(pl.col("mode") == RECORD, pl.col("step").is_not_null()).select(
-        "run", "launch", "family", "order", record_step="step"
+    located = steps.select("run", "order", "family", "step")
+    counted = located[at].pipe(_with_launch, starts)
+    families = counted.get_column("family").unique().implode()
+    before = (
+        located.filter((mode == RECORD) & pl.col("step").is_not_null() & pl.col("family").is_in(families))
+        .pipe(_with_launch, starts)
+        .rename({"step": "record_step"})
     )
-    joined = launched.join_asof(
+    joined = counted.join_asof(
         before, on="order", by=["run", "launch", "family"], strategy="backward", check_sortedness=False
     )
-    later = counted & (pl.col("record_step") > pl.col("step")).fill_null(False)
-    return joined.with_columns(
-        step=pl.when(later).then("record_step").otherwise("step"),
-        mode=pl.when(counted).then(pl.lit(RECORD, pl.Int8)).otherwise("mode"),
-    ).drop("launch", "record_step")
+    later = (pl.col("record_step") > pl.col("step")).fill_null(False)
+    step = joined.select(pl.when(later).then("record_step").otherwise("step")).to_series()
+    return steps.with_columns(
+        steps.get_column("step").scatter(at, step), mode.scatter(at, pl.Series([RECORD], dtype=mode.dtype))
+    )
 
 
 def _last_fresh_starts(steps: pl.DataFrame) -> pl.DataFrame:
