@@ -9,8 +9,8 @@ Lines read, each fact with its source (LitGPT 0.4-0.5; lit-gpt 2023):
   25: loss 2.1234, iter time: 456.78ms (optimizer.step)``. ``iter time`` is one micro-batch's (the last
   of the step on a ``(step)`` line); a step is ``iter / step`` of them (the gradient accumulation: both
   counters are restored on a resume), so it took that many times the iteration's time, the micro-batches
-  of a step being alike. An accumulating line (no ``(step)``) repeats the last step's count: its step's
-  row keeps its first line's metrics; a line before the first optimizer step (step 0) is none.
+  of a step being alike. An accumulating iteration's line (no ``(step)``; with ``log_interval`` 1, all but
+  one of a step's) is not read: it repeats the last step's count, with no time of a step.
 - the arguments ``pprint`` prints at the start (``'devices': 4,``, ``'num_nodes': 1,``, then finetuning's
   ``'train': TrainArgs(save_interval=1000, log_interval=1, global_batch_size=16, ...)``, one field a line on
   Python 3.10 and later, or pretraining's ``capture_hparams`` dict, ``'train': {'epochs': None,`` then
@@ -40,22 +40,23 @@ from logstat.parsers.kinds import NUMBER, Events, RecordKind, RecordTest, as_cou
 
 NAME = "litgpt"
 
-#: both generations' step line: the iteration, the optimizer step, the training loss, the iteration's
-#: time and, on a line whose iteration ran the optimizer, its ``(step)`` / ``(optimizer.step)``
+#: both generations' step line, of an iteration that ran the optimizer (``(step)`` / ``(optimizer.step)``):
+#: the iteration, the optimizer step, the training loss, the iteration's time. An accumulating iteration's
+#: line (with ``log_interval`` 1, all but one of a step's) is not read: its step's is
 STEP_LINE = (
     rf"\biter (\d+) \|? ?step (\d+):? \|? ?loss (?:train: )?({NUMBER}),"
-    rf".*?\biter time: ?({NUMBER}) ?ms( \((?:optimizer\.)?step\))?"
+    rf".*?\biter time: ?({NUMBER}) ?ms \((?:optimizer\.)?step\)"
 )
-_STEP_MARKER = "iter time:"
+_STEP_MARKERS = ("ms (step)", "ms (optimizer.step)")
 
 
 def read_steps(records: pl.LazyFrame) -> Events:
-    """A step event per step line after the first optimizer step; the step's time on a ``(step)`` line
-    whose iterations are a whole number of steps (see the module's docstring)."""
+    """A step event per step line; the step's time where its iterations are a whole number of steps (see
+    the module's docstring)."""
     fields = pl.col("text").str.extract_groups(STEP_LINE)
     iteration, step = as_count(fields.struct["1"]), as_count(fields.struct["2"])
     loss, milliseconds = as_real(fields.struct["3"]), as_real(fields.struct["4"])
-    stepped = fields.struct["5"].is_not_null() & (step > 0) & (iteration % step == 0)
+    stepped = (step > 0) & (iteration % step == 0)
     return step_lines(
         records,
         NAME,
@@ -149,7 +150,7 @@ def _read_split_count(trainable: bool, count: int, lineno: int, run: RunBuilder,
 FAMILY = Family(
     name=NAME,
     markers=(
-        _STEP_MARKER,
+        *_STEP_MARKERS,
         "'devices': ",
         "'num_nodes': ",
         *_TRAIN_ARGS,
@@ -165,7 +166,7 @@ FAMILY = Family(
         RecordKind(
             family=NAME,
             name="step",
-            test=RecordTest(markers=(_STEP_MARKER,), pattern=STEP_LINE),
+            test=RecordTest(markers=_STEP_MARKERS, pattern=STEP_LINE),
             read=read_steps,
         ),
     ),

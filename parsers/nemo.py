@@ -28,7 +28,7 @@ Lines read:
 - NeMo's exp_manager ``Resuming training from checkpoint: <path>`` or Lightning's ``Restored all states from the
   checkpoint at <path>``: the resumed step, the ``step=6000`` of the checkpoint's name (ModelCheckpoint's
   ``{step}``);
-- NeMo's logger lines (``[NeMo W 2024-05-12 10:11:12 nemo_logging:349] ...``) the family's evidence alone: a
+- NeMo's logger's warnings and errors (``[NeMo W 2024-05-12 10:11:12 nemo_logging:349] ...``) the family's evidence alone: a
   run that failed before any record above (an import warning, then Hydra refusing an override) is NeMo's.
 """
 
@@ -342,11 +342,12 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
 #: step the run resumed at
 _RESUMES = ("Resuming training from checkpoint: ", "Restored all states from the checkpoint at ")
 _RESUMED = re.compile(rf"(?:{'|'.join(_RESUMES)})\S*?\bstep=(\d+)\b")
-#: NeMo's logger (nemo/utils/nemo_logging.py's formatter: ``[NeMo W 2024-05-12 10:11:12 nemo_logging:349] ...``):
-#: a NeMo program's line whatever it says, the only NeMo line of a run that failed early (its import
-#: warnings, then Hydra's refusal of an override)
-LOGGER_MARKER = "[NeMo "
-_LOGGER_LINE = r"^\[NeMo [DIWEC] \d{4}-\d\d-\d\d "
+#: NeMo's logger's warnings and errors (nemo/utils/nemo_logging.py's formatter: ``[NeMo W 2024-05-12 10:11:12
+#: nemo_logging:349] ...``): a NeMo program's lines whatever they say, the only NeMo lines of a run that failed
+#: early (its import warnings, then Hydra's refusal of an override). Not its info lines: a NeMo log has ten
+#: times as many, each a record to keep
+LOGGER_MARKERS = ("[NeMo W ", "[NeMo E ")
+_LOGGER_LINE = r"^\[NeMo [WE] \d{4}-\d\d-\d\d "
 
 
 def read_logger_lines(records: pl.LazyFrame) -> Events:
@@ -372,7 +373,7 @@ OWN_MARKERS = (
 
 FAMILY = Family(
     name=NAME,
-    markers=(*OWN_MARKERS, LOGGER_MARKER),
+    markers=(*OWN_MARKERS, *LOGGER_MARKERS),
     parse_line=parse_line,
     kinds=(
         RecordKind(
@@ -392,7 +393,7 @@ FAMILY = Family(
         RecordKind(
             family=NAME,
             name="logger",
-            test=RecordTest(markers=(LOGGER_MARKER,), pattern=_LOGGER_LINE, unless=OWN_MARKERS),
+            test=RecordTest(markers=LOGGER_MARKERS, pattern=_LOGGER_LINE, unless=OWN_MARKERS),
             read=read_logger_lines,
         ),
     ),
