@@ -167,7 +167,8 @@ CONSEQUENCES = {
     "torchrun-oom-atexit-3014.out": [40, 49],  # ChildFailedError, rank 0's SIGKILL
     "hf-final-metrics-atexit-3015.out": [],
     "mpirun-384-ranks-3016.out.gz": [4995],  # mpirun's "Primary job  terminated normally, but ..."
-    "timelimit-signal-traceback-3017.out": [41],  # torchrun's SignalException
+    # the agent's word on the time limit's SIGTERM, then its SignalException
+    "timelimit-signal-traceback-3017.out": [10, 41],
     "c10d-warnings-3018.out": [],
     "torchrun-segfault-3019.out": [33, 51],  # ChildFailedError, the root cause's SIGSEGV
     # ChildFailedError, the root cause's SIGABRT, srun's exit code; what() repeats line 9
