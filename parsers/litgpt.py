@@ -99,14 +99,13 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """LitGPT's arguments, parameter counts, resume and end (see the module's docstring); never raises."""
     line = text.strip()
     state = run.state.setdefault(NAME, {})
+    in_train_args = lineno - state.get("train_args", -_TRAIN_ARGS_LINES) < _TRAIN_ARGS_LINES
     if argument := _LAUNCH_ARGUMENT.match(text):
         state[argument[1]] = (int(argument[2]), lineno)
     elif any(opener in text for opener in _TRAIN_ARGS):
         _open_train_args(lineno, run, state)
         _read_train_fields(text, lineno, run)
-    elif lineno - state.get("train_args", -_TRAIN_ARGS_LINES) < _TRAIN_ARGS_LINES and _TRAIN_FIELD.search(
-        text
-    ):
+    elif in_train_args and _TRAIN_FIELD.search(text):
         _read_train_fields(text, lineno, run)
     elif total := _TOTAL.match(line):
         run.set_fact("logged_model_size", int(total[1].replace(",", "")) / 1e9, NAME, lineno)

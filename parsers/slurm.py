@@ -403,9 +403,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         kind = "native abort"
     elif text.lstrip().startswith(HYDRA_ERRORS):
         kind = "config"
-    elif (
-        DEATH_SIGNAL in text
-    ):  # stopped from outside (a spot preemption, a kill, Ctrl-C): a scheduler's word tells more
+    elif DEATH_SIGNAL in text:
+        # stopped from outside (a spot preemption, a kill, Ctrl-C): a scheduler's word tells more (finish)
         status, kind = "cancelled", DEATH_SIGNAL_KIND
     elif any(error in text for error in BUILD_ERRORS):
         if _BUILD_ERROR.search(text.strip()):  # a cause only of a build's failure (``finish``)
