@@ -27,11 +27,9 @@ import itertools
 import polars as pl
 from logstat.analytics import formulas
 from logstat.analytics.gpus import GPUS, peak_tflops
-from logstat.parsers.schema import RUNS_SCHEMA, SUMMARY_SCHEMA
+from logstat.parsers.schema import MIB, RUNS_SCHEMA, SUMMARY_SCHEMA
 
 GIB_PER_GB = 2**30 / 1e9
-#: bytes of the MiB that Megatron's "memory (MB)", DeepSpeed's "GB" (back to MiB) and minGPT's MiB count.
-MIB = 2**20
 #: a log's own TFLOP/s further than this from logstat's count is reported in ``warnings``.
 TFLOPS_TOLERANCE = 0.10
 #: a logged model size further than this from ours is reported in ``model_size_note``.

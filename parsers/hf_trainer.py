@@ -331,8 +331,7 @@ def _plain(text: str, out: list) -> None:
         # a training from step 0, unless a resume's line follows: its dicts count from its first
         out += [{"what": "launch"}, {"what": "resume", "value": _typed(0)}]
     if _PEFT_COUNTS in text and (counts := _PEFT_ALL.search(text)):
-        if (count := int(counts[1].replace(",", ""))) <= INT64_MAX:
-            out += [_fact("logged_model_size", count / 1e9), {"what": "peft"}, _SEEN]
+        _whole_model(counts[1], out)
     if any(marker in text for marker in _UNSLOTH_MARKERS):
         _unsloth(text, out)
     if "TrainOutput(global_step=" in text and (output := _TRAIN_OUTPUT.search(text)):
@@ -369,8 +368,15 @@ def _unsloth(text: str, out: list) -> None:
     for label, count in _UNSLOTH.findall(text):
         if (value := int(count.replace(",", ""))) > 0:
             out += [_fact(_UNSLOTH_COUNTS[label], value), _SEEN]
-    if (whole := _UNSLOTH_SIZE.search(text)) and (count := int(whole[1].replace(",", ""))) <= INT64_MAX:
-        out += [_fact("logged_model_size", count / 1e9), {"what": "peft"}, _SEEN]
+    if whole := _UNSLOTH_SIZE.search(text):
+        _whole_model(whole[1], out)
+
+
+def _whole_model(count: str, out: list) -> None:
+    """An adapter's trainer's count of the whole model (PEFT's ``all params``, Unsloth's ``of``): the logged
+    size, where the Trainer banner's trainable count is the adapter's alone (``_trainable``)."""
+    if (whole := int(count.replace(",", ""))) <= INT64_MAX:
+        out += [_fact("logged_model_size", whole / 1e9), {"what": "peft"}, _SEEN]
 
 
 def _of_training(label: str, count: str) -> bool:

@@ -37,6 +37,7 @@ import re
 import polars as pl
 from logstat.parsers.base import Family, RunBuilder, never_raises
 from logstat.parsers.kinds import NUMBER, Events, RecordKind, RecordTest, as_count, as_real, step_lines
+from logstat.parsers.schema import MIB
 
 NAME = "litgpt"
 
@@ -91,7 +92,6 @@ _RESUMING = re.compile(r"^Resuming training from \S*\bstep-0*(\d+)\b")
 _TRAINING_TIME = re.compile(r"^(?:\| - )?Training [Tt]ime\s*:\s*[\d.]+\s*s$")
 _MEMORY_USED = re.compile(r"^(?:\| - )?Memory [Uu]sed\s*:\s*([\d.]+)\s*GB$")
 _END_MARKERS = ("Training time", "Training Time", "Memory used", "Memory Used")
-MIB = 2**20
 
 
 @never_raises(NAME)

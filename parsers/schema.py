@@ -11,6 +11,10 @@ from pathlib import Path
 
 import polars as pl
 
+#: bytes of the MiB the memory columns count in (Megatron's "memory (MB)", DeepSpeed's "GB" back to MiB,
+#: minGPT's MiB, LitGPT's GB of 1e9 bytes converted)
+MIB = 2**20
+
 RUNS_SCHEMA: dict[str, pl.DataType] = {
     "path": pl.String,  # the run's main log file
     "paths": pl.List(pl.String),  # every file read for this run (.out + .err of one job)
