@@ -161,7 +161,8 @@ _ONE_PROCESS = re.compile(rf"n_gpu: (\d+)(?:, )?{_NOT_DISTRIBUTED}")
 _PROCESSES = re.compile(rf"^{kinds.PYTHON_SPACE}*{_ACCELERATE_PROCESSES}(\d+){kinds.PYTHON_SPACE}*$")
 #: the world size (DeepSpeed's launcher, MPI, torch elastic, env); not LOCAL_WORLD_SIZE, a role's or DP's
 _WORLD_SIZE = re.compile(r"(?<!\w)(?:(?:dist_)?world_size|WORLD_SIZE)=(\d+)\b|global_world_sizes=\[(\d+)")
-_TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun")  # --nnodes: 1
+#: torch's launchers (and torchtune's ``tune run``, which hands its flags to torchrun): --nnodes 1 by default
+_TORCH_LAUNCHERS = ("torch.distributed.launch", "torch.distributed.run", "torchrun", "tune run")
 #: the fields read: facts, and what later records need (a dict's step, fp32, one process's GPU count)
 _ARGS_READ = frozenset(
     [*_FLAG_INT_FACTS, *_TRAINED_LENGTHS, "fp16", "bf16", "gradient_checkpointing", "local_rank"]

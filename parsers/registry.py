@@ -23,6 +23,7 @@ FAMILY_MODULES = tuple(
     for name in (
         "torchtitan",
         "litgpt",
+        "torchtune",
         "nemo",
         "megatron",
         "hf_trainer",
