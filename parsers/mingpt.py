@@ -208,6 +208,26 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.saw(NAME)
 
 
+def finish(run: RunBuilder) -> None:
+    """A minGPT project's Trainer stops at ``max_iters`` without a word, its callback having printed every
+    ``interval`` iterations by their 0-based number: a run whose last print is the last its plan makes
+    (``last < max_iters <= last + interval``: iter 4990 of 5000, every 10) ran to its end. One killed
+    within its last interval reads the same."""
+    planned, frame = run.facts.get("train_iters"), run.iteration_frame
+    if not isinstance(planned, int) or frame is None:
+        return
+    printed = frame.filter(pl.col("family") == NAME).sort("iteration").tail(2)
+    if printed.height < 2:
+        return
+    before, last = printed.rows(named=True)
+    interval = last["iteration"] - before["iteration"]
+    if interval > 0 and last["iteration"] < planned <= last["iteration"] + interval:
+        evidence = (
+            f"the last iteration its planned {planned} print (0-based, every {interval}): {last['iteration']}"
+        )
+        run.completion = (evidence, last["line"], last["source_path"] or run.current_file, run.position)
+
+
 def _config_file_first(arguments: str) -> bool:
     """Whether a ``train.py`` command's first argument is a config file: nanoGPT's configurator
     (``train.py config/train_gpt2.py --n_layer=24``), not the benchmark's flags."""
@@ -248,6 +268,7 @@ FAMILY = Family(
         " characters, ",
     ),
     parse_line=parse_line,
+    finish=finish,
     kinds=(
         RecordKind(
             family=NAME,

@@ -130,6 +130,21 @@ def test_a_mingpt_project_is_read_as_mingpt_among_every_family(tmp_path):
     assert (row["family"], row["iterations"], row["last_iteration"]) == ("mingpt", 3, 20)
 
 
+def _ending(last: int, then: tuple[str, ...] = ()) -> list[str]:
+    """chargpt with ``max_iters`` 5000, printing every 10 iterations up to ``last``, then ``then``."""
+    iterations = [f"iter_dt 40.10ms; iter {n}: train loss 1.2{n % 7}" for n in range(last - 30, last + 1, 10)]
+    return [*CHARGPT[:3], *iterations, *then]
+
+
+def test_a_project_whose_last_print_is_its_plans_last_ran_to_its_end():
+    # the Trainer stops after 0-based iteration 4999 without a word; the callback's last print is 4990
+    run = feed_lines(mingpt.FAMILY, _ending(4990))
+    assert run.completion[:2] == ("the last iteration its planned 5000 print (0-based, every 10): 4990", 7)
+    # a log stopping a print earlier did not reach it; nor one whose prints go past the plan (another's)
+    assert feed_lines(mingpt.FAMILY, _ending(4980)).completion is None
+    assert feed_lines(mingpt.FAMILY, _ending(5010)).completion is None
+
+
 def test_nanogpts_train_py_with_a_config_file_is_not_the_benchmarks_command():
     nanogpt = (
         "$ torchrun --standalone --nproc_per_node=4 train.py config/train_gpt2.py --n_layer=24 --n_head=16"
