@@ -369,6 +369,8 @@ def _unsloth(text: str, out: list) -> None:
     for label, count in _UNSLOTH.findall(text):
         if (value := int(count.replace(",", ""))) > 0:
             out += [_fact(_UNSLOTH_COUNTS[label], value), _SEEN]
+        if value > 0 and label == "Total steps":  # the Trainer's max_steps, as its own banner's
+            out.append({"what": "banner", "name": "max_steps", "value": _typed(value)})
     if whole := _UNSLOTH_SIZE.search(text):
         _whole_model(whole[1], out)
 

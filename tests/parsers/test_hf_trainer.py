@@ -1386,3 +1386,16 @@ def test_unsloths_banner_states_the_gpus_and_batches():
     stated = dict(gpus=1, micro_batch_size=4, gas=4, dp=1, global_batch_size=16, train_iters=500)
     assert {name: facts.get(name) for name in stated} == stated
     assert facts["logged_model_size"] == 14.770033664  # the whole model's, not the adapter's
+
+
+def test_unsloths_total_steps_let_its_bar_number_the_dicts():
+    # no logging_steps printed and no epochs to fit: the bar before each dict counts to Unsloth's total
+    banner = ["==((====))==  Unsloth - 2x faster free finetuning | Num GPUs used = 1"]
+    banner.append("   \\\\   /|    Num examples = 10,000 | Num Epochs = 1 | Total steps = 500")
+    lines = [*banner, "  0%|          | 0/500 [00:00<?, ?it/s]"]
+    for step in range(1, 16):
+        lines.append(f"  {step // 5}%|          | {step}/500 [00:{step * 3:02d}<20:00,  3.00s/it]")
+        if step % 5 == 0:
+            lines.append(f"{{'loss': 1.{step}, 'grad_norm': 0.4, 'learning_rate': 0.0001}}")
+    run = feed_lines(lines)
+    assert run.iteration_frame.sort("iteration")["iteration"].to_list() == [5, 10, 15]
