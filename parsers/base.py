@@ -62,6 +62,9 @@ class Family:
 #: is how a process ended (signal 9), REPORT only that one failed (an exit code), CLEANUP a launcher
 #: stopping the others. The run's reason is the first event of the strongest weight in line order.
 HARDWARE, CAUSE, EFFECT, REPORT, CLEANUP = 4, 3, 2, 1, 0
+#: the kind of a failure a program printed on a build of its own that failed, with no exception (Megatron's
+#: dataset helpers): the toolchain's error before it says why (the Slurm family's ``finish``)
+BUILD_FAILED = "build failed"
 #: the ``consequences`` column: at most this many evidence lines, one per kind, each cut to REASON_CHARS.
 MAX_CONSEQUENCES = 5
 REASON_CHARS = 300

@@ -35,7 +35,7 @@ from itertools import chain
 
 import polars as pl
 from logstat.parsers import deepspeed
-from logstat.parsers.base import EFFECT, Family, RunBuilder
+from logstat.parsers.base import BUILD_FAILED, EFFECT, Family, RunBuilder
 from logstat.parsers.kinds import (
     BODY,
     CLOSER,
@@ -101,7 +101,15 @@ _FACT_LINES = (
     re.compile(r"successfully loaded checkpoint from .* at iteration (?P<resumed_step>\d+)"),
     # GPT-NeoX's setup_model_and_optimizer after its load_checkpoint
     re.compile(r"Loading checkpoint and starting from iteration (?P<resumed_step>\d+)"),
+    # Megatron-LM v1.x (2020) names no iteration: "  successfully loaded {checkpoint_name}", the checkpoint's
+    # file under its iteration's directory (get_checkpoint_name: iter_{:07d})
+    re.compile(r"successfully loaded \S*/iter_(?P<resumed_step>\d{7})/"),
 )
+#: checkpointing.py's load_checkpoint when torch.load raised: it prints this, then the exception, then
+#: ``sys.exit()`` (status 0: no traceback, no launcher error)
+_UNLOADABLE_CHECKPOINT = "could not load the checkpoint"
+#: data/dataset_utils.py's compile_helper when ``make`` of its C++ helpers failed, before ``sys.exit(1)``
+_HELPERS_BUILD_FAILED = "Making C++ dataset helpers module failed, exiting."
 #: training.py's get_model, on each model-parallel rank of data-parallel rank 0 (print, not print_rank_0)
 _RANK_PARAMETERS = re.compile(
     r"number of parameters on \(tensor, pipeline\) model parallel rank \((?P<t>\d+), (?P<p>\d+)\): (?P<n>\d+)"
@@ -143,6 +151,10 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.set_fact("logged_model_size", float(match["params"]), NAME, lineno)
     elif SIGNALLED_END in text:
         run.fail("cancelled", text.strip(), lineno, weight=EFFECT, kind="cancelled")
+    elif text.strip() == _UNLOADABLE_CHECKPOINT:
+        run.fail("failed", _UNLOADABLE_CHECKPOINT, lineno, kind="checkpoint")
+    elif text.strip() == _HELPERS_BUILD_FAILED:
+        run.fail("failed", _HELPERS_BUILD_FAILED, lineno, kind=BUILD_FAILED)
     elif any(end in text for end in PLANNED_ENDS):
         run.complete(text.strip(), lineno)
     elif (match := _DTYPE.search(text)) and match["dtype"] in _DTYPES:
@@ -721,8 +733,10 @@ FAMILY = Family(
         "padded vocab",
         "number of micro-batches",
         "number of microbatches",
-        "successfully loaded checkpoint",
+        "successfully loaded ",
         "starting from iteration ",
+        _UNLOADABLE_CHECKPOINT,
+        _HELPERS_BUILD_FAILED,
         "Effective Tera Flops",
         "Total number of parameters in billions",
         "number of parameters on (tensor, pipeline)",

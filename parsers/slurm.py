@@ -49,7 +49,17 @@ import re
 from datetime import datetime
 
 import polars as pl
-from logstat.parsers.base import CAUSE, CLEANUP, EFFECT, HARDWARE, REASON_CHARS, REPORT, Family, RunBuilder
+from logstat.parsers.base import (
+    BUILD_FAILED,
+    CAUSE,
+    CLEANUP,
+    EFFECT,
+    HARDWARE,
+    REASON_CHARS,
+    REPORT,
+    Family,
+    RunBuilder,
+)
 from logstat.parsers.kinds import (
     CLOSER,
     FAILURE_EVENT_SCHEMA,
@@ -496,10 +506,11 @@ def _signalled_by_scheduler(events: list[tuple]) -> list[tuple]:
 
 def _with_build_cause(events: list[tuple], run: RunBuilder) -> list[tuple]:
     """``events`` with, as a cause, the last toolchain error (``BUILD_ERRORS``) printed in its file before the
-    first exception saying a build failed: what failed in the build (a missing library, a missing header)."""
+    first exception saying a build failed (or a family's ``BUILD_FAILED`` line): what failed in the build (a
+    missing library, a missing header)."""
     errors = run.state.get(NAME, {}).get("build_errors", [])
     for event in events if errors else ():
-        if event[5] and any(failure in event[2] for failure in BUILD_FAILURES):
+        if (event[5] and any(failure in event[2] for failure in BUILD_FAILURES)) or event[4] == BUILD_FAILED:
             before = [
                 error
                 for error in errors

@@ -697,6 +697,43 @@ def test_the_checkpoint_a_run_resumed_from(line):
     assert "resumed_step" not in feed(line.replace(" 1000", " 0")).facts
 
 
+def test_megatron_v1_names_its_resumed_iteration_only_in_the_checkpoints_path():
+    # 2020's load_checkpoint: "  successfully loaded {checkpoint_name}", under iter_{:07d}
+    loaded = "  successfully loaded /lustre/ckpt/gpt2_8.3b/iter_0110000/mp_rank_00/model_optim_rng.pt"
+    assert feed(loaded).facts["resumed_step"] == 110000
+    # a release checkpoint (--finetune from a published model) has no iteration
+    assert "resumed_step" not in feed(loaded.replace("iter_0110000", "release")).facts
+
+
+def test_a_checkpoint_megatron_could_not_load_ended_the_run():
+    # load_checkpoint prints the exception after it and exits with status 0: nothing else says so
+    run = feed(
+        " loading checkpoint from /scratch/ckpt/falcon40b-sft at iteration 1500",
+        "could not load the checkpoint",
+        "PytorchStreamReader failed reading zip archive: failed finding central directory",
+    )
+    assert run.failure == ("failed", "could not load the checkpoint", 2)
+
+
+def test_a_failed_build_of_the_dataset_helpers_is_failed_by_its_compilers_error(tmp_path):
+    log = tmp_path / "slurm-5600001.out"
+    lines = [
+        "make: Entering directory '/workspace/Megatron-LM/megatron/data'",
+        "helpers.cpp:26:10: fatal error: pybind11/pybind11.h: No such file or directory",
+        "compilation terminated.",
+        "make: *** [Makefile:9: helpers.cpython-38-x86_64-linux-gnu.so] Error 1",
+        "Making C++ dataset helpers module failed, exiting.",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    ]
+    log.write_text("\n".join(lines) + "\n")
+    row = load_runs([log]).runs.row(0, named=True)
+    assert (row["status"], row["reason"], row["reason_line"]) == ("failed", lines[1], 2)
+    assert row["consequences"][0] == f"slurm-5600001.out:5: {lines[4]}"
+    # without the compiler's error the helpers' line is the cause
+    log.write_text("\n".join(lines[4:]) + "\n")
+    assert load_runs([log]).runs.row(0, named=True)["reason"] == lines[4]
+
+
 def _rampup_log(step_batches: list[int]) -> str:
     """Megatron-DeepSpeed's lines (BigScience tr11's formats) of a run with ``--rampup-batch-size``: its
     target batch 2048 in the dump and in DeepSpeed's config, each step's own batch in its line."""
