@@ -709,17 +709,20 @@ def finish(run: RunBuilder) -> None:
     """The logged size from the model-parallel ranks' parameter counts where the log states no total: where
     every one of TP x PP printed and their sum is the model's (no copy of the embedding on the last
     pipeline stage: PP 1 or an untied output layer; no experts sharded over data-parallel ranks that print
-    nothing: no MoE)."""
+    nothing: no MoE). Without pipelines, every tensor-parallel rank holds as many (the vocabulary is padded
+    to a multiple of TP, each matrix split evenly, the norms whole on each): one rank's count TP times is
+    that sum, where only some printed (NeMo logs rank 0's)."""
     ranks = run.state.get(NAME, {}).get("rank_parameters", {})
     tp, pp, facts = run.facts.get("tp"), run.facts.get("pp"), run.facts
     if "logged_model_size" in facts:  # the log's own total (Effective Tera Flops, theoretical memory) wins
         return
-    if not ranks or not isinstance(tp, int) or not isinstance(pp, int) or len(ranks) != tp * pp:
+    if not ranks or not isinstance(tp, int) or not isinstance(pp, int) or facts.get("moe_experts"):
         return
-    if (pp == 1 or facts.get("untied_embeddings") is True) and not facts.get("moe_experts"):
-        run.set_fact(
-            "logged_model_size", sum(n for n, _ in ranks.values()) / 1e9, NAME, max(ranks.values())[1]
-        )
+    line = max(ranks.values())[1]
+    if len(ranks) == tp * pp and (pp == 1 or facts.get("untied_embeddings") is True):
+        run.set_fact("logged_model_size", sum(n for n, _ in ranks.values()) / 1e9, NAME, line)
+    elif pp == 1 and len({n for n, _ in ranks.values()}) == 1:
+        run.set_fact("logged_model_size", next(iter(ranks.values()))[0] * tp / 1e9, NAME, line)
 
 
 FAMILY = Family(

@@ -843,7 +843,13 @@ def test_the_model_parallel_ranks_parameter_counts_sum_to_the_logged_size(tmp_pa
         f" > number of parameters on (tensor, pipeline) model parallel rank ({t}, 0): {n}"
         for t, n in ((0, 6), (1, 7))
     ]
-    for lines, size in (([world, *ranks], 13e-9), ([world, ranks[0]], None)):  # one rank of two: no sum
+    # every rank printed: their sum; one of the two (NeMo logs rank 0's): TP ranks hold as many each, without
+    # pipelines; with them, a stage's count says nothing of the others'
+    piped = world.replace("data-parallel size: 4", "data-parallel size: 2").replace(
+        "pipeline-model-parallel size: 1", "pipeline-model-parallel size: 2"
+    )
+    cases = (([world, *ranks], 13e-9), ([world, ranks[0]], 12e-9), ([piped, ranks[0]], None))
+    for lines, size in cases:
         (tmp_path / "gpt.out").write_text("\n".join([*lines, ITERATION_1]) + "\n")
         assert load_runs([tmp_path / "gpt.out"]).runs.row(0, named=True)["logged_model_size"] == size
 
