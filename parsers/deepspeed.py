@@ -148,7 +148,7 @@ def _facts(statements: pl.DataFrame) -> Events:
     noted = noted.filter(first.is_null() | (pl.col("order") < first))
     stated = stated.filter(pl.col("order") >= 0).with_columns(family=pl.lit(NAME))
     typed = {
-        (*_INT_FACTS, "resumed_step"): value.cast(pl.Int64),
+        (*_INT_FACTS, "resumed_step", "seq_len"): value.cast(pl.Int64),
         _OFFLOADS: value == "true",
         ("precision",): value,
     }
@@ -184,8 +184,9 @@ PIPE_CONFIG = r"CONFIG: micro_batches=(\d+) micro_batch_size=(\d+)"
 UNIQUE_PARAMS = r"UNIQUE_PARAMS=(\d+)"
 #: ZeRO-3's ``zero.Init`` leaving its context on rank 0 (runtime/zero/partition_parameters.py ``__exit__``):
 #: ``finished initializing model - num_params = 363, num_elems = 13.02B``, the elements of every parameter
-#: it built (the whole model, frozen ones too), in billions to two decimals, since the first zero.Init
-ZERO_INIT = r"finished initializing model - num_params = \d+, num_elems = ([0-9]+(?:\.[0-9]+)?)B"
+#: it built (the whole model, frozen ones too), in billions to two decimals, since the first zero.Init;
+#: ``finished initializing model with 68.98B parameters`` before 0.9
+ZERO_INIT = r"finished initializing model(?: - num_params = \d+, num_elems = | with )([0-9]+(?:\.[0-9]+)?)B"
 #: the pipeline grid's rank map, printed whole by rank 0 (``PipelineParallelGrid``): its coordinates run
 #: in order, so the last holds each axis's size less one and the last rank
 TOPOLOGY = r"Using topology: \{.*ProcessCoord\(([^()]*)\): ([0-9]+)\}"
@@ -194,8 +195,17 @@ TOPOLOGY = r"Using topology: \{.*ProcessCoord\(([^()]*)\): ([0-9]+)\}"
 PIPE_STAGE = r"^stage=([0-9]+) layers=[0-9]+$"
 #: the checkpoint engine's load of a checkpoint under its default tag (``global_step{N}``): the run resumed
 #: at step N. torch_checkpoint_engine.py: ``[Torch] Begin Load checkpoint from {path}...`` (0.15 on), ``[Torch]
-#: Loading checkpoint from {path}...`` before
-CHECKPOINT_LOAD = r"\[Torch\] (?:Begin Load|Loading) checkpoint from \S*/global_step([0-9]+)/"
+#: Loading checkpoint from {path}...`` before, the engine's ``rank: 0 loading checkpoint: {path}`` before the
+#: checkpoint engine (0.6 and older)
+CHECKPOINT_LOAD = (
+    r"(?:\[Torch\] (?:Begin Load|Loading) checkpoint from |\brank: [0-9]+ loading checkpoint: )"
+    r"\S*/global_step([0-9]+)/"
+)
+#: DeepSpeed-Chat's ``print_throughput`` (dschat/utils/perf.py, every step of its SFT and reward-model
+#: training, rank 0): ``Model Parameters: 1.316 B, Latency: 0.36s, TFLOPs: 11.34, Samples/sec: 22.12, Time/seq
+#: 0.05s, Batch Size: 8, Sequence Length: 512``, the model's size (``numel`` of every parameter) and the
+#: sequence length it trains on
+CHAT_THROUGHPUT = r"^Model Parameters: ([0-9]+\.[0-9]+) B, Latency: .*, Sequence Length: ([0-9]+)$"
 #: what a topology's record is marked as seen by: the dump's ``world_size`` after one is the DP size
 TOPOLOGY_SEEN = "deepspeed topology"
 _AXES = {"pp": "pipe", "dp": "data", "tp": "model"}
@@ -208,6 +218,8 @@ _RECORD_MARKERS = (
     "Using topology:",
     " layers=",
     " checkpoint from ",
+    " loading checkpoint: ",
+    "Model Parameters: ",
 )
 _RECORDS_PATTERN = "|".join(
     f"(?:{pattern})"
@@ -222,6 +234,7 @@ _RECORDS_PATTERN = "|".join(
         TOPOLOGY,
         PIPE_STAGE,
         CHECKPOINT_LOAD,
+        CHAT_THROUGHPUT,
     )
 )
 
@@ -261,10 +274,17 @@ def _record_events(records: pl.DataFrame) -> Events:
     )  # the last line's counts
     loaded = _matches(records, CHECKPOINT_LOAD, ["digits"])
     resumed = _count(loaded, pl.col("digits"), "resumed_step", whole=True)
-    events.extend(_facts(pl.concat([*counts, size, built_size, *axes, gpus, pipeline, resumed])))
+    # restated every step: the last (a segment's last is restated by the next segment's, as it would be read
+    # whole)
+    chat = _matches(records, CHAT_THROUGHPUT, ["billions", "seq_len"]).unique("run", keep="last")
+    chat_facts = [
+        _statements(chat, "logged_model_size", _real("billions")),
+        _count(chat, pl.col("seq_len"), "seq_len"),
+    ]
+    events.extend(_facts(pl.concat([*counts, size, built_size, *axes, gpus, pipeline, resumed, *chat_facts])))
     seen = [
         kinds.marks_of(frame.lazy(), NAME, kinds.SEEN)
-        for frame in (config, unique, built, topology, stages, loaded)
+        for frame in (config, unique, built, topology, stages, loaded, chat)
     ]
     events.marks += [*seen, kinds.marks_of(topology.lazy(), TOPOLOGY_SEEN, kinds.SEEN)]
     return events
@@ -280,7 +300,17 @@ RECORDS = RecordKind(
     name="records",
     test=RecordTest(markers=_RECORD_MARKERS, pattern=_RECORDS_PATTERN),
     read=lambda records: _numbered(_record_events(records.collect())),
-    facts=("gas", "micro_batch_size", "logged_model_size", "pp", "dp", "tp", "gpus", "resumed_step"),
+    facts=(
+        "gas",
+        "micro_batch_size",
+        "logged_model_size",
+        "pp",
+        "dp",
+        "tp",
+        "gpus",
+        "resumed_step",
+        "seq_len",
+    ),
 )
 
 

@@ -551,6 +551,8 @@ def test_megatrons_iteration_line_is_a_steps_report_over_the_engines_lines(tmp_p
             "[Torch] Loading checkpoint from /ckpt/run7/best/mp_rank_00_model_states.pt...",
             None,
         ),  # a user's tag
+        # the engine's _load_checkpoint before the checkpoint engine (0.6 and older)
+        ("rank: 0 loading checkpoint: /ckpt/bert-large/global_step15000/mp_rank_00_model_states.pt", 15000),
     ],
 )
 def test_a_checkpoint_loaded_under_its_default_tag_is_the_resumed_step(line, resumed):

@@ -410,3 +410,19 @@ def test_zero_inits_count_of_the_model_it_built_is_the_logged_size():
     run = feed_lines(deepspeed.FAMILY, ["worker-0: starting", built, built.replace("13.02", "0.00")])
     assert run.facts["logged_model_size"] == 13.02
     assert run.provenance["logged_model_size"] == "deepspeed:2"
+    # before 0.9: the parameters' elements, in billions, alone
+    older = "[2023-01-24 09:00:00,000] [INFO] [partition_parameters.py:415:__exit__] finished initializing model with 68.98B parameters"
+    assert feed_lines(deepspeed.FAMILY, [older]).facts["logged_model_size"] == 68.98
+
+
+def test_deepspeed_chats_throughput_line_states_the_model_size_and_sequence_length():
+    # dschat/utils/perf.py print_throughput, every step of DeepSpeed-Chat's SFT and reward model training
+    line = (
+        "Model Parameters: 1.316 B, Latency: 0.36s, TFLOPs: 11.34, Samples/sec: 22.12, Time/seq 0.05s, "
+        "Batch Size: 8, Sequence Length: 512"
+    )
+    run = feed_lines(deepspeed.FAMILY, ["starting", line, line.replace("0.36s", "0.37s")])
+    assert (run.facts["logged_model_size"], run.facts["seq_len"]) == (1.316, 512)
+    assert run.provenance["seq_len"] == "deepspeed:3"  # restated every step: the last
+    # a user's own print of a count is no DeepSpeed-Chat line
+    assert feed_lines(deepspeed.FAMILY, ["Model Parameters: 1.316 B"]).facts == {}
