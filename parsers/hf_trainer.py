@@ -38,8 +38,13 @@ _NOT_DISTRIBUTED = "distributed training: False"  # the example scripts' one pro
 #: a value of `4``` (the local GPUs), ``\t`--num_machines` was set to a value of `1```
 _ACCELERATE_DEFAULT = re.compile(r"`--(num_processes|num_machines)` was set to a value of `(\d+)`")
 _ACCELERATE_MACHINES = "`--num_machines`"
-#: keys of the dicts the Trainer logs; other dicts (DeepSpeed's config values) are not ours.
-_TRAINER_KEYS = ("'loss'", "'learning_rate'", "'train_runtime'", "'train_samples_per_second'", "'epoch'")
+#: keys of the dicts the Trainer logs; other dicts (DeepSpeed's config values) are not ours. transformers
+#: 2.9-3.0 logged them as JSON (``json.dumps({**logs, "step": global_step})``): double-quoted
+_TRAINER_KEYS = tuple(
+    f"{quote}{key}{quote}"
+    for quote in "'\""
+    for key in ("loss", "learning_rate", "train_runtime", "train_samples_per_second", "epoch")
+)
 _RATES = ("it/s]", "s/it]")  # a tqdm update's rate
 #: PEFT's ``print_trainable_parameters`` (``trainable params: 6,553,600 || all params: 13,022,417,920 ||
 #: trainable%: 0.0503``; no separators in older peft): the whole model's count, where the Trainer's banner
@@ -81,6 +86,16 @@ _FIRST_FIELDS = ("_n_gpu=", "accelerator_config=")
 _EVAL_BANNERS = tuple(f"***** {split} metrics *****" for split in ("eval", "predict", "test"))
 #: ``Trainer.train()``'s banner: after logged steps, a new launch (a requeued job appending to its log)
 _TRAIN_BANNER_LINE = "***** Running training *****"
+#: run_clm's warning that it trains on a block shorter than the tokenizer's ``model_max_length`` (no
+#: ``--block_size``): 4.1x ``... Picking 1024 instead.``, 4.2x ``... longer than the default `block_size` value
+#: of 1024. ...``, 4.3x on ``... Using block_size=1024 instead.``: the sequence length trained on
+_BLOCK_SIZE_CHOSEN = "`model_max_length`"
+_CHOSEN_BLOCK = re.compile(
+    r"Picking (\d+) instead|Using block_size=(\d+) instead|default `block_size` value of (\d+)\b"
+)
+#: Trainer.train()'s last word (transformers 2.9 on, at INFO: ``\n\nTraining completed. Do not forget to share
+#: your model on huggingface.co/models =)\n\n``): the training loop ended
+_COMPLETED = "Training completed. Do not forget to share your model"
 #: the banner's line of a run resumed from a checkpoint (transformers 4's, 5's): its dicts count from that step
 _RESUMED_AT = ("Continuing training from global step", "Resuming training from checkpoint with epoch")
 _ARGS_INT_FACTS = {"per_device_train_batch_size": "micro_batch_size", "gradient_accumulation_steps": "gas"}
@@ -99,10 +114,12 @@ MARKERS = (
     *_FIRST_FIELDS,
     *_EVAL_BANNERS,
     _TRAIN_BANNER_LINE,
-    *("Instantaneous batch size per device", "Total train batch size"),
+    *("Instantaneous batch size per device", "Instantaneous batch size per GPU", "Total train batch size"),
     *("Gradient Accumulation steps", "Total optimization steps", "Number of trainable parameters"),
     *("Num Epochs", "Num update steps per epoch", "Num examples"),
     "TrainOutput(global_step=",
+    _COMPLETED,
+    _BLOCK_SIZE_CHOSEN,
     _PEFT_COUNTS,
     *_UNSLOTH_MARKERS,
     *_RESUMED_AT,
@@ -135,12 +152,13 @@ _CONFIG_JSON = rf'^{_SPACE}*"(\w+)"{_SPACE}*:{_SPACE}*([^,]*?){_SPACE}*,?{_SPACE
 #: a line of the train metrics block: ``name = value``, or a tqdm update between them (tqdm writes to
 #: stderr, merged into the same file)
 _METRIC = rf"^{_SPACE}*(?:[A-Za-z_][A-Za-z0-9_]*[ \t]*=|\d{{1,3}}%\|)"
-_DICT = r"\{'[^{}]*\}?"  # a logged dict, cut short or not
+_DICT = r"\{['\"][^{}]*\}?"  # a logged dict (a JSON object too), cut short or not
 #: an update of the Trainer's bar (``tqdm(total=max_steps)``, no description): tqdm writes ``| {n}/{total}
 #: [{elapsed}<{remaining}, {rate:5.2f}it/s]``, or ``{1/rate:5.2f}s/it`` at over a second a step
 _TRAINING_BAR = rf"^{_SPACE}*\d{{1,3}}%\|[^|]*\| *(\d+)/(\d+) \[[^\],]*, *(\d+\.\d+)(s/it|it/s)\]"
 _BANNER_FACTS = {
     "Instantaneous batch size per device": "micro_batch_size",
+    "Instantaneous batch size per GPU": "micro_batch_size",  # transformers 2.x's example scripts
     "Total train batch size (w. parallel, distributed & accumulation)": "global_batch_size",
     "Gradient Accumulation steps": "gas",
     "Total optimization steps": "train_iters",
@@ -196,7 +214,8 @@ FACTS = (
     *("micro_batch_size", "gas", "global_batch_size", "dp", "train_iters", "precision", "gpus", "nodes"),
     *("activation_checkpointing", "gpus_per_node", "logged_model_size", "final_steps", "swiglu"),
     *("deepspeed_config", "untied_embeddings"),
-    *(*_FINAL_FACTS.values(), "progress_sec_per_iter", "resumed_step", *dict.fromkeys(_SHAPE_KEYS.values())),
+    *(*_FINAL_FACTS.values(), "progress_sec_per_iter", "progress_steps", "resumed_step"),
+    *dict.fromkeys(_SHAPE_KEYS.values()),
 )
 #: raw lines that can hold a dump's record: a read field's ``name=``, a ``)``; and a ``}`` or a key the config
 #: block reads. Literals only, a superset of what the tests take: polars' regex finds an alternation of
@@ -324,8 +343,12 @@ def _overrides(overrides: str, out: list) -> None:
 
 def _plain(text: str, out: list) -> None:
     """A record of the family that no block reads and that is no dump, bar or block opener."""
-    if "{'" in text:
+    if "{'" in text or '{"' in text:
         _dicts(text, out)
+    if _COMPLETED in text:
+        out += [{"what": "completed", "value": _typed(text.strip())}, _SEEN]
+    if _BLOCK_SIZE_CHOSEN in text and (chosen := _CHOSEN_BLOCK.search(text)):
+        out += [_fact("seq_len", int(next(filter(None, chosen.groups())))), {"what": "sized"}]
     if any(banner in text for banner in _EVAL_BANNERS):
         out += [{"what": "evaluated"}, _SEEN]
     if _TRAIN_BANNER_LINE in text:  # no record of the family's alone: DeepSpeed-Chat prints it too
@@ -1063,20 +1086,34 @@ def _bars(bar_records: pl.DataFrame, effects: pl.DataFrame) -> pl.DataFrame:
 
 def _progress(carry: pl.DataFrame | None) -> Events:
     """tqdm's rate of the training bar's last update: the bar of the Trainer's last planned ``max_steps`` (not
-    Megatron's), else the last before a dict (ProgressCallback writes through it); none with a description."""
+    Megatron's), else the last before a dict (ProgressCallback writes through it); none with a description.
+    The planned bar's count there is the steps done (``progress_steps``: ProgressCallback updates it to the
+    global step at each step's end, a resumed run's first update jumping to it)."""
     if carry is None:
         return Events()
     chosen = carry.filter(pl.col("what").is_in(["planned", "dict_bar"])).sort("what", descending=True)
-    chosen = chosen.group_by("run").agg(name=_field("text").first())
+    chosen = chosen.group_by("run").agg(
+        name=_field("text").first(), planned=(pl.col("what") == "planned").first()
+    )
     bars = carry.filter(pl.col("what") == "bar").join(chosen, on=["run", "name"])
-    rates = []
-    for run, total, text, line, file in bars.select("run", "name", _field("text"), "line", "file").rows():
+    rates, counts = [], []
+    for run, total, text, line, file, planned in bars.select(
+        "run", "name", _field("text"), "line", "file", "planned"
+    ).rows():
         bar = re.match(_TRAINING_BAR, text)
         if bar is not None and bar[2] == total and (rate := float(bar[3])) > 0:
             rates.append((run, line, file, rate if bar[4] == "s/it" else 1 / rate))
+        if bar is not None and bar[2] == total and planned:
+            counts.append((run, line, file, int(bar[1])))
     schema = {"run": pl.Int64, "line": pl.Int64, "file": pl.Int64, "value": pl.Float64}
     frame = pl.DataFrame(rates, schema=schema, orient="row")
-    return Events(facts=[frame.with_columns(fact=pl.lit("progress_sec_per_iter"), family=pl.lit(NAME))])
+    steps = pl.DataFrame(counts, schema=schema | {"value": pl.Int64}, orient="row")
+    return Events(
+        facts=[
+            frame.with_columns(fact=pl.lit("progress_sec_per_iter"), family=pl.lit(NAME)),
+            steps.with_columns(fact=pl.lit("progress_steps"), family=pl.lit(NAME)),
+        ]
+    )
 
 
 def _events(facts: pl.DataFrame, steps: pl.DataFrame, effects: pl.DataFrame, carry: pl.DataFrame) -> Events:
@@ -1095,7 +1132,12 @@ def _events(facts: pl.DataFrame, steps: pl.DataFrame, effects: pl.DataFrame, car
         steps=[steps.with_columns(family=family), evaluations.with_columns(family=family)],
         facts=[frame.select("order", fact="name", value="value", family=family) for frame in typed],
         notes=[notes.select("order", family=family, message="name")],
-        marks=[kinds.marks_of(seen.lazy(), NAME, kinds.SEEN), _evaluated(effects), _launches(effects)],
+        marks=[
+            kinds.marks_of(seen.lazy(), NAME, kinds.SEEN),
+            _evaluated(effects),
+            _completed(effects),
+            _launches(effects),
+        ],
         carry=carry,
     )
 
@@ -1127,6 +1169,12 @@ def _evaluated(effects: pl.DataFrame) -> pl.DataFrame:
     return kinds.marks_of(evaluated, NAME, kinds.COMPLETE, pl.lit(EVALUATED))
 
 
+def _completed(effects: pl.DataFrame) -> pl.DataFrame:
+    """A completion mark per ``Training completed`` line (``_COMPLETED``)."""
+    completed = effects.lazy().filter(pl.col("what") == "completed", pl.col("order") >= 0)
+    return kinds.marks_of(completed, NAME, kinds.COMPLETE, _field("text"))
+
+
 def _launches(effects: pl.DataFrame) -> pl.DataFrame:
     """A launch mark per training banner (``settle`` counts one after the family's logged steps only)."""
     banners = effects.lazy().filter(pl.col("what") == "launch", pl.col("order") >= 0)
@@ -1135,10 +1183,17 @@ def _launches(effects: pl.DataFrame) -> pl.DataFrame:
 
 def finish(run: RunBuilder) -> None:
     """An evaluation's metrics end a run that trained nothing; a run that logged training steps or final
-    train metrics ends (or not) by those, whether it evaluated before or after training."""
+    train metrics ends (or not) by those, whether it evaluated before or after training. The Trainer
+    parallelizes data alone (DDP, FSDP, DeepSpeed's ZeRO): of a run whose steps are its dicts, TP and PP are 1
+    where nothing states them, so its DP is its GPUs."""
     trained = run.last_iteration is not None or "final_train_runtime_s" in run.facts
     if trained and run.completion is not None and run.completion[0] == EVALUATED:
         run.completion = None
+    frame = run.iteration_frame
+    if frame is not None and frame.height and frame.get_column("family").eq(NAME).all():
+        for fact in ("tp", "pp"):
+            if fact not in run.facts:
+                run.set_fact(fact, 1, "derived", 0)
 
 
 def _block(name: str, hint: str | None, *tests: Callable[[pl.Expr], pl.Expr]) -> Block:

@@ -71,6 +71,7 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     "final_steps_per_sec": pl.Float64,  # HF Trainer's train_steps_per_second
     "resumed_step": pl.Int64,  # the step of the checkpoint the last training resumed from (HF Trainer, Megatron)
     "progress_sec_per_iter": pl.Float64,  # tqdm's rate of the training progress bar, last update
+    "progress_steps": pl.Int64,  # the training progress bar's count at its last update (HF: steps done)
     "avg_epoch_time_s": pl.Float64,  # minGPT/Lightning benchmark
     "peak_memory_mib": pl.Float64,  # minGPT/Lightning benchmark
     "stack": pl.String,  # a `logstat run` runner stack (manifest): megatron-deepspeed, hf-zero3, ddp-powersgd

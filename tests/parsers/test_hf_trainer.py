@@ -1399,3 +1399,83 @@ def test_unsloths_total_steps_let_its_bar_number_the_dicts():
             lines.append(f"{{'loss': 1.{step}, 'grad_norm': 0.4, 'learning_rate': 0.0001}}")
     run = feed_lines(lines)
     assert run.iteration_frame.sort("iteration")["iteration"].to_list() == [5, 10, 15]
+
+
+def test_transformers_3_logged_its_dicts_as_json_with_their_step():
+    # 3.0's Trainer._log: iterator.write(json.dumps({**logs, "step": global_step})) under the nested
+    # "Iteration" bar, the cursor moved up to it (\x1b[A); its end: "Training completed. ..."
+    bar = "\rIteration:  90%|█████████ | 2119/2342 [05:25<00:33,  6.63it/s]\x1b[A"
+    lines = [
+        "07/21/2020 14:02:44 - INFO - transformers.trainer -     Instantaneous batch size per GPU = 2",
+        bar + '{"loss": 3.44496862411499, "learning_rate": 4.7e-05, "epoch": 0.17, "step": 100}',
+        bar + '{"loss": 3.3939822524785996, "learning_rate": 4.4e-05, "epoch": 0.34, "step": 200}',
+        "07/21/2020 14:20:45 - INFO - transformers.trainer -   ",
+        "",
+        "Training completed. Do not forget to share your model on huggingface.co/models =)",
+    ]
+    run = feed_lines(lines)
+    assert run.iteration_frame.select("iteration", "loss").rows() == [
+        (100, 3.44496862411499),
+        (200, 3.3939822524785996),
+    ]
+    assert run.facts["micro_batch_size"] == 2  # 2.x's wording of the banner's line
+    assert run.completion[:2] == (lines[-1], 6)
+
+
+@pytest.mark.parametrize(
+    "warning",
+    [
+        # run_clm 4.1x, 4.2x, 4.3x on: the block it trains on where the tokenizer's is longer
+        "The tokenizer picked seems to have a very large `model_max_length` (2048). Picking 1024 instead. "
+        "You can change that default value by passing --block_size xxx.",
+        "The chosen tokenizer supports a `model_max_length` that is longer than the default `block_size` value "
+        "of 1024. If you would like to use a longer `block_size` up to `tokenizer.model_max_length` you can "
+        "override this default with `--block_size xxx`.",
+        "The tokenizer picked seems to have a very large `model_max_length` (1000000000000000019884624838656). "
+        "Using block_size=1024 instead. You can change that default value by passing --block_size xxx.",
+    ],
+)
+def test_run_clms_chosen_block_is_the_sequence_length(warning):
+    prefix = "11/02/2021 10:00:00 - WARNING - __main__ - "
+    config = ["Model config GPT2Config {", '  "n_positions": 2048,', "}"]
+    run = feed_lines([*config, prefix + warning])
+    assert run.facts["seq_len"] == 1024  # not the model's 2048 positions
+
+
+def test_a_trainer_runs_gpus_are_its_data_parallel_ranks():
+    # no banner (the script leaves transformers at WARNING): micro x accumulation x GPUs is the batch
+    command = (
+        "+ torchrun --nproc_per_node=4 --master_port=29501 train.py --per_device_train_batch_size 4 "
+        "--gradient_accumulation_steps 8 --fsdp 'full_shard auto_wrap'"
+    )
+    lines = [command, "{'loss': 1.2, 'learning_rate': 2e-05, 'epoch': 0.1}"]
+    row = load_runs_of(lines).runs.row(0, named=True)
+    assert (row["tp"], row["pp"], row["dp"], row["global_batch_size"]) == (1, 1, 4, 128)
+
+
+def test_a_trainer_run_got_to_its_returned_step_and_its_bars_last_count(tmp_path):
+    # 4.0 at WARNING: no banner, no logging_steps; Trainer.train() returns the global step it got to
+    bar = [
+        f"{n * 100 // 2000:3d}%|          | {n}/2000 [00:{n // 100:02d}<10:00,  3.28it/s]"
+        for n in (1990, 2000)
+    ]
+    done = ["{'loss': 0.31, 'learning_rate': 1e-06, 'epoch': 2.99}", *bar]
+    done.append("TrainOutput(global_step=2000, training_loss=0.2731, metrics={'train_runtime': 609.6})")
+    assert load_runs_of(done).runs.row(0, named=True)["last_iteration"] == 2000
+    # a failed run's planned bar (the banner's max_steps) counted past its last logged dict
+    banner = ["***** Running training *****", "  Total optimization steps = 36816"]
+    dicts = [f"{{'loss': 0.6{n}, 'learning_rate': 2e-05, 'epoch': 0.0{n}}}" for n in (1, 2)]
+    bars = [f"  4%|▎         | {n}/36816 [10:46<4:34:09,  2.15it/s]" for n in (1375, 1376)]
+    failed = [*banner, *dicts, *bars, "torch.cuda.OutOfMemoryError: CUDA out of memory."]
+    row = load_runs_of(failed).runs.row(0, named=True)
+    assert (row["status"], row["last_iteration"], row["progress_steps"]) == ("failed", 1376, 1376)
+
+
+def load_runs_of(lines: list[str]):
+    """The frames of a log of ``lines`` read with every family."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        log = Path(directory) / "train.log"
+        log.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+        return load_runs([log])
