@@ -282,12 +282,13 @@ def summarize(runs: pl.DataFrame, iterations: pl.DataFrame, *, warmup: int = 1) 
 def _last_iteration() -> pl.Expr:
     """The step a run got to: its last logged one, or its planned ones where it ended ok within a logging
     interval of them (a run of 2,634 steps logging every 500 logs 2,500 last, and ran them all); a planned
-    end short of them (Megatron's ``--exit-duration-in-mins``) keeps its last logged step. Where the log says
-    it got further than its last logged step (HF Trainer's returned ``global_step``, its training bar's
-    count), that step."""
+    end short of them (Megatron's ``--exit-duration-in-mins``) keeps its last logged step. HF Trainer's
+    returned ``global_step`` (``TrainOutput``, at the training's end) is the step it got to where it is
+    further. A failed run's training bar may have counted past its last logged step: that count is
+    ``progress_steps``, not this (the last step it logged, as of every other family)."""
     last, planned = pl.col("last_step"), pl.col("train_iters")
     reached = (pl.col("status") == "ok") & (planned >= last) & (planned - last < pl.col("step_interval"))
-    further = pl.max_horizontal(last, pl.col("final_steps"), pl.col("progress_steps"))
+    further = pl.max_horizontal(last, pl.col("final_steps"))
     return pl.when(reached.fill_null(False)).then(planned).otherwise(further)
 
 
