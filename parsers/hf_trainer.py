@@ -1183,11 +1183,19 @@ def _launches(effects: pl.DataFrame) -> pl.DataFrame:
 
 def finish(run: RunBuilder) -> None:
     """An evaluation's metrics end a run that trained nothing; a run that logged training steps or final
-    train metrics ends (or not) by those, whether it evaluated before or after training. The Trainer
+    train metrics ends (or not) by those, whether it evaluated before or after training; its final metrics
+    say it ended better than ``Training completed`` before them. The Trainer
     parallelizes data alone (DDP, FSDP, DeepSpeed's ZeRO): of a run whose steps are its dicts, TP and PP are 1
     where nothing states them, so its DP is its GPUs."""
     trained = run.last_iteration is not None or "final_train_runtime_s" in run.facts
     if trained and run.completion is not None and run.completion[0] == EVALUATED:
+        run.completion = None
+    # the final metrics after "Training completed" are the better evidence (the reader's, from the facts)
+    if (
+        run.completion is not None
+        and _COMPLETED in run.completion[0]
+        and "final_train_runtime_s" in run.facts
+    ):
         run.completion = None
     frame = run.iteration_frame
     if frame is not None and frame.height and frame.get_column("family").eq(NAME).all():
