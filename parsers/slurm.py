@@ -124,6 +124,8 @@ OWN_WATCHDOG = WATCHDOG_ENDS[0]
 #: name the run's cause by them)
 OOM_LABEL, NCCL_LABEL, NETWORK_LABEL = "CUDA out of memory: ", "NCCL timeout/error: ", "network error: "
 GPU_LABEL, TIME_LIMIT_LABEL, NODE_FAILURE_LABEL = "GPU error: ", "time limit: ", "node failure: "
+#: the job's container could not start (pyxis/enroot)
+CONTAINER_LABEL = "container: "
 #: the status of a run its scheduler's clock ended, Slurm's job state TIMEOUT (sacct): not a failure of the
 #: run (a job of a chain of time-limited jobs ends so, the next resumes from its checkpoint) nor a cancel
 TIMEOUT = "timeout"
@@ -138,6 +140,7 @@ CAUSE_LABELS = (
     GPU_LABEL,
     TIME_LIMIT_LABEL,
     NODE_FAILURE_LABEL,
+    CONTAINER_LABEL,
     PREEMPTED_LABEL,
     KILLED_LABEL,
 )
@@ -159,6 +162,14 @@ HYDRA_ERRORS = (
     "Error merging override ",
     "Error parsing override '",
 )
+#: NVIDIA's pyxis (Slurm's SPANK plugin starting a task in an enroot container) reports through slurmstepd:
+#: ``slurmstepd: error: pyxis: failed to import docker image``, ``... pyxis: couldn't start container``, then
+#: ``pyxis: printing enroot log file:`` and enroot's log a line each, indented (``pyxis:     [INFO] ...``,
+#: mksquashfs's ``Write failed because No space left on device``, ``nvidia-container-cli: initialization
+#: error: nvml error: driver not loaded``): the log's first line that is no [INFO] is why; its summary lines
+#: only say that the container did not start
+PYXIS = "pyxis: "
+PYXIS_FAILURES = ("failed to import docker image", "couldn't start container", "failed to create container")
 #: a toolchain's error in a build that a Python program ran (Triton's and inductor's gcc build of their CUDA
 #: helper, a C++/CUDA extension's ninja build), printed unprefixed above the traceback of the exception that
 #: reports the build failed (``BUILD_FAILURES``): GNU ld's ``/usr/bin/ld: cannot find -lcuda: No such file or
@@ -382,8 +393,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         bare_step = "*** STEP" in text and "DUE TO" not in text
         if "TIME LIMIT" in text:
             status, label, kind = TIMEOUT, TIME_LIMIT_LABEL, "time limit"
-        elif "NODE FAIL" in text:
-            label, kind = NODE_FAILURE_LABEL, "node failure"
+        elif "NODE FAIL" in text:  # Slurm's verdict on a node: what its ranks' peers printed follows from it
+            label, weight, kind = NODE_FAILURE_LABEL, HARDWARE, "node failure"
         elif "TASK FAILURE" in text or (bare_step and run.failure is not None):
             # Slurm ending a job (or srun a step, after "srun: Terminating StepId=...") because a task
             # failed: the task's own lines say why
@@ -395,6 +406,14 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         status = kind = "cancelled"
     elif ended := next((end for end in SCHEDULER_ENDS if end in text), None):
         status, label, kind = SCHEDULER_ENDS[ended]
+    elif PYXIS in text and ": error: " in text:
+        relayed = text.split(PYXIS, 1)[1]
+        if relayed.startswith("    ") and not relayed.lstrip().startswith(("[INFO]", "[WARN]")):
+            label, kind = CONTAINER_LABEL, "container"  # enroot's own word
+        elif any(failure in relayed for failure in PYXIS_FAILURES):
+            label, weight, kind = CONTAINER_LABEL, REPORT, "container"
+        else:
+            return
     elif any(kill in text for kill in MEMORY_LIMIT_KILLS):  # a host memory limit, as the OOM killer's event
         label, kind = HOST_OOM_LABEL, "oom-kill"
     elif text.startswith(LSF_EXIT):
@@ -435,7 +454,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         # Exited with exit code 1``, ``task 3: Killed``) follows from what the task printed before
         task = _SRUN_TASK.search(text)
         if "Node failure" in text or "NODE_FAIL" in text:
-            label, kind = NODE_FAILURE_LABEL, "node failure"
+            label, weight, kind = NODE_FAILURE_LABEL, HARDWARE, "node failure"
         elif task is None:
             kind = "srun"
         elif task["how"].startswith(SRUN_OOM):  # the step's OOM killer, as its own event

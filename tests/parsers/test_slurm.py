@@ -403,3 +403,31 @@ def test_a_toolchains_error_no_failed_build_followed_is_no_failure():
     # an exception that is no build's failure has its own cause
     run = feed(probe, *BUILD_TRACEBACK[:3], "[rank2]: KeyError: 'input_ids'")
     assert run.failure == ("failed", "KeyError: 'input_ids'", 5)
+
+
+def test_a_node_slurm_found_failed_explains_its_peers_network_errors():
+    # the ranks talking to the dead node print their transport's errors before Slurm's verdict comes
+    ib = (
+        "node-14:81204:81904 [4] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+        "10.20.0.24<35617> with error 12, opcode 0, len 0, vendor err 129 (Send)"
+    )
+    run = feed(ib, "srun: error: Node failure on node-17")
+    assert run.failure == ("failed", "node failure: srun: error: Node failure on node-17", 2)
+    assert run.consequence_lines()[0].endswith(ib)
+
+
+def test_the_enroot_log_pyxis_relays_says_why_the_container_did_not_start():
+    lines = [
+        "slurmstepd: error: pyxis: child 2417763 failed with error code: 1",
+        "slurmstepd: error: pyxis: failed to import docker image",
+        "slurmstepd: error: pyxis: printing enroot log file:",
+        "slurmstepd: error: pyxis:     [INFO] Creating squashfs filesystem...",
+        "slurmstepd: error: pyxis:     Write failed because No space left on device",
+        "slurmstepd: error: pyxis:     FATAL ERROR: Failed to write to output filesystem",
+        "slurmstepd: error: pyxis: couldn't start container",
+        "srun: error: dgx-031: tasks 0-7: Exited with exit code 1",
+    ]
+    run = feed(*lines)
+    assert run.failure == ("failed", f"container: {lines[4]}", 5)
+    # without enroot's log, pyxis's own word that the container did not start
+    assert feed(lines[1], lines[-1]).failure == ("failed", f"container: {lines[1]}", 1)
