@@ -187,10 +187,11 @@ _PARAMETERS = re.compile(r"number of parameters: (\d+\.\d+)M")
 _EVALUATION = re.compile(r"step (\d+): train loss \S+, val loss \S+")
 _RESUMING = re.compile(r"Resuming training from \S.*")
 _EVIDENCE = re.compile("Initializing a new model from scratch")
-#: train.py started by a bare interpreter, as a shell echoes it (``$ python train.py config/...``, bash -x's
-#: ``+ python3 train.py``): no launcher, no RANK in its environment, so no DDP: one process on one device
+#: train.py started by a bare interpreter, as a shell echoes it (``$ python train.py config/...``, a prompt's
+#: ``user@host:~/nanoGPT$ python train.py``, bash -x's ``+ python3 train.py``): no launcher, no RANK in its
+#: environment, so no DDP: one process on one device
 _PLAIN_COMMANDS = ("python train.py", "python3 train.py", " -u train.py")
-_PLAIN_COMMAND = re.compile(r"(?:[$+] )?(?:\S*/)?python3? (?:-u )?train\.py(?: .*)?")
+_PLAIN_COMMAND = re.compile(r"(?:\S*[$#+] )?(?:\S*/)?python3? (?:-u )?train\.py(?: .*)?")
 _PLAIN_STATE = f"{NAME}:plain command"
 
 

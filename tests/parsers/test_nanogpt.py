@@ -215,6 +215,8 @@ def test_another_familys_line_sharing_a_word_is_not_nanogpts(tmp_path, line):
     [
         ("+ python3 train.py --compile=False", 1),
         ("$ /opt/conda/bin/python -u train.py config/train_gpt2.py", 1),
+        ("maria@rig:~/nanoGPT$ python train.py config/finetune_shakespeare.py", 1),  # a prompt's echo
+        ("maria@rig:~/nanoGPT$ srun python train.py config/finetune_shakespeare.py", None),
         # a launcher's DDP, and a command that only mentions train.py, say nothing of one process
         ("$ torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2.py", None),
         ("$ srun python train.py config/train_gpt2.py", None),
