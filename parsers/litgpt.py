@@ -17,6 +17,8 @@ Lines read, each fact with its source (LitGPT 0.4-0.5; lit-gpt 2023):
   ``'global_batch_size': 512,`` a line): GPUs (devices x nodes, stated once the training's arguments follow
   them), the global and micro batch, ``max_steps`` (the planned steps) and ``max_seq_length``, where they are
   numbers.
+- lit-gpt 2023's hyperparameters dict (``{'eval_interval': 600, ..., 'devices': 4, ..., 'micro_batch_size': 1,
+  'gradient_accumulation_iters': 16.0, ...}``): GPUs (one node), micro batch and accumulation.
 - ``Total parameters: 1,100,048,384`` (pretrain), ``Number of trainable parameters: 3,407,872`` then
   ``Number of non-trainable parameters: 8,030,261,248`` (LoRA), or the trainable count alone (full
   finetuning; after the arguments): the logged size, the whole model's.
@@ -86,6 +88,17 @@ _TRAIN_FIELD = re.compile(rf"\b({'|'.join(_TRAIN_FACTS)})(?:=|': )(\d+)\b")
 #: how far the TrainArgs' fields (one a line) and the launch arguments before them (sorted keys between)
 #: reach from the TrainArgs' opener
 _TRAIN_ARGS_LINES, _LAUNCH_ARGUMENT_LINES = 20, 200
+#: lit-gpt 2023's scripts print their module-level hyperparameters as one dict (``fabric.print(hparams)``):
+#: ``{'eval_interval': 600, ..., 'devices': 4, ..., 'batch_size': 16.0, 'micro_batch_size': 1,
+#: 'gradient_accumulation_iters': 16.0, 'max_iters': 150000, ...}`` (``batch_size`` is a device's; ``max_iters``
+#: counts micro-batches); one node
+_HPARAMS = "'gradient_accumulation_iters': "
+_HPARAM = re.compile(r"'(devices|micro_batch_size|gradient_accumulation_iters)': (\d+)(?:\.0)?[,}]")
+_HPARAM_FACTS = {
+    "devices": "gpus",
+    "micro_batch_size": "micro_batch_size",
+    "gradient_accumulation_iters": "gas",
+}
 _TOTAL = re.compile(r"^Total parameters: (\d{1,3}(?:,\d{3})+|\d{1,3})$")
 _SPLIT_COUNT = re.compile(r"^Number of (non-)?trainable parameters: (\d{1,3}(?:,\d{3})*)$")
 _RESUMING = re.compile(r"^Resuming training from \S*\bstep-0*(\d+)\b")
@@ -100,7 +113,13 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     line = text.strip()
     state = run.state.setdefault(NAME, {})
     in_train_args = lineno - state.get("train_args", -_TRAIN_ARGS_LINES) < _TRAIN_ARGS_LINES
-    if argument := _LAUNCH_ARGUMENT.match(text):
+    if _HPARAMS in text and line.startswith("{"):
+        state["train_args"] = lineno
+        run.saw(NAME)
+        for name, value in _HPARAM.findall(line):
+            if int(value) > 0:
+                run.set_fact(_HPARAM_FACTS[name], int(value), NAME, lineno)
+    elif argument := _LAUNCH_ARGUMENT.match(text):
         state[argument[1]] = (int(argument[2]), lineno)
     elif any(opener in text for opener in _TRAIN_ARGS):
         _open_train_args(lineno, run, state)
@@ -146,6 +165,15 @@ def _read_split_count(trainable: bool, count: int, lineno: int, run: RunBuilder,
         run.set_fact("logged_model_size", (state.pop("trainable") + count) / 1e9, NAME, lineno)
 
 
+def finish(run: RunBuilder) -> None:
+    """Of a LitGPT run, TP and PP 1 where nothing states them: its training scripts shard data and states
+    (Fabric's FSDP or DDP), never the layers' matrices or their stack, so its DP is its GPUs."""
+    if run.families_seen.get(NAME):
+        for fact in ("tp", "pp"):
+            if fact not in run.facts:
+                run.set_fact(fact, 1, "derived", 0)
+
+
 FAMILY = Family(
     name=NAME,
     markers=(
@@ -158,9 +186,11 @@ FAMILY = Family(
         "Total parameters: ",
         "trainable parameters: ",
         "Resuming training from ",
+        _HPARAMS,
         *_END_MARKERS,
     ),
     parse_line=parse_line,
+    finish=finish,
     kinds=(
         RecordKind(
             family=NAME,

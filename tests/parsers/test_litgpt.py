@@ -139,3 +139,21 @@ def test_full_finetunings_trainable_count_is_the_models_size():
         "Number of non-trainable parameters: 8,030,261,248",
     ]
     assert feed_lines(litgpt.FAMILY, lora).facts["logged_model_size"] == (3_407_872 + 8_030_261_248) / 1e9
+
+
+def test_lit_gpt_2023s_hyperparameters_dict_states_the_gpus_and_batches():
+    # finetune/full.py, 2023: fabric.print(hparams), its module-level settings, then the trainable count
+    hparams = (
+        "{'eval_interval': 600, 'save_interval': 1000, 'eval_iters': 100, 'log_interval': 1, 'devices': 4, "
+        "'learning_rate': 3e-05, 'batch_size': 16.0, 'micro_batch_size': 1, 'gradient_accumulation_iters': "
+        "16.0, 'max_iters': 150000, 'weight_decay': 0.01, 'warmup_steps': 100}"
+    )
+    run = feed_lines(litgpt.FAMILY, [hparams, "Number of trainable parameters: 7,217,189,760"])
+    facts = {name: run.facts.get(name) for name in ("gpus", "micro_batch_size", "gas", "logged_model_size")}
+    assert facts == {"gpus": 4, "micro_batch_size": 1, "gas": 16, "logged_model_size": 7.21718976}
+
+
+def test_a_litgpt_runs_gpus_are_its_data_parallel_ranks():
+    # Fabric's FSDP or DDP: no tensor or pipeline parallelism, so the batch's accumulation follows
+    row = load_runs([LORA]).runs.row(0, named=True)
+    assert (row["tp"], row["pp"], row["dp"], row["gas"]) == (1, 1, 1, 4)
