@@ -64,6 +64,8 @@ RUNS_SCHEMA: dict[str, pl.DataType] = {
     "precision": pl.String,  # fp16 | bf16 | fp32
     "gpu_model": pl.String,  # normalised, e.g. "V100-SXM2-32GB", "A100-SXM4-80GB", "H100-SXM"
     "train_iters": pl.Int64,  # planned training steps (Megatron's train_iters, HF's max_steps)
+    "train_epochs": pl.Int64,  # planned epochs (torchtune's config epochs)
+    "steps_per_epoch": pl.Int64,  # optimizer steps an epoch takes (torchtune's training bar's total)
     "logged_model_size": pl.Float64,  # the log's own "Model size" number, as printed (billions in its unit)
     "final_train_runtime_s": pl.Float64,  # HF Trainer's train_runtime
     "final_samples_per_sec": pl.Float64,  # HF Trainer's train_samples_per_second

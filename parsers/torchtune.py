@@ -65,20 +65,25 @@ _METRICS_MARKER = " | loss:"
 
 
 def read_bar(records: pl.LazyFrame) -> Events:
-    """A step event per bar update showing its own step's count (see the module's docstring)."""
+    """A step event per bar update showing its own step's count (see the module's docstring), and the
+    bar's total, an epoch's steps."""
     fields = pl.col("text").str.extract_groups(BAR_LINE)
     epoch, step = as_count(fields.struct["1"]), as_count(fields.struct["2"])
     count, total = as_count(fields.struct["4"]), as_count(fields.struct["5"])
     rate = as_real(fields.struct["6"])
     seconds = pl.when(fields.struct["7"] == "s/it").then(rate).when(rate > 0).then(1 / rate)
     its_own = count.is_null() | ((epoch - 1) * total + count == step)
-    return step_lines(
+    events = step_lines(
         records,
         NAME,
         step=pl.when(its_own & (step > 0)).then(step),
         loss=as_real(fields.struct["3"]),
         elapsed_ms=seconds * 1000,
     )
+    # a run's last update in this read is enough: a later read's restates it
+    last = records.filter(its_own & (total > 0)).sort("order").group_by("run").agg(pl.all().last())
+    events.facts.append(facts_of(last, NAME, steps_per_epoch=total).collect())
+    return events
 
 
 def read_metrics(records: pl.LazyFrame) -> Events:
@@ -103,6 +108,7 @@ _COUNTS = {
     "batch_size": "micro_batch_size",
     "gradient_accumulation_steps": "gas",
     "tensor_parallel_dim": "tp",
+    "epochs": "train_epochs",
 }
 _PRECISION = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
 #: a top-level key's line (sorted keys, no indentation), or ``max_seq_len`` at any depth (the tokenizer's
@@ -177,11 +183,17 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
 
 
 def finish(run: RunBuilder) -> None:
-    """Of a torchtune run, TP 1 where the config states none and PP 1 (the module's docstring)."""
-    if run.families_seen.get(NAME):
-        if "tp" not in run.facts:
-            run.set_fact("tp", 1, "derived", 0)
-        run.set_fact("pp", 1, "derived", 0)
+    """Of a torchtune run, TP 1 where the config states none and PP 1 (the module's docstring), and its
+    planned steps: the config's epochs of the bar's steps (the reader's completion, where the last step
+    reached them)."""
+    if not run.families_seen.get(NAME):
+        return
+    if "tp" not in run.facts:
+        run.set_fact("tp", 1, "derived", 0)
+    run.set_fact("pp", 1, "derived", 0)
+    epochs, per_epoch = run.facts.get("train_epochs"), run.facts.get("steps_per_epoch")
+    if "train_iters" not in run.facts and isinstance(epochs, int) and isinstance(per_epoch, int):
+        run.set_fact("train_iters", epochs * per_epoch, "derived", 0)
 
 
 FAMILY = Family(
@@ -195,6 +207,7 @@ FAMILY = Family(
             name="bar",
             test=RecordTest(markers=(_BAR_MARKER,), pattern=BAR_LINE),
             read=read_bar,
+            facts=("steps_per_epoch",),
         ),
         RecordKind(
             family=NAME,

@@ -116,3 +116,16 @@ def test_config_lines_outside_a_resolved_config_are_not_torchtunes():
     assert run.iteration_frame is None or run.iteration_frame.height == 0
     assert run.facts == {}
     assert run.completion is None
+
+
+def test_a_run_whose_last_step_ends_its_last_epoch_ran_to_its_end(tmp_path):
+    # before 0.5 the checkpointer says nothing of the final epoch: the config's epochs of the bar's steps
+    lines = LORA.read_text(encoding="utf-8").splitlines()
+    older = tmp_path / "tune-0.4.out"
+    older.write_text("\n".join(line for line in lines if "final epoch" not in line) + "\n", encoding="utf-8")
+    row = load_runs([older]).runs.row(0, named=True)
+    assert (row["train_epochs"], row["steps_per_epoch"], row["train_iters"]) == (1, 60, 60)
+    assert (row["status"], row["reason"]) == ("ok", "reached the planned 60 iterations")
+    # a run stopped at an epoch's end short of its planned epochs did not reach them
+    failed = load_runs([DISTRIBUTED]).runs.row(0, named=True)
+    assert (failed["train_epochs"], failed["steps_per_epoch"], failed["train_iters"]) == (3, 20, 60)
