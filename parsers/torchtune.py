@@ -23,6 +23,8 @@ Lines read, each fact with its source:
   (its class's name) is one GPU; a distributed one's GPUs are ``tune run``'s ``--nproc_per_node`` (the
   torch launcher's flags, read with the other launchers'). The recipes parallelize data alone (FSDP or
   one device) but for 0.6's tensor parallel: TP (unless stated) and PP are 1, so DP is the GPUs.
+- a resumed run (``resume_from_checkpoint: true``, from an epoch's checkpoint): its first step, past an
+  epoch's end, of a log that holds its config; the step before it is the one resumed from.
 - the final checkpoint (``Saving final epoch checkpoint.``, the checkpointer's after the last epoch, 0.3
   on): the run's end. A run whose log stops without it is incomplete.
 
@@ -194,6 +196,20 @@ def finish(run: RunBuilder) -> None:
     epochs, per_epoch = run.facts.get("train_epochs"), run.facts.get("steps_per_epoch")
     if "train_iters" not in run.facts and isinstance(epochs, int) and isinstance(per_epoch, int):
         run.set_fact("train_iters", epochs * per_epoch, "derived", 0)
+    _resumed(run, per_epoch)
+
+
+def _resumed(run: RunBuilder, per_epoch: object) -> None:
+    """A run whose log holds its config and whose first step starts a later epoch resumed there: a recipe
+    resumes from an epoch's checkpoint (``resume_from_checkpoint: true``), its global step the epochs run
+    times an epoch's steps."""
+    frame = run.iteration_frame
+    if frame is None or "resumed_step" in run.facts or not isinstance(per_epoch, int) or per_epoch <= 0:
+        return
+    mine = frame.filter(pl.col("family") == NAME).sort("iteration")
+    if "train_epochs" in run.facts and mine.height and (first := mine.row(0, named=True))["iteration"] > 1:
+        if (first["iteration"] - 1) % per_epoch == 0:
+            run.set_fact("resumed_step", first["iteration"] - 1, NAME, first["line"] or 0)
 
 
 FAMILY = Family(

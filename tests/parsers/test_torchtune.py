@@ -129,3 +129,21 @@ def test_a_run_whose_last_step_ends_its_last_epoch_ran_to_its_end(tmp_path):
     # a run stopped at an epoch's end short of its planned epochs did not reach them
     failed = load_runs([DISTRIBUTED]).runs.row(0, named=True)
     assert (failed["train_epochs"], failed["steps_per_epoch"], failed["train_iters"]) == (3, 20, 60)
+
+
+def test_a_run_resumed_from_an_epochs_checkpoint_starts_past_it():
+    config = [
+        "INFO:torchtune.utils._logging:Running LoRAFinetuneRecipeSingleDevice with resolved config:",
+        "",
+        "epochs: 3",
+        "resume_from_checkpoint: true",
+        "",
+    ]
+    steps = [
+        f"2|{step}|Loss: 1.0:   5%|▌         | {step - 20}/20 [00:05<01:35,  5.00s/it]" for step in (21, 22)
+    ]
+    run = feed_lines(torchtune.FAMILY, [*config, *steps])
+    assert (run.facts["resumed_step"], run.provenance["resumed_step"]) == (20, "torchtune:6")
+    # a first step that starts no epoch (a metric line every 10 steps): no resume said
+    logged = ["Step 10 | loss:1.2 lr:2e-05 tokens_per_second_per_gpu:1500.0 ", *steps]
+    assert "resumed_step" not in feed_lines(torchtune.FAMILY, [*config, *logged]).facts
