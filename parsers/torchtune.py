@@ -46,6 +46,7 @@ from logstat.parsers.kinds import (
     as_count,
     as_real,
     facts_of,
+    literals,
     marks_of,
     step_lines,
 )
@@ -164,7 +165,9 @@ CONFIG = Block(
     name="config",
     opens=RecordTest(markers=(_OPENER,), pattern=OPENER_LINE),
     body=RecordTest(pattern=CONFIG_LINE),
-    markers=_CONFIG_MARKERS,
+    # no markers: other programs' YAML (NeMo's micro_batch_size:, max_epochs:) holds these keys thousands of
+    # times a log; the config is once a run, so its lines are searched after its opener only
+    hint=literals(_CONFIG_MARKERS),
     max_lines=300,
     read=read_config,
     facts=(*_COUNTS.values(), "seq_len", "activation_checkpointing", "precision", "gpus"),
