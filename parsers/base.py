@@ -131,6 +131,13 @@ class RunBuilder:
         self.event_index += 1
         return order
 
+    def data_parallel_only(self) -> None:
+        """The run's framework parallelizes data alone (DDP, FSDP, ZeRO): TP and PP are 1 where nothing
+        states them, so its DP is its GPUs (``reader.derive_facts``)."""
+        for name in ("tp", "pp"):
+            if name not in self.facts:
+                self.set_fact(name, 1, "derived", 0)
+
     def set_fact(self, name: str, value: Any, family: str, lineno: int, *, override: bool = False) -> None:
         """Record a run fact. The first family to state a fact wins over other families (DeepSpeed's
         ``world_size`` of a Megatron run is its DP size, not the GPU count); a family's later statement

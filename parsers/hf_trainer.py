@@ -1199,9 +1199,7 @@ def finish(run: RunBuilder) -> None:
         run.completion = None
     frame = run.iteration_frame
     if frame is not None and frame.height and frame.get_column("family").eq(NAME).all():
-        for fact in ("tp", "pp"):
-            if fact not in run.facts:
-                run.set_fact(fact, 1, "derived", 0)
+        run.data_parallel_only()
 
 
 def _block(name: str, hint: str | None, *tests: Callable[[pl.Expr], pl.Expr]) -> Block:

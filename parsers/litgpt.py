@@ -169,9 +169,7 @@ def finish(run: RunBuilder) -> None:
     """Of a LitGPT run, TP and PP 1 where nothing states them: its training scripts shard data and states
     (Fabric's FSDP or DDP), never the layers' matrices or their stack, so its DP is its GPUs."""
     if run.families_seen.get(NAME):
-        for fact in ("tp", "pp"):
-            if fact not in run.facts:
-                run.set_fact(fact, 1, "derived", 0)
+        run.data_parallel_only()
 
 
 FAMILY = Family(

@@ -244,8 +244,7 @@ def finish(run: RunBuilder) -> None:
     in sequences: the tokens an iteration over the sequence length (module docstring), and, of a nanoGPT
     run, TP and PP 1: train.py is data parallel only (DDP), so its DP is its GPUs where a launcher says."""
     if run.families_seen.get(NAME):
-        run.set_fact("tp", 1, "derived", 0)
-        run.set_fact("pp", 1, "derived", 0)
+        run.data_parallel_only()
         if "gpus" not in run.facts and _PLAIN_STATE in run.state:  # no launcher's line said otherwise
             run.set_fact("gpus", 1, NAME, run.state[_PLAIN_STATE])
     if "seq_len" not in run.facts and _FORCED_STATE in run.state:

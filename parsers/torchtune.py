@@ -193,9 +193,7 @@ def finish(run: RunBuilder) -> None:
     reached them)."""
     if not run.families_seen.get(NAME):
         return
-    if "tp" not in run.facts:
-        run.set_fact("tp", 1, "derived", 0)
-    run.set_fact("pp", 1, "derived", 0)
+    run.data_parallel_only()  # a config's tensor_parallel_dim is stated, so kept
     epochs, per_epoch = run.facts.get("train_epochs"), run.facts.get("steps_per_epoch")
     if "train_iters" not in run.facts and isinstance(epochs, int) and isinstance(per_epoch, int):
         run.set_fact("train_iters", epochs * per_epoch, "derived", 0)
