@@ -200,7 +200,7 @@ class RunBuilder:
         """One failure event (FAILURE_EVENT_SCHEMA's row), in line order, into ``failure`` and
         ``consequences`` (see ``fail``). Its ``exception``: a traceback's exception line (read column-wise);
         ``chained``: one of a chained traceback, which replaces the failure when that is the exception line
-        before it (the process died of the last one raised)."""
+        before it (the process died of the last one raised, a KeyboardInterrupt's or a signal's too)."""
         order, status, reason, weight, kind, exception, chained = event
         reason = reason.strip()[:REASON_CHARS]
         if order < self.launch_start:
@@ -210,10 +210,11 @@ class RunBuilder:
         elif (
             chained
             and self.failure is not None
-            and self.failure_kind == kind == "exception"
+            and self.failure_kind == "exception"
             and (self.failure[2], self.failure_path) == self.last_exception
         ):
             self.failure, self.failure_path = (status, reason, lineno), path
+            self.failure_weight, self.failure_kind = weight, kind
         elif self.failure is None or weight > self.failure_weight:
             before = (self.failure_kind, self.failure, self.failure_path)
             self.failure, self.failure_path = (status, reason, lineno), path

@@ -554,11 +554,24 @@ def test_an_exception_raised_while_handling_another_is_its_consequence():
     assert run.consequence_lines() == [f"lines.log:11: {exit_}"]
 
 
-@pytest.mark.parametrize("cause", ["_queue.Empty", "StopIteration", "asyncio.exceptions.CancelledError"])
+# torch.utils.checkpoint's _StopRecomputationError is its control flow: a Ctrl-C during a recomputation
+# prints it, then the KeyboardInterrupt raised while handling it, which is how the process ended
+@pytest.mark.parametrize(
+    "cause",
+    [
+        "_queue.Empty",
+        "StopIteration",
+        "asyncio.exceptions.CancelledError",
+        "torch.utils.checkpoint._StopRecomputationError",
+    ],
+)
 @pytest.mark.parametrize("marker", slurm.CHAINED_TRACEBACKS)
-def test_an_exception_without_a_message_is_replaced_by_the_next_in_its_chain(cause, marker):
-    run = feed(*TRACEBACK, cause, "", f"{marker}:", "", *TRACEBACK, "ValueError: b")
-    assert run.failure == ("failed", "ValueError: b", 11)
+@pytest.mark.parametrize(
+    ("last", "status"), [("ValueError: b", "failed"), ("KeyboardInterrupt", "cancelled")]
+)
+def test_an_exception_without_a_message_is_replaced_by_the_next_in_its_chain(cause, marker, last, status):
+    run = feed(*TRACEBACK, cause, "", f"{marker}:", "", *TRACEBACK, last)
+    assert run.failure == (status, last, 11)
 
 
 # --- a launcher's clean exit ---------------------------------------------------------------------
