@@ -13,29 +13,33 @@ from __future__ import annotations
 import importlib
 from collections import Counter
 from functools import cache
-
-from logstat.parsers.base import Family, RunBuilder
+from typing import TYPE_CHECKING
 
 from logstat.errors import LogstatError
 
-FAMILY_MODULES = tuple(
-    f"logstat.parsers.{name}"
-    for name in (
-        "torchtitan",
-        "litgpt",
-        "torchtune",
-        "nemo",
-        "megatron",
-        "hf_trainer",
-        "mingpt",
-        "nanogpt",
-        "deepspeed",
-        "slurm",
-    )
+if TYPE_CHECKING:  # the names below are read by --help, which must not import polars
+    from logstat.parsers.base import Family, RunBuilder
+
+#: each family's module under logstat.parsers, which names it (``_`` read as ``-``)
+FAMILY_NAMES = (
+    "torchtitan",
+    "litgpt",
+    "torchtune",
+    "nemo",
+    "megatron",
+    "hf_trainer",
+    "mingpt",
+    "nanogpt",
+    "deepspeed",
+    "slurm",
 )
+FAMILY_MODULES = tuple(f"logstat.parsers.{name}" for name in FAMILY_NAMES)
 
 #: runs showing evidence of every family of a key are named by its value.
 COMBINED: dict[frozenset[str], str] = {frozenset({"megatron", "deepspeed"}): "megatron-deepspeed"}
+
+#: the names ``--family`` takes
+FAMILY_CHOICES = (*(name.replace("_", "-") for name in FAMILY_NAMES), *COMBINED.values())
 
 
 @cache
@@ -55,8 +59,7 @@ def named(name: str) -> tuple[tuple[Family, ...], str]:
     for combined_of, combined_name in COMBINED.items():
         if combined_name == wanted:
             return tuple(family for family in families() if family.name in combined_of), combined_name
-    names = ", ".join([*(family.name for family in families()), *COMBINED.values()])
-    raise LogstatError(f"unknown log family {name!r}: choose one of {names}")
+    raise LogstatError(f"unknown log family {name!r}: choose one of {', '.join(FAMILY_CHOICES)}")
 
 
 #: the ``runs`` facts that are measured results of the run (its numbers, like the iteration rows), not

@@ -129,6 +129,26 @@ def test_family_detection_and_forcing():
         load_runs([FIXTURES / "slurm"], family="levanter")
 
 
+def test_every_family_the_help_names_is_one_to_force_and_every_registered_one_is_named():
+    import subprocess
+    import sys
+
+    from logstat.parsers.registry import families, named
+
+    command = [sys.executable, "-c", "from logstat.cli import main; main()", "parse", "--help"]
+    help_text = " ".join(subprocess.run(command, capture_output=True, text=True, check=True).stdout.split())
+    listed = help_text.split("detecting it per file: ")[1].split(".")[0].replace("- ", "-").split(", ")
+    assert {named(name)[1] for name in listed} == {family.name for family in families()} | {
+        "megatron-deepspeed"
+    }
+    # the names come from the registry without importing the parsers (polars) into --help
+    probe = "import sys, logstat.commands.parse; print('polars' in sys.modules)"
+    assert (
+        subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip()
+        == "False"
+    )
+
+
 def test_completed_run_is_ok_with_its_evidence():
     row = run_of(FIXTURES / "megatron" / "megatron_lm_h100-2001.out")
     assert row["status"] == "ok" and row["reason"].startswith("[after training is done]")

@@ -9,6 +9,7 @@ import click
 
 from logstat.commands import given
 from logstat.errors import LogstatError
+from logstat.parsers.registry import FAMILY_CHOICES
 
 FORMATS = ("table", "json", "csv", "parquet", "markdown")
 
@@ -31,8 +32,7 @@ FORMATS = ("table", "json", "csv", "parquet", "markdown")
 @click.option(
     "--family",
     default=None,
-    help="Force one log family instead of detecting it per file: nemo, megatron, hf-trainer, mingpt,"
-    " deepspeed, slurm or megatron-deepspeed.",
+    help=f"Force one log family instead of detecting it per file: {', '.join(FAMILY_CHOICES)}.",
 )
 @click.option(
     "--warmup",
@@ -64,9 +64,9 @@ def parse(
     """Parse training logs (files or directories, plain or .gz/.xz/.bz2) into one row per run.
 
     A job's output and error files are one run (Slurm .out/.err, LSF .stdout/.stderr, PBS/SGE
-    name.o123/name.e123; one named alone brings the other beside it; name.1234 is a log too); --verbose lists the files of the directories that were not read. Family
-    (Megatron, Megatron-DeepSpeed, NeMo 2.0, DeepSpeed, HF Trainer, minGPT) is detected per file. s/iter is the
-    median of the logged steps after the first --warmup ones.
+    name.o123/name.e123; one named alone brings the other beside it; name.1234 is a log too); --verbose
+    lists the files of the directories that were not read. The family (--family names them) is detected per
+    file. s/iter is the median of the logged steps after the first --warmup ones.
 
     \b
     Example:

@@ -5,6 +5,7 @@ from pathlib import Path
 import click
 
 from logstat.errors import LogstatError
+from logstat.parsers.registry import FAMILY_CHOICES
 
 #: chart file stem -> why a chart is not drawn (logstat.analytics.charts.charts_of draws them).
 CHARTS = {
@@ -32,7 +33,9 @@ CHARTS = {
     show_default=True,
     help="File formats; repeat the option for several.",
 )
-@click.option("--family", help="Read every log as this family instead of detecting it.")
+@click.option(
+    "--family", help=f"Read every log as this family instead of detecting it: {', '.join(FAMILY_CHOICES)}."
+)
 @click.option(
     "--warmup", type=int, default=1, show_default=True, help="Leading iterations left out of medians."
 )

@@ -6,6 +6,7 @@ import click
 
 from logstat.commands import given
 from logstat.errors import LogstatError
+from logstat.parsers.registry import FAMILY_CHOICES
 
 
 @click.command()
@@ -17,7 +18,9 @@ from logstat.errors import LogstatError
     help="Recompute the TFlops column of every table of this markdown file in place (no PATHS).",
 )
 @click.option("--columns", help="Comma-separated columns, e.g. 'GPUs,Size,Throughput,TFlops,MFU,Notes'.")
-@click.option("--family", help="Read every log as this family instead of detecting it.")
+@click.option(
+    "--family", help=f"Read every log as this family instead of detecting it: {', '.join(FAMILY_CHOICES)}."
+)
 @click.option(
     "--warmup", type=int, default=1, show_default=True, help="Leading iterations left out of the median."
 )
