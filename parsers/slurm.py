@@ -182,6 +182,15 @@ _BUILD_ERROR = re.compile(r"^\S*\bld(?:\.\w+)?: cannot find -l|^\S+:\d+:\d+: fat
 #: building extension 'fused_adam'``
 BUILD_FAILURES = ("CalledProcessError", "returned non-zero exit status", "Error building extension")
 BUILD_FAILURES += ("BackendCompilerFailed",)
+#: a program's report that a filesystem is full, strerror(3) of ENOSPC and EDQUOT after what it wrote
+#: (coreutils' ``tee: /home/u/out/train_log.txt: Disk quota exceeded``, ``cp: error writing 'x': No space left
+#: on device``), before the failed write of a program that does not say why (torch's zip writer,
+#: ``WRITE_FAILURES``): its cause. Python's own OSError says it in its message
+FULL_FILESYSTEM = ("Disk quota exceeded", "No space left on device")
+_FULL_FILESYSTEM = re.compile(rf"^[a-z][\w.+-]*: .*(?:{'|'.join(FULL_FILESYSTEM)})\s*$")
+#: torch's PytorchStreamWriter (caffe2/serialize/inline_container.cc): ``PytorchStreamWriter failed writing
+#: file data/41: file write failed``, and its ``unexpected pos 1468012160 vs 1468012048`` on closing
+WRITE_FAILURES = ("failed writing file", "file write failed", "unexpected pos")
 #: torch elastic's agent on a signal it got from outside (agent/server/api.py: ``Received Signals.SIGTERM
 #: death signal, shutting down workers``; SIGTERM, SIGINT, SIGHUP, SIGQUIT): the run was stopped, cancelled (a
 #: spot instance's preemption, a kill); the SignalException it then raises is how it ended. Where the
@@ -437,9 +446,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         status, kind = "cancelled", DEATH_SIGNAL_KIND
     elif any(error in text for error in BUILD_ERRORS):
         if _BUILD_ERROR.search(text.strip()):  # a cause only of a build's failure (``finish``)
-            run.state.setdefault(NAME, {}).setdefault("build_errors", []).append(
-                (run.position + PYTHON_EVENTS, text.strip())
-            )
+            _printed_cause(run, "build", text)
         return None
     elif (
         LOST_DAEMON in text
@@ -481,6 +488,10 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         )
     elif "by peer" in text:  # c10d/gloo socket errors of a rank whose peer died
         weight, kind = REPORT, "peer"
+    elif any(full in text for full in FULL_FILESYSTEM):
+        if _FULL_FILESYSTEM.search(text.strip()):  # a cause only of a failed write (``finish``)
+            _printed_cause(run, "storage", text)
+        return None
     elif any(marker in text for marker in TRACEBACK_OPENERS):
         return  # a traceback's line that no block took (a herald right after another): it says nothing more
     elif ": error: " not in text:
@@ -511,7 +522,7 @@ def finish(run: RunBuilder) -> None:
     if index:
         events[index] = (order, "failed", text.strip(), REPORT, "slurm cancel", False, False)
     _several_jobs(run)
-    events = _peers_died(_with_build_cause(_signalled_by_scheduler(events), run), run.launch_start)
+    events = _peers_died(_with_printed_cause(_signalled_by_scheduler(events), run), run.launch_start)
     if events != run.failure_events or _preempted_before_the_last_launch(run, events):
         run.refold(events)
 
@@ -523,23 +534,41 @@ def _signalled_by_scheduler(events: list[tuple]) -> list[tuple]:
     return [(*event[:3], EFFECT, *event[4:]) if event[4] == DEATH_SIGNAL_KIND else event for event in events]
 
 
-def _with_build_cause(events: list[tuple], run: RunBuilder) -> list[tuple]:
-    """``events`` with, as a cause, the last toolchain error (``BUILD_ERRORS``) printed in its file before the
-    first exception saying a build failed (or a family's ``BUILD_FAILED`` line): what failed in the build (a
-    missing library, a missing header)."""
-    errors = run.state.get(NAME, {}).get("build_errors", [])
-    for event in events if errors else ():
-        if (event[5] and any(failure in event[2] for failure in BUILD_FAILURES)) or event[4] == BUILD_FAILED:
-            before = [
-                error
-                for error in errors
-                if error[0] < event[0] and error[0] >> FILE_SHIFT == event[0] >> FILE_SHIFT
-            ]
-            if before:
-                order, text = before[-1]
-                return sorted(
-                    [*events, (order, "failed", text, CAUSE, "build", False, False)], key=lambda e: e[0]
-                )
+def _printed_cause(run: RunBuilder, kind: str, text: str) -> None:
+    """Keep a line that says why a later failure of ``kind`` (``_EXPLAINED``) failed, where that says not."""
+    causes = run.state.setdefault(NAME, {}).setdefault("printed_causes", [])
+    causes.append((run.position + PYTHON_EVENTS, kind, text.strip()))
+
+
+def _reports_a_failed_build(event: tuple) -> bool:
+    return (event[5] and any(failure in event[2] for failure in BUILD_FAILURES)) or event[4] == BUILD_FAILED
+
+
+def _reports_a_failed_write(event: tuple) -> bool:
+    return event[5] and any(failure in event[2] for failure in WRITE_FAILURES)
+
+
+#: which failure events a kind of printed cause explains
+_EXPLAINED = {"build": _reports_a_failed_build, "storage": _reports_a_failed_write}
+
+
+def _with_printed_cause(events: list[tuple], run: RunBuilder) -> list[tuple]:
+    """``events`` with, as a cause, the last line printed in its file before the first failure it explains
+    (``_EXPLAINED``): a toolchain's error (``BUILD_ERRORS``: a missing library, a missing header) before an
+    exception saying a build failed (or a family's ``BUILD_FAILED`` line); a full filesystem's
+    (``FULL_FILESYSTEM``) before a failed write."""
+    causes = run.state.get(NAME, {}).get("printed_causes", [])
+    for event in events if causes else ():
+        before = [
+            cause
+            for cause in causes
+            if cause[0] < event[0]
+            and cause[0] >> FILE_SHIFT == event[0] >> FILE_SHIFT
+            and _EXPLAINED[cause[1]](event)
+        ]
+        if before:
+            order, kind, text = before[-1]
+            return sorted([*events, (order, "failed", text, CAUSE, kind, False, False)], key=lambda e: e[0])
     return events
 
 
@@ -934,6 +963,7 @@ FAMILY = Family(
         ": error: ",  # argparse's "<prog>: error: <message>"
         *CONTEXT,
         *GPUS,
+        *FULL_FILESYSTEM,
     ),
     parse_line=parse_line,
     finish=finish,

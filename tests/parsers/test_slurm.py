@@ -405,6 +405,49 @@ def test_a_toolchains_error_no_failed_build_followed_is_no_failure():
     assert run.failure == ("failed", "KeyError: 'input_ids'", 5)
 
 
+#: torch.save of a checkpoint on a full filesystem: the zip writer fails without saying why, then its close
+SAVE_TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "/home/u/nanoGPT/train.py", line 296, in <module>',
+    "    torch.save(checkpoint, os.path.join(out_dir, 'ckpt.pt'))",
+    "RuntimeError: [enforce fail at inline_container.cc:764] . PytorchStreamWriter failed writing file data/41: file write failed",
+    "",
+    "During handling of the above exception, another exception occurred:",
+    "",
+    "Traceback (most recent call last):",
+    '  File "/home/u/nanoGPT/train.py", line 296, in <module>',
+    "RuntimeError: [enforce fail at inline_container.cc:595] . unexpected pos 1468012160 vs 1468012048",
+]
+
+
+@pytest.mark.parametrize(
+    "full",
+    [
+        "tee: /home/u/nanoGPT/out-owt/train_log.txt: Disk quota exceeded",
+        "cp: error writing '/scratch/u/ckpt/latest.pt': No space left on device",
+    ],
+)
+def test_a_full_filesystems_report_above_a_failed_write_is_its_cause(full):
+    run = feed("iter 1240: loss 3.1421, time 3950.12ms", full, *SAVE_TRACEBACK)
+    assert run.failure == ("failed", full, 2)
+    assert any("file write failed" in line for line in run.consequence_lines())
+
+
+def test_a_full_filesystems_report_explains_no_other_failure():
+    full = "tee: /home/u/train_log.txt: Disk quota exceeded"
+    assert feed(full, "iter 10: loss 3.1421, time 3950.12ms").failure is None
+    run = feed(full, *SAVE_TRACEBACK[:3], "KeyError: 'input_ids'")
+    assert run.failure == ("failed", "KeyError: 'input_ids'", 5)
+    # Python's OSError says it itself; a quoted message in a log line is no program's report
+    oserror = "OSError: [Errno 122] Disk quota exceeded"
+    assert feed(*SAVE_TRACEBACK[:3], oserror).failure == ("failed", oserror, 4)
+    assert (
+        feed("INFO: retrying after: No space left on device", *SAVE_TRACEBACK)
+        .failure[1]
+        .startswith("RuntimeError")
+    )
+
+
 def test_a_node_slurm_found_failed_explains_its_peers_network_errors():
     # the ranks talking to the dead node print their transport's errors before Slurm's verdict comes
     ib = (
