@@ -206,6 +206,11 @@ CHECKPOINT_LOAD = (
 #: 0.05s, Batch Size: 8, Sequence Length: 512``, the model's size (``numel`` of every parameter) and the
 #: sequence length it trains on
 CHAT_THROUGHPUT = r"^Model Parameters: ([0-9]+\.[0-9]+) B, Latency: .*, Sequence Length: ([0-9]+)$"
+#: DeepSpeedConfig's word at its start (runtime/config.py, 0.15 on: ``Config mesh_device None world_size = 16``):
+#: its ``world_size``, the data-parallel size the dump prints too (a float where Ulysses divided the world by
+#: its sequence-parallel size); without a device mesh nor that division the GPU count unless model
+#: parallelism came first
+CONFIG_WORLD = r"Config mesh_device (.*) world_size = ([0-9]+(?:\.0)?)$"
 #: what a topology's record is marked as seen by: the dump's ``world_size`` after one is the DP size
 TOPOLOGY_SEEN = "deepspeed topology"
 _AXES = {"pp": "pipe", "dp": "data", "tp": "model"}
@@ -220,6 +225,7 @@ _RECORD_MARKERS = (
     " checkpoint from ",
     " loading checkpoint: ",
     "Model Parameters: ",
+    "Config mesh_device ",
 )
 _RECORDS_PATTERN = "|".join(
     f"(?:{pattern})"
@@ -235,6 +241,7 @@ _RECORDS_PATTERN = "|".join(
         PIPE_STAGE,
         CHECKPOINT_LOAD,
         CHAT_THROUGHPUT,
+        CONFIG_WORLD,
     )
 )
 
@@ -245,7 +252,7 @@ def _record_events(records: pl.DataFrame) -> Events:
     ``CONFIG:`` the gradient accumulation steps and micro batch, of ``UNIQUE_PARAMS=`` or ZeRO-3's
     ``finished initializing model`` the model size, of a
     pipeline's topology the GPU count and each axis's size (DeepSpeed's ``pipe``, ``data``, ``model``), of a
-    checkpoint's load the step resumed at."""
+    checkpoint's load the step resumed at, of the config's world size the DP size (and GPUs)."""
     throughput = _matches(records, THROUGHPUT, ["digits", "curr", "mem", "max_mem"])
     memory = {"mem_allocated_mb": _real("mem") * 1024, "mem_max_allocated_mb": _real("max_mem") * 1024}
     # the timer's own count of the steps since the engine started: a resumed run's are of its launch
@@ -281,10 +288,18 @@ def _record_events(records: pl.DataFrame) -> Events:
         _statements(chat, "logged_model_size", _real("billions")),
         _count(chat, pl.col("seq_len"), "seq_len"),
     ]
-    events.extend(_facts(pl.concat([*counts, size, built_size, *axes, gpus, pipeline, resumed, *chat_facts])))
+    world = _matches(records, CONFIG_WORLD, ["mesh", "world"])
+    # a device mesh's data-parallel group, or Ulysses's world / sequence-parallel size (a float), is no GPU count
+    unmeshed = world.filter(pl.col("mesh") == "None", ~pl.col("world").str.contains(".", literal=True))
+    world_facts = [
+        _count(world, pl.col("world"), "dp"),
+        _count(unmeshed, pl.col("world"), "gpus", unless=("megatron", TOPOLOGY_SEEN)),
+    ]
+    statements = [*counts, size, built_size, *axes, gpus, pipeline, resumed, *chat_facts, *world_facts]
+    events.extend(_facts(pl.concat(statements)))
     seen = [
         kinds.marks_of(frame.lazy(), NAME, kinds.SEEN)
-        for frame in (config, unique, built, topology, stages, loaded, chat)
+        for frame in (config, unique, built, topology, stages, loaded, chat, world)
     ]
     events.marks += [*seen, kinds.marks_of(topology.lazy(), TOPOLOGY_SEEN, kinds.SEEN)]
     return events

@@ -169,6 +169,29 @@ def test_world_size_is_the_gpu_count_unless_megatron_came_first(tmp_path, lines,
         assert run.provenance["gpus"] == run.provenance["dp"] == f"deepspeed:{lines.index(DUMP[1]) + 1}"
 
 
+CONFIG_INIT = (
+    "[2024-05-02 01:10:10,903] [INFO] [config.py:733:__init__] Config mesh_device None world_size = 16"
+)
+MESH = "DeviceMesh('cuda', [[0, 1], [2, 3]], mesh_dim_names=('data_parallel', 'sequence_parallel'))"
+
+
+@pytest.mark.parametrize(
+    ("lines", "gpus"),
+    [
+        ([CONFIG_INIT, ITERATION], 16),
+        ([*MEGATRON_DUMP, CONFIG_INIT], None),  # with Megatron's mpu it is the data-parallel size
+        ([CONFIG_INIT.replace("= 16", "= 16.0")], None),  # Ulysses: the world / sequence-parallel size
+        ([CONFIG_INIT.replace("None", MESH)], None),  # the mesh's data-parallel group
+    ],
+)
+def test_the_configs_world_size_at_its_start_is_the_dp_size_and_without_model_parallelism_the_gpus(
+    tmp_path, lines, gpus
+):
+    run = feed_with_megatron(tmp_path, lines)
+    assert (run.facts["dp"], run.facts.get("gpus")) == (16, gpus)
+    assert run.provenance["dp"] == f"deepspeed:{len(lines) if lines[0] != CONFIG_INIT else 1}"
+
+
 @pytest.mark.parametrize("where", ["fixture", "full"])
 def test_hf_log_three_launches_last_dump_wins(where, request):
     path = (
