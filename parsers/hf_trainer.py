@@ -1181,12 +1181,29 @@ def _launches(effects: pl.DataFrame) -> pl.DataFrame:
     return kinds.marks_of(banners, NAME, kinds.LAUNCH)
 
 
+def _stated_a_fact(run: RunBuilder) -> bool:
+    """Whether the Trainer was seen and stated a fact (a launcher's flags, read here too, are no evidence)."""
+    seen = run.families_seen.get(NAME)
+    return bool(seen) and any(source.startswith(f"{NAME}:") for source in run.provenance.values())
+
+
+def _other_frameworks_seen(run: RunBuilder) -> bool:
+    """Whether a family was seen that is none of the Trainer, the DeepSpeed engine it drives (ZeRO: data
+    parallel; a pipeline's topology is a mark of its own) and a job's context."""
+    from logstat.parsers.deepspeed import NAME as DEEPSPEED
+    from logstat.parsers.registry import families
+
+    along = {NAME, DEEPSPEED, *(family.name for family in families() if family.context)}
+    return any(count and name not in along for name, count in run.families_seen.items())
+
+
 def finish(run: RunBuilder) -> None:
     """An evaluation's metrics end a run that trained nothing; a run that logged training steps or final
     train metrics ends (or not) by those, whether it evaluated before or after training; its final metrics
     say it ended better than ``Training completed`` before them. The Trainer
-    parallelizes data alone (DDP, FSDP, DeepSpeed's ZeRO): of a run whose steps are its dicts, TP and PP are 1
-    where nothing states them, so its DP is its GPUs."""
+    parallelizes data alone (DDP, FSDP, DeepSpeed's ZeRO): of a run whose steps are its dicts, or that logged
+    no step but a fact of the Trainer's and showed no other framework, TP and PP are 1 where nothing states
+    them, so its DP is its GPUs."""
     trained = run.last_iteration is not None or "final_train_runtime_s" in run.facts
     if trained and run.completion is not None and run.completion[0] == EVALUATED:
         run.completion = None
@@ -1198,8 +1215,11 @@ def finish(run: RunBuilder) -> None:
     ):
         run.completion = None
     frame = run.iteration_frame
-    if frame is not None and frame.height and frame.get_column("family").eq(NAME).all():
-        run.data_parallel_only()
+    if frame is not None and frame.height:
+        if frame.get_column("family").eq(NAME).all():
+            run.data_parallel_only()
+    elif _stated_a_fact(run) and not _other_frameworks_seen(run):
+        run.data_parallel_only()  # it ended before its first step, or logged none
 
 
 def _block(name: str, hint: str | None, *tests: Callable[[pl.Expr], pl.Expr]) -> Block:

@@ -1453,6 +1453,25 @@ def test_a_trainer_runs_gpus_are_its_data_parallel_ranks():
     assert (row["tp"], row["pp"], row["dp"], row["global_batch_size"]) == (1, 1, 4, 128)
 
 
+def test_a_trainer_run_that_failed_before_its_first_step_is_data_parallel_too():
+    command = "+ torchrun --nproc_per_node=4 train.py --per_device_train_batch_size 4 --deepspeed ds_z2.json"
+    banner = ["***** Running training *****", "  Instantaneous batch size per device = 4"]
+    resume = [
+        "Traceback (most recent call last):",
+        '  File "/opt/conda/lib/python3.10/site-packages/torch/serialization.py", line 1004, in load',
+        "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory",
+    ]
+    row = load_runs_of([command, *banner, *resume]).runs.row(0, named=True)
+    assert (row["status"], row["iterations"], row["tp"], row["pp"], row["dp"]) == ("failed", 0, 1, 1, 4)
+    # where Megatron was seen (an arguments dump that states nothing), its parallelism is not the Trainer's
+    megatron = [
+        "------------------------ arguments ------------------------",
+        "-------------------- end of arguments ---------------------",
+    ]
+    row = load_runs_of([*megatron, command, *banner, *resume]).runs.row(0, named=True)
+    assert (row["tp"], row["pp"]) == (None, None)
+
+
 def test_a_trainer_run_got_to_its_returned_step_and_its_bar_counted_further(tmp_path):
     # 4.0 at WARNING: no banner, no logging_steps; Trainer.train() returns the global step it got to
     bar = [
