@@ -54,6 +54,9 @@ class Family:
     engine: bool = False
     """True for an engine that a framework drives (DeepSpeed under Megatron-DeepSpeed or the HF Trainer):
     a step's metrics are the framework's record's where it logged the step, whichever line came first."""
+    fallback: bool = False
+    """True for a family of free-form words (a custom loop's): its facts yield to any other family's
+    statements of them, whichever line came first."""
 
 
 #: What a failure event says about how a run ended (``RunBuilder.fail``), strongest first: a HARDWARE

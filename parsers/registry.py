@@ -31,15 +31,22 @@ FAMILY_NAMES = (
     "mingpt",
     "nanogpt",
     "deepspeed",
+    "custom",
     "slurm",
 )
 FAMILY_MODULES = tuple(f"logstat.parsers.{name}" for name in FAMILY_NAMES)
 
-#: runs showing evidence of every family of a key are named by its value.
-COMBINED: dict[frozenset[str], str] = {frozenset({"megatron", "deepspeed"}): "megatron-deepspeed"}
+#: runs showing evidence of every family of a key are named by its value (a custom loop on DeepSpeed's
+#: engine is a DeepSpeed run).
+COMBINED: dict[frozenset[str], str] = {
+    frozenset({"megatron", "deepspeed"}): "megatron-deepspeed",
+    frozenset({"custom", "deepspeed"}): "deepspeed",
+}
 
 #: the names ``--family`` takes
-FAMILY_CHOICES = (*(name.replace("_", "-") for name in FAMILY_NAMES), *COMBINED.values())
+FAMILY_CHOICES = tuple(
+    dict.fromkeys((*(name.replace("_", "-") for name in FAMILY_NAMES), *COMBINED.values()))
+)
 
 
 @cache

@@ -315,7 +315,8 @@ def _timers(
 @cache
 def _families_that(attribute: str) -> list[str]:
     """The names of the families whose ``Family.<attribute>`` is true (``engine``: an engine under a
-    framework; ``steps_before_timers``: a step's record printed before that step's timers)."""
+    framework; ``steps_before_timers``: a step's record printed before that step's timers; ``fallback``:
+    facts that yield)."""
     return [family.name for family in registry.families() if getattr(family, attribute)]
 
 
@@ -363,7 +364,8 @@ def _counted_steps(timers: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
 
 def _settle_facts(runs: list[RunBuilder], facts: list[pl.DataFrame]) -> None:
     """The kinds' facts weighed against the Python families' statements of the same facts: the first
-    family to state a fact owns it, and its last statement is the value (``RunBuilder.set_fact``)."""
+    family to state a fact owns it (a ``fallback`` family only where no other did), and its last statement
+    is the value (``RunBuilder.set_fact``)."""
     by_type: dict[pl.DataType, list[pl.DataFrame]] = {}
     for frame in facts:
         lined = frame.with_columns(line=line_of(pl.col("at" if "at" in frame.columns else "order")))
@@ -389,7 +391,7 @@ def _settle_facts(runs: list[RunBuilder], facts: list[pl.DataFrame]) -> None:
         statements = sorted(
             statements + run.fact_statements.get(name, []), key=lambda statement: statement[0]
         )
-        owner = statements[0][1]
+        owner = next((s for s in statements if s[1] not in _families_that("fallback")), statements[0])[1]
         order, _, value, line = [s for s in statements if s[1] == owner and s[2] is not None][-1]
         run.facts[name] = value
         run.provenance[name] = f"{owner}:{line}"

@@ -1,0 +1,143 @@
+"""Custom training loops: the step lines hand-written loops print, on plain PyTorch or on DeepSpeed's engine
+(whose own ``step=N`` record comes every ``steps_per_print`` steps only, and carries no loss).
+
+No library prints these; scripts copy one another's shape. Read is a record at the line's start (after
+launcher prefixes, and a ``rank0:`` of the script's own) that names a step, then, right after its number, a
+loss:
+
+- ``step N | loss X | ...`` and ``step N/M | train loss X | ...``, fields between ``|`` (Karpathy's
+  build-nanogpt ``train_gpt2.py``: ``step    5 | loss 10.937056 | lr 6.0000e-05 | norm: 15.4052 | dt:
+  1262.81ms | tok/sec: 12975.84``), an ``epoch E`` before the step allowed;
+- ``[step N] loss=X ...`` and ``[step N/M] loss: X``, the step in brackets.
+
+Each is its step's row: ``loss``, ``lr`` (``lr X``, ``lr=X``, ``lr: X``), ``grad_norm`` (``norm: X``,
+``grad_norm=X``) and the step's time as
+``elapsed_ms``, where the line gives it as a step's: ``dt: 1262.81ms``, ``step_time=2.03s``, ``time 812ms``,
+``806.2 ms/step``, ``8.83 s/it``, or a field of its own between ``|`` (``| 1431.6 ms |``). ``N/M``'s
+``M`` is the planned steps, ``train_iters`` (the reader's completion: a run whose last step reached them
+ended).
+
+Where no other family states them (the family's facts yield, ``fallback``), and with no mark that the
+family was seen: the sequence length of a command line's flag (``--seq_len 2048``, ``--max-seq-len``,
+``--seq-length``) or a ``key=value`` (``seq_len=2048``, ``seq_length=``; not a model's ``max_seq_len=``, the most it
+takes), and the
+parameters a script counted, comma-grouped (``Model has 1,414,647,808 parameters``, ``Loaded
+meta-llama/Llama-2-7b-hf: 6,738,415,616 parameters``, torchinfo's and Keras's ``Total params:
+6,050,882,784``): ``logged_model_size`` in billions.
+
+A capitalized ``Step`` (torchtune's metric logger), ``step:`` (torchtitan), ``iter N step M:`` (LitGPT) and
+``step=N,`` (DeepSpeed) are other families' records and do not match. Failures are the Slurm family's.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from logstat.parsers.base import Family
+from logstat.parsers.kinds import (
+    NUMBER,
+    Events,
+    RecordKind,
+    RecordTest,
+    as_count,
+    as_real,
+    facts_of,
+    step_lines,
+)
+
+NAME = "custom"
+
+_PREFIX = r"^(?:rank\s?\d+:\s*)?(?:epoch\s+\d+\s+)?"
+#: the step (and the plan's total), then the loss: between ``|``, or in brackets
+STEP_LINE = (
+    rf"{_PREFIX}(?:step\s+(\d+)(?:\s*/\s*(\d+))?\s*\||\[step\s+(\d+)(?:\s*/\s*(\d+))?\])"
+    rf"\s*(?:train[\s_])?loss\s*[:=]?\s*({NUMBER})"
+)
+_MARKER = "step "
+_LEARNING_RATE = rf"\blr\s*[:=]?\s*({NUMBER})"
+_GRAD_NORM = rf"\b(?:grad_)?norm\s*[:=]?\s*({NUMBER})"
+#: a step's time: after its name, per step or iteration, or a field of its own between ``|``
+STEP_TIME = (
+    rf"(?:\bdt|\bstep_time|\btime)\s*[:=]?\s*({NUMBER})\s*(ms|s)\b"
+    rf"|({NUMBER})\s*(ms|s)/(?:step|it)\b"
+    rf"|\|\s*({NUMBER})\s*(ms|s)\s*(?:\||$)"
+)
+
+
+#: a sequence length: a command line's flag, or a ``key=value`` (a model's ``max_seq_len=`` is the most it takes)
+SEQ_LEN = (
+    r"--(?:max[_-])?seq(?:uence)?[_-]len(?:gth)?(?:=|\s+)(\d+)\b"
+    r"|(?:^|[\s,(])seq_len(?:gth)?=(\d+)\b"
+)
+_SEQ_MARKERS = ("--seq", "--max_seq", "--max-seq", "seq_len=", "seq_length=")
+#: a count of parameters, comma-grouped: what a model ``has`` or a name's ``:`` is, or a summary's total (not
+#: a part's: build-nanogpt's ``num decayed parameter tensors: 50, with 124,354,560 parameters``)
+PARAMETERS = r"(?:\bhas|:) (\d{1,3}(?:,\d{3}){2,}) parameters\b|^Total params: (\d{1,3}(?:,\d{3})+)\s*$"
+_PARAMETER_MARKERS = (" parameters", "Total params: ")
+
+
+def _milliseconds(text: pl.Expr) -> pl.Expr:
+    """The step's time, ms, of the first of ``STEP_TIME``'s forms in ``text``."""
+    found = text.str.extract_groups(STEP_TIME)
+    value = pl.coalesce(*(as_real(found.struct[str(group)]) for group in (1, 3, 5)))
+    unit = pl.coalesce(*(found.struct[str(group)] for group in (2, 4, 6)))
+    return pl.when(unit == "s").then(value * 1000).otherwise(value)
+
+
+def read_steps(records: pl.LazyFrame) -> Events:
+    """A step event per step line, and the planned steps of a run's last line that states them."""
+    text = pl.col("text")
+    fields = text.str.extract_groups(STEP_LINE)
+    step = pl.coalesce(as_count(fields.struct["1"]), as_count(fields.struct["3"]))
+    total = pl.coalesce(as_count(fields.struct["2"]), as_count(fields.struct["4"]))
+    events = step_lines(
+        records,
+        NAME,
+        step=pl.when(step > 0).then(step),
+        loss=as_real(fields.struct["5"]),
+        lr=as_real(text.str.extract(_LEARNING_RATE, 1)),
+        grad_norm=as_real(text.str.extract(_GRAD_NORM, 1)),
+        elapsed_ms=_milliseconds(text),
+    )
+    planned = records.filter(total > 0).sort("order").group_by("run").agg(pl.all().last())
+    events.facts.append(facts_of(planned, NAME, train_iters=total).collect())
+    return events
+
+
+def read_stated(records: pl.LazyFrame) -> Events:
+    """The sequence length or parameter count a record states."""
+    text = pl.col("text")
+    length = text.str.extract_groups(SEQ_LEN)
+    count = text.str.extract_groups(PARAMETERS)
+    parameters = pl.coalesce(count.struct["1"], count.struct["2"]).str.replace_all(",", "", literal=True)
+    stated = (
+        facts_of(
+            records, NAME, seq_len=pl.coalesce(as_count(length.struct["1"]), as_count(length.struct["2"]))
+        ),
+        facts_of(records, NAME, logged_model_size=as_real(parameters) / 1e9),
+    )
+    return Events(facts=[frame.filter(pl.col("value") > 0).collect() for frame in stated])
+
+
+FAMILY = Family(
+    name=NAME,
+    markers=(_MARKER, *_SEQ_MARKERS, *_PARAMETER_MARKERS),
+    kinds=(
+        RecordKind(
+            family=NAME,
+            name="step",
+            test=RecordTest(markers=(_MARKER,), pattern=STEP_LINE),
+            read=read_steps,
+            facts=("train_iters",),
+        ),
+        RecordKind(
+            family=NAME,
+            name="stated",
+            test=RecordTest(markers=(*_SEQ_MARKERS, *_PARAMETER_MARKERS), pattern=f"{SEQ_LEN}|{PARAMETERS}"),
+            read=read_stated,
+            facts=("seq_len", "logged_model_size"),
+        ),
+    ),
+    fallback=True,
+    description="custom training loops: 'step N | loss X | ... ms/step' and '[step N] loss=X' lines; "
+    "where no other family states them, a command line's sequence length and a script's parameter count",
+)

@@ -1,0 +1,130 @@
+"""Custom training loops' step lines, and the sequence length and parameter count other families leave
+unsaid, on the fixtures in their shapes (fixtures/custom/) and single lines; expected numbers are read off
+the records' own text here."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+
+import pytest
+
+from logstat.api import load_runs
+from tests.conftest import FIXTURES
+
+BUILD_NANOGPT = FIXTURES / "custom" / "build_nanogpt_gpt2_124m-7101.out"
+DEEPSPEED_LOOP = FIXTURES / "custom" / "deepspeed_custom_loop-7102.out"
+
+
+def read(path):
+    result = load_runs([path])
+    row = result.runs.row(0, named=True)
+    return {**row, "provenance": json.loads(row["provenance"] or "{}")}, result.iterations
+
+
+def runs_of(tmp_path, lines: list[str]):
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return read(log)
+
+
+def test_build_nanogpts_step_lines_are_the_rows():
+    text = BUILD_NANOGPT.read_text(encoding="utf-8")
+    shape = r"^step +(\d+) \| loss ([\d.]+) \| lr ([\d.e-]+) \| norm: ([\d.]+) \| dt: ([\d.]+)ms"
+    expected = [tuple(map(float, found)) for found in re.findall(shape, text, re.MULTILINE)]
+    row, iterations = read(BUILD_NANOGPT)
+    # step 0 is no step of the run's count (as every family's): the loop's first update ends step 1
+    logged = [values for values in expected if values[0] > 0]
+    got = iterations.select("iteration", "loss", "lr", "grad_norm", "elapsed_ms").rows()
+    assert got == [(int(step), *rest) for step, *rest in logged]
+    assert set(iterations["family"]) == {"custom"}
+    times = [values[4] / 1000 for values in logged[1:]]  # --warmup 1
+    assert (row["family"], row["status"], row["gpus"]) == ("custom", "timeout", 8)
+    assert row["sec_per_iter"] == pytest.approx(statistics.median(times))
+    # its "with 124,354,560 parameters" counts the decayed tensors only: no model size
+    assert row["logged_model_size"] is None
+
+
+def test_a_loop_on_deepspeeds_engine_is_a_deepspeed_run_whose_rows_are_the_loops():
+    text = DEEPSPEED_LOOP.read_text(encoding="utf-8")
+    steps = re.findall(
+        r"^\[step +(\d+)/(\d+)\] loss=([\d.]+) lr=[\d.e-]+ step_time=([\d.]+)s", text, re.MULTILINE
+    )
+    row, iterations = read(DEEPSPEED_LOOP)
+    assert iterations["iteration"].to_list() == [int(step) for step, *_ in steps]
+    assert iterations["loss"].to_list() == [float(loss) for *_, loss, _ in steps]
+    assert row["family"] == "deepspeed" and set(row["families"]) >= {"custom", "deepspeed"}
+    # [step 200/200] reached the plan: the run ended
+    assert (row["train_iters"], row["last_iteration"], row["status"]) == (200, 200, "ok")
+    assert row["sec_per_iter"] == pytest.approx(statistics.median(float(s) for *_, s in steps[1:]))
+    # the launcher's --seq_len 2048 and "Model has 1,414,647,808 parameters", said by no other family
+    assert (row["seq_len"], row["logged_model_size"]) == (2048, pytest.approx(1.414647808))
+    assert row["provenance"]["seq_len"] == "custom:1"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Step 10 | loss:1.5234 lr:2.9e-05 tokens_per_second_per_gpu:1520.44",  # torchtune's logger
+        "step: 10  loss:  8.1234  memory: 30.20GiB(31.79%)  tps: 1,234  mfu: 40.12%",  # torchtitan
+        "iter 100 step 25: loss 2.3456, iter time: 300.12ms (optimizer.step)",  # LitGPT
+        "[Rank 0] step=50, skipped=0, lr=[2.5e-05], mom=[(0.9, 0.95)]",  # DeepSpeed
+        "Skipping step 10 | loss scale reduced",  # no step number before a '|' then a loss
+    ],
+)
+def test_other_families_step_records_are_no_custom_loops(tmp_path, line):
+    _, iterations = runs_of(tmp_path, [line])
+    assert "custom" not in set(iterations["family"])
+
+
+def test_a_loops_step_time_in_each_shape():
+    from logstat.parsers import custom
+
+    def milliseconds(line: str) -> float | None:
+        import polars as pl
+
+        frame = pl.DataFrame({"text": [line]})
+        return frame.select(custom._milliseconds(pl.col("text"))).item()
+
+    assert milliseconds("step 5 | loss 1.0 | dt: 1262.81ms | tok/sec: 12975.84") == 1262.81
+    assert milliseconds("[step 25] loss=3.17 step_time=2.488s") == 2488.0
+    assert milliseconds("step 10 | loss 10.5 | lr 6.0e-06 | 806.2 ms/step") == 806.2
+    assert milliseconds("epoch 0 step 600/600 | loss 1.03 | 8.83 s/it") == 8830.0
+    assert milliseconds("step 7/74 | train loss 11.0 | 1431.6 ms | 40.1% bf16 MFU") == 1431.6
+    assert milliseconds("step 7 | loss 11.0 | tokens/s/gpu=6585 | eta 3600s") is None
+
+
+def test_a_frameworks_own_statement_outweighs_a_loops_words_said_before_it(tmp_path):
+    # a Megatron job's script echoes its command line before Megatron's arguments dump states the value
+    command = "+ srun python pretrain_gpt.py --seq-length 1024 --micro-batch-size 4"
+    dump = [
+        "------------------------ arguments ------------------------",
+        "  seq_length ...................................... 2048",
+        "-------------------- end of arguments ---------------------",
+    ]
+    row, _ = runs_of(tmp_path, [command, *dump])
+    assert (row["seq_len"], row["provenance"]["seq_len"]) == (2048, "megatron:3")
+    assert "custom" not in row["families"]  # a fact it stated is no sign of a custom loop
+    row, _ = runs_of(tmp_path, [command])
+    assert (row["seq_len"], row["provenance"]["seq_len"]) == (1024, "custom:1")
+    # a model's repr: the most it takes, not what it trains on
+    row, _ = runs_of(tmp_path, ["Building llama3 8B with ModelArgs(dim=4096, n_layers=32, max_seq_len=8192)"])
+    assert row["seq_len"] is None
+
+
+@pytest.mark.parametrize(
+    ("line", "billions"),
+    [
+        ("Total params: 6,050,882,784", 6.050882784),  # torchinfo, Keras
+        ("Loaded meta-llama/Llama-2-7b-hf: 6,738,415,616 parameters", 6.738415616),
+        ("number of parameters: 123.59M", None),  # nanoGPT's, its family's own
+        ("num decayed parameter tensors: 50, with 124,354,560 parameters", None),  # a part
+    ],
+)
+def test_a_scripts_parameter_count(tmp_path, line, billions):
+    row, _ = runs_of(tmp_path, [line])
+    if billions is None:
+        assert row["provenance"].get("logged_model_size", "").startswith("custom") is False
+    else:
+        assert row["logged_model_size"] == pytest.approx(billions)
