@@ -188,6 +188,14 @@ BUILD_FAILURES += ("BackendCompilerFailed",)
 #: ``WRITE_FAILURES``): its cause. Python's own OSError says it in its message
 FULL_FILESYSTEM = ("Disk quota exceeded", "No space left on device")
 _FULL_FILESYSTEM = re.compile(rf"^[a-z][\w.+-]*: .*(?:{'|'.join(FULL_FILESYSTEM)})\s*$")
+#: a script stopping itself on its loss, before the exit the launcher then reports (MAE's and DeiT's ``Loss is
+#: nan, stopping training`` before ``sys.exit(1)``, a divergence guard's ``loss diverged at iter 4213 (loss
+#: 9.8712 > 3x running mean 3.1804), stopping``): why the run ended. Not an early stop's patience (a
+#: planned end)
+SELF_STOPS = ("stopping", "Stopping", "diverged")
+_SELF_STOP = re.compile(
+    r"(?i)^(?!.*\b(?:early|patience)\b).*(?:\b(?:loss|nan|inf)\b|diverg).*\b(?:stopping|exiting|aborting)\b"
+)
 #: torch's PytorchStreamWriter (caffe2/serialize/inline_container.cc): ``PytorchStreamWriter failed writing
 #: file data/41: file write failed``, and its ``unexpected pos 1468012160 vs 1468012048`` on closing
 WRITE_FAILURES = ("failed writing file", "file write failed", "unexpected pos")
@@ -488,6 +496,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         )
     elif "by peer" in text:  # c10d/gloo socket errors of a rank whose peer died
         weight, kind = REPORT, "peer"
+    elif any(stop in text for stop in SELF_STOPS) and _SELF_STOP.search(text):
+        kind = "self stop"
     elif any(full in text for full in FULL_FILESYSTEM):
         if _FULL_FILESYSTEM.search(text.strip()):  # a cause only of a failed write (``finish``)
             _printed_cause(run, "storage", text)
@@ -964,6 +974,7 @@ FAMILY = Family(
         *CONTEXT,
         *GPUS,
         *FULL_FILESYSTEM,
+        *SELF_STOPS,
     ),
     parse_line=parse_line,
     finish=finish,

@@ -448,6 +448,46 @@ def test_a_full_filesystems_report_explains_no_other_failure():
     )
 
 
+CHILD_FAILED = [
+    "[2024-05-02 01:44:13,110] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: 1)"
+    " local_rank: 0 (pid: 30111) of binary: /opt/conda/bin/python",
+    "Traceback (most recent call last):",
+    '  File "/opt/conda/bin/torchrun", line 33, in <module>',
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+]
+PEERS_TIMED_OUT = (
+    "[rank1]:[E1112 03:18:44.131201 88120 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective "
+    "operation timeout: WorkNCCL(SeqNum=210681, OpType=ALLREDUCE, NumelIn=124475904, NumelOut=124475904, "
+    "Timeout(ms)=600000) ran for 600021 milliseconds before timing out."
+)
+
+
+@pytest.mark.parametrize(
+    "stop",
+    [
+        "Loss is nan, stopping training",  # MAE's, DeiT's engine before sys.exit(1)
+        "loss diverged at iter 4213 (loss 9.8712 > 3x running mean 3.1804), stopping",
+        "loss diverged (loss=nan at step 820), stopping",
+    ],
+)
+def test_a_script_stopping_itself_on_its_loss_is_the_cause_of_what_follows(stop):
+    run = feed("iter 4210: loss 9.1, time 310.2ms, mfu 31.5%", stop, PEERS_TIMED_OUT, *CHILD_FAILED)
+    assert run.failure == ("failed", stop, 2)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Validation loss did not improve for 3 evaluations (patience 3): stopping training",  # a planned end
+        '    "tuner_early_stopping": 5,',
+        "Stopping workers after the loss spike at step 100 was skipped",  # no stop of its own
+    ],
+)
+def test_an_early_stop_or_a_word_is_no_stop_on_the_loss(line):
+    failure = feed(line).failure
+    assert failure is None or failure[1] != line
+
+
 def test_a_node_slurm_found_failed_explains_its_peers_network_errors():
     # the ranks talking to the dead node print their transport's errors before Slurm's verdict comes
     ib = (
