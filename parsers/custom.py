@@ -1,13 +1,14 @@
 """Custom training loops: the step lines hand-written loops print, on plain PyTorch or on DeepSpeed's engine
 (whose own ``step=N`` record comes every ``steps_per_print`` steps only, and carries no loss).
 
-No library prints these; scripts copy one another's shape. Read is a record at the line's start (after
-launcher prefixes, and a ``rank0:`` of the script's own) that names a step, then, right after its number, a
-loss:
+No library prints these; scripts copy one another's shape. Read is a line naming ``step N`` (``step N/M``) as
+a word, then a separator (``|``, ``]``, ``,``) or none and a space, and later on the line its loss:
 
 - ``step N | loss X | ...`` and ``step N/M | train loss X | ...``, fields between ``|`` (Karpathy's
   build-nanogpt ``train_gpt2.py``: ``step    5 | loss 10.937056 | lr 6.0000e-05 | norm: 15.4052 | dt:
-  1262.81ms | tok/sec: 12975.84``), an ``epoch E`` before the step allowed;
+  1262.81ms | tok/sec: 12975.84``), after a logger's or a rank's fields (``2024-07-09 21:05:47 | rank 0 |
+  step 50 | loss 9.38 | 950.0 ms/step``, ``[rank0] step 1510/3000 | ...``, ``INFO step 20/5000 loss 10.2
+  ... step_time 0.710s``);
 - ``[step N] loss=X ...`` and ``[step N/M] loss: X``, the step in brackets.
 
 Each is its step's row: ``loss``, ``lr`` (``lr X``, ``lr=X``, ``lr: X``), ``grad_norm`` (``norm: X``,
@@ -25,8 +26,9 @@ parameters a script counted, comma-grouped (``Model has 1,414,647,808 parameters
 meta-llama/Llama-2-7b-hf: 6,738,415,616 parameters``, torchinfo's and Keras's ``Total params:
 6,050,882,784``): ``logged_model_size`` in billions.
 
-A capitalized ``Step`` (torchtune's metric logger), ``step:`` (torchtitan), ``iter N step M:`` (LitGPT) and
-``step=N,`` (DeepSpeed) are other families' records and do not match. Failures are the Slurm family's.
+A capitalized ``Step`` (torchtune's metric logger), ``step:`` (torchtitan), ``step N:`` (nanoGPT's
+evaluations, LitGPT's ``iter N step M:``), ``iter N step M | loss train:`` (LitGPT's, no number after
+``loss``) and ``step=N,`` (DeepSpeed) are other families' records and do not match. Failures are the Slurm family's.
 """
 
 from __future__ import annotations
@@ -46,11 +48,12 @@ from logstat.parsers.kinds import (
 
 NAME = "custom"
 
-_PREFIX = r"^(?:rank\s?\d+:\s*)?(?:epoch\s+\d+\s+)?"
-#: the step (and the plan's total), then the loss: between ``|``, or in brackets
+#: ``step N`` (``N/M``: and the plan's total) as a word, then a separator (``|``, ``]``, ``,``) or none, a space
+#: and, later on the line, the loss (``loss X``, ``loss=X``, ``loss: X``, ``train loss X``); ``step N:`` is
+#: no step's line (nanoGPT's and LitGPT's evaluations and steps are their families')
 STEP_LINE = (
-    rf"{_PREFIX}(?:step\s+(\d+)(?:\s*/\s*(\d+))?\s*\||\[step\s+(\d+)(?:\s*/\s*(\d+))?\])"
-    rf"\s*(?:train[\s_])?loss\s*[:=]?\s*({NUMBER})"
+    rf"(?:^|[\s|\[])step\s+(\d+)(?:\s*/\s*(\d+))?\s*[\]|,]?\s.*?"
+    rf"\b(?:train[\s_])?loss\b\s*[:=]?\s*({NUMBER})"
 )
 _MARKER = "step "
 _LEARNING_RATE = rf"\blr\s*[:=]?\s*({NUMBER})"
@@ -87,13 +90,12 @@ def read_steps(records: pl.LazyFrame) -> Events:
     """A step event per step line, and the planned steps of a run's last line that states them."""
     text = pl.col("text")
     fields = text.str.extract_groups(STEP_LINE)
-    step = pl.coalesce(as_count(fields.struct["1"]), as_count(fields.struct["3"]))
-    total = pl.coalesce(as_count(fields.struct["2"]), as_count(fields.struct["4"]))
+    step, total = as_count(fields.struct["1"]), as_count(fields.struct["2"])
     events = step_lines(
         records,
         NAME,
         step=pl.when(step > 0).then(step),
-        loss=as_real(fields.struct["5"]),
+        loss=as_real(fields.struct["3"]),
         lr=as_real(text.str.extract(_LEARNING_RATE, 1)),
         grad_norm=as_real(text.str.extract(_GRAD_NORM, 1)),
         elapsed_ms=_milliseconds(text),

@@ -64,8 +64,42 @@ def test_a_loop_on_deepspeeds_engine_is_a_deepspeed_run_whose_rows_are_the_loops
 
 
 @pytest.mark.parametrize(
+    ("line", "step", "loss", "elapsed_ms"),
+    [
+        (
+            "[rank0] step 1510/3000 | loss 1.9025 | lr 1.5e-05 | step_time 7.90s | tok/s/gpu 1037",
+            1510,
+            1.9025,
+            7900.0,
+        ),
+        (
+            "2024-07-09 21:05:47 | rank 0 | step    50 | loss 9.3863 | lr 3.000e-05 | 950.0 ms/step",
+            50,
+            9.3863,
+            950.0,
+        ),
+        (
+            "2024-05-02 14:00:16,200 INFO step 20/5000 loss 10.226 lr 3.00e-05 step_time 0.710s",
+            20,
+            10.226,
+            710.0,
+        ),
+        ("[2024-10-19 22:03:16] rank0 | step 5 | loss 10.401 | 3.300s/step | mfu 41.1%", 5, 10.401, 3300.0),
+        ("epoch 0 | step 50/1200 | loss 1.9720 | lr 1.92e-05 | 3.40 s/step", 50, 1.972, 3400.0),
+    ],
+)
+def test_a_loops_step_after_a_loggers_or_a_ranks_fields(tmp_path, line, step, loss, elapsed_ms):
+    _, iterations = runs_of(tmp_path, [line])
+    assert iterations.select("iteration", "loss", "elapsed_ms", "family").rows() == [
+        (step, loss, elapsed_ms, "custom")
+    ]
+
+
+@pytest.mark.parametrize(
     "line",
     [
+        "step 1000: train loss 2.9012, val loss 2.9123",  # nanoGPT's evaluation
+        "Epoch 1 | iter 100 step 25 | loss train: 2.3456, val: n/a | iter time: 300.12 ms",  # LitGPT's
         "Step 10 | loss:1.5234 lr:2.9e-05 tokens_per_second_per_gpu:1520.44",  # torchtune's logger
         "step: 10  loss:  8.1234  memory: 30.20GiB(31.79%)  tps: 1,234  mfu: 40.12%",  # torchtitan
         "iter 100 step 25: loss 2.3456, iter time: 300.12ms (optimizer.step)",  # LitGPT
