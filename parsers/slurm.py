@@ -87,6 +87,11 @@ LAUNCHER_EXCEPTIONS = ("ChildFailedError", "CalledProcessError", "exited unexpec
 #: an exception raised because the process got a signal (torch elastic's agent under scancel or a time limit),
 #: or because a DataLoader's worker did (``DataLoader worker (pid 48213) is killed by signal: Killed.``)
 SIGNAL_EXCEPTIONS = ("SignalException", "got signal:", "killed by signal:")
+#: an exception saying a peer never came (torch elastic's rendezvous, c10d's TCPStore: ``RendezvousTimeoutError``,
+#: ``DistNetworkError: The client socket has timed out after 1800s while trying to connect to (node-17,
+#: 29500)``, the store's ``Timed out after 901 seconds waiting for clients. 56/64 clients joined.``): what
+#: kept it away (a node whose python could not start, a name that does not resolve) is the cause
+RENDEZVOUS_TIMEOUTS = ("RendezvousTimeoutError", "client socket has timed out", "waiting for clients")
 #: what a rank prints when a peer died first (gloo/c10d sockets, NCCL's abort of a communicator)
 PEER_RESETS = ("Connection reset by peer", "Connection closed by peer")
 PEER_FAILURES = (*PEER_RESETS, "NCCL communicator was aborted", "ncclRemoteError", "remote process exited")
@@ -259,6 +264,34 @@ PDSH_SSH_EXIT = "ssh exited with exit code"
 #: before its exit 255): ``node-03: ssh: connect to host node-03 port 22: No route to host``, ``ssh: Could not
 #: resolve hostname node-9: Name or service not known``: why the node was lost
 SSH_FAILURES = ("ssh: connect to host ", "ssh: Could not resolve hostname ")
+#: the ssh client refused by a node that is up (sshconnect2.c: ``Permission denied (publickey).``, ``Host key
+#: verification failed.``), before pdsh's exit 255: the launch's cause, no node failure
+SSH_REFUSALS = ("Permission denied (publickey", "Host key verification failed")
+#: Open MPI's launch failing before any rank ran (help-plm-base.txt, help-rmaps-base.txt): a node's shell
+#: without ``orted`` (``bash: orted: command not found``, then ``ORTE was unable to reliably start one or
+#: more daemons.``), fewer slots than ranks (``There are not enough slots available in the system to satisfy
+#: the 64``)
+MPI_LAUNCH_FAILURES = (
+    "orted: command not found",
+    "was unable to reliably start one or more daemons",
+    "There are not enough slots available in the system",
+)
+#: the interpreter's own word that ``python -m <module>`` could not start (runpy: ``/opt/conda/bin/python:
+#: Error while finding module specification for 'torch.distributed.run' (ModuleNotFoundError: No module named
+#: 'torch')``, ``python: No module named deepspeed``)
+INTERPRETER_FAILURES = ("Error while finding module specification for ", ": No module named ")
+_INTERPRETER_FAILURE = re.compile(
+    r"^\S*python[\d.]*: (?:Error while finding module specification for |No module named )"
+)
+#: c10d's warning that a host's name does not resolve (socket.cpp: ``The IPv4 network addresses of
+#: (gpu-node-17.cluster.internal, 29500) cannot be retrieved (gai error: -2 - Name or service not known).``),
+#: before its connection times out: why it did
+NAME_RESOLUTION = "cannot be retrieved (gai error"
+#: torch elastic's agent restarting its workers (agent/server/api.py: ``[default] Worker group FAILED. 3/3
+#: attempts left; will restart worker group``, or on new nodes): where the workers then ended well, what
+#: failed before is an earlier launch's (where they did not, one node's restart may follow a peer's failure
+#: that the later one repeats: the earlier failure stays the cause)
+ELASTIC_RESTART = "will restart worker group"
 #: what the CUDA caching allocator's error says (``RuntimeError: CUDA out of memory.``, torch 2's
 #: ``torch.OutOfMemoryError``)
 CUDA_OOM = ("CUDA out of memory", "OutOfMemoryError")
@@ -456,6 +489,19 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         if _BUILD_ERROR.search(text.strip()):  # a cause only of a build's failure (``finish``)
             _printed_cause(run, "build", text)
         return None
+    elif any(refusal in text for refusal in SSH_REFUSALS):
+        kind = "ssh"
+    elif any(failure in text for failure in MPI_LAUNCH_FAILURES):
+        kind = "mpirun launch"
+    elif any(failure in text for failure in INTERPRETER_FAILURES) and _INTERPRETER_FAILURE.search(
+        text.strip()
+    ):
+        kind = "exec"
+    elif NAME_RESOLUTION in text:  # a warning: c10d retries, so a peer's failure outweighs it
+        label, weight, kind = NETWORK_LABEL, EFFECT, "name resolution"
+    elif ELASTIC_RESTART in text:
+        run.state.setdefault(NAME, {})["elastic_restart"] = run.position  # weighed at ``finish``
+        return None
     elif (
         LOST_DAEMON in text
         or (PDSH_SSH_EXIT in text and text.rstrip().endswith(f"{PDSH_SSH_EXIT} 255"))
@@ -512,7 +558,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         kind = "arguments"
     else:
         return
-    if _WARNING.search(text) and kind != DEATH_SIGNAL_KIND:  # the agent logs its signal as a warning
+    if _WARNING.search(text) and kind not in (DEATH_SIGNAL_KIND, "name resolution"):  # logged as warnings
         return
     run.saw(NAME)
     if text.lstrip().startswith(ELASTIC_EXITCODE):
@@ -525,16 +571,29 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
 def finish(run: RunBuilder) -> None:
     """A bare STEP cancel that ``parse_line`` read as the first failure, a cancel, is a report if a
     failure read column-wise (a traceback's, the launcher's kill) came before it; a collective's failure
-    may be a dead peer's effect (``_peers_died``): refold the run's failure events so."""
+    may be a dead peer's effect (``_peers_died``); torch elastic's restart that ended well starts the last
+    launch: refold the run's failure events so."""
     order, text = run.state.get(NAME, {}).get("bare_step_cancel", (None, ""))
     events = list(run.failure_events)
     index = next((index for index, event in enumerate(events) if event[0] == order), 0)
     if index:
         events[index] = (order, "failed", text.strip(), REPORT, "slurm cancel", False, False)
     _several_jobs(run)
+    restarted = _restarted_and_ended_well(run)
     events = _peers_died(_with_printed_cause(_signalled_by_scheduler(events), run), run.launch_start)
-    if events != run.failure_events or _preempted_before_the_last_launch(run, events):
+    if restarted or events != run.failure_events or _preempted_before_the_last_launch(run, events):
         run.refold(events)
+
+
+def _restarted_and_ended_well(run: RunBuilder) -> bool:
+    """A run whose workers torch elastic restarted, then exited cleanly (or completed) after the last restart:
+    its last launch starts after that restart. Whether it did so."""
+    restart = run.state.get(NAME, {}).get("elastic_restart")
+    ends = [end[3] for end in (run.clean_exit, run.completion) if end is not None]
+    if restart is None or not any(end > restart for end in ends):
+        return False
+    run.launch_start = max(run.launch_start, restart + (1 << RECORD_SHIFT))  # from the next record
+    return True
 
 
 def _signalled_by_scheduler(events: list[tuple]) -> list[tuple]:
@@ -764,6 +823,7 @@ _EXCEPTION_KINDS = {
     "signal": SIGNAL_EXCEPTIONS,
     "peer": PEER_FAILURES,
     "interrupt": ("KeyboardInterrupt",),
+    "rendezvous": RENDEZVOUS_TIMEOUTS,
 }
 _WEIGHTS = {
     "nccl": CAUSE,
@@ -772,6 +832,7 @@ _WEIGHTS = {
     "signal": EFFECT,
     "peer": REPORT,
     "interrupt": CAUSE,
+    "rendezvous": EFFECT,
     "exception": CAUSE,
     HANDLING: REPORT,
 }
@@ -867,6 +928,10 @@ def _with_last_errors(closers: pl.DataFrame, last_errors: pl.DataFrame) -> pl.Da
     )
 
 
+#: the kinds of exception a chain's next one may quote as its cause (a rendezvous error's timed-out store)
+_QUOTABLE_KINDS = ("exception", "rendezvous")
+
+
 def _with_chains(closers: pl.DataFrame) -> pl.DataFrame:
     """``closers`` (sorted by run and order) with what their chains make of them, where the exception before
     one has a message (``_queue.Empty`` alone says nothing: the next replaces it, ``chained``): a ``raise
@@ -874,7 +939,7 @@ def _with_chains(closers: pl.DataFrame) -> pl.DataFrame:
     while handling another is that one's consequence (kind ``HANDLING``: a checkpoint's write failed, then
     its writer's ``__exit__`` did, "unexpected pos"). ``in_chain``: kept for the chain."""
     text, link, is_exception = pl.col("text"), pl.col("link"), pl.col("kind") == "exception"
-    before_quotable = (pl.col("kind").shift(1).over("run") == "exception") & text.shift(1).over(
+    before_quotable = pl.col("kind").shift(1).over("run").is_in(_QUOTABLE_KINDS) & text.shift(1).over(
         "run"
     ).str.contains(_WITH_MESSAGE)
     handling = is_exception & before_quotable & (link == RAISED_WHILE_HANDLING)
@@ -975,6 +1040,11 @@ FAMILY = Family(
         *GPUS,
         *FULL_FILESYSTEM,
         *SELF_STOPS,
+        *SSH_REFUSALS,
+        *MPI_LAUNCH_FAILURES,
+        *INTERPRETER_FAILURES,
+        NAME_RESOLUTION,
+        ELASTIC_RESTART,
     ),
     parse_line=parse_line,
     finish=finish,

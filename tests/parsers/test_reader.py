@@ -370,10 +370,10 @@ def test_iteration_rows_point_at_the_iteration_record(log, expected):
 
 
 def test_a_log_without_steps_it_reads_does_not_claim_none_were_logged(tmp_path):
-    # a plain DDP script's own step lines, after torchrun's banner: no family reads them
+    # a plain DDP script's own step lines in a shape no family reads (custom loops' name a step)
     lines = [
         "[rank 0] world_size=4 backend=nccl batch_size=128 lr=0.1",
-        "[rank 0] epoch 1/5 step 100/391 loss 1.7819 lr 0.100000 0.086s/step",
+        "[rank 0] epoch 1/5 batch 100/391 loss 1.7819 lr 0.100000 0.086s/batch",
         "------------------------ arguments ------------------------",
         "  micro_batch_size ............................... 4",
         "-------------------- end of arguments ---------------------",

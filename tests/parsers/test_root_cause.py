@@ -596,6 +596,30 @@ def test_a_launchers_clean_exit_makes_a_run_that_nothing_ended_ok(tmp_path, clea
     assert row["reason"] == f"the launcher reported a clean exit: {clean.removeprefix(DS_CLEAN[:26])}"
 
 
+ELASTIC_RESTART = (
+    "[2024-03-11 22:40:20,500] torch.distributed.elastic.agent.server.api: [INFO] [default] Worker group "
+    "FAILED. 3/3 attempts left; will restart worker group"
+)
+WATCHDOG = (
+    "[rank5]:[E1112 03:18:44.131201 88120 ProcessGroupNCCL.cpp:616] [Rank 5] Watchdog caught collective "
+    "operation timeout: WorkNCCL(SeqNum=2106, OpType=ALLREDUCE, NumelIn=1244, NumelOut=1244, Timeout(ms)=600000) "
+    "ran for 600021 milliseconds before timing out."
+)
+
+
+def test_a_failure_that_torch_elastic_restarted_past_is_an_earlier_launchs(tmp_path):
+    from logstat.api import load_runs
+
+    log = tmp_path / "agent-51.out"
+    log.write_text(f"step 1\n{WATCHDOG}\n{ELASTIC_RESTART}\nstep 2\n{ELASTIC_CLEAN}\n")
+    row = load_runs([log]).runs.row(0, named=True)
+    assert (row["status"], row["reason_line"]) == ("ok", 5)
+    # a restart whose workers failed again: the first failure stays the cause
+    log.write_text("\n".join(["step 1", WATCHDOG, ELASTIC_RESTART, *TRACEBACK, "KeyError: 2"]) + "\n")
+    row = load_runs([log]).runs.row(0, named=True)
+    assert (row["status"], row["reason_line"]) == ("failed", 2)
+
+
 @pytest.mark.parametrize("order", ["exit first", "failure first"])
 def test_a_clean_exit_of_one_worker_never_outweighs_another_workers_failure(tmp_path, order):
     from logstat.api import load_runs

@@ -1,7 +1,7 @@
 """The Slurm/launcher family: context facts and each failure kind, on real message texts."""
 
 import pytest
-from logstat.parsers import slurm
+from logstat.parsers import base, slurm
 from logstat.parsers.base import RunBuilder
 
 from tests.parsers.feeding import feed_lines
@@ -486,6 +486,81 @@ def test_a_script_stopping_itself_on_its_loss_is_the_cause_of_what_follows(stop)
 def test_an_early_stop_or_a_word_is_no_stop_on_the_loss(line):
     failure = feed(line).failure
     assert failure is None or failure[1] != line
+
+
+RENDEZVOUS_TIMEOUT = [
+    "0: Traceback (most recent call last):",
+    '0:   File "/opt/conda/lib/python3.10/site-packages/torch/distributed/elastic/rendezvous/api.py", line 180',
+    "0: torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
+]
+STORE_TIMEOUT = [
+    "Traceback (most recent call last):",
+    '  File "/opt/conda/lib/python3.10/site-packages/torch/distributed/rendezvous.py", line 189, in _create_c10d_store',
+    "torch.distributed.DistNetworkError: The client socket has timed out after 1800s while trying to connect to "
+    "(gpu-node-17.cluster.internal, 29500).",
+]
+
+
+@pytest.mark.parametrize(
+    ("cause", "then"),
+    [
+        # a node whose python could not start: the others wait at the rendezvous until it times out
+        (
+            "3: /opt/conda/bin/python: Error while finding module specification for 'torch.distributed.run' "
+            "(ModuleNotFoundError: No module named 'torch')",
+            RENDEZVOUS_TIMEOUT,
+        ),
+        # c10d's warning of a name that does not resolve, before its connection times out
+        (
+            "[W socket.cpp:663] [c10d] The IPv4 network addresses of (gpu-node-17.cluster.internal, 29500) cannot "
+            "be retrieved (gai error: -2 - Name or service not known).",
+            STORE_TIMEOUT,
+        ),
+    ],
+)
+def test_what_kept_a_peer_away_is_the_cause_of_the_rendezvous_timeout(cause, then):
+    assert cause.removeprefix("3: ") in feed(cause, *then).failure[1]
+    if "gai error" not in cause:  # another node's file may come first; c10d warns before its own timeout
+        assert cause.removeprefix("3: ") in feed(*then, cause).failure[1]
+    # alone, the timeout is the reason
+    assert feed(*then).failure[1] == then[-1].removeprefix("0: ")
+
+
+def test_a_rendezvous_error_raised_from_its_stores_timeout_quotes_it():
+    wrapper = (
+        "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store "
+        "has failed. See inner exception for details."
+    )
+    run = feed(
+        *STORE_TIMEOUT,
+        "",
+        f"{slurm.RAISED_FROM} of the following exception:",
+        "",
+        *STORE_TIMEOUT[:2],
+        wrapper,
+    )
+    assert run.failure[1] == f"{wrapper} (caused by {STORE_TIMEOUT[-1]})"[: base.REASON_CHARS]
+
+
+@pytest.mark.parametrize(
+    ("cause", "then"),
+    [
+        # a node up, whose sshd refuses the launcher's key: pdsh's exit 255 follows
+        (
+            "trn-d: ml@trn-d: Permission denied (publickey).",
+            "pdsh@trn-a: trn-d: ssh exited with exit code 255",
+        ),
+        # Open MPI: a node's shell without orted; fewer slots than ranks
+        (
+            "bash: orted: command not found",
+            "ORTE does not know how to route a message to the specified daemon",
+        ),
+        ("There are not enough slots available in the system to satisfy the 64", "slots that were requested"),
+    ],
+)
+def test_a_launch_that_could_not_start_its_ranks_failed_of_it(cause, then):
+    run = feed("+ deepspeed --hostfile hosts pretrain_gpt.py --deepspeed", cause, then)
+    assert run.failure == ("failed", cause, 2)
 
 
 def test_a_node_slurm_found_failed_explains_its_peers_network_errors():
