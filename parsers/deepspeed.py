@@ -661,13 +661,37 @@ PROFILE = Block(
 )
 
 
+# --- its launcher and its communication's start: evidence only -------------------------------------------
+
+#: DeepSpeed's launcher (launcher/runner.py ``cmd = ...``, launcher/launch.py ``dist_world_size=16``) and
+#: ``deepspeed.init_distributed`` (comm/comm.py ``Initializing TorchBackend in DeepSpeed with backend nccl``): a
+#: run DeepSpeed launched or set up, though it failed before its engine printed anything
+LAUNCHED = r"\[(?:runner\.py:\d+:main\] cmd = |launch\.py:\d+:main\] dist_world_size=)|Initializing TorchBackend in DeepSpeed"
+_LAUNCHED_MARKERS = ("] cmd = ", "] dist_world_size=", "Initializing TorchBackend in DeepSpeed")
+LAUNCHER = RecordKind(
+    family=NAME,
+    name="launcher",
+    test=RecordTest(markers=_LAUNCHED_MARKERS, pattern=LAUNCHED),
+    read=lambda records: Events(marks=[kinds.marks_of(records, NAME, kinds.SEEN)]),
+)
+
+
 FAMILY = Family(
     name=NAME,
     # a dump's header, the names it is read for: its other lines matter only in JSON values (JSON_VALUES)
-    markers=(_DUMP_HEADER, *sorted(NAMES_READ), "step=", PROFILE_HEADER, *_PROFILE_MARKERS, *_RECORD_MARKERS),
-    kinds=(SEQUENCE, RECORDS),
+    markers=(
+        _DUMP_HEADER,
+        *sorted(NAMES_READ),
+        "step=",
+        PROFILE_HEADER,
+        *_PROFILE_MARKERS,
+        *_RECORD_MARKERS,
+        *_LAUNCHED_MARKERS,
+    ),
+    kinds=(SEQUENCE, RECORDS, LAUNCHER),
     blocks=(JSON_VALUES, PROFILE),
     steps_before_timers=True,
     engine=True,
-    description="DeepSpeed engine: config dump, step=/throughput lines, pipeline steps, flops profiler",
+    description="DeepSpeed engine: config dump, step=/throughput lines, pipeline steps, flops profiler; "
+    "its launcher's and init_distributed's lines as evidence",
 )

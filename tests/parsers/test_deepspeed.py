@@ -192,6 +192,29 @@ def test_the_configs_world_size_at_its_start_is_the_dp_size_and_without_model_pa
     assert run.provenance["dp"] == f"deepspeed:{len(lines) if lines[0] != CONFIG_INIT else 1}"
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[2024-03-03 10:00:01,123] [INFO] [runner.py:568:main] cmd = pdsh -S -f 1024 -w trn-a,trn-d export "
+        "PYTHONPATH=/home/ml; cd /home/ml; /usr/bin/python -u -m deepspeed.launcher.launch --world_info=e30= "
+        "--node_rank=%n train.py --deepspeed",
+        "trn-a: [2024-03-03 10:00:02,456] [INFO] [launch.py:164:main] dist_world_size=16",
+        "[2024-03-03 10:00:03,789] [INFO] [comm.py:637:init_distributed] Initializing TorchBackend in DeepSpeed "
+        "with backend nccl",
+    ],
+)
+def test_a_run_deepspeed_launched_or_set_up_is_deepspeeds_though_it_failed_before_its_engine(tmp_path, line):
+    from logstat.api import load_runs
+
+    log = tmp_path / "ds-77.out"
+    log.write_text(f"{line}\ntrn-d: ml@trn-d: Permission denied (publickey).\n")
+    row = load_runs([log]).runs.row(0, named=True)
+    assert (row["family"], row["status"]) == ("deepspeed", "failed")
+    # the words elsewhere are no evidence
+    log.write_text("the cmd = line and dist_world_size=16 of a script\n")
+    assert load_runs([log]).runs.row(0, named=True)["family"] == "unknown"
+
+
 @pytest.mark.parametrize("where", ["fixture", "full"])
 def test_hf_log_three_launches_last_dump_wins(where, request):
     path = (
