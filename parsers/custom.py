@@ -12,23 +12,22 @@ a word, then a separator (``|``, ``]``, ``,``) or none and a space, and later on
 - ``[step N] loss=X ...`` and ``[step N/M] loss: X``, the step in brackets.
 
 Each is its step's row: ``loss``, ``lr`` (``lr X``, ``lr=X``, ``lr: X``), ``grad_norm`` (``norm: X``,
-``grad_norm=X``) and the step's time as
-``elapsed_ms``, where the line gives it as a step's: ``dt: 1262.81ms``, ``step_time=2.03s``, ``time 812ms``,
-``806.2 ms/step``, ``8.83 s/it``, or a field of its own between ``|`` (``| 1431.6 ms |``). ``N/M``'s
-``M`` is the planned steps, ``train_iters`` (the reader's completion: a run whose last step reached them
-ended).
+``grad_norm=X``) and the step's time as ``elapsed_ms``, where the line gives it as a step's: ``dt:
+1262.81ms``, ``step_time=2.03s``, ``time 812ms``, ``806.2 ms/step``, ``8.83 s/it``, or a field of its own
+between ``|`` (``| 1431.6 ms |``). ``N/M``'s ``M`` is the planned steps, ``train_iters`` (the reader's
+completion: a run whose last step reached them ended).
 
 Where no other family states them (the family's facts yield, ``fallback``), and with no mark that the
 family was seen: the sequence length of a command line's flag (``--seq_len 2048``, ``--max-seq-len``,
-``--seq-length``) or a ``key=value`` (``seq_len=2048``, ``seq_length=``; not a model's ``max_seq_len=``, the most it
-takes), and the
-parameters a script counted, comma-grouped (``Model has 1,414,647,808 parameters``, ``Loaded
-meta-llama/Llama-2-7b-hf: 6,738,415,616 parameters``, torchinfo's and Keras's ``Total params:
-6,050,882,784``): ``logged_model_size`` in billions.
+``--seq-length``) or a ``key=value`` (``seq_len=2048``, ``seq_length=``; not a model's ``max_seq_len=``,
+the most it takes), and the parameters a script counted, comma-grouped (``Model has 1,414,647,808
+parameters``, ``Loaded meta-llama/Llama-2-7b-hf: 6,738,415,616 parameters``, torchinfo's and Keras's
+``Total params: 6,050,882,784``): ``logged_model_size`` in billions.
 
 A capitalized ``Step`` (torchtune's metric logger), ``step:`` (torchtitan), ``step N:`` (nanoGPT's
 evaluations, LitGPT's ``iter N step M:``), ``iter N step M | loss train:`` (LitGPT's, no number after
-``loss``) and ``step=N,`` (DeepSpeed) are other families' records and do not match. Failures are the Slurm family's.
+``loss``) and ``step=N,`` (DeepSpeed) are other families' records and do not match. Failures are the Slurm
+family's.
 """
 
 from __future__ import annotations

@@ -23,8 +23,9 @@ from typing import Any
 
 import polars as pl
 import polars.selectors as cs
-from logstat.parsers import grammar, kinds
+from logstat.parsers import grammar, kinds, registry
 from logstat.parsers.base import INT64_MAX, INT64_MIN, Family, RunBuilder
+from logstat.parsers.deepspeed import NAME as DEEPSPEED
 from logstat.parsers.kinds import BODY, CLOSER, OPENER, Block, Events, RecordTest, literals
 
 NAME = "hf-trainer"
@@ -1190,10 +1191,7 @@ def _stated_a_fact(run: RunBuilder) -> bool:
 def _other_frameworks_seen(run: RunBuilder) -> bool:
     """Whether a family was seen that is none of the Trainer, the DeepSpeed engine it drives (ZeRO: data
     parallel; a pipeline's topology is a mark of its own) and a job's context."""
-    from logstat.parsers.deepspeed import NAME as DEEPSPEED
-    from logstat.parsers.registry import families
-
-    along = {NAME, DEEPSPEED, *(family.name for family in families() if family.context)}
+    along = {NAME, DEEPSPEED, *(family.name for family in registry.families() if family.context)}
     return any(count and name not in along for name, count in run.families_seen.items())
 
 

@@ -159,6 +159,6 @@ def test_a_frameworks_own_statement_outweighs_a_loops_words_said_before_it(tmp_p
 def test_a_scripts_parameter_count(tmp_path, line, billions):
     row, _ = runs_of(tmp_path, [line])
     if billions is None:
-        assert row["provenance"].get("logged_model_size", "").startswith("custom") is False
+        assert not row["provenance"].get("logged_model_size", "").startswith("custom")
     else:
         assert row["logged_model_size"] == pytest.approx(billions)
