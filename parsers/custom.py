@@ -42,6 +42,7 @@ from logstat.parsers.kinds import (
     as_count,
     as_real,
     facts_of,
+    last_per_run,
     step_lines,
 )
 
@@ -99,7 +100,7 @@ def read_steps(records: pl.LazyFrame) -> Events:
         grad_norm=as_real(text.str.extract(_GRAD_NORM, 1)),
         elapsed_ms=_milliseconds(text),
     )
-    planned = records.filter(total > 0).sort("order").group_by("run").agg(pl.all().last())
+    planned = last_per_run(records, total > 0)
     events.facts.append(facts_of(planned, NAME, train_iters=total).collect())
     return events
 

@@ -291,10 +291,7 @@ def _record_events(records: pl.DataFrame) -> Events:
     world = _matches(records, CONFIG_WORLD, ["mesh", "world"])
     # a device mesh's data-parallel group, or Ulysses's world / sequence-parallel size (a float), is no GPU count
     unmeshed = world.filter(pl.col("mesh") == "None", ~pl.col("world").str.contains(".", literal=True))
-    world_facts = [
-        _count(world, pl.col("world"), "dp"),
-        _count(unmeshed, pl.col("world"), "gpus", unless=("megatron", TOPOLOGY_SEEN)),
-    ]
+    world_facts = _world_size(world, unmeshed, pl.col("world"))
     statements = [*counts, size, built_size, *axes, gpus, pipeline, resumed, *chat_facts, *world_facts]
     events.extend(_facts(pl.concat(statements)))
     seen = [
@@ -486,6 +483,16 @@ def _items(printed: pl.DataFrame, carry: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _world_size(stated: pl.DataFrame, as_gpus: pl.DataFrame, value: pl.Expr, *, whole: bool = False) -> list:
+    """DeepSpeedConfig's ``world_size`` (the dump's, or the config's word at its start) of ``stated``: the
+    data-parallel size; of ``as_gpus`` (those no mesh or Ulysses divided) the GPU count unless model parallelism
+    (Megatron's or a pipeline's) came first."""
+    return [
+        _count(stated, value, "dp", whole=whole),
+        _count(as_gpus, value, "gpus", whole=whole, unless=("megatron", TOPOLOGY_SEEN)),
+    ]
+
+
 def _attributes(items: pl.DataFrame) -> list[pl.DataFrame]:
     """The counts and world size, zero_config's offloads (today's one-line repr: None, or a config whose
     device is not none) and ``zero_enabled False`` (stage 0)."""
@@ -493,9 +500,7 @@ def _attributes(items: pl.DataFrame) -> list[pl.DataFrame]:
     counts, world = items.filter(name.is_in(list(DUMP_FACTS))), items.filter(name == "world_size")
     statements = [
         _count(counts, word, name.replace_strict(DUMP_FACTS, default=None)),
-        _count(world, word, "dp", whole=True),
-        # the data-parallel size is the GPU count unless model parallelism (Megatron's or a pipeline's) came
-        _count(world, word, "gpus", whole=True, unless=("megatron", TOPOLOGY_SEEN)),
+        *_world_size(world, world, word, whole=True),
     ]
     zero = items.filter(name == "zero_config")
     for key in _OFFLOADS:

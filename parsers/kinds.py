@@ -121,6 +121,12 @@ class Events:
             getattr(self, name).extend(frame for frame in getattr(other, name) if frame.height)
 
 
+def last_per_run(records: pl.LazyFrame, where: pl.Expr) -> pl.LazyFrame:
+    """Each run's last record, in line order, of those ``where`` holds: what every record restates (a bar's
+    total, a plan's) is stated once, by the last (a later read's restates it)."""
+    return records.filter(where).sort("order").group_by("run").agg(pl.all().last())
+
+
 def facts_of(frame: pl.LazyFrame, family: str, **values: pl.Expr) -> pl.LazyFrame:
     """Long fact events (``order``, ``fact``, ``value``, ``family``) of ``frame``'s records, one per
     ``fact=value`` expression that is not null there (each expression of one type)."""

@@ -286,7 +286,10 @@ _INTERPRETER_FAILURE = re.compile(
 #: c10d's warning that a host's name does not resolve (socket.cpp: ``The IPv4 network addresses of
 #: (gpu-node-17.cluster.internal, 29500) cannot be retrieved (gai error: -2 - Name or service not known).``),
 #: before its connection times out: why it did
-NAME_RESOLUTION = "cannot be retrieved (gai error"
+NAME_RESOLUTION, NAME_RESOLUTION_KIND = "cannot be retrieved (gai error", "name resolution"
+#: the failure kinds their programs log as warnings (a warning naming an error is otherwise none): torch
+#: elastic's agent's death signal, c10d's name that does not resolve
+_WARNED_FAILURES = (DEATH_SIGNAL_KIND, NAME_RESOLUTION_KIND)
 #: torch elastic's agent restarting its workers (agent/server/api.py: ``[default] Worker group FAILED. 3/3
 #: attempts left; will restart worker group``, or on new nodes): where the workers then ended well, what
 #: failed before is an earlier launch's (where they did not, one node's restart may follow a peer's failure
@@ -498,7 +501,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     ):
         kind = "exec"
     elif NAME_RESOLUTION in text:  # a warning: c10d retries, so a peer's failure outweighs it
-        label, weight, kind = NETWORK_LABEL, EFFECT, "name resolution"
+        label, weight, kind = NETWORK_LABEL, EFFECT, NAME_RESOLUTION_KIND
     elif ELASTIC_RESTART in text:
         run.state.setdefault(NAME, {})["elastic_restart"] = run.position  # weighed at ``finish``
         return None
@@ -558,7 +561,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         kind = "arguments"
     else:
         return
-    if _WARNING.search(text) and kind not in (DEATH_SIGNAL_KIND, "name resolution"):  # logged as warnings
+    if _WARNING.search(text) and kind not in _WARNED_FAILURES:
         return
     run.saw(NAME)
     if text.lstrip().startswith(ELASTIC_EXITCODE):

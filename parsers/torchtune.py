@@ -46,6 +46,7 @@ from logstat.parsers.kinds import (
     as_count,
     as_real,
     facts_of,
+    last_per_run,
     literals,
     marks_of,
     step_lines,
@@ -83,8 +84,7 @@ def read_bar(records: pl.LazyFrame) -> Events:
         loss=as_real(fields.struct["3"]),
         elapsed_ms=seconds * 1000,
     )
-    # a run's last update in this read is enough: a later read's restates it
-    last = records.filter(its_own & (total > 0)).sort("order").group_by("run").agg(pl.all().last())
+    last = last_per_run(records, its_own & (total > 0))
     events.facts.append(facts_of(last, NAME, steps_per_epoch=total).collect())
     return events
 
