@@ -82,8 +82,9 @@ NAME = "slurm"
 TRACEBACK_MAX_LINES = 400
 #: exceptions with which launchers end when a worker failed (the worker's lines say why); a DataLoader's
 #: when one of its worker processes died (``DataLoader worker (pid(s) 48213) exited unexpectedly``, chained to
-#: how it died; or ``... exited unexpectedly with exit code 1. Details are lost due to multiprocessing.``)
-LAUNCHER_EXCEPTIONS = ("ChildFailedError", "CalledProcessError", "exited unexpectedly")
+#: how it died; or ``... exited unexpectedly with exit code 1. Details are lost due to multiprocessing.``);
+#: Ray's when the worker process of an actor died (``ActorDiedError: The actor died unexpectedly ...``)
+LAUNCHER_EXCEPTIONS = ("ChildFailedError", "CalledProcessError", "exited unexpectedly", "ActorDiedError")
 #: an exception raised because the process got a signal (torch elastic's agent under scancel or a time limit),
 #: or because a DataLoader's worker did (``DataLoader worker (pid 48213) is killed by signal: Killed.``)
 SIGNAL_EXCEPTIONS = ("SignalException", "got signal:", "killed by signal:")
@@ -246,6 +247,11 @@ SCHEDULER_ENDS["=>> PBS: job killed"] = ("failed", "", "scheduler")  # another l
 #: killer): ``slurmstepd: error: StepId=4001.0 exceeded memory limit (257698037 > 251658240), being killed``
 #: (or ``virtual memory``), then ``slurmstepd: error: Exceeded job memory limit`` (libslurmfull's strings)
 MEMORY_LIMIT_KILLS = ("exceeded memory limit", "exceeded virtual memory limit", "Exceeded job memory limit")
+#: Ray's memory monitor, which kills a worker when its node's memory use passes a threshold: the raylet's
+#: report (node_manager.cc ``1 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed
+#: ...``) and the dead actor's (``Worker exit detail: Task was killed due to the node running low on
+#: memory.``), before the ActorDiedError the trainer raises of it
+MEMORY_LIMIT_KILLS += ("killed due to memory pressure (OOM)", "killed due to the node running low on memory")
 #: srun's word on a task the step's OOM killer ended (launch_slurm's ``%s: %s %s: Out Of Memory``):
 #: ``srun: error: r7i4n1: task 0: Out Of Memory``
 SRUN_OOM = "Out Of Memory"

@@ -149,6 +149,26 @@ def test_a_host_memory_limit_is_the_cause_of_the_kill(limit):
         assert run.consequence_lines() == [f"lines.log:{3 - line}: {kill}"]
 
 
+def test_rays_memory_monitor_killing_a_worker_is_the_cause_of_the_dead_actor():
+    # the raylet's report (node_manager.cc), then Ray Train's error of the actor it killed, whose detail
+    # says so again
+    report = (
+        "(raylet, ip=10.0.12.7) [2024-09-10 13:41:07,881 E 2201 2201] (raylet) node_manager.cc:3069: 1 Workers "
+        "(tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node "
+        "(ID: 8a3f5c8e1bd0c24d91f3, IP: 10.0.12.7) over the last time period."
+    )
+    died = "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task."
+    detail = (
+        "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit "
+        "detail: Task was killed due to the node running low on memory."
+    )
+    run = feed(report, *TRACEBACK, died, detail)
+    assert (run.failure, run.failure_kind) == (("failed", f"host out of memory: {report}", 1), "oom-kill")
+    assert run.consequence_lines()[0] == f"lines.log:5: {died}"
+    alone = feed(*TRACEBACK, died, detail)
+    assert (alone.failure, alone.failure_kind) == (("failed", f"host out of memory: {detail}", 5), "oom-kill")
+
+
 @pytest.mark.parametrize(
     "execve",
     [  # slurmstepd's "execve(): %s: %m" and "execve(): bad interpreter(%s): %m", with its error() prefix
