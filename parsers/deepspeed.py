@@ -681,6 +681,9 @@ LAUNCHER = RecordKind(
 )
 
 
+#: DeepSpeed's code in a traceback's frames: its engine, launcher or communication ran
+CODE = ("/deepspeed/",)
+
 FAMILY = Family(
     name=NAME,
     # a dump's header, the names it is read for: its other lines matter only in JSON values (JSON_VALUES)
@@ -692,8 +695,9 @@ FAMILY = Family(
         *_PROFILE_MARKERS,
         *_RECORD_MARKERS,
         *_LAUNCHED_MARKERS,
+        *CODE,
     ),
-    kinds=(SEQUENCE, RECORDS, LAUNCHER),
+    kinds=(SEQUENCE, RECORDS, LAUNCHER, kinds.code_frames(NAME, CODE)),
     blocks=(JSON_VALUES, PROFILE),
     steps_before_timers=True,
     engine=True,

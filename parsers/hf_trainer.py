@@ -26,7 +26,7 @@ import polars.selectors as cs
 from logstat.parsers import grammar, kinds, registry
 from logstat.parsers.base import INT64_MAX, INT64_MIN, Family, RunBuilder
 from logstat.parsers.deepspeed import NAME as DEEPSPEED
-from logstat.parsers.kinds import BODY, CLOSER, OPENER, Block, Events, RecordTest, literals
+from logstat.parsers.kinds import BODY, CLOSER, OPENER, Block, Events, RecordKind, RecordTest, literals
 
 NAME = "hf-trainer"
 
@@ -1247,10 +1247,24 @@ METRICS = _block("metrics", None, lambda text: text.str.contains(_METRIC), _NOT_
 TRAINER = kinds.RecordKind(
     family=NAME, name="trainer", test=RecordTest(markers=MARKERS), read=read_trainer, facts=FACTS
 )
+#: the Trainer's code in a traceback's frames (TRL's trainers are its subclasses): its run, failed before it logged
+CODE = ("/transformers/trainer.py", "/trl/trainer/")
+#: a line the Trainer's module logged in transformers' explicit format (utils/logging.py
+#: ``enable_explicit_format``: ``[INFO|trainer.py:593] 2024-05-15 10:00:00,000 >> Using auto half precision
+#: backend``): its run, though it logged nothing else before it failed
+EXPLICIT_FORMAT = r"^\[[A-Z]+\|trainer\.py:\d+\] "
+_EXPLICIT_MARKER = "|trainer.py:"
+TRAINER_LOGGED = RecordKind(
+    family=NAME,
+    name="trainer's log line",
+    test=RecordTest(markers=(_EXPLICIT_MARKER,), pattern=EXPLICIT_FORMAT),
+    read=lambda records: Events(marks=[kinds.marks_of(records, NAME, kinds.SEEN)]),
+)
+
 FAMILY = Family(
     name=NAME,
-    markers=MARKERS,
-    kinds=(TRAINER,),
+    markers=(*MARKERS, *CODE, _EXPLICIT_MARKER),
+    kinds=(TRAINER, kinds.code_frames(NAME, CODE), TRAINER_LOGGED),
     blocks=(ARGUMENTS, CONFIG, METRICS),
     finish=finish,
     description="HF Trainer: logged dicts, train metrics, TrainingArguments dump, --config_overrides shape",

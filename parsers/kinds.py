@@ -248,6 +248,18 @@ class Block:
     """The run facts its events state."""
 
 
+def code_frames(family: str, paths: tuple[str, ...]) -> RecordKind:
+    """Evidence of ``family``: a traceback's frame in its code (``File "/workspace/Megatron-LM/megatron/
+    training/global_vars.py", line 9``, ``paths`` holding the part that names it): the run's program was
+    the family's, though it failed before it printed anything of its own (an import, a config's check)."""
+    return RecordKind(
+        family=family,
+        name="code frame",
+        test=RecordTest(markers=paths, pattern=rf'^{PYTHON_SPACE}*File "[^"]*(?:{literals(paths)})'),
+        read=lambda records: Events(marks=[marks_of(records, family, SEEN)]),
+    )
+
+
 def read_records(kinds: tuple[RecordKind, ...], records: pl.DataFrame) -> Events:
     """The events of ``records`` (``order``, ``text``, ``run``, ``line``, ``file``, ``kind``: an index)."""
     events = Events()

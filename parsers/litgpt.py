@@ -38,7 +38,16 @@ import re
 
 import polars as pl
 from logstat.parsers.base import Family, RunBuilder, never_raises
-from logstat.parsers.kinds import NUMBER, Events, RecordKind, RecordTest, as_count, as_real, step_lines
+from logstat.parsers.kinds import (
+    NUMBER,
+    Events,
+    RecordKind,
+    RecordTest,
+    as_count,
+    as_real,
+    code_frames,
+    step_lines,
+)
 from logstat.parsers.schema import MIB
 
 NAME = "litgpt"
@@ -172,6 +181,9 @@ def finish(run: RunBuilder) -> None:
         run.data_parallel_only()
 
 
+#: LitGPT's code in a traceback's frames
+CODE = ("/litgpt/",)
+
 FAMILY = Family(
     name=NAME,
     markers=(
@@ -186,6 +198,7 @@ FAMILY = Family(
         "Resuming training from ",
         _HPARAMS,
         *_END_MARKERS,
+        *CODE,
     ),
     parse_line=parse_line,
     finish=finish,
@@ -196,6 +209,7 @@ FAMILY = Family(
             test=RecordTest(markers=_STEP_MARKERS, pattern=STEP_LINE),
             read=read_steps,
         ),
+        code_frames(NAME, CODE),
     ),
     description="LitGPT: step lines (iter, optimizer step, loss, iteration time), TrainArgs, parameter "
     "counts, resume and end",

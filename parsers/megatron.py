@@ -56,6 +56,7 @@ from logstat.parsers.kinds import (
     RecordTest,
     as_count,
     as_real,
+    code_frames,
     facts_of,
     marks_of,
     named_field,
@@ -415,6 +416,12 @@ def _outside_dumps(marker: str) -> RecordTest:
     return RecordTest(markers=(marker,), unless=(_DUMP_OPENER,))
 
 
+#: Megatron's own code in a traceback's frames: its training loop and model (megatron/training/, 2024 on;
+#: megatron/training.py, model/, initialize.py, arguments.py before, and Megatron-DeepSpeed's), its entry
+#: scripts (not megatron/core/, which NeMo runs on)
+CODE = ("/megatron/training", "/megatron/model/", "/megatron/initialize.py", "/megatron/arguments.py")
+CODE += ("/megatron/legacy/", "/pretrain_gpt", "/pretrain_bert", "/pretrain_t5", "/pretrain_mamba")
+
 KINDS = (
     RecordKind(
         family=NAME,
@@ -425,6 +432,7 @@ KINDS = (
     ),
     RecordKind(family=NAME, name="timers", test=_outside_dumps("time (ms)"), read=read_timers),
     RecordKind(family=NAME, name="memory", test=_outside_dumps("memory (MB)"), read=read_memory),
+    code_frames(NAME, CODE),
 )
 
 
@@ -746,6 +754,7 @@ FAMILY = Family(
         *RANK_TIMERS.opens.markers,
         *ALL_RANKS_TIMERS.opens.markers,
         *PLANNED_ENDS,
+        *CODE,
     ),
     parse_line=parse_line,
     finish=finish,

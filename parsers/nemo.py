@@ -52,6 +52,7 @@ from logstat.parsers.kinds import (
     RecordTest,
     as_count,
     as_real,
+    code_frames,
     facts_of,
     marks_of,
     named_field,
@@ -371,9 +372,12 @@ OWN_MARKERS = (
     *_RESUMES,
 )
 
+#: NeMo's code in a traceback's frames (its collections, its Lightning strategy, its core)
+CODE = ("/nemo/collections/", "/nemo/lightning/", "/nemo/core/")
+
 FAMILY = Family(
     name=NAME,
-    markers=(*OWN_MARKERS, *LOGGER_MARKERS),
+    markers=(*OWN_MARKERS, *LOGGER_MARKERS, *CODE),
     parse_line=parse_line,
     kinds=(
         RecordKind(
@@ -396,6 +400,7 @@ FAMILY = Family(
             test=RecordTest(markers=LOGGER_MARKERS, pattern=_LOGGER_LINE, unless=OWN_MARKERS),
             read=read_logger_lines,
         ),
+        code_frames(NAME, CODE),
     ),
     blocks=(CONFIGURATION,),
     description="NVIDIA NeMo: 2.0's ProgressPrinter lines, 1.x's training bar and configuration, Lightning's "

@@ -63,6 +63,7 @@ from logstat.parsers.kinds import (
     RecordTest,
     as_count,
     as_real,
+    code_frames,
     step_lines,
 )
 from logstat.parsers.slurm import gpu_model
@@ -246,6 +247,9 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.complete(text.strip(), lineno)
 
 
+#: torchtitan's code in a traceback's frames
+CODE = ("/torchtitan/",)
+
 FAMILY = Family(
     name=NAME,
     markers=(
@@ -260,6 +264,7 @@ FAMILY = Family(
         _FSDP_PRECISION,
         "Loading the checkpoint ",
         "Training completed",
+        *CODE,
     ),
     parse_line=parse_line,
     finish=finish,
@@ -270,6 +275,7 @@ FAMILY = Family(
             test=RecordTest(markers=_THROUGHPUT_MARKERS, pattern=STEP_LINE),
             read=read_steps,
         ),
+        code_frames(NAME, CODE),
     ),
     description="PyTorch torchtitan: step lines (tps or wps), device mesh, model args, training start and end",
 )

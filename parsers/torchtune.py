@@ -45,6 +45,7 @@ from logstat.parsers.kinds import (
     RecordTest,
     as_count,
     as_real,
+    code_frames,
     facts_of,
     last_per_run,
     literals,
@@ -213,9 +214,12 @@ def _resumed(run: RunBuilder, per_epoch: object) -> None:
             run.set_fact("resumed_step", first["iteration"] - 1, NAME, first["line"] or 0)
 
 
+#: torchtune's code in a traceback's frames
+CODE = ("/torchtune/",)
+
 FAMILY = Family(
     name=NAME,
-    markers=(_BAR_MARKER, _METRICS_MARKER, _OPENER, _FINAL_CHECKPOINT),
+    markers=(_BAR_MARKER, _METRICS_MARKER, _OPENER, _FINAL_CHECKPOINT, *CODE),
     parse_line=parse_line,
     finish=finish,
     kinds=(
@@ -232,6 +236,7 @@ FAMILY = Family(
             test=RecordTest(markers=(_METRICS_MARKER,), pattern=METRICS_LINE),
             read=read_metrics,
         ),
+        code_frames(NAME, CODE),
     ),
     blocks=(CONFIG,),
     description="torchtune: the training bar (epoch, step, loss, tqdm's rate), the metric logger's lines, "

@@ -79,3 +79,27 @@ def test_supplied_counts_the_rows_each_family_gave_and_its_result_facts():
     run.set_fact("micro_batch_size", 4, "deepspeed", 6)  # a description, not a number of the run
     settle_runs([run], Events())
     assert registry.supplied(run) == {"deepspeed": 1, "hf-trainer": 3}
+
+
+@pytest.mark.parametrize(
+    ("frames", "family"),
+    [
+        (["/workspace/Megatron-LM/pretrain_gpt.py", "/workspace/Megatron-LM/megatron/training/global_vars.py"], "megatron"),
+        (["train.py", "/opt/conda/lib/python3.10/site-packages/transformers/trainer.py"], "hf-trainer"),
+        (["sft.py", "/usr/local/lib/python3.11/dist-packages/trl/trainer/sft_trainer.py"], "hf-trainer"),
+        (["/opt/NeMo/examples/nlp/language_modeling/megatron_gpt_pretraining.py", "/opt/NeMo/nemo/collections/nlp/models/language_modeling/megatron_gpt_model.py"], "nemo"),
+        (["/workspace/torchtitan/torchtitan/train.py"], "torchtitan"),
+        # a script's own frames and a library NeMo runs on name no family
+        (["train.py", "/workspace/Megatron-LM/megatron/core/parallel_state.py"], "unknown"),
+    ],
+)  # fmt: skip
+def test_a_traceback_through_a_familys_code_is_its_run(tmp_path, frames, family):
+    """A run that failed before its program printed a line of its own (an import): the frames say whose."""
+    lines = ["Traceback (most recent call last):"]
+    for path in frames:
+        lines += [f'  File "{path}", line 11, in <module>', "    main()"]
+    lines.append("ModuleNotFoundError: No module named 'transformer_engine'")
+    (tmp_path / "slurm-88231.out").write_text("".join(f" 0: {line}\n" for line in lines))
+    row = load_runs([tmp_path]).runs.row(0, named=True)
+    assert (row["family"], row["status"]) == (family, "failed")
+    assert row["reason"] == "ModuleNotFoundError: No module named 'transformer_engine'"

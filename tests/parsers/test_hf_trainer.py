@@ -1499,3 +1499,22 @@ def load_runs_of(lines: list[str]):
         log = Path(directory) / "train.log"
         log.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
         return load_runs([log])
+
+
+@pytest.mark.parametrize(
+    ("module", "family"), [("trainer.py:593", "hf-trainer"), ("configuration_utils.py:733", "deepspeed")]
+)
+def test_a_line_of_the_trainers_module_in_the_explicit_format_is_its_run(tmp_path, module, family):
+    # transformers' enable_explicit_format, a ZeRO-3 offload run the host's OOM killer ended before step one
+    from logstat.api import load_runs
+
+    lines = [
+        "[2024-06-02 10:11:12,345] [INFO] [comm.py:637:init_distributed] Initializing TorchBackend in DeepSpeed"
+        " with backend nccl",
+        f"[INFO|{module}] 2024-06-02 10:11:40,101 >> Using auto half precision backend",
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=5512345.0. Some of the step tasks have been OOM"
+        " Killed.",
+    ]
+    (tmp_path / "train-5512345.out").write_text("\n".join(lines) + "\n")
+    row = load_runs([tmp_path]).runs.row(0, named=True)
+    assert (row["family"], row["status"]) == (family, "failed")
