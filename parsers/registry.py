@@ -30,6 +30,7 @@ FAMILY_NAMES = (
     "hf_trainer",
     "mingpt",
     "nanogpt",
+    "composer",
     "deepspeed",
     "custom",
     "slurm",

@@ -3,6 +3,7 @@ Python residue), without family detection and conclusion (job id, manifest, deri
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -11,6 +12,8 @@ import polars as pl
 from logstat.parsers.base import Family, RunBuilder
 from logstat.parsers.reader import RunFiles, read_settled
 from logstat.parsers.records import split_records
+
+from logstat.api import load_runs
 
 
 def feed_file(family: Family, path: Path) -> RunBuilder:
@@ -64,3 +67,10 @@ def line_of(path: Path, text: str) -> int:
     """The number of ``path``'s first line holding ``text``."""
     lines = path.read_text(encoding="utf-8").splitlines()
     return next(number for number, line in enumerate(lines, 1) if text in line)
+
+
+def first_run(path: Path) -> tuple[dict, pl.DataFrame]:
+    """The first run row of the logs at ``path`` (its provenance read) and the iterations."""
+    result = load_runs([path])
+    row = result.runs.row(0, named=True)
+    return {**row, "provenance": json.loads(row["provenance"] or "{}")}, result.iterations

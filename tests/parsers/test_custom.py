@@ -4,23 +4,16 @@ the records' own text here."""
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 
 import pytest
 
-from logstat.api import load_runs
 from tests.conftest import FIXTURES
+from tests.parsers.feeding import first_run as read
 
 BUILD_NANOGPT = FIXTURES / "custom" / "build_nanogpt_gpt2_124m-7101.out"
 DEEPSPEED_LOOP = FIXTURES / "custom" / "deepspeed_custom_loop-7102.out"
-
-
-def read(path):
-    result = load_runs([path])
-    row = result.runs.row(0, named=True)
-    return {**row, "provenance": json.loads(row["provenance"] or "{}")}, result.iterations
 
 
 def runs_of(tmp_path, lines: list[str]):

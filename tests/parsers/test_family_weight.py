@@ -88,6 +88,7 @@ def test_supplied_counts_the_rows_each_family_gave_and_its_result_facts():
         (["train.py", "/opt/conda/lib/python3.10/site-packages/transformers/trainer.py"], "hf-trainer"),
         (["sft.py", "/usr/local/lib/python3.11/dist-packages/trl/trainer/sft_trainer.py"], "hf-trainer"),
         (["/opt/NeMo/examples/nlp/language_modeling/megatron_gpt_pretraining.py", "/opt/NeMo/nemo/collections/nlp/models/language_modeling/megatron_gpt_model.py"], "nemo"),
+        (["/llm-foundry/scripts/train/train.py", "/usr/lib/python3/dist-packages/composer/trainer/trainer.py"], "composer"),
         (["/workspace/torchtitan/torchtitan/train.py"], "torchtitan"),
         # a script's own frames and a library NeMo runs on name no family
         (["train.py", "/workspace/Megatron-LM/megatron/core/parallel_state.py"], "unknown"),

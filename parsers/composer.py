@@ -1,0 +1,129 @@
+"""MosaicML Composer (llm-foundry's trainer): the console logger's blocks, a progress header and the
+metrics logged since the last one, a line each (composer/loggers/console_logger.py, ``log_to_console``)::
+
+    [batch=120/4800]:
+             Train time/batch: 119
+             Train loss/train/total: 3.4521
+             Train throughput/batches_per_sec: 0.4120
+             Train lr-DecoupledAdamW/group0: 0.0001
+
+The header is the step's record: ``[batch=N/M]`` when the run's ``max_duration`` is in batches (``M``,
+its planned steps, ``train_iters``), ``[epoch=E][batch=b/T]`` when in epochs (``b`` of the epoch's ``T``:
+the step is ``(E - 1) * T + b``). A header in tokens or samples (``[token=N/M]``) names no step and is
+not read. The lines after it are that step's metrics (``Train `` then the logger's key): the loss
+(``loss/train/total``), the learning rate (``lr-<optimizer>/group0``), the gradient norm
+(``l2_norm/grad/global``, the optimizer monitor's), and the speed monitor's rates over its window:
+``batches_per_sec`` (the step's time, ``elapsed_ms``), ``samples_per_sec``, ``tokens_per_sec``;
+``trainer/device_train_microbatch_size`` is the micro batch. Composer prints floats with four decimals
+(``format_log_data_value``): a learning rate under 5e-5 reads 0. Evaluations' lines (``Eval ``) are not
+steps. Failures are the Slurm family's.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from logstat.parsers.base import Family
+from logstat.parsers.kinds import (
+    NUMBER,
+    SEEN,
+    STEP_METRICS,
+    Events,
+    RecordKind,
+    RecordTest,
+    as_count,
+    as_real,
+    code_frames,
+    facts_of,
+    last_per_run,
+    marks_of,
+    step_lines,
+)
+
+NAME = "composer"
+
+#: the console logger's progress header of a training step: in batches, or in an epoch's batches
+HEADER = r"^\[(?:epoch=(\d+)\]\[)?batch=(\d+)(?:/(\d+))?\]:\s*$"
+_HEADER_MARKER = "batch="
+#: a metric line of the block: a tab and a space (Composer's ``\n\t ``), ``Train ``, the key, its value
+METRIC = rf"^\s*Train ([\w./-]+): ({NUMBER})\s*$"
+_METRIC_MARKER = "Train "
+#: the metric keys read, by the step column they fill
+_KEYS = {
+    "loss": r"loss/train/total",
+    "lr": r"lr-\w+/group0",
+    "grad_norm": r"l2_norm/grad/global",
+    "batches_per_sec": r"throughput/batches_per_sec",
+    "samples_per_sec": r"throughput/samples_per_sec",
+    "tokens_per_sec": r"throughput/tokens_per_sec",
+}
+_MICRO_BATCH = "trainer/device_train_microbatch_size"
+
+
+def read_headers(records: pl.LazyFrame) -> Events:
+    """A step event per header, and the planned steps of a run's last header in batches that states them."""
+    fields = pl.col("text").str.extract_groups(HEADER)
+    epoch, batch, total = (as_count(fields.struct[str(group)]) for group in (1, 2, 3))
+    in_epochs = epoch.is_not_null()
+    step = pl.when(~in_epochs).then(batch).when(total.is_not_null()).then((epoch - 1) * total + batch)
+    events = step_lines(records, NAME, step=pl.when(step > 0).then(step))
+    planned = last_per_run(records, ~in_epochs & (total > 0))
+    events.facts.append(facts_of(planned, NAME, train_iters=total).collect())
+    return events
+
+
+def _metric(key: pl.Expr, value: pl.Expr, name: str) -> pl.Expr:
+    return pl.when(key.str.contains(f"^{_KEYS[name]}$")).then(value)
+
+
+def read_metrics(records: pl.LazyFrame) -> Events:
+    """A metrics event of the step before it per metric line read; the micro batch each one states."""
+    fields = pl.col("text").str.extract_groups(METRIC)
+    key, value = fields.struct["1"], as_real(fields.struct["2"])
+    per_second = _metric(key, value, "batches_per_sec")
+    steps = records.select(
+        "order",
+        step=pl.lit(None, pl.Int64),
+        mode=pl.lit(STEP_METRICS, pl.Int8),
+        family=pl.lit(NAME),
+        loss=_metric(key, value, "loss"),
+        lr=_metric(key, value, "lr"),
+        grad_norm=_metric(key, value, "grad_norm"),
+        elapsed_ms=pl.when(per_second > 0).then(1000 / per_second),
+        samples_per_sec=_metric(key, value, "samples_per_sec"),
+        tokens_per_sec=_metric(key, value, "tokens_per_sec"),
+    )
+    read = pl.any_horizontal(pl.all().exclude("order", "step", "mode", "family").is_not_null())
+    micro_batch = pl.when(key == _MICRO_BATCH).then(as_count(fields.struct["2"]))
+    return Events(
+        steps=[steps.filter(read).collect()],
+        facts=[facts_of(records, NAME, micro_batch_size=micro_batch).filter(pl.col("value") > 0).collect()],
+        marks=[marks_of(records, NAME, SEEN)],
+    )
+
+
+#: Composer's code in a traceback's frames, and llm-foundry's
+CODE = ("/composer/trainer/", "/composer/core/", "/llmfoundry/")
+
+FAMILY = Family(
+    name=NAME,
+    markers=(_HEADER_MARKER, _METRIC_MARKER, *CODE),
+    kinds=(
+        RecordKind(
+            family=NAME,
+            name="header",
+            test=RecordTest(markers=(_HEADER_MARKER,), pattern=HEADER),
+            read=read_headers,
+            facts=("train_iters",),
+        ),
+        RecordKind(
+            family=NAME,
+            name="metric",
+            test=RecordTest(markers=(_METRIC_MARKER,), pattern=METRIC),
+            read=read_metrics,
+            facts=("micro_batch_size",),
+        ),
+        code_frames(NAME, CODE),
+    ),
+    description="MosaicML Composer / llm-foundry: the console logger's '[batch=N/M]:' blocks of "
+    "'Train <key>: <value>' lines (loss, lr, throughput)",
+)

@@ -1,0 +1,79 @@
+"""Composer's console-logger blocks, on the fixtures in its shapes (fixtures/composer/) and single
+blocks; expected numbers are read off the blocks' own text here."""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+import pytest
+
+from tests.conftest import FIXTURES
+from tests.parsers.feeding import first_run as read
+
+BATCHES = FIXTURES / "composer" / "mpt_125m-8101.out"
+EPOCHS = FIXTURES / "composer" / "mpt_1b_epochs-8102.out"
+
+
+def metric(block: str, key: str) -> float:
+    return float(re.search(rf"^\t Train {re.escape(key)}: (\S+)$", block, re.MULTILINE)[1])
+
+
+def blocks(text: str) -> list[tuple[str, str]]:
+    """(header, body) of each training block: the header line and its ``Train`` lines."""
+    found = re.findall(r"^(\[(?:epoch=\d+\]\[)?batch=[\d/]+\]:)\n((?:\t Train .*\n)+)", text, re.MULTILINE)
+    return [(header, body) for header, body in found]
+
+
+def test_each_batch_block_is_its_steps_row():
+    text = BATCHES.read_text(encoding="utf-8")
+    expected = [
+        (
+            int(re.search(r"batch=(\d+)/", header)[1]),
+            metric(body, "loss/train/total"),
+            metric(body, "lr-DecoupledAdamW/group0"),
+            metric(body, "l2_norm/grad/global"),
+            1000 / metric(body, "throughput/batches_per_sec"),
+            metric(body, "throughput/tokens_per_sec"),
+        )
+        for header, body in blocks(text)
+    ]
+    row, iterations = read(BATCHES)
+    got = iterations.select("iteration", "loss", "lr", "grad_norm", "elapsed_ms", "tokens_per_sec").rows()
+    assert got == expected
+    assert set(iterations["family"]) == {"composer"}
+    # [batch=60/60] reached max_duration's 60 batches: the run ended
+    assert (row["family"], row["status"], row["train_iters"], row["last_iteration"]) == (
+        "composer",
+        "ok",
+        60,
+        60,
+    )
+    assert row["micro_batch_size"] == 8
+    assert row["sec_per_iter"] == pytest.approx(statistics.median(ms / 1000 for *_, ms, _ in expected[1:]))
+
+
+def test_an_epochs_block_counts_its_step_from_the_epochs_start():
+    text = EPOCHS.read_text(encoding="utf-8")
+    headers = re.findall(r"^\[epoch=(\d+)\]\[batch=(\d+)/(\d+)\]:$", text, re.MULTILINE)
+    row, iterations = read(EPOCHS)
+    assert iterations["iteration"].to_list() == [(int(e) - 1) * int(t) + int(b) for e, b, t in headers]
+    assert iterations["loss"].to_list() == [metric(body, "loss/train/total") for _, body in blocks(text)]
+    # an epochs' plan names no steps; the out-of-memory error is the cause, not Slurm's task failure
+    assert row["train_iters"] is None
+    assert row["status"] == "failed" and "CUDA out of memory" in row["reason"]
+
+
+def test_evaluations_and_other_units_are_no_steps(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(
+        "[batch=1/10]:\n\t Train loss/train/total: 5.2500\n"
+        "[Eval batch=2/2]:\n\t Eval metrics/eval/LanguageCrossEntropy: 4.1000\n"
+        "[token=4096/8192]:\n\t Train loss/train/total: 4.7500\n",
+        encoding="utf-8",
+    )
+    row, iterations = read(log)
+    # the token block's metrics are of no step it names: they join the last step logged, not a step of
+    # their own, and the evaluation's are not read
+    assert iterations.select("iteration", "loss").rows() == [(1, 5.25)]
+    assert row["family"] == "composer"
