@@ -844,7 +844,7 @@ def _steps(
     ``dict``s numbered and the resumes with their ``base``. Where neither logging_steps nor the epochs
     number them, a dict's step is the training bar's count just before it (the Trainer updates the bar
     at each step's end, then logs; at over 0.1 s a step tqdm prints every update), if that bar counts to
-    the run's max_steps."""
+    the run's max_steps (printed nowhere: the total of the bars most of the run's dicts follow)."""
     known = effects.filter(pl.col("what") == "dict")
     known_count = known.group_by("run").agg(known=pl.len())
     new = (
@@ -875,7 +875,11 @@ def _steps(
     )
     bars = bars.sort("run", "order").drop_nulls()
     new = new.sort("run", "order").join_asof(bars, on="order", by="run", check_sortedness=False)
-    by_bar = pl.when(pl.col("bar_total") == _field("integer", "max_steps")).then("bar_step")
+    # where no max_steps is printed, the training bar is the one most of the run's dicts follow
+    training_total = pl.coalesce(
+        _field("integer", "max_steps"), pl.col("bar_total").mode().first().over("run")
+    )
+    by_bar = pl.when(pl.col("bar_total") == training_total).then("bar_step")
     state = new.select(
         "position",
         "logging_steps",
@@ -1089,7 +1093,8 @@ def _progress(carry: pl.DataFrame | None) -> Events:
     """tqdm's rate of the training bar's last update: the bar of the Trainer's last planned ``max_steps`` (not
     Megatron's), else the last before a dict (ProgressCallback writes through it); none with a description.
     The planned bar's count there is the steps done (``progress_steps``: ProgressCallback updates it to the
-    global step at each step's end, a resumed run's first update jumping to it)."""
+    global step at each step's end, a resumed run's first update jumping to it); where no plan is printed,
+    the total of the bar before a dict is (``train_iters``: ProgressCallback's ``tqdm(total=max_steps)``)."""
     if carry is None:
         return Events()
     chosen = carry.filter(pl.col("what").is_in(["planned", "dict_bar"])).sort("what", descending=True)
@@ -1097,7 +1102,7 @@ def _progress(carry: pl.DataFrame | None) -> Events:
         name=_field("text").first(), planned=(pl.col("what") == "planned").first()
     )
     bars = carry.filter(pl.col("what") == "bar").join(chosen, on=["run", "name"])
-    rates, counts = [], []
+    rates, counts, plans = [], [], []
     for run, total, text, line, file, planned in bars.select(
         "run", "name", _field("text"), "line", "file", "planned"
     ).rows():
@@ -1106,13 +1111,17 @@ def _progress(carry: pl.DataFrame | None) -> Events:
             rates.append((run, line, file, rate if bar[4] == "s/it" else 1 / rate))
         if bar is not None and bar[2] == total and planned:
             counts.append((run, line, file, int(bar[1])))
+        elif bar is not None and bar[2] == total:  # no plan printed: the Trainer's bar counts to max_steps
+            plans.append((run, line, file, int(total)))
     schema = {"run": pl.Int64, "line": pl.Int64, "file": pl.Int64, "value": pl.Float64}
     frame = pl.DataFrame(rates, schema=schema, orient="row")
     steps = pl.DataFrame(counts, schema=schema | {"value": pl.Int64}, orient="row")
+    planned = pl.DataFrame(plans, schema=schema | {"value": pl.Int64}, orient="row")
     return Events(
         facts=[
             frame.with_columns(fact=pl.lit("progress_sec_per_iter"), family=pl.lit(NAME)),
             steps.with_columns(fact=pl.lit("progress_steps"), family=pl.lit(NAME)),
+            planned.with_columns(fact=pl.lit("train_iters"), family=pl.lit(NAME)),
         ]
     )
 

@@ -1270,6 +1270,19 @@ def test_dicts_without_an_interval_are_numbered_by_the_training_bar_before_them(
     assert sorted(feed_lines(other).iterations) == [1, 2, 3]
 
 
+def test_with_no_banner_the_bar_most_dicts_follow_numbers_them_and_is_the_plan():
+    """A script at the default verbosity prints no banner: the Trainer's bar (tqdm(total=max_steps)) before
+    each dict counts its step, not an evaluation's bar (its batches) before one, and its total is the plan."""
+    lines = []
+    for step, loss in ((10, 2.56), (20, 2.47), (30, 2.41)):
+        lines.append(f"\r  2%|▏         | {step}/500 [00:26<21:30,  2.63s/it]")
+        lines.append(f"{{'loss': {loss}, 'learning_rate': 0.0002, 'epoch': 0.02}}")
+    lines.insert(4, "\r 96%|█████████▌| 24/25 [00:03<00:00,  7.51it/s]")  # evaluation after step 20
+    run = feed_lines(lines)
+    assert sorted(run.iterations) == [10, 20, 30]
+    assert run.facts["train_iters"] == 500
+
+
 def test_the_resume_in_the_err_numbers_the_dicts_in_the_out(tmp_path):
     # the Trainer's resume notice goes to stderr with its banner (transformers 4.x: "Continuing training from
     # global step"), the dicts to stdout: the .out's dicts are after the resume at 1500, every 50 steps
