@@ -209,6 +209,15 @@ ITERATION_FIELDS: dict[str, tuple[str, ...]] = {
 }
 #: GPT-NeoX's ``approx flops per GPU: 95.3TFLOPS`` (its ``human_readable_flops``: no unit below a thousand)
 _NEOX_FLOPS = named_field("approx flops per gpu", unit="([KMGTPEZ]?)(?:FLOPS)?")
+#: iteration-record fields only Megatron-DeepSpeed's ``training_log`` prints (BigScience's and Microsoft's:
+#: its token count, curriculum and tokens per GPU): a record of a run on DeepSpeed, though the rank that
+#: printed it printed nothing of DeepSpeed's (the last pipeline stage's pod, file or node)
+DEEPSPEED_FIELDS = [
+    "consumed tokens:",
+    "curriculum seqlen:",
+    "actual seqlen:",
+    "tokens per gpu per second (tgs):",
+]
 #: iteration-record fields that are counts (the rest are measurements)
 COUNT_FIELDS = ("number of skipped iterations", "number of nan iterations", "global batch size")
 COUNT_FIELDS += ("actual seqlen", "curriculum seqlen")
@@ -315,7 +324,9 @@ def read_iterations(records: pl.LazyFrame) -> Events:
     ]
     # each record counts as the family's (family detection; DeepSpeed's facts ask whether Megatron ran it)
     seen = marks_of(records, NAME, SEEN)
-    events = Events(steps=[step_events], facts=[facts.collect()], notes=notes, marks=[seen])
+    under_deepspeed = records.filter(pl.col("text").str.contains_any(DEEPSPEED_FIELDS))
+    marks = [seen, marks_of(under_deepspeed, deepspeed.NAME, SEEN)]
+    events = Events(steps=[step_events], facts=[facts.collect()], notes=notes, marks=marks)
     # a rank's memory record glued to the line (a line is one kind's record: this kind's), its events after
     # the line's iteration records'
     glued = records.filter(pl.col("text").str.contains("memory (MB)", literal=True))

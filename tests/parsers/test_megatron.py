@@ -46,6 +46,26 @@ def test_a_sequence_length_curriculum_is_a_metric_of_each_step():
     assert run.iteration_frame.select("iteration", "seq_len").rows() == [(10, 72), (20, 80)]
 
 
+@pytest.mark.parametrize(
+    "field",
+    # Megatron-DeepSpeed's training_log (BigScience's fork and Microsoft's); upstream Megatron-LM prints none
+    [
+        "consumed tokens:    4194304 |",
+        "curriculum seqlen:    72 |",
+        "tokens per gpu per second (tgs): 3201.5 |",
+    ],
+)
+def test_megatron_deepspeeds_own_iteration_fields_are_a_run_on_deepspeed(tmp_path, field):
+    line = (
+        " iteration       10/  300000 | consumed samples:         5120 | elapsed time per iteration (ms): 1144.0 |"
+        " global batch size:   512 | lm loss: 9.500000E+00 |"
+    )
+    (tmp_path / "ds.log").write_text(f"{line} {field}\n")
+    (tmp_path / "lm.log").write_text(f"{line} number of skipped iterations:   0 |\n")
+    rows = load_runs([tmp_path]).runs.sort("path").select("family", "families").rows()
+    assert rows == [("megatron-deepspeed", ["deepspeed", "megatron"]), ("megatron", ["megatron"])]
+
+
 def test_iteration_line():
     run = feed(ITERATION_1)
     assert run.iterations[1] == {
