@@ -71,6 +71,8 @@ COUNTS = {"step": "global_step", "global_batch_size": "global_batch_size"}
 _RECORD_MARKER = "Training epoch "
 #: Lightning's word that training reached its planned steps or epochs
 PLANNED_END = "`Trainer.fit` stopped: `max_"
+#: the steps it names (fit_loop.py: ``max_steps={max_steps}` reached.``): the plan, where nothing printed it
+_PLANNED_STEPS = re.compile(r"`max_steps=(\d+)` reached")
 #: Lightning's Timer callback (NeMo's exp_manager ``max_time_per_run``) ending a run whose time budget is
 #: spent (callbacks/timer.py: ``Time limit reached. Elapsed time is 3:50:00. Signaling Trainer to stop.``):
 #: a planned end, as Megatron's ``--exit-duration-in-mins``; the next run resumes from its checkpoint
@@ -313,6 +315,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         TIME_BUDGET_END in text and "Time limit reached" in text
     ):  # any Lightning run's
         run.complete(text.strip(), lineno)
+        if planned := _PLANNED_STEPS.search(text):
+            run.set_fact("train_iters", int(planned[1]), NAME, lineno)
     elif INTERRUPTED in text:
         run.fail("cancelled", text.strip(), lineno, kind="interrupt")
     elif world := _WORLD.search(text):

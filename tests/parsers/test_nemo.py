@@ -63,6 +63,8 @@ def test_each_field_of_a_progress_line_is_its_steps_metric():
 def test_lightnings_planned_end_completes_the_run(end):
     run = feed_lines(nemo.FAMILY, ["Training epoch 0, iteration 0/99 | train_step_timing in s: 5.8", end])
     assert run.completion[0] == end
+    # the steps it names are the plan (NeMo 2.0 prints no configuration)
+    assert run.facts.get("train_iters") == (100 if "max_steps" in end else None)
 
 
 @pytest.mark.parametrize(
