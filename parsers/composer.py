@@ -16,7 +16,10 @@ not read. The lines after it are that step's metrics (``Train `` then the logger
 ``batches_per_sec`` (the step's time, ``elapsed_ms``), ``samples_per_sec``, ``tokens_per_sec``;
 ``trainer/device_train_microbatch_size`` is the micro batch. Composer prints floats with four decimals
 (``format_log_data_value``): a learning rate under 5e-5 reads 0. Evaluations' lines (``Eval ``) are not
-steps. Failures are the Slurm family's.
+steps. The configuration a run logs states its shape: llm-foundry's ``Logging config`` (``max_seq_len``,
+``global_train_batch_size``, ``device_train_microbatch_size``, ``n_gpus``, ``max_duration: 4800ba``: the
+plan) and Composer's ``Config:`` hparams (``num_gpus_per_node``, ``num_nodes``), top-level keys only.
+Failures are the Slurm family's.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from __future__ import annotations
 import polars as pl
 from logstat.parsers.base import Family
 from logstat.parsers.kinds import (
+    BODY,
     NUMBER,
     SEEN,
     STEP_METRICS,
+    Block,
     Events,
     RecordKind,
     RecordTest,
@@ -101,12 +106,63 @@ def read_metrics(records: pl.LazyFrame) -> Events:
     )
 
 
+#: the run's configuration as YAML, a key a line: llm-foundry's ``Logging config`` (its whole config, top-level
+#: keys unindented), Composer's ``Config:`` (its hparams: ``num_gpus_per_node: 8``, ``num_nodes: 1``)
+CONFIG_OPENERS = ("Logging config", "Config:")
+_CONFIG_LINE = r"^(?P<name>[a-z_]+): (?P<value>\S+)\s*$"
+#: the keys read, as counts, by the fact each states (``n_gpus`` llm-foundry's world size; ``max_duration``
+#: in batches, ``4800ba``, is the plan)
+_CONFIG_COUNTS = {
+    "max_seq_len": "seq_len",
+    "global_train_batch_size": "global_batch_size",
+    "device_train_microbatch_size": "micro_batch_size",
+    "n_gpus": "gpus",
+    "num_gpus_per_node": "gpus_per_node",
+    "num_nodes": "nodes",
+}
+
+
+def read_config(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
+    """Facts of a configuration's top-level keys: counts, and the planned batches of ``max_duration``."""
+    lines = (
+        blocks.filter(pl.col("role") == BODY)
+        .select("order", line=pl.col("text").str.extract_groups(_CONFIG_LINE))
+        .unnest("line")
+    )
+    name, value = pl.col("name"), pl.col("value")
+    counts = lines.filter(name.is_in(list(_CONFIG_COUNTS))).select(
+        "order", fact=name.replace_strict(_CONFIG_COUNTS), value=as_count(value), family=pl.lit(NAME)
+    )
+    batches = as_count(value.str.extract(r"^(\d+)ba$", 1))
+    planned = lines.filter(name == "max_duration").select(
+        "order", fact=pl.lit("train_iters"), value=batches, family=pl.lit(NAME)
+    )
+    facts = pl.concat([counts, planned]).filter(pl.col("value") > 0)
+    return Events(
+        facts=[facts.collect()], marks=[marks_of(blocks.filter(pl.col("role") == BODY), NAME, SEEN)]
+    )
+
+
+CONFIG = Block(
+    family=NAME,
+    name="config",
+    opens=RecordTest(markers=CONFIG_OPENERS, pattern=r"(?:(?:^|: )Logging config\.*|^Config:)\s*$"),
+    body=RecordTest(pattern=_CONFIG_LINE),
+    markers=tuple(f"{key}: " for key in (*_CONFIG_COUNTS, "max_duration")),
+    # training starts after it; llm-foundry's whole config is a few hundred lines
+    ends=RecordTest(markers=(_HEADER_MARKER, "Starting training")),
+    max_lines=600,
+    read=read_config,
+    facts=(*_CONFIG_COUNTS.values(), "train_iters"),
+)
+
+
 #: Composer's code in a traceback's frames, and llm-foundry's
 CODE = ("/composer/trainer/", "/composer/core/", "/llmfoundry/")
 
 FAMILY = Family(
     name=NAME,
-    markers=(_HEADER_MARKER, _METRIC_MARKER, *CODE),
+    markers=(_HEADER_MARKER, _METRIC_MARKER, *CODE, *CONFIG_OPENERS, *CONFIG.markers),
     kinds=(
         RecordKind(
             family=NAME,
@@ -124,6 +180,7 @@ FAMILY = Family(
         ),
         code_frames(NAME, CODE),
     ),
+    blocks=(CONFIG,),
     description="MosaicML Composer / llm-foundry: the console logger's '[batch=N/M]:' blocks of "
     "'Train <key>: <value>' lines (loss, lr, throughput)",
 )

@@ -77,3 +77,21 @@ def test_evaluations_and_other_units_are_no_steps(tmp_path):
     # their own, and the evaluation's are not read
     assert iterations.select("iteration", "loss").rows() == [(1, 5.25)]
     assert row["family"] == "composer"
+
+
+@pytest.mark.parametrize("path", [BATCHES, EPOCHS])
+def test_the_logged_config_states_the_runs_shape(path):
+    text = path.read_text(encoding="utf-8")
+
+    def key(name: str) -> str:  # a top-level key's value: unindented
+        return re.search(rf"^{name}: (\S+)$", text, re.MULTILINE)[1]
+
+    row, _ = read(path)
+    assert row["seq_len"] == int(key("max_seq_len"))  # not the model's, indented: the same here
+    assert row["global_batch_size"] == int(key("global_train_batch_size"))
+    assert row["micro_batch_size"] == int(key("device_train_microbatch_size"))
+    assert row["gpus"] == int(key("n_gpus")) == int(key("num_gpus_per_node")) * int(key("num_nodes"))
+    # a plan in batches ("60ba") is the steps; in epochs ("2ep") none
+    duration = key("max_duration")
+    assert row["train_iters"] == (int(duration[:-2]) if duration.endswith("ba") else None)
+    assert row["provenance"]["seq_len"].startswith("composer:")
