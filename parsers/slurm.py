@@ -842,6 +842,7 @@ _WEIGHTS = {
     "peer": REPORT,
     "interrupt": CAUSE,
     "rendezvous": EFFECT,
+    "network": CAUSE,
     "exception": CAUSE,
     HANDLING: REPORT,
 }
@@ -853,7 +854,8 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     exception (its header within 3 lines of a chained exception's line, a ``WRAPPED_TRACEBACK``'s or an
     ``ORIGINAL_TRACEBACK``'s) is
     ``chained``: it replaces the failure when that is the exception before it (``_with_chains``). An
-    exception line followed by NCCL's last error quotes that too. Only the events that can change a run's
+    exception line followed by NCCL's last error quotes that too (a peer's failure whose last error is
+    InfiniBand's failed work request is the network's, a cause). Only the events that can change a run's
     failure are kept: the first and the last of each kind (a relaunch's repeats an earlier launch's, which
     settle makes a consequence: the last is the last launch's), each chained exception and the one before
     it."""
@@ -892,7 +894,10 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
         .sort("run", "order")
         .with_columns(kind=kind.otherwise(pl.lit("exception")))
     )
-    events = _with_chains(_with_last_errors(closers, last_errors)).select(
+    # a peer's failure whose last error is InfiniBand's failed work request: the network, not the peer
+    network = (pl.col("kind") == "peer") & text.str.contains(IB_COMPLETION_ERROR, literal=True)
+    chained = _with_chains(_with_last_errors(closers, last_errors))
+    events = chained.with_columns(kind=pl.when(network).then(pl.lit("network")).otherwise("kind")).select(
         "run",
         "order",
         "in_chain",

@@ -345,6 +345,29 @@ def test_a_last_error_far_from_the_exception_line_or_unknown_is_not_quoted():
     assert unknown.failure == ("failed", NCCL_FAILURE[3], 4)
 
 
+def test_a_peers_failure_whose_last_error_is_infinibands_is_the_networks():
+    """ncclRemoteError says a peer exited or the network failed: InfiniBand's failed work request as its last
+    error (net_ib.cc, retries exceeded) says which, a cause before the step's end; without it, a report."""
+    remote = [
+        *NCCL_FAILURE[:3],
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1691, "
+        "remote process exited or there was a network error, NCCL version 2.19.3",
+        "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+    ]
+    completion = (
+        "NET/IB : Got completion from peer 10.12.4.21<48122> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=0 len=0 "
+        "vendor err 129 (Send)"
+    )
+    terminated = "srun: error: gpu-h100-21: tasks 0-7: Terminated"
+    run = feed(*remote, "Last error:", completion, terminated)
+    assert (run.failure[0], run.failure[2], run.failure_kind) == ("failed", 4, "network")
+    assert run.failure[1].startswith(remote[3][:120]) and run.failure[1].endswith(
+        f"; Last error: {completion}"
+    )
+    peer = feed(*remote, terminated)
+    assert peer.failure == ("failed", terminated, 6)
+
+
 def test_nccls_last_error_is_read_under_a_launchers_prefix(tmp_path):
     from logstat.api import load_runs
 
