@@ -222,6 +222,9 @@ CRASH_SIGNAL_DESCRIPTIONS = {
     "SIGILL": "Illegal instruction",
 }
 CRASH_SIGNALS = tuple(f"({signal})" for signal in CRASH_SIGNAL_DESCRIPTIONS)
+#: a subprocess's return code of a worker one of them ended (-SIGILL, -SIGABRT, -SIGBUS, -SIGFPE, -SIGSEGV)
+CRASH_RETURN_CODES = ("4", "6", "7", "8", "11")
+_RETURN_CODE = re.compile(r"return code = -(\d+)")
 #: a launcher's word that a worker exited with code 0: DeepSpeed's launcher (launch.py), torch elastic's
 #: agent; LSF's job summary (appended to the job's output) of a job that exited with 0
 CLEAN_EXITS = ("exits successfully", "worker group successfully finished", "Successfully completed.")
@@ -535,8 +538,10 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.saw(NAME)
         return run.exited_cleanly(text, lineno)
     elif "exits with return code" in text:  # DeepSpeed's launcher, after a worker failed
-        # a negative code is the signal that ended the worker (subprocess's returncode): how it ended
-        signalled = "return code = -" in text
+        # a negative code is the signal that ended the worker (subprocess's returncode): how it ended, unless
+        # the worker crashed by itself (SIGSEGV, SIGILL...): the crash's own report says more
+        code = _RETURN_CODE.search(text)
+        signalled = code is not None and code[1] not in CRASH_RETURN_CODES
         label, weight, kind = "worker failed: ", EFFECT if signalled else REPORT, "launcher exit"
     elif any(end in text for end in MPIRUN_ENDS):
         weight, kind = EFFECT if "exited on signal" in text else REPORT, "mpirun"

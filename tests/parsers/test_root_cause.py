@@ -251,6 +251,36 @@ def test_torchruns_failure_table_names_the_killed_workers_rank_and_host():
     assert far.failure[1] == "killed: exitcode  : -9 (pid: 8233)  (SIGKILL)"
 
 
+def test_a_workers_crash_is_said_by_its_own_report_not_the_launchers_code():
+    """DeepSpeed's launcher's ``return code = -4`` (SIGILL) says a worker crashed; bash's report of the job
+    script's command names the crash. A code of a signal from outside (-9) stays how the worker ended."""
+    launcher = (
+        "[2024-02-01 08:00:01,000] [ERROR] [launch.py:322:sigkill_handler] ['/envs/ds/bin/python', '-u', "
+        "'pretrain_bert.py', '--local_rank=3'] exits with return code = -4"
+    )
+    crash = "/var/spool/slurmd/job1188430/slurm_script: line 21: 70988 Illegal instruction     (core dumped) deepspeed"
+    run = feed(launcher, crash)
+    assert (run.failure, run.failure_kind) == (("failed", f"crashed: {crash}", 2), "crash")
+    assert run.consequence_lines() == [f"lines.log:1: worker failed: {launcher[26:]}"]  # its time left out
+    killed = feed(launcher.replace("= -4", "= -9"), crash)
+    assert killed.failure[2] == 1
+
+
+def test_a_spawned_processs_error_is_the_cause_not_spawns_exception():
+    # torch.multiprocessing.spawn (fairseq's launcher) raises ProcessRaisedException, then prints the
+    # process's traceback after "-- Process 2 terminated with the following error:"
+    spawned = [
+        *TRACEBACK,
+        "torch.multiprocessing.spawn.ProcessRaisedException: ",
+        "",
+        "-- Process 2 terminated with the following error:",
+        *TRACEBACK,
+        "FloatingPointError: Minimum loss scale reached (0.0001). Your loss is probably exploding.",
+    ]
+    run = feed(*spawned)
+    assert run.failure == ("failed", spawned[-1], 10)
+
+
 def test_deepspeed_launcher_exit_outranks_its_cleanup():
     run = feed(
         "[2021-05-26 10:00:00,000] [INFO] [launch.py:253:sigkill_handler] Killing subprocess 4443",
