@@ -83,8 +83,11 @@ TRACEBACK_MAX_LINES = 400
 #: exceptions with which launchers end when a worker failed (the worker's lines say why); a DataLoader's
 #: when one of its worker processes died (``DataLoader worker (pid(s) 48213) exited unexpectedly``, chained to
 #: how it died; or ``... exited unexpectedly with exit code 1. Details are lost due to multiprocessing.``);
-#: Ray's when the worker process of an actor died (``ActorDiedError: The actor died unexpectedly ...``)
+#: Ray's when the worker process of an actor died (``ActorDiedError: The actor died unexpectedly ...``);
+#: torch.multiprocessing.spawn's (fairseq's launcher), before ``-- Process 2 terminated with the following
+#: error:`` and that process's traceback
 LAUNCHER_EXCEPTIONS = ("ChildFailedError", "CalledProcessError", "exited unexpectedly", "ActorDiedError")
+LAUNCHER_EXCEPTIONS += ("ProcessRaisedException",)
 #: an exception raised because the process got a signal (torch elastic's agent under scancel or a time limit),
 #: or because a DataLoader's worker did (``DataLoader worker (pid 48213) is killed by signal: Killed.``)
 SIGNAL_EXCEPTIONS = ("SignalException", "got signal:", "killed by signal:")
