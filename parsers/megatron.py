@@ -133,6 +133,9 @@ PLANNED_ENDS = ("after training is done", "exiting program at iteration", "exiti
 SIGNALLED_END = "exiting program after receiving SIGTERM"
 #: tasks/main.py's last line, of an evaluation (zero-shot LAMBADA, WikiText) or a finetuning run that ended
 PLANNED_ENDS += ("done :-)",)
+#: BigScience's Megatron-DeepSpeed (``--kill-switch-path``): an operator's file told the run to stop, checked
+#: before training and after each step (``[Detected kill switch at /path, exiting] datetime: ...``)
+KILL_SWITCH = "Detected kill switch at "
 
 
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
@@ -152,6 +155,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.set_fact("logged_model_size", float(match["params"]), NAME, lineno)
     elif SIGNALLED_END in text:
         run.fail("cancelled", text.strip(), lineno, weight=EFFECT, kind="cancelled")
+    elif KILL_SWITCH in text:
+        run.fail("cancelled", text.strip(), lineno, kind="kill switch")
     elif text.strip() == _UNLOADABLE_CHECKPOINT:
         run.fail("failed", _UNLOADABLE_CHECKPOINT, lineno, kind="checkpoint")
     elif text.strip() == _HELPERS_BUILD_FAILED:
@@ -765,6 +770,7 @@ FAMILY = Family(
         *RANK_TIMERS.opens.markers,
         *ALL_RANKS_TIMERS.opens.markers,
         *PLANNED_ENDS,
+        KILL_SWITCH,
         *CODE,
     ),
     parse_line=parse_line,

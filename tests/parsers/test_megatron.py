@@ -551,6 +551,20 @@ def test_an_end_on_sigterm_cancelled_the_run():
     assert (run.completion, run.failure) == (None, ("cancelled", end.strip(), 2))
 
 
+@pytest.mark.parametrize(
+    "switch",
+    [  # BigScience's training.py: after a step, and before training (a queued job told not to start)
+        "[Detected kill switch at /gpfswork/rech/six/commun/kill-switch-tr11-176B-exp1, exiting] datetime: "
+        "2022-03-20 04:52:37 ",
+        "[Detected kill switch at /gpfswork/rech/six/commun/kill-switch-tr11-176B-exp1. Exiting] datetime: "
+        "2022-03-20 05:10:02 ",
+    ],
+)
+def test_an_operators_kill_switch_cancelled_the_run(switch):
+    run = feed(ITERATION_1, switch)
+    assert (run.completion, run.failure) == (None, ("cancelled", switch.strip(), 2))
+
+
 def test_an_end_on_sigterm_follows_from_slurms_time_limit_in_the_jobs_err(tmp_path):
     """Slurm signals the job at its time limit; Megatron's handler saves and exits. The reason is the
     time limit, and the handler's line is its consequence."""
