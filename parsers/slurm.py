@@ -272,6 +272,9 @@ LOST_DAEMON = "has lost communication with a remote daemon"
 #: ssh exited with exit code 255``; 255 is ssh's own failure (the node or its network lost: a cause), any other
 #: code the remote command's (a report of what its lines say)
 PDSH_SSH_EXIT = "ssh exited with exit code"
+#: pdsh's word on the SIGINT it got (pdsh.c: ``pdsh@node0: interrupt (one more within 1 sec to abort)``): a
+#: user's Ctrl-C, or the batch system's signal on a cancel; how the run ended, its sender's line the cause
+PDSH_INTERRUPT = "interrupt (one more within 1 sec to abort)"
 #: the ssh client's own error when it cannot reach a node (ssh.c, forwarded by pdsh with the node's prefix
 #: before its exit 255): ``node-03: ssh: connect to host node-03 port 22: No route to host``, ``ssh: Could not
 #: resolve hostname node-9: Name or service not known``: why the node was lost
@@ -525,6 +528,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         label, kind = NODE_FAILURE_LABEL, "node failure"
     elif PDSH_SSH_EXIT in text:
         weight, kind = REPORT, "pdsh"
+    elif PDSH_INTERRUPT in text:
+        status, weight, kind = "cancelled", EFFECT, "interrupt"
     elif "srun: error" in text or "NODE_FAIL" in text:
         # a node failure is a cause, so is an error of a step that could not start; a task's end (``task 3:
         # Exited with exit code 1``, ``task 3: Killed``) follows from what the task printed before
@@ -1052,6 +1057,7 @@ FAMILY = Family(
         "Killed",
         "signal 9",
         PDSH_SSH_EXIT,
+        PDSH_INTERRUPT,
         *CRASH_SIGNAL_DESCRIPTIONS.values(),  # bash's report of a crash
         *_KILLS,
         *PEER_RESETS,

@@ -266,6 +266,22 @@ def test_a_workers_crash_is_said_by_its_own_report_not_the_launchers_code():
     assert killed.failure[2] == 1
 
 
+def test_pdshs_interrupt_cancelled_the_run_unless_a_cause_is_known():
+    # DeepSpeed's multi-node launcher under a user's Ctrl-C: pdsh's word, the workers' launch.py on the
+    # SIGTERM pdsh sent, pdsh's report of the remote command's exit
+    interrupt = "pdsh@worker-0: interrupt (one more within 1 sec to abort)"
+    ends = [
+        "worker-1: [2022-02-08 11:03:20,114] [INFO] [launch.py:187:sigkill_handler] Main process received SIGTERM, "
+        "exiting",
+        "pdsh@worker-0: worker-1: ssh exited with exit code 1",
+    ]
+    run = feed(interrupt, *ends)
+    assert (run.failure, run.failure_kind) == (("cancelled", interrupt, 1), "interrupt")
+    # the batch system's time limit, then pdsh's word on the signal it got from it
+    limit = f"{JOB} DUE TO TIME LIMIT ***"
+    assert reason(feed(limit, interrupt, *ends)) == ("timeout", 1)
+
+
 def test_a_spawned_processs_error_is_the_cause_not_spawns_exception():
     # torch.multiprocessing.spawn (fairseq's launcher) raises ProcessRaisedException, then prints the
     # process's traceback after "-- Process 2 terminated with the following error:"
