@@ -31,6 +31,7 @@ FAMILY_NAMES = (
     "mingpt",
     "nanogpt",
     "composer",
+    "olmo",
     "deepspeed",
     "custom",
     "slurm",
