@@ -1253,8 +1253,14 @@ CONFIG = _block(
 #: the first line that is no metric ends the metrics block (and is read as usual)
 _NOT_METRIC = lambda text: ~text.str.contains(_METRIC)  # noqa: E731
 METRICS = _block("metrics", None, lambda text: text.str.contains(_METRIC), _NOT_METRIC, _NOT_METRIC)
+#: fairseq's JSON progress records hold "loss" and "epoch" too (its family's)
+_FAIRSEQ_STEP = '"num_updates": '
 TRAINER = kinds.RecordKind(
-    family=NAME, name="trainer", test=RecordTest(markers=MARKERS), read=read_trainer, facts=FACTS
+    family=NAME,
+    name="trainer",
+    test=RecordTest(markers=MARKERS, unless=(_FAIRSEQ_STEP,)),
+    read=read_trainer,
+    facts=FACTS,
 )
 #: the Trainer's code in a traceback's frames (TRL's trainers are its subclasses): its run, failed before it logged
 CODE = ("/transformers/trainer.py", "/trl/trainer/")

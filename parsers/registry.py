@@ -32,6 +32,7 @@ FAMILY_NAMES = (
     "nanogpt",
     "composer",
     "olmo",
+    "fairseq",
     "deepspeed",
     "custom",
     "slurm",

@@ -400,11 +400,12 @@ EXEC_FAILURE = "execve(): "
 _BASH_CRASH = re.compile(rf": line \d+: \d+ (?:{'|'.join(CRASH_SIGNAL_DESCRIPTIONS.values())})")
 #: argparse's ``<prog>: error: <message>`` (prog: the script's name), not a scheduler's own errors
 _ARGPARSE_ERROR = re.compile(r"(?!(?:srun|slurmstepd|sbatch|salloc):)[\w.-]+: error: ")
-#: a warning: Python's ``file.py:12: UserWarning: ...``, logging's ``WARNING:``/`` - WARNING - ``/
-#: ``[WARNING]`` and glog's ``W1121 22:02:01.99 ...`` / ``[W1121 ...`` / ``[W ProcessGroupNCCL.cpp:...]``;
-#: one pattern for Python's re and polars (Python's ``\s``: PYTHON_SPACE; ``\wWarning``, not ``\w+Warning``:
-#: the same search without re's quadratic retries on a long word)
-WARNING = rf"^{PYTHON_SPACE}*\[?W(?:\d{{4}} | )|\[WARNING\]|\bWARNING[:\]]| - WARNING - |\wWarning: "
+#: a warning: Python's ``file.py:12: UserWarning: ...``, logging's ``WARNING:``/`` - WARNING - ``/`` | WARNING
+#: | `` (fairseq's format: its trainer's ``OOM: Ran out of memory`` it recovers from) / ``[WARNING]`` and glog's
+#: ``W1121 22:02:01.99 ...`` / ``[W1121 ...`` / ``[W ProcessGroupNCCL.cpp:...]``; one pattern for Python's re
+#: and polars (Python's ``\s``: PYTHON_SPACE; ``\wWarning``, not ``\w+Warning``: the same search without re's
+#: quadratic retries on a long word)
+WARNING = rf"^{PYTHON_SPACE}*\[?W(?:\d{{4}} | )|\[WARNING\]|\bWARNING[:\]]|[-|] WARNING [-|] |\wWarning: "
 _WARNING = re.compile(WARNING)
 # r"\bKilled\b|oom[-_]kill|..." with every alternative opening on a literal, so that re scans a line for
 # the first letters of the alternatives only (a leading \b made it try all of them at every position:
