@@ -9,8 +9,9 @@ metrics logged since the last one, a line each (composer/loggers/console_logger.
 
 The header is the step's record: ``[batch=N/M]`` when the run's ``max_duration`` is in batches (``M``,
 its planned steps, ``train_iters``), ``[epoch=E][batch=b/T]`` when in epochs (``b`` of the epoch's ``T``:
-the step is ``(E - 1) * T + b``). A header in tokens or samples (``[token=N/M]``) names no step and is
-not read. The lines after it are that step's metrics (``Train `` then the logger's key): the loss
+the step is ``(E - 1) * T + b``). A header in tokens or samples (``[token=N/M]``) names no step: the
+block's ``time/batch`` does (the batches done when the step began, logged before it: the step is one more),
+as it does under any header. The lines after it are that step's metrics (``Train `` then the logger's key): the loss
 (``loss/train/total``), the learning rate (``lr-<optimizer>/group0``), the gradient norm
 (``l2_norm/grad/global``, the optimizer monitor's), and the speed monitor's rates over its window:
 ``batches_per_sec`` (the step's time, ``elapsed_ms``), ``samples_per_sec``, ``tokens_per_sec``;
@@ -29,6 +30,7 @@ from logstat.parsers.base import Family
 from logstat.parsers.kinds import (
     BODY,
     NUMBER,
+    RECORD,
     SEEN,
     STEP_METRICS,
     Block,
@@ -62,6 +64,7 @@ _KEYS = {
     "tokens_per_sec": r"throughput/tokens_per_sec",
 }
 _MICRO_BATCH = "trainer/device_train_microbatch_size"
+_BATCHES_DONE = "time/batch"
 
 
 def read_headers(records: pl.LazyFrame) -> Events:
@@ -99,8 +102,13 @@ def read_metrics(records: pl.LazyFrame) -> Events:
     )
     read = pl.any_horizontal(pl.all().exclude("order", "step", "mode", "family").is_not_null())
     micro_batch = pl.when(key == _MICRO_BATCH).then(as_count(fields.struct["2"]))
+    # the batches done when the step began (the trainer logs its timestamp before the batch): a header in
+    # tokens or samples names no step, this line does
+    done = as_count(fields.struct["2"])
+    numbered = records.select("order", step=pl.when(key == _BATCHES_DONE).then(done + 1)).drop_nulls("step")
+    numbered = numbered.with_columns(mode=pl.lit(RECORD, pl.Int8), family=pl.lit(NAME))
     return Events(
-        steps=[steps.filter(read).collect()],
+        steps=[steps.filter(read).collect(), numbered.collect()],
         facts=[facts_of(records, NAME, micro_batch_size=micro_batch).filter(pl.col("value") > 0).collect()],
         marks=[marks_of(records, NAME, SEEN)],
     )

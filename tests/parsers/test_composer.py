@@ -95,3 +95,22 @@ def test_the_logged_config_states_the_runs_shape(path):
     duration = key("max_duration")
     assert row["train_iters"] == (int(duration[:-2]) if duration.endswith("ba") else None)
     assert row["provenance"]["seq_len"].startswith("composer:")
+
+
+def test_a_token_duration_blocks_step_is_its_batches_done_plus_one(tmp_path):
+    # max_duration in tokens: the header counts tokens; the trainer's timestamp, logged as the batch began,
+    # counts the batches done before it
+    blocks = [
+        (f"[token={2048 * 512 * batch}/26214400000]:", batch - 1, 9.0 - batch / 10) for batch in (10, 20, 30)
+    ]
+    log = tmp_path / "train.log"
+    log.write_text(
+        "".join(
+            f"{header}\n\t Train time/batch: {done}\n\t Train loss/train/total: {loss:.4f}\n"
+            for header, done, loss in blocks
+        )
+    )
+    _, iterations = read(log)
+    assert iterations.select("iteration", "loss").rows() == [
+        (done + 1, round(loss, 4)) for _, done, loss in blocks
+    ]
