@@ -706,13 +706,22 @@ def _several_jobs(run: RunBuilder) -> None:
             run.note(NAME, lineno, f"{message}, one row of their steps")
 
 
+#: the watchdog's word on a collective that timed out (ProcessGroupNCCL: ``Watchdog caught collective operation
+#: timeout: WorkNCCL(...) ran for 600310 milliseconds before timing out``), and the failures of a rank itself
+_COLLECTIVE_TIMEOUT = "collective operation timeout"
+_RANKS_OWN_FAILURES = ("exception", "cuda oom")
+
+
 def _peers_died(events: list[tuple], launch_start: int) -> list[tuple]:
     """An NCCL watchdog's timeout or error is what the other ranks see of a rank that died: an effect, not
     the cause, where the cgroup OOM killer killed one (slurmstepd reports it when the step ends, after the
     watchdogs fired) or a rank was killed or crashed before it in its file (the first such effect is then
     the reason), in the same launch (from ``launch_start``: an earlier launch's failure is over when the
     relaunch hangs). Only line order within a file is time: a job's own output, read before its tasks'
-    files (``%x-%j-%t.out``), ends with srun's word on the task the watchdog itself aborted."""
+    files (``%x-%j-%t.out``), ends with srun's word on the task the watchdog itself aborted. A collective's
+    timeout is also an effect where another file of the launch holds a rank's own failure (an exception, a
+    CUDA OOM: a task's file of ``%t``, whose order against this one's no line tells): the rank stopped
+    taking part, the others waited for it."""
     collective = [index for index, event in enumerate(events) if event[4] == "nccl" and event[3] == CAUSE]
     if not collective:
         return events
@@ -721,7 +730,14 @@ def _peers_died(events: list[tuple], launch_start: int) -> list[tuple]:
     killed = any(event[4] == "oom-kill" for event in launch)
     same_file = [event for event in launch if event[0] >> FILE_SHIFT == first >> FILE_SHIFT]
     died = any(event[0] < first and event[3] >= EFFECT for event in same_file)  # a peer's reset is a report
-    if not (killed or died):
+    timed_out = all(_COLLECTIVE_TIMEOUT in events[index][2] for index in collective)
+    failed_elsewhere = timed_out and any(
+        event[4] in _RANKS_OWN_FAILURES
+        and event[3] == CAUSE
+        and event[0] >> FILE_SHIFT != first >> FILE_SHIFT
+        for event in launch
+    )
+    if not (killed or died or failed_elsewhere):
         return events
     return [
         (*event[:3], EFFECT, *event[4:]) if index in collective else event

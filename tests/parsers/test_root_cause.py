@@ -395,6 +395,31 @@ def test_a_tasks_own_file_is_its_own_time_line(tmp_path):
     )
 
 
+def test_a_collective_timeout_is_the_effect_of_a_rank_that_failed_in_its_own_tasks_file(tmp_path):
+    """srun --output=%x-%j-%t.out: rank 0's watchdog timed out waiting for rank 2, whose file holds its CUDA
+    error; which came first no line tells, but a collective times out after a rank stopped taking part."""
+    from logstat.api import load_runs
+
+    error = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    (tmp_path / "gpt-77123-0.out").write_text(f"{WATCHDOG}\n")
+    (tmp_path / "gpt-77123-2.out").write_text("\n".join([*TRACEBACK, error, ""]))
+    row = load_runs([tmp_path]).runs.row(0, named=True)
+    assert (row["status"], row["reason"], row["reason_path"]) == (
+        "failed",
+        error,
+        str(tmp_path / "gpt-77123-2.out"),
+    )
+    # an NCCL error (not a timeout) in one file, an exception in another: which caused which is not known
+    other = tmp_path / "other"
+    other.mkdir()
+    nccl_error = WATCHDOG.replace(
+        "Watchdog caught collective operation timeout", "NCCL error: unhandled system error"
+    )
+    (other / "gpt-77124-0.out").write_text(f"{nccl_error}\n")
+    (other / "gpt-77124-2.out").write_text("\n".join([*TRACEBACK, error, ""]))
+    assert load_runs([other]).runs.row(0, named=True)["reason"] != error
+
+
 @pytest.mark.parametrize("runtime", ["ORTE", "PRRTE"])
 def test_open_mpi_losing_a_nodes_daemon_is_a_node_failure(runtime):
     # help-errmgr-base.txt [node-died] (Open MPI 4's ORTE, 5's PRRTE), then mpirun's summary of the ranks
