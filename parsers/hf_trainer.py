@@ -1093,8 +1093,7 @@ def _progress(carry: pl.DataFrame | None) -> Events:
     """tqdm's rate of the training bar's last update: the bar of the Trainer's last planned ``max_steps`` (not
     Megatron's), else the last before a dict (ProgressCallback writes through it); none with a description.
     The planned bar's count there is the steps done (``progress_steps``: ProgressCallback updates it to the
-    global step at each step's end, a resumed run's first update jumping to it); where no plan is printed,
-    the total of the bar before a dict is (``train_iters``: ProgressCallback's ``tqdm(total=max_steps)``)."""
+    global step at each step's end, a resumed run's first update jumping to it)."""
     if carry is None:
         return Events()
     chosen = carry.filter(pl.col("what").is_in(["planned", "dict_bar"])).sort("what", descending=True)
@@ -1102,7 +1101,7 @@ def _progress(carry: pl.DataFrame | None) -> Events:
         name=_field("text").first(), planned=(pl.col("what") == "planned").first()
     )
     bars = carry.filter(pl.col("what") == "bar").join(chosen, on=["run", "name"])
-    rates, counts, plans = [], [], []
+    rates, counts = [], []
     for run, total, text, line, file, planned in bars.select(
         "run", "name", _field("text"), "line", "file", "planned"
     ).rows():
@@ -1111,17 +1110,13 @@ def _progress(carry: pl.DataFrame | None) -> Events:
             rates.append((run, line, file, rate if bar[4] == "s/it" else 1 / rate))
         if bar is not None and bar[2] == total and planned:
             counts.append((run, line, file, int(bar[1])))
-        elif bar is not None and bar[2] == total:  # no plan printed: the Trainer's bar counts to max_steps
-            plans.append((run, line, file, int(total)))
     schema = {"run": pl.Int64, "line": pl.Int64, "file": pl.Int64, "value": pl.Float64}
     frame = pl.DataFrame(rates, schema=schema, orient="row")
     steps = pl.DataFrame(counts, schema=schema | {"value": pl.Int64}, orient="row")
-    planned = pl.DataFrame(plans, schema=schema | {"value": pl.Int64}, orient="row")
     return Events(
         facts=[
             frame.with_columns(fact=pl.lit("progress_sec_per_iter"), family=pl.lit(NAME)),
             steps.with_columns(fact=pl.lit("progress_steps"), family=pl.lit(NAME)),
-            planned.with_columns(fact=pl.lit("train_iters"), family=pl.lit(NAME)),
         ]
     )
 
