@@ -1086,14 +1086,26 @@ def _bars(bar_records: pl.DataFrame, effects: pl.DataFrame) -> pl.DataFrame:
     points = effects.filter(what == "point").select("run", "order", what=pl.lit("dict_bar"))
     dict_bars = points.join_asof(totals, on="order", by="run", check_sortedness=False).drop_nulls("value")
     last_bar = totals.with_columns(what=pl.lit("last_bar"))
-    return pl.concat([bars, last_bar, dict_bars], how="diagonal_relaxed")
+    # a bar still counting (n < total) when a dict was logged: the Trainer's, whose total is max_steps
+    update = _field("text").str.extract_groups(_TRAINING_BAR)
+    short = kinds.as_count(update.struct["1"]) < kinds.as_count(update.struct["2"])
+    counts = bars.select("run", "order", short=short.fill_null(False), total="name")
+    counting = (
+        points.join_asof(counts, on="order", by="run", check_sortedness=False)
+        .filter("short")
+        .select("run", "order", what=pl.lit("counting_bar"), name="total")
+        .unique(["run", "name"], keep="last")
+    )
+    return pl.concat([bars, last_bar, dict_bars, counting], how="diagonal_relaxed")
 
 
 def _progress(carry: pl.DataFrame | None) -> Events:
     """tqdm's rate of the training bar's last update: the bar of the Trainer's last planned ``max_steps`` (not
     Megatron's), else the last before a dict (ProgressCallback writes through it); none with a description.
     The planned bar's count there is the steps done (``progress_steps``: ProgressCallback updates it to the
-    global step at each step's end, a resumed run's first update jumping to it)."""
+    global step at each step's end, a resumed run's first update jumping to it); where no plan is printed,
+    that bar's total is, if it was still counting when a dict was logged (ProgressCallback's
+    ``tqdm(total=max_steps)``; an evaluation's bar before a dict has ended)."""
     if carry is None:
         return Events()
     chosen = carry.filter(pl.col("what").is_in(["planned", "dict_bar"])).sort("what", descending=True)
@@ -1101,7 +1113,8 @@ def _progress(carry: pl.DataFrame | None) -> Events:
         name=_field("text").first(), planned=(pl.col("what") == "planned").first()
     )
     bars = carry.filter(pl.col("what") == "bar").join(chosen, on=["run", "name"])
-    rates, counts = [], []
+    counting = set(carry.filter(pl.col("what") == "counting_bar").select("run", "name").iter_rows())
+    rates, counts, plans = [], [], []
     for run, total, text, line, file, planned in bars.select(
         "run", "name", _field("text"), "line", "file", "planned"
     ).rows():
@@ -1110,13 +1123,17 @@ def _progress(carry: pl.DataFrame | None) -> Events:
             rates.append((run, line, file, rate if bar[4] == "s/it" else 1 / rate))
         if bar is not None and bar[2] == total and planned:
             counts.append((run, line, file, int(bar[1])))
+        elif bar is not None and bar[2] == total and (run, total) in counting:
+            plans.append((run, line, file, int(total)))
     schema = {"run": pl.Int64, "line": pl.Int64, "file": pl.Int64, "value": pl.Float64}
     frame = pl.DataFrame(rates, schema=schema, orient="row")
     steps = pl.DataFrame(counts, schema=schema | {"value": pl.Int64}, orient="row")
+    planned = pl.DataFrame(plans, schema=schema | {"value": pl.Int64}, orient="row")
     return Events(
         facts=[
             frame.with_columns(fact=pl.lit("progress_sec_per_iter"), family=pl.lit(NAME)),
             steps.with_columns(fact=pl.lit("progress_steps"), family=pl.lit(NAME)),
+            planned.with_columns(fact=pl.lit("train_iters"), family=pl.lit(NAME)),
         ]
     )
 

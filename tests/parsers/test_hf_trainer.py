@@ -1270,9 +1270,10 @@ def test_dicts_without_an_interval_are_numbered_by_the_training_bar_before_them(
     assert sorted(feed_lines(other).iterations) == [1, 2, 3]
 
 
-def test_with_no_banner_the_bar_most_dicts_follow_numbers_them():
+def test_with_no_banner_the_bar_most_dicts_follow_numbers_them_and_is_the_plan():
     """A script at the default verbosity prints no banner: the Trainer's bar (tqdm(total=max_steps)) before
-    each dict counts its step, not an evaluation's bar (its batches) before one."""
+    each dict counts its step, not an evaluation's bar (its batches) before one, and its total is the plan
+    (an evaluation's bar, full before the dicts: tests of _EVALUATION below)."""
     lines = []
     for step, loss in ((10, 2.56), (20, 2.47), (30, 2.41)):
         lines.append(f"\r  2%|▏         | {step}/500 [00:26<21:30,  2.63s/it]")
@@ -1280,6 +1281,7 @@ def test_with_no_banner_the_bar_most_dicts_follow_numbers_them():
     lines.insert(4, "\r 96%|█████████▌| 24/25 [00:03<00:00,  7.51it/s]")  # evaluation after step 20
     run = feed_lines(lines)
     assert sorted(run.iterations) == [10, 20, 30]
+    assert run.facts["train_iters"] == 500
 
 
 def test_the_resume_in_the_err_numbers_the_dicts_in_the_out(tmp_path):
