@@ -1287,11 +1287,40 @@ TRAINER_LOGGED = RecordKind(
     test=RecordTest(markers=(_EXPLICIT_MARKER,), pattern=EXPLICIT_FORMAT),
     read=lambda records: Events(marks=[kinds.marks_of(records, NAME, kinds.SEEN)]),
 )
+#: the fine-tuning tools that run the Trainer, by their own loggers: Axolotl's format (``[2024-06-03
+#: 01:06:06,020] [DEBUG] [axolotl.calculate_total_num_steps:416] [PID:20311] [RANK:0] total_num_steps: 2210``:
+#: the steps it gives the Trainer as max_steps) and LLaMA-Factory's (``[INFO|2025-02-11 14:02:29]
+#: llamafactory.hparams.parser:383 >> Process rank: 0, world size: 8, ...``; before 0.9.1 ``12/09/2024 04:11:17
+#: - INFO - llamafactory.hparams.parser - ...``): their run, though it failed before training
+TOOL_LINE = r"\[axolotl\.[\w.]+:\d+\] \[PID:\d+\]|\bllamafactory\.[\w.]+(?::\d+ >> | - )"
+_TOOL_MARKERS = ("[axolotl.", "llamafactory.")
+_TOOL_FACTS = {
+    "train_iters": r"\[axolotl\.calculate_total_num_steps:\d+\] .*\btotal_num_steps: (\d+)",
+    "gpus": r"\bllamafactory\.hparams\.parser\b.* world size: (\d+),",
+}
+
+
+def read_tool_lines(records: pl.LazyFrame) -> Events:
+    """A mark per tool's line; the steps Axolotl planned, LLaMA-Factory's world size."""
+    counts = {
+        fact: kinds.as_count(pl.col("text").str.extract(pattern, 1)) for fact, pattern in _TOOL_FACTS.items()
+    }
+    facts = kinds.facts_of(records, NAME, **counts).filter(pl.col("value") > 0)
+    return Events(facts=[facts.collect()], marks=[kinds.marks_of(records, NAME, kinds.SEEN)])
+
+
+TOOL_LOGGED = RecordKind(
+    family=NAME,
+    name="fine-tuning tool's log line",
+    test=RecordTest(markers=_TOOL_MARKERS, pattern=TOOL_LINE),
+    read=read_tool_lines,
+    facts=tuple(_TOOL_FACTS),
+)
 
 FAMILY = Family(
     name=NAME,
-    markers=(*MARKERS, *CODE, _EXPLICIT_MARKER),
-    kinds=(TRAINER, kinds.code_frames(NAME, CODE), TRAINER_LOGGED),
+    markers=(*MARKERS, *CODE, _EXPLICIT_MARKER, *_TOOL_MARKERS),
+    kinds=(TRAINER, kinds.code_frames(NAME, CODE), TRAINER_LOGGED, TOOL_LOGGED),
     blocks=(ARGUMENTS, CONFIG, METRICS),
     finish=finish,
     description="HF Trainer: logged dicts, train metrics, TrainingArguments dump, --config_overrides shape",

@@ -1532,3 +1532,37 @@ def test_a_line_of_the_trainers_module_in_the_explicit_format_is_its_run(tmp_pat
     (tmp_path / "train-5512345.out").write_text("\n".join(lines) + "\n")
     row = load_runs([tmp_path]).runs.row(0, named=True)
     assert (row["family"], row["status"]) == (family, "failed")
+
+
+@pytest.mark.parametrize(
+    ("lines", "facts"),
+    [
+        (  # Axolotl's log format, its planned steps; a pydantic error before training
+            [
+                "[2024-06-03 01:06:04,020] [DEBUG] [axolotl.normalize_config:79] [PID:20311] [RANK:0] bf16 support "
+                "detected, enabling for this configuration.",
+                "[2024-06-03 01:06:06,020] [DEBUG] [axolotl.calculate_total_num_steps:416] [PID:20311] [RANK:0] "
+                "total_num_steps: 2210",
+            ],
+            {"train_iters": 2210},
+        ),
+        (  # LLaMA-Factory's, 0.9.1 on and before, its world size
+            [
+                "[INFO|2025-02-11 14:02:29] llamafactory.hparams.parser:383 >> Process rank: 0, world size: 8, "
+                "device: cuda:0, distributed training: True, compute dtype: torch.bfloat16",
+                "12/09/2024 04:11:17 - INFO - llamafactory.data.loader - Loading dataset alpaca_en.json...",
+            ],
+            {"gpus": 8},
+        ),
+    ],
+)
+def test_the_fine_tuning_tools_own_lines_are_a_trainer_run(tmp_path, lines, facts):
+    from logstat.api import load_runs
+
+    error = "ValueError: Undefined dataset my_data in dataset_info.json."
+    (tmp_path / "sft-4401.out").write_text(
+        "\n".join([*lines, "Traceback (most recent call last):", error, ""])
+    )
+    row = load_runs([tmp_path]).runs.row(0, named=True)
+    assert (row["family"], row["status"], row["reason"]) == ("hf-trainer", "failed", error)
+    assert {fact: row[fact] for fact in facts} == facts
