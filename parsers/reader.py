@@ -252,6 +252,7 @@ def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
             groups.setdefault(key, []).append((order, path))
         else:
             runs.append(RunFiles(key=path_text(path), files=(path,)))
+    groups = _with_batch_outputs(groups)
     torchrun: dict[str, list[RunFiles]] = {}
     for (directory, convention, _), files in groups.items():
         ordered = [path for _, path in sorted(files, key=lambda item: (item[0], item[1].name))]
@@ -260,6 +261,31 @@ def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
         if convention == TORCHRUN:
             torchrun.setdefault(os.path.basename(directory), []).append(runs[-1])
     return sorted(_with_launchers(runs, torchrun), key=lambda r: r.key)
+
+
+#: Slurm's default name of a batch job's output (``slurm-%j.out``; an array task's ``slurm-%A_%a.out``)
+_BATCH_OUTPUT = re.compile(r"slurm-(?P<job>\d+(?:_\d+)?)")
+
+
+def _with_batch_outputs(groups: dict[tuple[str, str, str], list]) -> dict[tuple[str, str, str], list]:
+    """``groups`` with a batch job's own output (``slurm-%j.out``, its ``.err``) joined to the files of its
+    tasks or nodes beside it (``srun --output=%x-%j-%t.out``, ``%N``, ``%j.%s``: one group of one job id), read
+    first: the script's lines and Slurm's word on the steps, then the tasks'. Not to one of several such
+    groups of the job (a heterogeneous job's components, ``%x-%j.het0.out``, ``...het1``)."""
+    parted: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
+    for key, files in groups.items():
+        directory, convention, stem = key
+        if any(order[0] for order, _ in files) and (job := _JOB_ID_IN_NAME.search(stem)):
+            parted.setdefault((directory, convention, job[1]), []).append(key)
+    joined = dict(groups)
+    for key in groups:
+        directory, convention, stem = key
+        batch = _BATCH_OUTPUT.fullmatch(stem)
+        components = parted.get((directory, convention, batch["job"]), []) if batch else []
+        if len(components) == 1 and components[0] != key:  # several: a heterogeneous job's, whose is unknown
+            (tasks,) = components
+            joined[tasks] = [*joined.pop(key), *joined[tasks]]
+    return joined
 
 
 #: torch elastic's agent names the log directory it set up for the workers (torch/distributed/elastic/
