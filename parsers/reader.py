@@ -5,7 +5,8 @@ iterations of the one and the failure in the other are one row: Slurm ``%x-%j.ou
 ``*.stdout``/``*.stderr``, PBS/Torque and SGE ``name.o12345``/``name.e12345`` (an array task adds ``.3``,
 Torque ``-3``; SGE's ``name.po12345``/``.pe12345`` too). So are the files of a job's tasks or nodes (Slurm's
 ``%x-%j-%t.out``, ``%x-%j-%N.out``), a directory's ``stdout.log`` and ``stderr.log`` (the directory named
-after the job), and the attempts and ranks of a torchrun ``--log-dir`` run. Any other log (``*.log``,
+after the job), the attempts and ranks of a torchrun ``--log-dir`` run, and the ranks' own logs of one
+prefix (DeepSpeed's ``--enable_each_rank_log``: ``20240312101530_rank3.log``; ``rank3.log``). Any other log (``*.log``,
 ``*.txt``, a name that ends with a job id: ``train.123456``) is one run, with its rotated files
 (``train.log.2.gz``, ``train.log.1``, read before it, the oldest first).
 """
@@ -140,6 +141,8 @@ def _job_stream(path: Path) -> tuple[tuple[str, str, str], tuple] | None:
         if part := _task_part(stem):
             return (directory, convention, part["job_stem"]), (_natural(part["part"]), order)
         return (directory, convention, stem), ((), order)
+    if ranked := _RANK_LOG.fullmatch(name):
+        return (directory, RANKS, ranked["prefix"] + ranked["extension"]), ((int(ranked["rank"]),), 0)
     if suffix in SINGLE_SUFFIXES:
         return (directory, ROTATED, name), ((), 0)
     if rotated := _ROTATED.fullmatch(name):
@@ -238,6 +241,11 @@ def _natural(text: str) -> tuple[tuple[int, int, str], ...]:
 
 #: the convention of a log and its rotated files: its main file is the current one, read last
 ROTATED = "rotated"
+#: a rank's own log beside the others' (DeepSpeed's launcher ``--enable_each_rank_log <dir>``:
+#: ``<dir>/{%Y%m%d%H%M%S}_rank{N}.log``, one prefix a launch; a script's ``rank0.log``, ``train_rank3.log``):
+#: the ranks of one prefix are one run, rank 0's its main file
+RANKS = "ranks"
+_RANK_LOG = re.compile(r"(?P<prefix>(?:.*[_.-])?)rank_?(?P<rank>\d{1,6})(?P<extension>\.log|\.txt)")
 
 
 def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
