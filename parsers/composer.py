@@ -19,7 +19,7 @@ as it does under any header. The lines after it are that step's metrics (``Train
 (``format_log_data_value``): a learning rate under 5e-5 reads 0. Evaluations' lines (``Eval ``) are not
 steps. The configuration a run logs states its shape: llm-foundry's ``Logging config`` (``max_seq_len``,
 ``global_train_batch_size``, ``device_train_microbatch_size``, ``n_gpus``, ``max_duration: 4800ba``: the
-plan) and Composer's ``Config:`` hparams (``num_gpus_per_node``, ``num_nodes``), top-level keys only.
+plan), top-level keys only.
 Failures are the Slurm family's.
 """
 
@@ -53,7 +53,7 @@ HEADER = r"^\[(?:epoch=(\d+)\]\[)?batch=(\d+)(?:/(\d+))?\]:\s*$"
 _HEADER_MARKER = "batch="
 #: a metric line of the block: a tab and a space (Composer's ``\n\t ``), ``Train ``, the key, its value
 METRIC = rf"^\s*Train ([\w./-]+): ({NUMBER})\s*$"
-_METRIC_MARKER = "Train "
+_METRIC_MARKER = "\t Train "
 #: the metric keys read, by the step column they fill
 _KEYS = {
     "loss": r"loss/train/total",
@@ -115,8 +115,9 @@ def read_metrics(records: pl.LazyFrame) -> Events:
 
 
 #: the run's configuration as YAML, a key a line: llm-foundry's ``Logging config`` (its whole config, top-level
-#: keys unindented), Composer's ``Config:`` (its hparams: ``num_gpus_per_node: 8``, ``num_nodes: 1``)
-CONFIG_OPENERS = ("Logging config", "Config:")
+#: keys unindented; not Composer's ``Config:`` of hparams after it, ``num_gpus_per_node: 8``: ``Config:`` is
+#: in hundreds of thousands of other lines, and llm-foundry's ``n_gpus`` says as much)
+CONFIG_OPENERS = ("Logging config",)
 _CONFIG_LINE = r"^(?P<name>[a-z_]+): (?P<value>\S+)\s*$"
 #: the keys read, as counts, by the fact each states (``n_gpus`` llm-foundry's world size; ``max_duration``
 #: in batches, ``4800ba``, is the plan)
@@ -125,8 +126,6 @@ _CONFIG_COUNTS = {
     "global_train_batch_size": "global_batch_size",
     "device_train_microbatch_size": "micro_batch_size",
     "n_gpus": "gpus",
-    "num_gpus_per_node": "gpus_per_node",
-    "num_nodes": "nodes",
 }
 
 
@@ -154,7 +153,7 @@ def read_config(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Even
 CONFIG = Block(
     family=NAME,
     name="config",
-    opens=RecordTest(markers=CONFIG_OPENERS, pattern=r"(?:(?:^|: )Logging config\.*|^Config:)\s*$"),
+    opens=RecordTest(markers=CONFIG_OPENERS, pattern=r"(?:^|: )Logging config\.*\s*$"),
     body=RecordTest(pattern=_CONFIG_LINE),
     markers=tuple(f"{key}: " for key in (*_CONFIG_COUNTS, "max_duration")),
     # training starts after it; llm-foundry's whole config is a few hundred lines

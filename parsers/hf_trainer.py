@@ -1285,7 +1285,7 @@ TRAINER_LOGGED = RecordKind(
     family=NAME,
     name="trainer's log line",
     test=RecordTest(markers=(_EXPLICIT_MARKER,), pattern=EXPLICIT_FORMAT),
-    read=lambda records: Events(marks=[kinds.marks_of(records, NAME, kinds.SEEN)]),
+    read=lambda records: kinds.seen_once(records, NAME),
 )
 #: the fine-tuning tools that run the Trainer, by their own loggers: Axolotl's format (``[2024-06-03
 #: 01:06:06,020] [DEBUG] [axolotl.calculate_total_num_steps:416] [PID:20311] [RANK:0] total_num_steps: 2210``:
@@ -1306,7 +1306,7 @@ def read_tool_lines(records: pl.LazyFrame) -> Events:
         fact: kinds.as_count(pl.col("text").str.extract(pattern, 1)) for fact, pattern in _TOOL_FACTS.items()
     }
     facts = kinds.facts_of(records, NAME, **counts).filter(pl.col("value") > 0)
-    return Events(facts=[facts.collect()], marks=[kinds.marks_of(records, NAME, kinds.SEEN)])
+    return Events(facts=[facts.collect()], marks=kinds.seen_once(records, NAME).marks)
 
 
 TOOL_LOGGED = RecordKind(

@@ -248,6 +248,12 @@ class Block:
     """The run facts its events state."""
 
 
+def seen_once(records: pl.LazyFrame, family: str) -> Events:
+    """A mark that ``family`` was seen at each run's first of ``records`` (evidence repeated on thousands of
+    lines says no more than once)."""
+    return Events(marks=[marks_of(records.group_by("run").agg(pl.col("order").min()), family, SEEN)])
+
+
 def code_frames(family: str, paths: tuple[str, ...]) -> RecordKind:
     """Evidence of ``family``: a traceback's frame in its code (``File "/workspace/Megatron-LM/megatron/
     training/global_vars.py", line 9``, ``paths`` holding the part that names it): the run's program was
@@ -256,7 +262,7 @@ def code_frames(family: str, paths: tuple[str, ...]) -> RecordKind:
         family=family,
         name="code frame",
         test=RecordTest(markers=paths, pattern=rf'^{PYTHON_SPACE}*File "[^"]*(?:{literals(paths)})'),
-        read=lambda records: Events(marks=[marks_of(records, family, SEEN)]),
+        read=lambda records: seen_once(records, family),
     )
 
 
