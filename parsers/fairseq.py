@@ -40,7 +40,9 @@ NAME = "fairseq"
 
 #: a progress record's step: a JSON key or the simple form's ``key=value``
 STEP = r'(?:"num_updates": "|[\s,]num_updates=)(\d+)'
-_STEP_MARKERS = ('"num_updates": "', "num_updates=")
+#: the JSON records' step key: other families' dict readers leave such records to this one
+JSON_STEP = '"num_updates": '
+_STEP_MARKERS = (JSON_STEP, "num_updates=")
 #: the record's metrics, by the step column they fill
 _FIELDS = {"loss": "loss", "lr": "lr", "grad_norm": "gnorm", "loss_scale": "loss_scale"}
 _FIELDS |= {"updates_per_sec": "ups", "tokens_per_sec": "wps"}

@@ -23,7 +23,7 @@ from typing import Any
 
 import polars as pl
 import polars.selectors as cs
-from logstat.parsers import grammar, kinds, registry
+from logstat.parsers import fairseq, grammar, kinds, registry
 from logstat.parsers.base import INT64_MAX, INT64_MIN, Family, RunBuilder
 from logstat.parsers.deepspeed import NAME as DEEPSPEED
 from logstat.parsers.kinds import BODY, CLOSER, OPENER, Block, Events, RecordKind, RecordTest, literals
@@ -1265,12 +1265,11 @@ CONFIG = _block(
 #: the first line that is no metric ends the metrics block (and is read as usual)
 _NOT_METRIC = lambda text: ~text.str.contains(_METRIC)  # noqa: E731
 METRICS = _block("metrics", None, lambda text: text.str.contains(_METRIC), _NOT_METRIC, _NOT_METRIC)
-#: fairseq's JSON progress records hold "loss" and "epoch" too (its family's)
-_FAIRSEQ_STEP = '"num_updates": '
 TRAINER = kinds.RecordKind(
     family=NAME,
     name="trainer",
-    test=RecordTest(markers=MARKERS, unless=(_FAIRSEQ_STEP,)),
+    # fairseq's JSON progress records hold "loss" and "epoch" too: its family's
+    test=RecordTest(markers=MARKERS, unless=(fairseq.JSON_STEP,)),
     read=read_trainer,
     facts=FACTS,
 )

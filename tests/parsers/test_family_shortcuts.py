@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from logstat.parsers import hf_trainer, mingpt
+from logstat.parsers import fairseq, hf_trainer, mingpt
 from logstat.parsers.base import RunBuilder
 
 from tests.conftest import FIXTURES
@@ -156,7 +156,7 @@ def _same_steps(bodies: list[str]) -> None:
 
 def test_real_dicts_are_read_as_python_reads_them():
     # fairseq's JSON records (its family's) hold "loss" and "epoch" too
-    records = [record for record in REAL if hf_trainer._FAIRSEQ_STEP not in record]
+    records = [record for record in REAL if fairseq.JSON_STEP not in record]
     bodies = [match[0] for record in records for match in re.finditer(hf_trainer._DICT, record)]
     trainer = [body for body in bodies if any(key in body for key in hf_trainer._TRAINER_KEYS)]
     # 2021's raw floats, today's '4.705' strings
