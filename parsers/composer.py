@@ -32,7 +32,6 @@ from logstat.parsers.kinds import (
     NUMBER,
     RECORD,
     SEEN,
-    STEP_METRICS,
     Block,
     Events,
     RecordKind,
@@ -43,6 +42,7 @@ from logstat.parsers.kinds import (
     facts_of,
     last_per_run,
     marks_of,
+    metric_lines,
     step_lines,
 )
 
@@ -79,28 +79,11 @@ def read_headers(records: pl.LazyFrame) -> Events:
     return events
 
 
-def _metric(key: pl.Expr, value: pl.Expr, name: str) -> pl.Expr:
-    return pl.when(key.str.contains(f"^{_KEYS[name]}$")).then(value)
-
-
 def read_metrics(records: pl.LazyFrame) -> Events:
     """A metrics event of the step before it per metric line read; the micro batch each one states."""
     fields = pl.col("text").str.extract_groups(METRIC)
     key, value = fields.struct["1"], as_real(fields.struct["2"])
-    per_second = _metric(key, value, "batches_per_sec")
-    steps = records.select(
-        "order",
-        step=pl.lit(None, pl.Int64),
-        mode=pl.lit(STEP_METRICS, pl.Int8),
-        family=pl.lit(NAME),
-        loss=_metric(key, value, "loss"),
-        lr=_metric(key, value, "lr"),
-        grad_norm=_metric(key, value, "grad_norm"),
-        elapsed_ms=pl.when(per_second > 0).then(1000 / per_second),
-        samples_per_sec=_metric(key, value, "samples_per_sec"),
-        tokens_per_sec=_metric(key, value, "tokens_per_sec"),
-    )
-    read = pl.any_horizontal(pl.all().exclude("order", "step", "mode", "family").is_not_null())
+    steps = metric_lines(records, NAME, key, value, _KEYS)
     micro_batch = pl.when(key == _MICRO_BATCH).then(as_count(fields.struct["2"]))
     # the batches done when the step began (the trainer logs its timestamp before the batch): a header in
     # tokens or samples names no step, this line does
@@ -108,7 +91,7 @@ def read_metrics(records: pl.LazyFrame) -> Events:
     numbered = records.select("order", step=pl.when(key == _BATCHES_DONE).then(done + 1)).drop_nulls("step")
     numbered = numbered.with_columns(mode=pl.lit(RECORD, pl.Int8), family=pl.lit(NAME))
     return Events(
-        steps=[steps.filter(read).collect(), numbered.collect()],
+        steps=[steps, numbered.collect()],
         facts=[facts_of(records, NAME, micro_batch_size=micro_batch).filter(pl.col("value") > 0).collect()],
         marks=[marks_of(records, NAME, SEEN)],
     )

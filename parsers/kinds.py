@@ -153,6 +153,28 @@ def step_lines(records: pl.LazyFrame, family: str, **metrics: pl.Expr) -> Events
     return Events(steps=[steps.drop_nulls("step").collect()], marks=[marks_of(records, family, SEEN)])
 
 
+def metric_lines(
+    records: pl.LazyFrame, family: str, name: pl.Expr, value: pl.Expr, metrics: dict[str, str]
+) -> pl.DataFrame:
+    """Metrics of the step before them, one event per record of a kind whose line is one metric (``name``
+    and ``value`` read off the record; ``metrics``: the regex of the names filling each step column;
+    ``batches_per_sec`` is the step's time). A line naming none of them is no event."""
+    columns = {
+        column: pl.when(name.str.contains(f"^(?:{names})$")).then(value) for column, names in metrics.items()
+    }
+    if "batches_per_sec" in columns:
+        per_second = columns.pop("batches_per_sec")
+        columns["elapsed_ms"] = pl.when(per_second > 0).then(1000 / per_second)
+    steps = records.select(
+        "order",
+        step=pl.lit(None, pl.Int64),
+        mode=pl.lit(STEP_METRICS, pl.Int8),
+        family=pl.lit(family),
+        **columns,
+    )
+    return steps.filter(pl.any_horizontal(pl.col(list(columns)).is_not_null())).collect()
+
+
 # --- what records are --------------------------------------------------------------------------------
 
 

@@ -26,7 +26,6 @@ from logstat.parsers.base import Family
 from logstat.parsers.kinds import (
     NUMBER,
     SEEN,
-    STEP_METRICS,
     Events,
     RecordKind,
     RecordTest,
@@ -36,6 +35,7 @@ from logstat.parsers.kinds import (
     facts_of,
     last_per_run,
     marks_of,
+    metric_lines,
     step_lines,
 )
 
@@ -80,25 +80,9 @@ def read_headers(records: pl.LazyFrame) -> Events:
 def read_metrics(records: pl.LazyFrame) -> Events:
     """A metrics event of the step before it per metric line read."""
     fields = pl.col("text").str.extract_groups(METRIC)
-    name, value = fields.struct["1"], as_real(fields.struct["2"].str.replace_all(",", "", literal=True))
-
-    def metric(column: str) -> pl.Expr:
-        return pl.when(name == _METRICS[column]).then(value)
-
-    per_second = metric("batches_per_sec")
-    steps = records.select(
-        "order",
-        step=pl.lit(None, pl.Int64),
-        mode=pl.lit(STEP_METRICS, pl.Int8),
-        family=pl.lit(NAME),
-        loss=metric("loss"),
-        lr=metric("lr"),
-        grad_norm=metric("grad_norm"),
-        elapsed_ms=pl.when(per_second > 0).then(1000 / per_second),
-        tokens_per_sec=metric("tokens_per_sec"),
-    )
-    read = pl.any_horizontal(pl.all().exclude("order", "step", "mode", "family").is_not_null())
-    return Events(steps=[steps.filter(read).collect()], marks=[marks_of(records, NAME, SEEN)])
+    value = as_real(fields.struct["2"].str.replace_all(",", "", literal=True))
+    steps = metric_lines(records, NAME, fields.struct["1"], value, _METRICS)
+    return Events(steps=[steps], marks=[marks_of(records, NAME, SEEN)])
 
 
 def read_stated(records: pl.LazyFrame) -> Events:
