@@ -31,7 +31,6 @@ from logstat.parsers.kinds import (
     as_count,
     as_real,
     code_frames,
-    facts_of,
     marks_of,
     step_lines,
 )
@@ -46,17 +45,26 @@ _STEP_MARKERS = (JSON_STEP, "num_updates=")
 #: the record's metrics, by the step column they fill
 _FIELDS = {"loss": "loss", "lr": "lr", "grad_norm": "gnorm", "loss_scale": "loss_scale"}
 _FIELDS |= {"updates_per_sec": "ups", "tokens_per_sec": "wps"}
-#: the configuration's counts, by the fact each states
+#: the counts the configuration states, by the fact each states: its keys (a dict's ``'key': N``, a
+#: Namespace's ``key=N``), the world fairseq_cli/train.py logs (``training on 16 devices (GPUs/TPUs)``) and
+#: fairseq-train's plan flag
 _CONFIG_COUNTS = {
     "max_update": "train_iters",
     "distributed_world_size": "gpus",
     "tokens_per_sample": "seq_len",
+    "training on": "gpus",
+    "--max-update": "train_iters",
 }
-_CONFIG_MARKERS = ("'distributed_world_size': ", "distributed_world_size=")
-#: fairseq_cli/train.py's world (``training on 16 devices (GPUs/TPUs)``), fairseq-train's plan flag
-_DEVICES = r"training on (\d+) devices \(GPUs/TPUs\)"
-_MAX_UPDATE_FLAG = r"--max-update[= ](\d+)"
-_CONFIG_MARKERS += ("devices (GPUs/TPUs)", "--max-update")
+CONFIG_COUNT = (
+    r"(?P<key>\b(?:max_update|distributed_world_size|tokens_per_sample)'?(?:: |=)|training on |--max-update[= ])"
+    r"(?P<count>\d+)\b"
+)
+_CONFIG_MARKERS = (
+    "'distributed_world_size': ",
+    "distributed_world_size=",
+    "devices (GPUs/TPUs)",
+    "--max-update",
+)
 DONE = "done training in "
 
 
@@ -81,17 +89,15 @@ def read_steps(records: pl.LazyFrame) -> Events:
 
 def read_config(records: pl.LazyFrame) -> Events:
     """The configuration's counts (``max_update`` 0: no plan), the world it trains on, ``--max-update``."""
-    text = pl.col("text")
-    counts = {
-        fact: as_count(text.str.extract(rf"\b{key}'?(?:: |=)(\d+)\b", 1))
-        for key, fact in _CONFIG_COUNTS.items()
-    }
-    counts["gpus"] = pl.coalesce(counts["gpus"], as_count(text.str.extract(_DEVICES, 1)))
-    counts["train_iters"] = pl.coalesce(
-        counts["train_iters"], as_count(text.str.extract(_MAX_UPDATE_FLAG, 1))
+    counts = records.select("order", count=pl.col("text").str.extract_all(CONFIG_COUNT)).explode("count")
+    fields = pl.col("count").str.extract_groups(CONFIG_COUNT)
+    facts = counts.select(
+        "order",
+        fact=fields.struct["key"].str.strip_chars("': =").replace_strict(_CONFIG_COUNTS, default=None),
+        value=as_count(fields.struct["count"]),
+        family=pl.lit(NAME),
     )
-    facts = facts_of(records, NAME, **counts).filter(pl.col("value") > 0)
-    return Events(facts=[facts.collect()], marks=[marks_of(records, NAME, SEEN)])
+    return Events(facts=[facts.filter(pl.col("value") > 0).collect()], marks=[marks_of(records, NAME, SEEN)])
 
 
 def read_done(records: pl.LazyFrame) -> Events:
@@ -118,7 +124,7 @@ FAMILY = Family(
             name="config",
             test=RecordTest(markers=_CONFIG_MARKERS),
             read=read_config,
-            facts=tuple(_CONFIG_COUNTS.values()),
+            facts=tuple(dict.fromkeys(_CONFIG_COUNTS.values())),
         ),
         RecordKind(
             family=NAME,
