@@ -6,7 +6,8 @@ iterations of the one and the failure in the other are one row: Slurm ``%x-%j.ou
 Torque ``-3``; SGE's ``name.po12345``/``.pe12345`` too). So are the files of a job's tasks or nodes (Slurm's
 ``%x-%j-%t.out``, ``%x-%j-%N.out``), a directory's ``stdout.log`` and ``stderr.log`` (the directory named
 after the job), the attempts and ranks of a torchrun ``--log-dir`` run, and the ranks' own logs of one
-prefix (DeepSpeed's ``--enable_each_rank_log``: ``20240312101530_rank3.log``; ``rank3.log``). Any other log (``*.log``,
+prefix (DeepSpeed's ``--enable_each_rank_log``: ``20240312101530_rank3.log``, with the job output whose
+launcher spawned them; ``rank3.log``). Any other log (``*.log``,
 ``*.txt``, a name that ends with a job id: ``train.123456``) is one run, with its rotated files
 (``train.log.2.gz``, ``train.log.1``, read before it, the oldest first).
 """
@@ -18,6 +19,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 
@@ -262,13 +264,17 @@ def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
             runs.append(RunFiles(key=path_text(path), files=(path,)))
     groups = _with_batch_outputs(groups)
     torchrun: dict[str, list[RunFiles]] = {}
+    ranked: list[RunFiles] = []
     for (directory, convention, _), files in groups.items():
         ordered = [path for _, path in sorted(files, key=lambda item: (item[0], item[1].name))]
         main = ordered[-1] if convention == ROTATED else ordered[0]
         runs.append(RunFiles(key=path_text(main), files=tuple(ordered)))
         if convention == TORCHRUN:
             torchrun.setdefault(os.path.basename(directory), []).append(runs[-1])
-    return sorted(_with_launchers(runs, torchrun), key=lambda r: r.key)
+        elif convention == RANKS:
+            ranked.append(runs[-1])
+    runs = _with_rank_log_launchers(_with_launchers(runs, torchrun), ranked)
+    return sorted(runs, key=lambda r: r.key)
 
 
 #: Slurm's default name of a batch job's output (``slurm-%j.out``; an array task's ``slurm-%A_%a.out``)
@@ -328,6 +334,63 @@ def _with_launchers(runs: list[RunFiles], torchrun: dict[str, list[RunFiles]]) -
         ranks = [_nearest(torchrun[name], run.key) for name in named if torchrun.get(name)]
         joined.append(RunFiles(key=run.key, files=(*(p for r in ranks for p in r.files), *run.files)))
     return [*joined, *(ranks for named in torchrun.values() for ranks in named)]
+
+
+#: DeepSpeed's launcher with ``--enable_each_rank_log <dir>`` (deepspeed/launcher/launch.py) writes each rank's
+#: output to ``<dir>/<prefix>_rank<N>.log``, the prefix its local time (``%Y%m%d%H%M%S``) just before it spawns
+#: them; the job's output holds the flag (runner.py's ``cmd = ...``) and launch.py's ``process N spawned``
+_EACH_RANK_LOG = re.compile(rb"--enable_each_rank_log[= ]['\"]?([^\s'\"]+?)/?['\"]?(?:\s|$)")
+_SPAWNED = re.compile(
+    rb"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[,.]\d+\] \[INFO\] \[launch\.py:\d+:main\] process \d+ spawned"
+)
+#: how many seconds a spawn is from its prefix's second, at most (the same launch; a copied log's clock may
+#: be a second off)
+_SPAWN_SECONDS = 10
+
+
+def _with_rank_log_launchers(runs: list[RunFiles], ranked: list[RunFiles]) -> list[RunFiles]:
+    """The ranks' own logs of DeepSpeed's launches (``ranked``: by prefix) joined with the job output whose
+    launcher spawned them: its flag names their directory, their prefix is the second of a spawn. One
+    run named by the job's file, the ranks' files read first (the launcher's last words come after their
+    lines). Only a job's output in a directory above such logs, within LAUNCHER_LEVELS, is looked into."""
+    launches = {ranks: launch for ranks in ranked if (launch := _rank_log_launch(ranks)) is not None}
+    if not launches:
+        return runs
+    taken: set[RunFiles] = set()
+    joined: list[RunFiles] = []
+    for run in runs:
+        directory = Path(run.key).absolute().parent
+        near = [
+            r for r, (place, _) in launches.items() if directory in (place, *place.parents[:LAUNCHER_LEVELS])
+        ]
+        if run in launches or not near:
+            joined.append(run)
+            continue
+        head = b"".join(source_head(path, _LAUNCHER_HEAD_BYTES) for path in run.files)
+        named = {os.path.basename(name.decode("utf-8", "replace")) for name in _EACH_RANK_LOG.findall(head)}
+        spawned = [datetime.fromisoformat(stamp.decode()) for stamp in _SPAWNED.findall(head)]
+        ranks = [
+            r
+            for r in near
+            if r not in taken
+            and launches[r][0].name in named
+            and any(abs((at - launches[r][1]).total_seconds()) <= _SPAWN_SECONDS for at in spawned)
+        ]
+        taken.update(ranks)
+        joined.append(RunFiles(key=run.key, files=(*(p for r in ranks for p in r.files), *run.files)))
+    return [run for run in joined if run not in taken]
+
+
+def _rank_log_launch(ranks: RunFiles) -> tuple[Path, datetime] | None:
+    """The directory of a launch's rank logs and the time its prefix states, if it is DeepSpeed's."""
+    main = Path(ranks.key).absolute()
+    prefix = main.name.partition("_rank")[0]
+    if not (len(prefix) == 14 and prefix.isdigit()):
+        return None
+    try:
+        return main.parent, datetime.strptime(prefix, "%Y%m%d%H%M%S")
+    except ValueError:
+        return None
 
 
 #: how far above a torchrun tree (``<log_dir>/<run>``) its job's output is looked for: ``job/<log_dir>/<run>``

@@ -556,3 +556,61 @@ def test_the_ranks_own_logs_of_one_prefix_are_one_run():
         ["rank0.log", "rank1.log"],
         ["train_rank0.txt"],
     ]
+
+
+def _deepspeed_launch(at: str, ranks: int, log_dir: str) -> str:
+    """DeepSpeed's runner and launcher lines of a launch with --enable_each_rank_log (runner.py, launch.py)."""
+    cmd = f"-m deepspeed.launcher.launch --world_info=e30= --enable_each_rank_log={log_dir} train.py"
+    spawned = "[launch.py:256:main] process {pid} spawned with command: ['python', '-u', 'train.py', '--local_rank={rank}']"
+    return "".join(
+        [
+            f"[{at},681] [INFO] [runner.py:568:main] cmd = /usr/bin/python -u {cmd}\n",
+            *(f"[{at},887] [INFO] {spawned.format(pid=5120 + rank, rank=rank)}\n" for rank in range(ranks)),
+        ]
+    )
+
+
+def test_deepspeeds_launcher_output_is_one_run_with_the_rank_logs_it_spawned(tmp_path, capsys):
+    # deepspeed/launcher/launch.py: <dir>/{time.strftime("%Y%m%d%H%M%S")}_rank{N}.log, the prefix taken the
+    # second it spawns the ranks; the job's output has the flag and the spawns. Two launches in one
+    # directory each find their own; a copy of the tree elsewhere is a run of its own.
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity"
+    for copy in ("job", "copy"):
+        logs = tmp_path / copy / "rank_logs"
+        logs.mkdir(parents=True)
+        for prefix, job, at in (
+            ("20240312101529", 5566, "2024-03-12 10:15:29"),
+            ("20240312143002", 5567, "2024-03-12 14:30:02"),
+        ):
+            for rank in (0, 1):
+                steps = "".join(f"{_iteration(step)}\n" for step in range(1, 5)) if rank == 0 else ""
+                failure = f"{oom}\n" if rank == 1 and job == 5566 else ""
+                (logs / f"{prefix}_rank{rank}.log").write_text(steps + failure)
+            exits = "[2024-03-12 10:20:11,174] [ERROR] [launch.py:331:sigkill_handler] ['python'] exits with return code = 1\n"
+            (tmp_path / copy / f"slurm-{job}.out").write_text(_deepspeed_launch(at, 2, "rank_logs") + exits)
+    (tmp_path / "job" / "rank_logs" / "20240101000000_rank0.log").write_text(f"{_iteration(1)}\n")
+    groups = group_runs(find_logs([tmp_path]))
+    assert [[str(path.relative_to(tmp_path)) for path in group.files] for group in groups] == [
+        ["copy/rank_logs/20240312101529_rank0.log", "copy/rank_logs/20240312101529_rank1.log", "copy/slurm-5566.out"],
+        ["copy/rank_logs/20240312143002_rank0.log", "copy/rank_logs/20240312143002_rank1.log", "copy/slurm-5567.out"],
+        ["job/rank_logs/20240101000000_rank0.log"],
+        ["job/rank_logs/20240312101529_rank0.log", "job/rank_logs/20240312101529_rank1.log", "job/slurm-5566.out"],
+        ["job/rank_logs/20240312143002_rank0.log", "job/rank_logs/20240312143002_rank1.log", "job/slurm-5567.out"],
+    ]  # fmt: skip
+    code, out, _ = logstat(
+        capsys,
+        "parse",
+        tmp_path / "job" / "slurm-5566.out",
+        tmp_path / "job" / "rank_logs",
+        "--format",
+        "json",
+    )
+    rows = {Path(row["path"]).name: row for row in json.loads(out)}
+    assert code == 0 and set(rows) == {
+        "20240101000000_rank0.log",
+        "20240312143002_rank0.log",
+        "slurm-5566.out",
+    }
+    failed = rows["slurm-5566.out"]
+    assert (failed["status"], failed["iterations"], failed["last_iteration"]) == ("failed", 4, 4)
+    assert failed["reason"].startswith("CUDA OOM") or "CUDA out of memory" in failed["reason"]
