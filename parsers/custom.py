@@ -19,8 +19,9 @@ completion: a run whose last step reached them ended).
 
 Where no other family states them (the family's facts yield, ``fallback``), and with no mark that the
 family was seen: the sequence length of a command line's flag (``--seq_len 2048``, ``--max-seq-len``,
-``--seq-length``) or a ``key=value`` (``seq_len=2048``, ``seq_length=``; not a model's ``max_seq_len=``,
-the most it takes), and the parameters a script counted, comma-grouped (``Model has 1,414,647,808
+``--seq-length``), the counts of a loop's header as ``key=value`` (``seq_len=2048``, ``seq_length=``; not a
+model's ``max_seq_len=``, the most it takes; ``micro_batch=``, ``global_batch=`` and their ``_size``,
+``max_steps=`` the plan), and the parameters a script counted, comma-grouped (``Model has 1,414,647,808
 parameters``, ``Loaded meta-llama/Llama-2-7b-hf: 6,738,415,616 parameters``, torchinfo's and Keras's
 ``Total params: 6,050,882,784``): ``logged_model_size`` in billions.
 
@@ -43,6 +44,7 @@ from logstat.parsers.kinds import (
     as_real,
     facts_of,
     last_per_run,
+    stated_counts,
     step_lines,
 )
 
@@ -66,12 +68,22 @@ STEP_TIME = (
 )
 
 
-#: a sequence length: a command line's flag, or a ``key=value`` (a model's ``max_seq_len=`` is the most it takes)
-SEQ_LEN = (
-    r"--(?:max[_-])?seq(?:uence)?[_-]len(?:gth)?(?:=|\s+)(\d+)\b"
-    r"|(?:^|[\s,(])seq_len(?:gth)?=(\d+)\b"
-)
-_SEQ_MARKERS = ("--seq", "--max_seq", "--max-seq", "seq_len=", "seq_length=")
+#: a sequence length: a command line's flag
+SEQ_LEN = r"--(?:max[_-])?seq(?:uence)?[_-]len(?:gth)?(?:=|\s+)(\d+)\b"
+_SEQ_MARKERS = ("--seq", "--max_seq", "--max-seq")
+#: a count a loop's header states as a ``key=value`` (``world_size=16 micro_batch=16 global_batch=256
+#: seq_len=1024 max_steps=3000``), by the fact each key states (a model's ``max_seq_len=`` is the most it takes)
+_COUNTS = {
+    "seq_len": "seq_len",
+    "seq_length": "seq_len",
+    "micro_batch": "micro_batch_size",
+    "micro_batch_size": "micro_batch_size",
+    "global_batch": "global_batch_size",
+    "global_batch_size": "global_batch_size",
+    "max_steps": "train_iters",
+}
+COUNT = rf"(?:^|[\s,(])(?P<key>{'|'.join(_COUNTS)})=(?P<count>\d+)\b"
+_COUNT_MARKERS = tuple(f"{key}=" for key in _COUNTS)
 #: a count of parameters, comma-grouped: what a model ``has`` or a name's ``:`` is, or a summary's total (not
 #: a part's: build-nanogpt's ``num decayed parameter tensors: 50, with 124,354,560 parameters``)
 PARAMETERS = r"(?:\bhas|:) (\d{1,3}(?:,\d{3}){2,}) parameters\b|^Total params: (\d{1,3}(?:,\d{3})+)\s*$"
@@ -106,23 +118,21 @@ def read_steps(records: pl.LazyFrame) -> Events:
 
 
 def read_stated(records: pl.LazyFrame) -> Events:
-    """The sequence length or parameter count a record states."""
+    """The counts a record states, the sequence length of a flag, a parameter count."""
     text = pl.col("text")
-    length = text.str.extract_groups(SEQ_LEN)
     count = text.str.extract_groups(PARAMETERS)
     parameters = pl.coalesce(count.struct["1"], count.struct["2"]).str.replace_all(",", "", literal=True)
     stated = (
-        facts_of(
-            records, NAME, seq_len=pl.coalesce(as_count(length.struct["1"]), as_count(length.struct["2"]))
-        ),
+        facts_of(records, NAME, seq_len=as_count(text.str.extract(SEQ_LEN, 1))),
         facts_of(records, NAME, logged_model_size=as_real(parameters) / 1e9),
     )
-    return Events(facts=[frame.filter(pl.col("value") > 0).collect() for frame in stated])
+    counts = stated_counts(records, NAME, COUNT, _COUNTS)
+    return Events(facts=[frame.filter(pl.col("value") > 0).collect() for frame in (*stated, counts)])
 
 
 FAMILY = Family(
     name=NAME,
-    markers=(_MARKER, *_SEQ_MARKERS, *_PARAMETER_MARKERS),
+    markers=(_MARKER, *_SEQ_MARKERS, *_COUNT_MARKERS, *_PARAMETER_MARKERS),
     kinds=(
         RecordKind(
             family=NAME,
@@ -134,9 +144,12 @@ FAMILY = Family(
         RecordKind(
             family=NAME,
             name="stated",
-            test=RecordTest(markers=(*_SEQ_MARKERS, *_PARAMETER_MARKERS), pattern=f"{SEQ_LEN}|{PARAMETERS}"),
+            test=RecordTest(
+                markers=(*_SEQ_MARKERS, *_COUNT_MARKERS, *_PARAMETER_MARKERS),
+                pattern=f"{SEQ_LEN}|{COUNT}|{PARAMETERS}",
+            ),
             read=read_stated,
-            facts=("seq_len", "logged_model_size"),
+            facts=("seq_len", "micro_batch_size", "global_batch_size", "train_iters", "logged_model_size"),
         ),
     ),
     fallback=True,

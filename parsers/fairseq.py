@@ -32,6 +32,7 @@ from logstat.parsers.kinds import (
     as_real,
     code_frames,
     marks_of,
+    stated_counts,
     step_lines,
 )
 
@@ -53,7 +54,7 @@ _CONFIG_COUNTS = {
     "distributed_world_size": "gpus",
     "tokens_per_sample": "seq_len",
     "training on": "gpus",
-    "--max-update": "train_iters",
+    "max-update": "train_iters",
 }
 CONFIG_COUNT = (
     r"(?P<key>\b(?:max_update|distributed_world_size|tokens_per_sample)'?(?:: |=)|training on |--max-update[= ])"
@@ -89,15 +90,8 @@ def read_steps(records: pl.LazyFrame) -> Events:
 
 def read_config(records: pl.LazyFrame) -> Events:
     """The configuration's counts (``max_update`` 0: no plan), the world it trains on, ``--max-update``."""
-    counts = records.select("order", count=pl.col("text").str.extract_all(CONFIG_COUNT)).explode("count")
-    fields = pl.col("count").str.extract_groups(CONFIG_COUNT)
-    facts = counts.select(
-        "order",
-        fact=fields.struct["key"].str.strip_chars("': =").replace_strict(_CONFIG_COUNTS, default=None),
-        value=as_count(fields.struct["count"]),
-        family=pl.lit(NAME),
-    )
-    return Events(facts=[facts.filter(pl.col("value") > 0).collect()], marks=[marks_of(records, NAME, SEEN)])
+    facts = stated_counts(records, NAME, CONFIG_COUNT, _CONFIG_COUNTS)
+    return Events(facts=[facts.collect()], marks=[marks_of(records, NAME, SEEN)])
 
 
 def read_done(records: pl.LazyFrame) -> Events:

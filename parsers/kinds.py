@@ -136,6 +136,22 @@ def facts_of(frame: pl.LazyFrame, family: str, **values: pl.Expr) -> pl.LazyFram
     )
 
 
+def stated_counts(records: pl.LazyFrame, family: str, pattern: str, facts: dict[str, str]) -> pl.LazyFrame:
+    """Long fact events of every count the records state: each match of ``pattern`` (its groups ``key`` and
+    ``count``), the fact ``facts`` names for its key (stripped of quotes, colons, equals signs, dashes and
+    spaces around it); a count of 0 states none."""
+    matches = records.select("order", match=pl.col("text").str.extract_all(pattern)).explode("match")
+    fields = pl.col("match").str.extract_groups(pattern)
+    key = fields.struct["key"].str.strip_chars("'\": =-")
+    stated = matches.select(
+        "order",
+        fact=key.replace_strict(facts, default=None),
+        value=as_count(fields.struct["count"]),
+        family=pl.lit(family),
+    )
+    return stated.filter(pl.col("fact").is_not_null(), pl.col("value") > 0)
+
+
 def marks_of(frame: pl.LazyFrame, family: str, mark: str, text: pl.Expr | None = None) -> pl.DataFrame:
     """A mark event per record of ``frame``."""
     return frame.select(

@@ -140,6 +140,18 @@ def test_a_frameworks_own_statement_outweighs_a_loops_words_said_before_it(tmp_p
     assert row["seq_len"] is None
 
 
+def test_a_loops_header_states_its_batches_length_and_plan(tmp_path):
+    header = "world_size=16 micro_batch=16 grad_accum=1 global_batch=256 seq_len=1024 max_steps=3000"
+    steps = [f"step {step} | loss 9.{step} | 0.278 s/it" for step in (10, 20)]
+    row, _ = runs_of(tmp_path, [header, *steps])
+    facts = ("micro_batch_size", "global_batch_size", "seq_len", "train_iters")
+    assert [row[fact] for fact in facts] == [16, 256, 1024, 3000]
+    assert {row["provenance"][fact] for fact in facts} == {"custom:1"}
+    sized = "Namespace(micro_batch_size=4, global_batch_size=64, seq_length=512, max_steps=0)"
+    row, _ = runs_of(tmp_path, [sized, *steps])
+    assert [row[fact] for fact in facts] == [4, 64, 512, None]  # 0 steps: no plan
+
+
 @pytest.mark.parametrize(
     ("line", "billions"),
     [
