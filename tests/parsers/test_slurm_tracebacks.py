@@ -103,6 +103,7 @@ def test_open_mpi_output_tags_are_prefixes():
         "2024-03-02T10:11:12.123456789Z ",  # docker logs -t, kubectl logs --timestamps (RFC 3339, UTC)
         "[2024-03-02 10:11:12] ",  # a bracketed time (moreutils' ts '[%Y-%m-%d %H:%M:%S]')
         "[13] ",  # MPICH's / Intel MPI's mpiexec -prepend-rank
+        "[rank 13] ",  # a wrapper's: sed "s/^/[rank $RANK] /"
         "2024-03-02T10:11:12.123456789Z [13] ",  # stacked
     ],
 )

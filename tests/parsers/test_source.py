@@ -59,6 +59,7 @@ def test_prefixes_of_every_launcher_are_stripped():
         "r7i4n1: iteration 3",
         "localhost: [default1]:x",
         "[13] iteration 3",
+        "[rank 13] iteration 3",  # a wrapper's: sed "s/^/[rank $RANK] /"
         "2024-03-02T10:11:12.123456789Z iteration 3",
         "2024-03-02T10:11:12+01:00 iteration 3",
         "[2024-03-02 10:11:12] iteration 3",
@@ -77,7 +78,7 @@ def test_prefixes_of_every_launcher_are_stripped():
     )
     assert got == [
         *[["iteration 3"], [" iteration 3"], *[["iteration 3"]] * 5, ["x"]],
-        *[*[["iteration 3"]] * 11, ["  iteration 3"], ["iteration 3"]],
+        *[*[["iteration 3"]] * 12, ["  iteration 3"], ["iteration 3"]],
     ]
 
 
