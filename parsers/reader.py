@@ -296,10 +296,22 @@ def _with_batch_outputs(groups: dict[tuple[str, str, str], list]) -> dict[tuple[
         directory, convention, stem = key
         batch = _BATCH_OUTPUT.fullmatch(stem)
         components = parted.get((directory, convention, batch["job"]), []) if batch else []
+        if not components and batch:
+            components = _only_ranks(groups, directory, convention)
         if len(components) == 1 and components[0] != key:  # several: a heterogeneous job's, whose is unknown
             (tasks,) = components
             joined[tasks] = [*joined.pop(key), *joined[tasks]]
     return joined
+
+
+def _only_ranks(groups: dict[tuple[str, str, str], list], directory: str, convention: str) -> list:
+    """The group of rank logs beside a directory's only batch output (``rank0.log``... written by the job's
+    ranks: whose else), if there is one group of them."""
+    outputs = [
+        key for key in groups if key[:2] == (directory, convention) and _BATCH_OUTPUT.fullmatch(key[2])
+    ]
+    ranks = [key for key in groups if key[:2] == (directory, RANKS)]
+    return ranks if len(outputs) == 1 and len(ranks) == 1 else []
 
 
 #: torch elastic's agent names the log directory it set up for the workers (torch/distributed/elastic/

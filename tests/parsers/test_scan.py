@@ -558,6 +558,26 @@ def test_the_ranks_own_logs_of_one_prefix_are_one_run():
     ]
 
 
+def test_a_directorys_only_batch_output_is_one_run_with_its_only_rank_logs():
+    # a job's ranks each writing rank<N>.log beside the job's slurm-%j.out (its launcher's words): whose
+    # else. Not with two batch outputs (whose ranks?), nor with two groups of rank logs (which one?).
+    cases = {
+        "one": ["slurm-31337.out", "rank1.log", "rank0.log"],
+        "two_jobs": ["slurm-31337.out", "slurm-31338.out", "rank0.log"],
+        "two_groups": ["slurm-31337.out", "train_rank0.log", "eval_rank0.log"],
+    }
+    paths = [Path("/runs") / case / name for case, names in cases.items() for name in names]
+    assert [[f"{p.parent.name}/{p.name}" for p in g.files] for g in group_runs(paths)] == [
+        ["one/slurm-31337.out", "one/rank0.log", "one/rank1.log"],
+        ["two_groups/eval_rank0.log"],
+        ["two_groups/slurm-31337.out"],
+        ["two_groups/train_rank0.log"],
+        ["two_jobs/rank0.log"],
+        ["two_jobs/slurm-31337.out"],
+        ["two_jobs/slurm-31338.out"],
+    ]
+
+
 def _deepspeed_launch(at: str, ranks: int, log_dir: str) -> str:
     """DeepSpeed's runner and launcher lines of a launch with --enable_each_rank_log (runner.py, launch.py)."""
     cmd = f"-m deepspeed.launcher.launch --world_info=e30= --enable_each_rank_log={log_dir} train.py"
