@@ -273,7 +273,7 @@ def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
             torchrun.setdefault(os.path.basename(directory), []).append(runs[-1])
         elif convention == RANKS:
             ranked.append(runs[-1])
-    runs = _with_rank_log_launchers(_with_launchers(runs, torchrun), ranked)
+    runs = _with_rank_log_launchers(_with_launchers(_with_only_batch_output(runs), torchrun), ranked)
     return sorted(runs, key=lambda r: r.key)
 
 
@@ -296,22 +296,36 @@ def _with_batch_outputs(groups: dict[tuple[str, str, str], list]) -> dict[tuple[
         directory, convention, stem = key
         batch = _BATCH_OUTPUT.fullmatch(stem)
         components = parted.get((directory, convention, batch["job"]), []) if batch else []
-        if not components and batch:
-            components = _only_ranks(groups, directory, convention)
         if len(components) == 1 and components[0] != key:  # several: a heterogeneous job's, whose is unknown
             (tasks,) = components
             joined[tasks] = [*joined.pop(key), *joined[tasks]]
     return joined
 
 
-def _only_ranks(groups: dict[tuple[str, str, str], list], directory: str, convention: str) -> list:
-    """The group of rank logs beside a directory's only batch output (``rank0.log``... written by the job's
-    ranks: whose else), if there is one group of them."""
-    outputs = [
-        key for key in groups if key[:2] == (directory, convention) and _BATCH_OUTPUT.fullmatch(key[2])
-    ]
-    ranks = [key for key in groups if key[:2] == (directory, RANKS)]
-    return ranks if len(outputs) == 1 and len(ranks) == 1 else []
+def _with_only_batch_output(runs: list[RunFiles]) -> list[RunFiles]:
+    """A directory's only batch output (``slurm-%j.out``, its ``.err``) joined with the directory's only
+    other log (a log and its rotated files, ``| tee train.log``; the ranks' logs of one prefix, each rank's
+    ``rank<N>.log``): the job wrote it, whose else. One run named by the job's file, the log read first (the
+    scheduler's last words come after its lines). Beside any other file, whose it is is unknown."""
+    by_directory: dict[Path, list[RunFiles]] = {}
+    for run in runs:
+        by_directory.setdefault(Path(run.key).absolute().parent, []).append(run)
+    pairs = {}
+    for both in by_directory.values():
+        if len(both) == 2 and {_role(run) for run in both} == {"batch", "log"}:
+            batch, log = sorted(both, key=_role)
+            pairs[batch], pairs[log] = RunFiles(key=batch.key, files=(*log.files, *batch.files)), None
+    return [pairs.get(run, run) for run in runs if pairs.get(run, run) is not None]
+
+
+def _role(run: RunFiles) -> str | None:
+    """``batch`` for a batch job's own output (its ``.out``, ``.err``), ``log`` for a log of its own (with
+    its rotated files) or ranks' logs of one prefix."""
+    stream = _job_stream(Path(run.key))
+    convention = stream[0][1] if stream else None
+    if convention == "out" and _BATCH_OUTPUT.fullmatch(stream[0][2]) and len(run.files) <= 2:
+        return "batch"
+    return "log" if convention in (RANKS, ROTATED) else None
 
 
 #: torch elastic's agent names the log directory it set up for the workers (torch/distributed/elastic/

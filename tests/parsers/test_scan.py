@@ -558,24 +558,36 @@ def test_the_ranks_own_logs_of_one_prefix_are_one_run():
     ]
 
 
-def test_a_directorys_only_batch_output_is_one_run_with_its_only_rank_logs():
-    # a job's ranks each writing rank<N>.log beside the job's slurm-%j.out (its launcher's words): whose
-    # else. Not with two batch outputs (whose ranks?), nor with two groups of rank logs (which one?).
+def test_a_directorys_only_batch_output_is_one_run_with_its_only_other_log(tmp_path, capsys):
+    # a job's script tees its training into train.log beside slurm-%j.out, or its ranks each write
+    # rank<N>.log: the job's, whose else; read first, the scheduler's last words after them. Not with two
+    # batch outputs (whose log?), nor beside two logs (which one?).
     cases = {
-        "one": ["slurm-31337.out", "rank1.log", "rank0.log"],
+        "ranks": ["slurm-31337.out", "rank1.log", "rank0.log"],
+        "tee": ["slurm-1122334.out", "slurm-1122334.err", "train.log", "train.log.1"],
         "two_jobs": ["slurm-31337.out", "slurm-31338.out", "rank0.log"],
-        "two_groups": ["slurm-31337.out", "train_rank0.log", "eval_rank0.log"],
+        "two_logs": ["slurm-31337.out", "train_rank0.log", "eval_rank0.log"],
     }
     paths = [Path("/runs") / case / name for case, names in cases.items() for name in names]
     assert [[f"{p.parent.name}/{p.name}" for p in g.files] for g in group_runs(paths)] == [
-        ["one/slurm-31337.out", "one/rank0.log", "one/rank1.log"],
-        ["two_groups/eval_rank0.log"],
-        ["two_groups/slurm-31337.out"],
-        ["two_groups/train_rank0.log"],
+        ["ranks/rank0.log", "ranks/rank1.log", "ranks/slurm-31337.out"],
+        ["tee/train.log.1", "tee/train.log", "tee/slurm-1122334.out", "tee/slurm-1122334.err"],
         ["two_jobs/rank0.log"],
         ["two_jobs/slurm-31337.out"],
         ["two_jobs/slurm-31338.out"],
+        ["two_logs/eval_rank0.log"],
+        ["two_logs/slurm-31337.out"],
+        ["two_logs/train_rank0.log"],
     ]
+    (tmp_path / "train.log").write_text("".join(f"{_iteration(step)}\n" for step in range(1, 6)))
+    limit = (
+        "slurmstepd: error: *** JOB 1122334 ON gpu7 CANCELLED AT 2025-02-03T08:00:00 DUE TO TIME LIMIT ***"
+    )
+    (tmp_path / "slurm-1122334.out").write_text(f"{limit}\n")
+    code, out, _ = logstat(capsys, "parse", tmp_path, "--format", "json")
+    (row,) = json.loads(out)
+    assert (code, Path(row["path"]).name, row["job_id"]) == (0, "slurm-1122334.out", "1122334")
+    assert (row["status"], row["iterations"], row["last_iteration"]) == ("timeout", 5, 5)
 
 
 def _deepspeed_launch(at: str, ranks: int, log_dir: str) -> str:
