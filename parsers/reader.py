@@ -262,7 +262,6 @@ def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
             groups.setdefault(key, []).append((order, path))
         else:
             runs.append(RunFiles(key=path_text(path), files=(path,)))
-    groups = _with_batch_outputs(groups)
     torchrun: dict[str, list[RunFiles]] = {}
     ranked: list[RunFiles] = []
     for (directory, convention, _), files in groups.items():
@@ -273,7 +272,7 @@ def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
             torchrun.setdefault(os.path.basename(directory), []).append(runs[-1])
         elif convention == RANKS:
             ranked.append(runs[-1])
-    runs = _with_rank_log_launchers(_with_launchers(_with_only_batch_output(runs), torchrun), ranked)
+    runs = _with_rank_log_launchers(_with_launchers(_with_job_logs(runs), torchrun), ranked)
     return sorted(runs, key=lambda r: r.key)
 
 
@@ -281,51 +280,42 @@ def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
 _BATCH_OUTPUT = re.compile(r"slurm-(?P<job>\d+(?:_\d+)?)")
 
 
-def _with_batch_outputs(groups: dict[tuple[str, str, str], list]) -> dict[tuple[str, str, str], list]:
-    """``groups`` with a batch job's own output (``slurm-%j.out``, its ``.err``) joined to the files of its
-    tasks or nodes beside it (``srun --output=%x-%j-%t.out``, ``%N``, ``%j.%s``: one group of one job id), read
-    first: the script's lines and Slurm's word on the steps, then the tasks'. Not to one of several such
-    groups of the job (a heterogeneous job's components, ``%x-%j.het0.out``, ``...het1``)."""
-    parted: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
-    for key, files in groups.items():
-        directory, convention, stem = key
-        if any(order[0] for order, _ in files) and (job := _JOB_ID_IN_NAME.search(stem)):
-            parted.setdefault((directory, convention, job[1]), []).append(key)
-    joined = dict(groups)
-    for key in groups:
-        directory, convention, stem = key
-        batch = _BATCH_OUTPUT.fullmatch(stem)
-        components = parted.get((directory, convention, batch["job"]), []) if batch else []
-        if len(components) == 1 and components[0] != key:  # several: a heterogeneous job's, whose is unknown
-            (tasks,) = components
-            joined[tasks] = [*joined.pop(key), *joined[tasks]]
-    return joined
-
-
-def _with_only_batch_output(runs: list[RunFiles]) -> list[RunFiles]:
-    """A directory's only batch output (``slurm-%j.out``, its ``.err``) joined with the directory's only
-    other log (a log and its rotated files, ``| tee train.log``; the ranks' logs of one prefix, each rank's
-    ``rank<N>.log``): the job wrote it, whose else. One run named by the job's file, the log read first (the
-    scheduler's last words come after its lines). Beside any other file, whose it is is unknown."""
+def _with_job_logs(runs: list[RunFiles]) -> list[RunFiles]:
+    """A batch job's own output (``slurm-%j.out``, its ``.err``) joined with the logs beside it that the
+    job wrote: those whose names hold its job id (its tasks' or nodes' files, ``srun --output=%x-%j-%t.out``,
+    ``%N``, ``%j.%s``; a restart's ``llama-8899001-r1.log``; a heterogeneous job's components
+    ``train-9900112.het0.out``), else the directory's only other log (a log and its
+    rotated files, ``| tee train.log``; the ranks' logs of one prefix, ``rank<N>.log``). One run named by the
+    job's file, the logs read first in their names' order (the scheduler's last words come after their
+    lines). Beside any other file, whose an unnamed log is is unknown."""
     by_directory: dict[Path, list[RunFiles]] = {}
     for run in runs:
         by_directory.setdefault(Path(run.key).absolute().parent, []).append(run)
-    pairs = {}
-    for both in by_directory.values():
-        if len(both) == 2 and {_role(run) for run in both} == {"batch", "log"}:
-            batch, log = sorted(both, key=_role)
-            pairs[batch], pairs[log] = RunFiles(key=batch.key, files=(*log.files, *batch.files)), None
-    return [pairs.get(run, run) for run in runs if pairs.get(run, run) is not None]
+    joined: dict[RunFiles, RunFiles | None] = {}
+    for here in by_directory.values():
+        for batch, job in ((run, job) for run in here if (job := _batch_job(run))):
+            others = [run for run in here if run is not batch]
+            named = [
+                run for run in others if re.search(rf"(?:^|[-_.]){job}(?:[-_.]|$)", _base(Path(run.key))[0])
+            ]
+            if not named and len(others) == 1 and _convention(others[0]) in (RANKS, ROTATED):
+                named = others
+            if named:
+                logs = [path for run in sorted(named, key=lambda r: _natural(r.key)) for path in run.files]
+                joined |= dict.fromkeys(named) | {batch: RunFiles(key=batch.key, files=(*logs, *batch.files))}
+    return [joined.get(run, run) for run in runs if joined.get(run, run) is not None]
 
 
-def _role(run: RunFiles) -> str | None:
-    """``batch`` for a batch job's own output (its ``.out``, ``.err``), ``log`` for a log of its own (with
-    its rotated files) or ranks' logs of one prefix."""
+def _batch_job(run: RunFiles) -> str | None:
+    """The job id of a batch job's own output (``slurm-%j.out`` and its ``.err``, nothing else), else None."""
+    batch = _BATCH_OUTPUT.fullmatch(_base(Path(run.key))[0]) if _convention(run) == "out" else None
+    return batch["job"] if batch and len(run.files) <= 2 else None
+
+
+def _convention(run: RunFiles) -> str | None:
+    """The naming convention that grouped a run's files, None for a log of its own."""
     stream = _job_stream(Path(run.key))
-    convention = stream[0][1] if stream else None
-    if convention == "out" and _BATCH_OUTPUT.fullmatch(stream[0][2]) and len(run.files) <= 2:
-        return "batch"
-    return "log" if convention in (RANKS, ROTATED) else None
+    return stream[0][1] if stream else None
 
 
 #: torch elastic's agent names the log directory it set up for the workers (torch/distributed/elastic/

@@ -262,7 +262,7 @@ def test_the_files_of_one_jobs_tasks_or_nodes_are_one_run():
         ),
         "bert-77002.out",  # sbatch's own output of the job whose tasks wrote the files above
         *("slurm-77001.out", "slurm-77001.err"),  # the job's own output under Slurm's default name
-        # a heterogeneous job's components (%x-%j.het%w... by hand): whose the default output is, unknown
+        # a heterogeneous job's components (%x-%j.het%w... by hand): the job's, its own output read after them
         *("train-99001.het0.out", "data-99001.het1.out", "slurm-99001.out"),
         *("77003.gpu-a01.out", "77003.gpu-a02.out"),  # %j.%N
         "slurm-88123_7-node01.out",  # an array task's node
@@ -289,7 +289,6 @@ def test_the_files_of_one_jobs_tasks_or_nodes_are_one_run():
                 *("bert-77002-2.out", "bert-77002-10.out"),
             ],
         ),
-        ("data-99001.het1.out", "99001", ["data-99001.het1.out"]),
         ("exp-2048-ctx.out", None, ["exp-2048-ctx.out"]),
         ("exp-2048-seq.out", None, ["exp-2048-seq.out"]),
         ("gpt2-1558-56789.out", "56789", ["gpt2-1558-56789.out"]),
@@ -299,18 +298,17 @@ def test_the_files_of_one_jobs_tasks_or_nodes_are_one_run():
             "slurm-77001.out",
             "77001",
             [
-                *("slurm-77001.out", "slurm-77001.err"),
                 *(
                     "gpt-77001-node01.out",
                     "gpt-77001-node01.err",
                     "gpt-77001-node02.out",
                     "gpt-77001-node02.err",
                 ),
+                *("slurm-77001.out", "slurm-77001.err"),
             ],
         ),
         ("slurm-88123_7-node01.out", "88123_7", ["slurm-88123_7-node01.out"]),
-        ("slurm-99001.out", "99001", ["slurm-99001.out"]),
-        ("train-99001.het0.out", "99001", ["train-99001.het0.out"]),
+        ("slurm-99001.out", "99001", ["data-99001.het1.out", "train-99001.het0.out", "slurm-99001.out"]),
     ]
 
 
