@@ -286,8 +286,9 @@ def _with_job_logs(runs: list[RunFiles]) -> list[RunFiles]:
     ``%N``, ``%j.%s``; a restart's ``llama-8899001-r1.log``; a heterogeneous job's components
     ``train-9900112.het0.out``), else the directory's only other log (a log and its
     rotated files, ``| tee train.log``; the ranks' logs of one prefix, ``rank<N>.log``). One run named by the
-    job's file, the logs read first in their names' order (the scheduler's last words come after their
-    lines). Beside any other file, whose an unnamed log is is unknown."""
+    job's file, read first (its lines span the job: a restart's preemption before the next restart's
+    failure), then the logs in their names' order. Beside any other file, whose an unnamed log is is
+    unknown."""
     by_directory: dict[Path, list[RunFiles]] = {}
     for run in runs:
         by_directory.setdefault(Path(run.key).absolute().parent, []).append(run)
@@ -302,7 +303,7 @@ def _with_job_logs(runs: list[RunFiles]) -> list[RunFiles]:
                 named = others
             if named:
                 logs = [path for run in sorted(named, key=lambda r: _natural(r.key)) for path in run.files]
-                joined |= dict.fromkeys(named) | {batch: RunFiles(key=batch.key, files=(*logs, *batch.files))}
+                joined |= dict.fromkeys(named) | {batch: RunFiles(key=batch.key, files=(*batch.files, *logs))}
     return [joined.get(run, run) for run in runs if joined.get(run, run) is not None]
 
 

@@ -262,7 +262,7 @@ def test_the_files_of_one_jobs_tasks_or_nodes_are_one_run():
         ),
         "bert-77002.out",  # sbatch's own output of the job whose tasks wrote the files above
         *("slurm-77001.out", "slurm-77001.err"),  # the job's own output under Slurm's default name
-        # a heterogeneous job's components (%x-%j.het%w... by hand): the job's, its own output read after them
+        # a heterogeneous job's components (%x-%j.het%w... by hand): the job's, read after its own output
         *("train-99001.het0.out", "data-99001.het1.out", "slurm-99001.out"),
         *("77003.gpu-a01.out", "77003.gpu-a02.out"),  # %j.%N
         "slurm-88123_7-node01.out",  # an array task's node
@@ -298,17 +298,17 @@ def test_the_files_of_one_jobs_tasks_or_nodes_are_one_run():
             "slurm-77001.out",
             "77001",
             [
+                *("slurm-77001.out", "slurm-77001.err"),
                 *(
                     "gpt-77001-node01.out",
                     "gpt-77001-node01.err",
                     "gpt-77001-node02.out",
                     "gpt-77001-node02.err",
                 ),
-                *("slurm-77001.out", "slurm-77001.err"),
             ],
         ),
         ("slurm-88123_7-node01.out", "88123_7", ["slurm-88123_7-node01.out"]),
-        ("slurm-99001.out", "99001", ["data-99001.het1.out", "train-99001.het0.out", "slurm-99001.out"]),
+        ("slurm-99001.out", "99001", ["slurm-99001.out", "data-99001.het1.out", "train-99001.het0.out"]),
     ]
 
 
@@ -558,8 +558,8 @@ def test_the_ranks_own_logs_of_one_prefix_are_one_run():
 
 def test_a_directorys_only_batch_output_is_one_run_with_its_only_other_log(tmp_path, capsys):
     # a job's script tees its training into train.log beside slurm-%j.out, or its ranks each write
-    # rank<N>.log: the job's, whose else; read first, the scheduler's last words after them. Not with two
-    # batch outputs (whose log?), nor beside two logs (which one?).
+    # rank<N>.log: the job's, whose else; read after the job's own output (which holds the whole job's
+    # words, its restarts' too). Not with two batch outputs (whose log?), nor beside two logs (which one?).
     cases = {
         "ranks": ["slurm-31337.out", "rank1.log", "rank0.log"],
         "tee": ["slurm-1122334.out", "slurm-1122334.err", "train.log", "train.log.1"],
@@ -568,8 +568,8 @@ def test_a_directorys_only_batch_output_is_one_run_with_its_only_other_log(tmp_p
     }
     paths = [Path("/runs") / case / name for case, names in cases.items() for name in names]
     assert [[f"{p.parent.name}/{p.name}" for p in g.files] for g in group_runs(paths)] == [
-        ["ranks/rank0.log", "ranks/rank1.log", "ranks/slurm-31337.out"],
-        ["tee/train.log.1", "tee/train.log", "tee/slurm-1122334.out", "tee/slurm-1122334.err"],
+        ["ranks/slurm-31337.out", "ranks/rank0.log", "ranks/rank1.log"],
+        ["tee/slurm-1122334.out", "tee/slurm-1122334.err", "tee/train.log.1", "tee/train.log"],
         ["two_jobs/rank0.log"],
         ["two_jobs/slurm-31337.out"],
         ["two_jobs/slurm-31338.out"],
@@ -586,6 +586,34 @@ def test_a_directorys_only_batch_output_is_one_run_with_its_only_other_log(tmp_p
     (row,) = json.loads(out)
     assert (code, Path(row["path"]).name, row["job_id"]) == (0, "slurm-1122334.out", "1122334")
     assert (row["status"], row["iterations"], row["last_iteration"]) == ("timeout", 5, 5)
+
+
+def test_a_restarting_jobs_logs_named_by_its_id_are_one_run_failing_as_the_last_restart_did(tmp_path, capsys):
+    # the script starts a restart after each preemption, each writing llama-<job>-r<N>.log; the job's own
+    # output holds the preemptions of the restarts before (read first: a launch after them makes them
+    # earlier attempts'): the last restart's failure is the run's
+    preempted = (
+        "slurmstepd: error: *** JOB 8899001 ON nid0{} CANCELLED AT 2024-07-01T0{}:11:13 DUE TO PREEMPTION ***"
+    )
+    script = [
+        f"[restart {n}] writing to logs/llama-8899001-r{n}.log\n{preempted.format(n, n)}" for n in (0, 1)
+    ]
+    exited = "srun: error: nid0: task 0: Exited with exit code 1"
+    (tmp_path / "slurm-8899001.out").write_text("\n".join([*script, "[restart 2] writing", exited, ""]))
+    for restart, steps in enumerate((range(1, 4), range(3, 7), range(6, 9))):
+        launch = "------------------------ arguments ------------------------\n  seq_length ..... 2048\n"
+        launch += "-------------------- end of arguments ---------------------\n"  # Megatron's: a launch
+        lines = "".join(f"{_iteration(step)}\n" for step in steps)
+        (tmp_path / f"llama-8899001-r{restart}.log").write_text(launch + lines)
+    quota = "OSError: [Errno 122] Disk quota exceeded"
+    with (tmp_path / "llama-8899001-r2.log").open("a") as log:
+        log.write(
+            f'Traceback (most recent call last):\n  File "pretrain_gpt.py", line 3, in <module>\n{quota}\n'
+        )
+    code, out, _ = logstat(capsys, "parse", tmp_path, "--format", "json")
+    (row,) = json.loads(out)
+    assert (code, Path(row["path"]).name, len(row["paths"])) == (0, "slurm-8899001.out", 4)
+    assert (row["status"], row["reason"], row["iterations"], row["last_iteration"]) == ("failed", quota, 8, 8)
 
 
 def _deepspeed_launch(at: str, ranks: int, log_dir: str) -> str:
