@@ -9,11 +9,12 @@ a word, then a separator (``|``, ``]``, ``,``) or none and a space, and later on
   1262.81ms | tok/sec: 12975.84``), after a logger's or a rank's fields (``2024-07-09 21:05:47 | rank 0 |
   step 50 | loss 9.38 | 950.0 ms/step``, ``[rank0] step 1510/3000 | ...``, ``INFO step 20/5000 loss 10.2
   ... step_time 0.710s``);
-- ``[step N] loss=X ...`` and ``[step N/M] loss: X``, the step in brackets.
+- ``[step N] loss=X ...`` and ``[step N/M] loss: X``, the step in brackets;
+- ``Step N | Loss: X | ...``, both words capitalized (``print(f"Step {step} | Loss: {loss:.4f}")``).
 
 Each is its step's row: ``loss``, ``lr`` (``lr X``, ``lr=X``, ``lr: X``), ``grad_norm`` (``norm: X``,
 ``grad_norm=X``) and the step's time as ``elapsed_ms``, where the line gives it as a step's: ``dt:
-1262.81ms``, ``step_time=2.03s``, ``time 812ms``, ``806.2 ms/step``, ``8.83 s/it``, or a field of its own
+1262.81ms``, ``step_time=2.03s``, ``time 812ms``, ``time/step: 0.27s``, ``806.2 ms/step``, ``8.83 s/it``, or a field of its own
 between ``|`` (``| 1431.6 ms |``). ``N/M``'s ``M`` is the planned steps, ``train_iters`` (the reader's
 completion: a run whose last step reached them ended).
 
@@ -25,7 +26,7 @@ model's ``max_seq_len=``, the most it takes; ``micro_batch=``, ``global_batch=``
 parameters``, ``Loaded meta-llama/Llama-2-7b-hf: 6,738,415,616 parameters``, torchinfo's and Keras's
 ``Total params: 6,050,882,784``): ``logged_model_size`` in billions.
 
-A capitalized ``Step`` (torchtune's metric logger), ``step:`` (torchtitan), ``step N:`` (nanoGPT's
+A capitalized ``Step`` before a lowercase ``loss`` (torchtune's metric logger: ``Step 10 | loss:1.52``), ``step:`` (torchtitan), ``step N:`` (nanoGPT's
 evaluations, LitGPT's ``iter N step M:``), ``iter N step M | loss train:`` (LitGPT's, no number after
 ``loss``) and ``step=N,`` (DeepSpeed) are other families' records and do not match. Failures are the Slurm
 family's.
@@ -51,18 +52,20 @@ from logstat.parsers.kinds import (
 NAME = "custom"
 
 #: ``step N`` (``N/M``: and the plan's total) as a word, then a separator (``|``, ``]``, ``,``) or none, a space
-#: and, later on the line, the loss (``loss X``, ``loss=X``, ``loss: X``, ``train loss X``); ``step N:`` is
-#: no step's line (nanoGPT's and LitGPT's evaluations and steps are their families')
+#: and, later on the line, the loss (``loss X``, ``loss=X``, ``loss: X``, ``train loss X``), or the same
+#: capitalized (``Step N | Loss: X``); ``step N:`` is no step's line (nanoGPT's and LitGPT's evaluations and
+#: steps are their families'), nor ``Step N | loss:X`` (torchtune's)
 STEP_LINE = (
-    rf"(?:^|[\s|\[])step\s+(\d+)(?:\s*/\s*(\d+))?\s*[\]|,]?\s.*?"
-    rf"\b(?:train[\s_])?loss\b\s*[:=]?\s*({NUMBER})"
+    r"(?:^|[\s|\[])(?:step\s+(\d+)(?:\s*/\s*(\d+))?\s*[\]|,]?\s.*?\b(?:train[\s_])?loss"
+    r"|Step\s+(\d+)(?:\s*/\s*(\d+))?\s*[\]|,]?\s.*?\b(?:[Tt]rain[\s_])?Loss)"
+    rf"\b\s*[:=]?\s*({NUMBER})"
 )
-_MARKER = "step "
+_MARKERS = ("step ", "Step ")
 _LEARNING_RATE = rf"\blr\s*[:=]?\s*({NUMBER})"
 _GRAD_NORM = rf"\b(?:grad_)?norm\s*[:=]?\s*({NUMBER})"
 #: a step's time: after its name, per step or iteration, or a field of its own between ``|``
 STEP_TIME = (
-    rf"(?:\bdt|\bstep_time|\btime)\s*[:=]?\s*({NUMBER})\s*(ms|s)\b"
+    rf"(?:\bdt|\bstep_time|\btime(?:/step)?)\s*[:=]?\s*({NUMBER})\s*(ms|s)\b"
     rf"|({NUMBER})\s*(ms|s)/(?:step|it)\b"
     rf"|\|\s*({NUMBER})\s*(ms|s)\s*(?:\||$)"
 )
@@ -102,12 +105,13 @@ def read_steps(records: pl.LazyFrame) -> Events:
     """A step event per step line, and the planned steps of a run's last line that states them."""
     text = pl.col("text")
     fields = text.str.extract_groups(STEP_LINE)
-    step, total = as_count(fields.struct["1"]), as_count(fields.struct["2"])
+    step = as_count(pl.coalesce(fields.struct["1"], fields.struct["3"]))
+    total = as_count(pl.coalesce(fields.struct["2"], fields.struct["4"]))
     events = step_lines(
         records,
         NAME,
         step=pl.when(step > 0).then(step),
-        loss=as_real(fields.struct["3"]),
+        loss=as_real(fields.struct["5"]),
         lr=as_real(text.str.extract(_LEARNING_RATE, 1)),
         grad_norm=as_real(text.str.extract(_GRAD_NORM, 1)),
         elapsed_ms=_milliseconds(text),
@@ -132,12 +136,12 @@ def read_stated(records: pl.LazyFrame) -> Events:
 
 FAMILY = Family(
     name=NAME,
-    markers=(_MARKER, *_SEQ_MARKERS, *_COUNT_MARKERS, *_PARAMETER_MARKERS),
+    markers=(*_MARKERS, *_SEQ_MARKERS, *_COUNT_MARKERS, *_PARAMETER_MARKERS),
     kinds=(
         RecordKind(
             family=NAME,
             name="step",
-            test=RecordTest(markers=(_MARKER,), pattern=STEP_LINE),
+            test=RecordTest(markers=_MARKERS, pattern=STEP_LINE),
             read=read_steps,
             facts=("train_iters",),
         ),

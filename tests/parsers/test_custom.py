@@ -79,6 +79,13 @@ def test_a_loop_on_deepspeeds_engine_is_a_deepspeed_run_whose_rows_are_the_loops
         ),
         ("[2024-10-19 22:03:16] rank0 | step 5 | loss 10.401 | 3.300s/step | mfu 41.1%", 5, 10.401, 3300.0),
         ("epoch 0 | step 50/1200 | loss 1.9720 | lr 1.92e-05 | 3.40 s/step", 50, 1.972, 3400.0),
+        (
+            "[default0]:Step 7 | Loss: 9.0550 | aux_loss: 0.01 | lr: 4.00e-04 | time/step: 0.27s",
+            7,
+            9.055,
+            270.0,
+        ),
+        ("Epoch 1, Step 120/900, Train Loss: 2.3456", 120, 2.3456, None),
     ],
 )
 def test_a_loops_step_after_a_loggers_or_a_ranks_fields(tmp_path, line, step, loss, elapsed_ms):
