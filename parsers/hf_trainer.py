@@ -1316,10 +1316,30 @@ TOOL_LOGGED = RecordKind(
     facts=tuple(_TOOL_FACTS),
 )
 
+#: Axolotl's key of the length it trains on, in its YAML config (a job's ``cat`` of it: ``sequence_len: 4096``)
+#: or the config it logs as JSON (``"sequence_len": 8192,``)
+AXOLOTL_LENGTH = r'^\s*"?sequence_len"?: (\d+),?\s*$'
+_AXOLOTL_LENGTH_MARKER = "sequence_len"
+
+
+def read_axolotl_length(records: pl.LazyFrame) -> Events:
+    """The sequence length Axolotl's config states."""
+    length = kinds.as_count(pl.col("text").str.extract(AXOLOTL_LENGTH, 1))
+    return Events(facts=[kinds.facts_of(records, NAME, seq_len=length).filter(pl.col("value") > 0).collect()])
+
+
+AXOLOTL_CONFIG = RecordKind(
+    family=NAME,
+    name="Axolotl's config",
+    test=RecordTest(markers=(_AXOLOTL_LENGTH_MARKER,), pattern=AXOLOTL_LENGTH),
+    read=read_axolotl_length,
+    facts=("seq_len",),
+)
+
 FAMILY = Family(
     name=NAME,
-    markers=(*MARKERS, *CODE, _EXPLICIT_MARKER, *_TOOL_MARKERS),
-    kinds=(TRAINER, kinds.code_frames(NAME, CODE), TRAINER_LOGGED, TOOL_LOGGED),
+    markers=(*MARKERS, *CODE, _EXPLICIT_MARKER, *_TOOL_MARKERS, _AXOLOTL_LENGTH_MARKER),
+    kinds=(TRAINER, kinds.code_frames(NAME, CODE), TRAINER_LOGGED, TOOL_LOGGED, AXOLOTL_CONFIG),
     blocks=(ARGUMENTS, CONFIG, METRICS),
     finish=finish,
     description="HF Trainer: logged dicts, train metrics, TrainingArguments dump, --config_overrides shape",

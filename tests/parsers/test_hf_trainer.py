@@ -1546,6 +1546,15 @@ def test_a_line_of_the_trainers_module_in_the_explicit_format_is_its_run(tmp_pat
             ],
             {"train_iters": 2210},
         ),
+        (  # Axolotl's config: a job's cat of its YAML, the JSON it logs; the length it trains on
+            [
+                "sequence_len: 4096",
+                "pad_to_sequence_len: true",
+                "[axolotl.train:62] [PID:1] [RANK:0] loading",
+            ],
+            {"seq_len": 4096},
+        ),
+        (['  "sequence_len": 8192,', "[axolotl.train:62] [PID:1] [RANK:0] loading"], {"seq_len": 8192}),
         (  # LLaMA-Factory's, 0.9.1 on and before, its world size
             [
                 "[INFO|2025-02-11 14:02:29] llamafactory.hparams.parser:383 >> Process rank: 0, world size: 8, "
