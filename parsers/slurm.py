@@ -603,7 +603,8 @@ def finish(run: RunBuilder) -> None:
         events[index] = (order, "failed", text.strip(), REPORT, "slurm cancel", False, False)
     _several_jobs(run)
     restarted = _restarted_and_ended_well(run)
-    events = _peers_died(_with_printed_cause(_signalled_by_scheduler(events), run), run.launch_start)
+    restart = run.state.get(NAME, {}).get("elastic_restart")
+    events = _peers_died(_with_printed_cause(_signalled_by_scheduler(events), run), run.launch_start, restart)
     if restarted or events != run.failure_events or _preempted_before_the_last_launch(run, events):
         run.refold(events)
 
@@ -712,16 +713,18 @@ _COLLECTIVE_TIMEOUT = "collective operation timeout"
 _RANKS_OWN_FAILURES = ("exception", "cuda oom")
 
 
-def _peers_died(events: list[tuple], launch_start: int) -> list[tuple]:
+def _peers_died(events: list[tuple], launch_start: int, restart: int | None = None) -> list[tuple]:
     """An NCCL watchdog's timeout or error is what the other ranks see of a rank that died: an effect, not
     the cause, where the cgroup OOM killer killed one (slurmstepd reports it when the step ends, after the
     watchdogs fired) or a rank was killed or crashed before it in its file (the first such effect is then
     the reason), in the same launch (from ``launch_start``: an earlier launch's failure is over when the
     relaunch hangs). Only line order within a file is time: a job's own output, read before its tasks'
     files (``%x-%j-%t.out``), ends with srun's word on the task the watchdog itself aborted. A collective's
-    timeout is also an effect where another file of the launch holds a rank's own failure (an exception, a
-    CUDA OOM: a task's file of ``%t``, whose order against this one's no line tells): the rank stopped
-    taking part, the others waited for it."""
+    timeout is also an effect where the launch holds a rank's own failure (an exception, a CUDA OOM) in
+    another file (a task's file of ``%t``, whose order against this one's no line tells) or after it in
+    its file: the rank stopped taking part, the others waited for it (minutes, the watchdog's timeout;
+    their lines come first where the failing rank's stderr was flushed last), unless torch elastic
+    restarted the workers between them (``restart``: its last restart's order)."""
     collective = [index for index, event in enumerate(events) if event[4] == "nccl" and event[3] == CAUSE]
     if not collective:
         return events
@@ -734,7 +737,7 @@ def _peers_died(events: list[tuple], launch_start: int) -> list[tuple]:
     failed_elsewhere = timed_out and any(
         event[4] in _RANKS_OWN_FAILURES
         and event[3] == CAUSE
-        and event[0] >> FILE_SHIFT != first >> FILE_SHIFT
+        and (event[0] >> FILE_SHIFT != first >> FILE_SHIFT or _after_in_launch(first, event[0], restart))
         for event in launch
     )
     if not (killed or died or failed_elsewhere):
@@ -743,6 +746,11 @@ def _peers_died(events: list[tuple], launch_start: int) -> list[tuple]:
         (*event[:3], EFFECT, *event[4:]) if index in collective else event
         for index, event in enumerate(events)
     ]
+
+
+def _after_in_launch(first: int, order: int, restart: int | None) -> bool:
+    """Whether ``order`` comes after ``first`` with no restart of torch elastic's between them."""
+    return first < order and not (restart is not None and first < restart < order)
 
 
 def _fact(run: RunBuilder, name: str, value: object, lineno: int) -> None:

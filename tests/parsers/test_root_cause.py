@@ -420,6 +420,24 @@ def test_a_collective_timeout_is_the_effect_of_a_rank_that_failed_in_its_own_tas
     assert load_runs([other]).runs.row(0, named=True)["reason"] != error
 
 
+def test_a_ranks_failure_after_the_others_timeouts_in_one_file_is_their_cause():
+    # 255 ranks' watchdogs fired (the failing rank's stderr flushed last); the one rank's own OOM or
+    # assertion is what they waited for. An NCCL error (not a timeout) before an exception stays the cause.
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB. GPU 0 has a total capacity"
+    timeouts = [WATCHDOG.replace("Rank 3", f"Rank {rank}") for rank in (164, 7)]
+    assert reason(feed(*timeouts, *TRACEBACK, oom)) == ("failed", 6)
+    assertion = "517: AssertionError: causal mask is only for self attention"
+    exited = "srun: error: nid00065: task 517: Exited with exit code 1"
+    assert reason(feed(*timeouts, *(f"517: {line}" for line in TRACEBACK), assertion, exited)) == (
+        "failed",
+        6,
+    )
+    nccl_error = WATCHDOG.replace(
+        "Watchdog caught collective operation timeout", "NCCL error: unhandled system error"
+    )
+    assert reason(feed(nccl_error, *TRACEBACK, "ValueError: bad")) == ("failed", 1)
+
+
 @pytest.mark.parametrize("runtime", ["ORTE", "PRRTE"])
 def test_open_mpi_losing_a_nodes_daemon_is_a_node_failure(runtime):
     # help-errmgr-base.txt [node-died] (Open MPI 4's ORTE, 5's PRRTE), then mpirun's summary of the ranks
