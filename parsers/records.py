@@ -27,7 +27,8 @@ from logstat.parsers.source import Batch
 _DIGIT = r"\d"  # Rust's \d is Unicode's decimal digits, as Python's
 #: a record's stacked launcher prefixes, each after any whitespace: torchrun's ``[default3]:``, ``[rank7]:``,
 #: ``srun --label``'s ``12: ``, pdsh/DeepSpeed's runner (``10.0.0.2: ``, ``localhost: ``, ``node12: ``),
-#: Open MPI's ``--tag-output`` (``[1,5]<stderr>:``: job, rank, stream), MPICH's and Intel MPI's
+#: Open MPI's ``--tag-output`` (``[1,5]<stderr>:``: job, rank, stream; SageMaker's ``[1,mpirank:5,algo-2]<stderr>:``
+#: with the host), MPICH's and Intel MPI's
 #: ``-prepend-rank`` (``[13] ``) and a wrapper's (``sed "s/^/[rank $RANK] /"``: ``[rank 13] ``; not
 #: Megatron's and DeepSpeed's own ``[Rank 0] ``); the time a line was logged at, by ``docker logs -t`` /
 #: ``kubectl logs --timestamps`` (RFC 3339: ``2024-03-02T10:11:12.123456789Z ``), Python logging's ``asctime`` (``2024-03-02
@@ -43,7 +44,7 @@ _MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
 _SYSLOG_TIME = rf"(?:{_MONTHS}) [ {_DIGIT}]{_DIGIT} {_DIGIT}{{2}}:{_DIGIT}{{2}}:{_DIGIT}{{2}}"
 _JOURNAL_SOURCE = rf"(?: [A-Za-z0-9][\w.-]* (?:[\w.@/-]+\[{_DIGIT}+\]|kernel):)?"
 LEADING_PREFIX = (
-    rf"^(?:{PYTHON_SPACE}*(?:\[(?:default|rank){_DIGIT}+\]:|\[{_DIGIT}+,{_DIGIT}+\]<std(?:out|err)>:|{_DIGIT}{{1,5}}: |(?:{_DIGIT}{{1,3}}\.){{3}}"
+    rf"^(?:{PYTHON_SPACE}*(?:\[(?:default|rank){_DIGIT}+\]:|\[{_DIGIT}+,(?:mpirank:)?{_DIGIT}+(?:,[\w.-]+)?\]<std(?:out|err)>:|{_DIGIT}{{1,5}}: |(?:{_DIGIT}{{1,3}}\.){{3}}"
     rf"{_DIGIT}{{1,3}}: |localhost: |[a-z][a-z0-9-]*{_DIGIT}[a-z0-9-]*(?:\.[a-z0-9.-]+)?: |\[(?:rank )?{_DIGIT}{{1,6}}\] "
     rf"|{_DATE_TIME}(?:[.,]{_DIGIT}+)?(?:Z|[+-]{_DIGIT}{{2}}:?{_DIGIT}{{2}})?{_JOURNAL_SOURCE} "
     rf"|{_SYSLOG_TIME}(?:[.,]{_DIGIT}+)?{_JOURNAL_SOURCE} "

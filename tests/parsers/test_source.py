@@ -60,6 +60,7 @@ def test_prefixes_of_every_launcher_are_stripped():
         "localhost: [default1]:x",
         "[13] iteration 3",
         "[rank 13] iteration 3",  # a wrapper's: sed "s/^/[rank $RANK] /"
+        "[1,mpirank:13,algo-2]<stdout>:iteration 3",  # SageMaker's mpirun --tag-output
         "2024-03-02T10:11:12.123456789Z iteration 3",
         "2024-03-02T10:11:12+01:00 iteration 3",
         "[2024-03-02 10:11:12] iteration 3",
@@ -78,7 +79,7 @@ def test_prefixes_of_every_launcher_are_stripped():
     )
     assert got == [
         *[["iteration 3"], [" iteration 3"], *[["iteration 3"]] * 5, ["x"]],
-        *[*[["iteration 3"]] * 12, ["  iteration 3"], ["iteration 3"]],
+        *[*[["iteration 3"]] * 13, ["  iteration 3"], ["iteration 3"]],
     ]
 
 
