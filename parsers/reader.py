@@ -145,6 +145,9 @@ def _job_stream(path: Path) -> tuple[tuple[str, str, str], tuple] | None:
         return (directory, convention, stem), ((), order)
     if ranked := _RANK_LOG.fullmatch(name):
         return (directory, RANKS, ranked["prefix"] + ranked["extension"]), ((int(ranked["rank"]),), 0)
+    if pod := _POD_LOG.fullmatch(name):
+        order = (_POD_ROLES.index(pod["role"]), int(pod["index"] or 0))
+        return (directory, RANKS, pod["job"] + pod["extension"]), (order, 0)
     if suffix in SINGLE_SUFFIXES:
         return (directory, ROTATED, name), ((), 0)
     if rotated := _ROTATED.fullmatch(name):
@@ -244,10 +247,18 @@ def _natural(text: str) -> tuple[tuple[int, int, str], ...]:
 #: the convention of a log and its rotated files: its main file is the current one, read last
 ROTATED = "rotated"
 #: a rank's own log beside the others' (DeepSpeed's launcher ``--enable_each_rank_log <dir>``:
-#: ``<dir>/{%Y%m%d%H%M%S}_rank{N}.log``, one prefix a launch; a script's ``rank0.log``, ``train_rank3.log``):
-#: the ranks of one prefix are one run, rank 0's its main file
+#: ``<dir>/{%Y%m%d%H%M%S}_rank{N}.log``, one prefix a launch; a script's ``rank0.log``, ``train_rank3.log``;
+#: AzureML's ``user_logs/std_log_process_3.txt``): the ranks of one prefix are one run, rank 0's its main file
 RANKS = "ranks"
-_RANK_LOG = re.compile(r"(?P<prefix>(?:.*[_.-])?)rank_?(?P<rank>\d{1,6})(?P<extension>\.log|\.txt)")
+_RANK_LOG = re.compile(
+    r"(?P<prefix>(?:.*[_.-])?)(?:rank|process)_?(?P<rank>\d{1,6})(?P<extension>\.log|\.txt)"
+)
+#: the pods of a Kubeflow training job, each one's log saved as ``<pod>.log`` (``kubectl logs``): a
+#: PyTorchJob's ``<job>-master-0`` and ``<job>-worker-<i>``, an MPIJob's ``<job>-launcher`` and its workers
+_POD_ROLES = ("master", "launcher", "worker")
+_POD_LOG = re.compile(
+    r"(?P<job>.+)-(?P<role>master|launcher|worker)(?:-(?P<index>\d{1,5}))?(?P<extension>\.log|\.txt)"
+)
 
 
 def group_runs(paths: Iterable[Path]) -> list[RunFiles]:

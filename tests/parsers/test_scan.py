@@ -538,20 +538,26 @@ def test_a_sweeps_own_plan_is_no_log(tmp_path):
     ]
 
 
-def test_the_ranks_own_logs_of_one_prefix_are_one_run():
+def test_the_ranks_or_pods_own_logs_of_one_prefix_are_one_run():
     # DeepSpeed's launcher --enable_each_rank_log: {%Y%m%d%H%M%S}_rank{N}.log, one prefix a launch; a script's
     # rank{N}.log; rank 0's is the run's main file, the ranks in order
     names = [
         *(f"20240312101530_rank{rank}.log" for rank in (10, 2, 0, 1)),
         *(f"20240312143002_rank{rank}.log" for rank in (1, 0)),
         *("rank1.log", "rank0.log", "train_rank0.txt", "cranky.log"),
+        # AzureML's user_logs/std_log_process_<rank>.txt; a Kubeflow PyTorchJob's and MPIJob's pods
+        *("std_log_process_01.txt", "std_log_process_00.txt"),
+        *("ft-worker-1.log", "ft-master-0.log", "ft-worker-0.log", "mpi-worker-0.log", "mpi-launcher.log"),
     ]
     groups = group_runs([Path("/runs/logs") / name for name in names])
     assert [[p.name for p in g.files] for g in groups] == [
         [f"20240312101530_rank{rank}.log" for rank in (0, 1, 2, 10)],
         ["20240312143002_rank0.log", "20240312143002_rank1.log"],
         ["cranky.log"],
+        ["ft-master-0.log", "ft-worker-0.log", "ft-worker-1.log"],
+        ["mpi-launcher.log", "mpi-worker-0.log"],
         ["rank0.log", "rank1.log"],
+        ["std_log_process_00.txt", "std_log_process_01.txt"],
         ["train_rank0.txt"],
     ]
 
