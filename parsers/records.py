@@ -22,7 +22,7 @@ from logstat.parsers.kinds import (
     RecordTest,
     literals,
 )
-from logstat.parsers.source import Batch
+from logstat.parsers.source import ESCAPE, Batch
 
 _DIGIT = r"\d"  # Rust's \d is Unicode's decimal digits, as Python's
 #: a record's stacked launcher prefixes, each after any whitespace: torchrun's ``[default3]:``, ``[rank7]:``,
@@ -58,17 +58,30 @@ GLUED_TAG = rf"\[(?:default|rank){_DIGIT}+\]:"
 GLUED_TO_BAR = r"(\| *\d+/\d+ \[[^\]\r]*\]) *([^\s\r])"
 
 
+#: where a structured log's line holds the program's text: Google Cloud Logging's export (``textPayload``, a
+#: structured entry's ``jsonPayload.message``), docker's json-file driver and Kubernetes' collectors
+#: (``{"log":"...\\n","stream":"stdout",...}``), CloudWatch's and JSON loggers' ``message``
+JSON_TEXT_PATHS = ("$.textPayload", "$.jsonPayload.message", "$.log", "$.message")
+
+
 def split_records(lines: pl.LazyFrame, separator: str) -> pl.LazyFrame:
     """The non-blank records of ``lines`` (``run``, ``row``, ``order`` with the record's index in its
-    line, ``text`` without prefixes), not in line order; ``separator``: a character no line holds. Only
-    lines with a carriage return, a ``]:`` (a tag) or a ``%|`` (a bar) are split."""
+    line, ``text`` without prefixes), not in line order; ``separator``: a character no line holds. A
+    structured log's line is its text (JSON_TEXT_PATHS, escapes decoded, colour codes dropped). Only lines with a carriage
+    return, a newline (a structured line's), a ``]:`` (a tag) or a ``%|`` (a bar) are split."""
     text = pl.col("text")
-    several = text.str.contains(literals(("\r", "]:", "%|")))  # a bar: the next write glued to it
+    wrapped = text.str.starts_with('{"')
+    unwrapped = pl.coalesce(
+        *(text.str.json_path_match(path) for path in JSON_TEXT_PATHS), text
+    ).str.replace_all(ESCAPE, "")
+    lines = pl.concat([lines.filter(~wrapped), lines.filter(wrapped).with_columns(text=unwrapped)])
+    several = text.str.contains(literals(("\r", "\n", "]:", "%|")))  # a bar: the next write glued to it
     single = lines.filter(~several).select("run", "row", "order", text=text.str.replace(LEADING_PREFIX, ""))
     pieces = (
         text.str.replace_all(GLUED_TAG, separator + "${0}")
         .str.replace_all(GLUED_TO_BAR, "${1}" + separator + "${2}")
         .str.replace_all("\r", separator, literal=True)
+        .str.replace_all("\n", separator, literal=True)
     )
     run, order, position = pl.col("run"), pl.col("order"), pl.int_range(pl.len())
     first = ((order != order.shift(1)) | (run != run.shift(1))).fill_null(True)

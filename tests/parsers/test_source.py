@@ -107,6 +107,47 @@ def test_ordinary_text_is_not_taken_for_a_prefix():
     ]
 
 
+def test_a_structured_logs_line_is_the_text_it_holds():
+    # docker's json-file driver, Google Cloud Logging's export (text, structured), CloudWatch's: the text
+    # with its escapes decoded, colour codes dropped, a record per line of it; other JSON and dicts stay
+    lines = (
+        '{"log":"[default0]:iteration 3\\n","stream":"stdout","time":"2024-06-01T10:00:09.6Z"}',
+        '{"insertId": "x1", "textPayload": "\\u001b[31mstep:  1  \\u001b[32mloss: 11.5", "severity": "INFO"}',
+        '{"jsonPayload": {"message": "Traceback (most recent call last):\\n  File \\"train.py\\", line 3"}}',
+        '{"timestamp": 1718852400000, "message": "\\tTrain loss/train/total: 3.4521"}',
+        '{"loss": 2.31, "step": 10}',
+        "{'loss': 2.31, 'learning_rate': 3e-05, 'epoch': 0.5}",
+    )
+    assert records_of(*lines) == [
+        ["iteration 3"],
+        ["step:  1  loss: 11.5"],
+        ["Traceback (most recent call last):", '  File "train.py", line 3'],
+        ["\tTrain loss/train/total: 3.4521"],
+        ['{"loss": 2.31, "step": 10}'],
+        ["{'loss': 2.31, 'learning_rate': 3e-05, 'epoch': 0.5}"],
+    ]
+
+
+def test_a_docker_json_file_log_is_read_as_the_lines_it_holds(tmp_path):
+    import json
+
+    from logstat.api import load_runs
+
+    iteration = (
+        " iteration {step:8d}/      30 | consumed samples: {samples:12d} | elapsed time per iteration (ms): 1234.5 |"
+        " learning rate: 1.000E-04 | global batch size:    64 | lm loss: 7.123456E+00 | loss scale: 4096.0 |"
+    )
+    texts = [iteration.format(step=step, samples=64 * step) for step in (1, 2, 3)]
+    texts.append("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    wrapped = (
+        json.dumps({"log": f"{text}\n", "stream": "stderr", "time": "2024-06-01T10:00:09Z"}) for text in texts
+    )
+    (tmp_path / "4f2a-json.log").write_text("\n".join(wrapped) + "\n")
+    row = load_runs([tmp_path]).runs.row(0, named=True)
+    assert (row["family"], row["iterations"], row["status"]) == ("megatron", 3, "failed")
+    assert row["reason"] == f"CUDA out of memory: {texts[-1]}"  # the text, not its JSON
+
+
 def test_glued_ranks_and_carriage_returns_split_a_line_into_records():
     glued = (
         "[default0]:iteration 1 | a: 1 |[default3]:[Rank 3] (after 1 iterations) memory (MB) | allocated: 2"
