@@ -234,8 +234,10 @@ CLEAN_EXITS = ("exits successfully", "worker group successfully finished", "Succ
 #: other batch systems' word on how they ended a job -> (status, label, kind), the first named wins: LSF's
 #: job summary (``TERM_RUNLIMIT: job killed after reaching LSF run time limit.``), PBS's note in the job's
 #: error file (``=>> PBS: job killed: walltime 7210 exceeded limit 7200``; any other limit it names),
-#: Flux's job exception (``flux-job: job.exception type=timeout severity=0 resource allocation expired``);
-#: their exit code after it is a report
+#: Flux's job exception (``flux-job: job.exception type=timeout severity=0 resource allocation expired``),
+#: Ray's job CLI on a job stopped (``ray job stop``: ``Job 'raysubmit_W3xYq7' was stopped``); their exit code
+#: after it is a report
+RAY_JOB_STOPPED = "' was stopped"
 SCHEDULER_ENDS = dict.fromkeys(
     ("TERM_RUNLIMIT", "job killed: walltime", "job.exception type=timeout"),
     (TIMEOUT, TIME_LIMIT_LABEL, "time limit"),
@@ -245,7 +247,14 @@ SCHEDULER_ENDS |= dict.fromkeys(
 )
 SCHEDULER_ENDS["TERM_PREEMPT"] = ("cancelled", PREEMPTED_LABEL, "cancelled")
 SCHEDULER_ENDS |= dict.fromkeys(
-    ("TERM_OWNER", "TERM_ADMIN", "TERM_FORCE_", "TERM_REQUEUE_", "job.exception type=cancel"),
+    (
+        "TERM_OWNER",
+        "TERM_ADMIN",
+        "TERM_FORCE_",
+        "TERM_REQUEUE_",
+        "job.exception type=cancel",
+        RAY_JOB_STOPPED,
+    ),
     ("cancelled", "", "cancelled"),
 )
 SCHEDULER_ENDS["=>> PBS: job killed"] = ("failed", "", "scheduler")  # another limit: after the named ones

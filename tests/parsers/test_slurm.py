@@ -302,6 +302,13 @@ def test_lsf_job_summary_says_why_the_job_ended(term, status, reason):
     assert run.consequence_lines() == ["lines.log:8: Exited with exit code 140."]
 
 
+def test_a_ray_job_stopped_by_request_was_cancelled():
+    # ray job submit's CLI ends with the job's end: succeeded, failed, or stopped by `ray job stop`
+    stopped = "Job 'raysubmit_W3xYq7LkRnP2ZbV5' was stopped"
+    run = feed("{'loss': 1.2, 'learning_rate': 2e-05, 'epoch': 0.4}", "-" * 43, stopped, "-" * 43)
+    assert run.failure == ("cancelled", stopped, 3)
+
+
 def test_lsf_exit_code_alone_is_a_report_and_success_a_clean_exit():
     run = feed(
         "Traceback (most recent call last):", '  File "x.py", line 1', "ValueError: bad", LSF_SUMMARY[7]
