@@ -433,7 +433,9 @@ def _banner(label: str, value: int, out: list) -> None:
 
 
 def _command_line(text: str, out: list) -> None:
-    """An echoed launch command (``set -x``): facts, ``sized`` by a trained length, ``--logging_steps``."""
+    """An echoed launch command (``set -x``): facts, ``sized`` by a trained length, ``--logging_steps``. The
+    flags are no sign of the Trainer: scripts of their own take the same (DeepSpeed-Chat's, Accelerate's
+    ``*_no_trainer.py``)."""
     flags = grammar.command_line_flags(text)
     if flags.get("config_overrides"):
         _overrides(flags["config_overrides"], out)
@@ -450,7 +452,6 @@ def _command_line(text: str, out: list) -> None:
         first = _switch_on(flags, "logging_first_step")
         defaults = (("logging_steps", logging_steps), ("logging_first_step", first))
         out += [{"what": "default", "name": name, "value": _typed(value)} for name, value in defaults]
-    out.append(_SEEN)
 
 
 def _switch_on(flags: dict[str, str], name: str) -> bool:

@@ -23,9 +23,10 @@ from tests.conftest import FIXTURES
 def test_deepspeed_chat_is_deepspeed_though_its_flags_look_like_hf_trainer(path, steps, lrs):
     result = load_runs([FIXTURES / "deepspeed" / path])
     row = result.runs.row(0, named=True)
-    # the launcher's echoed command line holds --per_device_train_batch_size: HF Trainer has evidence
-    # (and its "Process N exits successfully." is launcher context, the slurm family's)
-    assert [name for name in row["families"] if name != "slurm"] == ["deepspeed", "hf-trainer"]
+    # the launcher's echoed command line holds --per_device_train_batch_size: DeepSpeed-Chat's own flags,
+    # read for their facts, no sign of the Trainer (and its "Process N exits successfully." is launcher
+    # context, the slurm family's)
+    assert [name for name in row["families"] if name != "slurm"] == ["deepspeed"]
     assert row["family"] == "deepspeed"
     its = result.iterations
     assert its["iteration"].to_list() == steps and its["lr"].to_list() == lrs
