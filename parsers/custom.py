@@ -22,7 +22,9 @@ Where no other family states them (the family's facts yield, ``fallback``), and 
 family was seen: the sequence length of a command line's flag (``--seq_len 2048``, ``--max-seq-len``,
 ``--seq-length``), the counts of a loop's header as ``key=value`` (``seq_len=2048``, ``seq_length=``; not a
 model's ``max_seq_len=``, the most it takes; ``micro_batch=``, ``global_batch=`` and their ``_size``,
-``max_steps=`` the plan), and the parameters a script counted, comma-grouped (``Model has 1,414,647,808
+``max_steps=`` the plan), Megatron's flags on an echoed command line (``--tensor-model-parallel-size``,
+``--pipeline-model-parallel-size``, ``--micro-batch-size``, ``--global-batch-size``, ``--train-iters``: a
+run that failed before Megatron's arguments dump), and the parameters a script counted, comma-grouped (``Model has 1,414,647,808
 parameters``, ``Loaded meta-llama/Llama-2-7b-hf: 6,738,415,616 parameters``, torchinfo's and Keras's
 ``Total params: 6,050,882,784``): ``logged_model_size`` in billions.
 
@@ -85,8 +87,19 @@ _COUNTS = {
     "global_batch_size": "global_batch_size",
     "max_steps": "train_iters",
 }
-COUNT = rf"(?:^|[\s,(])(?P<key>{'|'.join(_COUNTS)})=(?P<count>\d+)\b"
 _COUNT_MARKERS = tuple(f"{key}=" for key in _COUNTS)
+#: Megatron's flags on an echoed command line (a launcher's ``cmd = ...``, ``set -x``), by the fact each
+#: states: a run that failed before Megatron's arguments dump, or a script of its own taking Megatron's flags
+_MEGATRON_FLAGS = {
+    "--tensor-model-parallel-size": "tp",
+    "--pipeline-model-parallel-size": "pp",
+    "--micro-batch-size": "micro_batch_size",
+    "--global-batch-size": "global_batch_size",
+    "--train-iters": "train_iters",
+}
+#: a count stated either way: the key and its ``=``, or the flag and its ``=`` or space
+COUNT = rf"(?:^|[\s,(])(?P<key>(?:{'|'.join(_COUNTS)})=|(?:{'|'.join(_MEGATRON_FLAGS)})[= ])(?P<count>\d+)\b"
+_COUNT_FACTS = _COUNTS | {flag.strip("-"): fact for flag, fact in _MEGATRON_FLAGS.items()}
 #: a count of parameters, comma-grouped: what a model ``has`` or a name's ``:`` is, or a summary's total (not
 #: a part's: build-nanogpt's ``num decayed parameter tensors: 50, with 124,354,560 parameters``)
 PARAMETERS = r"(?:\bhas|:) (\d{1,3}(?:,\d{3}){2,}) parameters\b|^Total params: (\d{1,3}(?:,\d{3})+)\s*$"
@@ -130,13 +143,13 @@ def read_stated(records: pl.LazyFrame) -> Events:
         facts_of(records, NAME, seq_len=as_count(text.str.extract(SEQ_LEN, 1))),
         facts_of(records, NAME, logged_model_size=as_real(parameters) / 1e9),
     )
-    counts = stated_counts(records, NAME, COUNT, _COUNTS)
+    counts = stated_counts(records, NAME, COUNT, _COUNT_FACTS)
     return Events(facts=[frame.filter(pl.col("value") > 0).collect() for frame in (*stated, counts)])
 
 
 FAMILY = Family(
     name=NAME,
-    markers=(*_MARKERS, *_SEQ_MARKERS, *_COUNT_MARKERS, *_PARAMETER_MARKERS),
+    markers=(*_MARKERS, *_SEQ_MARKERS, *_COUNT_MARKERS, *_MEGATRON_FLAGS, *_PARAMETER_MARKERS),
     kinds=(
         RecordKind(
             family=NAME,
@@ -149,11 +162,19 @@ FAMILY = Family(
             family=NAME,
             name="stated",
             test=RecordTest(
-                markers=(*_SEQ_MARKERS, *_COUNT_MARKERS, *_PARAMETER_MARKERS),
+                markers=(*_SEQ_MARKERS, *_COUNT_MARKERS, *_MEGATRON_FLAGS, *_PARAMETER_MARKERS),
                 pattern=f"{SEQ_LEN}|{COUNT}|{PARAMETERS}",
             ),
             read=read_stated,
-            facts=("seq_len", "micro_batch_size", "global_batch_size", "train_iters", "logged_model_size"),
+            facts=(
+                "seq_len",
+                "micro_batch_size",
+                "global_batch_size",
+                "train_iters",
+                "tp",
+                "pp",
+                "logged_model_size",
+            ),
         ),
     ),
     fallback=True,

@@ -159,6 +159,25 @@ def test_a_loops_header_states_its_batches_length_and_plan(tmp_path):
     assert [row[fact] for fact in facts] == [4, 64, 512, None]  # 0 steps: no plan
 
 
+def test_megatrons_flags_on_an_echoed_command_state_a_run_that_never_dumped_its_arguments(tmp_path):
+    command = (
+        "[2024-03-12 10:15:29,766] [INFO] [runner.py:568:main] cmd = /usr/bin/python -u -m deepspeed.launcher.launch"
+        " pretrain_gpt.py --tensor-model-parallel-size 4 --pipeline-model-parallel-size=2 --micro-batch-size 1"
+        " --global-batch-size 512 --seq-length 4096 --train-iters 100000"
+    )
+    failure = ["Traceback (most recent call last):", '  File "pretrain_gpt.py", line 3', "ValueError: bad"]
+    row, _ = runs_of(tmp_path, [command, *failure])
+    facts = ("tp", "pp", "micro_batch_size", "global_batch_size", "seq_len", "train_iters")
+    assert [row[fact] for fact in facts] == [4, 2, 1, 512, 4096, 100000]
+    dump = [
+        "------------------------ arguments ------------------------",
+        "  train_iters ..................................... 2000",
+        "-------------------- end of arguments ---------------------",
+    ]
+    row, _ = runs_of(tmp_path, [command, *dump])
+    assert (row["train_iters"], row["provenance"]["train_iters"]) == (2000, "megatron:3")
+
+
 @pytest.mark.parametrize(
     ("line", "billions"),
     [
