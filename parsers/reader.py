@@ -118,6 +118,25 @@ def is_log_file(path: Path) -> bool:
     )
 
 
+#: a logging service's export of a job's lines, a JSON entry a line (Google Cloud Logging's ``textPayload``,
+#: ``jsonPayload``; docker's json-file driver's ``log`` and ``stream``) or pretty-printed (its text field's
+#: ``"textPayload": "...``, CloudWatch's ``"message": "...``): read as the text each holds
+STRUCTURED_SUFFIXES = (".json", ".jsonl", ".ndjson")
+_STRUCTURED_KEYS = re.compile(
+    rb'^(?:\{(?:[^\n]*"(?:textPayload|jsonPayload)": |"log": ?"[^\n]*"stream": ?")|\s*"(?:textPayload|message)": ")'
+)
+_STRUCTURED_HEAD_BYTES = 1 << 14
+
+
+def is_structured_log(path: Path) -> bool:
+    """Whether a JSON file is a logging service's export of a job's lines (by its first lines)."""
+    if _base(path)[1] not in STRUCTURED_SUFFIXES:
+        return False
+    return any(
+        _STRUCTURED_KEYS.match(line) for line in source_head(path, _STRUCTURED_HEAD_BYTES).splitlines()[:40]
+    )
+
+
 def _job_named(path: Path) -> re.Match[str] | None:
     """The name of a job's output named after its id alone (``train.123456``), split (``job``)."""
     return _JOB_NAMED.fullmatch(_uncompressed_name(path))

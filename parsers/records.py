@@ -62,18 +62,23 @@ GLUED_TO_BAR = r"(\| *\d+/\d+ \[[^\]\r]*\]) *([^\s\r])"
 #: structured entry's ``jsonPayload.message``), docker's json-file driver and Kubernetes' collectors
 #: (``{"log":"...\\n","stream":"stdout",...}``), CloudWatch's and JSON loggers' ``message``
 JSON_TEXT_PATHS = ("$.textPayload", "$.jsonPayload.message", "$.log", "$.message")
+#: an export's entry pretty-printed (the Cloud Logging console's download, ``aws logs get-log-events``): the
+#: line of its text field
+PRETTY_TEXT_FIELD = r'^\s*"(?:textPayload|message)": "'
 
 
 def split_records(lines: pl.LazyFrame, separator: str) -> pl.LazyFrame:
     """The non-blank records of ``lines`` (``run``, ``row``, ``order`` with the record's index in its
     line, ``text`` without prefixes), not in line order; ``separator``: a character no line holds. A
-    structured log's line is its text (JSON_TEXT_PATHS, escapes decoded, colour codes dropped). Only lines with a carriage
-    return, a newline (a structured line's), a ``]:`` (a tag) or a ``%|`` (a bar) are split."""
+    structured log's line is its text (JSON_TEXT_PATHS, escapes decoded, colour codes dropped). Only
+    lines with a carriage return, a newline (a structured line's), a ``]:`` (a tag) or a ``%|`` (a bar) are split."""
     text = pl.col("text")
-    wrapped = text.str.starts_with('{"')
-    unwrapped = pl.coalesce(
-        *(text.str.json_path_match(path) for path in JSON_TEXT_PATHS), text
-    ).str.replace_all(ESCAPE, "")
+    # an entry a line, or an export's entries pretty-printed: their text field's line, as an entry of its own
+    pretty = text.str.contains(PRETTY_TEXT_FIELD)
+    entries = pl.when(pretty).then(pl.concat_str(pl.lit("{"), text.str.strip_chars_end(", \t"), pl.lit("}")))
+    wrapped = text.str.starts_with('{"') | pretty
+    found = (entries.otherwise(text).str.json_path_match(path) for path in JSON_TEXT_PATHS)
+    unwrapped = pl.coalesce(*found, text).str.replace_all(ESCAPE, "")
     lines = pl.concat([lines.filter(~wrapped), lines.filter(wrapped).with_columns(text=unwrapped)])
     several = text.str.contains(literals(("\r", "\n", "]:", "%|")))  # a bar: the next write glued to it
     single = lines.filter(~several).select("run", "row", "order", text=text.str.replace(LEADING_PREFIX, ""))

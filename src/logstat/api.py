@@ -42,7 +42,8 @@ def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None 
     """The log files named by ``paths``: files as given, directories walked recursively for the files
     named like logs (``logstat.parsers.reader.is_log_file``: ``*.out``, ``*.err``, ``*.log``, ``*.txt``,
     ``*.stdout``, ``*.stderr``, PBS/SGE ``name.o123`` / ``name.e123``, a job id without an extension
-    (``name.1234``), rotated logs (``train.log.1``), and ``.gz``, ``.xz``, ``.bz2`` of those). Every path
+    (``name.1234``), rotated logs (``train.log.1``), and ``.gz``, ``.xz``, ``.bz2`` of those; a JSON file whose
+    lines are a logging service's entries, ``reader.is_structured_log``). Every path
     the walk passes over (another name, a hidden file or directory but ``LOG_DIRECTORIES``, a symbolic
     link to a directory, which is not followed, a special file, a tool's files: ``TOOL_DIRECTORIES``,
     ``TOOL_FILES``) is handed to ``skipped`` with the reason. A path that does not exist is an error naming it. A file named twice
@@ -91,7 +92,7 @@ def _hidden(directory: str) -> bool:
 def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
     """The log files under ``root``; what is passed over goes to ``skipped``. A hidden directory (a
     ``.git``) or a tool's (``TOOL_DIRECTORIES``) is one report, not one per file in it."""
-    from logstat.parsers.reader import is_log_file
+    from logstat.parsers.reader import is_log_file, is_structured_log
     from logstat.runners.rundir import PLAN_FILE, SWEEP_FILE
 
     for directory, subdirectories, files in os.walk(root, onerror=lambda error: _unreadable(error, skipped)):
@@ -117,7 +118,7 @@ def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
                 skipped(path, "hidden file")
             elif name in TOOL_FILES or name in ours:
                 skipped(path, TOOL_FILES.get(name) or ours[name])
-            elif not is_log_file(path):
+            elif not is_log_file(path) and not is_structured_log(path):
                 skipped(path, "not named like a log")
             elif _listable(path):  # the name test first: a stat only for the files named like logs
                 yield path

@@ -521,6 +521,31 @@ def test_a_log_compressed_as_logstat_cannot_read_is_a_row_saying_so_not_passed_o
     assert row["reason"] == f"{compression}-compressed: logstat does not read it (decompress it first)"
 
 
+def test_a_logging_services_json_export_is_a_log_and_other_json_is_not(tmp_path):
+    # Cloud Logging's export (an entry a line, or the console's pretty-printed download), docker's
+    # json-file log; a DeepSpeed config and a Trainer's state are JSON of another kind
+    exports = {
+        "export.jsonl": '{"textPayload": "iteration 3", "severity": "INFO"}\n',
+        "downloaded-logs-20241202.json": '[\n  {\n    "insertId": "x1",\n    "textPayload": "iteration 3",\n',
+        "events.ndjson": '{"log":"iteration 3\\n","stream":"stdout","time":"2024-06-01T10:00:09Z"}\n',
+        "ds_config.json": '{\n  "train_batch_size": 64,\n  "zero_optimization": {"stage": 3}\n}\n',
+        "trainer_state.json": '{"log_history": [{"loss": 2.3, "step": 10}], "message": "x"}\n',
+    }
+    for name, text in exports.items():
+        (tmp_path / name).write_text(text)
+    passed = []
+    found = find_logs([tmp_path], skipped=lambda path, reason: passed.append((path.name, reason)))
+    assert sorted(path.name for path in found) == [
+        "downloaded-logs-20241202.json",
+        "events.ndjson",
+        "export.jsonl",
+    ]
+    assert sorted(passed) == [
+        ("ds_config.json", "not named like a log"),
+        ("trainer_state.json", "not named like a log"),
+    ]
+
+
 def test_a_sweeps_own_plan_is_no_log(tmp_path):
     # `logstat sweep` writes sweep.json and plan.txt (the plan it printed) beside the points' run directories
     sweep = tmp_path / "runs" / "gpt2-tiny-ddp-powersgd" / "sweep-20260101T000000Z-abc123"

@@ -117,6 +117,10 @@ def test_a_structured_logs_line_is_the_text_it_holds():
         '{"timestamp": 1718852400000, "message": "\\tTrain loss/train/total: 3.4521"}',
         '{"loss": 2.31, "step": 10}',
         "{'loss': 2.31, 'learning_rate': 3e-05, 'epoch': 0.5}",
+        # an export pretty-printed (the Cloud Logging console's download, aws logs get-log-events): its
+        # text field's line
+        '    "textPayload": "[rank0]:iteration 3",',
+        '            "message": "ValueError: bad \\"x\\"",',
     )
     assert records_of(*lines) == [
         ["iteration 3"],
@@ -125,6 +129,8 @@ def test_a_structured_logs_line_is_the_text_it_holds():
         ["\tTrain loss/train/total: 3.4521"],
         ['{"loss": 2.31, "step": 10}'],
         ["{'loss': 2.31, 'learning_rate': 3e-05, 'epoch': 0.5}"],
+        ["iteration 3"],
+        ['ValueError: bad "x"'],
     ]
 
 
