@@ -294,15 +294,17 @@ def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
             runs.append(RunFiles(key=path_text(path), files=(path,)))
     torchrun: dict[str, list[RunFiles]] = {}
     ranked: list[RunFiles] = []
+    conventions: dict[RunFiles, str] = {}
     for (directory, convention, _), files in groups.items():
         ordered = [path for _, path in sorted(files, key=lambda item: (item[0], item[1].name))]
         main = ordered[-1] if convention == ROTATED else ordered[0]
         runs.append(RunFiles(key=path_text(main), files=tuple(ordered)))
+        conventions[runs[-1]] = convention
         if convention == TORCHRUN:
             torchrun.setdefault(os.path.basename(directory), []).append(runs[-1])
         elif convention == RANKS:
             ranked.append(runs[-1])
-    runs = _with_rank_log_launchers(_with_launchers(_with_job_logs(runs), torchrun), ranked)
+    runs = _with_rank_log_launchers(_with_launchers(_with_job_logs(runs, conventions), torchrun), ranked)
     return sorted(runs, key=lambda r: r.key)
 
 
@@ -310,7 +312,7 @@ def group_runs(paths: Iterable[Path]) -> list[RunFiles]:
 _BATCH_OUTPUT = re.compile(r"slurm-(?P<job>\d+(?:_\d+)?)")
 
 
-def _with_job_logs(runs: list[RunFiles]) -> list[RunFiles]:
+def _with_job_logs(runs: list[RunFiles], conventions: dict[RunFiles, str]) -> list[RunFiles]:
     """A batch job's own output (``slurm-%j.out``, its ``.err``) joined with the logs beside it that the
     job wrote: those whose names hold its job id (its tasks' or nodes' files, ``srun --output=%x-%j-%t.out``,
     ``%N``, ``%j.%s``; a restart's ``llama-8899001-r1.log``; a heterogeneous job's components
@@ -318,18 +320,18 @@ def _with_job_logs(runs: list[RunFiles]) -> list[RunFiles]:
     rotated files, ``| tee train.log``; the ranks' logs of one prefix, ``rank<N>.log``). One run named by the
     job's file, read first (its lines span the job: a restart's preemption before the next restart's
     failure), then the logs in their names' order. Beside any other file, whose an unnamed log is is
-    unknown."""
+    unknown. ``conventions``: the naming convention that grouped each run's files (none for a log alone)."""
     by_directory: dict[Path, list[RunFiles]] = {}
     for run in runs:
         by_directory.setdefault(Path(run.key).absolute().parent, []).append(run)
     joined: dict[RunFiles, RunFiles | None] = {}
     for here in by_directory.values():
-        for batch, job in ((run, job) for run in here if (job := _batch_job(run))):
+        for batch, job in ((run, job) for run in here if (job := _batch_job(run, conventions.get(run)))):
             others = [run for run in here if run is not batch]
             named = [
                 run for run in others if re.search(rf"(?:^|[-_.]){job}(?:[-_.]|$)", _base(Path(run.key))[0])
             ]
-            if not named and len(others) == 1 and _convention(others[0]) in (RANKS, ROTATED):
+            if not named and len(others) == 1 and conventions.get(others[0]) in (RANKS, ROTATED):
                 named = others
             if named:
                 logs = [path for run in sorted(named, key=lambda r: _natural(r.key)) for path in run.files]
@@ -337,16 +339,10 @@ def _with_job_logs(runs: list[RunFiles]) -> list[RunFiles]:
     return [joined.get(run, run) for run in runs if joined.get(run, run) is not None]
 
 
-def _batch_job(run: RunFiles) -> str | None:
+def _batch_job(run: RunFiles, convention: str | None) -> str | None:
     """The job id of a batch job's own output (``slurm-%j.out`` and its ``.err``, nothing else), else None."""
-    batch = _BATCH_OUTPUT.fullmatch(_base(Path(run.key))[0]) if _convention(run) == "out" else None
+    batch = _BATCH_OUTPUT.fullmatch(_base(Path(run.key))[0]) if convention == "out" else None
     return batch["job"] if batch and len(run.files) <= 2 else None
-
-
-def _convention(run: RunFiles) -> str | None:
-    """The naming convention that grouped a run's files, None for a log of its own."""
-    stream = _job_stream(Path(run.key))
-    return stream[0][1] if stream else None
 
 
 #: torch elastic's agent names the log directory it set up for the workers (torch/distributed/elastic/

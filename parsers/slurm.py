@@ -722,7 +722,7 @@ _COLLECTIVE_TIMEOUT = "collective operation timeout"
 _RANKS_OWN_FAILURES = ("exception", "cuda oom")
 
 
-def _peers_died(events: list[tuple], launch_start: int, restart: int | None = None) -> list[tuple]:
+def _peers_died(events: list[tuple], launch_start: int, restart: int | None) -> list[tuple]:
     """An NCCL watchdog's timeout or error is what the other ranks see of a rank that died: an effect, not
     the cause, where the cgroup OOM killer killed one (slurmstepd reports it when the step ends, after the
     watchdogs fired) or a rank was killed or crashed before it in its file (the first such effect is then
