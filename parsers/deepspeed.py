@@ -206,6 +206,15 @@ CHECKPOINT_LOAD = (
 #: 0.05s, Batch Size: 8, Sequence Length: 512``, the model's size (``numel`` of every parameter) and the
 #: sequence length it trains on
 CHAT_THROUGHPUT = r"^Model Parameters: ([0-9]+\.[0-9]+) B, Latency: .*, Sequence Length: ([0-9]+)$"
+#: DeepSpeed-Chat's step 3 (training/step3_rlhf_finetuning/main.py), a line per generation batch after its
+#: PPO epochs: ``epoch: 0|step: 4|ppo_ep: 1|act_loss: ...`` (2023's first), ``Epoch: 0 | Step: 4 | PPO Epoch: 1 |
+#: Actor Loss: ...`` since; ``step`` is the batch's index in its epoch (``enumerate``), the actor's loss the loss
+CHAT_PPO_STEP = (
+    rf"^[Ee]poch: ([0-9]+) ?\| ?[Ss]tep: ([0-9]+) ?\| ?(?:ppo_ep|PPO Epoch): [0-9]+ ?\| ?"
+    rf"(?:act_loss|Actor Loss): ({NUMBER}) ?\|"
+)
+#: the epoch's banner before them: ``Beginning of Epoch 1/1, Total Generation Batches 120``, its batches
+CHAT_EPOCH = r"^Beginning of Epoch [0-9]+/[0-9]+, Total Generation Batches ([0-9]+)$"
 #: DeepSpeedConfig's word at its start (runtime/config.py, 0.15 on: ``Config mesh_device None world_size = 16``):
 #: its ``world_size``, the data-parallel size the dump prints too (a float where Ulysses divided the world by
 #: its sequence-parallel size); without a device mesh nor that division the GPU count unless model
@@ -226,6 +235,8 @@ _RECORD_MARKERS = (
     " loading checkpoint: ",
     "Model Parameters: ",
     "Config mesh_device ",
+    "poch: ",
+    "Total Generation Batches ",
 )
 _RECORDS_PATTERN = "|".join(
     f"(?:{pattern})"
@@ -242,6 +253,8 @@ _RECORDS_PATTERN = "|".join(
         CHECKPOINT_LOAD,
         CHAT_THROUGHPUT,
         CONFIG_WORLD,
+        CHAT_PPO_STEP,
+        CHAT_EPOCH,
     )
 )
 
@@ -264,6 +277,7 @@ def _record_events(records: pl.DataFrame) -> Events:
     pipe = _matches(records, PIPE_STEPS, ["digits", "loss", "seconds", "rate"])
     rate = {"loss": _real("loss"), "elapsed_ms": _real("seconds") * 1000, "samples_per_sec": _real("rate")}
     events.extend(_steps(pipe, _PIPE, **rate))
+    events.extend(_chat_ppo_steps(records))
     config = _matches(records, PIPE_CONFIG, ["gas", "micro_batch_size"]).filter(pl.col("seq") == 0)
     unique = _matches(records, UNIQUE_PARAMS, ["params"]).filter(pl.col("seq") == 0)
     counts = [_count(config, pl.col(fact), fact, whole=True) for fact in ("gas", "micro_batch_size")]
@@ -276,9 +290,9 @@ def _record_events(records: pl.DataFrame) -> Events:
     axes = [_count(topology, _axis(name) + 1, fact) for fact, name in _AXES.items()]
     gpus = _count(topology, pl.col("last").cast(pl.Int64, strict=False) + 1, "gpus")
     stages = _matches(records, PIPE_STAGE, ["stage"])
-    pipeline = _count(
-        stages, pl.col("stage").cast(pl.Int64, strict=False) + 1, "pp"
-    )  # the last line's counts
+    # the last line's counts, where no topology came first: printed whole on one line, it is what a cut
+    # list of stages is not
+    pipeline = _count(stages, pl.col("stage").cast(pl.Int64, strict=False) + 1, "pp", unless=(TOPOLOGY_SEEN,))
     loaded = _matches(records, CHECKPOINT_LOAD, ["digits"])
     resumed = _count(loaded, pl.col("digits"), "resumed_step", whole=True)
     # restated every step: the last (a segment's last is restated by the next segment's, as it would be read
@@ -300,6 +314,18 @@ def _record_events(records: pl.DataFrame) -> Events:
     ]
     events.marks += [*seen, kinds.marks_of(topology.lazy(), TOPOLOGY_SEEN, kinds.SEEN)]
     return events
+
+
+def _chat_ppo_steps(records: pl.DataFrame) -> Events:
+    """A step per DeepSpeed-Chat PPO line: its batch's index from 1, after the batches of the epochs before
+    (its epoch's banner's count; a later epoch's line without one is no step)."""
+    found = _matches(records, CHAT_PPO_STEP, ["epoch", "index", "loss"]).sort("run", "order")
+    banners = _matches(records, CHAT_EPOCH, ["batches"]).select("run", "order", batches=pl.col("step"))
+    found = found.join_asof(banners.sort("run", "order"), on="order", by="run", check_sortedness=False)
+    epoch, index = (pl.col(name).cast(pl.Int64, strict=False) for name in ("epoch", "index"))
+    before = pl.when(epoch == 0).then(0).otherwise(epoch * pl.col("batches"))
+    found = found.with_columns(step=before + index + 1, digits=pl.col("index"))
+    return _steps(found, _STEP, loss=_real("loss"))
 
 
 def _axis(name: str) -> pl.Expr:

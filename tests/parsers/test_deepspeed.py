@@ -291,6 +291,26 @@ def test_pipeline_engine_steps_line():
     assert run.iterations[10]["line"] == 3
 
 
+def _chat_ppo_line(epoch: int, step: int, loss: float, *, newer: bool) -> str:
+    """DeepSpeed-Chat step 3's line after a generation batch's PPO epochs (step3_rlhf_finetuning/main.py)."""
+    if newer:
+        return f"Epoch: {epoch} | Step: {step} | PPO Epoch: 1 | Actor Loss: {loss} | Critic Loss: 0.25 | Unsupervised Loss: 0.0"
+    return f"epoch: {epoch}|step: {step}|ppo_ep: 1|act_loss: {loss}|cri_loss: 0.25|unsup_loss: 0.0"
+
+
+@pytest.mark.parametrize("newer", [False, True])
+def test_deepspeed_chat_ppo_lines_are_steps_counted_across_epochs(newer):
+    lines = ["Beginning of Epoch 1/2, Total Generation Batches 3"]
+    lines += [_chat_ppo_line(0, index, 0.5 + index, newer=newer) for index in range(3)]
+    lines += ["Beginning of Epoch 2/2, Total Generation Batches 3", _chat_ppo_line(1, 0, -0.125, newer=newer)]
+    run = feed_lines(deepspeed.FAMILY, lines)
+    # the batch's index in its epoch, from 1, after the epochs before it
+    assert {step: row["loss"] for step, row in run.iterations.items()} == {1: 0.5, 2: 1.5, 3: 2.5, 4: -0.125}
+    assert run.iterations[4]["line"] == 6
+    # a later epoch's line whose banner is not in the log is no step
+    assert feed_lines(deepspeed.FAMILY, [_chat_ppo_line(1, 0, 0.5, newer=newer)]).iterations == {}
+
+
 @pytest.mark.parametrize(
     "line",
     [
@@ -399,6 +419,18 @@ def test_the_partition_rank_0_prints_states_the_pipeline(tmp_path):
     assert (run.facts["pp"], run.provenance["pp"]) == (4, "deepspeed:4")
     # a line that only looks like one (a config's repr, a sentence) states nothing
     assert feed_with_megatron(tmp_path, ["model stage=3 layers=2 of 8", *DUMP]).facts.get("pp") is None
+
+
+def test_the_partition_cut_short_after_the_topology_leaves_the_topology_s_pipeline(tmp_path):
+    from deepspeed.runtime.pipe.topology import PipeDataParallelTopology
+
+    # the grid is printed whole before the partition (PipelineModule.__init__); a log cut after the first
+    # stage's line lists one stage of four
+    grid = PipeDataParallelTopology(num_pp=4, num_dp=2)
+    run = feed_with_megatron(
+        tmp_path, [_topology_line(grid), "stage=0 layers=8", "     0: EmbeddingPipe", *DUMP]
+    )
+    assert (run.facts["pp"], run.provenance["pp"]) == (4, "deepspeed:1")
 
 
 def test_a_topology_cut_before_its_end_states_nothing(tmp_path):
