@@ -29,6 +29,7 @@ import polars as pl
 from logstat.parsers.base import Family
 from logstat.parsers.kinds import (
     BODY,
+    COMPLETE,
     NUMBER,
     RECORD,
     SEEN,
@@ -147,12 +148,25 @@ CONFIG = Block(
 )
 
 
+#: llm-foundry's train script's last line, after ``trainer.fit()`` returned (``log.info('Done.')``, its logger
+#: ``llmfoundry.command_utils.train``, ``__main__`` in scripts/train/train.py before 0.11), in the format it sets:
+#: ``2024-03-14 08:15:04,200: rank0[7713][MainThread]: INFO: llmfoundry.command_utils.train: Done.``
+DONE = r": rank[0-9]+\[[0-9]+\]\[[^\]]*\]: INFO: (?:__main__|llmfoundry\.command_utils\.train): Done\.\s*$"
+_DONE_MARKER = ": Done."
+
+
+def read_done(records: pl.LazyFrame) -> Events:
+    """The run's end."""
+    text = pl.col("text").str.strip_chars()
+    return Events(marks=[marks_of(records, NAME, SEEN), marks_of(records, NAME, COMPLETE, text)])
+
+
 #: Composer's code in a traceback's frames, and llm-foundry's
 CODE = ("/composer/trainer/", "/composer/core/", "/llmfoundry/")
 
 FAMILY = Family(
     name=NAME,
-    markers=(_HEADER_MARKER, _METRIC_MARKER, *CODE, *CONFIG_OPENERS, *CONFIG.markers),
+    markers=(_HEADER_MARKER, _METRIC_MARKER, _DONE_MARKER, *CODE, *CONFIG_OPENERS, *CONFIG.markers),
     kinds=(
         RecordKind(
             family=NAME,
@@ -167,6 +181,9 @@ FAMILY = Family(
             test=RecordTest(markers=(_METRIC_MARKER,), pattern=METRIC),
             read=read_metrics,
             facts=("micro_batch_size",),
+        ),
+        RecordKind(
+            family=NAME, name="done", test=RecordTest(markers=(_DONE_MARKER,), pattern=DONE), read=read_done
         ),
         code_frames(NAME, CODE),
     ),

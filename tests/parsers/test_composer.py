@@ -79,6 +79,20 @@ def test_evaluations_and_other_units_are_no_steps(tmp_path):
     assert row["family"] == "composer"
 
 
+@pytest.mark.parametrize("logger", ["llmfoundry.command_utils.train", "__main__"])
+def test_llm_foundrys_done_after_fit_ends_the_run(tmp_path, logger):
+    # an epochs' plan names no steps: only the train script's last line says fit() returned
+    header = "2024-03-14 08:15:04,200: rank0[7713][MainThread]: INFO:"
+    lines = ["[epoch=2][batch=60/60]:", "\t Train loss/train/total: 1.2500", f"{header} {logger}: Done."]
+    log = tmp_path / "sft.log"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    row, _ = read(log)
+    assert (row["status"], row["reason_line"]) == ("ok", 3)
+    # a script of another name saying "Done." is no end of Composer's
+    log.write_text("\n".join([*lines[:2], f"{header} my_data.prep: Done."]) + "\n", encoding="utf-8")
+    assert read(log)[0]["status"] == "incomplete"
+
+
 @pytest.mark.parametrize("path", [BATCHES, EPOCHS])
 def test_the_logged_config_states_the_runs_shape(path):
     text = path.read_text(encoding="utf-8")
