@@ -53,21 +53,29 @@ from logstat.parsers.kinds import (
 
 NAME = "custom"
 
-#: ``step N`` (``N/M``: and the plan's total) as a word, then a separator (``|``, ``]``, ``,``) or none, a space
-#: and, later on the line, the loss (``loss X``, ``loss=X``, ``loss: X``, ``train loss X``), or the same
-#: capitalized (``Step N | Loss: X``); ``step N:`` is no step's line (nanoGPT's and LitGPT's evaluations and
-#: steps are their families'), nor ``Step N | loss:X`` (torchtune's)
-STEP_LINE = (
-    r"(?:^|[\s|\[])(?:step\s+(\d+)(?:\s*/\s*(\d+))?\s*[\]|,]?\s.*?\b(?:train[\s_])?loss"
-    r"|Step\s+(\d+)(?:\s*/\s*(\d+))?\s*[\]|,]?\s.*?\b(?:[Tt]rain[\s_])?Loss)"
-    rf"\b\s*[:=]?\s*({NUMBER})"
+_OF_TOTAL = r"(?:\s*/\s*(\d+))?"
+#: a step line's forms, each with two groups (the step, the plan's total): ``step N`` (``N/M``) as a word, or
+#: ``step=N``, then a separator (``|``, ``]``, ``,``) or none, a space and, later on the line, the loss
+#: (``loss X``, ``loss=X``, ``loss: X``, ``train loss X``); ``iter N |`` or ``iter=N`` and a loss; ``it N: loss``;
+#: the same capitalized (``Step N | Loss: X``, ``Step [N/M] Loss: X``; ``Iter N | loss X``). ``step N:`` and
+#: ``iter N:`` are no step's line (nanoGPT's and LitGPT's evaluations and steps are their families'), nor
+#: ``Step N | loss:X`` (torchtune's), nor ``step=N,`` (DeepSpeed's)
+_STEP_FORMS = (
+    rf"step(?:\s+(\d+){_OF_TOTAL}\s*[\]|,]?|\s*=\s*(\d+){_OF_TOTAL})\s.*?\b(?:train[\s_])?loss",
+    rf"[Ii]ter(?:\s+(\d+){_OF_TOTAL}\s*\||\s*=\s*(\d+){_OF_TOTAL}[\s,])\s*.*?\b[Ll]oss",
+    rf"it\s+(\d+){_OF_TOTAL}:\s+loss",
+    rf"Step\s+\[?\s*(\d+){_OF_TOTAL}\s*\]?\s*[|,]?\s.*?\b(?:[Tt]rain[\s_])?Loss",
 )
-_MARKERS = ("step ", "Step ")
+STEP_LINE = rf"(?:^|[\s|\[])(?:{'|'.join(_STEP_FORMS)})\b\s*[:=]?\s*({NUMBER})"
+#: the groups of the step and the total in STEP_LINE, and of the loss
+_STEP_GROUPS, _TOTAL_GROUPS = range(1, 13, 2), range(2, 13, 2)
+_LOSS_GROUP = 13
+_MARKERS = ("step ", "Step ", "step=", "iter ", "Iter ", "iter=", ": loss")
 _LEARNING_RATE = rf"\blr\s*[:=]?\s*({NUMBER})"
 _GRAD_NORM = rf"\b(?:grad_)?norm\s*[:=]?\s*({NUMBER})"
 #: a step's time: after its name, per step or iteration, or a field of its own between ``|``
 STEP_TIME = (
-    rf"(?:\bdt|\bstep_time|\btime(?:/step)?)\s*[:=]?\s*({NUMBER})\s*(ms|s)\b"
+    rf"(?:\bdt|\bstep_time|\b[Tt]ime(?:/step)?)\s*[:=]?\s*({NUMBER})\s*(ms|s)\b"
     rf"|({NUMBER})\s*(ms|s)/(?:step|it)\b"
     rf"|\|\s*({NUMBER})\s*(ms|s)\s*(?:\||$)"
 )
@@ -118,13 +126,13 @@ def read_steps(records: pl.LazyFrame) -> Events:
     """A step event per step line, and the planned steps of a run's last line that states them."""
     text = pl.col("text")
     fields = text.str.extract_groups(STEP_LINE)
-    step = as_count(pl.coalesce(fields.struct["1"], fields.struct["3"]))
-    total = as_count(pl.coalesce(fields.struct["2"], fields.struct["4"]))
+    step = as_count(pl.coalesce(fields.struct[str(group)] for group in _STEP_GROUPS))
+    total = as_count(pl.coalesce(fields.struct[str(group)] for group in _TOTAL_GROUPS))
     events = step_lines(
         records,
         NAME,
         step=pl.when(step > 0).then(step),
-        loss=as_real(fields.struct["5"]),
+        loss=as_real(fields.struct[str(_LOSS_GROUP)]),
         lr=as_real(text.str.extract(_LEARNING_RATE, 1)),
         grad_norm=as_real(text.str.extract(_GRAD_NORM, 1)),
         elapsed_ms=_milliseconds(text),

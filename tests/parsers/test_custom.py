@@ -86,6 +86,11 @@ def test_a_loop_on_deepspeeds_engine_is_a_deepspeed_run_whose_rows_are_the_loops
             270.0,
         ),
         ("Epoch 1, Step 120/900, Train Loss: 2.3456", 120, 2.3456, None),
+        ("2024-07-02 11:00:05,303 INFO step=20 loss=10.592 lr=3.0e-06 step_time=0.736s", 20, 10.592, 736.0),
+        ("[rank 3] Iter 5000 | loss 7.2240 | 1.03 s/it", 5000, 7.224, 1030.0),
+        ("iter=40, loss=2.5, time 120ms", 40, 2.5, 120.0),
+        ("it 120: loss 3.2100, time 412.31ms, mfu 38.2%", 120, 3.21, 412.31),
+        ("Step [100/25000] Loss: 9.8422 Time/step: 0.349s", 100, 9.8422, 349.0),
     ],
 )
 def test_a_loops_step_after_a_loggers_or_a_ranks_fields(tmp_path, line, step, loss, elapsed_ms):
@@ -105,6 +110,7 @@ def test_a_loops_step_after_a_loggers_or_a_ranks_fields(tmp_path, line, step, lo
         "iter 100 step 25: loss 2.3456, iter time: 300.12ms (optimizer.step)",  # LitGPT
         "[Rank 0] step=50, skipped=0, lr=[2.5e-05], mom=[(0.9, 0.95)]",  # DeepSpeed
         "Skipping step 10 | loss scale reduced",  # no step number before a '|' then a loss
+        "iter 100: loss 2.3456, time 300.12ms, mfu 40.10%",  # nanoGPT's
     ],
 )
 def test_other_families_step_records_are_no_custom_loops(tmp_path, line):
