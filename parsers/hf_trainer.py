@@ -210,6 +210,9 @@ _GATED_MODEL_TYPES = frozenset(
 _CONFIG_KEYS = (*_SHAPE_KEYS, "hidden_act", "model_type", "gradient_checkpointing", "tie_word_embeddings")
 _FINAL_FACTS = {"train_runtime": "final_train_runtime_s", "train_samples_per_second": "final_samples_per_sec"}
 _FINAL_FACTS["train_steps_per_second"] = "final_steps_per_sec"  # final metrics -> fact, in reading order
+#: TRL's PPOTrainer and RLOOTrainer (0.11 on) log an update's metrics without ``loss``: its policy loss, and
+#: ``lr`` (``'objective/kl': 0.5, ..., 'loss/policy_avg': -0.013, ..., 'lr': 2.9e-06, 'episode': 512``)
+_POLICY_LOSS = "loss/policy_avg"
 _DICT_METRICS = {"loss": "loss", "learning_rate": "lr", "grad_norm": "grad_norm"}  # dict key -> step metric
 FACTS = (
     *("micro_batch_size", "gas", "global_batch_size", "dp", "train_iters", "precision", "gpus", "nodes"),
@@ -505,6 +508,8 @@ def _dicts(text: str, out: list) -> None:
             out.append(_note(f"{logged}: {body[:80]!r}"))
         if not isinstance(logged, dict):
             continue
+        if "loss" not in logged and _POLICY_LOSS in logged:
+            logged = {**logged, "loss": logged[_POLICY_LOSS], "learning_rate": logged.get("lr")}
         if "loss" in logged or "train_runtime" in logged:
             out.append({"what": "point"})
         # the final metrics have the run's train_loss; a step's dict its loss, and with

@@ -1270,6 +1270,20 @@ def test_dicts_without_an_interval_are_numbered_by_the_training_bar_before_them(
     assert sorted(feed_lines(other).iterations) == [1, 2, 3]
 
 
+def test_trls_ppo_updates_are_steps_their_policy_loss_the_loss():
+    """TRL's PPOTrainer logs each update's metrics through Trainer.log without a ``loss`` key."""
+    lines = []
+    for step, loss in ((1, -0.013052), (2, 0.004211)):
+        lines.append(f"\r  2%|▏         | {step}/58 [01:01<58:20, 61.40s/it]")
+        metrics = f"'objective/kl': 0.5, 'loss/policy_avg': {loss}, 'loss/value_avg': 0.27, 'lr': 2.9e-06"
+        lines.append(f"{{'eps': 8, {metrics}, 'episode': {512 * step}, 'epoch': 0.0055}}")
+    run = feed_lines(lines)
+    assert {step: (row["loss"], row["lr"]) for step, row in run.iterations.items()} == {
+        1: (-0.013052, 2.9e-06),
+        2: (0.004211, 2.9e-06),
+    }
+
+
 def test_with_no_banner_the_bar_most_dicts_follow_numbers_them_and_is_the_plan():
     """A script at the default verbosity prints no banner: the Trainer's bar (tqdm(total=max_steps)) before
     each dict counts its step, not an evaluation's bar (its batches) before one, and its total is the plan
