@@ -475,7 +475,10 @@ def _parallel_sizes_disagree() -> pl.Expr:
         pl.col("pp"),
         pl.col("cp").fill_null(1),
         pl.col("dp"),
-        product.cast(pl.Int64),
+        # a product past int64 (sizes no run has, read off a garbled line) is printed as the float it is
+        pl.when(product < 2**62)
+        .then(product.cast(pl.Int64).cast(pl.String))
+        .otherwise(product.cast(pl.String)),
         pl.col("gpus"),
     )
     return pl.when(product.is_not_null() & _f("gpus").is_not_null() & (product != _f("gpus"))).then(note)

@@ -933,6 +933,16 @@ def test_a_run_that_ended_ok_within_a_logging_interval_of_its_steps_reached_them
     assert (row["iterations"], row["last_iteration"]) == (5, last)
 
 
+def test_parallel_sizes_whose_product_passes_int64_are_noted_not_raised():
+    its = iterations("a", elapsed_ms=[1000.0] * 3)
+    # sizes read off a garbled line: TP x DP is 2**63, past int64
+    row = one(runs({"path": "a", "tp": 2**62, "pp": 1, "dp": 2, "gpus": 8}), its)
+    assert row["warnings"] == [
+        "parallel sizes: TP 4611686018427387904 x PP 1 x CP 1 x DP 2 = 9.223372036854776e+18 GPUs, but the log "
+        "says 8: one of them is not this run's"
+    ]
+
+
 def test_a_world_that_is_not_the_product_of_the_parallel_sizes_is_noted():
     its = iterations("a", elapsed_ms=[1000.0] * 3)
     # a PP 4 x DP 8 pipeline config read on 8 GPUs: one of the sizes is not the run's
