@@ -163,7 +163,8 @@ def _job_stream(path: Path) -> tuple[tuple[str, str, str], tuple] | None:
             return (directory, convention, part["job_stem"]), (_natural(part["part"]), order)
         return (directory, convention, stem), ((), order)
     if ranked := _RANK_LOG.fullmatch(name):
-        return (directory, RANKS, ranked["prefix"] + ranked["extension"]), ((int(ranked["rank"]),), 0)
+        key = ranked["prefix"] + ranked["word"] + ranked["extension"]
+        return (directory, RANKS, key), ((int(ranked["rank"]),), 0)
     if pod := _POD_LOG.fullmatch(name):
         order = (_POD_ROLES.index(pod["role"]), int(pod["index"] or 0))
         return (directory, RANKS, pod["job"] + pod["extension"]), (order, 0)
@@ -267,10 +268,11 @@ def _natural(text: str) -> tuple[tuple[int, int, str], ...]:
 ROTATED = "rotated"
 #: a rank's own log beside the others' (DeepSpeed's launcher ``--enable_each_rank_log <dir>``:
 #: ``<dir>/{%Y%m%d%H%M%S}_rank{N}.log``, one prefix a launch; a script's ``rank0.log``, ``train_rank3.log``;
-#: AzureML's ``user_logs/std_log_process_3.txt``): the ranks of one prefix are one run, rank 0's its main file
+#: AzureML's ``user_logs/std_log_process_3.txt``; a node's, ``node1.log``, a script's redirect of each node's
+#: launcher): the ranks of one prefix are one run, rank 0's its main file
 RANKS = "ranks"
 _RANK_LOG = re.compile(
-    r"(?P<prefix>(?:.*[_.-])?)(?:rank|process)_?(?P<rank>\d{1,6})(?P<extension>\.log|\.txt)"
+    r"(?P<prefix>(?:.*[_.-])?)(?P<word>rank|process|node)_?(?P<rank>\d{1,6})(?P<extension>\.log|\.txt)"
 )
 #: the pods of a Kubeflow training job, each one's log saved as ``<pod>.log`` (``kubectl logs``): a
 #: PyTorchJob's ``<job>-master-0`` and ``<job>-worker-<i>``, an MPIJob's ``<job>-launcher`` and its workers

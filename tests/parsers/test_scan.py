@@ -570,6 +570,8 @@ def test_the_ranks_or_pods_own_logs_of_one_prefix_are_one_run():
         *(f"20240312101530_rank{rank}.log" for rank in (10, 2, 0, 1)),
         *(f"20240312143002_rank{rank}.log" for rank in (1, 0)),
         *("rank1.log", "rank0.log", "train_rank0.txt", "cranky.log"),
+        # a script's redirect of each node's launcher
+        *("node1.log", "node0.log"),
         # AzureML's user_logs/std_log_process_<rank>.txt; a Kubeflow PyTorchJob's and MPIJob's pods
         *("std_log_process_01.txt", "std_log_process_00.txt"),
         *("ft-worker-1.log", "ft-master-0.log", "ft-worker-0.log", "mpi-worker-0.log", "mpi-launcher.log"),
@@ -581,6 +583,7 @@ def test_the_ranks_or_pods_own_logs_of_one_prefix_are_one_run():
         ["cranky.log"],
         ["ft-master-0.log", "ft-worker-0.log", "ft-worker-1.log"],
         ["mpi-launcher.log", "mpi-worker-0.log"],
+        ["node0.log", "node1.log"],
         ["rank0.log", "rank1.log"],
         ["std_log_process_00.txt", "std_log_process_01.txt"],
         ["train_rank0.txt"],
