@@ -158,7 +158,9 @@ CAUSE_LABELS = (
 #: ``  what():  <message>``), CPython's fatal errors (``Fatal Python error: Segmentation fault``) and a
 #: DataLoader worker's signal handler (torch/csrc/DataLoader.cpp: ``ERROR: Unexpected bus error encountered
 #: in worker. This might be caused by insufficient shared memory (shm).``), before the worker dies of it
-NATIVE_ABORTS = ("what():  ", "Fatal Python error: ", "encountered in worker.")
+#: ROCm's HIP runtime aborting a process whose GPU its kernels were not built for (``"hipErrorNoBinaryForGpu:
+#: Unable to find code object for all current devices!"``, then ``Aborted``)
+NATIVE_ABORTS = ("what():  ", "Fatal Python error: ", "encountered in worker.", "hipErrorNoBinaryForGpu: ")
 #: Hydra's report of an error composing the config (hydra/_internal/utils.py ``run_and_report``: a
 #: CompactHydraException's message, its OmegaConf cause, then "Set the environment variable
 #: HYDRA_FULL_ERROR=1 for a complete stack trace.", no traceback): the first line of config_loader_impl.py's
@@ -178,6 +180,9 @@ HYDRA_ERRORS = (
 #: error: nvml error: driver not loaded``): the log's first line that is no [INFO] is why; its summary lines
 #: only say that the container did not start
 PYXIS = "pyxis: "
+#: Apptainer's (Singularity's) fatal error, its level padded to nine columns (``FATAL:   container creation
+#: failed: mount hook function failure: mount /pfs/...->/pfs/... doesn't exist``): the container did not run
+APPTAINER_FATAL = "FATAL:   "
 PYXIS_FAILURES = ("failed to import docker image", "couldn't start container", "failed to create container")
 #: a toolchain's error in a build that a Python program ran (Triton's and inductor's gcc build of their CUDA
 #: helper, a C++/CUDA extension's ninja build), printed unprefixed above the traceback of the exception that
@@ -492,6 +497,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             label, weight, kind = CONTAINER_LABEL, REPORT, "container"
         else:
             return
+    elif text.startswith(APPTAINER_FATAL):
+        label, kind = CONTAINER_LABEL, "container"
     elif any(kill in text for kill in MEMORY_LIMIT_KILLS):  # a host memory limit, as the OOM killer's event
         label, kind = HOST_OOM_LABEL, "oom-kill"
     elif text.startswith(LSF_EXIT):
@@ -1107,6 +1114,7 @@ FAMILY = Family(
         *INTERPRETER_FAILURES,
         NAME_RESOLUTION,
         ELASTIC_RESTART,
+        APPTAINER_FATAL,
     ),
     parse_line=parse_line,
     finish=finish,

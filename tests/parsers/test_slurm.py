@@ -136,6 +136,15 @@ def test_failure_kinds(lines, status, reason_start):
             2,
             "srun: error: r7i4n1: task 1: Aborted (core dumped)",
         ),
+        (  # ROCm's HIP runtime on a GPU the kernels were not built for, before torchrun's SIGABRT report
+            [
+                '[rank0]:"hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"',
+                "  traceback : Signal 6 (SIGABRT) received by PID 2840",
+            ],
+            '"hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"',
+            1,
+            "crashed: traceback : Signal 6 (SIGABRT) received by PID 2840",
+        ),
         (  # CPython's faulthandler
             ["Fatal Python error: Segmentation fault", "srun: error: r7i4n1: task 5: Segmentation fault"],
             "Fatal Python error: Segmentation fault",
@@ -579,6 +588,17 @@ def test_a_node_slurm_found_failed_explains_its_peers_network_errors():
     run = feed(ib, "srun: error: Node failure on node-17")
     assert run.failure == ("failed", "node failure: srun: error: Node failure on node-17", 2)
     assert run.consequence_lines()[0].endswith(ib)
+
+
+def test_apptainers_fatal_error_is_why_the_container_did_not_run():
+    fatal = (
+        "FATAL:   container creation failed: mount hook function failure: mount /pfs/lustrep4/projappl/"
+        "project_462000777->/pfs/lustrep4/projappl/project_462000777 error: while mounting: doesn't exist"
+    )
+    run = feed(fatal, "srun: error: nid005210: tasks 0-7: Exited with exit code 255")
+    assert run.failure == ("failed", f"container: {fatal}", 1)
+    # a server's "FATAL:  " (two spaces) or a word inside a line is not Apptainer's
+    assert feed("FATAL:  password authentication failed for user").failure is None
 
 
 def test_the_enroot_log_pyxis_relays_says_why_the_container_did_not_start():
