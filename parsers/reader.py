@@ -620,7 +620,10 @@ def status_of(result: RunResult) -> tuple[str, str, int | None, str | None]:
         planned = run.facts.get("train_iters")
         of = f" of {planned}" if planned else ""
         row = run.iterations.get(run.last_iteration, {})
-        stops = f"log stops after iteration {run.last_iteration}{of}, with no failure or end message"
+        # a training bar counting past the last logged step (HF's, updated every step) says how far it got
+        counted = run.facts.get("progress_steps")
+        bar = f" (its progress bar at {counted})" if counted and counted > run.last_iteration else ""
+        stops = f"log stops after iteration {run.last_iteration}{of}{bar}, with no failure or end message"
         return (
             "incomplete",
             stops,

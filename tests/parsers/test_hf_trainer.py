@@ -1284,6 +1284,20 @@ def test_trls_ppo_updates_are_steps_their_policy_loss_the_loss():
     }
 
 
+def test_a_run_cut_off_past_its_last_dict_says_where_its_bar_got(tmp_path):
+    lines = ["***** Running training *****", "  Num Epochs = 1", "  Total optimization steps = 500"]
+    for step, loss in ((10, 2.56), (20, 2.47)):
+        lines.append(f"\r  2%|▏         | {step}/500 [00:26<21:30,  2.63s/it]")
+        lines.append(f"{{'loss': {loss}, 'learning_rate': 0.0002, 'epoch': 0.02}}")
+    lines.append("\r  5%|▍         | 23/500 [00:58<21:01,  2.64s/it]")
+    (tmp_path / "job.out").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    row = load_runs([tmp_path / "job.out"]).runs.row(0, named=True)
+    assert (row["status"], row["last_iteration"], row["progress_steps"]) == ("incomplete", 20, 23)
+    assert row["reason"] == (
+        "log stops after iteration 20 of 500 (its progress bar at 23), with no failure or end message"
+    )
+
+
 def test_with_no_banner_the_bar_most_dicts_follow_numbers_them_and_is_the_plan():
     """A script at the default verbosity prints no banner: the Trainer's bar (tqdm(total=max_steps)) before
     each dict counts its step, not an evaluation's bar (its batches) before one, and its total is the plan
