@@ -47,17 +47,19 @@ _STEP_MARKERS = (JSON_STEP, "num_updates=")
 _FIELDS = {"loss": "loss", "lr": "lr", "grad_norm": "gnorm", "loss_scale": "loss_scale"}
 _FIELDS |= {"updates_per_sec": "ups", "tokens_per_sec": "wps"}
 #: the counts the configuration states, by the fact each states: its keys (a dict's ``'key': N``, a
-#: Namespace's ``key=N``), the world fairseq_cli/train.py logs (``training on 16 devices (GPUs/TPUs)``) and
+#: Namespace's ``key=N``; metaseq's and fairseq's ``model_parallel_size`` its Megatron tensor parallelism), the world
+#: fairseq_cli/train.py logs (``training on 16 devices (GPUs/TPUs)``) and
 #: fairseq-train's plan flag
 _CONFIG_COUNTS = {
     "max_update": "train_iters",
     "distributed_world_size": "gpus",
     "tokens_per_sample": "seq_len",
+    "model_parallel_size": "tp",
     "training on": "gpus",
     "max-update": "train_iters",
 }
 CONFIG_COUNT = (
-    r"(?P<key>\b(?:max_update|distributed_world_size|tokens_per_sample)'?(?:: |=)|training on |--max-update[= ])"
+    r"(?P<key>\b(?:max_update|distributed_world_size|tokens_per_sample|model_parallel_size)'?(?:: |=)|training on |--max-update[= ])"
     r"(?P<count>\d+)\b"
 )
 _CONFIG_MARKERS = (

@@ -57,6 +57,20 @@ def test_the_config_the_world_and_the_end():
     assert row["families"] == ["fairseq"]
 
 
+def test_metaseqs_model_parallel_size_is_the_tensor_parallelism(tmp_path):
+    # metaseq's common config (OPT's logbook): Megatron's tensor parallelism under its own name
+    config = (
+        "2022-01-06 19:44:05 | INFO | metaseq_cli.train | {'_name': None, 'common': {'_name': None, "
+        "'model_parallel_size': 8, 'log_format': 'json'}, 'distributed_training': {'_name': None, "
+        "'distributed_world_size': 992}, 'optimization': {'max_update': 150000}}"
+    )
+    log = tmp_path / "train.4011822.log"
+    log.write_text(config + "\n", encoding="utf-8")
+    row, _ = read(log)
+    assert (row["tp"], row["gpus"], row["train_iters"]) == (8, 992, 150000)
+    assert row["provenance"]["tp"] == "fairseq:1"
+
+
 def test_a_recovered_oom_is_a_warning_and_the_time_limit_ended_the_run():
     text = SIMPLE_LOG.read_text(encoding="utf-8")
     row, _ = read(SIMPLE_LOG)
