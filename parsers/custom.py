@@ -94,8 +94,18 @@ _COUNTS = {
     "global_batch": "global_batch_size",
     "global_batch_size": "global_batch_size",
     "max_steps": "train_iters",
+    "world_size": "gpus",
+    "world": "gpus",
 }
-_COUNT_MARKERS = tuple(f"{key}=" for key in _COUNTS)
+#: the world a loop's line names in words (``rank 0 / world size 8``, ``DDP: world_size 8``, ``world size: 8``)
+_WORLD_IN_WORDS = "world[ _]size:? "
+_COUNT_MARKERS = (
+    *(f"{key}=" for key in _COUNTS),
+    *(f"{key}': " for key in _COUNTS),
+    "world size",
+    "world_size ",
+)
+_COUNT_MARKERS += tuple(f'{key}": ' for key in _COUNTS)
 #: Megatron's flags on an echoed command line (a launcher's ``cmd = ...``, ``set -x``), by the fact each
 #: states: a run that failed before Megatron's arguments dump, or a script of its own taking Megatron's flags
 _MEGATRON_FLAGS = {
@@ -105,9 +115,16 @@ _MEGATRON_FLAGS = {
     "--global-batch-size": "global_batch_size",
     "--train-iters": "train_iters",
 }
-#: a count stated either way: the key and its ``=``, or the flag and its ``=`` or space
-COUNT = rf"(?:^|[\s,(])(?P<key>(?:{'|'.join(_COUNTS)})=|(?:{'|'.join(_MEGATRON_FLAGS)})[= ])(?P<count>\d+)\b"
-_COUNT_FACTS = _COUNTS | {flag.strip("-"): fact for flag, fact in _MEGATRON_FLAGS.items()}
+#: a count stated any of these ways: the key and its ``=``, or quoted as a printed dict's or JSON's key
+#: (``config: {'seq_len': 2048, 'max_steps': 50000}``), the flag and its ``=`` or space; the world in words
+_KEYS = "|".join(_COUNTS)
+COUNT = (
+    rf"(?:^|[\s,({{])(?P<key>(?:{_KEYS})=|['\"](?:{_KEYS})['\"]: |(?:{'|'.join(_MEGATRON_FLAGS)})[= ]"
+    rf"|{_WORLD_IN_WORDS})(?P<count>\d+)\b"
+)
+_COUNT_FACTS = (
+    _COUNTS | {flag.strip("-"): fact for flag, fact in _MEGATRON_FLAGS.items()} | {"world size": "gpus"}
+)
 #: a count of parameters, comma-grouped: what a model ``has`` or a name's ``:`` is, or a summary's total (not
 #: a part's: build-nanogpt's ``num decayed parameter tensors: 50, with 124,354,560 parameters``)
 PARAMETERS = r"(?:\bhas|:) (\d{1,3}(?:,\d{3}){2,}) parameters\b|^Total params: (\d{1,3}(?:,\d{3})+)\s*$"
@@ -181,6 +198,7 @@ FAMILY = Family(
                 "train_iters",
                 "tp",
                 "pp",
+                "gpus",
                 "logged_model_size",
             ),
         ),

@@ -157,12 +157,20 @@ def test_a_loops_header_states_its_batches_length_and_plan(tmp_path):
     header = "world_size=16 micro_batch=16 grad_accum=1 global_batch=256 seq_len=1024 max_steps=3000"
     steps = [f"step {step} | loss 9.{step} | 0.278 s/it" for step in (10, 20)]
     row, _ = runs_of(tmp_path, [header, *steps])
-    facts = ("micro_batch_size", "global_batch_size", "seq_len", "train_iters")
-    assert [row[fact] for fact in facts] == [16, 256, 1024, 3000]
-    assert {row["provenance"][fact] for fact in facts} == {"custom:1"}
+    facts = ("gpus", "micro_batch_size", "global_batch_size", "seq_len", "train_iters")
+    assert [row[fact] for fact in facts] == [16, 16, 256, 1024, 3000]
+    assert {row["provenance"][fact] for fact in facts[1:]} == {"custom:1"}  # HF's launch context: world_size=
+    # a printed config dict's keys; the world in words ("batch_size" alone: per GPU or global, unsaid)
+    config = "config: {'model': 'gpt-1.3b', 'seq_len': 2048, 'batch_size': 8, 'max_steps': 50000}"
+    for world in ("rank 0 / world size 8 (OMPI_COMM_WORLD_LOCAL_RANK=0)", "DDP: world_size 8 | seq 1024"):
+        row, _ = runs_of(tmp_path, [config, world, *steps])
+        assert [row[fact] for fact in facts] == [8, None, None, 2048, 50000]
+    # another's world (a node's local world) is none
+    row, _ = runs_of(tmp_path, ["local_world_size=8 LOCAL_WORLD_SIZE=8", *steps])
+    assert row["gpus"] is None
     sized = "Namespace(micro_batch_size=4, global_batch_size=64, seq_length=512, max_steps=0)"
     row, _ = runs_of(tmp_path, [sized, *steps])
-    assert [row[fact] for fact in facts] == [4, 64, 512, None]  # 0 steps: no plan
+    assert [row[fact] for fact in facts] == [None, 4, 64, 512, None]  # 0 steps: no plan
 
 
 def test_megatrons_flags_on_an_echoed_command_state_a_run_that_never_dumped_its_arguments(tmp_path):
