@@ -284,11 +284,11 @@ def _last_iteration() -> pl.Expr:
     interval of them (a run of 2,634 steps logging every 500 logs 2,500 last, and ran them all); a planned
     end short of them (Megatron's ``--exit-duration-in-mins``) keeps its last logged step. HF Trainer's
     returned ``global_step`` (``TrainOutput``, at the training's end) is the step it got to where it is
-    further. A failed run's training bar may have counted past its last logged step: that count is
-    ``progress_steps``, not this (the last step it logged, as of every other family)."""
+    further, and so is its training bar's count (``progress_steps``: ProgressCallback updates it at every
+    step's end, the dicts come every ``logging_steps``) where a run stopped between two dicts."""
     last, planned = pl.col("last_step"), pl.col("train_iters")
     reached = (pl.col("status") == "ok") & (planned >= last) & (planned - last < pl.col("step_interval"))
-    further = pl.max_horizontal(last, pl.col("final_steps"))
+    further = pl.max_horizontal(last, pl.col("final_steps"), pl.col("progress_steps"))
     return pl.when(reached.fill_null(False)).then(planned).otherwise(further)
 
 

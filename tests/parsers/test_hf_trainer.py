@@ -1292,7 +1292,8 @@ def test_a_run_cut_off_past_its_last_dict_says_where_its_bar_got(tmp_path):
     lines.append("\r  5%|▍         | 23/500 [00:58<21:01,  2.64s/it]")
     (tmp_path / "job.out").write_text("\n".join(lines) + "\n", encoding="utf-8")
     row = load_runs([tmp_path / "job.out"]).runs.row(0, named=True)
-    assert (row["status"], row["last_iteration"], row["progress_steps"]) == ("incomplete", 20, 23)
+    # the step it got to is the bar's; its last logged step is the reason's
+    assert (row["status"], row["last_iteration"], row["progress_steps"]) == ("incomplete", 23, 23)
     assert row["reason"] == (
         "log stops after iteration 20 of 500 (its progress bar at 23), with no failure or end message"
     )
