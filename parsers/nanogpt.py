@@ -7,7 +7,7 @@ Every pattern is anchored at the record's start (launcher prefixes are stripped 
 Lines read, each fact with its source:
 
 - the step line every ``log_interval`` steps, train.py: ``iter 10: loss 9.2155, time 312.45ms, mfu
-  31.52%``. ``loss``; ``time`` as ``elapsed_ms``: the wall time since the previous step's end (one
+  31.52%`` (``iter 10: loss 9.2155, time 312.45ms`` before February 2023). ``loss``; ``time`` as ``elapsed_ms``: the wall time since the previous step's end (one
   optimizer step, its gradient accumulation included; the evaluation and checkpoint of an
   ``eval_interval`` step, and iter 0's compile, fall in it). ``mfu`` is ``estimate_mfu`` (6N + 12LHQT
   FLOPs a token, N without the position embedding) of one rank's micro-batches against the A100's bf16
@@ -74,9 +74,10 @@ A100_PEAK_TFLOPS = 312.0
 
 # --- the step line, read column-wise --------------------------------------------------------------
 
-#: ``iter N: loss X, time Tms, mfu M%``; no other family's line has the four in this order
-STEP_LINE = rf"^iter (\d+): loss ({NUMBER}), time ([\d.]+)ms, mfu (-?[\d.]+)%"
-_STEP_MARKER = "ms, mfu "
+#: ``iter N: loss X, time Tms, mfu M%``; no other family's line has them in this order. Before estimate_mfu
+#: (February 2023) the line ended at the time: ``iter N: loss X, time Tms``
+STEP_LINE = rf"^iter (\d+): loss ({NUMBER}), time ([\d.]+)ms(?:, mfu (-?[\d.]+)%|\s*$)"
+_STEP_MARKERS = ("ms, mfu ", ", time ")
 
 
 def read_steps(records: pl.LazyFrame) -> Events:
@@ -259,7 +260,7 @@ def finish(run: RunBuilder) -> None:
 FAMILY = Family(
     name=NAME,
     markers=(
-        _STEP_MARKER,
+        *_STEP_MARKERS,
         _OPENER,
         _OVERRIDE,
         "tokens per iteration will be: ",
@@ -279,7 +280,7 @@ FAMILY = Family(
         RecordKind(
             family=NAME,
             name="step",
-            test=RecordTest(markers=(_STEP_MARKER,), pattern=STEP_LINE),
+            test=RecordTest(markers=_STEP_MARKERS, pattern=STEP_LINE),
             read=read_steps,
         ),
         OVERRIDES,

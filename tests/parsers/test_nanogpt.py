@@ -187,6 +187,21 @@ def test_a_resumed_run_resumes_at_its_first_evaluation():
     assert "resumed_step" not in fresh.facts
 
 
+def test_early_nanogpts_step_line_without_mfu_is_a_step():
+    # train.py before estimate_mfu (February 2023)
+    lines = ["iter 0: loss 4.2764, time 9012.31ms", "iter 10: loss 3.1045, time 118.71ms"]
+    run = feed_lines(nanogpt.FAMILY, lines)
+    assert {step: (row["loss"], row["elapsed_ms"]) for step, row in run.iterations.items()} == {
+        0: (4.2764, 9012.31),
+        10: (3.1045, 118.71),
+    }
+    # something after the time that is not the mfu is not nanoGPT's line
+    assert (
+        feed_lines(nanogpt.FAMILY, ["iter 10: loss 3.1045, time 118.71ms, tok/s 9000"]).iteration_frame
+        is None
+    )
+
+
 @pytest.mark.parametrize(
     "line",
     [
