@@ -179,6 +179,10 @@ HYDRA_ERRORS = (
 #: mksquashfs's ``Write failed because No space left on device``, ``nvidia-container-cli: initialization
 #: error: nvml error: driver not loaded``): the log's first line that is no [INFO] is why; its summary lines
 #: only say that the container did not start
+#: nvidia-resiliency-ext's rank monitor (ft_launcher's fault tolerance) on a rank that stopped sending its
+#: heartbeats: ``[ERROR] [RankMonitorServer@node:pid] Did not get subsequent heartbeat. Waited 900.00 seconds.``;
+#: it then terminates the rank (``... Terminating rank 3 (pid 118243) with signal SIGKILL``: how it ended)
+HEARTBEAT_TIMEOUTS = ("Did not get subsequent heartbeat.", "Did not get initial heartbeat.")
 PYXIS = "pyxis: "
 #: Apptainer's (Singularity's) fatal error, its level padded to nine columns (``FATAL:   container creation
 #: failed: mount hook function failure: mount /pfs/...->/pfs/... doesn't exist``): the container did not run
@@ -424,7 +428,8 @@ _WARNING = re.compile(WARNING)
 # r"\bKilled\b|oom[-_]kill|..." with every alternative opening on a literal, so that re scans a line for
 # the first letters of the alternatives only (a leading \b made it try all of them at every position:
 # 2.6 -> 0.4 us on a 90-character line); the look-behind checks the word boundary before "Killed"
-_KILLED = re.compile(r"Killed\b(?<=\bKilled)|oom[-_]kill|signal 9\b|SIGKILL")
+#: (a Signals member's repr in a printed config, ``rank_termination_signal=<Signals.SIGKILL: 9>``, is no kill)
+_KILLED = re.compile(r"Killed\b(?<=\bKilled)|oom[-_]kill|signal 9\b|SIGKILL(?<!Signals\.SIGKILL)")
 
 
 def gpu_model(text: str) -> str | None:
@@ -572,6 +577,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         weight, kind = EFFECT if "exited on signal" in text else REPORT, "mpirun"
     elif any(crash in text for crash in CRASH_SIGNALS) or (": line " in text and _BASH_CRASH.search(text)):
         label, weight, kind = "crashed: ", EFFECT, "crash"
+    elif any(timeout in text for timeout in HEARTBEAT_TIMEOUTS):  # a hung rank, before the monitor kills it
+        kind = "hang"
     elif _KILLED.search(text):  # the cgroup OOM killer's event is a cause, a kill says how a process ended
         oom_kill = "oom-kill" in text or "oom_kill" in text
         label, weight, kind = (
@@ -1115,6 +1122,7 @@ FAMILY = Family(
         NAME_RESOLUTION,
         ELASTIC_RESTART,
         APPTAINER_FATAL,
+        *HEARTBEAT_TIMEOUTS,
     ),
     parse_line=parse_line,
     finish=finish,

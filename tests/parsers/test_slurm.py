@@ -590,6 +590,20 @@ def test_a_node_slurm_found_failed_explains_its_peers_network_errors():
     assert run.consequence_lines()[0].endswith(ib)
 
 
+def test_the_rank_monitors_missed_heartbeat_is_the_cause_of_its_kill_and_its_config_no_kill():
+    monitor = "[2025-02-11 05:32:32,778] [ERROR] [RankMonitorServer@nid002341:2254]"
+    config = (
+        "[2025-02-11 02:47:30,916] [INFO] [ft_launcher@nid002341:2251] Using fault tolerance config: "
+        "FaultToleranceConfig(rank_heartbeat_timeout=900.0, rank_termination_signal=<Signals.SIGKILL: 9>)"
+    )
+    hung = f"{monitor} Did not get subsequent heartbeat. Waited 900.00 seconds."
+    kill = f"{monitor} Terminating rank 3 (pid 118243) with signal SIGKILL"
+    assert feed(config).failure is None
+    run = feed(config, hung, kill)
+    assert run.failure == ("failed", hung.split("] ", 1)[1], 2)  # its timestamp dropped
+    assert [text for *_, text in run.consequences] == [f"killed: {kill.split('] ', 1)[1]}"]
+
+
 def test_apptainers_fatal_error_is_why_the_container_did_not_run():
     fatal = (
         "FATAL:   container creation failed: mount hook function failure: mount /pfs/lustrep4/projappl/"
