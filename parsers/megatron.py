@@ -68,9 +68,11 @@ from logstat.parsers.kinds import (
 NAME = "megatron"
 
 # "using world size: 64, data-parallel-size: 1, tensor-model-parallel size: 4, pipeline-model-parallel
-# size: 16"; newer versions insert context-parallel and encoder sizes, so the pairs are read one by one.
+# size: 16"; newer versions insert context-parallel and encoder sizes, so the pairs are read one by one
+# (not an encoder's). core_r0.10 on lacks the comma after its hierarchical context-parallel sizes: "...
+# sizes: Nonetensor-model-parallel size: 2".
 _WORLD_PAIR = re.compile(
-    r"(?<![\w-])(?P<key>world size|data-parallel[- ]size|tensor-model-parallel size"
+    r"(?:(?<![\w-])|(?<=None))(?P<key>world size|data-parallel[- ]size|tensor-model-parallel size"
     r"|pipeline-model-parallel size|context-parallel size|sequence-parallel size): (?P<value>\d+)"
 )
 _WORLD_KEYS = {

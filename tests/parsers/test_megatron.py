@@ -868,6 +868,17 @@ def test_a_torchrun_restart_that_loads_its_checkpoint_and_completes_ends_ok(tmp_
     assert relaunched == list(range(60, 210, 10))
 
 
+def test_the_world_line_of_core_r0_10_with_its_missing_comma_states_the_tensor_parallelism():
+    # arguments.py's format strings 'hierarchical context-parallel sizes: {}' 'tensor-model-parallel size: {}, '
+    world = (
+        "using world size: 16, data-parallel size: 8, context-parallel size: 1, hierarchical context-parallel "
+        "sizes: Nonetensor-model-parallel size: 2, encoder-tensor-model-parallel size: 0, pipeline-model-parallel "
+        "size: 1, encoder-pipeline-model-parallel size: 0"
+    )
+    facts = feed(world).facts
+    assert [facts.get(fact) for fact in ("gpus", "dp", "cp", "tp", "pp")] == [16, 8, 1, 2, 1]
+
+
 def test_the_model_parallel_ranks_parameter_counts_sum_to_the_logged_size(tmp_path):
     world = (
         "using world size: 8, data-parallel size: 4, context-parallel size: 1, tensor-model-parallel size: 2, "
