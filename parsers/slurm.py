@@ -222,6 +222,9 @@ WRITE_FAILURES = ("failed writing file", "file write failed", "unexpected pos")
 #: spot instance's preemption, a kill); the SignalException it then raises is how it ended. Where the
 #: scheduler said why (a time limit, a cancel, a node failure), that is the cause (``finish``)
 DEATH_SIGNAL, DEATH_SIGNAL_KIND = "death signal, shutting down workers", "death signal"
+#: DeepSpeed's launcher on the same (launch.py's sigkill_handler, after ``Killing subprocess N`` of each worker):
+#: ``Main process received SIGTERM, exiting`` (SIGINT)
+DEEPSPEED_DEATH_SIGNAL = "Main process received SIG"
 SCHEDULER_STOPS = ("time limit", "cancelled", "node failure")
 #: a process's own crash, as torch elastic names the signal that ended a worker (``exitcode  : -11 (pid: 9)
 #: (SIGSEGV)``, ``Signal 11 (SIGSEGV) received by PID 9``): how it ended, never the launcher's doing (its
@@ -276,6 +279,9 @@ MEMORY_LIMIT_KILLS = ("exceeded memory limit", "exceeded virtual memory limit", 
 #: ...``) and the dead actor's (``Worker exit detail: Task was killed due to the node running low on
 #: memory.``), before the ActorDiedError the trainer raises of it
 MEMORY_LIMIT_KILLS += ("killed due to memory pressure (OOM)", "killed due to the node running low on memory")
+#: Kubernetes' reason for a container its memory limit ended (``kubectl describe pod``: ``Reason:       OOMKilled``,
+#: then ``Exit Code:    137``; ``kubectl get pods``' STATUS column)
+MEMORY_LIMIT_KILLS += ("OOMKilled",)
 #: srun's word on a task the step's OOM killer ended (launch_slurm's ``%s: %s %s: Out Of Memory``):
 #: ``srun: error: r7i4n1: task 0: Out Of Memory``
 SRUN_OOM = "Out Of Memory"
@@ -522,6 +528,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         kind = "native abort"
     elif text.lstrip().startswith(HYDRA_ERRORS):
         kind = "config"
+    elif DEEPSPEED_DEATH_SIGNAL in text:  # below a word on who signalled it (pdsh's interrupt, a scheduler)
+        status, weight, kind = "cancelled", REPORT, DEATH_SIGNAL_KIND
     elif DEATH_SIGNAL in text:
         # stopped from outside (a spot preemption, a kill, Ctrl-C): a scheduler's word tells more (finish)
         status, kind = "cancelled", DEATH_SIGNAL_KIND
@@ -870,6 +878,7 @@ _READ_BEFORE_KILLS = (
     *HYDRA_ERRORS,
     *BUILD_ERRORS,
     DEATH_SIGNAL,
+    DEEPSPEED_DEATH_SIGNAL,
     *SSH_FAILURES,
 )
 _READ_BEFORE_KILLS += (*MEMORY_LIMIT_KILLS, LOST_DAEMON, "srun: error", "NODE_FAIL")

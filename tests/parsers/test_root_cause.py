@@ -135,6 +135,8 @@ def test_the_oom_killer_is_the_cause_of_the_kill_before_or_after_it():
         "slurmstepd: error: Exceeded job memory limit",
         # srun's word on a task the OOM killer ended (launch_slurm: "%s: %s %s: Out Of Memory")
         "srun: error: r7i4n1: task 0: Out Of Memory",
+        # Kubernetes' reason for a container over its limit (kubectl describe pod)
+        "Reason:       OOMKilled",
     ],
 )
 def test_a_host_memory_limit_is_the_cause_of_the_kill(limit):
@@ -816,6 +818,14 @@ def test_torch_elastics_agent_stopped_from_outside_cancelled_the_run():
     run = feed(" iteration       10/    1000 |", AGENT_SIGNALLED, *TRACEBACK, SIGNAL_EXCEPTION)
     assert (run.failure[0], run.failure[1], run.failure[2]) == ("cancelled", AGENT_SIGNALLED[26:], 2)
     assert any(SIGNAL_EXCEPTION in line for line in run.consequence_lines())
+
+
+def test_deepspeeds_launcher_stopped_from_outside_cancelled_the_run_it_killed():
+    # launch.py's sigkill_handler on SIGTERM (a condor_rm, a kill): each worker's kill, then its word
+    kills = [f"[INFO] [launch.py:316:sigkill_handler] Killing subprocess {pid}" for pid in (2211, 2212)]
+    received = "[INFO] [launch.py:327:sigkill_handler] Main process received SIGTERM, exiting"
+    run = feed(" iteration       10/    1000 |", *kills, received)
+    assert (run.failure[0], run.failure[1], run.failure[2]) == ("cancelled", received, 4)
 
 
 def test_a_schedulers_word_on_why_it_signalled_the_job_outranks_the_agents():
