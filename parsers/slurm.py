@@ -282,6 +282,9 @@ MEMORY_LIMIT_KILLS += ("killed due to memory pressure (OOM)", "killed due to the
 #: Kubernetes' reason for a container its memory limit ended (``kubectl describe pod``: ``Reason:       OOMKilled``,
 #: then ``Exit Code:    137``; ``kubectl get pods``' STATUS column)
 MEMORY_LIMIT_KILLS += ("OOMKilled",)
+#: Cray ALPS's word on a process its node's OOM killer ended (``[NID 12345] 2019-11-02 14:24:41 Apid 81234567:
+#: OOM killer terminated this process.``), before aprun's ``exit signals: Killed``
+MEMORY_LIMIT_KILLS += ("OOM killer terminated this process",)
 #: srun's word on a task the step's OOM killer ended (launch_slurm's ``%s: %s %s: Out Of Memory``):
 #: ``srun: error: r7i4n1: task 0: Out Of Memory``
 SRUN_OOM = "Out Of Memory"
@@ -317,10 +320,16 @@ MPI_LAUNCH_FAILURES = (
 )
 #: the interpreter's own word that ``python -m <module>`` could not start (runpy: ``/opt/conda/bin/python:
 #: Error while finding module specification for 'torch.distributed.run' (ModuleNotFoundError: No module named
-#: 'torch')``, ``python: No module named deepspeed``)
-INTERPRETER_FAILURES = ("Error while finding module specification for ", ": No module named ")
+#: 'torch')``, ``python: No module named deepspeed``), or its script (``python3: can't open file
+#: '/home/u/llm/trian.py': [Errno 2] No such file or directory``); ``python3: `` read as a host's prefix (pdsh's
+#: ``node3: ``) leaves the message alone
+INTERPRETER_FAILURES = (
+    "Error while finding module specification for ",
+    "No module named ",
+    "can't open file ",
+)
 _INTERPRETER_FAILURE = re.compile(
-    r"^\S*python[\d.]*: (?:Error while finding module specification for |No module named )"
+    r"^(?:\S*python[\d.]*: )?(?:Error while finding module specification for |No module named |can't open file )"
 )
 #: c10d's warning that a host's name does not resolve (socket.cpp: ``The IPv4 network addresses of
 #: (gpu-node-17.cluster.internal, 29500) cannot be retrieved (gai error: -2 - Name or service not known).``),

@@ -137,6 +137,8 @@ def test_the_oom_killer_is_the_cause_of_the_kill_before_or_after_it():
         "srun: error: r7i4n1: task 0: Out Of Memory",
         # Kubernetes' reason for a container over its limit (kubectl describe pod)
         "Reason:       OOMKilled",
+        # Cray ALPS's, before aprun's "exit signals: Killed"
+        "[NID 12345] 2019-11-02 14:24:41 Apid 81234567: OOM killer terminated this process.",
     ],
 )
 def test_a_host_memory_limit_is_the_cause_of_the_kill(limit):

@@ -518,6 +518,27 @@ STORE_TIMEOUT = [
 
 
 @pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        # the script's name mistyped: CPython's "%ls: can't open file %R: [Errno %d] %s"; its "python3: " is
+        # read as a host's prefix, as pdsh's "node3: "
+        (
+            "python3: can't open file '/home/u/llm/trian.py': [Errno 2] No such file or directory",
+            "can't open file",
+        ),
+        (
+            "/usr/bin/python3.11: can't open file '/w/x.py': [Errno 13] Permission denied",
+            "/usr/bin/python3.11: ",
+        ),
+        ("python: No module named deepspeed", "No module named deepspeed"),
+    ],
+)
+def test_an_interpreter_that_could_not_start_its_program_is_the_cause(line, message):
+    run = feed("Loading python3/3.11.7", line, "Exit Status: 2")
+    assert run.failure[0] == "failed" and message in run.failure[1] and run.failure[2] == 2
+
+
+@pytest.mark.parametrize(
     ("cause", "then"),
     [
         # a node whose python could not start: the others wait at the rendezvous until it times out
