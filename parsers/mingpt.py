@@ -38,6 +38,7 @@ from logstat.parsers.kinds import (
     RecordTest,
     as_count,
     as_real,
+    facts_of,
     marks_of,
     step_lines,
 )
@@ -107,6 +108,36 @@ def read_steps(records: pl.LazyFrame) -> Events:
     return step_lines(
         records, NAME, step=as_count(step), loss=as_real(loss), elapsed_ms=as_real(milliseconds)
     )
+
+
+#: the original minGPT's trainer (2020, mingpt/trainer.py): its tqdm bar's description, updated every iteration,
+#: ``epoch 2 iter 10: train loss 0.69632. lr 6.000000e-05: 1%|...| 11/2179 [...]``: the epoch (from 1), the
+#: iteration in it (from 0) of the bar's total a epoch
+EPOCH_BAR = rf"^epoch (\d+) iter (\d+): train loss ({NUMBER})\. lr ({NUMBER}): *\d+%\|[^|]*\| *\d+/(\d+) \["
+_EPOCH_BAR_MARKER = ": train loss "
+
+
+def read_epoch_bars(records: pl.LazyFrame) -> Events:
+    """A step event per update of the original trainer's bar: the epochs before it in steps, and its own."""
+    fields = pl.col("text").str.extract_groups(EPOCH_BAR)
+    epoch, iteration, per_epoch = (as_count(fields.struct[group]) for group in "125")
+    step = (epoch - 1) * per_epoch + iteration + 1
+    return step_lines(
+        records, NAME, step=step, loss=as_real(fields.struct["3"]), lr=as_real(fields.struct["4"])
+    )
+
+
+#: the original minGPT's model on its size (mingpt/model.py ``logger.info("number of parameters: %e", ...)``,
+#: its logging format ``%(asctime)s - %(levelname)s - %(name)s -   %(message)s``)
+PARAMETERS = rf" - mingpt\.model - +number of parameters: ({NUMBER})\s*$"
+_PARAMETERS_MARKER = "mingpt.model"
+
+
+def read_parameters(records: pl.LazyFrame) -> Events:
+    """The model's size, in billions."""
+    count = as_real(pl.col("text").str.extract(PARAMETERS, 1))
+    facts = facts_of(records, NAME, logged_model_size=count / 1e9).filter(pl.col("value") > 0)
+    return Events(facts=[facts.collect()], marks=[marks_of(records, NAME, SEEN)])
 
 
 #: minGPT's Trainer on the device it trains on (mingpt/trainer.py ``print("running on device", self.device)``)
@@ -264,6 +295,8 @@ FAMILY = Family(
         "command line overwriting config attribute ",
         _DEVICE,
         _STEP_MARKER,
+        _EPOCH_BAR_MARKER,
+        _PARAMETERS_MARKER,
         _CONFIG_OPENER_MARKER,
         " characters, ",
     ),
@@ -275,6 +308,19 @@ FAMILY = Family(
             name="step",
             test=RecordTest(markers=(_STEP_MARKER,), pattern=STEP_LINE),
             read=read_steps,
+        ),
+        RecordKind(
+            family=NAME,
+            name="epoch bar",
+            test=RecordTest(markers=(_EPOCH_BAR_MARKER,), pattern=EPOCH_BAR),
+            read=read_epoch_bars,
+        ),
+        RecordKind(
+            family=NAME,
+            name="parameters",
+            test=RecordTest(markers=(_PARAMETERS_MARKER,), pattern=PARAMETERS),
+            read=read_parameters,
+            facts=("logged_model_size",),
         ),
     ),
     blocks=(CONFIG,),

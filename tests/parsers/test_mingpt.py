@@ -120,6 +120,29 @@ def test_a_mingpt_projects_iterations_and_overrides():
     assert run.provenance["seq_len"] == "mingpt:4"
 
 
+def test_the_original_trainers_bar_updates_are_steps_counted_across_epochs(tmp_path):
+    from logstat.api import load_runs
+
+    # mingpt/trainer.py (2020): the bar's description each iteration, the model's size from its logger
+    bar = "{:3d}%|█         | {}/2179 [00:01<07:20,  4.95it/s]"
+    lines = [
+        "04/12/2024 10:32:11 - INFO - mingpt.model -   number of parameters: 2.535219e+07",
+        f"epoch 1 iter 0: train loss 4.17420. lr 5.999997e-04: {bar.format(0, 1)}",
+        f"epoch 1 iter 2178: train loss 0.94851. lr 3.000298e-04: {bar.format(100, 2179)}",
+        f"epoch 2 iter 9: train loss 0.69632. lr 6.000000e-05: {bar.format(0, 10)}",
+    ]
+    log = tmp_path / "colab_output.txt"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = load_runs([log])
+    row = result.runs.row(0, named=True)
+    assert (row["family"], row["logged_model_size"]) == ("mingpt", 0.02535219)
+    assert result.iterations.select("iteration", "loss", "lr").rows() == [
+        (1, 4.1742, 5.999997e-04),
+        (2179, 0.94851, 3.000298e-04),
+        (2189, 0.69632, 6.0e-05),
+    ]
+
+
 def test_a_mingpt_project_is_read_as_mingpt_among_every_family(tmp_path):
     from logstat.api import load_runs
 
