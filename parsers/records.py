@@ -65,6 +65,9 @@ JSON_TEXT_PATHS = ("$.textPayload", "$.jsonPayload.message", "$.log", "$.message
 #: an export's entry pretty-printed (the Cloud Logging console's download, ``aws logs get-log-events``): the
 #: line of its text field
 PRETTY_TEXT_FIELD = r'^\s*"(?:textPayload|message)": "'
+#: a Kaggle notebook's ``__results__.log``: a JSON array of its output's writes, one a line (``[{"stream_name":
+#: "stdout", "time": 9.5, "data": "...\n"}``, then ``,{"stream_name": ...}``, the last closing it)
+KAGGLE_ENTRY = '{"stream_name": '
 
 
 def split_records(lines: pl.LazyFrame, separator: str) -> pl.LazyFrame:
@@ -75,10 +78,13 @@ def split_records(lines: pl.LazyFrame, separator: str) -> pl.LazyFrame:
     text = pl.col("text")
     # an entry a line, or an export's entries pretty-printed: their text field's line, as an entry of its own
     pretty = text.str.contains(PRETTY_TEXT_FIELD)
+    kaggle = text.str.starts_with(f"[{KAGGLE_ENTRY}") | text.str.starts_with(f",{KAGGLE_ENTRY}")
     entries = pl.when(pretty).then(pl.concat_str(pl.lit("{"), text.str.strip_chars_end(", \t"), pl.lit("}")))
-    wrapped = text.str.starts_with('{"') | pretty
+    entries = entries.when(kaggle).then(text.str.slice(1).str.strip_chars_end("] \t"))
+    wrapped = text.str.starts_with('{"') | pretty | kaggle
+    written = pl.when(kaggle).then(entries.str.json_path_match("$.data"))
     found = (entries.otherwise(text).str.json_path_match(path) for path in JSON_TEXT_PATHS)
-    unwrapped = pl.coalesce(*found, text).str.replace_all(ESCAPE, "")
+    unwrapped = pl.coalesce(written, *found, text).str.replace_all(ESCAPE, "")
     lines = pl.concat([lines.filter(~wrapped), lines.filter(wrapped).with_columns(text=unwrapped)])
     several = text.str.contains(literals(("\r", "\n", "]:", "%|")))  # a bar: the next write glued to it
     single = lines.filter(~several).select("run", "row", "order", text=text.str.replace(LEADING_PREFIX, ""))

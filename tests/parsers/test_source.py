@@ -121,6 +121,9 @@ def test_a_structured_logs_line_is_the_text_it_holds():
         # text field's line
         '    "textPayload": "[rank0]:iteration 3",',
         '            "message": "ValueError: bad \\"x\\"",',
+        # a Kaggle notebook's __results__.log: a JSON array of the output's writes, one a line
+        '[{"stream_name": "stderr", "time": 3.11, "data": "[NbConvertApp] Converting notebook\\n"}',
+        ',{"stream_name": "stdout", "time": 9.52, "data": "{\'loss\': 2.31, \'epoch\': 0.5}\\n"}]',
     )
     assert records_of(*lines) == [
         ["iteration 3"],
@@ -131,6 +134,8 @@ def test_a_structured_logs_line_is_the_text_it_holds():
         ["{'loss': 2.31, 'learning_rate': 3e-05, 'epoch': 0.5}"],
         ["iteration 3"],
         ['ValueError: bad "x"'],
+        ["[NbConvertApp] Converting notebook"],
+        ["{'loss': 2.31, 'epoch': 0.5}"],
     ]
 
 
