@@ -88,6 +88,10 @@ TRACEBACK_MAX_LINES = 400
 #: error:`` and that process's traceback
 LAUNCHER_EXCEPTIONS = ("ChildFailedError", "CalledProcessError", "exited unexpectedly", "ActorDiedError")
 LAUNCHER_EXCEPTIONS += ("ProcessRaisedException",)
+#: nbconvert's (a Kaggle notebook's run, ``jupyter nbconvert --execute``) on a cell that raised, before the cell's
+#: own traceback as IPython prints it: ``nbclient.exceptions.CellExecutionError: An error occurred while executing
+#: the following cell:``
+LAUNCHER_EXCEPTIONS += ("CellExecutionError",)
 #: an exception raised because the process got a signal (torch elastic's agent under scancel or a time limit),
 #: or because a DataLoader's worker did (``DataLoader worker (pid 48213) is killed by signal: Killed.``)
 SIGNAL_EXCEPTIONS = ("SignalException", "got signal:", "killed by signal:")

@@ -301,6 +301,24 @@ def test_a_spawned_processs_error_is_the_cause_not_spawns_exception():
     assert run.failure == ("failed", spawned[-1], 10)
 
 
+def test_a_notebook_cells_error_is_the_cause_not_nbconverts_exception():
+    # jupyter nbconvert --execute (a Kaggle notebook's run): nbclient's exception, then the cell's own
+    # traceback as IPython prints it
+    cell = [
+        *TRACEBACK,
+        "nbclient.exceptions.CellExecutionError: An error occurred while executing the following cell:",
+        "------------------",
+        "trainer.train()",
+        "------------------",
+        "UsageError                                Traceback (most recent call last)",
+        "Cell In[14], line 1",
+        "----> 1 trainer.train()",
+        "UsageError: api_key not configured (no-tty). call wandb.login(key=[your_api_key])",
+    ]
+    run = feed(*cell)
+    assert run.failure == ("failed", cell[-1], 11)
+
+
 def test_deepspeed_launcher_exit_outranks_its_cleanup():
     run = feed(
         "[2021-05-26 10:00:00,000] [INFO] [launch.py:253:sigkill_handler] Killing subprocess 4443",
