@@ -15,7 +15,7 @@ a word, then a separator (``|``, ``]``, ``,``) or none and a space, and later on
 Each is its step's row: ``loss``, ``lr`` (``lr X``, ``lr=X``, ``lr: X``), ``grad_norm`` (``norm: X``,
 ``grad_norm=X``) and the step's time as ``elapsed_ms``, where the line gives it as a step's: ``dt:
 1262.81ms``, ``step_time=2.03s``, ``time 812ms``, ``time/step: 0.27s``, ``806.2 ms/step``, ``8.83 s/it``, or a field of its own
-between ``|`` (``| 1431.6 ms |``). ``N/M``'s ``M`` is the planned steps, ``train_iters`` (the reader's
+between ``|`` (``| 1431.6 ms |``, llm.c's ``| (45.08 ms | 90864 tok/s)``). ``N/M``'s ``M`` is the planned steps, ``train_iters`` (the reader's
 completion: a run whose last step reached them ended).
 
 Where no other family states them (the family's facts yield, ``fallback``), and with no mark that the
@@ -73,11 +73,12 @@ _LOSS_GROUP = 13
 _MARKERS = ("step ", "Step ", "step=", "iter ", "Iter ", "iter=", ": loss")
 _LEARNING_RATE = rf"\blr\s*[:=]?\s*({NUMBER})"
 _GRAD_NORM = rf"\b(?:grad_)?norm\s*[:=]?\s*({NUMBER})"
-#: a step's time: after its name, per step or iteration, or a field of its own between ``|``
+#: a step's time: after its name, per step or iteration, or a field of its own between ``|`` (or opening a
+#: bracketed pair of fields)
 STEP_TIME = (
     rf"(?:\bdt|\bstep_time|\b[Tt]ime(?:/step)?)\s*[:=]?\s*({NUMBER})\s*(ms|s)\b"
     rf"|({NUMBER})\s*(ms|s)/(?:step|it)\b"
-    rf"|\|\s*({NUMBER})\s*(ms|s)\s*(?:\||$)"
+    rf"|\|\s*\(?({NUMBER})\s*(ms|s)\s*(?:\||$)"
 )
 
 

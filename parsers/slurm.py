@@ -165,6 +165,9 @@ CAUSE_LABELS = (
 #: ROCm's HIP runtime aborting a process whose GPU its kernels were not built for (``"hipErrorNoBinaryForGpu:
 #: Unable to find code object for all current devices!"``, then ``Aborted``)
 NATIVE_ABORTS = ("what():  ", "Fatal Python error: ", "encountered in worker.", "hipErrorNoBinaryForGpu: ")
+#: llm.c's cudaCheck before it exits (``[CUDA ERROR] at file train_gpt2.cu:1068:``, the error's string on the
+#: line after)
+NATIVE_ABORTS += ("[CUDA ERROR] at file ",)
 #: Hydra's report of an error composing the config (hydra/_internal/utils.py ``run_and_report``: a
 #: CompactHydraException's message, its OmegaConf cause, then "Set the environment variable
 #: HYDRA_FULL_ERROR=1 for a complete stack trace.", no traceback): the first line of config_loader_impl.py's

@@ -132,6 +132,7 @@ def test_a_loops_step_time_in_each_shape():
     assert milliseconds("step 10 | loss 10.5 | lr 6.0e-06 | 806.2 ms/step") == 806.2
     assert milliseconds("epoch 0 step 600/600 | loss 1.03 | 8.83 s/it") == 8830.0
     assert milliseconds("step 7/74 | train loss 11.0 | 1431.6 ms | 40.1% bf16 MFU") == 1431.6
+    assert milliseconds("step 2/74 | train loss 4.336 | lr 3.00e-04 | (45.22 ms | 90571 tok/s)") == 45.22
     assert milliseconds("step 7 | loss 11.0 | tokens/s/gpu=6585 | eta 3600s") is None
 
 

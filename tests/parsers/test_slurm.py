@@ -145,6 +145,16 @@ def test_failure_kinds(lines, status, reason_start):
             1,
             "crashed: traceback : Signal 6 (SIGABRT) received by PID 2840",
         ),
+        (  # llm.c's cudaCheck, its error's string on the next line, before it exits
+            [
+                "[CUDA ERROR] at file train_gpt2.cu:1068:",
+                "out of memory",
+                "srun: error: r7i4n1: task 0: Exited with exit code 1",
+            ],
+            "[CUDA ERROR] at file train_gpt2.cu:1068:",
+            1,
+            "srun: error: r7i4n1: task 0: Exited with exit code 1",
+        ),
         (  # CPython's faulthandler
             ["Fatal Python error: Segmentation fault", "srun: error: r7i4n1: task 5: Segmentation fault"],
             "Fatal Python error: Segmentation fault",
