@@ -16,8 +16,13 @@ from tests.conftest import FIXTURES
         ("ds_chat_step1_sft_opt-1.3b_training.log", [10, 20, 30], [9.329525557848999e-06, 7.861470886815466e-06, 5.579796293819115e-06]),
         # step 2: the same engine lines around the reward model's prints
         ("ds_chat_step2_reward_opt-350m_training.log", [10, 20, 30], [4.8321309709624795e-05, 4.3412574136823785e-05, 3.581077891045823e-05]),
-        # step 3: actor and critic engines both log steps 10 and 20; the actor's line comes first
-        ("ds_chat_step3_rlhf_opt-1.3b_training.log", [10, 20], [9.65e-07, 1.93e-06]),
+        # step 3: its PPO line after each generation batch is a step (from 1); actor and critic engines both
+        # log steps 10 and 20, the actor's line first
+        (
+            "ds_chat_step3_rlhf_opt-1.3b_training.log",
+            list(range(1, 21)),
+            [None] * 9 + [9.65e-07] + [None] * 9 + [1.93e-06],
+        ),
     ],
 )  # fmt: skip
 def test_deepspeed_chat_is_deepspeed_though_its_flags_look_like_hf_trainer(path, steps, lrs):
