@@ -1524,14 +1524,18 @@ def test_a_trainer_run_got_to_its_returned_step_and_its_bar_counted_further(tmp_
     done = ["{'loss': 0.31, 'learning_rate': 1e-06, 'epoch': 2.99}", *bar]
     done.append("TrainOutput(global_step=2000, training_loss=0.2731, metrics={'train_runtime': 609.6})")
     assert load_runs_of(done).runs.row(0, named=True)["last_iteration"] == 2000
-    # a failed run's planned bar (the banner's max_steps) counted past its last logged dict: how far it got,
-    # beside the last step it logged
+    # a failed run's planned bar (the banner's max_steps) counted past its last logged dict: how far it got
     banner = ["***** Running training *****", "  Total optimization steps = 36816"]
     dicts = [f"{{'loss': 0.6{n}, 'learning_rate': 2e-05, 'epoch': 0.0{n}}}" for n in (1, 2)]
     bars = [f"  4%|▎         | {n}/36816 [10:46<4:34:09,  2.15it/s]" for n in (1375, 1376)]
     failed = [*banner, *dicts, *bars, "torch.cuda.OutOfMemoryError: CUDA out of memory."]
     row = load_runs_of(failed).runs.row(0, named=True)
-    assert (row["status"], row["last_iteration"], row["progress_steps"]) == ("failed", 2, 1376)
+    assert (row["status"], row["iterations"], row["last_iteration"], row["progress_steps"]) == (
+        "failed",
+        2,
+        1376,
+        1376,
+    )
 
 
 def load_runs_of(lines: list[str]):
