@@ -29,7 +29,6 @@ import polars as pl
 from logstat.parsers.base import Family
 from logstat.parsers.kinds import (
     BODY,
-    COMPLETE,
     NUMBER,
     RECORD,
     SEEN,
@@ -44,6 +43,7 @@ from logstat.parsers.kinds import (
     last_per_run,
     marks_of,
     metric_lines,
+    run_ends,
     step_lines,
 )
 
@@ -155,12 +155,6 @@ DONE = r": rank[0-9]+\[[0-9]+\]\[[^\]]*\]: INFO: (?:__main__|llmfoundry\.command
 _DONE_MARKER = ": Done."
 
 
-def read_done(records: pl.LazyFrame) -> Events:
-    """The run's end."""
-    text = pl.col("text").str.strip_chars()
-    return Events(marks=[marks_of(records, NAME, SEEN), marks_of(records, NAME, COMPLETE, text)])
-
-
 #: Composer's code in a traceback's frames, and llm-foundry's
 CODE = ("/composer/trainer/", "/composer/core/", "/llmfoundry/")
 
@@ -183,7 +177,10 @@ FAMILY = Family(
             facts=("micro_batch_size",),
         ),
         RecordKind(
-            family=NAME, name="done", test=RecordTest(markers=(_DONE_MARKER,), pattern=DONE), read=read_done
+            family=NAME,
+            name="done",
+            test=RecordTest(markers=(_DONE_MARKER,), pattern=DONE),
+            read=lambda records: run_ends(records, NAME),
         ),
         code_frames(NAME, CODE),
     ),

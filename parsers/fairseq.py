@@ -22,7 +22,6 @@ from __future__ import annotations
 import polars as pl
 from logstat.parsers.base import Family
 from logstat.parsers.kinds import (
-    COMPLETE,
     NUMBER,
     SEEN,
     Events,
@@ -32,6 +31,7 @@ from logstat.parsers.kinds import (
     as_real,
     code_frames,
     marks_of,
+    run_ends,
     stated_counts,
     step_lines,
 )
@@ -96,12 +96,6 @@ def read_config(records: pl.LazyFrame) -> Events:
     return Events(facts=[facts.collect()], marks=[marks_of(records, NAME, SEEN)])
 
 
-def read_done(records: pl.LazyFrame) -> Events:
-    """The run's end."""
-    text = pl.col("text").str.strip_chars()
-    return Events(marks=[marks_of(records, NAME, SEEN), marks_of(records, NAME, COMPLETE, text)])
-
-
 #: fairseq's and metaseq's code in a traceback's frames
 CODE = ("/fairseq_cli/", "/fairseq/trainer.py", "/metaseq/", "/metaseq_cli/")
 
@@ -126,7 +120,7 @@ FAMILY = Family(
             family=NAME,
             name="done",
             test=RecordTest(markers=(DONE,), pattern=rf"{DONE}{NUMBER} seconds"),
-            read=read_done,
+            read=lambda records: run_ends(records, NAME),
         ),
         code_frames(NAME, CODE),
     ),

@@ -152,6 +152,13 @@ def stated_counts(records: pl.LazyFrame, family: str, pattern: str, facts: dict[
     return stated.filter(pl.col("fact").is_not_null(), pl.col("value") > 0)
 
 
+def run_ends(records: pl.LazyFrame, family: str) -> Events:
+    """A kind whose line is the run's end (a framework's last word after training): each record a mark that
+    ``family`` was seen and that the run completed, its text the evidence."""
+    text = pl.col("text").str.strip_chars()
+    return Events(marks=[marks_of(records, family, SEEN), marks_of(records, family, COMPLETE, text)])
+
+
 def marks_of(frame: pl.LazyFrame, family: str, mark: str, text: pl.Expr | None = None) -> pl.DataFrame:
     """A mark event per record of ``frame``."""
     return frame.select(
