@@ -16,7 +16,8 @@ Each is its step's row: ``loss``, ``lr`` (``lr X``, ``lr=X``, ``lr: X``), ``grad
 ``grad_norm=X``) and the step's time as ``elapsed_ms``, where the line gives it as a step's: ``dt:
 1262.81ms``, ``step_time=2.03s``, ``time 812ms``, ``time/step: 0.27s``, ``806.2 ms/step``, ``8.83 s/it``, or a field of its own
 between ``|`` (``| 1431.6 ms |``, llm.c's ``| (45.08 ms | 90864 tok/s)``). ``N/M``'s ``M`` is the planned steps, ``train_iters`` (the reader's
-completion: a run whose last step reached them ended).
+completion: a run whose last step reached them ended). A loop counting from 0 (``for step in
+range(max_steps)``) prints step 0 after its first update: it is a step, as every other.
 
 Where no other family states them (the family's facts yield, ``fallback``), and with no mark that the
 family was seen: the sequence length of a command line's flag (``--seq_len 2048``, ``--max-seq-len``,
@@ -149,7 +150,7 @@ def read_steps(records: pl.LazyFrame) -> Events:
     events = step_lines(
         records,
         NAME,
-        step=pl.when(step > 0).then(step),
+        step=step,
         loss=as_real(fields.struct[str(_LOSS_GROUP)]),
         lr=as_real(text.str.extract(_LEARNING_RATE, 1)),
         grad_norm=as_real(text.str.extract(_GRAD_NORM, 1)),

@@ -27,8 +27,9 @@ def test_build_nanogpts_step_lines_are_the_rows():
     shape = r"^step +(\d+) \| loss ([\d.]+) \| lr ([\d.e-]+) \| norm: ([\d.]+) \| dt: ([\d.]+)ms"
     expected = [tuple(map(float, found)) for found in re.findall(shape, text, re.MULTILINE)]
     row, iterations = read(BUILD_NANOGPT)
-    # step 0 is no step of the run's count (as every family's): the loop's first update ends step 1
-    logged = [values for values in expected if values[0] > 0]
+    # its steps count from 0 (range(max_steps)): step 0's line follows the first update, a step of the run
+    logged = expected
+    assert logged[0][0] == 0
     got = iterations.select("iteration", "loss", "lr", "grad_norm", "elapsed_ms").rows()
     assert got == [(int(step), *rest) for step, *rest in logged]
     assert set(iterations["family"]) == {"custom"}
