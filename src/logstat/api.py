@@ -46,7 +46,8 @@ def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None 
     lines are a logging service's entries, ``reader.is_structured_log``). Every path
     the walk passes over (another name, a hidden file or directory but ``LOG_DIRECTORIES``, a symbolic
     link to a directory, which is not followed, a special file, a tool's files: ``TOOL_DIRECTORIES``,
-    ``TOOL_FILES``) is handed to ``skipped`` with the reason. A path that does not exist is an error naming it. A file named twice
+    ``TOOL_FILES``; but W&B's runs' consoles, ``WANDB_CONSOLES``, where no log is beside their ``wandb``)
+    is handed to ``skipped`` with the reason. A path that does not exist is an error naming it. A file named twice
     (relative and absolute, through ``..`` or a link) is one, as first named. A job's file named alone brings
     its other stream beside it (``job.err`` with ``job.out``): the job's failure is often only there."""
     from logstat.parsers.reader import stream_partners
@@ -72,6 +73,9 @@ def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None 
 
 #: what tools write beside the logs, named like logs but none of a run's own: directory or file name -> why
 TOOL_DIRECTORIES = {"wandb": "W&B's run files (a copy of the console output, W&B's own logs)"}
+#: W&B's copy of a run's console, in its run directory (``wandb/run-20240418_031058-lla7b0pt``, offline runs'
+#: ``offline-run-...``; not ``latest-run``, a link to one of them)
+WANDB_CONSOLES = ("run-*/files/output.log", "offline-run-*/files/output.log")
 TOOL_FILES = {
     "latest_checkpointed_iteration.txt": "Megatron's checkpoint tracker",
     "cmd-args.log": "NeMo exp_manager's copy of the command line",
@@ -104,6 +108,9 @@ def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
                 skipped(here / name, "hidden directory")
             elif (here / name).is_symlink():
                 skipped(here / name, "symbolic link to a directory (not followed)")
+            elif name == "wandb" and not any(is_log_file(here / file) for file in files):
+                # no log beside it: W&B's copies are the only consoles kept (a platform's, a notebook's run)
+                yield from _wandb_consoles(here / name, skipped)
             elif name in TOOL_DIRECTORIES:
                 skipped(here / name, TOOL_DIRECTORIES[name])
         # sorted in place: os.walk descends in this order, so the reports come in a stable order
@@ -124,6 +131,13 @@ def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
                 yield path
             else:
                 skipped(path, "not a regular file")
+
+
+def _wandb_consoles(directory: Path, skipped: SkipReport) -> Iterator[Path]:
+    """The consoles W&B copied in ``directory`` (``WANDB_CONSOLES``); its own files are one report."""
+    consoles = sorted({path for pattern in WANDB_CONSOLES for path in directory.glob(pattern)})
+    yield from (path for path in consoles if _listable(path))
+    skipped(directory, "W&B's own files but its runs' consoles (files/output.log)")
 
 
 #: what ``find_logs`` tells ``skipped`` of a directory it cannot list (its logs are not read)

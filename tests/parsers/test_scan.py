@@ -153,6 +153,27 @@ def test_verbose_names_every_file_the_walk_passed_over(capsys, cluttered):
     ]
 
 
+def test_wandbs_consoles_are_the_logs_of_a_directory_that_kept_no_other(tmp_path):
+    # a platform's or a notebook's runs: W&B's files/output.log is the only console kept
+    wandb = tmp_path / "runs" / "wandb"
+    consoles = [
+        wandb / name / "files" / "output.log" for name in ("run-20240418_031058-a1", "offline-run-2-b2")
+    ]
+    for console in consoles:
+        console.parent.mkdir(parents=True)
+        console.write_text((SCHEDULERS / "slurm-4001.out").read_text())
+    (wandb / "run-20240418_031058-a1" / "logs").mkdir()
+    (wandb / "run-20240418_031058-a1" / "logs" / "debug.log").write_text("wandb's own\n")
+    (wandb / "latest-run").symlink_to(consoles[0].parents[1])
+    skipped: list[tuple[str, str]] = []
+    found = find_logs([tmp_path / "runs"], skipped=lambda path, why: skipped.append((path.name, why)))
+    assert found == sorted(consoles)
+    assert skipped == [("wandb", "W&B's own files but its runs' consoles (files/output.log)")]
+    # beside a log of the directory's own, they are its copies (the walk in the test above)
+    (tmp_path / "runs" / "slurm-4001.out").write_text("")
+    assert find_logs([tmp_path / "runs"]) == [tmp_path / "runs" / "slurm-4001.out"]
+
+
 def test_without_verbose_the_walk_says_nothing_and_finds_the_same(capsys, cluttered):
     code, out, err = logstat(capsys, "parse", cluttered, "--format", "json")
     assert code == 0 and len(err.splitlines()) == 2 and _copy_warnings(err) == COPIES
