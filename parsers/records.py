@@ -38,15 +38,26 @@ _DIGIT = r"\d"  # Rust's \d is Unicode's decimal digits, as Python's
 #: 14:20:02 ``, journalctl's default ``Mar 05 14:20:02 node07 python[4321]: ``); and the source a cluster's or a cloud's launcher
 #: names: ``kubectl logs --prefix`` (``[pod/gpt-master-0/pytorch] ``), Ray's workers (``(RayTrainWorker
 #: pid=12345, ip=10.0.0.12) ``), SkyPilot's nodes (``(head, rank=0, pid=4012) ``, ``(task, pid=1234) ``),
-#: ``docker compose logs`` (``trainer-1  | ``)
+#: ``docker compose logs`` (``trainer-1  | ``); a platform's export: ``aws logs tail``'s time and log stream
+#: (``2023-11-07T18:02:15.746851+00:00 llama2-13b-2023-11-07-17-55-31-881/algo-1-1699380091 ``: SageMaker's
+#: job and host), ``gcloud ai custom-jobs stream-logs``' severity, time and task (``INFO<tab>2024-08-20
+#: 06:00:10 +0000<tab>workerpool0-0<tab>``), Determined's trial logs (``[2023-08-14T10:20:04.147960Z] a3e1f2b9
+#: [rank=0] || ``: the container, the rank)
 _DATE_TIME = rf"{_DIGIT}{{4}}-{_DIGIT}{{2}}-{_DIGIT}{{2}}[T ]{_DIGIT}{{2}}:{_DIGIT}{{2}}:{_DIGIT}{{2}}"
 _MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
 _SYSLOG_TIME = rf"(?:{_MONTHS}) [ {_DIGIT}]{_DIGIT} {_DIGIT}{{2}}:{_DIGIT}{{2}}:{_DIGIT}{{2}}"
 _JOURNAL_SOURCE = rf"(?: [A-Za-z0-9][\w.-]* (?:[\w.@/-]+\[{_DIGIT}+\]|kernel):)?"
+_ZONE = rf"(?:Z|[+-]{_DIGIT}{{2}}:?{_DIGIT}{{2}})"
+_SEVERITY = "DEFAULT|DEBUG|INFO|NOTICE|WARNING|ERROR|CRITICAL|ALERT|EMERGENCY"
+_PLATFORM_EXPORT = (
+    rf"{_DATE_TIME}[.,]{_DIGIT}+{_ZONE} [\w.-]+/[\w./-]+ "
+    rf"|(?:{_SEVERITY})\t{_DATE_TIME} [+-]{_DIGIT}{{4}}\t[\w.-]*\t"
+    rf"|\[{_DATE_TIME}[.,]{_DIGIT}+Z\] [0-9a-f]{{8}} (?:\[rank={_DIGIT}+\] )?\|\| "
+)
 LEADING_PREFIX = (
     rf"^(?:{PYTHON_SPACE}*(?:\[(?:default|rank){_DIGIT}+\]:|\[{_DIGIT}+,(?:mpirank:)?{_DIGIT}+(?:,[\w.-]+)?\]<std(?:out|err)>:|{_DIGIT}{{1,5}}: |(?:{_DIGIT}{{1,3}}\.){{3}}"
-    rf"{_DIGIT}{{1,3}}: |localhost: |[a-z][a-z0-9-]*{_DIGIT}[a-z0-9-]*(?:\.[a-z0-9.-]+)?: |\[(?:rank )?{_DIGIT}{{1,6}}\] "
-    rf"|{_DATE_TIME}(?:[.,]{_DIGIT}+)?(?:Z|[+-]{_DIGIT}{{2}}:?{_DIGIT}{{2}})?{_JOURNAL_SOURCE} "
+    rf"{_DIGIT}{{1,3}}: |{_PLATFORM_EXPORT}|localhost: |[a-z][a-z0-9-]*{_DIGIT}[a-z0-9-]*(?:\.[a-z0-9.-]+)?: |\[(?:rank )?{_DIGIT}{{1,6}}\] "
+    rf"|{_DATE_TIME}(?:[.,]{_DIGIT}+)?{_ZONE}?{_JOURNAL_SOURCE} "
     rf"|{_SYSLOG_TIME}(?:[.,]{_DIGIT}+)?{_JOURNAL_SOURCE} "
     rf"|\[{_DATE_TIME}(?:[.,]{_DIGIT}+)?\] |\[pod/[^\]\s]+\] |\((?:[\w.-]+,? )?(?:rank={_DIGIT}+, )?pid={_DIGIT}+(?:, ip=[\d.:]+)?\) "
     rf"|[\w.-]*[-_]{_DIGIT}+ +\| ))+"

@@ -76,10 +76,17 @@ def test_prefixes_of_every_launcher_are_stripped():
         # moreutils ts's default before pdsh's host; journalctl's default (syslog's time, host, process)
         "Mar 05 14:20:02 a100-node-01:   iteration 3",
         "Mar  5 14:20:02 gpu-node-07 python[4321]: iteration 3",
+        # a platform's export: aws logs tail (SageMaker's job/host stream), gcloud ai custom-jobs
+        # stream-logs (severity, time, task), Determined's trial logs (container, rank)
+        "2023-11-07T18:02:15.746851+00:00 llama2-13b-2023-11-07-17-55-31-881/algo-1-1699380091 iteration 3",
+        "ERROR\t2024-04-09 13:00:12 +0000\tworkerpool0-0\titeration 3",
+        "[2023-08-14T10:20:04.147960Z] a3e1f2b9 [rank=0] || iteration 3",
+        "[2023-08-14T10:20:02.381953Z] a3e1f2b9 || iteration 3",
     )
     assert got == [
         *[["iteration 3"], [" iteration 3"], *[["iteration 3"]] * 5, ["x"]],
         *[*[["iteration 3"]] * 13, ["  iteration 3"], ["iteration 3"]],
+        *[["iteration 3"]] * 4,
     ]
 
 
@@ -94,6 +101,8 @@ def test_ordinary_text_is_not_taken_for_a_prefix():
     assert records_of(*texts) == [[text] for text in texts]
     # the words after a time are no journald host and process without the process's [pid]
     assert records_of("2024-03-02T10:11:12Z Epoch 1: 100%") == [["Epoch 1: 100%"]]
+    # nor a path after it a log stream (a stream's name is followed by the text)
+    assert records_of("2024-03-02T10:11:12.5Z megatron/training.py:123 x") == [["megatron/training.py:123 x"]]
     # a logger's time with its milliseconds, in brackets (DeepSpeed's) or not (Python logging's asctime)
     stamped = ("[2024-03-02 10:11:12,345] [INFO] [logging.py:96:log_dist] [Rank 0] step=10",)
     stamped += (
