@@ -694,16 +694,33 @@ PROFILE = Block(
 
 # --- its launcher and its communication's start: evidence only -------------------------------------------
 
-#: DeepSpeed's launcher (launcher/runner.py ``cmd = ...``, launcher/launch.py ``dist_world_size=16``) and
-#: ``deepspeed.init_distributed`` (comm/comm.py ``Initializing TorchBackend in DeepSpeed with backend nccl``): a
-#: run DeepSpeed launched or set up, though it failed before its engine printed anything
-LAUNCHED = r"\[(?:runner\.py:\d+:main\] cmd = |launch\.py:\d+:main\] dist_world_size=)|Initializing TorchBackend in DeepSpeed"
-_LAUNCHED_MARKERS = ("] cmd = ", "] dist_world_size=", "Initializing TorchBackend in DeepSpeed")
+#: DeepSpeed's launcher (launcher/runner.py ``cmd = ...``, launcher/launch.py ``dist_world_size=16``),
+#: ``deepspeed.init_distributed`` (comm/comm.py ``Initializing TorchBackend in DeepSpeed with backend nccl``) and
+#: the engine's first words (runtime/engine.py ``DeepSpeed info: version=0.13.1, git-hash=...``): a run
+#: DeepSpeed launched or set up, though it failed before its engine printed anything. The engine's, on rank 0
+#: only (the others are each rank's, in each rank's file), starts a launch: a requeued job's next attempt,
+#: whose engine may print no config dump
+_ENGINE_STARTED = "DeepSpeed info: version="
+LAUNCHED = (
+    r"\[(?:runner\.py:\d+:main\] cmd = |launch\.py:\d+:main\] dist_world_size=)"
+    rf"|Initializing TorchBackend in DeepSpeed|{_ENGINE_STARTED}"
+)
+_LAUNCHED_MARKERS = (
+    "] cmd = ",
+    "] dist_world_size=",
+    "Initializing TorchBackend in DeepSpeed",
+    "DeepSpeed info: ",
+)
 LAUNCHER = RecordKind(
     family=NAME,
     name="launcher",
     test=RecordTest(markers=_LAUNCHED_MARKERS, pattern=LAUNCHED),
-    read=lambda records: Events(marks=[kinds.marks_of(records, NAME, kinds.SEEN)]),
+    read=lambda records: Events(
+        marks=[
+            kinds.marks_of(records, NAME, kinds.SEEN),
+            kinds.marks_of(records.filter(pl.col("text").str.contains(_ENGINE_STARTED)), NAME, kinds.LAUNCH),
+        ]
+    ),
 )
 
 

@@ -16,7 +16,7 @@ from logstat.parsers.base import RunBuilder
 from logstat.parsers.reader import RunFiles, read_settled
 from polars.testing import assert_frame_equal
 
-from tests.parsers.feeding import feed_file, feed_lines
+from tests.parsers.feeding import feed_file, feed_lines, first_run
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 DS = FIXTURES / "deepspeed"
@@ -457,6 +457,33 @@ def test_an_engine_dump_after_steps_starts_a_launch_whose_steps_replace_the_earl
     run = feed_lines(deepspeed.FAMILY, first + again)
     rows = run.iteration_frame.select("iteration", "launch", "samples_per_sec", "line").rows()
     assert rows == [(1, 0, 10.0, 3), (2, 1, 22.0, 8), (3, 1, 33.0, 9), (4, 1, 44.0, 10)]
+
+
+def test_an_engines_first_words_start_a_launch_whose_end_is_the_runs(tmp_path):
+    # a requeued job's attempts in one file, the engine printing no dump (its config printer's lines
+    # filtered out): the first attempt's failure is the second's past, the run ended as the second did
+    started = "[2024-11-11 20:00:00,962] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed info: version=0.13.1, git-hash=unknown, git-branch=unknown"
+    failed = [
+        "Traceback (most recent call last):",
+        '  File "/work/train.py", line 233, in <module>',
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "[2024-11-11 20:27:44,274] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=0'] exits with return code = 1",
+    ]
+    steps = [line for step in (1, 2, 3) for line in (_step_record(step), _throughput(step, 10.0 * step))]
+    again = [line for step in (2, 3, 4) for line in (_step_record(step), _throughput(step, 11.0 * step))]
+    ended = "[2024-11-11 22:28:00,677] [INFO] [launch.py:351:main] Process 90121 exits successfully."
+    log = tmp_path / "ds-7300401.out"
+    log.write_text("\n".join([started, *steps, *failed, started, *again, ended]) + "\n", encoding="utf-8")
+    row, iterations = first_run(log)
+    assert (row["family"], row["status"]) == ("deepspeed", "ok")
+    assert row["reason"] == f"the launcher reported a clean exit: {ended.split(' ', 2)[2]}"
+    assert any("illegal memory access" in consequence for consequence in row["consequences"])
+    assert iterations.select("iteration", "samples_per_sec").rows() == [
+        (1, 10.0),
+        (2, 22.0),
+        (3, 33.0),
+        (4, 44.0),
+    ]
 
 
 def _step_record(step: int) -> str:
