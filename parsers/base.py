@@ -18,6 +18,8 @@ from logstat.parsers.kinds import (
     FILE_SHIFT,
     PYTHON_EVENTS,
     RECORD,
+    RECORD_SHIFT,
+    REQUEUED,
     TOO_LONG,
     Block,
     RecordKind,
@@ -170,6 +172,12 @@ class RunBuilder:
             return
         kept = {k: v for k, v in metrics.items() if v is not None and self.fits(k, v, family, lineno)}
         self.step_events.append((self._order(), step, RECORD, family, lineno, len(self.files) - 1, kept))
+
+    def requeued(self) -> None:
+        """The scheduler stopped the job here (a preemption); it may have run again in this log, from the
+        next record on. It did if its steps went back after it (``REQUEUED``): a checkpoint's resume does
+        steps again, where a stopped process's buffered lines written after the scheduler's word go on."""
+        self.launch_candidates.append((self.position + (1 << RECORD_SHIFT), REQUEUED))
 
     def new_launch(self, family: str) -> None:
         """The training may have started again in this log (an arguments dump: a relaunch appending to its

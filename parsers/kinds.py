@@ -93,6 +93,8 @@ FAILURE_EVENT_SCHEMA: dict[str, pl.DataType] = {
 #: family (``RunBuilder.saw``), the run's end (``complete``), a clean exit of the launcher's workers
 #: (``exited_cleanly``), a new launch of the training (``new_launch``)
 SEEN, COMPLETE, CLEAN_EXIT, LAUNCH = "seen", "complete", "clean exit", "launch"
+#: the family of a launch candidate that any family's steps decide (``RunBuilder.requeued``)
+REQUEUED = ""
 
 
 @dataclass

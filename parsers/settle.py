@@ -31,6 +31,7 @@ from logstat.parsers.kinds import (
     LAUNCH,
     PEAK,
     RECORD,
+    REQUEUED,
     SEEN,
     STEP_END,
     STEP_EVENT_SCHEMA,
@@ -181,14 +182,27 @@ def _launch_starts(runs: list[RunBuilder], steps: pl.DataFrame) -> pl.DataFrame:
             continue
         mine = steps.filter(pl.col("run") == index, pl.col("mode") != PEAK, pl.col("step").is_not_null())
         by_family = {family: frame["order"].to_list() for (family,), frame in mine.group_by("family")}
+        every = mine.filter(pl.col("mode") == RECORD).select("order", "step")
         started, launches = -1, 0
         for order, family in run.launch_candidates:
-            orders = by_family.get(family, [])
-            if bisect_left(orders, order) > bisect_right(orders, started):
+            if family == REQUEUED:
+                relaunched = _went_back(every["order"], every["step"], started, order)
+            else:
+                orders = by_family.get(family, [])
+                relaunched = bisect_left(orders, order) > bisect_right(orders, started)
+            if relaunched:
                 launches += 1
                 starts.append((index, order, launches))
                 started = order
     return pl.DataFrame(starts, schema={"run": pl.Int64, "order": pl.Int64, "launch": pl.Int64}, orient="row")
+
+
+def _went_back(orders: pl.Series, steps: pl.Series, started: int, order: int) -> bool:
+    """Whether the first step record after ``order`` is no later than one since ``started`` before it (both
+    of any family): the training started again from a checkpoint (or from scratch)."""
+    before = int(orders.search_sorted(order, side="left"))
+    since = int(orders.search_sorted(started, side="right"))
+    return since < before < len(orders) and steps[before] <= steps[since:before].max()
 
 
 def _counted_in_launch(steps: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:

@@ -512,6 +512,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         else:  # preemption, scancel by a user or an admin, a requeue
             status = kind = "cancelled"
             label, bare_cancel = PREEMPTED_LABEL if "PREEMPTION" in text else "", bare_step
+            if label:
+                run.requeued()  # a preempted job is requeued (--requeue), its output appended
     elif RUNNER_STOP in text and text.startswith("logstat: "):  # the run's cause, after what it made
         status = kind = "cancelled"
     elif ended := next((end for end in SCHEDULER_ENDS if end in text), None):

@@ -12,7 +12,7 @@ import pytest
 from logstat.parsers import slurm
 from logstat.parsers.base import CAUSE, EFFECT, MAX_CONSEQUENCES, REPORT, RunBuilder
 
-from tests.parsers.feeding import feed_lines
+from tests.parsers.feeding import feed_lines, first_run
 
 STEP = "slurmstepd: error: *** STEP 7.0 ON r7i4n1 CANCELLED AT 2021-05-26T12:03:11"
 JOB = "slurmstepd: error: *** JOB 7 ON r7i4n1 CANCELLED AT 2021-05-26T12:03:11"
@@ -854,3 +854,37 @@ def test_a_schedulers_word_on_why_it_signalled_the_job_outranks_the_agents():
         run = feed(" iteration       10/    1000 |", *lines, *TRACEBACK, SIGNAL_EXCEPTION)
         slurm.finish(run)
         assert run.failure[0] == "timeout" and run.failure[1] == "time limit: " + limit
+
+
+def _loop_steps(steps: range) -> list[str]:
+    return [f"step {step} | loss {10 - step / 1000:.4f} | dt: 450.00ms" for step in steps]
+
+
+def test_a_preempted_job_whose_steps_went_back_after_it_ended_as_its_next_attempt(tmp_path):
+    # --requeue appends the next attempt to the job's file; it resumes from its checkpoint at step 50
+    preempted = (
+        "slurmstepd: error: *** JOB 881100 ON gpu-q-33 CANCELLED AT 2025-01-05T05:31:36 DUE TO PREEMPTION ***"
+    )
+    failed = [
+        "Traceback (most recent call last):",
+        '  File "/work/train.py", line 88, in <module>',
+        "RuntimeError: File /scratch/ckpt/step_200/model.pt cannot be opened.",
+        "srun: error: gpu-q-33: task 0: Exited with exit code 1",
+    ]
+    log = tmp_path / "fsdp-881100.out"
+    log.write_text(
+        "\n".join([*_loop_steps(range(10, 101, 10)), preempted, *_loop_steps(range(60, 201, 10)), *failed])
+    )
+    row, iterations = first_run(log)
+    assert (row["status"], row["reason"]) == ("failed", failed[2])
+    assert row["consequences"] == [
+        f"fsdp-881100.out:11: preempted: {preempted}",
+        f"fsdp-881100.out:30: {failed[3]}",
+    ]
+    assert iterations["iteration"].to_list() == list(range(10, 201, 10))
+    # the stopped process's buffered lines after the scheduler's word go on: the preemption ended it
+    log.write_text(
+        "\n".join([*_loop_steps(range(10, 101, 10)), preempted, *_loop_steps(range(110, 131, 10))])
+    )
+    row, _ = first_run(log)
+    assert (row["status"], row["reason"]) == ("cancelled", f"preempted: {preempted}")
