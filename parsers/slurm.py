@@ -651,18 +651,20 @@ def finish(run: RunBuilder) -> None:
     if index:
         events[index] = (order, "failed", text.strip(), REPORT, "slurm cancel", False, False)
     _several_jobs(run)
-    restarted = _restarted_and_ended_well(run)
+    restarted = _restarted_and_ended_again(run, events)
     restart = run.state.get(NAME, {}).get("elastic_restart")
     events = _peers_died(_with_printed_cause(_signalled_by_scheduler(events), run), run.launch_start, restart)
     if restarted or events != run.failure_events or _preempted_before_the_last_launch(run, events):
         run.refold(events)
 
 
-def _restarted_and_ended_well(run: RunBuilder) -> bool:
-    """A run whose workers torch elastic restarted, then exited cleanly (or completed) after the last restart:
-    its last launch starts after that restart. Whether it did so."""
+def _restarted_and_ended_again(run: RunBuilder, events: list[tuple]) -> bool:
+    """A run whose workers torch elastic restarted, then exited cleanly, completed, or failed of a cause of
+    their own (not only a launcher's report) after the last restart: its last launch starts after that
+    restart, the failures before it were the earlier attempts'. Whether it did so."""
     restart = run.state.get(NAME, {}).get("elastic_restart")
     ends = [end[3] for end in (run.clean_exit, run.completion) if end is not None]
+    ends += [event[0] for event in events if event[3] >= CAUSE]
     if restart is None or not any(end > restart for end in ends):
         return False
     run.launch_start = max(run.launch_start, restart + (1 << RECORD_SHIFT))  # from the next record

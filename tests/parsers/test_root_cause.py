@@ -731,6 +731,10 @@ ELASTIC_RESTART = (
     "[2024-03-11 22:40:20,500] torch.distributed.elastic.agent.server.api: [INFO] [default] Worker group "
     "FAILED. 3/3 attempts left; will restart worker group"
 )
+ELASTIC_FAILED = (
+    "[2024-03-11 23:40:20,110] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: 1)"
+    " local_rank: 0 (pid: 30111) of binary: /opt/conda/bin/python"
+)
 WATCHDOG = (
     "[rank5]:[E1112 03:18:44.131201 88120 ProcessGroupNCCL.cpp:616] [Rank 5] Watchdog caught collective "
     "operation timeout: WorkNCCL(SeqNum=2106, OpType=ALLREDUCE, NumelIn=1244, NumelOut=1244, Timeout(ms)=600000) "
@@ -745,8 +749,15 @@ def test_a_failure_that_torch_elastic_restarted_past_is_an_earlier_launchs(tmp_p
     log.write_text(f"step 1\n{WATCHDOG}\n{ELASTIC_RESTART}\nstep 2\n{ELASTIC_CLEAN}\n")
     row = load_runs([log]).runs.row(0, named=True)
     assert (row["status"], row["reason_line"]) == ("ok", 5)
-    # a restart whose workers failed again: the first failure stays the cause
-    log.write_text("\n".join(["step 1", WATCHDOG, ELASTIC_RESTART, *TRACEBACK, "KeyError: 2"]) + "\n")
+    # a restart whose workers failed again of a cause of their own: the last attempt's is the run's
+    lines = ["step 1", WATCHDOG, ELASTIC_RESTART, *TRACEBACK, "KeyError: 2"]
+    log.write_text("\n".join(lines) + "\n")
+    row = load_runs([log]).runs.row(0, named=True)
+    assert (row["status"], row["reason"], row["reason_line"]) == ("failed", "KeyError: 2", len(lines))
+    assert row["consequences"][0].startswith("agent-51.out:2: NCCL timeout/error: ")
+    # only the launcher's report of them after it: the earlier attempt's cause says more
+    lines = ["step 1", WATCHDOG, ELASTIC_RESTART, "step 2", ELASTIC_FAILED]
+    log.write_text("\n".join(lines) + "\n")
     row = load_runs([log]).runs.row(0, named=True)
     assert (row["status"], row["reason_line"]) == ("failed", 2)
 
