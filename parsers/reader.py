@@ -168,6 +168,9 @@ def _job_stream(path: Path) -> tuple[tuple[str, str, str], tuple] | None:
     if pod := _POD_LOG.fullmatch(name):
         order = (_POD_ROLES.index(pod["role"]), int(pod["index"] or 0))
         return (directory, RANKS, pod["job"] + pod["extension"]), (order, 0)
+    if stream := _STREAM_WORD.fullmatch(name):
+        key = f"{stream['before']}{{}}{stream['after']}"
+        return (directory, "stream word", key), ((), int(stream["stream"] in _ERROR_WORDS))
     if suffix in SINGLE_SUFFIXES:
         return (directory, ROTATED, name), ((), 0)
     if rotated := _ROTATED.fullmatch(name):
@@ -202,6 +205,8 @@ def stream_partners(path: Path) -> list[Path]:
         other = _OTHER_STDIO[stdio["stream"]] + stdio["extension"]
     elif suffix in _OTHER_STREAM:
         other = stem + _OTHER_STREAM[suffix]
+    elif stream := _STREAM_WORD.fullmatch(name):
+        other = stream["before"] + _STREAM_WORDS[stream["stream"]] + stream["after"]
     elif scheduler := _scheduler_stream(path):
         other = f"{scheduler['stem']}.{_OTHER_SCHEDULER_STREAM[scheduler['stream']]}{scheduler['job']}"
     else:
@@ -274,6 +279,15 @@ RANKS = "ranks"
 _RANK_LOG = re.compile(
     r"(?P<prefix>(?:.*[_.-])?)(?P<word>rank|process|node)_?(?P<rank>\d{1,6})(?P<extension>\.log|\.txt)"
 )
+#: a job's two streams named by a word of their own beside its id in a log's name (``sbatch
+#: --output=out-%j.log --error=err-%j.log``, ``%x_%j_stdout.txt``, ``output_%j.log`` and ``error_%j.log``):
+#: one run, the output first
+_STREAM_WORD = re.compile(
+    r"(?=.*\d)(?P<before>(?:.*[-_.])?)(?P<stream>stdout|stderr|output|error|out|err)"
+    r"(?P<after>(?:[-_.].*)?\.(?:log|txt))"
+)
+_ERROR_WORDS = {"stderr": "stdout", "error": "output", "err": "out"}
+_STREAM_WORDS = _ERROR_WORDS | {output: error for error, output in _ERROR_WORDS.items()}
 #: the pods of a Kubeflow training job, each one's log saved as ``<pod>.log`` (``kubectl logs``): a
 #: PyTorchJob's ``<job>-master-0`` and ``<job>-worker-<i>``, an MPIJob's ``<job>-launcher`` and its workers
 _POD_ROLES = ("master", "launcher", "worker")

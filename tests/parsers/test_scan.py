@@ -611,6 +611,30 @@ def test_the_ranks_or_pods_own_logs_of_one_prefix_are_one_run():
     ]
 
 
+def test_a_jobs_streams_named_by_a_word_of_their_own_are_one_run():
+    # sbatch --output=out-%j.log --error=err-%j.log, %x_%j_stdout.txt, output_%j.log / error_%j.log
+    names = ["err-2290017.log", "out-2290017.log", "ft_77_stderr.txt", "ft_77_stdout.txt"]
+    names += ["error_5.log", "output_5.log", "output_6.log", "outlier-3.log", "err.log", "out.log"]
+    groups = group_runs([Path("/runs/logs") / name for name in names])
+    assert [[p.name for p in g.files] for g in groups] == [
+        ["err.log"],
+        ["ft_77_stdout.txt", "ft_77_stderr.txt"],
+        ["out-2290017.log", "err-2290017.log"],
+        ["out.log"],
+        ["outlier-3.log"],
+        ["output_5.log", "error_5.log"],
+        ["output_6.log"],
+    ]
+
+
+@pytest.mark.parametrize("named", ["out-2290017.log", "err-2290017.log.gz"])
+def test_a_stream_named_by_its_word_alone_brings_the_other(tmp_path, named):
+    for name in ("out-2290017.log", "err-2290017.log.gz"):
+        (tmp_path / name).write_text("")
+    partner = ({"out-2290017.log", "err-2290017.log"} - {named.removesuffix(".gz")}).pop()
+    assert [path.name for path in find_logs([tmp_path / named])][1].startswith(partner)
+
+
 def test_a_directorys_only_batch_output_is_one_run_with_its_only_other_log(tmp_path, capsys):
     # a job's script tees its training into train.log beside slurm-%j.out, or its ranks each write
     # rank<N>.log: the job's, whose else; read after the job's own output (which holds the whole job's
