@@ -58,19 +58,21 @@ _OF_TOTAL = r"(?:\s*/\s*(\d+))?"
 #: a step line's forms, each with two groups (the step, the plan's total): ``step N`` (``N/M``) as a word, or
 #: ``step=N``, then a separator (``|``, ``]``, ``,``) or none, a space and, later on the line, the loss
 #: (``loss X``, ``loss=X``, ``loss: X``, ``train loss X``); ``iter N |`` or ``iter=N`` and a loss; ``it N: loss``;
-#: the same capitalized (``Step N | Loss: X``, ``Step [N/M] Loss: X``; ``Iter N | loss X``). ``step N:`` and
-#: ``iter N:`` are no step's line (nanoGPT's and LitGPT's evaluations and steps are their families'), nor
+#: a line's ``step N: loss X`` (nanoGPT's step line, its ``iter`` renamed); the same capitalized (``Step N |
+#: Loss: X``, ``Step [N/M] Loss: X``; ``Iter N | loss X``). ``step N: train loss`` and ``iter N:`` are no step's
+#: line (nanoGPT's evaluations and steps are its family's), nor LitGPT's ``iter N step M:``, nor
 #: ``Step N | loss:X`` (torchtune's), nor ``step=N,`` (DeepSpeed's)
 _STEP_FORMS = (
     rf"step(?:\s+(\d+){_OF_TOTAL}\s*[\]|,]?|\s*=\s*(\d+){_OF_TOTAL})\s.*?\b(?:train[\s_])?loss",
     rf"[Ii]ter(?:\s+(\d+){_OF_TOTAL}\s*\||\s*=\s*(\d+){_OF_TOTAL}[\s,])\s*.*?\b[Ll]oss",
     rf"it\s+(\d+){_OF_TOTAL}:\s+loss",
+    rf"^step\s+(\d+){_OF_TOTAL}:\s+loss",
     rf"Step\s+\[?\s*(\d+){_OF_TOTAL}\s*\]?\s*[|,]?\s.*?\b(?:[Tt]rain[\s_])?Loss",
 )
 STEP_LINE = rf"(?:^|[\s|\[])(?:{'|'.join(_STEP_FORMS)})\b\s*[:=]?\s*({NUMBER})"
 #: the groups of the step and the total in STEP_LINE, and of the loss
-_STEP_GROUPS, _TOTAL_GROUPS = range(1, 13, 2), range(2, 13, 2)
-_LOSS_GROUP = 13
+_STEP_GROUPS, _TOTAL_GROUPS = range(1, 15, 2), range(2, 15, 2)
+_LOSS_GROUP = 15
 _MARKERS = ("step ", "Step ", "step=", "iter ", "Iter ", "iter=", ": loss")
 _LEARNING_RATE = rf"\blr\s*[:=]?\s*({NUMBER})"
 _GRAD_NORM = rf"\b(?:grad_)?norm\s*[:=]?\s*({NUMBER})"

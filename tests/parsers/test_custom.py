@@ -92,6 +92,7 @@ def test_a_loop_on_deepspeeds_engine_is_a_deepspeed_run_whose_rows_are_the_loops
         ("iter=40, loss=2.5, time 120ms", 40, 2.5, 120.0),
         ("it 120: loss 3.2100, time 412.31ms, mfu 38.2%", 120, 3.21, 412.31),
         ("Step [100/25000] Loss: 9.8422 Time/step: 0.349s", 100, 9.8422, 349.0),
+        ("step 20: loss 6.7542, time 448.91ms, mfu 41.96%", 20, 6.7542, 448.91),  # nanoGPT's, renamed
     ],
 )
 def test_a_loops_step_after_a_loggers_or_a_ranks_fields(tmp_path, line, step, loss, elapsed_ms):
