@@ -89,18 +89,27 @@ STEP_TIME = (
 SEQ_LEN = r"--(?:max[_-])?seq(?:uence)?[_-]len(?:gth)?(?:=|\s+)(\d+)\b"
 _SEQ_MARKERS = ("--seq", "--max_seq", "--max-seq")
 #: a count a loop's header states as a ``key=value`` (``world_size=16 micro_batch=16 global_batch=256
-#: seq_len=1024 max_steps=3000``), by the fact each key states (a model's ``max_seq_len=`` is the most it takes)
-_COUNTS = {
+#: seq_len=1024 max_steps=3000``) or, but the world's, as fields of ``key value`` (``seq_len 4096 | micro_bs 2
+#: | global_bs 64``), by the fact each key states (a model's ``max_seq_len=`` is the most it takes; a bare
+#: ``batch_size=``, a device's or all of them', says not which; ``block_size`` and ``max_iters`` are other
+#: things' too: DeepSpeed's aio config's bytes, LitGPT's evaluation's iterations)
+_SPACED_COUNTS = {
     "seq_len": "seq_len",
     "seq_length": "seq_len",
     "micro_batch": "micro_batch_size",
     "micro_batch_size": "micro_batch_size",
+    "micro_bs": "micro_batch_size",
+    "local_batch": "micro_batch_size",
+    "local_batch_size": "micro_batch_size",
+    "per_gpu_batch": "micro_batch_size",
+    "mbs": "micro_batch_size",
     "global_batch": "global_batch_size",
     "global_batch_size": "global_batch_size",
+    "global_bs": "global_batch_size",
+    "gbs": "global_batch_size",
     "max_steps": "train_iters",
-    "world_size": "gpus",
-    "world": "gpus",
 }
+_COUNTS = _SPACED_COUNTS | {"world_size": "gpus", "world": "gpus", "dp": "dp"}
 #: the world a loop's line names in words (``rank 0 / world size 8``, ``DDP: world_size 8``, ``world size: 8``)
 _WORLD_IN_WORDS = "world[ _]size:? "
 _COUNT_MARKERS = (
@@ -109,7 +118,7 @@ _COUNT_MARKERS = (
     "world size",
     "world_size ",
 )
-_COUNT_MARKERS += tuple(f'{key}": ' for key in _COUNTS)
+_COUNT_MARKERS += tuple(f'{key}": ' for key in _COUNTS) + tuple(f"{key} " for key in _SPACED_COUNTS)
 #: Megatron's flags on an echoed command line (a launcher's ``cmd = ...``, ``set -x``), by the fact each
 #: states: a run that failed before Megatron's arguments dump, or a script of its own taking Megatron's flags
 _MEGATRON_FLAGS = {
@@ -120,11 +129,12 @@ _MEGATRON_FLAGS = {
     "--train-iters": "train_iters",
 }
 #: a count stated any of these ways: the key and its ``=``, or quoted as a printed dict's or JSON's key
-#: (``config: {'seq_len': 2048, 'max_steps': 50000}``), the flag and its ``=`` or space; the world in words
+#: (``config: {'seq_len': 2048, 'max_steps': 50000}``), the key and a space, the flag and its ``=`` or space;
+#: the world in words
 _KEYS = "|".join(_COUNTS)
 COUNT = (
-    rf"(?:^|[\s,({{])(?P<key>(?:{_KEYS})=|['\"](?:{_KEYS})['\"]: |(?:{'|'.join(_MEGATRON_FLAGS)})[= ]"
-    rf"|{_WORLD_IN_WORDS})(?P<count>\d+)\b"
+    rf"(?:^|[\s,({{|])(?P<key>(?:{_KEYS})=|['\"](?:{_KEYS})['\"]: |(?:{'|'.join(_SPACED_COUNTS)}) "
+    rf"|(?:{'|'.join(_MEGATRON_FLAGS)})[= ]|{_WORLD_IN_WORDS})(?P<count>\d+)\b"
 )
 _COUNT_FACTS = (
     _COUNTS | {flag.strip("-"): fact for flag, fact in _MEGATRON_FLAGS.items()} | {"world size": "gpus"}

@@ -174,6 +174,16 @@ def test_a_loops_header_states_its_batches_length_and_plan(tmp_path):
     sized = "Namespace(micro_batch_size=4, global_batch_size=64, seq_length=512, max_steps=0)"
     row, _ = runs_of(tmp_path, [sized, *steps])
     assert [row[fact] for fact in facts] == [None, 4, 64, 512, None]  # 0 steps: no plan
+    # fields of a key and its value; short keys (mbs, gbs, micro_bs, per_gpu_batch, local_batch)
+    spaced = "[default0]:training 1.3B | seq_len 4096 | micro_bs 2 | global_bs 64 | max_steps 8000"
+    short = "dp=8 seq_len=2048 mbs=4 gbs=256 max_steps=60000 per_gpu_batch=4 local_batch=4"
+    for header, expected in ((spaced, [None, 2, 64, 4096, 8000]), (short, [None, 4, 256, 2048, 60000])):
+        row, _ = runs_of(tmp_path, [header, *steps])
+        assert [row[fact] for fact in facts] == expected
+    assert row["dp"] == 8
+    # nor another's key and value in words: a model's "max_seq_len 8192", "world 4"
+    row, _ = runs_of(tmp_path, ["max_seq_len 8192 | hello world 4", *steps])
+    assert [row[fact] for fact in facts] == [None] * 5
 
 
 def test_megatrons_flags_on_an_echoed_command_state_a_run_that_never_dumped_its_arguments(tmp_path):
