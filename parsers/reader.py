@@ -106,12 +106,17 @@ def _scheduler_stream(path: Path) -> re.Match[str] | None:
     return _SCHEDULER_STREAM.fullmatch(_uncompressed_name(path))
 
 
+#: what a program names the session it records, with no suffix: ``script``'s (util-linux) default file
+SESSION_RECORDS = frozenset({"typescript"})
+
+
 def is_log_file(path: Path) -> bool:
     """Whether a file found while walking a directory looks like a log (by its name)."""
     if path.name in _TORCHRUN_COPIES and _ATTEMPT.fullmatch(path.parent.name):
         return False
     return (
         _base(path)[1] in LOG_SUFFIXES
+        or _uncompressed_name(path) in SESSION_RECORDS
         or _scheduler_stream(path) is not None
         or _job_named(path) is not None
         or _ROTATED.fullmatch(_uncompressed_name(path)) is not None

@@ -42,7 +42,7 @@ def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None 
     """The log files named by ``paths``: files as given, directories walked recursively for the files
     named like logs (``logstat.parsers.reader.is_log_file``: ``*.out``, ``*.err``, ``*.log``, ``*.txt``,
     ``*.stdout``, ``*.stderr``, PBS/SGE ``name.o123`` / ``name.e123``, a job id without an extension
-    (``name.1234``), rotated logs (``train.log.1``), and ``.gz``, ``.xz``, ``.bz2`` of those; a JSON file whose
+    (``name.1234``), script(1)'s ``typescript``, rotated logs (``train.log.1``), and ``.gz``, ``.xz``, ``.bz2`` of those; a JSON file whose
     lines are a logging service's entries, ``reader.is_structured_log``). Every path
     the walk passes over (another name, a hidden file or directory but ``LOG_DIRECTORIES``, a symbolic
     link to a directory, which is not followed, a special file, a tool's files: ``TOOL_DIRECTORIES``,

@@ -112,6 +112,12 @@ def test_names_that_are_no_job_output_are_not_logs(name):
     assert not is_log_file(Path("/logs") / name)
 
 
+@pytest.mark.parametrize("name", ["typescript", "typescript.gz"])
+def test_a_session_script_recorded_is_a_log(name):
+    # script(1)'s default file: a terminal's session, a run's output with it
+    assert is_log_file(Path("/logs") / name)
+
+
 @pytest.fixture
 def cluttered(tmp_path):
     """The scheduler fixtures among what a run directory also holds."""
