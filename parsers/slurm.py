@@ -248,8 +248,15 @@ CRASH_SIGNALS = tuple(f"({signal})" for signal in CRASH_SIGNAL_DESCRIPTIONS)
 CRASH_RETURN_CODES = ("4", "6", "7", "8", "11")
 _RETURN_CODE = re.compile(r"return code = -(\d+)")
 #: a launcher's word that a worker exited with code 0: DeepSpeed's launcher (launch.py), torch elastic's
-#: agent; LSF's job summary (appended to the job's output) of a job that exited with 0
-CLEAN_EXITS = ("exits successfully", "worker group successfully finished", "Successfully completed.")
+#: agent; LSF's job summary (appended to the job's output) of a job that exited with 0; W&B's at its run's
+#: finish, by the process's exit code (``wandb: Waiting for W&B process to finish... (success).``, where
+#: one that failed says ``(failed 1).``)
+CLEAN_EXITS = (
+    "exits successfully",
+    "worker group successfully finished",
+    "Successfully completed.",
+    "W&B process to finish... (success)",
+)
 #: other batch systems' word on how they ended a job -> (status, label, kind), the first named wins: LSF's
 #: job summary (``TERM_RUNLIMIT: job killed after reaching LSF run time limit.``), PBS's note in the job's
 #: error file (``=>> PBS: job killed: walltime 7210 exceeded limit 7200``; any other limit it names),

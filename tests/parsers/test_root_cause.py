@@ -712,9 +712,11 @@ ELASTIC_CLEAN = (
     "I1125 01:33:34.617000 23285 torch/distributed/elastic/agent/server/api.py:932] [default] worker group "
     "successfully finished. Waiting 300 seconds for other agents to finish."
 )
+# W&B's finish, by the process's exit code (its log of a failed one: "... (failed 1). Press Control-C ...")
+WANDB_CLEAN = "wandb: Waiting for W&B process to finish... (success)."
 
 
-@pytest.mark.parametrize("clean", [DS_CLEAN, ELASTIC_CLEAN])
+@pytest.mark.parametrize("clean", [DS_CLEAN, ELASTIC_CLEAN, WANDB_CLEAN])
 def test_a_launchers_clean_exit_makes_a_run_that_nothing_ended_ok(tmp_path, clean):
     from logstat.api import load_runs
 
