@@ -508,8 +508,10 @@ def _step_times_disagree() -> pl.Expr:
 
 def _nan_loss() -> pl.Expr:
     """A logged step whose loss went nan: printed so, or counted by Megatron's "number of nan iterations"
-    (Megatron prints the loss only when it is above 0, so a nan loss leaves the line without one)."""
-    return pl.col("loss").is_nan() | (pl.col("nan") > 0)
+    with no loss printed (Megatron prints the mean loss only when it is above 0, so nan leaves the line
+    without one; a finite one printed beside the count is of the interval's other iterations, the nan ones
+    skipped: the training went on)."""
+    return pl.col("loss").is_nan() | ((pl.col("nan") > 0) & pl.col("loss").is_null())
 
 
 def _nan_losses() -> pl.Expr:

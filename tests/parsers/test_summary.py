@@ -73,6 +73,10 @@ def test_megatrons_nan_iterations_are_nan_losses(tmp_path):
     log.write_text("\n".join(steps) + "\n")
     row = load_runs([log]).runs.row(0, named=True)
     assert row["warnings"] == ["loss: nan from iteration 300 (2 of 4 logged steps)"]
+    # a finite loss beside the count is the interval's other iterations': the nan ones were skipped
+    skipped = [step.replace("128 | loss scale", "128 | lm loss: 2.300000E+00 | loss scale") for step in steps]
+    log.write_text("\n".join(skipped) + "\n")
+    assert not load_runs([log]).runs.row(0, named=True)["warnings"]
 
 
 def test_a_job_id_of_several_rows_is_a_warning_on_each():
