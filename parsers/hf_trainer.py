@@ -1342,11 +1342,78 @@ AXOLOTL_CONFIG = RecordKind(
     facts=("seq_len",),
 )
 
+#: a notebook's Trainer (NotebookProgressCallback, transformers/utils/notebook.py), its output as text (a
+#: notebook's export, Colab's copy): the bar's label (``[60/60 07:48, Epoch 0/1]``: the steps done of max_steps,
+#: the time since training began) and the table of the logged steps (``Step<tab>Training Loss[<tab>Validation
+#: Loss...]``, then a row a logged step, ``10<tab>1.488276``; ``No log`` where none was), rows without a marker
+NOTEBOOK_BAR = r"^\s*\[(\d+)/(\d+) (?:(\d+):)?(\d+):(\d+)(?: < [\d:]+)?, Epoch [\d.]+/\d+\]\s*$"
+_NOTEBOOK_BAR_MARKER = ", Epoch "
+NOTEBOOK_TABLE = r"^Step\tTraining Loss(?:\t|\s*$)"
+_NOTEBOOK_ROW = rf"^(\d+)\t(?:({kinds.NUMBER})|No log)(?:\t|\s*$)"
+
+
+def read_notebook_bars(records: pl.LazyFrame) -> Events:
+    """The plan of a notebook's bar, the steps done and the mean step's time since training began."""
+    bar = pl.col("text").str.extract_groups(NOTEBOOK_BAR)
+    done, planned = kinds.as_count(bar.struct["1"]), kinds.as_count(bar.struct["2"])
+    hours, minutes, seconds = (kinds.as_count(bar.struct[group]) for group in "345")
+    elapsed = hours.fill_null(0) * 3600 + minutes * 60 + seconds
+    mean = pl.when(done > 0).then(elapsed / done)
+    facts = (
+        kinds.facts_of(records, NAME, train_iters=planned, progress_steps=done),
+        kinds.facts_of(records, NAME, progress_sec_per_iter=mean),
+    )
+    return Events(
+        facts=[frame.filter(pl.col("value") > 0).collect() for frame in facts],
+        marks=kinds.seen_once(records, NAME).marks,
+    )
+
+
+def read_notebook_tables(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
+    """A step a table's row: its step and training loss (none where it says ``No log``)."""
+    row = pl.col("text").str.extract_groups(_NOTEBOOK_ROW)
+    rows = blocks.filter(pl.col("role") == BODY)
+    return kinds.step_lines(
+        rows, NAME, step=kinds.as_count(row.struct["1"]), loss=kinds.as_real(row.struct["2"])
+    )
+
+
+NOTEBOOK_BARS = RecordKind(
+    family=NAME,
+    name="notebook's bar",
+    test=RecordTest(markers=(_NOTEBOOK_BAR_MARKER,), pattern=NOTEBOOK_BAR),
+    read=read_notebook_bars,
+    facts=("train_iters", "progress_steps", "progress_sec_per_iter"),
+)
+NOTEBOOK_TABLES = Block(
+    family=NAME,
+    name="notebook's table",
+    opens=RecordTest(markers=("Step\tTraining Loss",), pattern=NOTEBOOK_TABLE),
+    body=RecordTest(pattern=_NOTEBOOK_ROW),
+    hint=r"^\d+\t",
+    read=read_notebook_tables,
+)
+
 FAMILY = Family(
     name=NAME,
-    markers=(*MARKERS, *CODE, _EXPLICIT_MARKER, *_TOOL_MARKERS, _AXOLOTL_LENGTH_MARKER),
-    kinds=(TRAINER, kinds.code_frames(NAME, CODE), TRAINER_LOGGED, TOOL_LOGGED, AXOLOTL_CONFIG),
-    blocks=(ARGUMENTS, CONFIG, METRICS),
+    markers=(
+        *MARKERS,
+        *CODE,
+        _EXPLICIT_MARKER,
+        *_TOOL_MARKERS,
+        _AXOLOTL_LENGTH_MARKER,
+        _NOTEBOOK_BAR_MARKER,
+        "Step\tTraining Loss",
+    ),
+    kinds=(
+        TRAINER,
+        kinds.code_frames(NAME, CODE),
+        TRAINER_LOGGED,
+        TOOL_LOGGED,
+        AXOLOTL_CONFIG,
+        NOTEBOOK_BARS,
+    ),
+    blocks=(ARGUMENTS, CONFIG, METRICS, NOTEBOOK_TABLES),
     finish=finish,
     description="HF Trainer: logged dicts, train metrics, TrainingArguments dump, --config_overrides shape",
 )

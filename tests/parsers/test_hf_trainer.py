@@ -1608,3 +1608,34 @@ def test_the_fine_tuning_tools_own_lines_are_a_trainer_run(tmp_path, lines, fact
     row = load_runs([tmp_path]).runs.row(0, named=True)
     assert (row["family"], row["status"], row["reason"]) == ("hf-trainer", "failed", error)
     assert {fact: row[fact] for fact in facts} == facts
+
+
+def test_a_notebooks_table_and_bar_are_its_steps_and_plan(tmp_path):
+    # NotebookProgressCallback's output as text (Colab's copy of a cell's output): the bar's label, the
+    # table's header and a row a logged step; an evaluation's step may say "No log" of the training loss
+    losses = [1.914470, 1.896189, 1.821101]
+    table = [
+        "Step\tTraining Loss\tValidation Loss",
+        *(f"{step}\t{loss:.6f}\t2.1" for step, loss in zip((1, 2, 3), losses)),
+    ]
+    lines = [" [4/4 01:02:08, Epoch 0/1]", *table, "4\tNo log\t2.0", "468.4412 seconds used for training."]
+    log = tmp_path / "Alpaca_Llama3_8b.txt"
+    log.write_text("\n".join(lines) + "\n")
+    result = load_runs([log])
+    row = result.runs.row(0, named=True)
+    assert result.iterations.select("iteration", "loss").rows() == [
+        (1, 1.91447),
+        (2, 1.896189),
+        (3, 1.821101),
+        (4, None),
+    ]
+    assert (row["family"], row["train_iters"], row["last_iteration"], row["status"]) == (
+        "hf-trainer",
+        4,
+        4,
+        "ok",
+    )
+    assert row["progress_sec_per_iter"] == (3600 + 2 * 60 + 8) / 4
+    # a table of epochs is no step's, nor its rows after another header
+    log.write_text("Epoch\tTraining Loss\tValidation Loss\n1\t1.5\t1.6\n")
+    assert load_runs([log]).iterations.height == 0
