@@ -1616,7 +1616,7 @@ def test_a_notebooks_table_and_bar_are_its_steps_and_plan(tmp_path):
     losses = [1.914470, 1.896189, 1.821101]
     table = [
         "Step\tTraining Loss\tValidation Loss",
-        *(f"{step}\t{loss:.6f}\t2.1" for step, loss in zip((1, 2, 3), losses)),
+        *(f"{step}\t{loss:.6f}\t2.1" for step, loss in zip((1, 2, 3), losses, strict=True)),
     ]
     lines = [" [4/4 01:02:08, Epoch 0/1]", *table, "4\tNo log\t2.0", "468.4412 seconds used for training."]
     log = tmp_path / "Alpaca_Llama3_8b.txt"
