@@ -4,7 +4,9 @@ Lines read:
 - NeMo 2.0's ``ProgressPrinter`` (nemo/lightning/pytorch/callbacks/progress_printer.py): ``Training epoch 0,
   iteration 21/99 | lr: 3.3e-06 | global_batch_size: 128 | global_step: 21 | reduced_train_loss: 9.98 |
   train_step_timing in s: 5.817 | consumed_samples: 2816``, a metric a field (``.4`` significant digits, an
-  integral float as an integer): a step each, numbered by its ``global_step`` (else the iteration), timed
+  integral float as an integer): a step each, numbered by its ``global_step`` (else the iteration) plus one,
+  both 0-based (Lightning's ``trainer.global_step`` before the step's own update; the printer's ``n - 1``:
+  ``max_steps=20`` ends at ``iteration 19/19 | global_step: 19``), as every family's first update ends step 1, timed
   by ``train_step_timing in s`` (NeMo's TimingCallback), its global batch a fact;
 - Lightning's ```Trainer.fit` stopped: `max_steps=100` reached.`` (or ``max_epochs``), or its Timer's ``Time
   limit reached. ... Signaling Trainer to stop.`` (``max_time``): the run's planned end;
@@ -15,9 +17,9 @@ Lines read:
 - NeMo 1.x's metrics, on Lightning's training bar only (an update per step, carriage returns between
   them): tqdm's postfix ``, reduced_train_loss=9.630, global_step=32.00, consumed_samples=33792.0,
   train_step_timing in s=3.330]`` (tqdm's ``format_num``, 3 significant digits, padded by Lightning's
-  ``Tqdm.format_num`` to 5 characters). A step each, numbered by its ``global_step``; one past 99,999
-  prints in tqdm's exponent form (``1.2e+5``), so it is the bar's counter less one when that counts global
-  steps (NeMo's ``MegatronProgressBar``: no rate in the bar), else not recorded;
+  ``Tqdm.format_num`` to 5 characters). A step each, numbered by its ``global_step`` plus one (0-based, as
+  2.0's); one past 99,999 prints in tqdm's exponent form (``1.2e+5``), so it is the bar's counter when that
+  counts global steps done (NeMo's ``MegatronProgressBar``: no rate in the bar), else not recorded;
 - NeMo 1.x's experiment configuration (hydra's YAML, printed by the training script after ``**************
   Experiment configuration ***********``): the trainer's GPUs, nodes, precision and steps, the model's
   shape, batch sizes and parallelism, each key the first time it has a value of its own (not an
@@ -155,7 +157,7 @@ def read_iterations(records: pl.LazyFrame) -> Events:
     steps = parsed.filter(fits).select(
         "order",
         "global_batch_size",
-        step=as_count(pl.col("step")),
+        step=as_count(pl.col("step")) + 1,  # 0-based: the step logged is the global steps done before it
         loss=as_real(pl.col("loss")),
         lr=as_real(pl.col("lr")),
         elapsed_ms=as_real(pl.col("elapsed_ms")) * 1000.0,
@@ -193,7 +195,7 @@ def read_bar_updates(records: pl.LazyFrame) -> Events:
         "run",
         "order",
         "exact",
-        step=pl.when("exact").then(as_count(pl.col("step"))).when("counted").then(as_count(pl.col("n")) - 1),
+        step=pl.when("exact").then(as_count(pl.col("step")) + 1).when("counted").then(as_count(pl.col("n"))),
         loss=as_real(pl.col("loss")),
         elapsed_ms=as_real(pl.col("elapsed_ms")) * 1000.0,
         mode=pl.lit(RECORD, pl.Int8),

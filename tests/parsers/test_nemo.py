@@ -43,10 +43,12 @@ def test_each_field_of_a_progress_line_is_its_steps_metric():
     )
     columns = ("iteration", "loss", "lr", "elapsed_ms", "global_batch_size", "logged_tflops_per_gpu")
     rows = run.iteration_frame.select(columns).rows()
+    # 0-based (trainer.global_step before the step's own update; the printer's iteration n - 1): a step the
+    # global steps done with it, as every family's first update ends step 1
     assert rows == [
-        (4, 10.88, None, 6000.0, None, None),
-        (103, 10.93, 4.5e-07, 5817.0, 256, None),
-        (105, None, None, 5800.0, None, 405.2),
+        (5, 10.88, None, 6000.0, None, None),
+        (104, 10.93, 4.5e-07, 5817.0, 256, None),
+        (106, None, None, 5800.0, None, 405.2),
     ]
     assert run.facts["global_batch_size"] == 256
 
@@ -130,16 +132,16 @@ def test_each_update_of_nemo_1s_training_bar_is_a_step_by_its_global_step():
     )
     run = feed_lines(nemo.FAMILY, [bar])
     rows = run.iteration_frame.select("iteration", "loss", "elapsed_ms").rows()
-    assert rows == [(0, 10.6, 19800.0), (1, 10.4, 3330.0), (2, 9.63, 3340.0)]
+    assert rows == [(1, 10.6, 19800.0), (2, 10.4, 3330.0), (3, 9.63, 3340.0)]  # the counter's: steps done
 
 
-def test_a_global_step_in_tqdms_exponent_form_is_the_megatron_bars_counter_less_one():
+def test_a_global_step_in_tqdms_exponent_form_is_the_megatron_bars_counter():
     # tqdm prints 120,000 as 1.2e+5 (3 significant digits): MegatronProgressBar counts global steps done;
     # Lightning's own bar (a rate in it) counts the epoch's batches, so its step is not known
     megatron = _bar_update(120001, 150000, _postfix("2.310", "1.2e+5", "3.330"))
     lightning = _bar_update(401, 1000, _postfix("2.300", "1.2e+5", "3.330"), rate=", 0.30it/s")
     run = feed_lines(nemo.FAMILY, [megatron, lightning])
-    assert run.iteration_frame.select("iteration", "loss").rows() == [(120000, 2.31)]
+    assert run.iteration_frame.select("iteration", "loss").rows() == [(120001, 2.31)]
 
 
 def test_a_bar_line_of_more_updates_than_a_lines_record_count_keeps_every_step(tmp_path):
@@ -152,7 +154,7 @@ def test_a_bar_line_of_more_updates_than_a_lines_record_count_keeps_every_step(t
     log = tmp_path / "nemo1-9001.out"
     log.write_text("".join(updates) + "\n`Trainer.fit` stopped: `max_steps=600` reached.\n", encoding="utf-8")
     result = load_runs([log])
-    assert result.iterations.select("iteration", "loss").rows() == list(enumerate(losses))
+    assert result.iterations.select("iteration", "loss").rows() == list(enumerate(losses, start=1))
     assert result.runs.select("status", "iterations").row(0) == ("ok", 600)
 
 
@@ -171,7 +173,7 @@ def test_a_nemo_1_bar_in_exponent_form_steps_by_its_counter_and_ends_by_the_glue
     assert all("global_step=1.2e+5" in draw for _, draw in last_draw.values())
     row = load_runs([log]).runs.row(0, named=True)
     steps = load_runs([log]).iterations.select("iteration", "loss").rows()
-    assert steps == [(counter - 1, loss) for counter, (loss, _) in sorted(last_draw.items())]
+    assert steps == [(counter, loss) for counter, (loss, _) in sorted(last_draw.items())]
     assert (row["status"], row["iterations"]) == ("timeout", 30)
     # exp_manager's "Resuming training from checkpoint: ...-step=120000-..." (line 180), Lightning's
     # "Restored all states from the checkpoint at ..." (334): the family's last statement
