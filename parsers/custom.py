@@ -40,6 +40,7 @@ from __future__ import annotations
 import polars as pl
 from logstat.parsers.base import Family
 from logstat.parsers.kinds import (
+    COMPLETE,
     NUMBER,
     Events,
     RecordKind,
@@ -48,6 +49,7 @@ from logstat.parsers.kinds import (
     as_real,
     facts_of,
     last_per_run,
+    marks_of,
     stated_counts,
     step_lines,
 )
@@ -186,9 +188,31 @@ def read_stated(records: pl.LazyFrame) -> Events:
     return Events(facts=[frame.filter(pl.col("value") > 0).collect() for frame in (*stated, counts)])
 
 
+#: a loop's own word that its training ended (``training done``, ``Training complete: 1000 steps``, ``Training
+#: finished at step 4000``, ``Done training``): the run's end, unless a failure follows it (a rank's, at
+#: teardown); no mark of the family (a Trainer's run says so too)
+ENDED = (
+    r"(?:^|[\s|:\]>-])(?:[Tt]raining (?:is )?(?:completed?|done|finished)|[Dd]one training|[Ff]inished training)"
+    r"(?:[\s.,:!;]|$)"
+)
+_ENDED_MARKERS = ("raining complete", "raining done", "raining finished", "raining is ", "one training")
+
+
+def read_ends(records: pl.LazyFrame) -> Events:
+    """A completion mark per line saying the training ended, its text the evidence."""
+    return Events(marks=[marks_of(records, NAME, COMPLETE, pl.col("text").str.strip_chars())])
+
+
 FAMILY = Family(
     name=NAME,
-    markers=(*_MARKERS, *_SEQ_MARKERS, *_COUNT_MARKERS, *_MEGATRON_FLAGS, *_PARAMETER_MARKERS),
+    markers=(
+        *_MARKERS,
+        *_SEQ_MARKERS,
+        *_COUNT_MARKERS,
+        *_MEGATRON_FLAGS,
+        *_PARAMETER_MARKERS,
+        *_ENDED_MARKERS,
+    ),
     kinds=(
         RecordKind(
             family=NAME,
@@ -196,6 +220,9 @@ FAMILY = Family(
             test=RecordTest(markers=_MARKERS, pattern=STEP_LINE),
             read=read_steps,
             facts=("train_iters",),
+        ),
+        RecordKind(
+            family=NAME, name="end", test=RecordTest(markers=_ENDED_MARKERS, pattern=ENDED), read=read_ends
         ),
         RecordKind(
             family=NAME,

@@ -75,8 +75,9 @@ A100_PEAK_TFLOPS = 312.0
 # --- the step line, read column-wise --------------------------------------------------------------
 
 #: ``iter N: loss X, time Tms, mfu M%``; no other family's line has them in this order. Before estimate_mfu
-#: (February 2023) the line ended at the time: ``iter N: loss X, time Tms``
-STEP_LINE = rf"^iter (\d+): loss ({NUMBER}), time ([\d.]+)ms(?:, mfu (-?[\d.]+)%|\s*$)"
+#: (February 2023) the line ended at the time: ``iter N: loss X, time Tms``. Anywhere on a line: ranks with
+#: no prefix glue one's unfinished write before another's line (``... cache_size_limit (8iter 10: loss``)
+STEP_LINE = rf"iter (\d+): loss ({NUMBER}), time ([\d.]+)ms(?:, mfu (-?[\d.]+)%|\s*$)"
 _STEP_MARKERS = ("ms, mfu ", ", time ")
 
 

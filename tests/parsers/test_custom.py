@@ -220,3 +220,26 @@ def test_a_scripts_parameter_count(tmp_path, line, billions):
         assert not row["provenance"].get("logged_model_size", "").startswith("custom")
     else:
         assert row["logged_model_size"] == pytest.approx(billions)
+
+
+@pytest.mark.parametrize(
+    ("end", "ended"),
+    [
+        ("training done", True),
+        ("2024-05-01 10:00:00 | INFO | Training complete: 1000 steps", True),
+        ("[rank0] Training finished at step 40", True),
+        ("Done training.", True),
+        ("Training completed. Do not forget to share your model on huggingface.co/models =)", True),
+        ("training done_callback registered", False),
+        ("Pretraining completeness check: 3 shards", False),
+    ],
+)
+def test_a_loops_own_word_that_training_ended_is_the_runs_end(tmp_path, end, ended):
+    steps = [f"step {step} | loss 9.{step} | 0.278 s/it" for step in (10, 20)]
+    row, _ = runs_of(tmp_path, [*steps, end])
+    assert row["status"] == ("ok" if ended else "incomplete")
+    assert not ended or end.endswith(row["reason"])  # quoted without a logger's time
+    # a failure after it (a rank's, at teardown) is the run's end
+    failure = ["Traceback (most recent call last):", '  File "train.py", line 3', "ValueError: bad"]
+    row, _ = runs_of(tmp_path, [*steps, end, *failure])
+    assert (row["status"], row["reason"]) == ("failed", "ValueError: bad")

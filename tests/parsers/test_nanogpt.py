@@ -247,3 +247,13 @@ def test_a_bare_command_is_no_gpu_count_of_another_familys_run():
     run = feed_lines(nanogpt.FAMILY, ["$ python train.py --model_name_or_path gpt2"])
     nanogpt.finish(run)
     assert "gpus" not in run.facts
+
+
+def test_a_step_line_glued_after_another_ranks_unfinished_write_is_a_step():
+    # ranks with no prefix: one's warning cut short, another's step line written right after it
+    glued = "torch._dynamo hit config.cache_size_limit (8iter 10: loss 10.9300, time 450.87ms, mfu -100.00%"
+    run = feed_lines(nanogpt.FAMILY, ["iter 0: loss 10.9500, time 31520.33ms, mfu -100.00%", glued])
+    assert run.iteration_frame.select("iteration", "loss", "elapsed_ms").rows() == [
+        (0, 10.95, 31520.33),
+        (10, 10.93, 450.87),
+    ]
