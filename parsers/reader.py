@@ -56,8 +56,14 @@ _SUBMITIT_TASK = re.compile(r"(?P<job_stem>(?P<job>\d+(?:_\d+)?))(?P<part>_\d+)_
 _SCHEDULER_STREAM = re.compile(r"(?P<stem>.+)\.(?P<stream>p?[oe])(?P<job>\d+(?:[.-]\d+)?)")
 _SCHEDULER_STREAM_ORDER = {"o": 0, "e": 1, "po": 2, "pe": 3}
 #: a rotated log (logging's RotatingFileHandler, logrotate): ``train.log.1`` the newest rotated out of
-#: ``train.log``, ``train.log.2`` the one before; one run with its current file, read oldest first
-_ROTATED = re.compile(r"(?P<base>.+(?:\.log|\.txt))\.(?P<number>[1-9]\d{0,2})")
+#: ``train.log``, ``train.log.2`` the one before; or by time (TimedRotatingFileHandler: ``train.log.2024-05-06``,
+#: by the hour ``.2024-05-06_13``, the minute, the second); one run with its current file, read oldest first
+_ROTATED = re.compile(
+    r"(?P<base>.+(?:\.log|\.txt))\.(?:(?P<number>[1-9]\d{0,2})"
+    r"|(?P<date>\d{4}-\d{2}-\d{2}(?:_\d{2}(?:-\d{2}){0,2})?))"
+)
+#: a rotated file's order by its time: before the current file's (0), the oldest first
+_ROTATED_AT = 10**14
 #: a name that is a job id, or ends with one after ``.``, ``-`` or ``_`` and no extension: LSF's ``-o
 #: name.%J``, Slurm's ``--output=%x.%j`` or ``%x-%j`` (an array task's ``%A_%a``); one log each. Not a
 #: core dump's ``core.<pid>``
@@ -179,6 +185,9 @@ def _job_stream(path: Path) -> tuple[tuple[str, str, str], tuple] | None:
     if suffix in SINGLE_SUFFIXES:
         return (directory, ROTATED, name), ((), 0)
     if rotated := _ROTATED.fullmatch(name):
+        if rotated["date"]:
+            rotated_at = int(re.sub(r"\D", "", rotated["date"]).ljust(14, "0"))
+            return (directory, ROTATED, rotated["base"]), ((), rotated_at - _ROTATED_AT)
         return (directory, ROTATED, rotated["base"]), ((), -int(rotated["number"]))
     match = _scheduler_stream(path)
     if match is None:

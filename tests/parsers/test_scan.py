@@ -276,6 +276,18 @@ def test_a_rotated_log_is_one_run_read_oldest_first(tmp_path, capsys):
     ]
 
 
+def test_a_log_rotated_by_time_is_one_run_read_oldest_first():
+    # TimedRotatingFileHandler: the date (and the hour, minute, second) the file was rotated at
+    names = ["train.log", "train.log.2024-05-06", "train.log.2024-05-05", "eval.log.2024-05-06_13-05"]
+    names += ["train.log.2024-05-05_23.gz"]
+    assert all(is_log_file(Path("/runs") / name) for name in names)
+    groups = group_runs([Path("/runs") / name for name in names])
+    assert [[p.name for p in g.files] for g in groups] == [
+        ["eval.log.2024-05-06_13-05"],
+        ["train.log.2024-05-05", "train.log.2024-05-05_23.gz", "train.log.2024-05-06", "train.log"],
+    ]
+
+
 def test_the_files_of_one_jobs_tasks_or_nodes_are_one_run():
     # srun/sbatch --output with %j before a task's (%t) or node's (%N) part: one file per task or node
     names = [
