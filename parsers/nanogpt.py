@@ -208,6 +208,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     if tokens := _TOKENS.fullmatch(text):
         run.saw(NAME)
         run.state[NAME] = (int(tokens[1].replace(",", "")), lineno)
+        run.new_launch(NAME)  # train.py's first words: a run appended to its log (tee -a) starts here
     elif vocab := _DEFAULT_VOCAB.fullmatch(text):
         run.saw(NAME)
         run.set_fact("padded_vocab_size", int(vocab[1]), NAME, lineno)

@@ -257,3 +257,27 @@ def test_a_step_line_glued_after_another_ranks_unfinished_write_is_a_step():
         (0, 10.95, 31520.33),
         (10, 10.93, 450.87),
     ]
+
+
+def test_a_second_run_appended_to_the_log_ends_as_it_did(tmp_path):
+    # `python train.py ... | tee -a train.log` twice: the first stopped by Ctrl-C, the second resumed and
+    # still running (cut off): train.py's first words start each launch
+    def launch(steps: range) -> list[str]:
+        return [
+            "tokens per iteration will be: 16,384",
+            *(f"iter {i}: loss 2.5, time 40.00ms, mfu 5.00%" for i in steps),
+        ]
+
+    interrupted = [
+        "^CTraceback (most recent call last):",
+        '  File "train.py", line 300, in <module>',
+        "KeyboardInterrupt",
+    ]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join([*launch(range(0, 50, 10)), *interrupted, *launch(range(40, 90, 10))]) + "\n")
+    row = load_runs([log]).runs.row(0, named=True)
+    assert (row["status"], row["last_iteration"]) == ("incomplete", 80)
+    assert row["consequences"][0].endswith("KeyboardInterrupt")
+    # the first alone ended by the interrupt
+    log.write_text("\n".join([*launch(range(0, 50, 10)), *interrupted]) + "\n")
+    assert load_runs([log]).runs.row(0, named=True)["status"] == "cancelled"
