@@ -111,7 +111,10 @@ _SPACED_COUNTS = {
     "gbs": "global_batch_size",
     "max_steps": "train_iters",
 }
-_COUNTS = _SPACED_COUNTS | {"world_size": "gpus", "world": "gpus", "dp": "dp"}
+#: Megatron's names of its parallel sizes, as a repr's keywords (NeMo 2's ``Config(MegatronStrategy,
+#: tensor_model_parallel_size=4, pipeline_model_parallel_size=2)``, a Namespace)
+_PARALLEL_COUNTS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp", "dp": "dp"}
+_COUNTS = _SPACED_COUNTS | _PARALLEL_COUNTS | {"world_size": "gpus", "world": "gpus"}
 #: the world a loop's line names in words (``rank 0 / world size 8``, ``DDP: world_size 8``, ``world size: 8``)
 _WORLD_IN_WORDS = "world[ _]size:? "
 _COUNT_MARKERS = (

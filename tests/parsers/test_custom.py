@@ -181,6 +181,15 @@ def test_a_loops_header_states_its_batches_length_and_plan(tmp_path):
         row, _ = runs_of(tmp_path, [header, *steps])
         assert [row[fact] for fact in facts] == expected
     assert row["dp"] == 8
+    # Megatron's names of the parallel sizes as a repr's keywords (NeMo 2's strategy, printed)
+    row, _ = runs_of(
+        tmp_path,
+        [
+            "strategy=Config(MegatronStrategy, tensor_model_parallel_size=4, pipeline_model_parallel_size=2),",
+            *steps,
+        ],
+    )
+    assert (row["tp"], row["pp"]) == (4, 2)
     # nor another's key and value in words: a model's "max_seq_len 8192", "world 4"
     row, _ = runs_of(tmp_path, ["max_seq_len 8192 | hello world 4", *steps])
     assert [row[fact] for fact in facts] == [None] * 5
