@@ -70,6 +70,9 @@ HARDWARE, CAUSE, EFFECT, REPORT, CLEANUP = 4, 3, 2, 1, 0
 #: the kind of a failure a program printed on a build of its own that failed, with no exception (Megatron's
 #: dataset helpers): the toolchain's error before it says why (the Slurm family's ``finish``)
 BUILD_FAILED = "build failed"
+#: the label of a run's end on its own time budget (Megatron's ``--exit-duration-in-mins``, Lightning's Timer):
+#: a timeout, as a scheduler's time limit, though the program chose it
+TIME_BUDGET_LABEL = "time budget spent: "
 #: the ``consequences`` column: at most this many evidence lines, one per kind, each cut to REASON_CHARS.
 MAX_CONSEQUENCES = 5
 REASON_CHARS = 300

@@ -35,7 +35,7 @@ from itertools import chain
 
 import polars as pl
 from logstat.parsers import deepspeed
-from logstat.parsers.base import BUILD_FAILED, EFFECT, Family, RunBuilder
+from logstat.parsers.base import BUILD_FAILED, EFFECT, TIME_BUDGET_LABEL, Family, RunBuilder
 from logstat.parsers.kinds import (
     BODY,
     CLOSER,
@@ -125,10 +125,12 @@ _EFFECTIVE_TFLOPS = re.compile(
 )
 
 
-#: training.py's ``print_datetime`` of a run that ended as planned: its iterations done, its
-#: ``--exit-interval`` reached or its ``--exit-duration-in-mins`` spent (``exiting program after 1190.2
-#: minutes``), each after the checkpoint is saved
-PLANNED_ENDS = ("after training is done", "exiting program at iteration", "exiting program after")
+#: training.py's ``print_datetime`` of a run that ended as planned: its iterations done or its
+#: ``--exit-interval`` reached, each after the checkpoint is saved
+PLANNED_ENDS = ("after training is done", "exiting program at iteration")
+#: its ``--exit-duration-in-mins`` spent (``exiting program after 1190.2 minutes``): the run stopped on its own
+#: time budget, its iterations not done (the job's next submission resumes): a timeout, as a scheduler's limit
+TIME_BUDGET_END = "exiting program after"
 #: ``--exit-signal-handler``'s end, after the checkpoint is saved: a signal from outside (scancel, Slurm's
 #: ``--signal`` before a time limit, a preemption) stopped the run before its iterations were done. How the
 #: run ended (EFFECT): the sender's own line (``CANCELLED AT ... DUE TO TIME LIMIT``) is the cause
@@ -165,6 +167,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.fail("failed", _HELPERS_BUILD_FAILED, lineno, kind=BUILD_FAILED)
     elif any(end in text for end in PLANNED_ENDS):
         run.complete(text.strip(), lineno)
+    elif TIME_BUDGET_END in text:
+        run.fail("timeout", f"{TIME_BUDGET_LABEL}{text.strip()}", lineno, kind="time budget")
     elif (match := _DTYPE.search(text)) and match["dtype"] in _DTYPES:
         run.set_fact("precision", _DTYPES[match["dtype"]], NAME, lineno)
     else:
@@ -772,6 +776,7 @@ FAMILY = Family(
         *RANK_TIMERS.opens.markers,
         *ALL_RANKS_TIMERS.opens.markers,
         *PLANNED_ENDS,
+        TIME_BUDGET_END,
         KILL_SWITCH,
         *CODE,
     ),

@@ -40,7 +40,7 @@ import re
 
 import polars as pl
 from logstat.parsers import megatron
-from logstat.parsers.base import Family, RunBuilder
+from logstat.parsers.base import TIME_BUDGET_LABEL, Family, RunBuilder
 from logstat.parsers.kinds import (
     BODY,
     NUMBER,
@@ -77,7 +77,8 @@ PLANNED_END = "`Trainer.fit` stopped: `max_"
 _PLANNED_STEPS = re.compile(r"`max_steps=(\d+)` reached")
 #: Lightning's Timer callback (NeMo's exp_manager ``max_time_per_run``) ending a run whose time budget is
 #: spent (callbacks/timer.py: ``Time limit reached. Elapsed time is 3:50:00. Signaling Trainer to stop.``):
-#: a planned end, as Megatron's ``--exit-duration-in-mins``; the next run resumes from its checkpoint
+#: a timeout, as Megatron's ``--exit-duration-in-mins``, its steps not done; the next run resumes from its
+#: checkpoint
 TIME_BUDGET_END = "Signaling Trainer to stop."
 #: Lightning's word on a Ctrl-C it caught (trainer/call.py: ``Detected KeyboardInterrupt, attempting graceful
 #: shutdown ...``, 1.x's ``...shutdown...``), after which it exits with no traceback: the run was cancelled
@@ -313,12 +314,12 @@ CONFIGURATION = Block(
 def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     """Lightning's planned end of training, its caught Ctrl-C, world size and precision (not NeMo's alone: they say nothing of
     the family); NeMo's parallel groups and padded vocabulary."""
-    if PLANNED_END in text or (
-        TIME_BUDGET_END in text and "Time limit reached" in text
-    ):  # any Lightning run's
+    if PLANNED_END in text:  # any Lightning run's
         run.complete(text.strip(), lineno)
         if planned := _PLANNED_STEPS.search(text):
             run.set_fact("train_iters", int(planned[1]), NAME, lineno)
+    elif TIME_BUDGET_END in text and "Time limit reached" in text:
+        run.fail("timeout", f"{TIME_BUDGET_LABEL}{text.strip()}", lineno, kind="time budget")
     elif INTERRUPTED in text:
         run.fail("cancelled", text.strip(), lineno, kind="interrupt")
     elif world := _WORLD.search(text):

@@ -537,11 +537,17 @@ def test_misc_fact_lines():
     [
         "[after training is done] datetime: 2024-03-10 14:02:19 ",
         "[exiting program at iteration 5000] datetime: 2024-03-10 14:02:19 ",
-        "[exiting program after 1190.0371 minutes] datetime: 2024-03-10 14:02:19 ",
     ],
 )
 def test_a_planned_end_completes_the_run(end):
     assert feed(ITERATION_1, end).completion[:2] == (end.strip(), 2)
+
+
+def test_an_end_on_its_own_time_budget_is_a_timeout():
+    # --exit-duration-in-mins spent: the checkpoint saved, the iterations not done (the next job resumes)
+    end = "[exiting program after 1190.0371 minutes] datetime: 2024-03-10 14:02:19 "
+    run = feed(ITERATION_1, end)
+    assert (run.completion, run.failure) == (None, ("timeout", f"time budget spent: {end.strip()}", 2))
 
 
 def test_an_end_on_sigterm_cancelled_the_run():

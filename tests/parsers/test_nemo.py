@@ -58,8 +58,6 @@ def test_each_field_of_a_progress_line_is_its_steps_metric():
     [
         "`Trainer.fit` stopped: `max_steps=100` reached.",
         "`Trainer.fit` stopped: `max_epochs=3` reached.",
-        # the Timer callback of NeMo's exp_manager max_time_per_run: the run's own time budget spent
-        "Time limit reached. Elapsed time is 3:50:00. Signaling Trainer to stop.",
     ],
 )
 def test_lightnings_planned_end_completes_the_run(end):
@@ -67,6 +65,13 @@ def test_lightnings_planned_end_completes_the_run(end):
     assert run.completion[0] == end
     # the steps it names are the plan (NeMo 2.0 prints no configuration)
     assert run.facts.get("train_iters") == (100 if "max_steps" in end else None)
+
+
+def test_lightnings_timer_ending_the_run_on_its_time_budget_is_a_timeout():
+    # the Timer callback (NeMo's exp_manager max_time_per_run): its steps not done, the next job resumes
+    end = "Time limit reached. Elapsed time is 3:50:00. Signaling Trainer to stop."
+    run = feed_lines(nemo.FAMILY, ["Training epoch 0, iteration 0/99 | train_step_timing in s: 5.8", end])
+    assert (run.completion, run.failure) == (None, ("timeout", f"time budget spent: {end}", 2))
 
 
 @pytest.mark.parametrize(
