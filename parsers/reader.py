@@ -347,20 +347,27 @@ def _with_job_logs(runs: list[RunFiles], conventions: dict[RunFiles, str]) -> li
     job wrote: those whose names hold its job id (its tasks' or nodes' files, ``srun --output=%x-%j-%t.out``,
     ``%N``, ``%j.%s``; a restart's ``llama-8899001-r1.log``; a heterogeneous job's components
     ``train-9900112.het0.out``), else the directory's only other log (a log and its
-    rotated files, ``| tee train.log``; the ranks' logs of one prefix, ``rank<N>.log``). One run named by the
-    job's file, read first (its lines span the job: a restart's preemption before the next restart's
-    failure), then the logs in their names' order. Beside any other file, whose an unnamed log is is
-    unknown. ``conventions``: the naming convention that grouped each run's files (none for a log alone)."""
+    rotated files, ``| tee train.log``; the ranks' logs of one prefix, ``rank<N>.log``), or, alone in its
+    directory, the ranks' logs that are the only logs of its subdirectories (``srun ... >
+    ranks/rank${SLURM_PROCID}.log``). One run named by the job's file, read first (its lines span the job: a
+    restart's preemption before the next restart's failure), then the logs in their names' order. Beside
+    any other file, whose an unnamed log is is unknown. ``conventions``: the naming convention that grouped
+    each run's files (none for a log alone)."""
     by_directory: dict[Path, list[RunFiles]] = {}
     for run in runs:
         by_directory.setdefault(Path(run.key).absolute().parent, []).append(run)
     joined: dict[RunFiles, RunFiles | None] = {}
-    for here in by_directory.values():
+    for directory, here in by_directory.items():
         for batch, job in ((run, job) for run in here if (job := _batch_job(run, conventions.get(run)))):
             others = [run for run in here if run is not batch]
             named = [
                 run for run in others if re.search(rf"(?:^|[-_.]){job}(?:[-_.]|$)", _base(Path(run.key))[0])
             ]
+            if not others:
+                others = [
+                    run for below, its in by_directory.items() if below.parent == directory for run in its
+                ]
+                others = others if len(others) == 1 and conventions.get(others[0]) == RANKS else []
             if not named and len(others) == 1 and conventions.get(others[0]) in (RANKS, ROTATED):
                 named = others
             if named:

@@ -674,6 +674,22 @@ def test_a_directorys_only_batch_output_is_one_run_with_its_only_other_log(tmp_p
         ["two_logs/slurm-31337.out"],
         ["two_logs/train_rank0.log"],
     ]
+    # alone in its directory, with the ranks' logs the only logs below it (srun ... > ranks/rank$N.log); not
+    # with two runs below, nor with a log of its own beside it (the tee's, above)
+    below = {
+        "sweep/mbs1": ["slurm-4410301.out", "ranks/rank1.log", "ranks/rank0.log"],
+        "sweep/mbs2": ["slurm-4410302.out", "ranks/rank0.log", "eval/rank0.log"],
+        "sweep/mbs3": ["slurm-4410303.out", "notes.log", "ranks/rank0.log"],
+    }
+    paths = [Path("/runs") / case / name for case, names in below.items() for name in names]
+    assert [[str(p.relative_to("/runs/sweep")) for p in g.files] for g in group_runs(paths)] == [
+        ["mbs1/slurm-4410301.out", "mbs1/ranks/rank0.log", "mbs1/ranks/rank1.log"],
+        ["mbs2/eval/rank0.log"],
+        ["mbs2/ranks/rank0.log"],
+        ["mbs2/slurm-4410302.out"],
+        ["mbs3/ranks/rank0.log"],
+        ["mbs3/slurm-4410303.out", "mbs3/notes.log"],
+    ]
     (tmp_path / "train.log").write_text("".join(f"{_iteration(step)}\n" for step in range(1, 6)))
     limit = (
         "slurmstepd: error: *** JOB 1122334 ON gpu7 CANCELLED AT 2025-02-03T08:00:00 DUE TO TIME LIMIT ***"
