@@ -36,25 +36,29 @@ from logstat.parsers.kinds import (
     last_per_run,
     marks_of,
     metric_lines,
+    seen_once,
     step_lines,
 )
 
 NAME = "olmo"
 
 #: the console header of a training step's metrics
-HEADER = r"\[step=(\d+)/(\d+)(?:,epoch=\d+)?\]\s*$"
+HEADER = r"\[step=(\d+)/(\d+)(?:,epoch=\d+)?(?:,eta=[^\]\s]*)?\]\s*$"
 _HEADER_MARKER = "[step="
 #: a metric line: four spaces, its name, ``=``, its value (``1,048,576`` above a thousand)
 METRIC = rf"^ {{4}}([\w./ ()-]+)=({NUMBER}|\d{{1,3}}(?:,\d{{3}})+)\s*$"
-#: the metrics read, by the step column they fill
-_METRICS = {
-    "loss": "train/CrossEntropyLoss",
-    "lr": "optim/learning_rate_group0",
-    "grad_norm": "optim/total_grad_norm",
-    "batches_per_sec": "throughput/device/batches_per_second",
-    "tokens_per_sec": "throughput/device/tokens_per_second",
+#: the metrics read, by the step column they fill: OLMo's names, then OLMo-core's (its trainer's
+#: ``record_metric``: ``train/CE loss``, ``optim/LR (group 0)``, ``optim/total grad norm``, the speed
+#: monitor's ``throughput/device/BPS`` and ``TPS``)
+_METRIC_NAMES = {
+    "loss": ("train/CrossEntropyLoss", "train/CE loss"),
+    "lr": ("optim/learning_rate_group0", "optim/LR (group 0)"),
+    "grad_norm": ("optim/total_grad_norm", "optim/total grad norm"),
+    "batches_per_sec": ("throughput/device/batches_per_second", "throughput/device/BPS"),
+    "tokens_per_sec": ("throughput/device/tokens_per_second", "throughput/device/TPS"),
 }
-_METRIC_MARKERS = tuple(f"{name}=" for name in _METRICS.values())
+_METRICS = {column: "|".join(map(re.escape, names)) for column, names in _METRIC_NAMES.items()}
+_METRIC_MARKERS = tuple(f"{name}=" for names in _METRIC_NAMES.values() for name in names)
 #: scripts/train.py's count of the model's parameters
 PARAMETERS = r"Total number of parameters: (\d{1,3}(?:,\d{3})+|\d+)\s*$"
 _PARAMETERS_MARKER = "Total number of parameters: "
@@ -65,6 +69,14 @@ _CONFIG_COUNTS = {
     "max_sequence_length": "seq_len",
 }
 _CONFIG_MARKER = "TrainConfig("
+#: OLMo-core's ``ExperimentConfig(...)`` repr, a line, as its scripts print it: its dataset's
+#: ``sequence_length=4096`` and its data loader's ``global_batch_size`` in tokens (the sequences: over the length)
+_CORE_CONFIG_MARKER = "ExperimentConfig("
+_CORE_CONFIG = r"\bsequence_length=(\d+)\b.*?\bglobal_batch_size=(\d+)\b"
+#: OLMo-core's loggers, in its logging format (``olmo_core.train.trainer:1064\tINFO\t...``): its run, though it
+#: failed before its first step
+CORE_LOGGER = r"\bolmo_core\.[\w.]+:\d+\s"
+_CORE_LOGGER_MARKER = "olmo_core."
 
 
 def read_headers(records: pl.LazyFrame) -> Events:
@@ -96,6 +108,11 @@ def read_stated(records: pl.LazyFrame) -> Events:
         facts_of(records, NAME, logged_model_size=as_real(count) / 1e9),
         facts_of(records, NAME, **config),
     ]
+    core = text.str.extract_groups(_CORE_CONFIG)
+    length, tokens = as_count(core.struct["1"]), as_count(core.struct["2"])
+    sequences = pl.when((length > 0) & (tokens % length == 0)).then(tokens // length)
+    core_records = records.filter(text.str.contains(_CORE_CONFIG_MARKER, literal=True))
+    stated.append(facts_of(core_records, NAME, seq_len=length, global_batch_size=sequences))
     # a script's own count may say the same words: the config's repr is OLMo's
     configs = records.filter(text.str.contains(_CONFIG_MARKER, literal=True))
     return Events(
@@ -109,7 +126,15 @@ CODE = ("/olmo/train.py", "/olmo/model.py", "/olmo/config.py")
 
 FAMILY = Family(
     name=NAME,
-    markers=(_HEADER_MARKER, *_METRIC_MARKERS, _PARAMETERS_MARKER, _CONFIG_MARKER, *CODE),
+    markers=(
+        _HEADER_MARKER,
+        *_METRIC_MARKERS,
+        _PARAMETERS_MARKER,
+        _CONFIG_MARKER,
+        _CORE_CONFIG_MARKER,
+        _CORE_LOGGER_MARKER,
+        *CODE,
+    ),
     kinds=(
         RecordKind(
             family=NAME,
@@ -128,11 +153,17 @@ FAMILY = Family(
             family=NAME,
             name="stated",
             test=RecordTest(
-                markers=(_PARAMETERS_MARKER, _CONFIG_MARKER),
-                pattern=rf"{PARAMETERS}|{re.escape(_CONFIG_MARKER)}",
+                markers=(_PARAMETERS_MARKER, _CONFIG_MARKER, _CORE_CONFIG_MARKER),
+                pattern=rf"{PARAMETERS}|{re.escape(_CONFIG_MARKER)}|{re.escape(_CORE_CONFIG_MARKER)}",
             ),
             read=read_stated,
             facts=("logged_model_size", *_CONFIG_COUNTS.values()),
+        ),
+        RecordKind(
+            family=NAME,
+            name="OLMo-core's logger",
+            test=RecordTest(markers=(_CORE_LOGGER_MARKER,), pattern=CORE_LOGGER),
+            read=lambda records: seen_once(records, NAME),
         ),
         code_frames(NAME, CODE),
     ),
