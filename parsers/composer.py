@@ -29,6 +29,7 @@ import polars as pl
 from logstat.parsers.base import Family
 from logstat.parsers.kinds import (
     BODY,
+    CLEAN_EXIT,
     NUMBER,
     RECORD,
     SEEN,
@@ -155,12 +156,32 @@ DONE = r": rank[0-9]+\[[0-9]+\]\[[^\]]*\]: INFO: (?:__main__|llmfoundry\.command
 _DONE_MARKER = ": Done."
 
 
+#: Composer's launcher's word on a rank that exited with 0 (composer/cli/launcher.py ``Rank 0 finished
+#: successfully.``): a clean exit of the run it launched (which a failure outweighs)
+RANK_FINISHED = r"\bRank \d+ finished successfully\.\s*$"
+_RANK_FINISHED_MARKER = " finished successfully."
+
+
+def read_rank_exits(records: pl.LazyFrame) -> Events:
+    """A clean exit and a mark of the family per rank the launcher saw finish well."""
+    text = pl.col("text").str.strip_chars()
+    return Events(marks=[marks_of(records, NAME, SEEN), marks_of(records, NAME, CLEAN_EXIT, text)])
+
+
 #: Composer's code in a traceback's frames, and llm-foundry's
 CODE = ("/composer/trainer/", "/composer/core/", "/llmfoundry/")
 
 FAMILY = Family(
     name=NAME,
-    markers=(_HEADER_MARKER, _METRIC_MARKER, _DONE_MARKER, *CODE, *CONFIG_OPENERS, *CONFIG.markers),
+    markers=(
+        _HEADER_MARKER,
+        _METRIC_MARKER,
+        _DONE_MARKER,
+        _RANK_FINISHED_MARKER,
+        *CODE,
+        *CONFIG_OPENERS,
+        *CONFIG.markers,
+    ),
     kinds=(
         RecordKind(
             family=NAME,
@@ -181,6 +202,12 @@ FAMILY = Family(
             name="done",
             test=RecordTest(markers=(_DONE_MARKER,), pattern=DONE),
             read=lambda records: run_ends(records, NAME),
+        ),
+        RecordKind(
+            family=NAME,
+            name="launcher's rank exit",
+            test=RecordTest(markers=(_RANK_FINISHED_MARKER,), pattern=RANK_FINISHED),
+            read=read_rank_exits,
         ),
         code_frames(NAME, CODE),
     ),

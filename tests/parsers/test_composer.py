@@ -128,3 +128,18 @@ def test_a_token_duration_blocks_step_is_its_batches_done_plus_one(tmp_path):
     assert iterations.select("iteration", "loss").rows() == [
         (done + 1, round(loss, 4)) for _, done, loss in blocks
     ]
+
+
+def test_the_launchers_word_that_its_ranks_finished_is_a_clean_exit(tmp_path):
+    # composer/cli/launcher.py after a run in tokens (no step's count reaches a plan): each rank's exit 0
+    steps = ["[token=52428800/52428800]:", "\t Train time/batch: 399", "\t Train loss/train/total: 3.1200"]
+    finished = [f"INFO:composer.cli.launcher:Rank {rank} finished successfully." for rank in range(4)]
+    log = tmp_path / "composer-77.log"
+    log.write_text("\n".join([*steps, *finished]) + "\n")
+    row, _ = read(log)
+    assert (row["family"], row["status"], row["reason_line"]) == ("composer", "ok", 4)
+    # a rank that crashed after it: the run failed
+    crashed = ["Traceback (most recent call last):", '  File "train.py", line 3', "ValueError: bad"]
+    log.write_text("\n".join([*steps, *finished[:2], *crashed]) + "\n")
+    row, _ = read(log)
+    assert (row["status"], row["reason"]) == ("failed", "ValueError: bad")
