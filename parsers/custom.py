@@ -195,10 +195,19 @@ def read_stated(records: pl.LazyFrame) -> Events:
 #: finished at step 4000``, ``Done training``): the run's end, unless a failure follows it (a rank's, at
 #: teardown); no mark of the family (a Trainer's run says so too)
 ENDED = (
-    r"(?:^|[\s|:\]>-])(?:[Tt]raining (?:is )?(?:completed?|done|finished)|[Dd]one training|[Ff]inished training)"
+    r"(?:^|[\s|:\]>-])(?:[Tt]raining (?:is )?(?:completed?|done|finished)|[Dd]one [Tt]raining|[Ff]inished [Tt]raining)"
     r"(?:[\s.,:!;]|$)"
 )
-_ENDED_MARKERS = ("raining complete", "raining done", "raining finished", "raining is ", "one training")
+_ENDED_MARKERS = (
+    "raining complete",
+    "raining done",
+    "raining finished",
+    "raining is ",
+    "one training",
+    "one Training",
+    "inished Training",
+    "inished training",
+)
 
 
 def read_ends(records: pl.LazyFrame) -> Events:

@@ -238,6 +238,8 @@ def test_a_scripts_parameter_count(tmp_path, line, billions):
         ("2024-05-01 10:00:00 | INFO | Training complete: 1000 steps", True),
         ("[rank0] Training finished at step 40", True),
         ("Done training.", True),
+        ("Finished Training", True),  # DeepSpeedExamples' cifar10
+        ("finished training in 3.2 h", True),
         ("Training completed. Do not forget to share your model on huggingface.co/models =)", True),
         ("training done_callback registered", False),
         ("Pretraining completeness check: 3 shards", False),
