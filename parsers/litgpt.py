@@ -112,7 +112,7 @@ _TOTAL = re.compile(r"^Total parameters: (\d{1,3}(?:,\d{3})+|\d{1,3})$")
 _SPLIT_COUNT = re.compile(r"^Number of (non-)?trainable parameters: (\d{1,3}(?:,\d{3})*)$")
 _RESUMING = re.compile(r"^Resuming training from \S*\bstep-0*(\d+)\b")
 _TRAINING_TIME = re.compile(r"^(?:\| - )?Training [Tt]ime\s*:\s*[\d.]+\s*s$")
-_MEMORY_USED = re.compile(r"^(?:\| - )?Memory [Uu]sed\s*:\s*([\d.]+)\s*GB$")
+_MEMORY_USED = re.compile(r"^(?:\| - )?Memory [Uu]sed\s*:\s*(\d+(?:\.\d+)?)\s*GB$")
 _END_MARKERS = ("Training time", "Training Time", "Memory used", "Memory Used")
 
 

@@ -157,3 +157,10 @@ def test_a_litgpt_runs_gpus_are_its_data_parallel_ranks():
     # Fabric's FSDP or DDP: no tensor or pipeline parallelism, so the batch's accumulation follows
     row = load_runs([LORA]).runs.row(0, named=True)
     assert (row["tp"], row["pp"], row["dp"], row["gas"]) == (1, 1, 1, 4)
+
+
+def test_a_memory_line_whose_number_is_garbled_is_no_fact_and_no_error():
+    # found by the hostile-numbers property test: "12.5.6" is no number; float() raised on it
+    run = feed_lines(litgpt.FAMILY, ["Memory used: 12.5.6 GB", "Memory used: 12.56 GB"])
+    assert run.state.get("parse_errors") is None
+    assert run.facts["peak_memory_mib"] == round(12.56e9 / 2**20, 2)
