@@ -176,6 +176,10 @@ class RunBuilder:
         kept = {k: v for k, v in metrics.items() if v is not None and self.fits(k, v, family, lineno)}
         self.step_events.append((self._order(), step, RECORD, family, lineno, len(self.files) - 1, kept))
 
+    def spent_time_budget(self, text: str, lineno: int) -> None:
+        """Record the run's stop on its own time budget (``TIME_BUDGET_LABEL``): a timeout."""
+        self.fail("timeout", f"{TIME_BUDGET_LABEL}{text.strip()}", lineno, kind="time budget")
+
     def requeued(self) -> None:
         """The scheduler stopped the job here (a preemption); it may have run again in this log, from the
         next record on. It did if its steps went back after it (``REQUEUED``): a checkpoint's resume does

@@ -162,12 +162,6 @@ RANK_FINISHED = r"\bRank \d+ finished successfully\.\s*$"
 _RANK_FINISHED_MARKER = " finished successfully."
 
 
-def read_rank_exits(records: pl.LazyFrame) -> Events:
-    """A clean exit and a mark of the family per rank the launcher saw finish well."""
-    text = pl.col("text").str.strip_chars()
-    return Events(marks=[marks_of(records, NAME, SEEN), marks_of(records, NAME, CLEAN_EXIT, text)])
-
-
 #: Composer's code in a traceback's frames, and llm-foundry's
 CODE = ("/composer/trainer/", "/composer/core/", "/llmfoundry/")
 
@@ -207,7 +201,7 @@ FAMILY = Family(
             family=NAME,
             name="launcher's rank exit",
             test=RecordTest(markers=(_RANK_FINISHED_MARKER,), pattern=RANK_FINISHED),
-            read=read_rank_exits,
+            read=lambda records: run_ends(records, NAME, CLEAN_EXIT),
         ),
         code_frames(NAME, CODE),
     ),

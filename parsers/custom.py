@@ -40,7 +40,6 @@ from __future__ import annotations
 import polars as pl
 from logstat.parsers.base import Family
 from logstat.parsers.kinds import (
-    COMPLETE,
     NUMBER,
     Events,
     RecordKind,
@@ -49,7 +48,7 @@ from logstat.parsers.kinds import (
     as_real,
     facts_of,
     last_per_run,
-    marks_of,
+    run_ends,
     stated_counts,
     step_lines,
 )
@@ -210,11 +209,6 @@ _ENDED_MARKERS = (
 )
 
 
-def read_ends(records: pl.LazyFrame) -> Events:
-    """A completion mark per line saying the training ended, its text the evidence."""
-    return Events(marks=[marks_of(records, NAME, COMPLETE, pl.col("text").str.strip_chars())])
-
-
 FAMILY = Family(
     name=NAME,
     markers=(
@@ -234,7 +228,10 @@ FAMILY = Family(
             facts=("train_iters",),
         ),
         RecordKind(
-            family=NAME, name="end", test=RecordTest(markers=_ENDED_MARKERS, pattern=ENDED), read=read_ends
+            family=NAME,
+            name="end",
+            test=RecordTest(markers=_ENDED_MARKERS, pattern=ENDED),
+            read=lambda records: run_ends(records, NAME, seen=False),
         ),
         RecordKind(
             family=NAME,

@@ -154,11 +154,12 @@ def stated_counts(records: pl.LazyFrame, family: str, pattern: str, facts: dict[
     return stated.filter(pl.col("fact").is_not_null(), pl.col("value") > 0)
 
 
-def run_ends(records: pl.LazyFrame, family: str) -> Events:
+def run_ends(records: pl.LazyFrame, family: str, end: str = COMPLETE, *, seen: bool = True) -> Events:
     """A kind whose line is the run's end (a framework's last word after training): each record a mark that
-    ``family`` was seen and that the run completed, its text the evidence."""
-    text = pl.col("text").str.strip_chars()
-    return Events(marks=[marks_of(records, family, SEEN), marks_of(records, family, COMPLETE, text)])
+    the run completed (``end``: or exited cleanly, which a failure outweighs), its text the evidence, and
+    that ``family`` was seen (unless the words are not the family's alone)."""
+    ended = [marks_of(records, family, end, pl.col("text").str.strip_chars())]
+    return Events(marks=[marks_of(records, family, SEEN), *ended] if seen else ended)
 
 
 def marks_of(frame: pl.LazyFrame, family: str, mark: str, text: pl.Expr | None = None) -> pl.DataFrame:

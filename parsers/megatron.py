@@ -35,7 +35,7 @@ from itertools import chain
 
 import polars as pl
 from logstat.parsers import deepspeed
-from logstat.parsers.base import BUILD_FAILED, EFFECT, TIME_BUDGET_LABEL, Family, RunBuilder
+from logstat.parsers.base import BUILD_FAILED, EFFECT, Family, RunBuilder
 from logstat.parsers.kinds import (
     BODY,
     CLOSER,
@@ -168,7 +168,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     elif any(end in text for end in PLANNED_ENDS):
         run.complete(text.strip(), lineno)
     elif TIME_BUDGET_END in text:
-        run.fail("timeout", f"{TIME_BUDGET_LABEL}{text.strip()}", lineno, kind="time budget")
+        run.spent_time_budget(text, lineno)
     elif (match := _DTYPE.search(text)) and match["dtype"] in _DTYPES:
         run.set_fact("precision", _DTYPES[match["dtype"]], NAME, lineno)
     else:

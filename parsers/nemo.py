@@ -40,7 +40,7 @@ import re
 
 import polars as pl
 from logstat.parsers import megatron
-from logstat.parsers.base import TIME_BUDGET_LABEL, Family, RunBuilder
+from logstat.parsers.base import Family, RunBuilder
 from logstat.parsers.kinds import (
     BODY,
     NUMBER,
@@ -319,7 +319,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         if planned := _PLANNED_STEPS.search(text):
             run.set_fact("train_iters", int(planned[1]), NAME, lineno)
     elif TIME_BUDGET_END in text and "Time limit reached" in text:
-        run.fail("timeout", f"{TIME_BUDGET_LABEL}{text.strip()}", lineno, kind="time budget")
+        run.spent_time_budget(text, lineno)
     elif INTERRUPTED in text:
         run.fail("cancelled", text.strip(), lineno, kind="interrupt")
     elif world := _WORLD.search(text):
