@@ -95,6 +95,9 @@ FAILURE_EVENT_SCHEMA: dict[str, pl.DataType] = {
 SEEN, COMPLETE, CLEAN_EXIT, LAUNCH = "seen", "complete", "clean exit", "launch"
 #: the family of a launch candidate that any family's steps decide (``RunBuilder.requeued``)
 REQUEUED = ""
+#: the family of a launch candidate after a failure: a launch if the steps after it started over
+#: (``settle._started_over``)
+RESTARTED = "restarted"
 
 
 @dataclass

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 from logstat.parsers import registry
+from logstat.parsers.base import CAUSE
 from logstat.parsers.kinds import (
     CLEAN_EXIT,
     COMPLETE,
@@ -31,7 +32,9 @@ from logstat.parsers.kinds import (
     LAUNCH,
     PEAK,
     RECORD,
+    RECORD_SHIFT,
     REQUEUED,
+    RESTARTED,
     SEEN,
     STEP_END,
     STEP_EVENT_SCHEMA,
@@ -60,6 +63,7 @@ def settle_runs(runs: list[RunBuilder], events: Events) -> None:
         orient="row",
     )
     steps = _step_events(runs, events.steps)
+    _restart_candidates(runs, events.failures)
     starts = _launch_starts(runs, steps)
     steps = _counted_in_launch(steps, starts)
     anchors = steps.filter(pl.col("mode") != PEAK, pl.col("step").is_not_null())
@@ -187,6 +191,8 @@ def _launch_starts(runs: list[RunBuilder], steps: pl.DataFrame) -> pl.DataFrame:
         for order, family in run.launch_candidates:
             if family == REQUEUED:
                 relaunched = _went_back(every["order"], every["step"], started, order)
+            elif family == RESTARTED:
+                relaunched = _started_over(every["order"], every["step"], started, order)
             else:
                 orders = by_family.get(family, [])
                 relaunched = bisect_left(orders, order) > bisect_right(orders, started)
@@ -195,6 +201,42 @@ def _launch_starts(runs: list[RunBuilder], steps: pl.DataFrame) -> pl.DataFrame:
                 starts.append((index, order, launches))
                 started = order
     return pl.DataFrame(starts, schema={"run": pl.Int64, "order": pl.Int64, "launch": pl.Int64}, orient="row")
+
+
+def _restart_candidates(runs: list[RunBuilder], failures: list[pl.DataFrame]) -> None:
+    """A launch candidate right after each failure that killed a process (``RESTARTED``): a job script
+    that goes on after it (a loop over configurations, a retry) starts the training again in the log."""
+    python = [
+        (index, event[0]) for index, run in enumerate(runs) for event in run.failure_events if _fatal(event)
+    ]
+    kinds = [
+        frame.filter(pl.col("status") == "failed", pl.col("weight") >= CAUSE).select("run", "order")
+        for frame in failures
+    ]
+    after = pl.concat(
+        [pl.DataFrame(python, schema={"run": pl.Int64, "order": pl.Int64}, orient="row"), *kinds]
+    )
+    for index, order in after.unique(maintain_order=True).iter_rows():
+        runs[index].launch_candidates.append((order + (1 << RECORD_SHIFT), RESTARTED))
+    for run in runs:
+        run.launch_candidates.sort()
+
+
+def _fatal(event: tuple) -> bool:
+    """Whether a failure event (FAILURE_EVENT_SCHEMA's row) is a process's death of a cause."""
+    return event[1] == "failed" and event[3] >= CAUSE
+
+
+def _started_over(orders: pl.Series, steps: pl.Series, started: int, order: int) -> bool:
+    """Whether the first step record after ``order``, in its file, is no later than the run's first (a
+    training begun anew; a resume from a checkpoint after a crash is told apart by nothing but a rank's
+    lagging lines; each rank's own log counts from the start), with a step record since ``started`` before
+    it."""
+    before = int(orders.search_sorted(order, side="left"))
+    since = int(orders.search_sorted(started, side="right"))
+    if not since < before < len(orders) or orders[before] >> FILE_SHIFT != order >> FILE_SHIFT:
+        return False
+    return steps[before] <= steps[0]
 
 
 def _went_back(orders: pl.Series, steps: pl.Series, started: int, order: int) -> bool:

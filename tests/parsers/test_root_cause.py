@@ -901,3 +901,24 @@ def test_a_preempted_job_whose_steps_went_back_after_it_ended_as_its_next_attemp
     )
     row, _ = first_run(log)
     assert (row["status"], row["reason"]) == ("cancelled", f"preempted: {preempted}")
+
+
+def test_a_job_script_that_trains_again_after_a_crash_ends_as_its_last_training(tmp_path):
+    # a bash loop over model sizes: the second size runs out of memory, the third starts at step 10 again
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.07 GiB. GPU 0 has a total capacity"
+    crashed = ["Traceback (most recent call last):", '  File "/work/train.py", line 61, in <module>', oom]
+    limit = (
+        "slurmstepd: error: *** JOB 4455667 ON gpu-p03 CANCELLED AT 2025-02-01T06:00:02 DUE TO TIME LIMIT ***"
+    )
+    third = _loop_steps(range(10, 351, 10))
+    log = tmp_path / "sizes-4455667.out"
+    log.write_text("\n".join([*_loop_steps(range(10, 1001, 10)), *_loop_steps(range(10, 41, 10)), *crashed]))
+    log.write_text(log.read_text() + "\n" + "\n".join(["+ python train.py --size 760m", *third, limit]))
+    row, iterations = first_run(log)
+    assert (row["status"], row["reason"]) == ("timeout", f"time limit: {limit}")
+    assert row["consequences"] == [f"sizes-4455667.out:107: CUDA out of memory: {oom}"]
+    assert iterations["iteration"].to_list() == list(range(10, 351, 10))
+    # ranks' lines after a crash go on from where they were: the crash ended the run
+    log.write_text("\n".join([*_loop_steps(range(10, 401, 10)), *crashed, *_loop_steps(range(400, 421, 10))]))
+    row, _ = first_run(log)
+    assert (row["status"], row["reason"]) == ("failed", f"CUDA out of memory: {oom}")
