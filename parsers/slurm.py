@@ -879,6 +879,10 @@ EXCEPTION_LINE = (
     rf"{_LEADING_SPACE}(?:(?:{_MODULE})?{_EXCEPTION_CLASS}:(?:{PYTHON_SPACE}|$)"
     rf"|(?:{_MODULE}{_EXCEPTION_CLASS}|{_BUILTIN_LIKE}){PYTHON_SPACE}*$)"
 )
+#: the end of the exception line of a compiler backend's failure (torch/_dynamo/exc.py's BackendCompilerFailed:
+#: ``backend='inductor' raised:``), whose next line is the exception the backend raised: the traceback ends
+#: there, the reason quotes both
+BACKEND_RAISED = "' raised:"
 #: a record naming a CUDA OOM that is not indented (an indented one, inside a traceback, is a frame's
 #: source: ``    raise torch.OutOfMemoryError(``; the exception line below it is the evidence)
 OOM_LINE = rf"^[^\s\x1c-\x1f].*(?:{literals(CUDA_OOM)})"
@@ -952,7 +956,8 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     ``ORIGINAL_TRACEBACK``'s) is
     ``chained``: it replaces the failure when that is the exception before it (``_with_chains``). An
     exception line followed by NCCL's last error quotes that too (a peer's failure whose last error is
-    InfiniBand's failed work request is the network's, a cause). Only the events that can change a run's
+    InfiniBand's failed work request is the network's, a cause), one after a compiler backend's failure
+    quotes that first. Only the events that can change a run's
     failure are kept: the first and the last of each kind (a relaunch's repeats an earlier launch's, which
     settle makes a consequence: the last is the last launch's), each chained exception and the one before
     it."""
@@ -993,7 +998,7 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     )
     # a peer's failure whose last error is InfiniBand's failed work request: the network, not the peer
     network = (pl.col("kind") == "peer") & text.str.contains(IB_COMPLETION_ERROR, literal=True)
-    chained = _with_chains(_with_last_errors(closers, last_errors))
+    chained = _with_chains(_with_last_errors(_with_backends(closers, records), last_errors))
     events = chained.with_columns(kind=pl.when(network).then(pl.lit("network")).otherwise("kind")).select(
         "run",
         "order",
@@ -1015,6 +1020,19 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     )
     status = pl.when(pl.col("kind") == "interrupt").then(pl.lit("cancelled")).otherwise(pl.lit("failed"))
     return _failures(kept.lazy(), weight=pl.col("kind").replace_strict(_WEIGHTS), status=status)
+
+
+def _with_backends(closers: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
+    """``closers`` whose record before is a compiler backend's failure (BACKEND_RAISED) quote it first."""
+    text = pl.col("text")
+    raised = records.filter(text.str.contains(BACKEND_RAISED, literal=True)).select(
+        "block", line=pl.col("line") + 1, backend=text.str.strip_chars()
+    )
+    if raised.is_empty():
+        return closers
+    quoted = pl.when(pl.col("backend").is_not_null()).then(pl.col("backend") + " " + text.str.strip_chars())
+    joined = closers.join(raised, on=["block", "line"], how="left", maintain_order="left")
+    return joined.with_columns(text=quoted.otherwise(text)).drop("backend")
 
 
 def _with_last_errors(closers: pl.DataFrame, last_errors: pl.DataFrame) -> pl.DataFrame:
@@ -1106,8 +1124,8 @@ TRACEBACK = Block(
     family=NAME,
     name="traceback",
     opens=RecordTest(markers=TRACEBACK_OPENERS, unless=_READ_BEFORE_TRACEBACKS),
-    body=RecordTest(markers=(TRACEBACK_HEADER,)),
-    closes=RecordTest(pattern=f"{EXCEPTION_LINE}|{OOM_LINE}"),
+    body=RecordTest(markers=(TRACEBACK_HEADER, BACKEND_RAISED)),
+    closes=RecordTest(pattern=f"{EXCEPTION_LINE}|{OOM_LINE}", unless=(BACKEND_RAISED,)),
     renews=RecordTest(pattern=FRAME_OR_HEADER),
     # a traceback whose exception line was none (a custom exception's name, output cut) ends at such a
     # report, which is read

@@ -155,6 +155,18 @@ def test_an_oom_line_ends_a_traceback_as_an_oom_and_a_frames_source_does_not():
     assert warned.failure == ("failed", "killed: Killed", 4)
 
 
+def test_a_compiler_backends_failure_quotes_the_exception_the_backend_raised():
+    # torch/_dynamo/exc.py: BackendCompilerFailed's message is the backend's name, then the exception
+    backend = "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:"
+    inner = (
+        "RuntimeError: Found Tesla P100-PCIE-16GB which is too old to be supported by the triton GPU compiler"
+    )
+    run = feed(HEADER, FRAME, backend, inner, "", 'Set TORCH_LOGS="+dynamo" and TORCHDYNAMO_VERBOSE=1')
+    assert run.failure == ("failed", f"{backend} {inner}", 4)
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert feed(HEADER, FRAME, backend, oom).failure == ("failed", f"CUDA out of memory: {backend} {oom}", 4)
+
+
 def test_frames_keep_a_traceback_open_each_within_the_window_of_the_one_before():
     gap = ["output"] * (slurm.TRACEBACK_MAX_LINES - 1)
     run = feed(HEADER, *gap, FRAME, *gap, "[rank3]: " + HEADER, *gap, "KeyError: 'x'")
