@@ -22,7 +22,8 @@ Lines read:
   counts global steps done (NeMo's ``MegatronProgressBar``: no rate in the bar), else not recorded;
 - NeMo 1.x's experiment configuration (hydra's YAML, printed by the training script after ``**************
   Experiment configuration ***********``): the trainer's GPUs, nodes, precision and steps, the model's
-  shape, batch sizes and parallelism, each key the first time it has a value of its own (not an
+  shape, batch sizes and parallelism, the length trained on (``encoder_seq_length``; a fine-tuning's
+  ``data.train_ds.max_seq_length``, which comes after it), each key the first time it has a value of its own (not an
   interpolation like ``${model.encoder_seq_length}``); megatron_base_model's ``Padded vocab_size: 50432,
   original vocab_size: 50257, dummy tokens: 175.``; megatron_gpt_model's ``Pipeline model parallel rank: 0,
   ... Total number of model parameters: 6.74e+09.``, or Lightning's summary ``355 M     Total params``: the
@@ -110,7 +111,8 @@ _CONFIG_COUNTS = {
     **dict(devices="gpus_per_node", num_nodes="nodes", max_steps="train_iters"),
     **dict(micro_batch_size="micro_batch_size", global_batch_size="global_batch_size"),
     **dict(tensor_model_parallel_size="tp", pipeline_model_parallel_size="pp", context_parallel_size="cp"),
-    **dict(encoder_seq_length="seq_len", num_layers="num_layers", hidden_size="hidden_size"),
+    **dict(encoder_seq_length="seq_len", max_seq_length="seq_len"),
+    **dict(num_layers="num_layers", hidden_size="hidden_size"),
     **dict(
         ffn_hidden_size="ffn_hidden_size",
         num_attention_heads="num_heads",

@@ -243,6 +243,18 @@ def test_a_configuration_key_counts_once_with_a_value_of_its_own_and_only_inside
     assert feed_lines(nemo.FAMILY, [*lines[1:4], "    precision: 16-mixed"]).facts["precision"] == "fp16"
 
 
+def test_a_fine_tunings_dataset_length_is_the_length_trained_on():
+    # megatron_gpt_finetuning_config.yaml: model.data.train_ds.max_seq_length, after the base model's keys
+    lines = _configuration("      encoder_seq_length: 8192", "      data:", "        train_ds:")
+    lines[-1:-1] = [
+        "          max_seq_length: 4096",
+        "        validation_ds:",
+        "          max_seq_length: 2048",
+    ]
+    assert feed_lines(nemo.FAMILY, lines).facts["seq_len"] == 4096
+    assert feed_lines(nemo.FAMILY, lines[:6] + lines[-1:]).facts["seq_len"] == 8192
+
+
 def _configuration(*model: str) -> list[str]:
     return [
         "[NeMo I 2024-05-02 10:00:00 megatron_gpt_pretraining:36] ",
