@@ -726,6 +726,8 @@ LAUNCHER = RecordKind(
 
 #: DeepSpeed's code in a traceback's frames: its engine, launcher or communication ran
 CODE = ("/deepspeed/",)
+#: the options deepspeed.add_config_arguments adds to a program's parser, in its usage (Megatron-DeepSpeed's)
+USAGE = ("[--deepspeed_config DEEPSPEED_CONFIG]",)
 
 FAMILY = Family(
     name=NAME,
@@ -739,8 +741,9 @@ FAMILY = Family(
         *_RECORD_MARKERS,
         *_LAUNCHED_MARKERS,
         *CODE,
+        *USAGE,
     ),
-    kinds=(SEQUENCE, RECORDS, LAUNCHER, kinds.code_frames(NAME, CODE)),
+    kinds=(SEQUENCE, RECORDS, LAUNCHER, kinds.code_frames(NAME, CODE), kinds.argument_usage(NAME, USAGE)),
     blocks=(JSON_VALUES, PROFILE),
     steps_before_timers=True,
     engine=True,

@@ -1279,8 +1279,9 @@ TRAINER = kinds.RecordKind(
     read=read_trainer,
     facts=FACTS,
 )
-#: the Trainer's code in a traceback's frames (TRL's trainers are its subclasses): its run, failed before it logged
-CODE = ("/transformers/trainer.py", "/trl/trainer/")
+#: the Trainer's code in a traceback's frames (TRL's trainers are its subclasses), or its arguments' (their
+#: checks in ``TrainingArguments.__post_init__``): its run, failed before it logged
+CODE = ("/transformers/trainer.py", "/transformers/training_args.py", "/trl/trainer/")
 #: a line the Trainer's module logged in transformers' explicit format (utils/logging.py
 #: ``enable_explicit_format``: ``[INFO|trainer.py:593] 2024-05-15 10:00:00,000 >> Using auto half precision
 #: backend``): its run, though it logged nothing else before it failed

@@ -317,6 +317,19 @@ def code_frames(family: str, paths: tuple[str, ...]) -> RecordKind:
     )
 
 
+def argument_usage(family: str, options: tuple[str, ...]) -> RecordKind:
+    """Evidence of ``family``: argparse's usage, printed when its parser refused the command line, listing
+    one of ``options`` as the family's parser lists it (``[-h] [--num-layers NUM_LAYERS]``, argparse's
+    metavar the option's name in capitals; a wrapped usage keeps an option whole on one line): the run's
+    program parsed the family's arguments and stopped before it printed anything of its own."""
+    return RecordKind(
+        family=family,
+        name="argument usage",
+        test=RecordTest(markers=options),
+        read=lambda records: seen_once(records, family),
+    )
+
+
 def read_records(kinds: tuple[RecordKind, ...], records: pl.DataFrame) -> Events:
     """The events of ``records`` (``order``, ``text``, ``run``, ``line``, ``file``, ``kind``: an index)."""
     events = Events()

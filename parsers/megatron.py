@@ -54,6 +54,7 @@ from logstat.parsers.kinds import (
     Events,
     RecordKind,
     RecordTest,
+    argument_usage,
     as_count,
     as_real,
     code_frames,
@@ -443,6 +444,8 @@ def _outside_dumps(marker: str) -> RecordTest:
 #: scripts (not megatron/core/, which NeMo runs on)
 CODE = ("/megatron/training", "/megatron/model/", "/megatron/initialize.py", "/megatron/arguments.py")
 CODE += ("/megatron/legacy/", "/pretrain_gpt", "/pretrain_bert", "/pretrain_t5", "/pretrain_mamba")
+#: the head of the usage Megatron's parser prints (arguments.py: the network size's arguments come first)
+USAGE = ("[-h] [--num-layers NUM_LAYERS]",)
 
 KINDS = (
     RecordKind(
@@ -455,6 +458,7 @@ KINDS = (
     RecordKind(family=NAME, name="timers", test=_outside_dumps("time (ms)"), read=read_timers),
     RecordKind(family=NAME, name="memory", test=_outside_dumps("memory (MB)"), read=read_memory),
     code_frames(NAME, CODE),
+    argument_usage(NAME, USAGE),
 )
 
 
@@ -779,6 +783,7 @@ FAMILY = Family(
         TIME_BUDGET_END,
         KILL_SWITCH,
         *CODE,
+        *USAGE,
     ),
     parse_line=parse_line,
     finish=finish,

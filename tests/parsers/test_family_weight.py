@@ -93,6 +93,7 @@ def test_supplied_counts_the_rows_each_family_gave_and_its_result_facts():
         (["/workspace/Megatron-LM/pretrain_gpt.py", "/workspace/Megatron-LM/megatron/training/global_vars.py"], "megatron"),
         (["train.py", "/opt/conda/lib/python3.10/site-packages/transformers/trainer.py"], "hf-trainer"),
         (["sft.py", "/usr/local/lib/python3.11/dist-packages/trl/trainer/sft_trainer.py"], "hf-trainer"),
+        (["sft.py", "/home/u/.venv/lib/python3.10/site-packages/transformers/training_args.py"], "hf-trainer"),
         (["/opt/NeMo/examples/nlp/language_modeling/megatron_gpt_pretraining.py", "/opt/NeMo/nemo/collections/nlp/models/language_modeling/megatron_gpt_model.py"], "nemo"),
         (["/llm-foundry/scripts/train/train.py", "/usr/lib/python3/dist-packages/composer/trainer/trainer.py"], "composer"),
         (["/workspace/torchtitan/torchtitan/train.py"], "torchtitan"),
@@ -110,3 +111,21 @@ def test_a_traceback_through_a_familys_code_is_its_run(tmp_path, frames, family)
     row = load_runs([tmp_path]).runs.row(0, named=True)
     assert (row["family"], row["status"]) == (family, "failed")
     assert row["reason"] == "ModuleNotFoundError: No module named 'transformer_engine'"
+
+
+USAGE_ERROR = "pretrain_gpt.py: error: unrecognized arguments: --use-flash-attn-v2"
+
+
+@pytest.mark.parametrize(
+    ("usage", "family"),
+    [
+        (["usage: pretrain_gpt.py [-h] [--num-layers NUM_LAYERS]", "       [--hidden-size HIDDEN_SIZE]"], "megatron"),
+        # deepspeed.add_config_arguments's options at the usage's end: Megatron-DeepSpeed's parser
+        (["usage: pretrain_gpt.py [-h] [--num-layers NUM_LAYERS]", "       [--deepspeed] [--deepspeed_config DEEPSPEED_CONFIG]"], "megatron-deepspeed"),
+        (["usage: train.py [-h] [--lr LR] [--num-layers NUM_LAYERS]"], "unknown"),
+    ],
+)  # fmt: skip
+def test_the_usage_a_familys_parser_prints_on_refusing_its_command_line_is_its_run(tmp_path, usage, family):
+    (tmp_path / "gpt-4830012.err").write_text("\n".join([*usage, USAGE_ERROR]) + "\n")
+    row = load_runs([tmp_path]).runs.row(0, named=True)
+    assert (row["family"], row["status"], row["reason"]) == (family, "failed", USAGE_ERROR)
