@@ -33,6 +33,12 @@ BZIP2_MAGIC = re.compile(rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)")
 #: compressed files Python's standard library does not read (zstd, lz4 frames, zip): reported, not read
 #: as text (a small one may hold no NUL byte, and would be read as garbled lines)
 UNREADABLE_MAGIC = {b"\x28\xb5\x2f\xfd": "zstd", b"\x04\x22\x4d\x18": "lz4", b"PK\x03\x04": "zip"}
+#: archives by name (tar however compressed, zip): a walk lists a row for one that holds logs, not read
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".zip")
+#: a tar archive's header names its format at byte 257 (POSIX's ``ustar\0``, GNU's ``ustar  ``)
+TAR_MAGIC_AT, TAR_MAGIC = 257, b"ustar"
+#: how far into a tar its members' names are looked for (they are spread through it, between the files)
+ARCHIVE_SCAN_BYTES = 64 << 20
 # Escape sequences (ECMA-48) of coloured loggers and progress bars: CSI (colours, cursor moves), OSC up
 # to its terminator (rich's hyperlinks, window titles), the short ones (``ESC ( B``, ``ESC 7``). rich
 # colours a record's parts, so a code can sit inside a marker (``\x1b[33mstep\x1b[0m=``): dropped first.
@@ -247,13 +253,45 @@ def head(path: Path, size: int) -> bytes:
         return b""
 
 
-def _unreadable_problem(compression: str, magic: bytes) -> str:
+def _unreadable_problem(compression: str, magic: bytes, path: Path) -> str:
     """What a file in a format Python's standard library does not read is: torch.save's zip (its first
-    entry ``<name>/data.pkl``, a local file header's name at byte 30) is a checkpoint, not a log."""
+    entry ``<name>/data.pkl``, a local file header's name at byte 30) is a checkpoint, not a log; another
+    zip an archive."""
     name_length = int.from_bytes(magic[26:28], "little")
     if compression == "zip" and magic[30 : 30 + name_length].endswith(b"data.pkl"):
         return "a PyTorch checkpoint (torch.save), not a log"
+    if compression == "zip":
+        return archive_problem("zip", path)
     return f"{compression}-compressed: logstat does not read it (decompress it first)"
+
+
+def archive_members(path: Path) -> list[str] | None:
+    """The names of the files in archive ``path`` (a zip's, or a tar's however compressed: those in its
+    first ARCHIVE_SCAN_BYTES), None if it is no archive or cannot be listed."""
+    import tarfile  # here: an archive is rare, the two modules cost a parse ~17 ms to import
+    import zipfile
+
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                return [member.filename for member in archive.infolist() if not member.is_dir()]
+        names = []
+        with open(path, "rb") as raw, tarfile.open(fileobj=raw, mode="r|*") as archive:
+            for member in archive:
+                names += [member.name] if member.isfile() else []
+                if raw.tell() > ARCHIVE_SCAN_BYTES:
+                    break
+        return names
+    except (OSError, EOFError, tarfile.TarError, zipfile.BadZipFile, lzma.LZMAError, zlib.error):
+        return None
+
+
+def archive_problem(kind: str, path: Path) -> str:
+    """A row's reason for an archive: the files it holds (the first few), and that it is not read."""
+    names = archive_members(path) or []
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    holding = f" of {len(names)} file{'s' * (len(names) != 1)} ({shown})" if names else ""
+    return f"a {kind} archive{holding}: logstat does not read archives (extract it first)"
 
 
 def _file_chunks(path: Path, report: SourceReport) -> Iterator[tuple[bytes, int]]:
@@ -264,22 +302,28 @@ def _file_chunks(path: Path, report: SourceReport) -> Iterator[tuple[bytes, int]
             magic = probe.read(_MAGIC_BYTES)
         unreadable = next((name for start, name in UNREADABLE_MAGIC.items() if magic.startswith(start)), None)
         if unreadable is not None:
-            report.problem = _unreadable_problem(unreadable, magic)
+            report.problem = _unreadable_problem(unreadable, magic, path)
             return
         decompressor = _decompressor(magic)
         if decompressor is None:
-            yield from _unbinary(_plain_chunks(path, report), report)
+            yield from _unbinary(_plain_chunks(path, report), report, path)
             return
         report.compressed = True
         with decompressor(path, "rb") as stream:
-            yield from _unbinary(_chunks(stream, report), report)
+            yield from _unbinary(_chunks(stream, report), report, path)
     except OSError as exc:
         report.problem = f"cannot read: {exc.strerror or exc}"
 
 
-def _unbinary(chunks: Iterator[tuple[bytes, int]], report: SourceReport) -> Iterator[tuple[bytes, int]]:
-    """``chunks``, unless the first is binary content (then none, and ``report`` says so)."""
+def _unbinary(
+    chunks: Iterator[tuple[bytes, int]], report: SourceReport, path: Path
+) -> Iterator[tuple[bytes, int]]:
+    """``chunks``, unless the first is binary content or a tar archive's (then none, and ``report`` says
+    so: a tar of text logs is text but for its headers)."""
     for number, (chunk, end) in enumerate(chunks):
+        if number == 0 and chunk.startswith(TAR_MAGIC, TAR_MAGIC_AT):
+            report.problem = archive_problem("tar", path)
+            return
         # searched in place first: a copy of a file's first chunk for every text log is ~1 GiB for 1,000 files
         if number == 0 and chunk.find(b"\x00", 0, end) >= 0 and is_binary(chunk[:end]):
             report.problem = "binary content (NUL bytes): not a text log"

@@ -43,7 +43,8 @@ def find_logs(paths: Iterable[str | os.PathLike], *, skipped: SkipReport | None 
     named like logs (``logstat.parsers.reader.is_log_file``: ``*.out``, ``*.err``, ``*.log``, ``*.txt``,
     ``*.stdout``, ``*.stderr``, PBS/SGE ``name.o123`` / ``name.e123``, a job id without an extension
     (``name.1234``), script(1)'s ``typescript``, rotated logs (``train.log.1``), and ``.gz``, ``.xz``, ``.bz2`` of those; a JSON file whose
-    lines are a logging service's entries, ``reader.is_structured_log``). Every path
+    lines are a logging service's entries, ``reader.is_structured_log``; an archive holding a file so
+    named, whose row says it is not read, ``_holds_logs``). Every path
     the walk passes over (another name, a hidden file or directory but ``LOG_DIRECTORIES``, a symbolic
     link to a directory, which is not followed, a special file, a tool's files: ``TOOL_DIRECTORIES``,
     ``TOOL_FILES``; but W&B's runs' consoles, ``WANDB_CONSOLES``, where no log is beside their ``wandb``)
@@ -125,12 +126,22 @@ def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
                 skipped(path, "hidden file")
             elif name in TOOL_FILES or name in ours:
                 skipped(path, TOOL_FILES.get(name) or ours[name])
-            elif not is_log_file(path) and not is_structured_log(path):
+            elif not is_log_file(path) and not is_structured_log(path) and not _holds_logs(path):
                 skipped(path, "not named like a log")
             elif _listable(path):  # the name test first: a stat only for the files named like logs
                 yield path
             else:
                 skipped(path, "not a regular file")
+
+
+def _holds_logs(path: Path) -> bool:
+    """Whether ``path`` is an archive holding a file named like a log: read, it says it is not read."""
+    from logstat.parsers.reader import is_log_file
+    from logstat.parsers.source import ARCHIVE_SUFFIXES, archive_members
+
+    if not path.name.endswith(ARCHIVE_SUFFIXES):
+        return False
+    return any(is_log_file(Path(name)) for name in archive_members(path) or ())
 
 
 def _wandb_consoles(directory: Path, skipped: SkipReport) -> Iterator[Path]:

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,24 @@ def test_wandbs_consoles_are_the_logs_of_a_directory_that_kept_no_other(tmp_path
     # beside a log of the directory's own, they are its copies (the walk in the test above)
     (tmp_path / "runs" / "slurm-4001.out").write_text("")
     assert find_logs([tmp_path / "runs"]) == [tmp_path / "runs" / "slurm-4001.out"]
+
+
+def test_an_archive_holding_logs_is_a_row_that_says_so_and_others_are_passed_over(tmp_path, capsys):
+    bundle, data = tmp_path / "job_551204_logs.tar.gz", tmp_path / "shards.tar.gz"
+    with tarfile.open(bundle, "w:gz") as archive:
+        archive.add(SCHEDULERS / "slurm-4001.out", arcname="job_551204/slurm-551204.out")
+    with tarfile.open(data, "w:gz") as archive:
+        archive.add(SCHEDULERS / "slurm-4001.out", arcname="shard-000.bin")
+    skipped: list[tuple[str, str]] = []
+    found = find_logs([tmp_path], skipped=lambda path, why: skipped.append((path.name, why)))
+    assert found == [bundle] and skipped == [("shards.tar.gz", "not named like a log")]
+    code, out, _ = logstat(capsys, "parse", tmp_path, "--format", "json")
+    (row,) = json.loads(out)
+    held = "a tar archive of 1 file (job_551204/slurm-551204.out)"
+    assert (row["status"], row["reason"]) == (
+        "unreadable",
+        f"{held}: logstat does not read archives (extract it first)",
+    )
 
 
 def test_without_verbose_the_walk_says_nothing_and_finds_the_same(capsys, cluttered):

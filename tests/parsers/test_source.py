@@ -6,6 +6,7 @@ import codecs
 import gzip
 import io
 import random
+import tarfile
 import zipfile
 
 import polars as pl
@@ -293,7 +294,6 @@ def _zipped(text: bytes) -> bytes:
     [
         (b"\x28\xb5\x2f\xfd" + b"marker 1\n", "zstd"),  # no NUL byte: it would read as a text line
         (b"\x04\x22\x4d\x18" + b"marker 1\n", "lz4"),
-        (_zipped(b"marker 1\n"), "zip"),
     ],
 )
 def test_a_compression_python_cannot_read_is_named_not_read_as_text(tmp_path, data, name):
@@ -303,6 +303,33 @@ def test_a_compression_python_cannot_read_is_named_not_read_as_text(tmp_path, da
     assert (
         got == [] and report.problem == f"{name}-compressed: logstat does not read it (decompress it first)"
     )
+
+
+def _tarred(text: bytes, mode: str) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode=mode) as archive:
+        for name in ("job/slurm-551204.out", "job/slurm-551204.err"):
+            member = tarfile.TarInfo(name)
+            member.size = len(text)
+            archive.addfile(member, io.BytesIO(text))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("data", "kind", "held"),
+    [
+        (_zipped(b"marker 1\n"), "zip", "1 file (job.out)"),
+        # a tar of text logs is text but for its headers: not read as lines, compressed or not
+        (_tarred(b"marker 1\n", "w"), "tar", "2 files (job/slurm-551204.out, job/slurm-551204.err)"),
+        (_tarred(b"marker 1\n", "w:gz"), "tar", "2 files (job/slurm-551204.out, job/slurm-551204.err)"),
+    ],
+)
+def test_an_archive_is_named_with_the_files_it_holds_not_read_as_text(tmp_path, data, kind, held):
+    path = tmp_path / "job_logs.bundle"
+    path.write_bytes(data)
+    got, report = read(path, ("marker",))
+    assert got == []
+    assert report.problem == f"a {kind} archive of {held}: logstat does not read archives (extract it first)"
 
 
 def test_a_torch_checkpoint_is_named_a_checkpoint_not_a_compressed_log(tmp_path):

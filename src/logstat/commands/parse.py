@@ -65,7 +65,8 @@ def parse(
 
     A job's output and error files are one run (Slurm .out/.err, LSF .stdout/.stderr, PBS/SGE
     name.o123/name.e123; one named alone brings the other beside it; name.1234 is a log too); --verbose
-    lists the files of the directories that were not read. The family (--family names them) is detected per
+    lists the files of the directories that were not read (an archive holding logs is a row that says to
+    extract it). The family (--family names them) is detected per
     file. s/iter is the median of the logged steps after the first --warmup ones.
 
     \b
