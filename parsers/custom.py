@@ -123,14 +123,18 @@ _COUNT_MARKERS = (
     "world_size ",
 )
 _COUNT_MARKERS += tuple(f'{key}": ' for key in _COUNTS) + tuple(f"{key} " for key in _SPACED_COUNTS)
-#: Megatron's flags on an echoed command line (a launcher's ``cmd = ...``, ``set -x``), by the fact each
-#: states: a run that failed before Megatron's arguments dump, or a script of its own taking Megatron's flags
-_MEGATRON_FLAGS = {
+#: flags on an echoed command line (a launcher's ``cmd = ...``, ``set -x``), by the fact each states:
+#: Megatron's (a run that failed before Megatron's arguments dump, or a script of its own taking them), and
+#: a loop's planned optimizer steps (``python -u train_ddp.py --steps 50000``; not ``--warmup-steps``: a
+#: flag starts after a space)
+_FLAGS = {
     "--tensor-model-parallel-size": "tp",
     "--pipeline-model-parallel-size": "pp",
     "--micro-batch-size": "micro_batch_size",
     "--global-batch-size": "global_batch_size",
     "--train-iters": "train_iters",
+    **dict.fromkeys(("--steps", "--max-steps", "--max_steps", "--num-steps", "--num_steps"), "train_iters"),
+    **dict.fromkeys(("--total-steps", "--total_steps", "--train-steps", "--train_steps"), "train_iters"),
 }
 #: a count stated any of these ways: the key and its ``=``, or quoted as a printed dict's or JSON's key
 #: (``config: {'seq_len': 2048, 'max_steps': 50000}``), the key and a space, the flag and its ``=`` or space;
@@ -138,11 +142,9 @@ _MEGATRON_FLAGS = {
 _KEYS = "|".join(_COUNTS)
 COUNT = (
     rf"(?:^|[\s,({{|])(?P<key>(?:{_KEYS})=|['\"](?:{_KEYS})['\"]: |(?:{'|'.join(_SPACED_COUNTS)}) "
-    rf"|(?:{'|'.join(_MEGATRON_FLAGS)})[= ]|{_WORLD_IN_WORDS})(?P<count>\d+)\b"
+    rf"|(?:{'|'.join(_FLAGS)})[= ]|{_WORLD_IN_WORDS})(?P<count>\d+)\b"
 )
-_COUNT_FACTS = (
-    _COUNTS | {flag.strip("-"): fact for flag, fact in _MEGATRON_FLAGS.items()} | {"world size": "gpus"}
-)
+_COUNT_FACTS = _COUNTS | {flag.strip("-"): fact for flag, fact in _FLAGS.items()} | {"world size": "gpus"}
 #: a count of parameters, comma-grouped: what a model ``has`` or a name's ``:`` is, or a summary's total (not
 #: a part's: build-nanogpt's ``num decayed parameter tensors: 50, with 124,354,560 parameters``)
 PARAMETERS = r"(?:\bhas|:) (\d{1,3}(?:,\d{3}){2,}) parameters\b|^Total params: (\d{1,3}(?:,\d{3})+)\s*$"
@@ -215,7 +217,7 @@ FAMILY = Family(
         *_MARKERS,
         *_SEQ_MARKERS,
         *_COUNT_MARKERS,
-        *_MEGATRON_FLAGS,
+        *_FLAGS,
         *_PARAMETER_MARKERS,
         *_ENDED_MARKERS,
     ),
@@ -237,7 +239,7 @@ FAMILY = Family(
             family=NAME,
             name="stated",
             test=RecordTest(
-                markers=(*_SEQ_MARKERS, *_COUNT_MARKERS, *_MEGATRON_FLAGS, *_PARAMETER_MARKERS),
+                markers=(*_SEQ_MARKERS, *_COUNT_MARKERS, *_FLAGS, *_PARAMETER_MARKERS),
                 pattern=f"{SEQ_LEN}|{COUNT}|{PARAMETERS}",
             ),
             read=read_stated,

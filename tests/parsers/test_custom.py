@@ -215,6 +215,21 @@ def test_megatrons_flags_on_an_echoed_command_state_a_run_that_never_dumped_its_
 
 
 @pytest.mark.parametrize(
+    ("flag", "planned"),
+    [
+        ("--steps 50000", 50000),
+        ("--max-steps=1200", 1200),
+        ("--total_steps 800", 800),
+        ("--warmup-steps 500", None),
+    ],
+)
+def test_a_loops_steps_flag_on_an_echoed_command_is_its_plan(tmp_path, flag, planned):
+    command = f"+ srun --kill-on-bad-exit=1 python -u train_ddp.py {flag} --lr 3e-4"
+    row, _ = runs_of(tmp_path, [command, *(f"step {step} | loss 9.{step} | 0.278 s/it" for step in (10, 20))])
+    assert row["train_iters"] == planned
+
+
+@pytest.mark.parametrize(
     ("line", "billions"),
     [
         ("Total params: 6,050,882,784", 6.050882784),  # torchinfo, Keras
