@@ -168,6 +168,13 @@ NATIVE_ABORTS = ("what():  ", "Fatal Python error: ", "encountered in worker.", 
 #: llm.c's cudaCheck before it exits (``[CUDA ERROR] at file train_gpt2.cu:1068:``, the error's string on the
 #: line after)
 NATIVE_ABORTS += ("[CUDA ERROR] at file ",)
+#: libc++'s terminate handler (clang builds, macOS: ``libc++abi: terminating due to uncaught exception of type
+#: std::runtime_error: [METAL] Command buffer execution failed: Insufficient Memory``); a glog / absl CHECK's
+#: fatal line (XLA, TensorFlow: ``F0607 10:11:12.000000 1234 tpu_compilation_cache_interface.cc:546] Check
+#: failed: ...``) and JAX's coordination client's (``F... client.h:77] Terminating process because the JAX
+#: distributed service detected fatal errors``), each before the abort's ``Fatal Python error: Aborted``
+NATIVE_ABORTS += ("libc++abi: terminating due to uncaught exception", "] Check failed: ")
+NATIVE_ABORTS += ("] Terminating process because the JAX distributed service detected fatal errors",)
 #: Hydra's report of an error composing the config (hydra/_internal/utils.py ``run_and_report``: a
 #: CompactHydraException's message, its OmegaConf cause, then "Set the environment variable
 #: HYDRA_FULL_ERROR=1 for a complete stack trace.", no traceback): the first line of config_loader_impl.py's

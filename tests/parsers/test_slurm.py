@@ -161,6 +161,27 @@ def test_failure_kinds(lines, status, reason_start):
             1,
             "srun: error: r7i4n1: task 5: Segmentation fault",
         ),
+        (  # libc++'s terminate handler (macOS, MLX), the message on its line; then the shell's report
+            [
+                "libc++abi: terminating due to uncaught exception of type std::runtime_error: [METAL] Command "
+                "buffer execution failed: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)",
+                "srun: error: mac-01: task 0: Aborted",
+            ],
+            "libc++abi: terminating due to uncaught exception of type std::runtime_error: [METAL]",
+            1,
+            "srun: error: mac-01: task 0: Aborted",
+        ),
+        (  # an XLA CHECK's fatal line before the abort it causes: the abort is no other cause
+            [
+                "F0607 10:11:12.123456   48211 tpu_compilation_cache_interface.cc:546] Check failed: "
+                "entry->compiled_program != nullptr",
+                "Fatal Python error: Aborted",
+                "srun: error: t1v-n-0: task 0: Aborted (core dumped)",
+            ],
+            "F0607 10:11:12.123456   48211 tpu_compilation_cache_interface.cc:546] Check failed: ",
+            1,
+            "srun: error: t1v-n-0: task 0: Aborted (core dumped)",
+        ),
     ],
 )
 def test_native_ends_are_causes_ahead_of_srun(lines, reason, line, consequence):
