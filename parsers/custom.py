@@ -23,7 +23,7 @@ Where no other family states them (the family's facts yield, ``fallback``), and 
 family was seen: the sequence length of a command line's flag (``--seq_len 2048``, ``--max-seq-len``,
 ``--seq-length``), the counts of a loop's header as ``key=value`` (``seq_len=2048``, ``seq_length=``; not a
 model's ``max_seq_len=``, the most it takes; ``micro_batch=``, ``global_batch=`` and their ``_size``,
-``max_steps=`` the plan), Megatron's flags on an echoed command line (``--tensor-model-parallel-size``,
+``max_steps=`` the plan; MaxText's ``Config param steps: 5000`` and ``max_target_length``), Megatron's flags on an echoed command line (``--tensor-model-parallel-size``,
 ``--pipeline-model-parallel-size``, ``--micro-batch-size``, ``--global-batch-size``, ``--train-iters``: a
 run that failed before Megatron's arguments dump), and the parameters a script counted, comma-grouped (``Model has 1,414,647,808
 parameters``, ``Loaded meta-llama/Llama-2-7b-hf: 6,738,415,616 parameters``, torchinfo's and Keras's
@@ -59,22 +59,26 @@ _OF_TOTAL = r"(?:\s*/\s*(\d+))?"
 #: a step line's forms, each with two groups (the step, the plan's total): ``step N`` (``N/M``) as a word, or
 #: ``step=N``, then a separator (``|``, ``]``, ``,``) or none, a space and, later on the line, the loss
 #: (``loss X``, ``loss=X``, ``loss: X``, ``train loss X``); ``iter N |`` or ``iter=N`` and a loss; ``it N: loss``;
-#: a line's ``step N: loss X`` (nanoGPT's step line, its ``iter`` renamed); the same capitalized (``Step N |
-#: Loss: X``, ``Step [N/M] Loss: X``; ``Iter N | loss X``). ``step N: train loss`` and ``iter N:`` are no step's
-#: line (nanoGPT's evaluations and steps are its family's), nor LitGPT's ``iter N step M:``, nor
-#: ``Step N | loss:X`` (torchtune's), nor ``step=N,`` (DeepSpeed's)
+#: a line's ``step N: loss X`` (nanoGPT's step line, its ``iter`` renamed) or ``Step N: loss X``; the same
+#: capitalized (``Step N | Loss: X``, ``Step [N/M] Loss: X``; ``Iter N | loss X``); MLX's ``Iter N: Train loss
+#: X`` (mlx_lm.lora; ``Iter N: Val loss`` is its evaluation); MaxText's ``completed step: N, seconds: S, ...,
+#: loss: X``. ``step N: train loss`` and ``iter N:`` are no step's line (nanoGPT's evaluations and steps are
+#: its family's), nor LitGPT's ``iter N step M:``, nor ``Step N | loss:X`` (torchtune's), nor ``step=N,``
+#: (DeepSpeed's)
 _STEP_FORMS = (
     rf"step(?:\s+(\d+){_OF_TOTAL}\s*[\]|,]?|\s*=\s*(\d+){_OF_TOTAL})\s.*?\b(?:train[\s_])?loss",
     rf"[Ii]ter(?:\s+(\d+){_OF_TOTAL}\s*\||\s*=\s*(\d+){_OF_TOTAL}[\s,])\s*.*?\b[Ll]oss",
     rf"it\s+(\d+){_OF_TOTAL}:\s+loss",
-    rf"^step\s+(\d+){_OF_TOTAL}:\s+loss",
+    rf"^[Ss]tep\s+(\d+){_OF_TOTAL}:\s+loss",
     rf"Step\s+\[?\s*(\d+){_OF_TOTAL}\s*\]?\s*[|,]?\s.*?\b(?:[Tt]rain[\s_])?Loss",
+    rf"^Iter\s+(\d+){_OF_TOTAL}:\s+Train loss",
+    r"completed step: (\d+)(),.*?\bloss",
 )
 STEP_LINE = rf"(?:^|[\s|\[])(?:{'|'.join(_STEP_FORMS)})\b\s*[:=]?\s*({NUMBER})"
 #: the groups of the step and the total in STEP_LINE, and of the loss
-_STEP_GROUPS, _TOTAL_GROUPS = range(1, 15, 2), range(2, 15, 2)
-_LOSS_GROUP = 15
-_MARKERS = ("step ", "Step ", "step=", "iter ", "Iter ", "iter=", ": loss")
+_STEP_GROUPS, _TOTAL_GROUPS = range(1, 19, 2), range(2, 19, 2)
+_LOSS_GROUP = 19
+_MARKERS = ("step ", "Step ", "step=", "iter ", "Iter ", "iter=", ": loss", "completed step: ")
 _LEARNING_RATE = rf"\blr\s*[:=]?\s*({NUMBER})"
 _GRAD_NORM = rf"\b(?:grad_)?norm\s*[:=]?\s*({NUMBER})"
 #: a step's time: after its name, per step or iteration, or a field of its own between ``|`` (or opening a
@@ -83,7 +87,11 @@ STEP_TIME = (
     rf"(?:\bdt|\bstep_time|\b[Tt]ime(?:/step)?)\s*[:=]?\s*({NUMBER})\s*(ms|s)\b"
     rf"|({NUMBER})\s*(ms|s)/(?:step|it)\b"
     rf"|\|\s*\(?({NUMBER})\s*(ms|s)\s*(?:\||$)"
+    rf"|, (s)econds: ({NUMBER}),"  # MaxText's
+    rf"|, (It/sec) ({NUMBER})"  # mlx_lm's rate: a step takes its inverse
 )
+#: STEP_TIME's (value, unit) groups
+_TIME_GROUPS = ((1, 2), (3, 4), (5, 6), (8, 7), (10, 9))
 
 
 #: a sequence length: a command line's flag
@@ -123,6 +131,7 @@ _COUNT_MARKERS = (
     "world_size ",
 )
 _COUNT_MARKERS += tuple(f'{key}": ' for key in _COUNTS) + tuple(f"{key} " for key in _SPACED_COUNTS)
+_COUNT_MARKERS += ("Config param ",)
 #: flags on an echoed command line (a launcher's ``cmd = ...``, ``set -x``), by the fact each states:
 #: Megatron's (a run that failed before Megatron's arguments dump, or a script of its own taking them), and
 #: a loop's planned optimizer steps (``python -u train_ddp.py --steps 50000``; not ``--warmup-steps``: a
@@ -140,11 +149,15 @@ _FLAGS = {
 #: (``config: {'seq_len': 2048, 'max_steps': 50000}``), the key and a space, the flag and its ``=`` or space;
 #: the world in words
 _KEYS = "|".join(_COUNTS)
+#: MaxText's configuration, a line a key (pyconfig: ``Config param steps: 5000``, ``Config param
+#: max_target_length: 4096``)
+_CONFIG_PARAMS = {"Config param steps": "train_iters", "Config param max_target_length": "seq_len"}
 COUNT = (
     rf"(?:^|[\s,({{|])(?P<key>(?:{_KEYS})=|['\"](?:{_KEYS})['\"]: |(?:{'|'.join(_SPACED_COUNTS)}) "
-    rf"|(?:{'|'.join(_FLAGS)})[= ]|{_WORLD_IN_WORDS})(?P<count>\d+)\b"
+    rf"|(?:{'|'.join(_FLAGS)})[= ]|{_WORLD_IN_WORDS}|(?:{'|'.join(_CONFIG_PARAMS)}): )(?P<count>\d+)\b"
 )
 _COUNT_FACTS = _COUNTS | {flag.strip("-"): fact for flag, fact in _FLAGS.items()} | {"world size": "gpus"}
+_COUNT_FACTS |= _CONFIG_PARAMS
 #: a count of parameters, comma-grouped: what a model ``has`` or a name's ``:`` is, or a summary's total (not
 #: a part's: build-nanogpt's ``num decayed parameter tensors: 50, with 124,354,560 parameters``)
 PARAMETERS = r"(?:\bhas|:) (\d{1,3}(?:,\d{3}){2,}) parameters\b|^Total params: (\d{1,3}(?:,\d{3})+)\s*$"
@@ -154,9 +167,10 @@ _PARAMETER_MARKERS = (" parameters", "Total params: ")
 def _milliseconds(text: pl.Expr) -> pl.Expr:
     """The step's time, ms, of the first of ``STEP_TIME``'s forms in ``text``."""
     found = text.str.extract_groups(STEP_TIME)
-    value = pl.coalesce(*(as_real(found.struct[str(group)]) for group in (1, 3, 5)))
-    unit = pl.coalesce(*(found.struct[str(group)] for group in (2, 4, 6)))
-    return pl.when(unit == "s").then(value * 1000).otherwise(value)
+    value = pl.coalesce(*(as_real(found.struct[str(group)]) for group, _ in _TIME_GROUPS))
+    unit = pl.coalesce(*(found.struct[str(group)] for _, group in _TIME_GROUPS))
+    rate = pl.when(value > 0).then(1000 / value)
+    return pl.when(unit == "s").then(value * 1000).when(unit == "It/sec").then(rate).otherwise(value)
 
 
 def read_steps(records: pl.LazyFrame) -> Events:

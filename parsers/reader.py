@@ -703,7 +703,8 @@ def _unless_trained_after(run: RunBuilder, completion: tuple | None) -> tuple | 
 
 def _completion_from_facts(run: RunBuilder) -> tuple[str, int, str] | None:
     """Completion evidence the families recorded as facts: final train metrics, or the last step
-    reaching the planned number of steps."""
+    reaching the planned number of steps (``planned - 1`` where the steps count from 0: a loop over
+    ``range(steps)`` logs step 0 after its first update, its last is one short of the plan)."""
     for name in ("final_train_runtime_s", "final_samples_per_sec"):
         source = run.provenance.get(name)
         if source and name in run.facts:
@@ -711,7 +712,8 @@ def _completion_from_facts(run: RunBuilder) -> tuple[str, int, str] | None:
             where = run.state.get("fact_files", {}).get(name, run.current_file)
             return f"final train metrics logged ({name}={run.facts[name]})", line, where
     planned = run.facts.get("train_iters")
-    if planned and run.last_iteration is not None and run.last_iteration >= planned:
+    from_zero = run.iteration_frame is not None and run.iteration_frame["iteration"].min() == 0
+    if planned and run.last_iteration is not None and run.last_iteration >= planned - from_zero:
         row = run.iterations.get(run.last_iteration, {})
         where = str(row.get("source_path") or run.current_file)
         return f"reached the planned {planned} iterations", row.get("line") or 0, where

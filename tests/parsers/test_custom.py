@@ -93,6 +93,21 @@ def test_a_loop_on_deepspeeds_engine_is_a_deepspeed_run_whose_rows_are_the_loops
         ("it 120: loss 3.2100, time 412.31ms, mfu 38.2%", 120, 3.21, 412.31),
         ("Step [100/25000] Loss: 9.8422 Time/step: 0.349s", 100, 9.8422, 349.0),
         ("step 20: loss 6.7542, time 448.91ms, mfu 41.96%", 20, 6.7542, 448.91),  # nanoGPT's, renamed
+        ("Step 10: loss 10.821 | 1834 tok/s", 10, 10.821, None),
+        # mlx_lm.lora's: the step's time is the inverse of its rate
+        (
+            "Iter 10: Train loss 2.309, Learning Rate 1.000e-05, It/sec 0.400, Tokens/sec 342.8",
+            10,
+            2.309,
+            2500.0,
+        ),
+        (
+            "completed step: 57, seconds: 2.671, TFLOP/s/device: 144.279, Tokens/s/device: 6134.542,"
+            " total_weights: 262144, loss: 10.812",  # MaxText's
+            57,
+            10.812,
+            2671.0,
+        ),
     ],
 )
 def test_a_loops_step_after_a_loggers_or_a_ranks_fields(tmp_path, line, step, loss, elapsed_ms):
@@ -113,6 +128,7 @@ def test_a_loops_step_after_a_loggers_or_a_ranks_fields(tmp_path, line, step, lo
         "[Rank 0] step=50, skipped=0, lr=[2.5e-05], mom=[(0.9, 0.95)]",  # DeepSpeed
         "Skipping step 10 | loss scale reduced",  # no step number before a '|' then a loss
         "iter 100: loss 2.3456, time 300.12ms, mfu 40.10%",  # nanoGPT's
+        "Iter 600: Val loss 1.180, Val took 17.98s",  # mlx_lm.lora's evaluation
     ],
 )
 def test_other_families_step_records_are_no_custom_loops(tmp_path, line):
@@ -212,6 +228,17 @@ def test_megatrons_flags_on_an_echoed_command_state_a_run_that_never_dumped_its_
     ]
     row, _ = runs_of(tmp_path, [command, *dump])
     assert (row["train_iters"], row["provenance"]["train_iters"]) == (2000, "megatron:3")
+
+
+def test_a_loop_counting_from_0_that_logged_its_plans_last_step_ended(tmp_path):
+    # MaxText's pyconfig prints each key; its loop runs range(steps), the last step logged is steps - 1
+    header = ["Config param max_target_length: 2048", "Config param steps: 100"]
+    line = "completed step: {}, seconds: 2.671, TFLOP/s/device: 144.2, loss: 10.812"
+    row, _ = runs_of(tmp_path, [*header, *(line.format(step) for step in range(100))])
+    assert (row["seq_len"], row["train_iters"], row["last_iteration"]) == (2048, 100, 99)
+    assert (row["status"], row["reason"]) == ("ok", "reached the planned 100 iterations")
+    row, _ = runs_of(tmp_path, [*header, *(line.format(step) for step in range(1, 100))])
+    assert row["status"] == "incomplete"
 
 
 @pytest.mark.parametrize(
