@@ -25,15 +25,17 @@ Lines read, each fact with its source:
   ``global_batch_size``, ``gas``, ``seq_len`` and ``train_iters``, each clause read alone (early 2024 printed
   ``Training starts at step 1`` only; 2025's Trainer prints the clauses at its end of ``__init__``, ``Trainer
   is initialized with local batch size 4, ...``, and ``Training starts at step 1.`` alone). A new training
-  launch, too: a relaunch appended to the log replaces the steps it logs again. ``seq_len`` is the
-  training's only: the model's ``max_seq_len`` is its limit.
+  launch, too: a relaunch appended to the log replaces the steps it logs again.
 - ``Building 2-D device mesh with ['dp_shard', 'tp'], [4, 2]`` (parallel_dims.py, the dimensions of size
   above 1): ``gpus`` their product, ``dp`` = dp_replicate x dp_shard (2024: ``dp``), ``tp``, ``pp``, ``cp``
   (1 when not listed). A mesh naming another dimension (an expert mesh) states nothing.
 - ``Building llama3 8B with TransformerModelArgs(dim=4096, n_layers=32, ...)`` (2024: ``ModelArgs(``):
   hidden_size, num_layers, num_heads, num_query_groups (n_kv_heads, when below n_heads), vocab_size, and a
   Llama's (its ``multiple_of``) gated FFN: ``swiglu`` and ``ffn_hidden_size`` by its FeedForward's rule;
-  ``untied_embeddings`` True (its output layer is its own), unless the args say ``enable_weight_tying=True``.
+  ``untied_embeddings`` True (its output layer is its own), unless the args say ``enable_weight_tying=True``;
+  ``seq_len``, its ``max_seq_len``: train.py sets it to ``training.seq_len`` before it builds the model
+  (2024: ``model_config.max_seq_len = job_config.training.seq_len``; 2025: ``update_from_config``), the only
+  statement of it before mid-2024's ``Training starts`` clauses, which come after it.
 - ``Model llama3 8B size: 8,030,261,248 total parameters``: ``logged_model_size`` (billions).
 - ``CUDA capacity: NVIDIA H100 80GB HBM3 with 79.11GiB memory`` (2024: ``GPU capacity: ... (0) with``):
   ``gpu_model``, by Slurm's normaliser.
@@ -169,6 +171,7 @@ def _model_facts(arguments: str, lineno: int, run: RunBuilder) -> None:
     number = lambda name: int(values[name]) if values.get(name, "").isdigit() else None  # noqa: E731
     for argument, fact in _MODEL_SHAPE.items():
         run.set_fact(fact, number(argument), NAME, lineno)
+    run.set_fact("seq_len", number("max_seq_len"), NAME, lineno)
     # torchtitan's Llama (and DeepSeek) Transformer has an output layer of its own, never the embedding's;
     # a model whose args can tie them (its Qwen3's enable_weight_tying) says so
     run.set_fact("untied_embeddings", values.get("enable_weight_tying") != "True", NAME, lineno)

@@ -84,14 +84,16 @@ def test_the_start_up_lines_are_the_runs_facts_with_their_lines():
     assert provenance["gas"] == "derived:0"  # global / (local x DP)
 
 
-def test_a_2024_run_has_wps_and_no_step_time_without_its_batch_and_sequence():
+def test_a_2024_run_has_wps_and_no_step_time_without_its_batch():
     steps = _steps(OLDER)
     result = load_runs([OLDER])
     row = result.runs.row(0, named=True)
     assert (row["family"], row["status"], row["iterations"]) == ("torchtitan", "ok", 4)
     assert (row["gpus"], row["dp"], row["tp"], row["activation_checkpointing"]) == (8, 4, 2, True)
-    # "Training starts at step 1" only; the model's max_seq_len (8192) is not the training's length
-    assert (row["seq_len"], row["global_batch_size"], row["precision"], row["sec_per_iter"]) == (None,) * 4
+    # "Training starts at step 1" only: the length is the model's max_seq_len, which train.py set to
+    # training.seq_len before it built the model; no global batch, so no step time
+    assert (row["seq_len"], json.loads(row["provenance"])["seq_len"]) == (8192, "torchtitan:5")
+    assert (row["global_batch_size"], row["precision"], row["sec_per_iter"]) == (None,) * 3
     its = result.iterations.sort("iteration")
     assert its["iteration"].to_list() == [1, 10, 20, 30]
     assert its["tokens_per_sec"].to_list() == [step["wps"] * 8 for step in steps]
