@@ -48,6 +48,7 @@ from logstat.parsers.kinds import (
     as_real,
     facts_of,
     last_per_run,
+    literals,
     run_ends,
     stated_counts,
     step_lines,
@@ -144,6 +145,7 @@ _FLAGS = {
     "--train-iters": "train_iters",
     **dict.fromkeys(("--steps", "--max-steps", "--max_steps", "--num-steps", "--num_steps"), "train_iters"),
     **dict.fromkeys(("--total-steps", "--total_steps", "--train-steps", "--train_steps"), "train_iters"),
+    "--training.steps": "train_iters",  # torchtitan's, overriding its config file
 }
 #: a count stated any of these ways: the key and its ``=``, or quoted as a printed dict's or JSON's key
 #: (``config: {'seq_len': 2048, 'max_steps': 50000}``), the key and a space, the flag and its ``=`` or space;
@@ -154,7 +156,7 @@ _KEYS = "|".join(_COUNTS)
 _CONFIG_PARAMS = {"Config param steps": "train_iters", "Config param max_target_length": "seq_len"}
 COUNT = (
     rf"(?:^|[\s,({{|])(?P<key>(?:{_KEYS})=|['\"](?:{_KEYS})['\"]: |(?:{'|'.join(_SPACED_COUNTS)}) "
-    rf"|(?:{'|'.join(_FLAGS)})[= ]|{_WORLD_IN_WORDS}|(?:{'|'.join(_CONFIG_PARAMS)}): )(?P<count>\d+)\b"
+    rf"|(?:{literals(tuple(_FLAGS))})[= ]|{_WORLD_IN_WORDS}|(?:{'|'.join(_CONFIG_PARAMS)}): )(?P<count>\d+)\b"
 )
 _COUNT_FACTS = _COUNTS | {flag.strip("-"): fact for flag, fact in _FLAGS.items()} | {"world size": "gpus"}
 _COUNT_FACTS |= _CONFIG_PARAMS

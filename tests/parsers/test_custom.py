@@ -247,7 +247,9 @@ def test_a_loop_counting_from_0_that_logged_its_plans_last_step_ended(tmp_path):
         ("--steps 50000", 50000),
         ("--max-steps=1200", 1200),
         ("--total_steps 800", 800),
+        ("--training.steps 100", 100),  # torchtitan's
         ("--warmup-steps 500", None),
+        ("--training_steps 500", None),  # not torchtitan's dot
     ],
 )
 def test_a_loops_steps_flag_on_an_echoed_command_is_its_plan(tmp_path, flag, planned):
