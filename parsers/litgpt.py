@@ -29,7 +29,9 @@ Lines read, each fact with its source (LitGPT 0.4-0.5; lit-gpt 2023):
   (``torch.cuda.max_memory_allocated() / 1e9``): the run's end and its peak memory.
 
 Lightning Fabric's ``Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/4`` (the world size) is read by the
-NeMo family, which reads Lightning's lines; failures are the Slurm family's, read from any log.
+NeMo family, which reads Lightning's lines; failures are the Slurm family's, read from any log, but
+``check_valid_checkpoint_dir``'s refusal of a checkpoint directory (``checkpoint_dir '...' is missing the files:
+['lit_model.pth'].``), printed before a ``SystemExit(1)`` with no traceback: the run's cause.
 """
 
 from __future__ import annotations
@@ -112,6 +114,13 @@ _TOTAL = re.compile(r"^Total parameters: (\d{1,3}(?:,\d{3})+|\d{1,3})$")
 _SPLIT_COUNT = re.compile(r"^Number of (non-)?trainable parameters: (\d{1,3}(?:,\d{3})*)$")
 _RESUMING = re.compile(r"^Resuming training from \S*\bstep-0*(\d+)\b")
 _TRAINING_TIME = re.compile(r"^(?:\| - )?Training [Tt]ime\s*:\s*[\d.]+\s*s$")
+#: litgpt/utils.py's check_valid_checkpoint_dir, printed to stderr before ``raise SystemExit(1)`` (no
+#: traceback: the scheduler's exit code comes next): ``checkpoint_dir '/ckpt/Meta-Llama-3-8B' is missing the
+#: files: ['lit_model.pth'].`` or ``... is not a checkpoint directory.``
+_INVALID_CHECKPOINT_DIR = "checkpoint_dir '"
+_INVALID_CHECKPOINT = re.compile(
+    r"^checkpoint_dir '.*'(?: is missing the files: .*| is not a checkpoint directory)\.$"
+)
 _MEMORY_USED = re.compile(r"^(?:\| - )?Memory [Uu]sed\s*:\s*(\d+(?:\.\d+)?)\s*GB$")
 _END_MARKERS = ("Training time", "Training Time", "Memory used", "Memory Used")
 
@@ -145,6 +154,9 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.complete(line, lineno)
     elif memory := _MEMORY_USED.match(line):
         run.set_fact("peak_memory_mib", round(float(memory[1]) * 1e9 / MIB, 2), NAME, lineno)
+    elif _INVALID_CHECKPOINT.match(line):
+        run.saw(NAME)
+        run.fail("failed", line, lineno, kind="checkpoint")
 
 
 def _open_train_args(lineno: int, run: RunBuilder, state: dict) -> None:
@@ -196,6 +208,7 @@ FAMILY = Family(
         "Total parameters: ",
         "trainable parameters: ",
         "Resuming training from ",
+        _INVALID_CHECKPOINT_DIR,
         _HPARAMS,
         *_END_MARKERS,
         *CODE,

@@ -164,3 +164,19 @@ def test_a_memory_line_whose_number_is_garbled_is_no_fact_and_no_error():
     run = feed_lines(litgpt.FAMILY, ["Memory used: 12.5.6 GB", "Memory used: 12.56 GB"])
     assert run.state.get("parse_errors") is None
     assert run.facts["peak_memory_mib"] == round(12.56e9 / 2**20, 2)
+
+
+def test_a_refused_checkpoint_directory_is_the_cause_of_the_exit_after_it(tmp_path):
+    # litgpt/utils.py check_valid_checkpoint_dir: its message on stderr, then SystemExit(1), no traceback
+    refused = "checkpoint_dir '/ckpt/meta-llama/Meta-Llama-3-8B' is missing the files: ['lit_model.pth']."
+    lines = [
+        refused,
+        "Find download instructions at https://github.com/Lightning-AI/litgpt/blob/main/tutorials",
+    ]
+    exited = "srun: error: gpu-03: task 0: Exited with exit code 1"
+    (tmp_path / "ft-88123.err").write_text("\n".join([*lines, exited]) + "\n")
+    row = load_runs([tmp_path]).runs.row(0, named=True)
+    assert (row["family"], row["status"], row["reason"]) == ("litgpt", "failed", refused)
+    absent = "checkpoint_dir '/ckpt/llama' is not a checkpoint directory."
+    run = feed_lines(litgpt.FAMILY, [absent])
+    assert run.failure[:3] == ("failed", absent, 1)
