@@ -10,7 +10,9 @@ Lines read, each fact with its source (LitGPT 0.4-0.5; lit-gpt 2023):
   of the step on a ``(step)`` line); a step is ``iter / step`` of them (the gradient accumulation: both
   counters are restored on a resume), so it took that many times the iteration's time, the micro-batches
   of a step being alike. An accumulating iteration's line (no ``(step)``; with ``log_interval`` 1, all but
-  one of a step's) is not read: it repeats the last step's count, with no time of a step.
+  one of a step's) is not read: it repeats the last step's count, with no time of a step. lit-llama's and
+  mid-2023 lit-gpt's ``iter 212: loss 1.4321, time: 1381.20ms`` prints no step count: its iteration is the
+  row.
 - the arguments ``pprint`` prints at the start (``'devices': 4,``, ``'num_nodes': 1,``, then finetuning's
   ``'train': TrainArgs(save_interval=1000, log_interval=1, global_batch_size=16, ...)``, one field a line on
   Python 3.10 and later, or pretraining's ``capture_hparams`` dict, ``'train': {'epochs': None,`` then
@@ -62,6 +64,18 @@ STEP_LINE = (
     rf".*?\biter time: ?({NUMBER}) ?ms \((?:optimizer\.)?step\)"
 )
 _STEP_MARKERS = ("ms (step)", "ms (optimizer.step)")
+#: lit-llama's and mid-2023 lit-gpt's line (finetune/adapter.py, lora.py: ``iter {iter_num}: loss {loss:.4f},
+#: time: {dt*1000:.2f}ms``): the iteration (a micro-batch; the optimizer's steps are not printed), its loss and
+#: time. Not nanoGPT's ``iter N: loss X, time Tms`` (no colon after ``time``)
+ITERATION_LINE = rf"\biter (\d+): loss ({NUMBER}), time: ({NUMBER}) ?ms"
+_ITERATION_MARKERS = (", time: ",)
+
+
+def read_iterations(records: pl.LazyFrame) -> Events:
+    """A step event per ITERATION_LINE, the iteration its step."""
+    fields = pl.col("text").str.extract_groups(ITERATION_LINE)
+    loss, milliseconds = as_real(fields.struct["2"]), as_real(fields.struct["3"])
+    return step_lines(records, NAME, step=as_count(fields.struct["1"]), loss=loss, elapsed_ms=milliseconds)
 
 
 def read_steps(records: pl.LazyFrame) -> Events:
@@ -200,6 +214,7 @@ FAMILY = Family(
     name=NAME,
     markers=(
         *_STEP_MARKERS,
+        *_ITERATION_MARKERS,
         "'devices': ",
         "'num_nodes': ",
         *_TRAIN_ARGS,
@@ -221,6 +236,12 @@ FAMILY = Family(
             name="step",
             test=RecordTest(markers=_STEP_MARKERS, pattern=STEP_LINE),
             read=read_steps,
+        ),
+        RecordKind(
+            family=NAME,
+            name="iteration",
+            test=RecordTest(markers=_ITERATION_MARKERS, pattern=ITERATION_LINE),
+            read=read_iterations,
         ),
         code_frames(NAME, CODE),
     ),

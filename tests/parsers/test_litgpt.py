@@ -104,6 +104,13 @@ def test_lit_gpt_2023_step_line():
     assert frame["loss"].to_list() == [2.1234]
 
 
+def test_lit_llamas_iteration_line_is_a_row_each():
+    # lit-llama's and mid-2023 lit-gpt's finetune/adapter.py: no step count, the iteration is the row
+    lines = ["iter 0: loss 2.2986, time: 1381.20ms", "iter 1: loss 2.2871, time: 402.50ms"]
+    frame = feed_lines(litgpt.FAMILY, lines).iteration_frame
+    assert frame.select("iteration", "loss", "elapsed_ms").rows() == [(0, 2.2986, 1381.2), (1, 2.2871, 402.5)]
+
+
 def test_other_programs_lines_are_not_litgpts():
     lines = [
         "iter 100: loss 4.2341, time 312.45ms, mfu 38.21%",  # nanoGPT's step line
