@@ -702,9 +702,10 @@ def _unless_trained_after(run: RunBuilder, completion: tuple | None) -> tuple | 
 
 
 def _completion_from_facts(run: RunBuilder) -> tuple[str, int, str] | None:
-    """Completion evidence the families recorded as facts: final train metrics, or the last step
-    reaching the planned number of steps (``planned - 1`` where the steps count from 0: a loop over
-    ``range(steps)`` logs step 0 after its first update, its last is one short of the plan)."""
+    """Completion evidence the families recorded as facts: final train metrics, the last step reaching the
+    planned number of steps (``planned - 1`` where the steps count from 0: a loop over ``range(steps)`` logs
+    step 0 after its first update, its last is one short of the plan), or the training's progress bar
+    counting the steps done (``progress_steps``: updated at each step's end) reaching it."""
     for name in ("final_train_runtime_s", "final_samples_per_sec"):
         source = run.provenance.get(name)
         if source and name in run.facts:
@@ -717,6 +718,11 @@ def _completion_from_facts(run: RunBuilder) -> tuple[str, int, str] | None:
         row = run.iterations.get(run.last_iteration, {})
         where = str(row.get("source_path") or run.current_file)
         return f"reached the planned {planned} iterations", row.get("line") or 0, where
+    done = run.facts.get("progress_steps")
+    if planned and done and done >= planned:
+        line = int(run.provenance["progress_steps"].rsplit(":", 1)[1])
+        where = run.state.get("fact_files", {}).get("progress_steps", run.current_file)
+        return f"its training progress bar reached the planned {planned} steps", line, where
     return None
 
 

@@ -1639,3 +1639,25 @@ def test_a_notebooks_table_and_bar_are_its_steps_and_plan(tmp_path):
     # a table of epochs is no step's, nor its rows after another header
     log.write_text("Epoch\tTraining Loss\tValidation Loss\n1\t1.5\t1.6\n")
     assert load_runs([log]).iterations.height == 0
+
+
+def test_a_loop_whose_training_bar_reached_its_planned_steps_ended(tmp_path):
+    # run_clm_no_trainer: the Trainer's banner, then tqdm(range(max_train_steps)) updated at each step's end
+    banner = [
+        "11/02/2023 14:04:47 - INFO - __main__ - ***** Running training *****",
+        "11/02/2023 14:04:47 - INFO - __main__ -   Total optimization steps = 1803",
+    ]
+    bars = [
+        f"{done * 100 // 1803:3d}%|          | {done}/1803 [00:08<35:01,  1.17s/it]" for done in (7, 1210)
+    ]
+    saved = "Model weights saved in /scratch/out/gpt2-wikitext103/model.safetensors"
+    log = tmp_path / "run_clm_no_trainer.log"
+    log.write_text("\n".join([*banner, *bars, saved, "100%|██████████| 1803/1803 [35:09<00:00,  1.17s/it]"]))
+    row = load_runs([log]).runs.row(0, named=True)
+    assert (row["status"], row["reason"]) == (
+        "ok",
+        "its training progress bar reached the planned 1803 steps",
+    )
+    assert (row["train_iters"], row["progress_steps"], row["reason_line"]) == (1803, 1803, 6)
+    log.write_text("\n".join([*banner, *bars, saved]))
+    assert load_runs([log]).runs.row(0, named=True)["status"] == "incomplete"
