@@ -146,6 +146,8 @@ _FLAGS = {
     **dict.fromkeys(("--steps", "--max-steps", "--max_steps", "--num-steps", "--num_steps"), "train_iters"),
     **dict.fromkeys(("--total-steps", "--total_steps", "--train-steps", "--train_steps"), "train_iters"),
     "--training.steps": "train_iters",  # torchtitan's, overriding its config file
+    # HF's no_trainer examples' and accelerate loops' (run_clm_no_trainer.py: --max_train_steps)
+    **dict.fromkeys(("--max_train_steps", "--max-train-steps"), "train_iters"),
 }
 #: a count stated any of these ways: the key and its ``=``, or quoted as a printed dict's or JSON's key
 #: (``config: {'seq_len': 2048, 'max_steps': 50000}``), the key and a space, the flag and its ``=`` or space;

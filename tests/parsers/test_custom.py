@@ -248,6 +248,7 @@ def test_a_loop_counting_from_0_that_logged_its_plans_last_step_ended(tmp_path):
         ("--max-steps=1200", 1200),
         ("--total_steps 800", 800),
         ("--training.steps 100", 100),  # torchtitan's
+        ("--max_train_steps 1000", 1000),  # HF's no_trainer examples'
         ("--warmup-steps 500", None),
         ("--training_steps 500", None),  # not torchtitan's dot
     ],
