@@ -19,6 +19,8 @@ Lines read, each fact with its source (LitGPT 0.4-0.5; lit-gpt 2023):
   ``'global_batch_size': 512,`` a line): GPUs (devices x nodes, stated once the training's arguments follow
   them), the global and micro batch, ``max_steps`` (the planned steps) and ``max_seq_length``, where they are
   numbers.
+- lit-gpt 2023's pretraining scripts' ``Loading model with {..., 'block_size': 2048, ...}``: the sequence
+  length (their batches are ``block_size`` tokens; finetuning's ``Loading model '<path>' with`` is not read).
 - lit-gpt 2023's hyperparameters dict (``{'eval_interval': 600, ..., 'devices': 4, ..., 'micro_batch_size': 1,
   'gradient_accumulation_iters': 16.0, ...}``): GPUs (one node), micro batch and accumulation.
 - ``Total parameters: 1,100,048,384`` (pretrain), ``Number of trainable parameters: 3,407,872`` then
@@ -128,6 +130,11 @@ _TOTAL = re.compile(r"^Total parameters: (\d{1,3}(?:,\d{3})+|\d{1,3})$")
 _SPLIT_COUNT = re.compile(r"^Number of (non-)?trainable parameters: (\d{1,3}(?:,\d{3})*)$")
 _RESUMING = re.compile(r"^Resuming training from \S*\bstep-0*(\d+)\b")
 _TRAINING_TIME = re.compile(r"^(?:\| - )?Training [Tt]ime\s*:\s*[\d.]+\s*s$")
+#: lit-gpt 2023's pretraining scripts' model config (pretrain/redpajama.py, tinyllama.py: ``Loading model with
+#: {'name': 'tiny-llama-1.1b', ..., 'block_size': 2048, ...}``), whose batches are ``block_size`` tokens: the
+#: length trained on. Not finetuning's ``Loading model '<checkpoint>' with {...}``: its data's length is its own
+_PRETRAINING_MODEL_OPENER = "Loading model with {"
+_PRETRAINING_BLOCK = re.compile(r"^Loading model with \{.*?'block_size': (\d+)[,}]")
 #: litgpt/utils.py's check_valid_checkpoint_dir, printed to stderr before ``raise SystemExit(1)`` (no
 #: traceback: the scheduler's exit code comes next): ``checkpoint_dir '/ckpt/Meta-Llama-3-8B' is missing the
 #: files: ['lit_model.pth'].`` or ``... is not a checkpoint directory.``
@@ -168,6 +175,9 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         run.complete(line, lineno)
     elif memory := _MEMORY_USED.match(line):
         run.set_fact("peak_memory_mib", round(float(memory[1]) * 1e9 / MIB, 2), NAME, lineno)
+    elif block := _PRETRAINING_BLOCK.match(line):
+        run.saw(NAME)
+        run.set_fact("seq_len", int(block[1]), NAME, lineno)
     elif _INVALID_CHECKPOINT.match(line):
         run.saw(NAME)
         run.fail("failed", line, lineno, kind="checkpoint")
@@ -224,6 +234,7 @@ FAMILY = Family(
         "trainable parameters: ",
         "Resuming training from ",
         _INVALID_CHECKPOINT_DIR,
+        _PRETRAINING_MODEL_OPENER,
         _HPARAMS,
         *_END_MARKERS,
         *CODE,

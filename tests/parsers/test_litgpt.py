@@ -111,6 +111,15 @@ def test_lit_llamas_iteration_line_is_a_row_each():
     assert frame.select("iteration", "loss", "elapsed_ms").rows() == [(0, 2.2986, 1381.2), (1, 2.2871, 402.5)]
 
 
+def test_lit_gpt_2023_pretrainings_block_size_is_the_length_trained_on():
+    config = "{'name': 'tiny-llama-1.1b', 'block_size': 2048, 'vocab_size': 32000, 'n_layer': 22}"
+    run = feed_lines(litgpt.FAMILY, [f"Loading model with {config}"])
+    assert (run.facts["seq_len"], run.families_seen.get("litgpt")) == (2048, 1)
+    # finetuning's names its checkpoint: its data's length is its own
+    finetuning = f"Loading model 'checkpoints/tiiuae/falcon-7b/lit_model.pth' with {config}"
+    assert "seq_len" not in feed_lines(litgpt.FAMILY, [finetuning]).facts
+
+
 def test_other_programs_lines_are_not_litgpts():
     lines = [
         "iter 100: loss 4.2341, time 312.45ms, mfu 38.21%",  # nanoGPT's step line
