@@ -191,8 +191,9 @@ def _launch_starts(runs: list[RunBuilder], steps: pl.DataFrame) -> pl.DataFrame:
         for order, family in run.launch_candidates:
             if family == REQUEUED:
                 relaunched = _went_back(every["order"], every["step"], started, order)
-            elif family == RESTARTED:
-                relaunched = _started_over(every["order"], every["step"], started, order)
+            elif family == RESTARTED:  # a launch from the new training's first step (its crash's tail before)
+                first = _started_over(every["order"], every["step"], started, order)
+                relaunched, order = first is not None, order if first is None else first
             else:
                 orders = by_family.get(family, [])
                 relaunched = bisect_left(orders, order) > bisect_right(orders, started)
@@ -227,16 +228,16 @@ def _fatal(event: tuple) -> bool:
     return event[1] == "failed" and event[3] >= CAUSE
 
 
-def _started_over(orders: pl.Series, steps: pl.Series, started: int, order: int) -> bool:
-    """Whether the first step record after ``order``, in its file, is no later than the run's first (a
-    training begun anew; a resume from a checkpoint after a crash is told apart by nothing but a rank's
-    lagging lines; each rank's own log counts from the start), with a step record since ``started`` before
-    it."""
+def _started_over(orders: pl.Series, steps: pl.Series, started: int, order: int) -> int | None:
+    """The order of the first step record after ``order`` if it is in its file and no later than the run's
+    first (a training begun anew; a resume from a checkpoint after a crash is told apart by nothing but a
+    rank's lagging lines; each rank's own log counts from the start), with a step record since ``started``
+    before it; else None."""
     before = int(orders.search_sorted(order, side="left"))
     since = int(orders.search_sorted(started, side="right"))
     if not since < before < len(orders) or orders[before] >> FILE_SHIFT != order >> FILE_SHIFT:
-        return False
-    return steps[before] <= steps[0]
+        return None
+    return int(orders[before]) if steps[before] <= steps[0] else None
 
 
 def _went_back(orders: pl.Series, steps: pl.Series, started: int, order: int) -> bool:
