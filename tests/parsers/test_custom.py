@@ -167,8 +167,9 @@ def test_a_frameworks_own_statement_outweighs_a_loops_words_said_before_it(tmp_p
     assert "custom" not in row["families"]  # a fact it stated is no sign of a custom loop
     row, _ = runs_of(tmp_path, [command])
     assert (row["seq_len"], row["provenance"]["seq_len"]) == (1024, "custom:1")
-    # a model's repr: the most it takes, not what it trains on
-    row, _ = runs_of(tmp_path, ["Building llama3 8B with ModelArgs(dim=4096, n_layers=32, max_seq_len=8192)"])
+    # a model's repr: the most it takes, not what it trains on (torchtitan's "Building ... with ModelArgs(",
+    # whose max_seq_len train.py set to the training's, is its family's)
+    row, _ = runs_of(tmp_path, ["model: ModelArgs(dim=4096, n_layers=32, max_seq_len=8192)"])
     assert row["seq_len"] is None
 
 

@@ -562,21 +562,21 @@ def test_a_directory_the_walk_cannot_list_is_said_without_verbose(tmp_path, caps
 
 
 @pytest.mark.parametrize(
-    ("suffix", "magic", "compression"),
+    ("suffix", "magic", "reason"),
     [
-        (".zst", b"\x28\xb5\x2f\xfd", "zstd"),
-        (".lz4", b"\x04\x22\x4d\x18", "lz4"),
-        (".zip", b"PK\x03\x04", "zip"),
+        (".zst", b"\x28\xb5\x2f\xfd", "zstd-compressed: logstat does not read it (decompress it first)"),
+        (".lz4", b"\x04\x22\x4d\x18", "lz4-compressed: logstat does not read it (decompress it first)"),
+        # a zip is an archive (one that cannot be listed names no file)
+        (".zip", b"PK\x03\x04", "a zip archive: logstat does not read archives (extract it first)"),
     ],
 )
 def test_a_log_compressed_as_logstat_cannot_read_is_a_row_saying_so_not_passed_over(
-    tmp_path, capsys, suffix, magic, compression
+    tmp_path, capsys, suffix, magic, reason
 ):
     (tmp_path / f"train-1.out{suffix}").write_bytes(magic + bytes(200))
     code, out, _ = logstat(capsys, "parse", tmp_path, "--format", "json")
     [row] = json.loads(out)
-    assert (code, row["status"]) == (0, "unreadable")
-    assert row["reason"] == f"{compression}-compressed: logstat does not read it (decompress it first)"
+    assert (code, row["status"], row["reason"]) == (0, "unreadable", reason)
 
 
 def test_a_logging_services_json_export_is_a_log_and_other_json_is_not(tmp_path):
