@@ -220,11 +220,16 @@ BUILD_FAILURES += ("BackendCompilerFailed",)
 #: ``WRITE_FAILURES``): its cause. Python's own OSError says it in its message
 FULL_FILESYSTEM = ("Disk quota exceeded", "No space left on device")
 _FULL_FILESYSTEM = re.compile(rf"^[a-z][\w.+-]*: .*(?:{'|'.join(FULL_FILESYSTEM)})\s*$")
+#: submitit's word that its job ran out of time (core/job_environment.py, on the signal Slurm sends ahead of
+#: the limit: ``Job has timed out. Ran 119 minutes out of requested 120 minutes.``): the time limit. submitit
+#: then requeues the job into the same files (``Requeued job 5520331 (2 remaining timeouts)``: it ran again if
+#: its steps went back) or raises ``UncompletedJobError: Job not requeued because: timed-out too many times.``
+SUBMITIT_TIMED_OUT = "Job has timed out. Ran "
 #: a script stopping itself on its loss, before the exit the launcher then reports (MAE's and DeiT's ``Loss is
 #: nan, stopping training`` before ``sys.exit(1)``, a divergence guard's ``loss diverged at iter 4213 (loss
-#: 9.8712 > 3x running mean 3.1804), stopping``): why the run ended. Not an early stop's patience (a
-#: planned end)
-SELF_STOPS = ("stopping", "Stopping", "diverged")
+#: 9.8712 > 3x running mean 3.1804), stopping``, a Hydra app's ``[ERROR] - Non-finite loss (nan) at step 110;
+#: aborting``): why the run ended. Not an early stop's patience (a planned end)
+SELF_STOPS = ("stopping", "Stopping", "diverged", "exiting", "aborting")
 _SELF_STOP = re.compile(
     r"(?i)^(?!.*\b(?:early|patience)\b).*(?:\b(?:loss|nan|inf)\b|diverg).*\b(?:stopping|exiting|aborting)\b"
 )
@@ -452,8 +457,11 @@ EXEC_FAILURE = "execve(): "
 #: dumped one, the command): ``/var/spool/slurmd/job7/slurm_script: line 42: 81234 Segmentation fault
 #: (core dumped) python train.py``; its report of a kill (``81234 Killed``) is read as any kill
 _BASH_CRASH = re.compile(rf": line \d+: \d+ (?:{'|'.join(CRASH_SIGNAL_DESCRIPTIONS.values())})")
-#: argparse's ``<prog>: error: <message>`` (prog: the script's name), not a scheduler's own errors
-_ARGPARSE_ERROR = re.compile(r"(?!(?:srun|slurmstepd|sbatch|salloc):)[\w.-]+: error: ")
+#: argparse's ``<prog>: error: <message>`` (prog: the script's name), not a scheduler's own errors (a job's
+#: ``scontrol requeue`` refused, Lightning's auto-requeue: a side errand, not why the job ended)
+_ARGPARSE_ERROR = re.compile(
+    r"(?!(?:srun|slurmstepd|sbatch|salloc|scontrol|squeue|scancel|sacct|sinfo|sstat):)[\w.-]+: error: "
+)
 #: a warning: Python's ``file.py:12: UserWarning: ...``, logging's ``WARNING:``/`` - WARNING - ``/`` | WARNING
 #: | `` (fairseq's format: its trainer's ``OOM: Ran out of memory`` it recovers from) / ``[WARNING]`` and glog's
 #: ``W1121 22:02:01.99 ...`` / ``[W1121 ...`` / ``[W ProcessGroupNCCL.cpp:...]``; one pattern for Python's re
@@ -528,6 +536,9 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             label, bare_cancel = PREEMPTED_LABEL if "PREEMPTION" in text else "", bare_step
             if label:
                 run.requeued()  # a preempted job is requeued (--requeue), its output appended
+    elif SUBMITIT_TIMED_OUT in text:
+        status, label, kind = TIMEOUT, TIME_LIMIT_LABEL, "time limit"
+        run.requeued()
     elif RUNNER_STOP in text and text.startswith("logstat: "):  # the run's cause, after what it made
         status = kind = "cancelled"
     elif ended := next((end for end in SCHEDULER_ENDS if end in text), None):
@@ -1177,6 +1188,7 @@ FAMILY = Family(
         *GPUS,
         *FULL_FILESYSTEM,
         *SELF_STOPS,
+        SUBMITIT_TIMED_OUT,
         *SSH_REFUSALS,
         *MPI_LAUNCH_FAILURES,
         *INTERPRETER_FAILURES,

@@ -515,6 +515,9 @@ PEERS_TIMED_OUT = (
         "Loss is nan, stopping training",  # MAE's, DeiT's engine before sys.exit(1)
         "loss diverged at iter 4213 (loss 9.8712 > 3x running mean 3.1804), stopping",
         "loss diverged (loss=nan at step 820), stopping",
+        # a Hydra app's logger
+        "[2024-05-03 11:31:01,756][__main__][ERROR] - Non-finite loss (nan) at step 110, lr=0.01; aborting",
+        "loss is inf at step 3000, exiting",
     ],
 )
 def test_a_script_stopping_itself_on_its_loss_is_the_cause_of_what_follows(stop):
@@ -533,6 +536,36 @@ def test_a_script_stopping_itself_on_its_loss_is_the_cause_of_what_follows(stop)
 def test_an_early_stop_or_a_word_is_no_stop_on_the_loss(line):
     failure = feed(line).failure
     assert failure is None or failure[1] != line
+
+
+def test_a_slurm_commands_error_in_a_job_is_no_refused_command_line():
+    # Lightning's auto-requeue runs scontrol requeue on SIGUSR1; refused, the job then meets its limit
+    refused = "scontrol: error: Requested operation is presently disabled for job 881300"
+    limit = (
+        "slurmstepd: error: *** JOB 881300 ON gpu-a-07 CANCELLED AT 2024-05-06T10:00:02 DUE TO TIME LIMIT ***"
+    )
+    run = feed(
+        " iteration       10/    1000 |",
+        refused,
+        "Requeuing SLURM job 881300 failed with error code 1",
+        limit,
+    )
+    assert run.failure == ("timeout", f"time limit: {limit}", 4)
+    usage = "pretrain_gpt.py: error: unrecognized arguments: --use-flash-attn-v2"
+    assert feed(usage).failure == ("failed", usage, 1)
+
+
+def test_submitits_word_that_its_job_timed_out_is_the_time_limit():
+    # submitit/core/job_environment.py, on Slurm's signal ahead of the limit; out of requeues, it raises
+    timed_out = "submitit INFO (2024-05-06 09:09:25,693) - Job has timed out. Ran 119 minutes out of requested 120 minutes."
+    uncompleted = (
+        "submitit.core.utils.UncompletedJobError: Job not requeued because: timed-out too many times."
+    )
+    frame = '  File "/opt/conda/lib/python3.10/site-packages/submitit/core/submission.py", line 72, in process_job'
+    run = feed(
+        " iteration       10/    1000 |", timed_out, "Traceback (most recent call last):", frame, uncompleted
+    )
+    assert run.failure == ("timeout", f"time limit: {timed_out}", 2)
 
 
 RENDEZVOUS_TIMEOUT = [
