@@ -63,7 +63,8 @@ _OF_TOTAL = r"(?:\s*/\s*(\d+))?"
 #: a line's ``step N: loss X`` (nanoGPT's step line, its ``iter`` renamed) or ``Step N: loss X``; the same
 #: capitalized (``Step N | Loss: X``, ``Step [N/M] Loss: X``; ``Iter N | loss X``); MLX's ``Iter N: Train loss
 #: X`` (mlx_lm.lora; ``Iter N: Val loss`` is its evaluation); MaxText's ``completed step: N, seconds: S, ...,
-#: loss: X``. ``step N: train loss`` and ``iter N:`` are no step's line (nanoGPT's evaluations and steps are
+#: loss: X``; verl's console (its metrics joined by `` - ``: ``step:12 - actor/pg_loss:0.013 - ...
+#: timing_s/step:58.1``, the SFT trainer's ``train/loss``; a validation's ``step:0 - val/...`` has none). ``step N: train loss`` and ``iter N:`` are no step's line (nanoGPT's evaluations and steps are
 #: its family's), nor LitGPT's ``iter N step M:``, nor ``Step N | loss:X`` (torchtune's), nor ``step=N,``
 #: (DeepSpeed's)
 _STEP_FORMS = (
@@ -74,12 +75,13 @@ _STEP_FORMS = (
     rf"Step\s+\[?\s*(\d+){_OF_TOTAL}\s*\]?\s*[|,]?\s.*?\b(?:[Tt]rain[\s_])?Loss",
     rf"^Iter\s+(\d+){_OF_TOTAL}:\s+Train loss",
     r"completed step: (\d+)(),.*?\bloss",
+    r"step:(\d+)() - .*?\b(?:actor/pg_loss|train/loss)",
 )
 STEP_LINE = rf"(?:^|[\s|\[])(?:{'|'.join(_STEP_FORMS)})\b\s*[:=]?\s*({NUMBER})"
 #: the groups of the step and the total in STEP_LINE, and of the loss
-_STEP_GROUPS, _TOTAL_GROUPS = range(1, 19, 2), range(2, 19, 2)
-_LOSS_GROUP = 19
-_MARKERS = ("step ", "Step ", "step=", "iter ", "Iter ", "iter=", ": loss", "completed step: ")
+_STEP_GROUPS, _TOTAL_GROUPS = range(1, 21, 2), range(2, 21, 2)
+_LOSS_GROUP = 21
+_MARKERS = ("step ", "Step ", "step=", "iter ", "Iter ", "iter=", ": loss", "completed step: ", "step:")
 _LEARNING_RATE = rf"\blr\s*[:=]?\s*({NUMBER})"
 _GRAD_NORM = rf"\b(?:grad_)?norm\s*[:=]?\s*({NUMBER})"
 #: a step's time: after its name, per step or iteration, or a field of its own between ``|`` (or opening a
@@ -90,9 +92,10 @@ STEP_TIME = (
     rf"|\|\s*\(?({NUMBER})\s*(ms|s)\s*(?:\||$)"
     rf"|, (s)econds: ({NUMBER}),"  # MaxText's
     rf"|, (It/sec) ({NUMBER})"  # mlx_lm's rate: a step takes its inverse
+    rf"|\btiming_(s)/step:({NUMBER})"  # verl's
 )
 #: STEP_TIME's (value, unit) groups
-_TIME_GROUPS = ((1, 2), (3, 4), (5, 6), (8, 7), (10, 9))
+_TIME_GROUPS = ((1, 2), (3, 4), (5, 6), (8, 7), (10, 9), (12, 11))
 
 
 #: a sequence length: a command line's flag
@@ -132,7 +135,7 @@ _COUNT_MARKERS = (
     "world_size ",
 )
 _COUNT_MARKERS += tuple(f'{key}": ' for key in _COUNTS) + tuple(f"{key} " for key in _SPACED_COUNTS)
-_COUNT_MARKERS += ("Config param ",)
+_COUNT_MARKERS += ("Config param ", "Total training steps: ")
 #: flags on an echoed command line (a launcher's ``cmd = ...``, ``set -x``), by the fact each states:
 #: Megatron's (a run that failed before Megatron's arguments dump, or a script of its own taking them), and
 #: a loop's planned optimizer steps (``python -u train_ddp.py --steps 50000``; not ``--warmup-steps``: a
@@ -156,6 +159,8 @@ _KEYS = "|".join(_COUNTS)
 #: MaxText's configuration, a line a key (pyconfig: ``Config param steps: 5000``, ``Config param
 #: max_target_length: 4096``)
 _CONFIG_PARAMS = {"Config param steps": "train_iters", "Config param max_target_length": "seq_len"}
+#: verl's trainer's plan (ray_trainer.py: ``Total training steps: 105``)
+_CONFIG_PARAMS["Total training steps"] = "train_iters"
 COUNT = (
     rf"(?:^|[\s,({{|])(?P<key>(?:{_KEYS})=|['\"](?:{_KEYS})['\"]: |(?:{'|'.join(_SPACED_COUNTS)}) "
     rf"|(?:{literals(tuple(_FLAGS))})[= ]|{_WORLD_IN_WORDS}|(?:{'|'.join(_CONFIG_PARAMS)}): )(?P<count>\d+)\b"

@@ -231,6 +231,25 @@ def test_megatrons_flags_on_an_echoed_command_state_a_run_that_never_dumped_its_
     assert (row["train_iters"], row["provenance"]["train_iters"]) == (2000, "megatron:3")
 
 
+def test_verls_console_steps_and_plan(tmp_path):
+    # verl's console logger: "step:N" and its metrics joined by " - "; a validation before training is none
+    lines = [
+        "(TaskRunner pid=3021) Total training steps: 2",
+        "(TaskRunner pid=3021) step:0 - val/test_score/openai/gsm8k:0.619",
+        *(
+            f"(TaskRunner pid=3021) step:{step} - actor/entropy:0.305 - actor/pg_loss:0.01{step} - "
+            f"critic/score/mean:0.7 - timing_s/gen:21.4 - timing_s/step:58.{step}"
+            for step in (1, 2)
+        ),
+    ]
+    row, iterations = runs_of(tmp_path, lines)
+    assert iterations.select("iteration", "loss", "elapsed_ms").rows() == [
+        (1, 0.011, 58100.0),
+        (2, 0.012, 58200.0),
+    ]
+    assert (row["family"], row["train_iters"], row["status"]) == ("custom", 2, "ok")
+
+
 def test_a_loop_counting_from_0_that_logged_its_plans_last_step_ended(tmp_path):
     # MaxText's pyconfig prints each key; its loop runs range(steps), the last step logged is steps - 1
     header = ["Config param max_target_length: 2048", "Config param steps: 100"]
