@@ -309,12 +309,8 @@ def code_frames(family: str, paths: tuple[str, ...]) -> RecordKind:
     """Evidence of ``family``: a traceback's frame in its code (``File "/workspace/Megatron-LM/megatron/
     training/global_vars.py", line 9``, ``paths`` holding the part that names it): the run's program was
     the family's, though it failed before it printed anything of its own (an import, a config's check)."""
-    return RecordKind(
-        family=family,
-        name="code frame",
-        test=RecordTest(markers=paths, pattern=rf'^{PYTHON_SPACE}*File "[^"]*(?:{literals(paths)})'),
-        read=lambda records: seen_once(records, family),
-    )
+    test = RecordTest(markers=paths, pattern=rf'^{PYTHON_SPACE}*File "[^"]*(?:{literals(paths)})')
+    return _evidence(family, "code frame", test)
 
 
 def argument_usage(family: str, options: tuple[str, ...]) -> RecordKind:
@@ -322,12 +318,12 @@ def argument_usage(family: str, options: tuple[str, ...]) -> RecordKind:
     one of ``options`` as the family's parser lists it (``[-h] [--num-layers NUM_LAYERS]``, argparse's
     metavar the option's name in capitals; a wrapped usage keeps an option whole on one line): the run's
     program parsed the family's arguments and stopped before it printed anything of its own."""
-    return RecordKind(
-        family=family,
-        name="argument usage",
-        test=RecordTest(markers=options),
-        read=lambda records: seen_once(records, family),
-    )
+    return _evidence(family, "argument usage", RecordTest(markers=options))
+
+
+def _evidence(family: str, name: str, test: RecordTest) -> RecordKind:
+    """A kind whose records say only that ``family``'s program ran: once a run (``seen_once``)."""
+    return RecordKind(family=family, name=name, test=test, read=lambda records: seen_once(records, family))
 
 
 def read_records(kinds: tuple[RecordKind, ...], records: pl.DataFrame) -> Events:

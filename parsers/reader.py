@@ -707,11 +707,8 @@ def _completion_from_facts(run: RunBuilder) -> tuple[str, int, str] | None:
     step 0 after its first update, its last is one short of the plan), or the training's progress bar
     counting the steps done (``progress_steps``: updated at each step's end) reaching it."""
     for name in ("final_train_runtime_s", "final_samples_per_sec"):
-        source = run.provenance.get(name)
-        if source and name in run.facts:
-            line = int(source.rsplit(":", 1)[1])
-            where = run.state.get("fact_files", {}).get(name, run.current_file)
-            return f"final train metrics logged ({name}={run.facts[name]})", line, where
+        if run.provenance.get(name) and name in run.facts:
+            return f"final train metrics logged ({name}={run.facts[name]})", *_stated_at(run, name)
     planned = run.facts.get("train_iters")
     from_zero = run.iteration_frame is not None and run.iteration_frame["iteration"].min() == 0
     if planned and run.last_iteration is not None and run.last_iteration >= planned - from_zero:
@@ -720,10 +717,16 @@ def _completion_from_facts(run: RunBuilder) -> tuple[str, int, str] | None:
         return f"reached the planned {planned} iterations", row.get("line") or 0, where
     done = run.facts.get("progress_steps")
     if planned and done and done >= planned:
-        line = int(run.provenance["progress_steps"].rsplit(":", 1)[1])
-        where = run.state.get("fact_files", {}).get("progress_steps", run.current_file)
-        return f"its training progress bar reached the planned {planned} steps", line, where
+        return f"its training progress bar reached the planned {planned} steps", *_stated_at(
+            run, "progress_steps"
+        )
     return None
+
+
+def _stated_at(run: RunBuilder, name: str) -> tuple[int, str]:
+    """The line and the file of the statement of fact ``name`` that the run kept."""
+    line = int(run.provenance[name].rsplit(":", 1)[1])
+    return line, run.state.get("fact_files", {}).get(name, run.current_file)
 
 
 def runs_row(result: RunResult) -> dict:

@@ -207,25 +207,17 @@ def _launch_starts(runs: list[RunBuilder], steps: pl.DataFrame) -> pl.DataFrame:
 def _restart_candidates(runs: list[RunBuilder], failures: list[pl.DataFrame]) -> None:
     """A launch candidate right after each failure that killed a process (``RESTARTED``): a job script
     that goes on after it (a loop over configurations, a retry) starts the training again in the log."""
-    python = [
-        (index, event[0]) for index, run in enumerate(runs) for event in run.failure_events if _fatal(event)
+    schema = {"run": pl.Int64, "order": pl.Int64, "status": pl.String, "weight": pl.Int64}
+    python = [(index, *event[:2], event[3]) for index, run in enumerate(runs) for event in run.failure_events]
+    every = [
+        pl.DataFrame(python, schema=schema, orient="row"),
+        *(frame.select(*schema) for frame in failures),
     ]
-    kinds = [
-        frame.filter(pl.col("status") == "failed", pl.col("weight") >= CAUSE).select("run", "order")
-        for frame in failures
-    ]
-    after = pl.concat(
-        [pl.DataFrame(python, schema={"run": pl.Int64, "order": pl.Int64}, orient="row"), *kinds]
-    )
-    for index, order in after.unique(maintain_order=True).iter_rows():
+    fatal = pl.concat(every).filter(pl.col("status") == "failed", pl.col("weight") >= CAUSE)
+    for index, order in fatal.select("run", "order").unique(maintain_order=True).iter_rows():
         runs[index].launch_candidates.append((order + (1 << RECORD_SHIFT), RESTARTED))
     for run in runs:
         run.launch_candidates.sort()
-
-
-def _fatal(event: tuple) -> bool:
-    """Whether a failure event (FAILURE_EVENT_SCHEMA's row) is a process's death of a cause."""
-    return event[1] == "failed" and event[3] >= CAUSE
 
 
 def _started_over(orders: pl.Series, steps: pl.Series, started: int, order: int) -> int | None:
