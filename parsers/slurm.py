@@ -276,9 +276,10 @@ CLEAN_EXITS = (
 #: Ray's job CLI on a job stopped (``ray job stop``: ``Job 'raysubmit_W3xYq7' was stopped``); their exit code
 #: after it is a report
 RAY_JOB_STOPPED = "' was stopped"
+#: a scheduler's stop of a job at its time limit: its status, label and kind, whichever scheduler said so
+TIME_LIMIT = (TIMEOUT, TIME_LIMIT_LABEL, "time limit")
 SCHEDULER_ENDS = dict.fromkeys(
-    ("TERM_RUNLIMIT", "job killed: walltime", "job.exception type=timeout"),
-    (TIMEOUT, TIME_LIMIT_LABEL, "time limit"),
+    ("TERM_RUNLIMIT", "job killed: walltime", "job.exception type=timeout"), TIME_LIMIT
 )
 SCHEDULER_ENDS |= dict.fromkeys(
     ("TERM_MEMLIMIT", "job killed: mem", "job killed: vmem"), ("failed", HOST_OOM_LABEL, "oom-kill")
@@ -524,7 +525,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         _start_attempt_after_earlier_cancel(text, run)
         bare_step = "*** STEP" in text and "DUE TO" not in text
         if "TIME LIMIT" in text:
-            status, label, kind = TIMEOUT, TIME_LIMIT_LABEL, "time limit"
+            status, label, kind = TIME_LIMIT
         elif "NODE FAIL" in text:  # Slurm's verdict on a node: what its ranks' peers printed follows from it
             label, weight, kind = NODE_FAILURE_LABEL, HARDWARE, "node failure"
         elif "TASK FAILURE" in text or (bare_step and run.failure is not None):
@@ -537,7 +538,7 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
             if label:
                 run.requeued()  # a preempted job is requeued (--requeue), its output appended
     elif SUBMITIT_TIMED_OUT in text:
-        status, label, kind = TIMEOUT, TIME_LIMIT_LABEL, "time limit"
+        status, label, kind = TIME_LIMIT
         run.requeued()
     elif RUNNER_STOP in text and text.startswith("logstat: "):  # the run's cause, after what it made
         status = kind = "cancelled"

@@ -235,8 +235,8 @@ def is_binary(head: bytes) -> bool:
     return clean < len(text) * TEXT_SHARE
 
 
-#: the bytes read to tell a file's format: a magic number, a zip's first entry's name
-_MAGIC_BYTES = 96
+#: the bytes read to tell a file's format: a magic number, a zip's first entry's name, a tar header's magic
+_MAGIC_BYTES = 512
 
 
 def head(path: Path, size: int) -> bytes:
@@ -305,25 +305,23 @@ def _file_chunks(path: Path, report: SourceReport) -> Iterator[tuple[bytes, int]
             report.problem = _unreadable_problem(unreadable, magic, path)
             return
         decompressor = _decompressor(magic)
+        # a tar of text logs is text but for its headers: read, they would be garbled lines
+        if (head(path, _MAGIC_BYTES) if decompressor else magic).startswith(TAR_MAGIC, TAR_MAGIC_AT):
+            report.problem = archive_problem("tar", path)
+            return
         if decompressor is None:
-            yield from _unbinary(_plain_chunks(path, report), report, path)
+            yield from _unbinary(_plain_chunks(path, report), report)
             return
         report.compressed = True
         with decompressor(path, "rb") as stream:
-            yield from _unbinary(_chunks(stream, report), report, path)
+            yield from _unbinary(_chunks(stream, report), report)
     except OSError as exc:
         report.problem = f"cannot read: {exc.strerror or exc}"
 
 
-def _unbinary(
-    chunks: Iterator[tuple[bytes, int]], report: SourceReport, path: Path
-) -> Iterator[tuple[bytes, int]]:
-    """``chunks``, unless the first is binary content or a tar archive's (then none, and ``report`` says
-    so: a tar of text logs is text but for its headers)."""
+def _unbinary(chunks: Iterator[tuple[bytes, int]], report: SourceReport) -> Iterator[tuple[bytes, int]]:
+    """``chunks``, unless the first is binary content (then none, and ``report`` says so)."""
     for number, (chunk, end) in enumerate(chunks):
-        if number == 0 and chunk.startswith(TAR_MAGIC, TAR_MAGIC_AT):
-            report.problem = archive_problem("tar", path)
-            return
         # searched in place first: a copy of a file's first chunk for every text log is ~1 GiB for 1,000 files
         if number == 0 and chunk.find(b"\x00", 0, end) >= 0 and is_binary(chunk[:end]):
             report.problem = "binary content (NUL bytes): not a text log"
