@@ -148,6 +148,26 @@ def is_structured_log(path: Path) -> bool:
     )
 
 
+#: a log saved under a name with no suffix (``kubectl logs pod > worker-0``, XPK's
+#: ``main_command_log_slice_0_worker_0``): what its head holds makes it one, a line only a run prints (a loss's
+#: value, a traceback, torch's launcher, HF's training banner, a step's report), never what a script, a
+#: hostfile or DeepSpeed's ``latest`` holds
+_UNNAMED_LOG_LINES = re.compile(
+    rb"\bloss\b[\"']?\s*[=:]\s*[-+]?\d|^Traceback \(most recent call last\):|torch/distributed/run\.py:\d"
+    rb"|\*{5} Running training \*{5}|\b(?:step|iteration|iter)[ =:]+\d+\b.*\bloss",
+    re.MULTILINE,
+)
+_UNNAMED_HEAD_BYTES = 1 << 16
+
+
+def is_unnamed_log(path: Path) -> bool:
+    """Whether a file with no suffix is a log (by its head: ``_UNNAMED_LOG_LINES``)."""
+    if "." in path.name:
+        return False
+    data = source_head(path, _UNNAMED_HEAD_BYTES)
+    return b"\x00" not in data and _UNNAMED_LOG_LINES.search(data) is not None
+
+
 def _job_named(path: Path) -> re.Match[str] | None:
     """The name of a job's output named after its id alone (``train.123456``), split (``job``)."""
     return _JOB_NAMED.fullmatch(_uncompressed_name(path))

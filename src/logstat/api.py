@@ -97,7 +97,7 @@ def _hidden(directory: str) -> bool:
 def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
     """The log files under ``root``; what is passed over goes to ``skipped``. A hidden directory (a
     ``.git``) or a tool's (``TOOL_DIRECTORIES``) is one report, not one per file in it."""
-    from logstat.parsers.reader import is_log_file, is_structured_log
+    from logstat.parsers.reader import is_log_file, is_structured_log, is_unnamed_log
     from logstat.runners.rundir import PLAN_FILE, SWEEP_FILE
 
     for directory, subdirectories, files in os.walk(root, onerror=lambda error: _unreadable(error, skipped)):
@@ -126,7 +126,9 @@ def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
                 skipped(path, "hidden file")
             elif name in TOOL_FILES or name in ours:
                 skipped(path, TOOL_FILES.get(name) or ours[name])
-            elif not is_log_file(path) and not is_structured_log(path) and not _holds_logs(path):
+            elif not any(
+                named(path) for named in (is_log_file, is_structured_log, _holds_logs, is_unnamed_log)
+            ):
                 skipped(path, "not named like a log")
             elif _listable(path):  # the name test first: a stat only for the files named like logs
                 yield path

@@ -199,6 +199,27 @@ def test_an_archive_holding_logs_is_a_row_that_says_so_and_others_are_passed_ove
     )
 
 
+def test_a_log_saved_without_a_suffix_is_walked_by_what_it_holds_and_a_script_is_not(tmp_path, capsys):
+    # ``kubectl logs pod > worker-0``: torch's launcher, then a traceback; DeepSpeed's checkpoint names its
+    # tag in ``latest``, a hostfile its slots, a job script its flags (loss named, no value printed)
+    pod = tmp_path / "llama-ft-worker-0"
+    launcher = "W0515 08:31:02.811000 1 torch/distributed/run.py:779] Setting OMP_NUM_THREADS\n"
+    crash = (
+        'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\nValueError: bad shard\n'
+    )
+    pod.write_text(launcher + crash)
+    (tmp_path / "latest").write_text("global_step1000")
+    (tmp_path / "hostfile").write_text("worker-0 slots=8\nworker-1 slots=8\n")
+    (tmp_path / "train").write_text("#!/bin/bash\ntorchrun train.py --loss-scale 0 --steps 100\n")
+    skipped: list[tuple[str, str]] = []
+    found = find_logs([tmp_path], skipped=lambda path, why: skipped.append((path.name, why)))
+    assert found == [pod]
+    assert sorted(skipped) == [(name, "not named like a log") for name in ("hostfile", "latest", "train")]
+    code, out, _ = logstat(capsys, "parse", tmp_path, "--format", "json")
+    (row,) = json.loads(out)
+    assert (row["status"], row["reason"]) == ("failed", "ValueError: bad shard")
+
+
 def test_without_verbose_the_walk_says_nothing_and_finds_the_same(capsys, cluttered):
     code, out, err = logstat(capsys, "parse", cluttered, "--format", "json")
     assert code == 0 and len(err.splitlines()) == 2 and _copy_warnings(err) == COPIES
