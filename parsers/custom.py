@@ -59,43 +59,51 @@ NAME = "custom"
 _OF_TOTAL = r"(?:\s*/\s*(\d+))?"
 #: a step line's forms, each with two groups (the step, the plan's total): ``step N`` (``N/M``) as a word, or
 #: ``step=N``, then a separator (``|``, ``]``, ``,``) or none, a space and, later on the line, the loss
-#: (``loss X``, ``loss=X``, ``loss: X``, ``train loss X``); ``iter N |`` or ``iter=N`` and a loss; ``it N: loss``;
-#: a line's ``step N: loss X`` (nanoGPT's step line, its ``iter`` renamed) or ``Step N: loss X``; the same
+#: (``loss X``, ``loss=X``, ``loss: X``, ``train loss X``); ``iter N |``, ``iter=N`` or ``iter N/M`` and a loss;
+#: ``it N: loss``; a line's ``step N: loss X`` (nanoGPT's step line, its ``iter`` renamed; or a logging
+#: format's message: ``... - __main__ - step 1: loss=2.88``) or ``Step N: loss X``; the same
 #: capitalized (``Step N | Loss: X``, ``Step [N/M] Loss: X``; ``Iter N | loss X``); MLX's ``Iter N: Train loss
 #: X`` (mlx_lm.lora; ``Iter N: Val loss`` is its evaluation); MaxText's ``completed step: N, seconds: S, ...,
 #: loss: X``; verl's console (its metrics joined by `` - ``: ``step:12 - actor/pg_loss:0.013 - ...
-#: timing_s/step:58.1``, the SFT trainer's ``train/loss``; a validation's ``step:0 - val/...`` has none). ``step N: train loss`` and ``iter N:`` are no step's line (nanoGPT's evaluations and steps are
+#: timing_s/step:58.1``, the SFT trainer's ``train/loss``; a validation's ``step:0 - val/...`` has none); t5x's
+#: (clu's LoggingWriter: ``logging_writer.py:48] [1000100] collection=train accuracy=0.55, ..., loss=3.31, ...,
+#: timing/steps_per_second=1.72``; its evaluations' collections are not the training's). ``step N: train loss`` and ``iter N:`` are no step's line (nanoGPT's evaluations and steps are
 #: its family's), nor LitGPT's ``iter N step M:``, nor ``Step N | loss:X`` (torchtune's), nor ``step=N,``
 #: (DeepSpeed's)
 _STEP_FORMS = (
     rf"step(?:\s+(\d+){_OF_TOTAL}\s*[\]|,]?|\s*=\s*(\d+){_OF_TOTAL})\s.*?\b(?:train[\s_])?loss",
-    rf"[Ii]ter(?:\s+(\d+){_OF_TOTAL}\s*\||\s*=\s*(\d+){_OF_TOTAL}[\s,])\s*.*?\b[Ll]oss",
+    rf"[Ii]ter(?:\s+(\d+){_OF_TOTAL}\s*\||\s*=\s*(\d+){_OF_TOTAL}[\s,]|\s+(\d+)\s*/\s*(\d+)[\s,])\s*.*?\b[Ll]oss",
     rf"it\s+(\d+){_OF_TOTAL}:\s+loss",
-    rf"^[Ss]tep\s+(\d+){_OF_TOTAL}:\s+loss",
+    rf"(?:^|- )[Ss]tep\s+(\d+){_OF_TOTAL}:\s+loss",
     rf"Step\s+\[?\s*(\d+){_OF_TOTAL}\s*\]?\s*[|,]?\s.*?\b(?:[Tt]rain[\s_])?Loss",
     rf"^Iter\s+(\d+){_OF_TOTAL}:\s+Train loss",
     r"completed step: (\d+)(),.*?\bloss",
     r"step:(\d+)() - .*?\b(?:actor/pg_loss|train/loss)",
+    r"logging_writer\.py:\d+\] \[(\d+)()\](?: collection=train)? (?:(?:[^c]|c[^o]).*?\b)?loss",
 )
 STEP_LINE = rf"(?:^|[\s|\[])(?:{'|'.join(_STEP_FORMS)})\b\s*[:=]?\s*({NUMBER})"
 #: the groups of the step and the total in STEP_LINE, and of the loss
-_STEP_GROUPS, _TOTAL_GROUPS = range(1, 21, 2), range(2, 21, 2)
-_LOSS_GROUP = 21
+_STEP_GROUPS, _TOTAL_GROUPS = range(1, 25, 2), range(2, 25, 2)
+_LOSS_GROUP = 25
 _MARKERS = ("step ", "Step ", "step=", "iter ", "Iter ", "iter=", ": loss", "completed step: ", "step:")
+_MARKERS += ("logging_writer.py:",)
 _LEARNING_RATE = rf"\blr\s*[:=]?\s*({NUMBER})"
 _GRAD_NORM = rf"\b(?:grad_)?norm\s*[:=]?\s*({NUMBER})"
 #: a step's time: after its name, per step or iteration, or a field of its own between ``|`` (or opening a
 #: bracketed pair of fields)
 STEP_TIME = (
-    rf"(?:\bdt|\bstep_time|\b[Tt]ime(?:/step)?)\s*[:=]?\s*({NUMBER})\s*(ms|s)\b"
+    rf"(?:\bdt|\bstep_time|\b[Tt]ime(?:/step|/iter)?)\s*[:=]?\s*({NUMBER})\s*(ms|s)\b"
     rf"|({NUMBER})\s*(ms|s)/(?:step|it)\b"
     rf"|\|\s*\(?({NUMBER})\s*(ms|s)\s*(?:\||$)"
     rf"|, (s)econds: ({NUMBER}),"  # MaxText's
     rf"|, (It/sec) ({NUMBER})"  # mlx_lm's rate: a step takes its inverse
     rf"|\btiming_(s)/step:({NUMBER})"  # verl's
+    rf"|\btiming/(steps_per_second)=({NUMBER})"  # t5x's: a step takes its inverse
 )
 #: STEP_TIME's (value, unit) groups
-_TIME_GROUPS = ((1, 2), (3, 4), (5, 6), (8, 7), (10, 9), (12, 11))
+_TIME_GROUPS = ((1, 2), (3, 4), (5, 6), (8, 7), (10, 9), (12, 11), (14, 13))
+#: STEP_TIME's units that are a rate of steps
+_RATES = ("It/sec", "steps_per_second")
 
 
 #: a sequence length: a command line's flag
@@ -135,7 +143,7 @@ _COUNT_MARKERS = (
     "world_size ",
 )
 _COUNT_MARKERS += tuple(f'{key}": ' for key in _COUNTS) + tuple(f"{key} " for key in _SPACED_COUNTS)
-_COUNT_MARKERS += ("Config param ", "Total training steps: ")
+_COUNT_MARKERS += ("Config param ", "Total training steps: ", "Starting training..., iters: ")
 #: flags on an echoed command line (a launcher's ``cmd = ...``, ``set -x``), by the fact each states:
 #: Megatron's (a run that failed before Megatron's arguments dump, or a script of its own taking them), and
 #: a loop's planned optimizer steps (``python -u train_ddp.py --steps 50000``; not ``--warmup-steps``: a
@@ -159,11 +167,13 @@ _KEYS = "|".join(_COUNTS)
 #: MaxText's configuration, a line a key (pyconfig: ``Config param steps: 5000``, ``Config param
 #: max_target_length: 4096``)
 _CONFIG_PARAMS = {"Config param steps": "train_iters", "Config param max_target_length": "seq_len"}
-#: verl's trainer's plan (ray_trainer.py: ``Total training steps: 105``)
+#: verl's trainer's plan (ray_trainer.py: ``Total training steps: 105``), mlx_lm's (``Starting training...,
+#: iters: 600``)
 _CONFIG_PARAMS["Total training steps"] = "train_iters"
+_CONFIG_PARAMS["Starting training..., iters"] = "train_iters"
 COUNT = (
     rf"(?:^|[\s,({{|])(?P<key>(?:{_KEYS})=|['\"](?:{_KEYS})['\"]: |(?:{'|'.join(_SPACED_COUNTS)}) "
-    rf"|(?:{literals(tuple(_FLAGS))})[= ]|{_WORLD_IN_WORDS}|(?:{'|'.join(_CONFIG_PARAMS)}): )(?P<count>\d+)\b"
+    rf"|(?:{literals(tuple(_FLAGS))})[= ]|{_WORLD_IN_WORDS}|(?:{literals(tuple(_CONFIG_PARAMS))}): )(?P<count>\d+)\b"
 )
 _COUNT_FACTS = _COUNTS | {flag.strip("-"): fact for flag, fact in _FLAGS.items()} | {"world size": "gpus"}
 _COUNT_FACTS |= _CONFIG_PARAMS
@@ -179,7 +189,7 @@ def _milliseconds(text: pl.Expr) -> pl.Expr:
     value = pl.coalesce(*(as_real(found.struct[str(group)]) for group, _ in _TIME_GROUPS))
     unit = pl.coalesce(*(found.struct[str(group)] for _, group in _TIME_GROUPS))
     rate = pl.when(value > 0).then(1000 / value)
-    return pl.when(unit == "s").then(value * 1000).when(unit == "It/sec").then(rate).otherwise(value)
+    return pl.when(unit == "s").then(value * 1000).when(unit.is_in(_RATES)).then(rate).otherwise(value)
 
 
 def read_steps(records: pl.LazyFrame) -> Events:
@@ -216,11 +226,12 @@ def read_stated(records: pl.LazyFrame) -> Events:
 
 
 #: a loop's own word that its training ended (``training done``, ``Training complete: 1000 steps``, ``Training
-#: finished at step 4000``, ``Done training``): the run's end, unless a failure follows it (a rank's, at
-#: teardown); no mark of the family (a Trainer's run says so too)
+#: finished at step 4000``, ``Done training``, ``done: 120 steps in 66.0s``; mlx_lm's ``Saved final weights to adapters.safetensors.``): the
+#: run's end, unless a failure follows it (a rank's, at teardown); no mark of the family (a Trainer's run says
+#: so too)
 ENDED = (
-    r"(?:^|[\s|:\]>-])(?:[Tt]raining (?:is )?(?:completed?|done|finished)|[Dd]one [Tt]raining|[Ff]inished [Tt]raining)"
-    r"(?:[\s.,:!;]|$)"
+    r"(?:^|[\s|:\]>-])(?:[Tt]raining (?:is )?(?:completed?|done|finished)|[Dd]one [Tt]raining|[Ff]inished [Tt]raining"
+    r"|[Dd]one: \d+ steps|^Saved final weights to)(?:[\s.,:!;]|$)"
 )
 _ENDED_MARKERS = (
     "raining complete",
@@ -231,6 +242,9 @@ _ENDED_MARKERS = (
     "one Training",
     "inished Training",
     "inished training",
+    "Saved final weights to ",
+    "done: ",
+    "Done: ",
 )
 
 

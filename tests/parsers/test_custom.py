@@ -108,6 +108,34 @@ def test_a_loop_on_deepspeeds_engine_is_a_deepspeed_run_whose_rows_are_the_loops
             10.812,
             2671.0,
         ),
+        # a logging format's message (accelerate's examples: "%(asctime)s - %(levelname)s - %(name)s - ...")
+        (
+            "04/17/2025 14:00:40 - INFO - __main__ - step 1: loss=2.8869, lr=4.96e-05, step_time=0.55s",
+            1,
+            2.8869,
+            550.0,
+        ),
+        (
+            "[2024-12-01 12:00:00] iter 16/5000 loss=8.4294 grad_norm=1.322 time/iter=0.736s",
+            16,
+            8.4294,
+            736.0,
+        ),
+        # t5x's (clu's LoggingWriter), a step's time the inverse of its rate
+        (
+            "I0607 14:03:29.000000 140009 logging_writer.py:48] [1000100] collection=train accuracy=0.5540,"
+            " cross_ent_loss=3.3053, learning_rate=0.001, loss=3.3133, timing/seconds=58.21,"
+            " timing/steps_per_second=2.5, z_loss=0.0078",
+            1000100,
+            3.3133,
+            400.0,
+        ),
+        (
+            "0: I1103 22:00:42.000000  2801 logging_writer.py:48] [100] loss=10.8737, z_loss=0.0102",
+            100,
+            10.8737,
+            None,
+        ),
     ],
 )
 def test_a_loops_step_after_a_loggers_or_a_ranks_fields(tmp_path, line, step, loss, elapsed_ms):
@@ -129,6 +157,7 @@ def test_a_loops_step_after_a_loggers_or_a_ranks_fields(tmp_path, line, step, lo
         "Skipping step 10 | loss scale reduced",  # no step number before a '|' then a loss
         "iter 100: loss 2.3456, time 300.12ms, mfu 40.10%",  # nanoGPT's
         "Iter 600: Val loss 1.180, Val took 17.98s",  # mlx_lm.lora's evaluation
+        "I0607 logging_writer.py:48] [1000] collection=eval accuracy=0.61, loss=2.91",  # t5x's evaluation
     ],
 )
 def test_other_families_step_records_are_no_custom_loops(tmp_path, line):
@@ -250,6 +279,13 @@ def test_verls_console_steps_and_plan(tmp_path):
     assert (row["family"], row["train_iters"], row["status"]) == ("custom", 2, "ok")
 
 
+def test_mlx_lms_plan_is_its_iters(tmp_path):
+    # mlx_lm's trainer: "Starting training..., iters: {args.iters}", then "Iter N: Train loss"
+    lines = ["Starting training..., iters: 600", "Iter 10: Train loss 2.170, It/sec 0.414"]
+    row, _ = runs_of(tmp_path, lines)
+    assert (row["train_iters"], row["status"]) == (600, "incomplete")
+
+
 def test_a_loop_counting_from_0_that_logged_its_plans_last_step_ended(tmp_path):
     # MaxText's pyconfig prints each key; its loop runs range(steps), the last step logged is steps - 1
     header = ["Config param max_target_length: 2048", "Config param steps: 100"]
@@ -306,6 +342,9 @@ def test_a_scripts_parameter_count(tmp_path, line, billions):
         ("Finished Training", True),  # DeepSpeedExamples' cifar10
         ("finished training in 3.2 h", True),
         ("Training completed. Do not forget to share your model on huggingface.co/models =)", True),
+        ("04/17/2025 14:01:46 - INFO - __main__ - done: 120 steps in 66.0s", True),
+        ("Saved final weights to adapters/adapters.safetensors.", True),  # mlx_lm's
+        ("Saved final weights? no", False),
         ("training done_callback registered", False),
         ("Pretraining completeness check: 3 shards", False),
     ],
