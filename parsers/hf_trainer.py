@@ -214,6 +214,9 @@ _FINAL_FACTS["train_steps_per_second"] = "final_steps_per_sec"  # final metrics 
 #: ``lr`` (``'objective/kl': 0.5, ..., 'loss/policy_avg': -0.013, ..., 'lr': 2.9e-06, 'episode': 512``)
 _POLICY_LOSS = "loss/policy_avg"
 _DICT_METRICS = {"loss": "loss", "learning_rate": "lr", "grad_norm": "grad_norm"}  # dict key -> step metric
+#: ms-swift's Trainer (its ProgressCallback's logs): the dict's step of the planned steps, ``'global_step/max_steps':
+#: '30/1250'``, beside ``'percentage': '2.40%'``
+_STEP_OF_PLAN_KEY, _STEP_OF_PLAN = "global_step/max_steps", re.compile(r"(\d+)/(\d+)")
 FACTS = (
     *("micro_batch_size", "gas", "global_batch_size", "dp", "train_iters", "precision", "gpus", "nodes"),
     *("activation_checkpointing", "gpus_per_node", "logged_model_size", "final_steps", "swiglu"),
@@ -525,6 +528,11 @@ def _dicts(text: str, out: list) -> None:
         elif isinstance(step := logged.get("step"), int) and not INT64_MIN <= step <= INT64_MAX:
             out.append(_note(f"iteration={step} {kinds.TOO_LONG}"))
         else:
+            if isinstance(progress := logged.get(_STEP_OF_PLAN_KEY), str) and (
+                of_plan := _STEP_OF_PLAN.fullmatch(progress)
+            ):
+                step = int(of_plan[1])
+                out.append(_fact("train_iters", int(of_plan[2])))
             step = {"value": _typed(step)} if isinstance(step, int) else {"name": " ".join(body.split())}
             metrics = {column: _number(logged.get(key)) for key, column in _DICT_METRICS.items()}
             out.append({"what": "step", **step, **metrics, "epoch": _number(logged.get("epoch"))})

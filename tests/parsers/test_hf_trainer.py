@@ -167,6 +167,16 @@ def test_identical_dicts_of_several_nodes_printers_are_a_step_per_node_count():
     assert sorted(feed_lines(lines).iterations) == [10, 20]
 
 
+def test_ms_swifts_dicts_name_their_step_of_the_plan():
+    # ms-swift's logs: 'global_step/max_steps' is the step (the dicts counted would be 1, 2) and the plan
+    logged = (
+        "{{'loss': 1.4{0}, 'learning_rate': 2.5e-06, 'epoch': 0.0{0}, 'global_step/max_steps': '{1}/1250'}}"
+    )
+    run = feed_lines([logged.format(1, 5), logged.format(2, 10)])
+    assert sorted(run.iterations) == [5, 10] and run.iterations[10]["loss"] == 1.42
+    assert run.facts["train_iters"] == 1250
+
+
 def test_dict_cut_in_the_middle_is_reported_not_read():
     run = feed_lines(
         [
