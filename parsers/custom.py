@@ -144,6 +144,7 @@ _COUNT_MARKERS = (
 )
 _COUNT_MARKERS += tuple(f'{key}": ' for key in _COUNTS) + tuple(f"{key} " for key in _SPACED_COUNTS)
 _COUNT_MARKERS += ("Config param ", "Total training steps: ", "Starting training..., iters: ")
+_COUNT_MARKERS += (" parallel size: ",)
 #: flags on an echoed command line (a launcher's ``cmd = ...``, ``set -x``), by the fact each states:
 #: Megatron's (a run that failed before Megatron's arguments dump, or a script of its own taking them), and
 #: a loop's planned optimizer steps (``python -u train_ddp.py --steps 50000``; not ``--warmup-steps``: a
@@ -171,6 +172,11 @@ _CONFIG_PARAMS = {"Config param steps": "train_iters", "Config param max_target_
 #: iters: 600``)
 _CONFIG_PARAMS["Total training steps"] = "train_iters"
 _CONFIG_PARAMS["Starting training..., iters"] = "train_iters"
+#: InternLM / InternEvo's launch (initialize/launch.py: ``Distributed environment is initialized, data parallel
+#: size: 16, pipeline parallel size: 1, tensor parallel size: 1``)
+_CONFIG_PARAMS |= {
+    f"{name} parallel size": fact for name, fact in (("data", "dp"), ("pipeline", "pp"), ("tensor", "tp"))
+}
 COUNT = (
     rf"(?:^|[\s,({{|])(?P<key>(?:{_KEYS})=|['\"](?:{_KEYS})['\"]: |(?:{'|'.join(_SPACED_COUNTS)}) "
     rf"|(?:{literals(tuple(_FLAGS))})[= ]|{_WORLD_IN_WORDS}|(?:{literals(tuple(_CONFIG_PARAMS))}): )(?P<count>\d+)\b"
@@ -287,6 +293,7 @@ FAMILY = Family(
                 "train_iters",
                 "tp",
                 "pp",
+                "dp",
                 "gpus",
                 "logged_model_size",
             ),

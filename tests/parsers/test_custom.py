@@ -279,6 +279,15 @@ def test_verls_console_steps_and_plan(tmp_path):
     assert (row["family"], row["train_iters"], row["status"]) == ("custom", 2, "ok")
 
 
+def test_internlms_launch_states_its_parallel_sizes(tmp_path):
+    launch = (
+        "2024-06-18 09:12:00,448\tINFO launch.py:424 in launch -- Distributed environment is initialized,"
+        " data parallel size: 4, pipeline parallel size: 2, tensor parallel size: 8"
+    )
+    row, _ = runs_of(tmp_path, [launch, "step 1 | loss 9.1 | 0.278 s/it"])
+    assert (row["dp"], row["pp"], row["tp"], row["gpus"]) == (4, 2, 8, 64)
+
+
 def test_mlx_lms_plan_is_its_iters(tmp_path):
     # mlx_lm's trainer: "Starting training..., iters: {args.iters}", then "Iter N: Train loss"
     lines = ["Starting training..., iters: 600", "Iter 10: Train loss 2.170, It/sec 0.414"]
