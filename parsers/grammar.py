@@ -62,11 +62,11 @@ def positive_int(text: str) -> int | None:
 
 
 def command_line_flags(text: str) -> dict[str, str]:
-    """``--name value`` / ``--name=value`` / bare ``--switch`` (value "") of a command line, by name
-    without the dashes; shell quoting is undone (plain splitting where the quotes do not close). A quoted
+    """``--name value`` / ``--name=value`` / bare ``--switch`` (value "") of a command line (or of a printed
+    argv, ``_ARGV_LIST``), by name without the dashes; shell quoting is undone (plain splitting where the quotes do not close). A quoted
     command (``srun bash -c 'torchrun --nnodes 16 ...'``) gives its own flags too, over the outer ones."""
     flags: dict[str, str] = {}
-    words = _shell_words(text)
+    words = _shell_words(_ARGV_LIST.sub(_argv_command, text) if "', '-" in text else text)
     for index, word in enumerate(words):
         if word.startswith("--"):
             name, _, inline = word[2:].partition("=")
@@ -76,6 +76,15 @@ def command_line_flags(text: str) -> dict[str, str]:
         if " --" in word and word != text:
             flags.update(command_line_flags(word))
     return flags
+
+
+#: a command as Python prints its argv (subprocess's ``CalledProcessError: Command '['torchrun', '--nnodes',
+#: '1', '--nproc_per_node', '4', 'launcher.py']' returned non-zero exit status 1.``): read as its command line
+_ARGV_LIST = re.compile(r"\[((?:'[^']*', )+'[^']*')\]")
+
+
+def _argv_command(argv: re.Match[str]) -> str:
+    return " ".join(shlex.quote(word) for word in re.findall(r"'([^']*)'", argv[1]))
 
 
 # shlex.split reads a character at a time (~55 us an echoed command line). It splits words at " \t\r\n"

@@ -162,6 +162,12 @@ def test_positive_int_is_a_count_or_none():
         ),
         # an unclosed quote: split on spaces, quotes kept
         ("--name 'a b --gpus 8", dict(name="'a", gpus="8")),
+        # a printed argv (LLaMA-Factory's launch failing: subprocess's CalledProcessError)
+        (
+            "subprocess.CalledProcessError: Command '['torchrun', '--nnodes', '1', '--nproc_per_node', '4',"
+            " '/opt/launcher.py', 'sft.yaml']' returned non-zero exit status 1.",
+            dict(nnodes="1", nproc_per_node="4"),
+        ),
     ],
 )
 def test_command_line_flags_of_an_echoed_launch(line, flags):
