@@ -137,10 +137,10 @@ def passes(test: RecordTest | None) -> pl.Expr:
 
 
 def _all_markers(family: Family) -> tuple[str, ...]:
-    """The family's markers and its blocks', once each."""
-    return tuple(
-        dict.fromkeys((*family.markers, *(marker for block in family.blocks for marker in block.markers)))
-    )
+    """The family's markers and its blocks' (their openers' too), once each: a record holding only a
+    block's is the block's alone, never ``parse_line``'s."""
+    blocks = (marker for block in family.blocks for marker in (*block.markers, *block.opens.markers))
+    return tuple(dict.fromkeys((*family.markers, *blocks)))
 
 
 @dataclass

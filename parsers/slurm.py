@@ -982,6 +982,7 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     it."""
     records, text = blocks.collect(), pl.col("text")
     last_errors = records.filter(pl.col("source") == NCCL_LAST_ERRORS.name, pl.col("role") != OPENER)
+    messages = records.filter(pl.col("source") == EMPTY_MESSAGES.name, pl.col("role") != OPENER)
     records = records.filter(pl.col("source") == TRACEBACK.name)
     header = text.str.contains(TRACEBACK_HEADER, literal=True)
     headers = (
@@ -1017,7 +1018,8 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     )
     # a peer's failure whose last error is InfiniBand's failed work request: the network, not the peer
     network = (pl.col("kind") == "peer") & text.str.contains(IB_COMPLETION_ERROR, literal=True)
-    chained = _with_chains(_with_last_errors(_with_backends(closers, records), last_errors))
+    quoting = _with_messages(_with_backends(closers, records), messages)
+    chained = _with_chains(_with_last_errors(quoting, last_errors))
     events = chained.with_columns(kind=pl.when(network).then(pl.lit("network")).otherwise("kind")).select(
         "run",
         "order",
@@ -1074,6 +1076,24 @@ def _with_last_errors(closers: pl.DataFrame, last_errors: pl.DataFrame) -> pl.Da
     return found.with_columns(
         text=pl.when(near).then(pl.col("text").str.strip_chars().str.slice(0, kept) + quote).otherwise("text")
     )
+
+
+#: the ends of an exception line with no message (its class's name and a colon)
+_EMPTY_MESSAGE_MARKERS = ("Error:", "Exception:")
+
+
+def _with_messages(closers: pl.DataFrame, messages: pl.DataFrame) -> pl.DataFrame:
+    """``closers`` with no message that quote the line after them (EMPTY_MESSAGES), where it says something."""
+    if messages.is_empty():
+        return closers
+    following = messages.select(
+        "run", "file", line=pl.col("line") - 1, message=pl.col("text").str.strip_chars()
+    )
+    joined = closers.join(following, on=["run", "file", "line"], how="left", maintain_order="left")
+    said = pl.col("message").str.contains(r"[A-Za-z]").fill_null(False)
+    return joined.with_columns(
+        text=pl.when(said).then(pl.col("text").str.strip_chars() + " " + pl.col("message")).otherwise("text")
+    ).drop("message")
 
 
 #: the kinds of exception a chain's next one may quote as its cause (a rendezvous error's timed-out store)
@@ -1168,6 +1188,21 @@ NCCL_LAST_ERRORS = Block(
     read=read_tracebacks,
 )
 
+#: the line after an exception line with no message: a message that starts with a newline (safetensors'
+#: ``RuntimeError(f"""\n            Some tensors share memory, ...``) is printed on the lines after the class,
+#: read with the tracebacks
+EMPTY_MESSAGES = Block(
+    family=NAME,
+    name="empty message",
+    opens=RecordTest(
+        markers=_EMPTY_MESSAGE_MARKERS,
+        pattern=rf"{_LEADING_SPACE}(?:{_MODULE})?{_EXCEPTION_CLASS}:{PYTHON_SPACE}*$",
+        unless=LAUNCHER_EXCEPTIONS,  # torchrun's ChildFailedError: its message a ruler, then the report
+    ),
+    max_lines=1,
+    read=read_tracebacks,
+)
+
 FAMILY = Family(
     name=NAME,
     markers=(
@@ -1201,7 +1236,7 @@ FAMILY = Family(
     parse_line=parse_line,
     finish=finish,
     kinds=(LAUNCHER_KILL,),
-    blocks=(TRACEBACK, NCCL_LAST_ERRORS),
+    blocks=(TRACEBACK, NCCL_LAST_ERRORS, EMPTY_MESSAGES),
     description="Slurm / launcher context: job id, nodes, GPU model, "
     "and failures (OOM, NCCL, time limit, ...)",
     context=True,

@@ -167,6 +167,17 @@ def test_a_compiler_backends_failure_quotes_the_exception_the_backend_raised():
     assert feed(HEADER, FRAME, backend, oom).failure == ("failed", f"CUDA out of memory: {backend} {oom}", 4)
 
 
+def test_an_exception_whose_message_starts_on_its_next_line_quotes_that_line():
+    # safetensors: RuntimeError(f"""\n            Some tensors share memory, ...""") prints the class alone first
+    message = "Some tensors share memory, this will lead to duplicate memory on disk: [{'lm_head.weight'}]."
+    run = feed(HEADER, FRAME, "RuntimeError: ", f"            {message}", "            A potential way")
+    assert run.failure == ("failed", f"RuntimeError: {message}", 3)
+    # a message on its own line stays the line's; an empty line after the class adds nothing
+    said = feed(HEADER, FRAME, "ValueError: bad shard", "next")
+    assert said.failure == ("failed", "ValueError: bad shard", 3)
+    assert feed(HEADER, FRAME, "mylib.FailedError:", "").failure == ("failed", "mylib.FailedError:", 3)
+
+
 def test_frames_keep_a_traceback_open_each_within_the_window_of_the_one_before():
     gap = ["output"] * (slurm.TRACEBACK_MAX_LINES - 1)
     run = feed(HEADER, *gap, FRAME, *gap, "[rank3]: " + HEADER, *gap, "KeyError: 'x'")
