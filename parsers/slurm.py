@@ -175,6 +175,10 @@ NATIVE_ABORTS += ("[CUDA ERROR] at file ",)
 #: distributed service detected fatal errors``), each before the abort's ``Fatal Python error: Aborted``
 NATIVE_ABORTS += ("libc++abi: terminating due to uncaught exception", "] Check failed: ")
 NATIVE_ABORTS += ("] Terminating process because the JAX distributed service detected fatal errors",)
+#: ROCm's HSA runtime on a GPU's page fault (an illegal address, CUDA's "illegal memory access"), before the abort:
+#: ``Memory access fault by GPU node-6 (Agent handle: 0x55d4d9a3c0a0) on address 0x7f1c2a000000. Reason: Page
+#: not present or supervisor privilege.``
+NATIVE_ABORTS += ("Memory access fault by GPU node-",)
 #: Hydra's report of an error composing the config (hydra/_internal/utils.py ``run_and_report``: a
 #: CompactHydraException's message, its OmegaConf cause, then "Set the environment variable
 #: HYDRA_FULL_ERROR=1 for a complete stack trace.", no traceback): the first line of config_loader_impl.py's

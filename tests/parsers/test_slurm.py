@@ -182,6 +182,16 @@ def test_failure_kinds(lines, status, reason_start):
             1,
             "srun: error: t1v-n-0: task 0: Aborted (core dumped)",
         ),
+        (  # ROCm's page fault (HSA runtime), then the abort's core dump
+            [
+                "Memory access fault by GPU node-6 (Agent handle: 0x55d4d9a3c0a0) on address 0x7f1c2a000000. "
+                "Reason: Page not present or supervisor privilege.",
+                "srun: error: frontier08812: task 27: Aborted (core dumped)",
+            ],
+            "Memory access fault by GPU node-6 (Agent handle: 0x55d4d9a3c0a0) on address 0x7f1c2a000000.",
+            1,
+            "srun: error: frontier08812: task 27: Aborted (core dumped)",
+        ),
     ],
 )
 def test_native_ends_are_causes_ahead_of_srun(lines, reason, line, consequence):
