@@ -67,7 +67,9 @@ _OF_TOTAL = r"(?:\s*/\s*(\d+))?"
 #: loss: X``; verl's console (its metrics joined by `` - ``: ``step:12 - actor/pg_loss:0.013 - ...
 #: timing_s/step:58.1``, the SFT trainer's ``train/loss``; a validation's ``step:0 - val/...`` has none); t5x's
 #: (clu's LoggingWriter: ``logging_writer.py:48] [1000100] collection=train accuracy=0.55, ..., loss=3.31, ...,
-#: timing/steps_per_second=1.72``; its evaluations' collections are not the training's). ``step N: train loss`` and ``iter N:`` are no step's line (nanoGPT's evaluations and steps are
+#: timing/steps_per_second=1.72``; its evaluations' collections are not the training's); neuronx-distributed's
+#: examples' (AWS Trainium: ``LOG Thu Mar 14 02:15:45 2024 - (0, 1) step_loss : 10.7868 learning_rate : ...``,
+#: the epoch and the step). ``step N: train loss`` and ``iter N:`` are no step's line (nanoGPT's evaluations and steps are
 #: its family's), nor LitGPT's ``iter N step M:``, nor ``Step N | loss:X`` (torchtune's), nor ``step=N,``
 #: (DeepSpeed's)
 _STEP_FORMS = (
@@ -80,13 +82,14 @@ _STEP_FORMS = (
     r"completed step: (\d+)(),.*?\bloss",
     r"step:(\d+)() - .*?\b(?:actor/pg_loss|train/loss)",
     r"logging_writer\.py:\d+\] \[(\d+)()\](?: collection=train)? (?:(?:[^c]|c[^o]).*?\b)?loss",
+    r"\(\d+, (\d+)()\) step_loss",
 )
 STEP_LINE = rf"(?:^|[\s|\[])(?:{'|'.join(_STEP_FORMS)})\b\s*[:=]?\s*({NUMBER})"
 #: the groups of the step and the total in STEP_LINE, and of the loss
-_STEP_GROUPS, _TOTAL_GROUPS = range(1, 25, 2), range(2, 25, 2)
-_LOSS_GROUP = 25
+_STEP_GROUPS, _TOTAL_GROUPS = range(1, 27, 2), range(2, 27, 2)
+_LOSS_GROUP = 27
 _MARKERS = ("step ", "Step ", "step=", "iter ", "Iter ", "iter=", ": loss", "completed step: ", "step:")
-_MARKERS += ("logging_writer.py:",)
+_MARKERS += ("logging_writer.py:", ") step_loss")
 _LEARNING_RATE = rf"\blr\s*[:=]?\s*({NUMBER})"
 _GRAD_NORM = rf"\b(?:grad_)?norm\s*[:=]?\s*({NUMBER})"
 #: a step's time: after its name, per step or iteration, or a field of its own between ``|`` (or opening a
@@ -144,7 +147,7 @@ _COUNT_MARKERS = (
 )
 _COUNT_MARKERS += tuple(f'{key}": ' for key in _COUNTS) + tuple(f"{key} " for key in _SPACED_COUNTS)
 _COUNT_MARKERS += ("Config param ", "Total training steps: ", "Starting training..., iters: ")
-_COUNT_MARKERS += (" parallel size: ",)
+_COUNT_MARKERS += (" parallel size: ", " parallel with size ")
 #: flags on an echoed command line (a launcher's ``cmd = ...``, ``set -x``), by the fact each states:
 #: Megatron's (a run that failed before Megatron's arguments dump, or a script of its own taking them), and
 #: a loop's planned optimizer steps (``python -u train_ddp.py --steps 50000``; not ``--warmup-steps``: a
@@ -177,9 +180,14 @@ _CONFIG_PARAMS["Starting training..., iters"] = "train_iters"
 _CONFIG_PARAMS |= {
     f"{name} parallel size": fact for name, fact in (("data", "dp"), ("pipeline", "pp"), ("tensor", "tp"))
 }
+#: Megatron's parallel state as neuronx-distributed (and Megatron before its arguments dump) prints it:
+#: ``> initializing tensor model parallel with size 8``, ``... pipeline model ...``, ``> initializing data
+#: parallel with size 4``
+_INITIALIZING = {"tensor model": "tp", "pipeline model": "pp", "data": "dp"}
+_CONFIG_PARAMS |= {f"> initializing {name} parallel with size": fact for name, fact in _INITIALIZING.items()}
 COUNT = (
     rf"(?:^|[\s,({{|])(?P<key>(?:{_KEYS})=|['\"](?:{_KEYS})['\"]: |(?:{'|'.join(_SPACED_COUNTS)}) "
-    rf"|(?:{literals(tuple(_FLAGS))})[= ]|{_WORLD_IN_WORDS}|(?:{literals(tuple(_CONFIG_PARAMS))}): )(?P<count>\d+)\b"
+    rf"|(?:{literals(tuple(_FLAGS))})[= ]|{_WORLD_IN_WORDS}|(?:{literals(tuple(_CONFIG_PARAMS))}):? )(?P<count>\d+)\b"
 )
 _COUNT_FACTS = _COUNTS | {flag.strip("-"): fact for flag, fact in _FLAGS.items()} | {"world size": "gpus"}
 _COUNT_FACTS |= _CONFIG_PARAMS

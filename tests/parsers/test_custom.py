@@ -136,6 +136,13 @@ def test_a_loop_on_deepspeeds_engine_is_a_deepspeed_run_whose_rows_are_the_loops
             10.8737,
             None,
         ),
+        # neuronx-distributed's examples (the epoch, then the step)
+        (
+            "LOG Thu Mar 14 02:15:45 2024 - (0, 17) step_loss : 10.7868 learning_rate : 1.50e-06",
+            17,
+            10.7868,
+            None,
+        ),
     ],
 )
 def test_a_loops_step_after_a_loggers_or_a_ranks_fields(tmp_path, line, step, loss, elapsed_ms):
@@ -279,13 +286,18 @@ def test_verls_console_steps_and_plan(tmp_path):
     assert (row["family"], row["train_iters"], row["status"]) == ("custom", 2, "ok")
 
 
-def test_internlms_launch_states_its_parallel_sizes(tmp_path):
+def test_internlms_and_neuronx_distributeds_parallel_sizes(tmp_path):
     launch = (
         "2024-06-18 09:12:00,448\tINFO launch.py:424 in launch -- Distributed environment is initialized,"
         " data parallel size: 4, pipeline parallel size: 2, tensor parallel size: 8"
     )
     row, _ = runs_of(tmp_path, [launch, "step 1 | loss 9.1 | 0.278 s/it"])
     assert (row["dp"], row["pp"], row["tp"], row["gpus"]) == (4, 2, 8, 64)
+    # Megatron's parallel state, as neuronx-distributed prints it
+    state = "[2024-03-14 02:12:51.110: I neuronx_distributed/parallel_layers/parallel_state.py:137] > initializing"
+    sizes = [f"{state} tensor model parallel with size 8", f"{state} pipeline model parallel with size 4"]
+    row, _ = runs_of(tmp_path, [*sizes, f"{state} data parallel with size 2", "step 1 | loss 9.1"])
+    assert (row["dp"], row["pp"], row["tp"], row["gpus"]) == (2, 4, 8, 64)
 
 
 def test_mlx_lms_plan_is_its_iters(tmp_path):
