@@ -1305,9 +1305,13 @@ TRAINER_LOGGED = RecordKind(
 #: 01:06:06,020] [DEBUG] [axolotl.calculate_total_num_steps:416] [PID:20311] [RANK:0] total_num_steps: 2210``:
 #: the steps it gives the Trainer as max_steps) and LLaMA-Factory's (``[INFO|2025-02-11 14:02:29]
 #: llamafactory.hparams.parser:383 >> Process rank: 0, world size: 8, ...``; before 0.9.1 ``12/09/2024 04:11:17
-#: - INFO - llamafactory.hparams.parser - ...``): their run, though it failed before training
-TOOL_LINE = r"\[axolotl\.[\w.]+:\d+\] \[PID:\d+\]|\bllamafactory\.[\w.]+(?::\d+ >> | - )"
-_TOOL_MARKERS = ("[axolotl.", "llamafactory.")
+#: - INFO - llamafactory.hparams.parser - ...``); Unsloth's banners, its model loader's (``==((====))==  Unsloth
+#: 2024.8: Fast Qwen2 patching. Transformers = 4.44.0.``) and its patched Trainer's (``==((====))==  Unsloth - 2x
+#: faster free finetuning | Num GPUs = 1``): their run, though it failed before training
+TOOL_LINE = (
+    r"\[axolotl\.[\w.]+:\d+\] \[PID:\d+\]|\bllamafactory\.[\w.]+(?::\d+ >> | - )|^==\(\(====\)\)==  Unsloth\b"
+)
+_TOOL_MARKERS = ("[axolotl.", "llamafactory.", "==((====))==  Unsloth")
 _TOOL_FACTS = {
     "train_iters": r"\[axolotl\.calculate_total_num_steps:\d+\] .*\btotal_num_steps: (\d+)",
     "gpus": r"\bllamafactory\.hparams\.parser\b.* world size: (\d+),",

@@ -1606,6 +1606,10 @@ def test_a_line_of_the_trainers_module_in_the_explicit_format_is_its_run(tmp_pat
             ],
             {"gpus": 8},
         ),
+        (  # Unsloth's model loader's banner (its patched Trainer refused before its own banner)
+            ["==((====))==  Unsloth 2024.8: Fast Qwen2 patching. Transformers = 4.44.0."],
+            {},
+        ),
     ],
 )
 def test_the_fine_tuning_tools_own_lines_are_a_trainer_run(tmp_path, lines, facts):
