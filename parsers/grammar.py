@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 from typing import Any
@@ -63,10 +64,12 @@ def positive_int(text: str) -> int | None:
 
 def command_line_flags(text: str) -> dict[str, str]:
     """``--name value`` / ``--name=value`` / bare ``--switch`` (value "") of a command line (or of a printed
-    argv, ``_ARGV_LIST``), by name without the dashes; shell quoting is undone (plain splitting where the quotes do not close). A quoted
-    command (``srun bash -c 'torchrun --nnodes 16 ...'``) gives its own flags too, over the outer ones."""
+    argv, ``_ARGV_LIST``), by name without the dashes; shell quoting is undone (plain splitting where the
+    quotes do not close), a comment dropped. A quoted command (``srun bash -c 'torchrun --nnodes 16 ...'``) gives its own flags too, over the outer ones."""
     flags: dict[str, str] = {}
     words = _shell_words(_ARGV_LIST.sub(_argv_command, text) if "', '-" in text else text)
+    # a comment is no part of the command (``sbatch -N4 run.sh  # each task runs torchrun --nproc_per_node 8``)
+    words = list(itertools.takewhile(lambda word: not word.startswith("#"), words))
     for index, word in enumerate(words):
         if word.startswith("--"):
             name, _, inline = word[2:].partition("=")

@@ -168,6 +168,11 @@ def test_positive_int_is_a_count_or_none():
             " '/opt/launcher.py', 'sft.yaml']' returned non-zero exit status 1.",
             dict(nnodes="1", nproc_per_node="4"),
         ),
+        # a comment after the command is none of its flags
+        (
+            "+ sbatch -N4 --ntasks-per-node=1 run.sh   # each task runs torchrun --nproc_per_node 8",
+            {"ntasks-per-node": "1"},
+        ),
     ],
 )
 def test_command_line_flags_of_an_echoed_launch(line, flags):
