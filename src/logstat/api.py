@@ -126,8 +126,10 @@ def _walk(root: Path, skipped: SkipReport) -> Iterator[Path]:
                 skipped(path, "hidden file")
             elif name in TOOL_FILES or name in ours:
                 skipped(path, TOOL_FILES.get(name) or ours[name])
-            elif not any(
-                named(path) for named in (is_log_file, is_structured_log, _holds_logs, is_unnamed_log)
+            elif not is_log_file(path) and not (
+                # what a file holds is read only of a regular file: opening a named pipe waits for a writer
+                path.is_file()
+                and any(test(path) for test in (is_structured_log, _holds_logs, is_unnamed_log))
             ):
                 skipped(path, "not named like a log")
             elif _listable(path):  # the name test first: a stat only for the files named like logs

@@ -211,10 +211,12 @@ def test_a_log_saved_without_a_suffix_is_walked_by_what_it_holds_and_a_script_is
     (tmp_path / "latest").write_text("global_step1000")
     (tmp_path / "hostfile").write_text("worker-0 slots=8\nworker-1 slots=8\n")
     (tmp_path / "train").write_text("#!/bin/bash\ntorchrun train.py --loss-scale 0 --steps 100\n")
+    os.mkfifo(tmp_path / "console")  # a named pipe: opened to read its head, the walk would wait forever
     skipped: list[tuple[str, str]] = []
     found = find_logs([tmp_path], skipped=lambda path, why: skipped.append((path.name, why)))
     assert found == [pod]
-    assert sorted(skipped) == [(name, "not named like a log") for name in ("hostfile", "latest", "train")]
+    names = ("console", "hostfile", "latest", "train")
+    assert sorted(skipped) == [(name, "not named like a log") for name in names]
     code, out, _ = logstat(capsys, "parse", tmp_path, "--format", "json")
     (row,) = json.loads(out)
     assert (row["status"], row["reason"]) == ("failed", "ValueError: bad shard")
