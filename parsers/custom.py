@@ -69,9 +69,9 @@ _OF_TOTAL = r"(?:\s*/\s*(\d+))?"
 #: (clu's LoggingWriter: ``logging_writer.py:48] [1000100] collection=train accuracy=0.55, ..., loss=3.31, ...,
 #: timing/steps_per_second=1.72``; its evaluations' collections are not the training's); neuronx-distributed's
 #: examples' (AWS Trainium: ``LOG Thu Mar 14 02:15:45 2024 - (0, 1) step_loss : 10.7868 learning_rate : ...``,
-#: the epoch and the step). ``step N: train loss`` and ``iter N:`` are no step's line (nanoGPT's evaluations and steps are
-#: its family's), nor LitGPT's ``iter N step M:``, nor ``Step N | loss:X`` (torchtune's), nor ``step=N,``
-#: (DeepSpeed's)
+#: the epoch and the step). ``step N: train loss`` and ``iter N:`` are no step's line (nanoGPT's evaluations
+#: and steps are its family's), nor LitGPT's ``iter N step M:``, nor ``Step N | loss:X`` (torchtune's), nor
+#: ``step=N,`` (DeepSpeed's)
 _STEP_FORMS = (
     rf"step(?:\s+(\d+){_OF_TOTAL}\s*[\]|,]?|\s*=\s*(\d+){_OF_TOTAL})\s.*?\b(?:train[\s_])?loss",
     rf"[Ii]ter(?:\s+(\d+){_OF_TOTAL}\s*\||\s*=\s*(\d+){_OF_TOTAL}[\s,]|\s+(\d+)\s*/\s*(\d+)[\s,])\s*.*?\b[Ll]oss",
@@ -240,9 +240,9 @@ def read_stated(records: pl.LazyFrame) -> Events:
 
 
 #: a loop's own word that its training ended (``training done``, ``Training complete: 1000 steps``, ``Training
-#: finished at step 4000``, ``Done training``, ``done: 120 steps in 66.0s``; mlx_lm's ``Saved final weights to adapters.safetensors.``): the
-#: run's end, unless a failure follows it (a rank's, at teardown); no mark of the family (a Trainer's run says
-#: so too)
+#: finished at step 4000``, ``Done training``, ``done: 120 steps in 66.0s``; mlx_lm's ``Saved final weights to
+#: adapters.safetensors.``): the run's end, unless a failure follows it (a rank's, at teardown); no mark of the
+#: family (a Trainer's run says so too)
 ENDED = (
     r"(?:^|[\s|:\]>-])(?:[Tt]raining (?:is )?(?:completed?|done|finished)|[Dd]one [Tt]raining|[Ff]inished [Tt]raining"
     r"|[Dd]one: \d+ steps|^Saved final weights to)(?:[\s.,:!;]|$)"

@@ -65,7 +65,8 @@ def positive_int(text: str) -> int | None:
 def command_line_flags(text: str) -> dict[str, str]:
     """``--name value`` / ``--name=value`` / bare ``--switch`` (value "") of a command line (or of a printed
     argv, ``_ARGV_LIST``), by name without the dashes; shell quoting is undone (plain splitting where the
-    quotes do not close), a comment dropped. A quoted command (``srun bash -c 'torchrun --nnodes 16 ...'``) gives its own flags too, over the outer ones."""
+    quotes do not close), a comment dropped. A quoted command (``srun bash -c 'torchrun --nnodes 16 ...'``)
+    gives its own flags too, over the outer ones."""
     flags: dict[str, str] = {}
     words = _shell_words(_ARGV_LIST.sub(_argv_command, text) if "', '-" in text else text)
     # a comment is no part of the command (``sbatch -N4 run.sh  # each task runs torchrun --nproc_per_node 8``)
