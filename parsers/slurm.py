@@ -321,6 +321,21 @@ MEMORY_LIMIT_KILLS += ("OOM killer terminated this process",)
 SRUN_OOM = "Out Of Memory"
 #: LSF's line after a job summary's TERM_ reason, or of a job whose command failed
 LSF_EXIT = "Exited with exit code"
+#: Slurm's accounting of a job's end as a site's epilog or the job script prints it: seff's ``State: TIMEOUT
+#: (exit code 0)``, jobstats' ``State: CANCELLED``, a ``sacct -j $SLURM_JOB_ID`` row's State column of a step
+#: its memory limit ended (``8812345.0  OUT_OF_MEMORY  0:125``): a summary, the run's word only where it printed
+#: none of its own (a log cut before Slurm's own line reached it). Not ``FAILED``: a non-zero exit code, which a
+#: job script's last command makes too, after a training that ended
+ACCOUNTED_STATES = {
+    "TIMEOUT": TIME_LIMIT,
+    "CANCELLED": ("cancelled", "", "cancelled"),
+    "PREEMPTED": ("cancelled", PREEMPTED_LABEL, "cancelled"),
+    "OUT_OF_MEMORY": ("failed", HOST_OOM_LABEL, "oom-kill"),
+}
+_ACCOUNTED_STATE = re.compile(
+    rf"^\s*State: ({'|'.join(ACCOUNTED_STATES)})\b|^\s*\d+(?:_\d+)?(?:\.\w+)?\s+(OUT_OF_MEMORY)\b"
+)
+_ACCOUNTING_MARKERS = (*(f"State: {state}" for state in ACCOUNTED_STATES), " OUT_OF_MEMORY")
 #: Open MPI's mpirun after a rank failed (help-mpirun.txt, help-errmgr-base.txt)
 MPIRUN_ENDS = ("exited on signal", "exited with non-zero status", "terminated normally, but")
 #: Open MPI's runtime losing a node's daemon (help-errmgr-base.txt [node-died]: ORTE in Open MPI 4, PRRTE in
@@ -562,6 +577,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
         label, kind = HOST_OOM_LABEL, "oom-kill"
     elif text.startswith(LSF_EXIT):
         weight, kind = REPORT, "scheduler exit"
+    elif any(state in text for state in _ACCOUNTING_MARKERS) and (accounted := _ACCOUNTED_STATE.search(text)):
+        (status, label, kind), weight = ACCOUNTED_STATES[accounted[1] or accounted[2]], REPORT
     elif IB_COMPLETION_ERROR in text:
         label, kind = NETWORK_LABEL, "network"
     elif XID in text and (xid := _XID.search(text)):
@@ -1229,6 +1246,7 @@ FAMILY = Family(
         *FULL_FILESYSTEM,
         *SELF_STOPS,
         SUBMITIT_TIMED_OUT,
+        *_ACCOUNTING_MARKERS,
         *SSH_REFUSALS,
         *MPI_LAUNCH_FAILURES,
         *INTERPRETER_FAILURES,

@@ -200,6 +200,29 @@ def test_native_ends_are_causes_ahead_of_srun(lines, reason, line, consequence):
     assert [text for *_, text in run.consequences] == [consequence]
 
 
+@pytest.mark.parametrize(
+    ("summary", "status", "reason"),
+    [
+        ("State: TIMEOUT (exit code 0)", "timeout", "time limit: State: TIMEOUT (exit code 0)"),  # seff
+        ("          State: CANCELLED", "cancelled", "State: CANCELLED"),  # jobstats
+        ("State: PREEMPTED (exit code 0)", "cancelled", "preempted: State: PREEMPTED (exit code 0)"),
+        # a job script's sacct of its own steps: a step its memory limit ended
+        ("       8812345.0        OUT_OF_MEMORY      0:125 00:28:22", "failed", "host out of memory: "),
+        ("State: FAILED (exit code 1)", None, None),  # a non-zero exit code: no word of why
+        ("State: COMPLETED (exit code 0)", None, None),
+    ],
+)
+def test_slurms_accounting_of_a_jobs_end_is_its_word_where_the_log_has_none(summary, status, reason):
+    run = feed("step 10 | loss 9.1", "Job ID: 8812345", summary)
+    if status is None:
+        assert run.failure is None
+        return
+    assert (run.failure[0], run.failure[1][: len(reason)], run.failure[2]) == (status, reason, 3)
+    # the run's own cause outweighs the summary
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert feed(oom, summary).failure[1] == f"CUDA out of memory: {oom}"
+
+
 def test_pdsh_losing_a_node_is_the_cause_and_a_remote_commands_exit_a_report():
     # DeepSpeed's multi-node launcher over pdsh: ssh's own failure (255) lost worker-3; the other ranks'
     # NCCL errors follow from it. Another code is the remote command's exit, which its lines explain.
