@@ -184,7 +184,14 @@ _CONFIG_PARAMS |= {
 #: ``> initializing tensor model parallel with size 8``, ``... pipeline model ...``, ``> initializing data
 #: parallel with size 4``
 _INITIALIZING = {"tensor model": "tp", "pipeline model": "pp", "data": "dp"}
-_CONFIG_PARAMS |= {f"> initializing {name} parallel with size": fact for name, fact in _INITIALIZING.items()}
+_CONFIG_PARAMS |= {
+    f"> initializ{tense} {name} parallel with size": fact
+    for name, fact in _INITIALIZING.items()
+    for tense in (
+        "ing",
+        "ed",
+    )  # Megatron-LM's initialize.py: ``> initialized tensor model parallel with size 1``
+}
 COUNT = (
     rf"(?:^|[\s,({{|])(?P<key>(?:{_KEYS})=|['\"](?:{_KEYS})['\"]: |(?:{'|'.join(_SPACED_COUNTS)}) "
     rf"|(?:{literals(tuple(_FLAGS))})[= ]|{_WORLD_IN_WORDS}|(?:{literals(tuple(_CONFIG_PARAMS))}):? )(?P<count>\d+)\b"

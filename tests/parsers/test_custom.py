@@ -298,6 +298,13 @@ def test_internlms_and_neuronx_distributeds_parallel_sizes(tmp_path):
     sizes = [f"{state} tensor model parallel with size 8", f"{state} pipeline model parallel with size 4"]
     row, _ = runs_of(tmp_path, [*sizes, f"{state} data parallel with size 2", "step 1 | loss 9.1"])
     assert (row["dp"], row["pp"], row["tp"], row["gpus"]) == (2, 4, 8, 64)
+    # Megatron-LM's, once initialized
+    done = [
+        "> initialized tensor model parallel with size 2",
+        "> initialized pipeline model parallel with size 4",
+    ]
+    row, _ = runs_of(tmp_path, [*done, "step 1 | loss 9.1"])
+    assert (row["tp"], row["pp"]) == (2, 4)
 
 
 def test_mlx_lms_plan_is_its_iters(tmp_path):
