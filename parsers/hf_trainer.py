@@ -214,6 +214,9 @@ _FINAL_FACTS["train_steps_per_second"] = "final_steps_per_sec"  # final metrics 
 #: ``lr`` (``'objective/kl': 0.5, ..., 'loss/policy_avg': -0.013, ..., 'lr': 2.9e-06, 'episode': 512``)
 _POLICY_LOSS = "loss/policy_avg"
 _DICT_METRICS = {"loss": "loss", "learning_rate": "lr", "grad_norm": "grad_norm"}  # dict key -> step metric
+#: the keys every training dict of the Trainer holds one of (``Trainer.log`` adds the epoch; the rate is logged
+#: with the loss)
+_TRAINING_KEYS = frozenset(("epoch", "learning_rate"))
 #: ms-swift's Trainer (its ProgressCallback's logs): the dict's step of the planned steps, ``'global_step/max_steps':
 #: '30/1250'``, beside ``'percentage': '2.40%'``
 _STEP_OF_PLAN_KEY, _STEP_OF_PLAN = "global_step/max_steps", re.compile(r"(\d+)/(\d+)")
@@ -513,6 +516,8 @@ def _dicts(text: str, out: list) -> None:
             continue
         if "loss" not in logged and _POLICY_LOSS in logged:
             logged = {**logged, "loss": logged[_POLICY_LOSS], "learning_rate": logged.get("lr")}
+        if "loss" in logged and not _TRAINING_KEYS.intersection(logged):
+            continue  # a script's own print ({'step': 10, 'loss': 2.94}): the Trainer's name the epoch or rate
         if "loss" in logged or "train_runtime" in logged:
             out.append({"what": "point"})
         # the final metrics have the run's train_loss; a step's dict its loss, and with
