@@ -92,6 +92,9 @@ LAUNCHER_EXCEPTIONS += ("ProcessRaisedException",)
 #: own traceback as IPython prints it: ``nbclient.exceptions.CellExecutionError: An error occurred while executing
 #: the following cell:``
 LAUNCHER_EXCEPTIONS += ("CellExecutionError",)
+#: Ray Train's wrapper of a worker's failure (``ray.train.base_trainer.TrainingFailedError: The Ray Train run
+#: failed. Please inspect the previous error messages for a cause.``)
+LAUNCHER_EXCEPTIONS += ("TrainingFailedError",)
 #: an exception raised because the process got a signal (torch elastic's agent under scancel or a time limit),
 #: or because a DataLoader's worker did (``DataLoader worker (pid 48213) is killed by signal: Killed.``)
 SIGNAL_EXCEPTIONS = ("SignalException", "got signal:", "killed by signal:")
@@ -272,6 +275,7 @@ CLEAN_EXITS = (
     "worker group successfully finished",
     "Successfully completed.",
     "W&B process to finish... (success)",
+    "Job finished (status: SUCCEEDED)",  # SkyPilot's ``sky launch`` / ``sky logs``, at its job's end
 )
 #: other batch systems' word on how they ended a job -> (status, label, kind), the first named wins: LSF's
 #: job summary (``TERM_RUNLIMIT: job killed after reaching LSF run time limit.``), PBS's note in the job's
@@ -289,6 +293,11 @@ SCHEDULER_ENDS |= dict.fromkeys(
     ("TERM_MEMLIMIT", "job killed: mem", "job killed: vmem"), ("failed", HOST_OOM_LABEL, "oom-kill")
 )
 SCHEDULER_ENDS["TERM_PREEMPT"] = ("cancelled", PREEMPTED_LABEL, "cancelled")
+#: SkyPilot's word at its job's end (``✓ Job finished (status: CANCELLED).``; its failures are the job's own
+#: lines); Modal's on a function past its timeout (``modal.exception.FunctionTimeoutError: Task's current input
+#: in-01JA... hit its timeout of 3600s``)
+SCHEDULER_ENDS["Job finished (status: CANCELLED)"] = ("cancelled", "", "cancelled")
+SCHEDULER_ENDS["FunctionTimeoutError: "] = TIME_LIMIT
 SCHEDULER_ENDS |= dict.fromkeys(
     (
         "TERM_OWNER",

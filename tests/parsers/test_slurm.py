@@ -223,6 +223,24 @@ def test_slurms_accounting_of_a_jobs_end_is_its_word_where_the_log_has_none(summ
     assert feed(oom, summary).failure[1] == f"CUDA out of memory: {oom}"
 
 
+def test_cloud_launchers_words_on_how_a_job_ended():
+    # SkyPilot's at its job's end; Modal's on a function past its timeout
+    assert feed("step 10 | loss 9.1", "✓ Job finished (status: CANCELLED).").failure[:2] == (
+        "cancelled",
+        "✓ Job finished (status: CANCELLED).",
+    )
+    timeout = "modal.exception.FunctionTimeoutError: Task's current input in-01JA hit its timeout of 3600s"
+    assert feed("step 10 | loss 9.1", timeout).failure[:2] == ("timeout", f"time limit: {timeout}")
+    assert feed("step 10 | loss 9.1", "✓ Job finished (status: SUCCEEDED).").failure is None
+    # Ray Train's wrapper of a worker's failure is a report: the worker's own error is the cause
+    watchdog = (
+        "[Rank 9] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=48211) ran for 1800095 ms"
+    )
+    wrapper = "ray.train.base_trainer.TrainingFailedError: The Ray Train run failed."
+    run = feed(watchdog, "Traceback (most recent call last):", '  File "driver.py", line 3', wrapper)
+    assert run.failure[1].endswith(watchdog)
+
+
 def test_pdsh_losing_a_node_is_the_cause_and_a_remote_commands_exit_a_report():
     # DeepSpeed's multi-node launcher over pdsh: ssh's own failure (255) lost worker-3; the other ranks'
     # NCCL errors follow from it. Another code is the remote command's exit, which its lines explain.
