@@ -37,6 +37,8 @@ family's.
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 from logstat.parsers.base import Family
 from logstat.parsers.kinds import (
@@ -85,26 +87,31 @@ _STEP_FORMS = (
     r"\(\d+, (\d+)()\) step_loss",
 )
 STEP_LINE = rf"(?:^|[\s|\[])(?:{'|'.join(_STEP_FORMS)})\b\s*[:=]?\s*({NUMBER})"
-#: the groups of the step and the total in STEP_LINE, and of the loss
-_STEP_GROUPS, _TOTAL_GROUPS = range(1, 27, 2), range(2, 27, 2)
-_LOSS_GROUP = 27
+#: the groups of the step and the total in STEP_LINE (pairs: a form may hold several), and of the loss (the
+#: last)
+_LOSS_GROUP = re.compile(STEP_LINE).groups
+_STEP_GROUPS, _TOTAL_GROUPS = range(1, _LOSS_GROUP, 2), range(2, _LOSS_GROUP, 2)
 _MARKERS = ("step ", "Step ", "step=", "iter ", "Iter ", "iter=", ": loss", "completed step: ", "step:")
 _MARKERS += ("logging_writer.py:", ") step_loss")
 _LEARNING_RATE = rf"\blr\s*[:=]?\s*({NUMBER})"
 _GRAD_NORM = rf"\b(?:grad_)?norm\s*[:=]?\s*({NUMBER})"
 #: a step's time: after its name, per step or iteration, or a field of its own between ``|`` (or opening a
-#: bracketed pair of fields)
-STEP_TIME = (
-    rf"(?:\bdt|\bstep_time|\b[Tt]ime(?:/step|/iter)?)\s*[:=]?\s*({NUMBER})\s*(ms|s)\b"
-    rf"|({NUMBER})\s*(ms|s)/(?:step|it)\b"
-    rf"|\|\s*\(?({NUMBER})\s*(ms|s)\s*(?:\||$)"
-    rf"|, (s)econds: ({NUMBER}),"  # MaxText's
-    rf"|, (It/sec) ({NUMBER})"  # mlx_lm's rate: a step takes its inverse
-    rf"|\btiming_(s)/step:({NUMBER})"  # verl's
-    rf"|\btiming/(steps_per_second)=({NUMBER})"  # t5x's: a step takes its inverse
+#: bracketed pair of fields); each form with two groups, the value's and the unit's, in the order given
+_TIME_FORMS = (
+    (rf"(?:\bdt|\bstep_time|\b[Tt]ime(?:/step|/iter)?)\s*[:=]?\s*({NUMBER})\s*(ms|s)\b", "value unit"),
+    (rf"({NUMBER})\s*(ms|s)/(?:step|it)\b", "value unit"),
+    (rf"\|\s*\(?({NUMBER})\s*(ms|s)\s*(?:\||$)", "value unit"),
+    (rf", (s)econds: ({NUMBER}),", "unit value"),  # MaxText's
+    (rf", (It/sec) ({NUMBER})", "unit value"),  # mlx_lm's rate: a step takes its inverse
+    (rf"\btiming_(s)/step:({NUMBER})", "unit value"),  # verl's
+    (rf"\btiming/(steps_per_second)=({NUMBER})", "unit value"),  # t5x's: a step takes its inverse
 )
+STEP_TIME = "|".join(form for form, _ in _TIME_FORMS)
 #: STEP_TIME's (value, unit) groups
-_TIME_GROUPS = ((1, 2), (3, 4), (5, 6), (8, 7), (10, 9), (12, 11), (14, 13))
+_TIME_GROUPS = tuple(
+    (first, first + 1) if order == "value unit" else (first + 1, first)
+    for first, (_, order) in zip(range(1, 2 * len(_TIME_FORMS), 2), _TIME_FORMS, strict=True)
+)
 #: STEP_TIME's units that are a rate of steps
 _RATES = ("It/sec", "steps_per_second")
 
@@ -182,15 +189,13 @@ _CONFIG_PARAMS |= {
 }
 #: Megatron's parallel state as neuronx-distributed (and Megatron before its arguments dump) prints it:
 #: ``> initializing tensor model parallel with size 8``, ``... pipeline model ...``, ``> initializing data
-#: parallel with size 4``
+#: parallel with size 4``, and Megatron-LM's initialize.py as done: ``> initialized tensor model parallel with
+#: size 1``
 _INITIALIZING = {"tensor model": "tp", "pipeline model": "pp", "data": "dp"}
 _CONFIG_PARAMS |= {
     f"> initializ{tense} {name} parallel with size": fact
     for name, fact in _INITIALIZING.items()
-    for tense in (
-        "ing",
-        "ed",
-    )  # Megatron-LM's initialize.py: ``> initialized tensor model parallel with size 1``
+    for tense in ("ing", "ed")
 }
 COUNT = (
     rf"(?:^|[\s,({{|])(?P<key>(?:{_KEYS})=|['\"](?:{_KEYS})['\"]: |(?:{'|'.join(_SPACED_COUNTS)}) "

@@ -1048,7 +1048,12 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     )
     # a peer's failure whose last error is InfiniBand's failed work request: the network, not the peer
     network = (pl.col("kind") == "peer") & text.str.contains(IB_COMPLETION_ERROR, literal=True)
-    quoting = _with_messages(_with_backends(closers, records), messages)
+    # a compiler backend's failure on the line before a closer (BACKEND_RAISED) is quoted first; a message-less
+    # closer (EMPTY_MESSAGES) quotes the line after it, where that says something
+    backends = records.filter(text.str.contains(BACKEND_RAISED, literal=True))
+    quoting = _quoting_neighbours(closers, backends, on=["block"], after=False)
+    said = messages.filter(text.str.contains(r"[A-Za-z]"))
+    quoting = _quoting_neighbours(quoting, said, on=["run", "file"], after=True)
     chained = _with_chains(_with_last_errors(quoting, last_errors))
     events = chained.with_columns(kind=pl.when(network).then(pl.lit("network")).otherwise("kind")).select(
         "run",
@@ -1073,17 +1078,21 @@ def read_tracebacks(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> 
     return _failures(kept.lazy(), weight=pl.col("kind").replace_strict(_WEIGHTS), status=status)
 
 
-def _with_backends(closers: pl.DataFrame, records: pl.DataFrame) -> pl.DataFrame:
-    """``closers`` whose record before is a compiler backend's failure (BACKEND_RAISED) quote it first."""
-    text = pl.col("text")
-    raised = records.filter(text.str.contains(BACKEND_RAISED, literal=True)).select(
-        "block", line=pl.col("line") + 1, backend=text.str.strip_chars()
-    )
-    if raised.is_empty():
+def _quoting_neighbours(
+    closers: pl.DataFrame, neighbours: pl.DataFrame, on: list[str], after: bool
+) -> pl.DataFrame:
+    """``closers`` that quote the record of ``neighbours`` on the line next to them (matched ``on`` these keys
+    and the line): the line ``after`` a closer is quoted after its text, the line before it first."""
+    if neighbours.is_empty():
         return closers
-    quoted = pl.when(pl.col("backend").is_not_null()).then(pl.col("backend") + " " + text.str.strip_chars())
-    joined = closers.join(raised, on=["block", "line"], how="left", maintain_order="left")
-    return joined.with_columns(text=quoted.otherwise(text)).drop("backend")
+    offset = -1 if after else 1
+    quotes = neighbours.select(*on, line=pl.col("line") + offset, quote=pl.col("text").str.strip_chars())
+    joined = closers.join(quotes, on=[*on, "line"], how="left", maintain_order="left")
+    text = pl.col("text").str.strip_chars()
+    quoted = text + " " + pl.col("quote") if after else pl.col("quote") + " " + text
+    return joined.with_columns(
+        text=pl.when(pl.col("quote").is_not_null()).then(quoted).otherwise("text")
+    ).drop("quote")
 
 
 def _with_last_errors(closers: pl.DataFrame, last_errors: pl.DataFrame) -> pl.DataFrame:
@@ -1110,20 +1119,6 @@ def _with_last_errors(closers: pl.DataFrame, last_errors: pl.DataFrame) -> pl.Da
 
 #: the ends of an exception line with no message (its class's name and a colon)
 _EMPTY_MESSAGE_MARKERS = ("Error:", "Exception:")
-
-
-def _with_messages(closers: pl.DataFrame, messages: pl.DataFrame) -> pl.DataFrame:
-    """``closers`` with no message that quote the line after them (EMPTY_MESSAGES), where it says something."""
-    if messages.is_empty():
-        return closers
-    following = messages.select(
-        "run", "file", line=pl.col("line") - 1, message=pl.col("text").str.strip_chars()
-    )
-    joined = closers.join(following, on=["run", "file", "line"], how="left", maintain_order="left")
-    said = pl.col("message").str.contains(r"[A-Za-z]").fill_null(False)
-    return joined.with_columns(
-        text=pl.when(said).then(pl.col("text").str.strip_chars() + " " + pl.col("message")).otherwise("text")
-    ).drop("message")
 
 
 #: the kinds of exception a chain's next one may quote as its cause (a rendezvous error's timed-out store)
