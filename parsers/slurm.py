@@ -298,6 +298,19 @@ SCHEDULER_ENDS["TERM_PREEMPT"] = ("cancelled", PREEMPTED_LABEL, "cancelled")
 #: in-01JA... hit its timeout of 3600s``)
 SCHEDULER_ENDS["Job finished (status: CANCELLED)"] = ("cancelled", "", "cancelled")
 SCHEDULER_ENDS["FunctionTimeoutError: "] = TIME_LIMIT
+#: dstack's run past its ``max_duration`` (JobTerminationReason.MAX_DURATION_EXCEEDED: ``dstack apply``'s end
+#: ``Terminated (Max duration exceeded)``, ``dstack ps``' error column, the API's value); a Kubernetes Job's or a
+#: Kubeflow job's past its ``activeDeadlineSeconds`` (its condition's message: ``Job was active longer than
+#: specified deadline``, reason DeadlineExceeded): the platform's time limit, the SIGTERM before it its doing
+SCHEDULER_ENDS |= dict.fromkeys(
+    (
+        "Max duration exceeded",
+        "max duration exceeded",
+        "max_duration_exceeded",
+        "active longer than specified deadline",
+    ),
+    TIME_LIMIT,
+)
 SCHEDULER_ENDS |= dict.fromkeys(
     (
         "TERM_OWNER",

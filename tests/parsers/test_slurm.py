@@ -232,6 +232,13 @@ def test_cloud_launchers_words_on_how_a_job_ended():
     timeout = "modal.exception.FunctionTimeoutError: Task's current input in-01JA hit its timeout of 3600s"
     assert feed("step 10 | loss 9.1", timeout).failure[:2] == ("timeout", f"time limit: {timeout}")
     assert feed("step 10 | loss 9.1", "✓ Job finished (status: SUCCEEDED).").failure is None
+    # dstack's and Kubernetes' time limits: the SIGTERM torch's agent got before them is their doing
+    sigterm = "W0320 06:06:48.018000 512 torch/distributed/elastic/agent/server/api.py:719] Received 15 death signal"
+    for limit in (
+        "Terminated (Max duration exceeded)",
+        "  Warning  DeadlineExceeded  2m  job-controller  Job was active longer than specified deadline",
+    ):
+        assert feed("step 10 | loss 9.1", sigterm, limit).failure[:2] == ("timeout", f"time limit: {limit.strip()}")
     # Ray Train's wrapper of a worker's failure is a report: the worker's own error is the cause
     watchdog = (
         "[Rank 9] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=48211) ran for 1800095 ms"
