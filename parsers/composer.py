@@ -19,7 +19,7 @@ as it does under any header. The lines after it are that step's metrics (``Train
 (``format_log_data_value``): a learning rate under 5e-5 reads 0. Evaluations' lines (``Eval ``) are not
 steps. The configuration a run logs states its shape: llm-foundry's ``Logging config`` (``max_seq_len``,
 ``global_train_batch_size``, ``device_train_microbatch_size``, ``n_gpus``, ``max_duration: 4800ba``: the
-plan), top-level keys only.
+plan), top-level keys only; Composer's own ``Config:`` (``num_nodes``, ``num_gpus_per_node``).
 Failures are the Slurm family's.
 """
 
@@ -100,8 +100,8 @@ def read_metrics(records: pl.LazyFrame) -> Events:
 
 
 #: the run's configuration as YAML, a key a line: llm-foundry's ``Logging config`` (its whole config, top-level
-#: keys unindented; not Composer's ``Config:`` of hparams after it, ``num_gpus_per_node: 8``: ``Config:`` is
-#: in hundreds of thousands of other lines, and llm-foundry's ``n_gpus`` says as much)
+#: keys unindented; not Composer's ``Config:`` of hparams after it: ``Config:`` is in hundreds of thousands of
+#: other lines, and the keys read of it are HPARAM's)
 CONFIG_OPENERS = ("Logging config",)
 _CONFIG_LINE = r"^(?P<name>[a-z_]+): (?P<value>\S+)\s*$"
 #: the keys read, as counts, by the fact each states (``n_gpus`` llm-foundry's world size; ``max_duration``
@@ -149,6 +149,25 @@ CONFIG = Block(
 )
 
 
+#: Composer's own hyperparameters (trainer.py logs ``num_nodes`` and ``num_<device>s_per_node``; the console
+#: logger prints them as YAML, a top-level key a line, after ``Config:``): the world as nodes of GPUs
+HPARAM = r"^num_(nodes|gpus_per_node): (\d+)\s*$"
+_HPARAM_MARKERS = ("num_nodes: ", "num_gpus_per_node: ")
+_HPARAM_FACTS = {"nodes": "nodes", "gpus_per_node": "gpus_per_node"}
+
+
+def read_hparams(records: pl.LazyFrame) -> Events:
+    """The nodes and GPUs per node of Composer's hyperparameters."""
+    fields = pl.col("text").str.extract_groups(HPARAM)
+    facts = records.select(
+        "order",
+        fact=fields.struct["1"].replace_strict(_HPARAM_FACTS),
+        value=as_count(fields.struct["2"]),
+        family=pl.lit(NAME),
+    )
+    return Events(facts=[facts.filter(pl.col("value") > 0).collect()])
+
+
 #: llm-foundry's train script's last line, after ``trainer.fit()`` returned (``log.info('Done.')``, its logger
 #: ``llmfoundry.command_utils.train``, ``__main__`` in scripts/train/train.py before 0.11), in the format it sets:
 #: ``2024-03-14 08:15:04,200: rank0[7713][MainThread]: INFO: llmfoundry.command_utils.train: Done.``
@@ -172,9 +191,11 @@ FAMILY = Family(
         _METRIC_MARKER,
         _DONE_MARKER,
         _RANK_FINISHED_MARKER,
+        *_HPARAM_MARKERS,
         *CODE,
         *CONFIG_OPENERS,
         *CONFIG.markers,
+        *CONFIG.ends.markers,  # a record of the family's, or the block would not end there
     ),
     kinds=(
         RecordKind(
@@ -190,6 +211,13 @@ FAMILY = Family(
             test=RecordTest(markers=(_METRIC_MARKER,), pattern=METRIC),
             read=read_metrics,
             facts=("micro_batch_size",),
+        ),
+        RecordKind(
+            family=NAME,
+            name="hyperparameter",
+            test=RecordTest(markers=_HPARAM_MARKERS, pattern=HPARAM),
+            read=read_hparams,
+            facts=tuple(_HPARAM_FACTS.values()),
         ),
         RecordKind(
             family=NAME,

@@ -143,3 +143,17 @@ def test_the_launchers_word_that_its_ranks_finished_is_a_clean_exit(tmp_path):
     log.write_text("\n".join([*steps, *finished[:2], *crashed]) + "\n")
     row, _ = read(log)
     assert (row["status"], row["reason"]) == ("failed", "ValueError: bad")
+
+
+def test_composers_own_config_states_the_world_as_nodes_of_gpus(tmp_path):
+    # the console logger's ``Config:`` (trainer.py's num_nodes, num_gpus_per_node), after llm-foundry's
+    # config block ended at "Starting training..."; an indented key is another config's
+    info = "2024-03-26 17:02:45,911: rank0[1121][MainThread]: INFO: __main__:"
+    lines = [f"{info} Logging config", "max_seq_len: 2048", "trainer:", "  num_nodes: 4"]
+    lines += [f"{info} Starting training...", "*" * 30, "Config:", "composer_version: 0.20.1"]
+    lines += ["num_gpus_per_node: 8", "num_nodes: 2", "rank_zero_seed: 17", "*" * 30]
+    lines += ["[batch=1/50]:", "\t Train loss/train/total: 2.0000"]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    row, _ = read(log)
+    assert (row["nodes"], row["gpus_per_node"], row["gpus"], row["seq_len"]) == (2, 8, 16, 2048)

@@ -238,7 +238,10 @@ def test_cloud_launchers_words_on_how_a_job_ended():
         "Terminated (Max duration exceeded)",
         "  Warning  DeadlineExceeded  2m  job-controller  Job was active longer than specified deadline",
     ):
-        assert feed("step 10 | loss 9.1", sigterm, limit).failure[:2] == ("timeout", f"time limit: {limit.strip()}")
+        assert feed("step 10 | loss 9.1", sigterm, limit).failure[:2] == (
+            "timeout",
+            f"time limit: {limit.strip()}",
+        )
     # Ray Train's wrapper of a worker's failure is a report: the worker's own error is the cause
     watchdog = (
         "[Rank 9] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=48211) ran for 1800095 ms"
