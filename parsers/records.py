@@ -28,7 +28,7 @@ _DIGIT = r"\d"  # Rust's \d is Unicode's decimal digits, as Python's
 #: a record's stacked launcher prefixes, each after any whitespace: torchrun's ``[default3]:``, ``[rank7]:``,
 #: ``srun --label``'s ``12: ``, pdsh/DeepSpeed's runner (``10.0.0.2: ``, ``localhost: ``, ``node12: ``),
 #: Open MPI's ``--tag-output`` (``[1,5]<stderr>:``: job, rank, stream; SageMaker's ``[1,mpirank:5,algo-2]<stderr>:``
-#: with the host), MPICH's and Intel MPI's
+#: with the host; horovodrun's in Gloo mode: ``[5]<stderr>:``, the rank), MPICH's and Intel MPI's
 #: ``-prepend-rank`` (``[13] ``) and a wrapper's (``sed "s/^/[rank $RANK] /"``: ``[rank 13] ``; not
 #: Megatron's and DeepSpeed's own ``[Rank 0] ``); the time a line was logged at, by ``docker logs -t`` /
 #: ``kubectl logs --timestamps`` (RFC 3339: ``2024-03-02T10:11:12.123456789Z ``), Python logging's ``asctime`` (``2024-03-02
@@ -55,7 +55,7 @@ _PLATFORM_EXPORT = (
     rf"|\[{_DATE_TIME}[.,]{_DIGIT}+Z\] [0-9a-f]{{8}} (?:\[rank={_DIGIT}+\] )?\|\| "
 )
 LEADING_PREFIX = (
-    rf"^(?:{PYTHON_SPACE}*(?:\[(?:default|rank){_DIGIT}+\]:|\[{_DIGIT}+,(?:mpirank:)?{_DIGIT}+(?:,[\w.-]+)?\]<std(?:out|err)>:|{_DIGIT}{{1,5}}: |(?:{_DIGIT}{{1,3}}\.){{3}}"
+    rf"^(?:{PYTHON_SPACE}*(?:\[(?:default|rank){_DIGIT}+\]:|\[(?:{_DIGIT}+,)?(?:mpirank:)?{_DIGIT}+(?:,[\w.-]+)?\]<std(?:out|err)>:|{_DIGIT}{{1,5}}: |(?:{_DIGIT}{{1,3}}\.){{3}}"
     rf"{_DIGIT}{{1,3}}: |{_PLATFORM_EXPORT}|localhost: |[a-z][a-z0-9-]*{_DIGIT}[a-z0-9-]*(?:\.[a-z0-9.-]+)?: |\[(?:rank )?{_DIGIT}{{1,6}}\] "
     rf"|{_DATE_TIME}(?:[.,]{_DIGIT}+)?{_ZONE}?{_JOURNAL_SOURCE} "
     rf"|{_SYSLOG_TIME}(?:[.,]{_DIGIT}+)?{_JOURNAL_SOURCE} "

@@ -62,6 +62,7 @@ def test_prefixes_of_every_launcher_are_stripped():
         "[13] iteration 3",
         "[rank 13] iteration 3",  # a wrapper's: sed "s/^/[rank $RANK] /"
         "[1,mpirank:13,algo-2]<stdout>:iteration 3",  # SageMaker's mpirun --tag-output
+        "[13]<stderr>:iteration 3",  # horovodrun --gloo's
         "2024-03-02T10:11:12.123456789Z iteration 3",
         "2024-03-02T10:11:12+01:00 iteration 3",
         "[2024-03-02 10:11:12] iteration 3",
@@ -86,7 +87,7 @@ def test_prefixes_of_every_launcher_are_stripped():
     )
     assert got == [
         *[["iteration 3"], [" iteration 3"], *[["iteration 3"]] * 5, ["x"]],
-        *[*[["iteration 3"]] * 13, ["  iteration 3"], ["iteration 3"]],
+        *[*[["iteration 3"]] * 14, ["  iteration 3"], ["iteration 3"]],
         *[["iteration 3"]] * 4,
     ]
 
