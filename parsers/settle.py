@@ -63,6 +63,7 @@ def settle_runs(runs: list[RunBuilder], events: Events) -> None:
         orient="row",
     )
     steps = _step_events(runs, events.steps)
+    _fresh_start_candidates(runs, steps)
     _restart_candidates(runs, events.failures)
     starts = _launch_starts(runs, steps)
     steps = _counted_in_launch(steps, starts)
@@ -202,6 +203,28 @@ def _launch_starts(runs: list[RunBuilder], steps: pl.DataFrame) -> pl.DataFrame:
                 starts.append((index, order, launches))
                 started = order
     return pl.DataFrame(starts, schema={"run": pl.Int64, "order": pl.Int64, "launch": pl.Int64}, orient="row")
+
+
+def _fresh_start_candidates(runs: list[RunBuilder], steps: pl.DataFrame) -> None:
+    """A launch candidate at each step record where its family's steps start over in a file: no later than
+    the family's first step in the run, after a later one in the same file, and the next record later than
+    it but short of the highest before (a rank's lagging line is followed by the others' later steps). A
+    job that runs trainings one after another (stages, a sweep's members, ``torchrun pretrain.py &&
+    torchrun sft.py``) announces none. Each rank's own file counts from the start: not a launch."""
+    by, step, file = ["run", "family"], pl.col("step"), pl.col("order") // (1 << FILE_SHIFT)
+    records = steps.filter(pl.col("mode") == RECORD, step.is_not_null()).select(
+        "run", "order", "family", "step"
+    )
+    after = step.shift(-1).over(by)
+    again = records.filter(
+        step <= step.first().over(by),
+        step < step.shift(1).over(by),
+        file == file.shift(1).over(by),
+        after > step,
+        after < step.cum_max().shift(1).over(by),
+    )
+    for index, order in again.select("run", "order").iter_rows():
+        runs[index].launch_candidates.append((order, REQUEUED))
 
 
 def _restart_candidates(runs: list[RunBuilder], failures: list[pl.DataFrame]) -> None:

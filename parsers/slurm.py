@@ -73,6 +73,7 @@ from logstat.parsers.kinds import (
     Events,
     RecordKind,
     RecordTest,
+    line_of_order,
     literals,
     marks_of,
 )
@@ -786,13 +787,15 @@ def _with_printed_cause(events: list[tuple], run: RunBuilder) -> list[tuple]:
 
 
 def _preempted_before_the_last_launch(run: RunBuilder, events: list[tuple]) -> bool:
-    """Preemptions read after the run's last launch started (a job's .err, read after its .out) ended
-    earlier launches when the run logged more launches than it was preempted (a preempted job is requeued
-    and runs again): its last launch starts after them. Whether it did so."""
+    """Preemptions read after the run's last launch started (its requeue's word is the job's cancel line, the
+    step's comes after it; a job's .err, read after its .out) ended earlier launches when the run logged more
+    launches than it was preempted (a preempted job is requeued and runs again): its last launch starts after
+    them. Not one that came after a step of the last launch in its file: that ended the last. Whether it did
+    so."""
     preempted = [
         event for event in events if event[4] == "cancelled" and event[2].startswith(PREEMPTED_LABEL)
     ]
-    if not preempted or preempted[-1][0] < run.launch_start:
+    if not preempted or preempted[-1][0] < run.launch_start or _trained_before(run, preempted[-1][0]):
         return False
     frame = run.iteration_frame
     launches = 1 + (frame.get_column("launch").max() or 0) if frame is not None and frame.height else 1
@@ -802,6 +805,17 @@ def _preempted_before_the_last_launch(run: RunBuilder, events: list[tuple]) -> b
         return False
     run.launch_start = preempted[-1][0] + (1 << RECORD_SHIFT)
     return True
+
+
+def _trained_before(run: RunBuilder, order: int) -> bool:
+    """Whether the run's last launch logged a step before ``order`` in its file."""
+    frame = run.iteration_frame
+    if frame is None or frame.is_empty():
+        return False
+    path, line = str(run.files[order >> FILE_SHIFT]), line_of_order(order)
+    last = frame.filter(pl.col("launch") == pl.col("launch").max())
+    here = pl.col("source_path").fill_null(str(run.files[0])) == path
+    return not last.filter(here, pl.col("line") < line).is_empty()
 
 
 def _cancel_time(text: str) -> datetime | None:

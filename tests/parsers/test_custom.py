@@ -386,3 +386,42 @@ def test_a_loops_own_word_that_training_ended_is_the_runs_end(tmp_path, end, end
     failure = ["Traceback (most recent call last):", '  File "train.py", line 3', "ValueError: bad"]
     row, _ = runs_of(tmp_path, [*steps, end, *failure])
     assert (row["status"], row["reason"]) == ("failed", "ValueError: bad")
+
+
+def stage(total: int, every: int, seconds: float) -> list[str]:
+    return [
+        f"step {s}/{total} | loss {9 - s / total:.4f} | {seconds:.3f}s/step"
+        for s in range(every, total + 1, every)
+    ]
+
+
+def test_trainings_run_one_after_another_in_a_log_are_the_last_ones_rows(tmp_path):
+    # `torchrun pretrain.py && torchrun sft.py`: nothing announces the second training but its steps starting
+    # over; the run is the last training's, as far as it got
+    sft = stage(150, 10, 0.22)
+    row, iterations = runs_of(
+        tmp_path, ["+ torchrun pretrain.py && torchrun sft.py", *stage(400, 20, 0.3), *sft]
+    )
+    assert iterations["iteration"].to_list() == list(range(10, 151, 10))
+    assert (row["last_iteration"], row["train_iters"], row["status"]) == (150, 150, "ok")
+    assert row["sec_per_iter"] == pytest.approx(0.22)
+    # preempted in the second: that ended the run, though more launches than preemptions were logged
+    preempted = "slurmstepd: error: *** JOB 77 ON n1 CANCELLED AT 2024-05-03T11:02:59 DUE TO PREEMPTION ***"
+    row, _ = runs_of(tmp_path, [*stage(400, 20, 0.3), *sft[:5], preempted])
+    assert (row["status"], row["last_iteration"]) == ("cancelled", 50)
+
+
+def test_a_ranks_lagging_line_or_its_own_file_is_no_new_training(tmp_path):
+    # every rank prints: a line of the slower rank after a later step of the other, then the others go on
+    lines = stage(60, 10, 0.3)
+    row, iterations = runs_of(tmp_path, [*lines[:3], lines[0], *lines[3:]])
+    assert iterations["iteration"].to_list() == [10, 20, 30, 40, 50, 60]
+    # each rank's own log counts from the start; the failure in rank 0's is the run's, though rank 1's file,
+    # read after it, went on
+    failure = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    traceback = ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>', failure]
+    (tmp_path / "rank0.log").write_text("\n".join([*lines[:3], *traceback]) + "\n", encoding="utf-8")
+    (tmp_path / "rank1.log").write_text("\n".join(lines[:4]) + "\n", encoding="utf-8")
+    (tmp_path / "train.log").unlink()
+    row, _ = read(tmp_path)
+    assert (row["status"], row["reason"]) == ("failed", failure)
