@@ -29,7 +29,8 @@ run that failed before Megatron's arguments dump), and the parameters a script c
 parameters``, ``Loaded meta-llama/Llama-2-7b-hf: 6,738,415,616 parameters``, torchinfo's and Keras's
 ``Total params: 6,050,882,784``): ``logged_model_size`` in billions.
 
-A capitalized ``Step`` before a lowercase ``loss`` (torchtune's metric logger: ``Step 10 | loss:1.52``), ``step:`` (torchtitan), ``step N:`` (nanoGPT's
+A capitalized ``Step`` before a lowercase ``loss`` and its value with no space (torchtune's metric logger:
+``Step 10 | loss:1.52``), ``step:`` (torchtitan), ``step N:`` (nanoGPT's
 evaluations, LitGPT's ``iter N step M:``), ``iter N step M | loss train:`` (LitGPT's, no number after
 ``loss``) and ``step=N,`` (DeepSpeed) are other families' records and do not match. Failures are the Slurm
 family's.
@@ -63,8 +64,12 @@ _OF_TOTAL = r"(?:\s*/\s*(\d+))?"
 #: ``step=N``, then a separator (``|``, ``]``, ``,``) or none, a space and, later on the line, the loss
 #: (``loss X``, ``loss=X``, ``loss: X``, ``train loss X``); ``iter N |``, ``iter=N`` or ``iter N/M`` and a loss;
 #: ``it N: loss``; a line's ``step N: loss X`` (nanoGPT's step line, its ``iter`` renamed; or a logging
-#: format's message: ``... - __main__ - step 1: loss=2.88``) or ``Step N: loss X``; the same
-#: capitalized (``Step N | Loss: X``, ``Step [N/M] Loss: X``; ``Iter N | loss X``); MLX's ``Iter N: Train loss
+#: format's message: ``... - __main__ - step 1: loss=2.88``, absl's after its source line, ``train.py:88]
+#: step 100: loss = 4.1``; ``train step 200: loss=``) or ``Step N: loss X``; the same capitalized (``Step N |
+#: Loss: X``, ``Step [N/M] Loss: X``, ``Step: 1/200, Loss: X``, not DeepSpeed-Chat's ``Step: 0 | PPO Epoch: 1 | Actor Loss``; ``Iter N | loss X``), or with the loss right
+#: after it (``Step 12 -
+#: loss: 3.41``, ``Step   100/1500 | train_loss 3.4``, ``Step 0000050 loss 2.48``; its value after a space,
+#: ``=`` or ``: ``, where torchtune's ``Step N | loss:X`` has none); MLX's ``Iter N: Train loss
 #: X`` (mlx_lm.lora; ``Iter N: Val loss`` is its evaluation); MaxText's ``completed step: N, seconds: S, ...,
 #: loss: X``; verl's console (its metrics joined by `` - ``: ``step:12 - actor/pg_loss:0.013 - ...
 #: timing_s/step:58.1``, the SFT trainer's ``train/loss``; a validation's ``step:0 - val/...`` has none); t5x's
@@ -78,8 +83,10 @@ _STEP_FORMS = (
     rf"step(?:\s+(\d+){_OF_TOTAL}\s*[\]|,]?|\s*=\s*(\d+){_OF_TOTAL})\s.*?\b(?:train[\s_])?loss",
     rf"[Ii]ter(?:\s+(\d+){_OF_TOTAL}\s*\||\s*=\s*(\d+){_OF_TOTAL}[\s,]|\s+(\d+)\s*/\s*(\d+)[\s,])\s*.*?\b[Ll]oss",
     rf"it\s+(\d+){_OF_TOTAL}:\s+loss",
-    rf"(?:^|- )[Ss]tep\s+(\d+){_OF_TOTAL}:\s+loss",
+    rf"(?:^|- |\S+:\d+\] |[Tt]rain )[Ss]tep\s+(\d+){_OF_TOTAL}:\s+loss",
     rf"Step\s+\[?\s*(\d+){_OF_TOTAL}\s*\]?\s*[|,]?\s.*?\b(?:[Tt]rain[\s_])?Loss",
+    rf"Step:\s+(\d+){_OF_TOTAL},\s+Loss",
+    rf"Step\s+\[?\s*(\d+){_OF_TOTAL}\s*\]?\s*(?:[|,]|\s-)?\s+(?:train[\s_])?loss(?::\s|\s*=|\s)",
     rf"^Iter\s+(\d+){_OF_TOTAL}:\s+Train loss",
     r"completed step: (\d+)(),.*?\bloss",
     r"step:(\d+)() - .*?\b(?:actor/pg_loss|train/loss)",
@@ -91,7 +98,18 @@ STEP_LINE = rf"(?:^|[\s|\[])(?:{'|'.join(_STEP_FORMS)})\b\s*[:=]?\s*({NUMBER})"
 #: last)
 _LOSS_GROUP = re.compile(STEP_LINE).groups
 _STEP_GROUPS, _TOTAL_GROUPS = range(1, _LOSS_GROUP, 2), range(2, _LOSS_GROUP, 2)
-_MARKERS = ("step ", "Step ", "step=", "iter ", "Iter ", "iter=", ": loss", "completed step: ", "step:")
+_MARKERS = (
+    "step ",
+    "Step ",
+    "Step:",
+    "step=",
+    "iter ",
+    "Iter ",
+    "iter=",
+    ": loss",
+    "completed step: ",
+    "step:",
+)
 _MARKERS += ("logging_writer.py:", ") step_loss")
 _LEARNING_RATE = rf"\blr\s*[:=]?\s*({NUMBER})"
 _GRAD_NORM = rf"\b(?:grad_)?norm\s*[:=]?\s*({NUMBER})"

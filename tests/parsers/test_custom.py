@@ -136,6 +136,18 @@ def test_a_loop_on_deepspeeds_engine_is_a_deepspeed_run_whose_rows_are_the_loops
             10.8737,
             None,
         ),
+        # loguru's and absl's messages, a loop's own forms of a step with its loss right after it
+        ("2024-05-01 10:00:00.123 | INFO     | train:loop:203 - Step 12 - loss: 3.412", 12, 3.412, None),
+        ("I0501 10:00:38.800000 140234 train.py:142] step 100: loss = 4.12, lr = 2.0e-04", 100, 4.12, None),
+        (
+            "I0501 10:00:38.800000 140234 train.py:142] train step 200: loss=2.5, step_time=5.80s",
+            200,
+            2.5,
+            5800.0,
+        ),
+        ("Step: 1/200, Loss: 8.9412, LR: 0.000015, Time: 1.05s", 1, 8.9412, 1050.0),
+        ("[rank0] 2024-09-09 09:01:31 Step   100/1500 | train_loss 3.4 | 0.512 s/step", 100, 3.4, 512.0),
+        ("Step 0000050 loss 2.4812 grad_norm 0.41", 50, 2.4812, None),
         # neuronx-distributed's examples (the epoch, then the step)
         (
             "LOG Thu Mar 14 02:15:45 2024 - (0, 17) step_loss : 10.7868 learning_rate : 1.50e-06",
@@ -164,6 +176,7 @@ def test_a_loops_step_after_a_loggers_or_a_ranks_fields(tmp_path, line, step, lo
         "Skipping step 10 | loss scale reduced",  # no step number before a '|' then a loss
         "iter 100: loss 2.3456, time 300.12ms, mfu 40.10%",  # nanoGPT's
         "Iter 600: Val loss 1.180, Val took 17.98s",  # mlx_lm.lora's evaluation
+        "Epoch: 0 | Step: 3 | PPO Epoch: 1 | Actor Loss: -0.06 | Critic Loss: 0.24",  # DeepSpeed-Chat's PPO
         "I0607 logging_writer.py:48] [1000] collection=eval accuracy=0.61, loss=2.91",  # t5x's evaluation
     ],
 )
