@@ -19,7 +19,7 @@ as it does under any header. The lines after it are that step's metrics (``Train
 (``format_log_data_value``): a learning rate under 5e-5 reads 0. Evaluations' lines (``Eval ``) are not
 steps. The configuration a run logs states its shape: llm-foundry's ``Logging config`` (``max_seq_len``,
 ``global_train_batch_size``, ``device_train_microbatch_size``, ``n_gpus``, ``max_duration: 4800ba``: the
-plan), top-level keys only; Composer's own ``Config:`` (``num_nodes``, ``num_gpus_per_node``).
+plan) and Composer's own ``Config:`` (``num_nodes``, ``num_gpus_per_node``), top-level keys only.
 Failures are the Slurm family's.
 """
 
@@ -28,12 +28,10 @@ from __future__ import annotations
 import polars as pl
 from logstat.parsers.base import Family
 from logstat.parsers.kinds import (
-    BODY,
     CLEAN_EXIT,
     NUMBER,
     RECORD,
     SEEN,
-    Block,
     Events,
     RecordKind,
     RecordTest,
@@ -99,73 +97,37 @@ def read_metrics(records: pl.LazyFrame) -> Events:
     )
 
 
-#: the run's configuration as YAML, a key a line: llm-foundry's ``Logging config`` (its whole config, top-level
-#: keys unindented; not Composer's ``Config:`` of hparams after it: ``Config:`` is in hundreds of thousands of
-#: other lines, and the keys read of it are HPARAM's)
-CONFIG_OPENERS = ("Logging config",)
-_CONFIG_LINE = r"^(?P<name>[a-z_]+): (?P<value>\S+)\s*$"
-#: the keys read, as counts, by the fact each states (``n_gpus`` llm-foundry's world size; ``max_duration``
-#: in batches, ``4800ba``, is the plan)
+#: the run's configuration as YAML, a top-level key a line (unindented: a section's keys are another thing's,
+#: the model's ``max_seq_len``), wherever it is printed: llm-foundry's after ``Logging config``, Composer's
+#: console logger's hyperparameters after ``Config:`` (its trainer.py logs ``num_nodes`` and
+#: ``num_<device>s_per_node``; llm-foundry logs its whole config as hyperparameters too). The keys read, as
+#: counts, by the fact each states (``n_gpus`` llm-foundry's world size), and ``max_duration`` in batches
+#: (``4800ba``: the plan)
 _CONFIG_COUNTS = {
     "max_seq_len": "seq_len",
     "global_train_batch_size": "global_batch_size",
     "device_train_microbatch_size": "micro_batch_size",
     "n_gpus": "gpus",
+    "num_nodes": "nodes",
+    "num_gpus_per_node": "gpus_per_node",
 }
+_CONFIG_FACTS = _CONFIG_COUNTS | {"max_duration": "train_iters"}
+CONFIG_KEY = rf"^({'|'.join(_CONFIG_FACTS)}): (\S+)\s*$"
+_CONFIG_MARKERS = tuple(f"{key}: " for key in _CONFIG_FACTS)
+#: the keys that only Composer's and llm-foundry's configurations name: records of the family
+_OWN_KEYS = ["global_train_batch_size", "device_train_microbatch_size", "max_duration"]
 
 
-def read_config(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> Events:
+def read_config(records: pl.LazyFrame) -> Events:
     """Facts of a configuration's top-level keys: counts, and the planned batches of ``max_duration``."""
-    lines = (
-        blocks.filter(pl.col("role") == BODY)
-        .select("order", line=pl.col("text").str.extract_groups(_CONFIG_LINE))
-        .unnest("line")
-    )
-    name, value = pl.col("name"), pl.col("value")
-    counts = lines.filter(name.is_in(list(_CONFIG_COUNTS))).select(
-        "order", fact=name.replace_strict(_CONFIG_COUNTS), value=as_count(value), family=pl.lit(NAME)
-    )
-    batches = as_count(value.str.extract(r"^(\d+)ba$", 1))
-    planned = lines.filter(name == "max_duration").select(
-        "order", fact=pl.lit("train_iters"), value=batches, family=pl.lit(NAME)
-    )
-    facts = pl.concat([counts, planned]).filter(pl.col("value") > 0)
-    return Events(
-        facts=[facts.collect()], marks=[marks_of(blocks.filter(pl.col("role") == BODY), NAME, SEEN)]
-    )
-
-
-CONFIG = Block(
-    family=NAME,
-    name="config",
-    opens=RecordTest(markers=CONFIG_OPENERS, pattern=r"(?:^|: )Logging config\.*\s*$"),
-    body=RecordTest(pattern=_CONFIG_LINE),
-    markers=tuple(f"{key}: " for key in (*_CONFIG_COUNTS, "max_duration")),
-    # training starts after it; llm-foundry's whole config is a few hundred lines
-    ends=RecordTest(markers=(_HEADER_MARKER, "Starting training")),
-    max_lines=600,
-    read=read_config,
-    facts=(*_CONFIG_COUNTS.values(), "train_iters"),
-)
-
-
-#: Composer's own hyperparameters (trainer.py logs ``num_nodes`` and ``num_<device>s_per_node``; the console
-#: logger prints them as YAML, a top-level key a line, after ``Config:``): the world as nodes of GPUs
-HPARAM = r"^num_(nodes|gpus_per_node): (\d+)\s*$"
-_HPARAM_MARKERS = ("num_nodes: ", "num_gpus_per_node: ")
-_HPARAM_FACTS = {"nodes": "nodes", "gpus_per_node": "gpus_per_node"}
-
-
-def read_hparams(records: pl.LazyFrame) -> Events:
-    """The nodes and GPUs per node of Composer's hyperparameters."""
-    fields = pl.col("text").str.extract_groups(HPARAM)
+    fields = pl.col("text").str.extract_groups(CONFIG_KEY)
+    name, value = fields.struct["1"], fields.struct["2"]
+    count = pl.when(name == "max_duration").then(value.str.extract(r"^(\d+)ba$", 1)).otherwise(value)
     facts = records.select(
-        "order",
-        fact=fields.struct["1"].replace_strict(_HPARAM_FACTS),
-        value=as_count(fields.struct["2"]),
-        family=pl.lit(NAME),
+        "order", fact=name.replace_strict(_CONFIG_FACTS), value=as_count(count), family=pl.lit(NAME)
     )
-    return Events(facts=[facts.filter(pl.col("value") > 0).collect()])
+    own = records.filter(pl.col("text").str.extract(CONFIG_KEY, 1).is_in(_OWN_KEYS))
+    return Events(facts=[facts.filter(pl.col("value") > 0).collect()], marks=[marks_of(own, NAME, SEEN)])
 
 
 #: llm-foundry's train script's last line, after ``trainer.fit()`` returned (``log.info('Done.')``, its logger
@@ -191,11 +153,8 @@ FAMILY = Family(
         _METRIC_MARKER,
         _DONE_MARKER,
         _RANK_FINISHED_MARKER,
-        *_HPARAM_MARKERS,
+        *_CONFIG_MARKERS,
         *CODE,
-        *CONFIG_OPENERS,
-        *CONFIG.markers,
-        *CONFIG.ends.markers,  # a record of the family's, or the block would not end there
     ),
     kinds=(
         RecordKind(
@@ -214,10 +173,10 @@ FAMILY = Family(
         ),
         RecordKind(
             family=NAME,
-            name="hyperparameter",
-            test=RecordTest(markers=_HPARAM_MARKERS, pattern=HPARAM),
-            read=read_hparams,
-            facts=tuple(_HPARAM_FACTS.values()),
+            name="config key",
+            test=RecordTest(markers=_CONFIG_MARKERS, pattern=CONFIG_KEY),
+            read=read_config,
+            facts=tuple(_CONFIG_FACTS.values()),
         ),
         RecordKind(
             family=NAME,
@@ -233,7 +192,6 @@ FAMILY = Family(
         ),
         code_frames(NAME, CODE),
     ),
-    blocks=(CONFIG,),
     description="MosaicML Composer / llm-foundry: the console logger's '[batch=N/M]:' blocks of "
     "'Train <key>: <value>' lines (loss, lr, throughput)",
 )

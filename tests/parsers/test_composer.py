@@ -157,3 +157,12 @@ def test_composers_own_config_states_the_world_as_nodes_of_gpus(tmp_path):
     log.write_text("\n".join(lines) + "\n", encoding="utf-8")
     row, _ = read(log)
     assert (row["nodes"], row["gpus_per_node"], row["gpus"], row["seq_len"]) == (2, 8, 16, 2048)
+    # an llm-foundry that logs its config only as Composer's hyperparameters: the same keys, under Config:
+    config = ["*" * 30, "Config:", "device_train_microbatch_size: 8", "global_train_batch_size: 256"]
+    config += ["max_duration: 50ba", "max_seq_len: 2048", "model:", "  max_seq_len: 4096", "*" * 30]
+    log.write_text(
+        "\n".join([*config, "[batch=1/50]:", "\t Train loss/train/total: 2.0"]) + "\n", encoding="utf-8"
+    )
+    row, _ = read(log)
+    shape = ("micro_batch_size", "global_batch_size", "train_iters", "seq_len", "family")
+    assert tuple(row[name] for name in shape) == (8, 256, 50, 2048, "composer")
