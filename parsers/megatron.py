@@ -243,6 +243,9 @@ _MEMORY_FIELDS = {"allocated": "mem_allocated_mb", "max allocated": "mem_max_all
 _GLUED_EVENTS = 64
 #: what opens an arguments dump: a line holding it is never a per-step record
 _DUMP_OPENER = " arguments --"
+#: Megatron-LM 2019-2020's dump, ``print_args``: a line ``arguments:`` alone, then the same ``  name ....
+#: value`` lines and no end line
+_OLD_DUMP_OPENER = "arguments:"
 
 
 def _records(lines: pl.LazyFrame, header: str) -> pl.LazyFrame:
@@ -698,11 +701,21 @@ def read_arguments(blocks: pl.LazyFrame, carry: pl.DataFrame | None = None) -> E
 ARGUMENTS = Block(
     family=NAME,
     name="arguments",
-    opens=RecordTest(markers=(_DUMP_OPENER,), unless=("end of arguments",)),
+    opens=RecordTest(
+        markers=(_DUMP_OPENER, _OLD_DUMP_OPENER),
+        pattern=rf"{_DUMP_OPENER}|^{_OLD_DUMP_OPENER}\s*$",
+        unless=("end of arguments",),
+    ),
     closes=RecordTest(markers=("end of arguments",)),
     # lines that only come after the arguments dump: one of them ends a dump that lost its end line
     ends=RecordTest(
-        markers=("elapsed time per iteration", "time (ms)", "memory (MB)", "after training is done")
+        markers=(
+            "elapsed time per iteration",
+            "time (ms)",
+            "memory (MB)",
+            "after training is done",
+            "padded vocab",
+        )
     ),
     body=RecordTest(pattern=DOTTED_RECORD),
     markers=tuple(f"{name} ." for name in _KEPT_ARGS),
@@ -764,6 +777,7 @@ FAMILY = Family(
     markers=(
         *ARGUMENTS.ends.markers,
         _DUMP_OPENER,
+        _OLD_DUMP_OPENER,
         "end of arguments",
         "using world size",
         "using torch.",

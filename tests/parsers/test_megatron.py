@@ -279,6 +279,24 @@ def test_a_dump_states_every_kept_argument_and_nothing_else():
     assert 99 not in run.facts.values() and 98 not in run.facts.values()
 
 
+def test_megatron_lms_2019_dump_opens_at_arguments_and_ends_before_the_vocabulary():
+    # print_args then: "arguments:" alone, no end line; a run that failed before its first iteration
+    run = feed(
+        "using world size: 8 and model-parallel size: 4 ",
+        "arguments:",
+        "  batch_size ................... 16",
+        "  seq_length ................... 1024",
+        "  model_parallel_size .......... 4",
+        "  train_iters .................. 500000",
+        "> padded vocab (size: 50257) with 943 dummy tokens (new size: 51200)",
+        "building GPT2 model ...",
+    )
+    facts = ("micro_batch_size", "seq_len", "tp", "train_iters")
+    assert tuple(run.facts[fact] for fact in facts) == (16, 1024, 4, 500000)
+    # the word in any other line opens nothing
+    assert "seq_len" not in feed("Invalid arguments:", "  seq_length ..... 1024", "> padded vocab").facts
+
+
 def test_a_dump_ended_by_an_iteration_line_states_its_arguments_after_that_line():
     """A dump that lost its end line states its facts as the iteration line ending it is read, after the
     line's own (as the Python code did), in every run read together: at one order, polars' unstable sort
