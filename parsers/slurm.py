@@ -400,6 +400,22 @@ INTERPRETER_FAILURES = (
 _INTERPRETER_FAILURE = re.compile(
     r"^(?:\S*python[\d.]*: )?(?:Error while finding module specification for |No module named |can't open file )"
 )
+#: the shell's word that a job script's launcher is not there (bash: ``/var/spool/slurmd/job700001/slurm_script:
+#: line 23: torchrun: command not found``, ``bash: deepspeed: command not found``; its exit status 127): the
+#: training never started (a module not loaded, an environment not activated)
+LAUNCHERS_NOT_FOUND = tuple(
+    f"{launcher}: command not found"
+    for launcher in (
+        "torchrun",
+        "deepspeed",
+        "python",
+        "python3",
+        "accelerate",
+        "srun",
+        "mpirun",
+        "horovodrun",
+    )
+)
 #: c10d's warning that a host's name does not resolve (socket.cpp: ``The IPv4 network addresses of
 #: (gpu-node-17.cluster.internal, 29500) cannot be retrieved (gai error: -2 - Name or service not known).``),
 #: before its connection times out: why it did
@@ -632,6 +648,8 @@ def parse_line(text: str, lineno: int, run: RunBuilder) -> None:
     elif any(failure in text for failure in INTERPRETER_FAILURES) and _INTERPRETER_FAILURE.search(
         text.strip()
     ):
+        kind = "exec"
+    elif any(missing in text for missing in LAUNCHERS_NOT_FOUND):
         kind = "exec"
     elif NAME_RESOLUTION in text:  # a warning: c10d retries, so a peer's failure outweighs it
         label, weight, kind = NETWORK_LABEL, EFFECT, NAME_RESOLUTION_KIND
@@ -1281,6 +1299,7 @@ FAMILY = Family(
         *SSH_REFUSALS,
         *MPI_LAUNCH_FAILURES,
         *INTERPRETER_FAILURES,
+        *LAUNCHERS_NOT_FOUND,
         NAME_RESOLUTION,
         ELASTIC_RESTART,
         APPTAINER_FATAL,

@@ -656,6 +656,11 @@ STORE_TIMEOUT = [
             "/usr/bin/python3.11: ",
         ),
         ("python: No module named deepspeed", "No module named deepspeed"),
+        # the launcher itself not found by the job script's shell (exit status 127)
+        (
+            "/var/spool/slurmd/job700001/slurm_script: line 23: torchrun: command not found",
+            "torchrun: command not found",
+        ),
     ],
 )
 def test_an_interpreter_that_could_not_start_its_program_is_the_cause(line, message):
