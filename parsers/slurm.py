@@ -299,6 +299,12 @@ SCHEDULER_ENDS["TERM_PREEMPT"] = ("cancelled", PREEMPTED_LABEL, "cancelled")
 #: in-01JA... hit its timeout of 3600s``)
 SCHEDULER_ENDS["Job finished (status: CANCELLED)"] = ("cancelled", "", "cancelled")
 SCHEDULER_ENDS["FunctionTimeoutError: "] = TIME_LIMIT
+#: SkyPilot's managed job that no cloud could provision again (jobs/utils.py: ``Job finished (status:
+#: FAILED_NO_RESOURCE).``, ``Managed job finished: 12 (status: FAILED_NO_RESOURCE).``); the kubelet's eviction of
+#: a pod its node ran short of something for (eviction/helpers.go: ``The node was low on resource:
+#: ephemeral-storage. Threshold quantity: ...``, the pod's event or status message)
+SCHEDULER_ENDS["(status: FAILED_NO_RESOURCE)"] = ("failed", "", "no resources")
+SCHEDULER_ENDS["The node was low on resource: "] = ("failed", "", "evicted")
 #: dstack's run past its ``max_duration`` (JobTerminationReason.MAX_DURATION_EXCEEDED: ``dstack apply``'s end
 #: ``Terminated (Max duration exceeded)``, ``dstack ps``' error column, the API's value); a Kubernetes Job's or a
 #: Kubeflow job's past its ``activeDeadlineSeconds`` (its condition's message: ``Job was active longer than

@@ -232,6 +232,13 @@ def test_cloud_launchers_words_on_how_a_job_ended():
     timeout = "modal.exception.FunctionTimeoutError: Task's current input in-01JA hit its timeout of 3600s"
     assert feed("step 10 | loss 9.1", timeout).failure[:2] == ("timeout", f"time limit: {timeout}")
     assert feed("step 10 | loss 9.1", "✓ Job finished (status: SUCCEEDED).").failure is None
+    # SkyPilot's managed job that found no resources again; a pod the kubelet evicted
+    for end in (
+        "Managed job finished: 12 (status: FAILED_NO_RESOURCE).",
+        "6m12s  Warning  Evicted  pod/llama-ft-master-0  The node was low on resource: ephemeral-storage. "
+        "Threshold quantity: 19236596271, available: 18113904Ki.",
+    ):
+        assert feed("step 10 | loss 9.1", end).failure[:2] == ("failed", end)
     # dstack's and Kubernetes' time limits: the SIGTERM torch's agent got before them is their doing
     sigterm = "W0320 06:06:48.018000 512 torch/distributed/elastic/agent/server/api.py:719] Received 15 death signal"
     for limit in (
