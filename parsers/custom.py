@@ -60,16 +60,16 @@ from logstat.parsers.kinds import (
 NAME = "custom"
 
 _OF_TOTAL = r"(?:\s*/\s*(\d+))?"
-#: a step line's forms, each with two groups (the step, the plan's total): ``step N`` (``N/M``) as a word, or
-#: ``step=N``, then a separator (``|``, ``]``, ``,``) or none, a space and, later on the line, the loss
+#: a step line's forms, each with pairs of groups (the step, the plan's total): ``step N`` (``N/M``) as a word,
+#: or ``step=N``, then a separator (``|``, ``]``, ``,``) or none, a space and, later on the line, the loss
 #: (``loss X``, ``loss=X``, ``loss: X``, ``train loss X``); ``iter N |``, ``iter=N`` or ``iter N/M`` and a loss;
 #: ``it N: loss``; a line's ``step N: loss X`` (nanoGPT's step line, its ``iter`` renamed; or a logging
 #: format's message: ``... - __main__ - step 1: loss=2.88``, absl's after its source line, ``train.py:88]
 #: step 100: loss = 4.1``; ``train step 200: loss=``) or ``Step N: loss X``; the same capitalized (``Step N |
-#: Loss: X``, ``Step [N/M] Loss: X``, ``Step: 1/200, Loss: X``, not DeepSpeed-Chat's ``Step: 0 | PPO Epoch: 1 | Actor Loss``; ``Iter N | loss X``), or with the loss right
-#: after it (``Step 12 -
-#: loss: 3.41``, ``Step   100/1500 | train_loss 3.4``, ``Step 0000050 loss 2.48``; its value after a space,
-#: ``=`` or ``: ``, where torchtune's ``Step N | loss:X`` has none); MLX's ``Iter N: Train loss
+#: Loss: X``, ``Step [N/M] Loss: X``, ``Step: 1/200, Loss: X``, not DeepSpeed-Chat's ``Step: 0 | PPO Epoch: 1
+#: | Actor Loss``; ``Iter N | loss X``), or with the loss right after it (``Step 12 - loss: 3.41``, ``Step
+#: 100/1500 | train_loss 3.4``, ``Step 0000050 loss 2.48``; its value after a space, ``=`` or ``: ``, where
+#: torchtune's ``Step N | loss:X`` has none); MLX's ``Iter N: Train loss
 #: X`` (mlx_lm.lora; ``Iter N: Val loss`` is its evaluation); MaxText's ``completed step: N, seconds: S, ...,
 #: loss: X``; verl's console (its metrics joined by `` - ``: ``step:12 - actor/pg_loss:0.013 - ...
 #: timing_s/step:58.1``, the SFT trainer's ``train/loss``; a validation's ``step:0 - val/...`` has none); t5x's
@@ -98,19 +98,8 @@ STEP_LINE = rf"(?:^|[\s|\[])(?:{'|'.join(_STEP_FORMS)})\b\s*[:=]?\s*({NUMBER})"
 #: last)
 _LOSS_GROUP = re.compile(STEP_LINE).groups
 _STEP_GROUPS, _TOTAL_GROUPS = range(1, _LOSS_GROUP, 2), range(2, _LOSS_GROUP, 2)
-_MARKERS = (
-    "step ",
-    "Step ",
-    "Step:",
-    "step=",
-    "iter ",
-    "Iter ",
-    "iter=",
-    ": loss",
-    "completed step: ",
-    "step:",
-)
-_MARKERS += ("logging_writer.py:", ") step_loss")
+_MARKERS = ("step ", "Step ", "Step:", "step=", "iter ", "Iter ", "iter=", ": loss", "completed step: ")
+_MARKERS += ("step:", "logging_writer.py:", ") step_loss")
 _LEARNING_RATE = rf"\blr\s*[:=]?\s*({NUMBER})"
 _GRAD_NORM = rf"\b(?:grad_)?norm\s*[:=]?\s*({NUMBER})"
 #: a step's time: after its name, per step or iteration, or a field of its own between ``|`` (or opening a
