@@ -146,6 +146,9 @@ _SPACED_COUNTS = {
     "global_bs": "global_batch_size",
     "gbs": "global_batch_size",
     "max_steps": "train_iters",
+    "total_steps": "train_iters",
+    "num_train_steps": "train_iters",  # t5x's and Flax examples' config
+    "per_device_batch_size": "micro_batch_size",  # MaxText's
 }
 #: Megatron's names of its parallel sizes, as a repr's keywords (NeMo 2's ``Config(MegatronStrategy,
 #: tensor_model_parallel_size=4, pipeline_model_parallel_size=2)``, a Namespace)

@@ -247,6 +247,10 @@ def test_a_loops_header_states_its_batches_length_and_plan(tmp_path):
         row, _ = runs_of(tmp_path, [header, *steps])
         assert [row[fact] for fact in facts] == expected
     assert row["dp"] == 8
+    # other loops' names of the plan and the per-device batch (t5x's and Flax's, MaxText's, a launch line's)
+    for header in ("num_train_steps=1000 per_device_batch_size=4", "Launching training, total_steps=1000"):
+        row, _ = runs_of(tmp_path, [header, *steps])
+        assert (row["train_iters"], row["micro_batch_size"]) == (1000, 4 if "per_device" in header else None)
     # Megatron's names of the parallel sizes as a repr's keywords (NeMo 2's strategy, printed)
     row, _ = runs_of(
         tmp_path,
