@@ -869,6 +869,9 @@ def _several_jobs(run: RunBuilder) -> None:
 #: timeout: WorkNCCL(...) ran for 600310 milliseconds before timing out``), and the failures of a rank itself
 _COLLECTIVE_TIMEOUT = "collective operation timeout"
 _RANKS_OWN_FAILURES = ("exception", "cuda oom")
+#: a native crash's own words (CPython's ``Fatal Python error: Segmentation fault``): a rank's own failure too;
+#: not ``Aborted``, which a watchdog's own abort of its rank prints
+_CRASHES = tuple(text for signal, text in CRASH_SIGNAL_DESCRIPTIONS.items() if signal != "SIGABRT")
 
 
 def _peers_died(events: list[tuple], launch_start: int, restart: int | None) -> list[tuple]:
@@ -893,7 +896,10 @@ def _peers_died(events: list[tuple], launch_start: int, restart: int | None) -> 
     died = any(event[0] < first and event[3] >= EFFECT for event in same_file)  # a peer's reset is a report
     timed_out = all(_COLLECTIVE_TIMEOUT in events[index][2] for index in collective)
     failed_elsewhere = timed_out and any(
-        event[4] in _RANKS_OWN_FAILURES
+        (
+            event[4] in _RANKS_OWN_FAILURES
+            or (event[4] == "native abort" and any(c in event[2] for c in _CRASHES))
+        )
         and event[3] == CAUSE
         and (event[0] >> FILE_SHIFT != first >> FILE_SHIFT or _after_in_launch(first, event[0], restart))
         for event in launch

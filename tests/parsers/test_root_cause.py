@@ -440,6 +440,15 @@ def test_a_collective_timeout_is_the_effect_of_a_rank_that_failed_in_its_own_tas
     (other / "gpt-77124-0.out").write_text(f"{nccl_error}\n")
     (other / "gpt-77124-2.out").write_text("\n".join([*TRACEBACK, error, ""]))
     assert load_runs([other]).runs.row(0, named=True)["reason"] != error
+    # a rank's native crash (no traceback: CPython's fault handler) is its own failure too; its abort is not
+    # (a rank's own watchdog aborts it so)
+    for crash, caused in (("Segmentation fault", True), ("Aborted", False)):
+        crashed = tmp_path / crash.split()[0]
+        crashed.mkdir()
+        (crashed / "gpt-77125-0.out").write_text(f"{WATCHDOG}\n")
+        (crashed / "gpt-77125-3.out").write_text(f"Fatal Python error: {crash}\n")
+        row = load_runs([crashed]).runs.row(0, named=True)
+        assert (row["reason"] == f"Fatal Python error: {crash}") is caused
 
 
 def test_a_ranks_failure_after_the_others_timeouts_in_one_file_is_their_cause():
