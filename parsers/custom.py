@@ -67,7 +67,7 @@ _OF_TOTAL = r"(?:\s*/\s*(\d+))?"
 #: format's message: ``... - __main__ - step 1: loss=2.88``, absl's after its source line, ``train.py:88]
 #: step 100: loss = 4.1``; ``train step 200: loss=``) or ``Step N: loss X``; the same capitalized (``Step N |
 #: Loss: X``, ``Step [N/M] Loss: X``, ``Step: 1/200, Loss: X``, not DeepSpeed-Chat's ``Step: 0 | PPO Epoch: 1
-#: | Actor Loss``; ``Iter N | loss X``), or with the loss right after it (``Step 12 - loss: 3.41``, ``Step
+#: | Actor Loss``; picotron's ``Step: 200   | Loss: 2.10``; ``Iter N | loss X``), or with the loss right after it (``Step 12 - loss: 3.41``, ``Step
 #: 100/1500 | train_loss 3.4``, ``Step 0000050 loss 2.48``; its value after a space, ``=`` or ``: ``, where
 #: torchtune's ``Step N | loss:X`` has none); MLX's ``Iter N: Train loss
 #: X`` (mlx_lm.lora; ``Iter N: Val loss`` is its evaluation); MaxText's ``completed step: N, seconds: S, ...,
@@ -76,7 +76,9 @@ _OF_TOTAL = r"(?:\s*/\s*(\d+))?"
 #: (clu's LoggingWriter: ``logging_writer.py:48] [1000100] collection=train accuracy=0.55, ..., loss=3.31, ...,
 #: timing/steps_per_second=1.72``; its evaluations' collections are not the training's); neuronx-distributed's
 #: examples' (AWS Trainium: ``LOG Thu Mar 14 02:15:45 2024 - (0, 1) step_loss : 10.7868 learning_rate : ...``,
-#: the epoch and the step). ``step N: train loss`` and ``iter N:`` are no step's line (nanoGPT's evaluations
+#: the epoch and the step); nanotron's (``[INFO|DP=0|PP=0|TP=0|host]: iteration: 137 / 50000 | consumed_tokens: ...
+#: | elapsed_time_per_iteration_ms: 1.19K | ... | lm_loss: 2.6 |``, its numbers in human_format: ``K`` a
+#: thousand). ``step N: train loss`` and ``iter N:`` are no step's line (nanoGPT's evaluations
 #: and steps are its family's), nor LitGPT's ``iter N step M:``, nor ``Step N | loss:X`` (torchtune's), nor
 #: ``step=N,`` (DeepSpeed's)
 _STEP_FORMS = (
@@ -85,7 +87,8 @@ _STEP_FORMS = (
     rf"it\s+(\d+){_OF_TOTAL}:\s+loss",
     rf"(?:^|- |\S+:\d+\] |[Tt]rain )[Ss]tep\s+(\d+){_OF_TOTAL}:\s+loss",
     rf"Step\s+\[?\s*(\d+){_OF_TOTAL}\s*\]?\s*[|,]?\s.*?\b(?:[Tt]rain[\s_])?Loss",
-    rf"Step:\s+(\d+){_OF_TOTAL},\s+Loss",
+    rf"Step:\s+(\d+){_OF_TOTAL}\s*[,|]\s+Loss",
+    r"iteration: (\d+) / (\d+) \|.*?\blm_loss",
     rf"Step\s+\[?\s*(\d+){_OF_TOTAL}\s*\]?\s*(?:[|,]|\s-)?\s+(?:train[\s_])?loss(?::\s|\s*=|\s)",
     rf"^Iter\s+(\d+){_OF_TOTAL}:\s+Train loss",
     r"completed step: (\d+)(),.*?\bloss",
@@ -99,7 +102,7 @@ STEP_LINE = rf"(?:^|[\s|\[])(?:{'|'.join(_STEP_FORMS)})\b\s*[:=]?\s*({NUMBER})"
 _LOSS_GROUP = re.compile(STEP_LINE).groups
 _STEP_GROUPS, _TOTAL_GROUPS = range(1, _LOSS_GROUP, 2), range(2, _LOSS_GROUP, 2)
 _MARKERS = ("step ", "Step ", "Step:", "step=", "iter ", "Iter ", "iter=", ": loss", "completed step: ")
-_MARKERS += ("step:", "logging_writer.py:", ") step_loss")
+_MARKERS += ("step:", "logging_writer.py:", ") step_loss", "iteration: ")
 _LEARNING_RATE = rf"\blr\s*[:=]?\s*({NUMBER})"
 _GRAD_NORM = rf"\b(?:grad_)?norm\s*[:=]?\s*({NUMBER})"
 #: a step's time: after its name, per step or iteration, or a field of its own between ``|`` (or opening a
@@ -112,6 +115,7 @@ _TIME_FORMS = (
     (rf", (It/sec) ({NUMBER})", "unit value"),  # mlx_lm's rate: a step takes its inverse
     (rf"\btiming_(s)/step:({NUMBER})", "unit value"),  # verl's
     (rf"\btiming/(steps_per_second)=({NUMBER})", "unit value"),  # t5x's: a step takes its inverse
+    (rf"\belapsed_time_per_iteration_ms: ({NUMBER})(K?)\b", "value unit"),  # nanotron's: ms, or thousands
 )
 STEP_TIME = "|".join(form for form, _ in _TIME_FORMS)
 #: STEP_TIME's (value, unit) groups
@@ -153,6 +157,15 @@ _SPACED_COUNTS = {
 #: Megatron's names of its parallel sizes, as a repr's keywords (NeMo 2's ``Config(MegatronStrategy,
 #: tensor_model_parallel_size=4, pipeline_model_parallel_size=2)``, a Namespace)
 _PARALLEL_COUNTS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp", "dp": "dp"}
+#: nanotron's (``ParallelismArgs(dp=8, pp=1, tp=1, ...)``, ``TokensArgs(sequence_length=2048, train_steps=300,
+#: ...)``) and picotron's config.json (``"total_train_steps": 200``; not its ``"tp_size"``: DeepSpeed's config
+#: printer names its AutoTP's ``tp_size=1`` under Megatron's own tensor parallelism)
+_PARALLEL_COUNTS |= {"tp": "tp", "pp": "pp"}
+_PARALLEL_COUNTS |= {
+    "sequence_length": "seq_len",
+    "train_steps": "train_iters",
+    "total_train_steps": "train_iters",
+}
 _COUNTS = _SPACED_COUNTS | _PARALLEL_COUNTS | {"world_size": "gpus", "world": "gpus"}
 #: the world a loop's line names in words (``rank 0 / world size 8``, ``DDP: world_size 8``, ``world size: 8``)
 _WORLD_IN_WORDS = "world[ _]size:? "
@@ -192,6 +205,12 @@ _CONFIG_PARAMS = {"Config param steps": "train_iters", "Config param max_target_
 #: iters: 600``)
 _CONFIG_PARAMS["Total training steps"] = "train_iters"
 _CONFIG_PARAMS["Starting training..., iters"] = "train_iters"
+#: nanotron's trainer as it starts (``[Start training] datetime: ... | mbs: 8 | grad_accum: 4 | global_batch_size:
+#: 256 | sequence_length: 2048 | train_steps: 300 | ...``)
+_NANOTRON_START = {"| mbs": "micro_batch_size", "| global_batch_size": "global_batch_size"}
+_NANOTRON_START |= {"| sequence_length": "seq_len", "| train_steps": "train_iters"}
+_CONFIG_PARAMS |= _NANOTRON_START
+_COUNT_MARKERS += tuple(f"{key}: " for key in _NANOTRON_START)
 #: InternLM / InternEvo's launch (initialize/launch.py: ``Distributed environment is initialized, data parallel
 #: size: 16, pipeline parallel size: 1, tensor parallel size: 1``)
 _CONFIG_PARAMS |= {
@@ -225,7 +244,8 @@ def _milliseconds(text: pl.Expr) -> pl.Expr:
     value = pl.coalesce(*(as_real(found.struct[str(group)]) for group, _ in _TIME_GROUPS))
     unit = pl.coalesce(*(found.struct[str(group)] for _, group in _TIME_GROUPS))
     rate = pl.when(value > 0).then(1000 / value)
-    return pl.when(unit == "s").then(value * 1000).when(unit.is_in(_RATES)).then(rate).otherwise(value)
+    seconds = (unit == "s") | (unit == "K")  # nanotron's thousands of ms
+    return pl.when(seconds).then(value * 1000).when(unit.is_in(_RATES)).then(rate).otherwise(value)
 
 
 def read_steps(records: pl.LazyFrame) -> Events:

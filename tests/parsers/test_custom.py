@@ -148,6 +148,21 @@ def test_a_loop_on_deepspeeds_engine_is_a_deepspeed_run_whose_rows_are_the_loops
         ("Step: 1/200, Loss: 8.9412, LR: 0.000015, Time: 1.05s", 1, 8.9412, 1050.0),
         ("[rank0] 2024-09-09 09:01:31 Step   100/1500 | train_loss 3.4 | 0.512 s/step", 100, 3.4, 512.0),
         ("Step 0000050 loss 2.4812 grad_norm 0.41", 50, 2.4812, None),
+        # nanotron's (its numbers in human_format: thousands as K), picotron's
+        (
+            "12/09/2024 09:00:41 [INFO|DP=0|PP=0|TP=0|ip-26-0-165-24]: iteration: 5001 / 5200 | consumed_tokens: "
+            "2.62G | elapsed_time_per_iteration_ms: 1.19K | tokens_per_sec: 439K | global_batch_size: 256 | "
+            "lm_loss: 2.62 | lr: 0.003 | grad_norm: 0.508",
+            5001,
+            2.62,
+            1190.0,
+        ),
+        (
+            "[rank 6] Step: 200   | Loss: 2.1038 | Global batch size:  65.54K | Tokens/s:  87.38K",
+            200,
+            2.1038,
+            None,
+        ),
         # neuronx-distributed's examples (the epoch, then the step)
         (
             "LOG Thu Mar 14 02:15:45 2024 - (0, 17) step_loss : 10.7868 learning_rate : 1.50e-06",
@@ -251,6 +266,20 @@ def test_a_loops_header_states_its_batches_length_and_plan(tmp_path):
     for header in ("num_train_steps=1000 per_device_batch_size=4", "Launching training, total_steps=1000"):
         row, _ = runs_of(tmp_path, [header, *steps])
         assert (row["train_iters"], row["micro_batch_size"]) == (1000, 4 if "per_device" in header else None)
+    # nanotron's config and its start line; picotron's config.json
+    nanotron = [
+        "Config(parallelism=ParallelismArgs(dp=8, pp=2, tp=4, pp_engine=<nanotron.AllForwardAllBackward>),",
+        " [Start training] datetime: 2024-12-09 09:00:40 | mbs: 8 | grad_accum: 4 | global_batch_size: 256 | "
+        "sequence_length: 2048 | train_steps: 5200 | start_iteration_step: 5000",
+    ]
+    picotron = ['        "tp_size": 2,', '        "total_train_steps": 200,']  # its tp_size: see custom.py
+    for lines, expected in (
+        (nanotron, (8, 256, 2048, 5200, 4, 2)),
+        (picotron, (None, None, None, 200, None, None)),
+    ):
+        row, _ = runs_of(tmp_path, [*lines, *steps])
+        shape = ("micro_batch_size", "global_batch_size", "seq_len", "train_iters", "tp", "pp")
+        assert tuple(row[fact] for fact in shape) == expected
     # Megatron's names of the parallel sizes as a repr's keywords (NeMo 2's strategy, printed)
     row, _ = runs_of(
         tmp_path,
