@@ -67,20 +67,20 @@ _OF_TOTAL = r"(?:\s*/\s*(\d+))?"
 #: format's message: ``... - __main__ - step 1: loss=2.88``, absl's after its source line, ``train.py:88]
 #: step 100: loss = 4.1``; ``train step 200: loss=``) or ``Step N: loss X``; the same capitalized (``Step N |
 #: Loss: X``, ``Step [N/M] Loss: X``, ``Step: 1/200, Loss: X``, not DeepSpeed-Chat's ``Step: 0 | PPO Epoch: 1
-#: | Actor Loss``; picotron's ``Step: 200   | Loss: 2.10``; ``Iter N | loss X``), or with the loss right after it (``Step 12 - loss: 3.41``, ``Step
-#: 100/1500 | train_loss 3.4``, ``Step 0000050 loss 2.48``; its value after a space, ``=`` or ``: ``, where
-#: torchtune's ``Step N | loss:X`` has none); MLX's ``Iter N: Train loss
-#: X`` (mlx_lm.lora; ``Iter N: Val loss`` is its evaluation); MaxText's ``completed step: N, seconds: S, ...,
+#: | Actor Loss``; picotron's ``Step: 200   | Loss: 2.10``; ``Iter N | loss X``), or with the loss right
+#: after it (``Step 12 - loss: 3.41``, ``Step 100/1500 | train_loss 3.4``, ``Step 0000050 loss 2.48``; its
+#: value after a space, ``=`` or ``: ``, where torchtune's ``Step N | loss:X`` has none); MLX's ``Iter N:
+#: Train loss X`` (mlx_lm.lora; ``Iter N: Val loss`` is its evaluation); MaxText's ``completed step: N, seconds: S, ...,
 #: loss: X``; verl's console (its metrics joined by `` - ``: ``step:12 - actor/pg_loss:0.013 - ...
 #: timing_s/step:58.1``, the SFT trainer's ``train/loss``; a validation's ``step:0 - val/...`` has none); t5x's
 #: (clu's LoggingWriter: ``logging_writer.py:48] [1000100] collection=train accuracy=0.55, ..., loss=3.31, ...,
 #: timing/steps_per_second=1.72``; its evaluations' collections are not the training's); neuronx-distributed's
 #: examples' (AWS Trainium: ``LOG Thu Mar 14 02:15:45 2024 - (0, 1) step_loss : 10.7868 learning_rate : ...``,
-#: the epoch and the step); nanotron's (``[INFO|DP=0|PP=0|TP=0|host]: iteration: 137 / 50000 | consumed_tokens: ...
-#: | elapsed_time_per_iteration_ms: 1.19K | ... | lm_loss: 2.6 |``, its numbers in human_format: ``K`` a
-#: thousand). ``step N: train loss`` and ``iter N:`` are no step's line (nanoGPT's evaluations
-#: and steps are its family's), nor LitGPT's ``iter N step M:``, nor ``Step N | loss:X`` (torchtune's), nor
-#: ``step=N,`` (DeepSpeed's)
+#: the epoch and the step); nanotron's (``[INFO|DP=0|PP=0|TP=0|host]: iteration: 137 / 50000 |
+#: consumed_tokens: ... | elapsed_time_per_iteration_ms: 1.19K | ... | lm_loss: 2.6 |``, its numbers in
+#: human_format: ``K`` a thousand). ``step N: train loss`` and ``iter N:`` are no step's line (nanoGPT's
+#: evaluations and steps are its family's), nor LitGPT's ``iter N step M:``, nor ``Step N | loss:X``
+#: (torchtune's), nor ``step=N,`` (DeepSpeed's)
 _STEP_FORMS = (
     rf"step(?:\s+(\d+){_OF_TOTAL}\s*[\]|,]?|\s*=\s*(\d+){_OF_TOTAL})\s.*?\b(?:train[\s_])?loss",
     rf"[Ii]ter(?:\s+(\d+){_OF_TOTAL}\s*\||\s*=\s*(\d+){_OF_TOTAL}[\s,]|\s+(\d+)\s*/\s*(\d+)[\s,])\s*.*?\b[Ll]oss",
@@ -157,16 +157,17 @@ _SPACED_COUNTS = {
 #: Megatron's names of its parallel sizes, as a repr's keywords (NeMo 2's ``Config(MegatronStrategy,
 #: tensor_model_parallel_size=4, pipeline_model_parallel_size=2)``, a Namespace)
 _PARALLEL_COUNTS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp", "dp": "dp"}
-#: nanotron's (``ParallelismArgs(dp=8, pp=1, tp=1, ...)``, ``TokensArgs(sequence_length=2048, train_steps=300,
-#: ...)``) and picotron's config.json (``"total_train_steps": 200``; not its ``"tp_size"``: DeepSpeed's config
-#: printer names its AutoTP's ``tp_size=1`` under Megatron's own tensor parallelism)
+#: nanotron's parallel sizes (its config's repr: ``ParallelismArgs(dp=8, pp=1, tp=1, ...)``)
 _PARALLEL_COUNTS |= {"tp": "tp", "pp": "pp"}
-_PARALLEL_COUNTS |= {
+#: other configs' keys, as a repr's keywords or JSON's: nanotron's ``TokensArgs(sequence_length=2048,
+#: train_steps=300, ...)``, picotron's config.json (``"total_train_steps": 200``; not its ``"tp_size"``:
+#: DeepSpeed's config printer names its AutoTP's ``tp_size=1`` under Megatron's own tensor parallelism)
+_KEYWORD_COUNTS = {
     "sequence_length": "seq_len",
     "train_steps": "train_iters",
     "total_train_steps": "train_iters",
 }
-_COUNTS = _SPACED_COUNTS | _PARALLEL_COUNTS | {"world_size": "gpus", "world": "gpus"}
+_COUNTS = _SPACED_COUNTS | _PARALLEL_COUNTS | _KEYWORD_COUNTS | {"world_size": "gpus", "world": "gpus"}
 #: the world a loop's line names in words (``rank 0 / world size 8``, ``DDP: world_size 8``, ``world size: 8``)
 _WORLD_IN_WORDS = "world[ _]size:? "
 _COUNT_MARKERS = (
