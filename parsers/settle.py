@@ -30,6 +30,7 @@ from logstat.parsers.kinds import (
     COUNTED,
     FILE_SHIFT,
     LAUNCH,
+    LINE_SHIFT,
     PEAK,
     RECORD,
     RECORD_SHIFT,
@@ -207,11 +208,13 @@ def _launch_starts(runs: list[RunBuilder], steps: pl.DataFrame) -> pl.DataFrame:
 
 def _fresh_start_candidates(runs: list[RunBuilder], steps: pl.DataFrame) -> None:
     """A launch candidate at each step record where its family's steps start over in a file: no later than
-    the family's first step in the run, after a later one in the same file, and the next record later than
-    it but short of the highest before (a rank's lagging line is followed by the others' later steps). A
-    job that runs trainings one after another (stages, a sweep's members, ``torchrun pretrain.py &&
-    torchrun sft.py``) announces none. Each rank's own file counts from the start: not a launch."""
-    by, step, file = ["run", "family"], pl.col("step"), pl.col("order") // (1 << FILE_SHIFT)
+    the family's first step in the run, after a later one on an earlier line of the same file, and the next
+    record later than it but short of the highest before (a rank's lagging line is followed by the others'
+    later steps; ranks' records glued into one line are one moment's). A job that runs trainings one after
+    another (stages, a sweep's members, ``torchrun pretrain.py && torchrun sft.py``) announces none. Each
+    rank's own file counts from the start: not a launch."""
+    by, step, line = ["run", "family"], pl.col("step"), pl.col("order") // (1 << LINE_SHIFT)
+    file = pl.col("order") // (1 << FILE_SHIFT)
     records = steps.filter(pl.col("mode") == RECORD, step.is_not_null()).select(
         "run", "order", "family", "step"
     )
@@ -220,6 +223,7 @@ def _fresh_start_candidates(runs: list[RunBuilder], steps: pl.DataFrame) -> None
         step <= step.first().over(by),
         step < step.shift(1).over(by),
         file == file.shift(1).over(by),
+        line > line.shift(1).over(by),
         after > step,
         after < step.cum_max().shift(1).over(by),
     )

@@ -462,6 +462,10 @@ def test_a_ranks_lagging_line_or_its_own_file_is_no_new_training(tmp_path):
     lines = stage(60, 10, 0.3)
     row, iterations = runs_of(tmp_path, [*lines[:3], lines[0], *lines[3:]])
     assert iterations["iteration"].to_list() == [10, 20, 30, 40, 50, 60]
+    # ranks' records glued into one line, in any order, are one moment's
+    glued = "".join(f"[default{rank}]:{lines[step]}" for rank, step in enumerate((2, 0, 1)))
+    row, iterations = runs_of(tmp_path, [glued])
+    assert iterations["iteration"].to_list() == [10, 20, 30]
     # each rank's own log counts from the start; the failure in rank 0's is the run's, though rank 1's file,
     # read after it, went on
     failure = "RuntimeError: CUDA error: an illegal memory access was encountered"
